@@ -1,0 +1,517 @@
+//! Jobs: what a user submits (`JobSpec`), and what Tranche records about it (`Job`).
+
+use crate::error::{invalid, ValidationError};
+use crate::ids::*;
+use crate::objects::QuotaShare;
+use crate::Millis;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+pub const MAX_JOB_PRIORITY: u32 = 9999;
+pub const MAX_RETRY_ATTEMPTS: u32 = 10;
+pub const MAX_NODES_PER_JOB: u32 = 4096;
+pub const MAX_GPUS_PER_NODE: u32 = 64;
+pub const MAX_CLIENT_TOKEN_LEN: usize = 64;
+pub const MAX_ENV_ENTRIES: usize = 256;
+pub const MAX_COMMAND_ARGS: usize = 4096;
+pub const MAX_TAGS: usize = 50;
+
+/// `{unit, gpus_per_node, nodes}`. `nodes > 1` is a gang: all nodes or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub unit: Unit,
+    pub gpus_per_node: u32,
+    pub nodes: u32,
+}
+
+impl Request {
+    pub fn total_gpus(&self) -> u32 {
+        self.gpus_per_node * self.nodes
+    }
+}
+
+/// The signal sent first when a job must stop, and how long it has before SIGKILL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Signal name such as `SIGTERM` or `SIGUSR1`.
+    pub signal: String,
+    /// Seconds between the signal and SIGKILL; `None` takes the share's default.
+    pub grace_s: Option<u64>,
+}
+
+impl Default for Checkpoint {
+    fn default() -> Self {
+        Checkpoint { signal: "SIGTERM".into(), grace_s: None }
+    }
+}
+
+/// Signals a job may ask for as its checkpoint signal.
+pub const CHECKPOINT_SIGNALS: &[&str] =
+    &["SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT", "SIGCONT", "SIGWINCH", "SIGURG"];
+
+/// What a user submits [SubmitServiceJob].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: JobName,
+    pub queue: QueueName,
+    pub share: ShareName,
+    pub user: UserName,
+    pub priority: u32,
+    pub request: Request,
+    pub cpus_per_node: u32,
+    pub memory_mb_per_node: u64,
+    /// A rootfs directory, an OCI layout or archive, or `host`.
+    pub image: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub time_limit_s: Option<u64>,
+    pub checkpoint: Checkpoint,
+    /// Attempts allowed for failures (1–10); preemptions do not count.
+    pub retry_attempts: u32,
+    /// Requeues allowed after preemption; `None` is unlimited, `Some(0)` fails on the first.
+    pub preemption_retries: Option<u32>,
+    pub client_token: Option<String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl JobSpec {
+    /// A minimal spec, for tests and the scenario runner.
+    pub fn new(name: &str, queue: &str, share: &str, user: &str, unit: &str, gpus_per_node: u32, nodes: u32) -> Self {
+        JobSpec {
+            name: name.into(),
+            queue: queue.into(),
+            share: share.into(),
+            user: user.into(),
+            priority: 0,
+            request: Request { unit: unit.into(), gpus_per_node, nodes },
+            cpus_per_node: 0,
+            memory_mb_per_node: 0,
+            image: "host".into(),
+            command: vec![],
+            env: BTreeMap::new(),
+            time_limit_s: None,
+            checkpoint: Checkpoint::default(),
+            retry_attempts: 1,
+            preemption_retries: None,
+            client_token: None,
+            tags: BTreeMap::new(),
+        }
+    }
+
+    /// Checks the spec on its own (every field's range and charset).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.name.validate("name")?;
+        self.queue.validate("queue")?;
+        self.share.validate("share")?;
+        self.user.validate("user")?;
+        if self.priority > MAX_JOB_PRIORITY {
+            return Err(invalid("priority", format!("must be 0-{MAX_JOB_PRIORITY}, got {}", self.priority)));
+        }
+        self.request.unit.validate("request.unit")?;
+        if self.request.gpus_per_node == 0 {
+            return Err(invalid("request.gpus_per_node", "must be at least 1"));
+        }
+        if self.request.gpus_per_node > MAX_GPUS_PER_NODE {
+            return Err(invalid(
+                "request.gpus_per_node",
+                format!("must be at most {MAX_GPUS_PER_NODE}, got {}", self.request.gpus_per_node),
+            ));
+        }
+        if self.request.nodes == 0 {
+            return Err(invalid("request.nodes", "must be at least 1"));
+        }
+        if self.request.nodes > MAX_NODES_PER_JOB {
+            return Err(invalid("request.nodes", format!("must be at most {MAX_NODES_PER_JOB}, got {}", self.request.nodes)));
+        }
+        if self.image.is_empty() || self.image.len() > 4096 {
+            return Err(invalid("image", "must be 1-4096 characters (a rootfs path, an OCI layout or archive, or `host`)"));
+        }
+        if self.command.len() > MAX_COMMAND_ARGS {
+            return Err(invalid("command", format!("must have at most {MAX_COMMAND_ARGS} arguments")));
+        }
+        if self.env.len() > MAX_ENV_ENTRIES {
+            return Err(invalid("env", format!("must have at most {MAX_ENV_ENTRIES} entries")));
+        }
+        for k in self.env.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(invalid(format!("env.{k}"), "names must be non-empty without '=' or NUL"));
+            }
+        }
+        if let Some(t) = self.time_limit_s {
+            if t == 0 {
+                return Err(invalid("time_limit_s", "must be at least 1 second when set"));
+            }
+        }
+        if !CHECKPOINT_SIGNALS.contains(&self.checkpoint.signal.as_str()) {
+            return Err(invalid(
+                "checkpoint.signal",
+                format!("must be one of {}, got {:?}", CHECKPOINT_SIGNALS.join(", "), self.checkpoint.signal),
+            ));
+        }
+        if !(1..=MAX_RETRY_ATTEMPTS).contains(&self.retry_attempts) {
+            return Err(invalid(
+                "retry.attempts",
+                format!("must be 1-{MAX_RETRY_ATTEMPTS}, got {}", self.retry_attempts),
+            ));
+        }
+        if let Some(t) = &self.client_token {
+            if t.is_empty() || t.len() > MAX_CLIENT_TOKEN_LEN || !t.chars().all(|c| c.is_ascii_graphic()) {
+                return Err(invalid(
+                    "client_token",
+                    format!("must be 1-{MAX_CLIENT_TOKEN_LEN} printable ASCII characters"),
+                ));
+            }
+        }
+        if self.tags.len() > MAX_TAGS {
+            return Err(invalid("tags", format!("must have at most {MAX_TAGS} entries")));
+        }
+        Ok(())
+    }
+
+    /// Checks the parts that depend on the share: the grace period against its max.
+    pub fn validate_for_share(&self, share: &QuotaShare) -> Result<(), ValidationError> {
+        if let Some(g) = self.checkpoint.grace_s {
+            if g > share.max_grace_s {
+                return Err(invalid(
+                    "checkpoint.grace_s",
+                    format!("must not exceed share {}'s max_grace_s ({} s), got {g}", share.name, share.max_grace_s),
+                ));
+            }
+        }
+        if !share.capacity_limits.iter().any(|l| l.unit == self.request.unit) {
+            let units: Vec<_> = share.capacity_limits.iter().map(|l| l.unit.as_str()).collect();
+            return Err(invalid(
+                "request.unit",
+                format!("unknown unit {:?}: share {} has limits for {}", self.request.unit.0, share.name, units.join(", ")),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The grace period that applies under `share`.
+    pub fn grace_s(&self, share: Option<&QuotaShare>) -> u64 {
+        self.checkpoint.grace_s.unwrap_or_else(|| share.map(|s| s.default_grace_s).unwrap_or(60))
+    }
+}
+
+/// Job status (AWS's, plus CANCELLED kept apart from FAILED as Slurm does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobStatus {
+    Submitted,
+    Pending,
+    Runnable,
+    Scheduled,
+    Starting,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobStatus {
+    pub const ALL: [JobStatus; 9] = [
+        JobStatus::Submitted,
+        JobStatus::Pending,
+        JobStatus::Runnable,
+        JobStatus::Scheduled,
+        JobStatus::Starting,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+
+    /// Holds GPUs: SCHEDULED, STARTING or RUNNING.
+    pub fn is_active(self) -> bool {
+        matches!(self, JobStatus::Scheduled | JobStatus::Starting | JobStatus::Running)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Submitted => "SUBMITTED",
+            JobStatus::Pending => "PENDING",
+            JobStatus::Runnable => "RUNNABLE",
+            JobStatus::Scheduled => "SCHEDULED",
+            JobStatus::Starting => "STARTING",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Succeeded => "SUCCEEDED",
+            JobStatus::Failed => "FAILED",
+            JobStatus::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobStatus> {
+        JobStatus::ALL.into_iter().find(|st| st.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The GPUs one job holds on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAlloc {
+    pub node: NodeName,
+    pub gpus: Vec<GpuIndex>,
+}
+
+/// Why a running job is being stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopKind {
+    /// Cross-share reclaim: its share is over max and `for_job`'s share is within max.
+    Reclaim { for_job: JobId },
+    /// In-share preemption by a strictly higher-priority job of the same share.
+    InShare { for_job: JobId },
+    /// The user or an admin cancelled it (or its share was deleted).
+    Cancel,
+    /// An operator drained its node with `--now`; the job is requeued.
+    Drain,
+}
+
+impl StopKind {
+    /// Reclaim and in-share preemption count against `preemption_retries`.
+    pub fn is_preemption(&self) -> bool {
+        matches!(self, StopKind::Reclaim { .. } | StopKind::InShare { .. })
+    }
+
+    pub fn for_job(&self) -> Option<JobId> {
+        match self {
+            StopKind::Reclaim { for_job } | StopKind::InShare { for_job } => Some(*for_job),
+            _ => None,
+        }
+    }
+}
+
+/// A stop in progress: the checkpoint signal was sent at `signalled_at`; SIGKILL follows
+/// at `deadline` unless the job has exited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stop {
+    pub kind: StopKind,
+    pub reason: String,
+    pub signalled_at: Millis,
+    pub deadline: Millis,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttemptEnd {
+    /// The process exited by itself with this code.
+    Exited { code: i32 },
+    /// Stopped (preempted, cancelled, drained): exited within grace with `code`, or
+    /// killed when the grace ended (`code = None`).
+    Stopped { kind: StopKind, code: Option<i32> },
+    /// Its node went DOWN; the attempt is lost.
+    Lost,
+}
+
+/// One run of a job on its allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub number: u32,
+    pub allocation: Vec<NodeAlloc>,
+    pub borrowed: bool,
+    pub scheduled_at: Millis,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    pub end: Option<AttemptEnd>,
+}
+
+impl Attempt {
+    pub fn was_preempted(&self) -> bool {
+        matches!(&self.end, Some(AttemptEnd::Stopped { kind, .. }) if kind.is_preemption())
+    }
+}
+
+/// One status change, with the time, the reason and the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub at: Millis,
+    pub from: JobStatus,
+    pub to: JobStatus,
+    pub reason: String,
+    pub nodes: Vec<NodeName>,
+}
+
+/// GPUs held for a preemptor while its victims exit, so that no one else takes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// GPUs held per node: the job's whole need on the nodes it will run on.
+    pub nodes: Vec<(NodeName, u32)>,
+    pub since: Millis,
+}
+
+/// Why a RUNNABLE job is not running, with numbers. Rendered with the current time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PendingReason {
+    /// The job has not been looked at by the scheduler yet.
+    NotYetScheduled,
+    ShareDisabled { share: ShareName },
+    QueueDisabled { queue: QueueName },
+    EnvironmentDisabled { env: EnvName },
+    /// The share no longer exists (its jobs are cancelled).
+    NoSuchShare { share: ShareName },
+    /// The share is at its max and does not borrow.
+    AtMaxNoBorrow { share: ShareName, used: u32, max: u32, need: u32, unit: Unit, strategy: String },
+    /// A LEND_AND_BORROW share has reached `max × (1 + borrow_limit/100)`.
+    BorrowLimit { used: u32, limit: u64, need: u32, unit: Unit },
+    /// Victims are exiting; the job holds their GPUs.
+    WaitingForPreempted { jobs: u32, grace_ends_at: Millis },
+    /// The environment's cap for the unit is reached.
+    EnvironmentCap { env: EnvName, used: u32, cap: u32, need: u32, unit: Unit },
+    /// Free GPUs exist but a RESERVE share keeps them idle for itself.
+    ReserveHeld { share: ShareName, idle: u32, unit: Unit },
+    /// Not enough free GPUs on usable nodes.
+    NoCapacity { need_per_node: u32, nodes: u32, unit: Unit, free: u32, fitting_nodes: u32 },
+    /// No usable node of the environment has GPUs of this unit.
+    NoNodes { unit: Unit, env: EnvName },
+    /// Victims exist but are younger than their share's `min_runtime_s`.
+    MinRuntime { until: Millis },
+    /// GPUs are held for another job's preemption.
+    HeldForPreemptor { held: u32, unit: Unit },
+}
+
+impl PendingReason {
+    /// The reason in words, with times relative to `now`.
+    pub fn render(&self, now: Millis) -> String {
+        let secs = |t: Millis| t.saturating_sub(now).div_ceil(1000);
+        match self {
+            PendingReason::NotYetScheduled => "not yet considered by the scheduler".into(),
+            PendingReason::ShareDisabled { share } => format!("share {share} is DISABLED"),
+            PendingReason::QueueDisabled { queue } => format!("queue {queue} is DISABLED"),
+            PendingReason::EnvironmentDisabled { env } => format!("environment {env} is DISABLED"),
+            PendingReason::NoSuchShare { share } => format!("share {share} does not exist"),
+            PendingReason::AtMaxNoBorrow { share, used, max, need, unit, strategy } => format!(
+                "share {share} at max {used}/{max} {unit} (needs {need} more), strategy {strategy} does not borrow"
+            ),
+            PendingReason::BorrowLimit { used, limit, need, unit } => {
+                format!("borrow limit reached: {used}/{limit} {unit} (needs {need} more)")
+            }
+            PendingReason::WaitingForPreempted { jobs, grace_ends_at } => format!(
+                "waiting for {jobs} preempted job{} to exit, grace ends in {} s",
+                if *jobs == 1 { "" } else { "s" },
+                secs(*grace_ends_at)
+            ),
+            PendingReason::EnvironmentCap { env, used, cap, need, unit } => {
+                format!("environment {env} at cap {used}/{cap} {unit} (needs {need} more)")
+            }
+            PendingReason::ReserveHeld { share, idle, unit } => {
+                format!("RESERVE share {share} holds {idle} idle {unit}")
+            }
+            PendingReason::NoCapacity { need_per_node, nodes, unit, free, fitting_nodes } => {
+                if *nodes == 1 {
+                    format!("needs {need_per_node} {unit} on one node; {free} free, no node has {need_per_node} free")
+                } else {
+                    format!(
+                        "needs {need_per_node} {unit} on each of {nodes} nodes; {fitting_nodes} node(s) have {need_per_node} free ({free} free in all)"
+                    )
+                }
+            }
+            PendingReason::NoNodes { unit, env } => format!("no usable node in environment {env} has {unit} GPUs"),
+            PendingReason::MinRuntime { until } => format!(
+                "over-max jobs that could be reclaimed are protected by min_runtime_s for {} s",
+                secs(*until)
+            ),
+            PendingReason::HeldForPreemptor { held, unit } => {
+                format!("{held} {unit} are held for preempting jobs")
+            }
+        }
+    }
+}
+
+/// Everything Tranche records about a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub status: JobStatus,
+    /// Original submit time; kept across requeues so the job keeps its place.
+    pub submitted_at: Millis,
+    pub attempts: Vec<Attempt>,
+    pub transitions: Vec<Transition>,
+    /// Set while the job is being stopped (preempted, cancelled, drained).
+    pub stop: Option<Stop>,
+    /// GPUs held for this job while its victims exit.
+    pub hold: Option<Hold>,
+    pub pending_reason: Option<PendingReason>,
+    /// Attempts ended by preemption.
+    pub preemptions: u32,
+    /// Attempts that failed by themselves (counted against `retry_attempts`).
+    pub failures: u32,
+}
+
+impl Job {
+    pub fn current_attempt(&self) -> Option<&Attempt> {
+        self.attempts.last().filter(|a| a.end.is_none())
+    }
+
+    /// The allocation of the current attempt, if the job holds GPUs.
+    pub fn allocation(&self) -> &[NodeAlloc] {
+        match self.current_attempt() {
+            Some(a) if self.status.is_active() => &a.allocation,
+            _ => &[],
+        }
+    }
+
+    /// When the current attempt started running (or was scheduled, if not yet started).
+    pub fn started_at(&self) -> Option<Millis> {
+        self.current_attempt().map(|a| a.started_at.unwrap_or(a.scheduled_at))
+    }
+
+    pub fn preempting(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.kind.is_preemption())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec::new("train", "q", "vision", "alice", "h100", 8, 1)
+    }
+
+    #[test]
+    fn valid_spec_passes() {
+        spec().validate().unwrap();
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases: Vec<(fn(&mut JobSpec), &str, &str)> = vec![
+            (|s| s.priority = 10_000, "priority", "0-9999"),
+            (|s| s.request.gpus_per_node = 0, "request.gpus_per_node", "at least 1"),
+            (|s| s.request.nodes = 0, "request.nodes", "at least 1"),
+            (|s| s.retry_attempts = 0, "retry.attempts", "1-10"),
+            (|s| s.retry_attempts = 11, "retry.attempts", "1-10"),
+            (|s| s.checkpoint.signal = "SIGKILL".into(), "checkpoint.signal", "must be one of"),
+            (|s| s.client_token = Some("x".repeat(65)), "client_token", "1-64"),
+            (|s| s.name = JobName::from("bad name"), "name", "[A-Za-z0-9_-."),
+            (|s| s.request.unit = Unit::from(""), "request.unit", "empty"),
+            (|s| s.time_limit_s = Some(0), "time_limit_s", "at least 1"),
+        ];
+        for (mutate, field, rule) in cases {
+            let mut s = spec();
+            mutate(&mut s);
+            let e = s.validate().unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.rule.contains(rule), "{e} should mention {rule}");
+        }
+    }
+
+    #[test]
+    fn pending_reasons_render_with_numbers() {
+        let r = PendingReason::WaitingForPreempted { jobs: 2, grace_ends_at: 50_000 };
+        assert_eq!(r.render(9_000), "waiting for 2 preempted jobs to exit, grace ends in 41 s");
+        let r = PendingReason::BorrowLimit { used: 24, limit: 24, need: 8, unit: "h100".into() };
+        assert_eq!(r.render(0), "borrow limit reached: 24/24 h100 (needs 8 more)");
+    }
+}

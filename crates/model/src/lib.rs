@@ -1,0 +1,27 @@
+//! Tranche's object model: the typed ids and objects of DESIGN.md §2 (service
+//! environments, scheduling policies, job queues, quota shares, jobs, nodes) and their
+//! validation.
+//!
+//! This crate is the bottom of the dependency graph. It may depend on serde and
+//! thiserror only; it must never do I/O, read the wall clock, or know about the
+//! network, storage or processes. Every validation error names the field and the rule,
+//! so that the CLI, the controller and the scenario runner can show it as it is.
+
+mod error;
+mod ids;
+mod job;
+mod node;
+mod objects;
+
+pub use error::ValidationError;
+pub use ids::*;
+pub use job::*;
+pub use node::*;
+pub use objects::*;
+
+/// Milliseconds since the Unix epoch (controller) or since the start of a scenario
+/// (virtual time). The pure core never reads a clock: every time comes in as this.
+pub type Millis = u64;
+
+/// Milliseconds in one second, for converting the seconds users write.
+pub const SECOND: Millis = 1000;

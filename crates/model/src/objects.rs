@@ -1,0 +1,353 @@
+//! Admin objects: service environments, scheduling policies, job queues, quota shares.
+
+use crate::error::{invalid, ValidationError};
+use crate::ids::*;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Most capacity limits an environment or share may list (AWS's limit).
+pub const MAX_CAPACITY_LIMITS: usize = 5;
+/// Most quota shares in one job queue (AWS's limit).
+pub const MAX_SHARES_PER_QUEUE: usize = 20;
+/// Highest job queue priority.
+pub const MAX_QUEUE_PRIORITY: u32 = 1000;
+/// Upper bound on any grace period or minimum runtime, in seconds (one week).
+pub const MAX_DURATION_S: u64 = 7 * 24 * 3600;
+
+/// ENABLED or DISABLED, for environments, queues and shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ObjState {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+impl fmt::Display for ObjState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ObjState::Enabled => "ENABLED",
+            ObjState::Disabled => "DISABLED",
+        })
+    }
+}
+
+/// `{unit, max}`: at most `max` GPUs of `unit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityLimit {
+    pub unit: Unit,
+    pub max: u32,
+}
+
+/// Checks a `capacity_limits` list: 1–5 entries, known units, max ≥ 1, no unit twice.
+fn validate_limits(limits: &[CapacityLimit], field: &str, allow_zero: bool) -> Result<(), ValidationError> {
+    if limits.is_empty() || limits.len() > MAX_CAPACITY_LIMITS {
+        return Err(invalid(
+            field,
+            format!("must have 1 to {MAX_CAPACITY_LIMITS} entries, got {}", limits.len()),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, l) in limits.iter().enumerate() {
+        l.unit.validate(&format!("{field}[{i}].unit"))?;
+        if !seen.insert(&l.unit) {
+            return Err(invalid(format!("{field}[{i}].unit"), format!("unit {} is listed twice", l.unit)));
+        }
+        if l.max == 0 && !allow_zero {
+            return Err(invalid(format!("{field}[{i}].max"), "must be at least 1"));
+        }
+        if l.max > 1_000_000 {
+            return Err(invalid(format!("{field}[{i}].max"), format!("must be at most 1000000, got {}", l.max)));
+        }
+    }
+    Ok(())
+}
+
+/// Looks up the limit for `unit` in a `capacity_limits` list.
+pub fn limit_for(limits: &[CapacityLimit], unit: &Unit) -> Option<u32> {
+    limits.iter().find(|l| &l.unit == unit).map(|l| l.max)
+}
+
+/// A named pool of nodes (those whose labels match `selector`; an empty selector takes
+/// every node) with a cap per capacity unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceEnvironment {
+    pub name: EnvName,
+    pub selector: BTreeMap<String, String>,
+    pub capacity_limits: Vec<CapacityLimit>,
+    pub state: ObjState,
+}
+
+impl ServiceEnvironment {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.name.validate("name")?;
+        validate_limits(&self.capacity_limits, "capacity_limits", false)?;
+        for k in self.selector.keys() {
+            if k.is_empty() || k.len() > 128 {
+                return Err(invalid("selector", "label keys must be 1-128 characters"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a node with these labels belongs to the environment.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
+/// How idle capacity is handed to borrowers. FIFO is the only value, as in AWS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum IdleAssignment {
+    #[default]
+    Fifo,
+}
+
+/// A scheduling policy: `quota_share_policy { idle_resource_assignment = FIFO }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulingPolicy {
+    pub name: PolicyName,
+    pub idle_resource_assignment: IdleAssignment,
+}
+
+impl SchedulingPolicy {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.name.validate("name")
+    }
+}
+
+/// A job queue: one environment, one policy, and the quota shares that name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobQueue {
+    pub name: QueueName,
+    pub priority: u32,
+    pub state: ObjState,
+    pub environment: EnvName,
+    pub policy: PolicyName,
+}
+
+impl JobQueue {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.name.validate("name")?;
+        if self.priority > MAX_QUEUE_PRIORITY {
+            return Err(invalid("priority", format!("must be 0-{MAX_QUEUE_PRIORITY}, got {}", self.priority)));
+        }
+        self.environment.validate("environment")?;
+        self.policy.validate("policy")
+    }
+}
+
+/// What a share does with idle capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Strategy {
+    /// Never lends its idle capacity, never borrows.
+    Reserve,
+    /// Lends idle capacity, never borrows.
+    Lend,
+    /// Lends idle capacity and borrows others' up to `borrow_limit`.
+    LendAndBorrow,
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::Reserve => "RESERVE",
+            Strategy::Lend => "LEND",
+            Strategy::LendAndBorrow => "LEND_AND_BORROW",
+        })
+    }
+}
+
+/// `resource_sharing = {strategy, borrow_limit}`. `borrow_limit` is a percentage of the
+/// share's own max per unit; -1 means unlimited; only LEND_AND_BORROW may set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceSharing {
+    pub strategy: Strategy,
+    pub borrow_limit: Option<i64>,
+}
+
+/// A quota share: a team's or project's slice of a queue's capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaShare {
+    pub name: ShareName,
+    pub queue: QueueName,
+    pub capacity_limits: Vec<CapacityLimit>,
+    pub resource_sharing: ResourceSharing,
+    pub in_share_preemption: bool,
+    pub state: ObjState,
+    /// Users or groups allowed to submit; empty means anyone with a user certificate.
+    pub members: Vec<UserName>,
+    pub default_grace_s: u64,
+    pub max_grace_s: u64,
+    /// A running job younger than this is not a preemption victim.
+    pub min_runtime_s: u64,
+}
+
+impl QuotaShare {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.name.validate("name")?;
+        self.queue.validate("queue")?;
+        validate_limits(&self.capacity_limits, "capacity_limits", true)?;
+        let rs = &self.resource_sharing;
+        match (rs.strategy, rs.borrow_limit) {
+            (Strategy::LendAndBorrow, Some(b)) if b < -1 => {
+                return Err(invalid(
+                    "resource_sharing.borrow_limit",
+                    format!("must be -1 (unlimited) or a percentage >= 0, got {b}"),
+                ));
+            }
+            (Strategy::LendAndBorrow, Some(b)) if b > 100_000 => {
+                return Err(invalid("resource_sharing.borrow_limit", format!("must be at most 100000 percent, got {b}")));
+            }
+            (s, Some(_)) if s != Strategy::LendAndBorrow => {
+                return Err(invalid(
+                    "resource_sharing.borrow_limit",
+                    format!("is only allowed with strategy LEND_AND_BORROW, not {s}"),
+                ));
+            }
+            _ => {}
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            m.validate(&format!("members[{i}]"))?;
+        }
+        for (field, v) in [
+            ("default_grace_s", self.default_grace_s),
+            ("max_grace_s", self.max_grace_s),
+            ("min_runtime_s", self.min_runtime_s),
+        ] {
+            if v > MAX_DURATION_S {
+                return Err(invalid(field, format!("must be at most {MAX_DURATION_S} s (one week), got {v}")));
+            }
+        }
+        if self.default_grace_s > self.max_grace_s {
+            return Err(invalid(
+                "default_grace_s",
+                format!("must not exceed max_grace_s ({}), got {}", self.max_grace_s, self.default_grace_s),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The share's max for `unit` (0 when the share lists no limit for it).
+    pub fn max_for(&self, unit: &Unit) -> u32 {
+        limit_for(&self.capacity_limits, unit).unwrap_or(0)
+    }
+
+    /// The most GPUs of `unit` the share may hold including borrowed ones:
+    /// `max × (1 + borrow_limit/100)`, or `None` for unlimited.
+    pub fn ceiling_for(&self, unit: &Unit) -> Option<u64> {
+        let max = self.max_for(unit) as u64;
+        match self.resource_sharing.strategy {
+            Strategy::LendAndBorrow => match self.resource_sharing.borrow_limit.unwrap_or(-1) {
+                -1 => None,
+                pct => Some(max * (100 + pct as u64) / 100),
+            },
+            _ => Some(max),
+        }
+    }
+
+    pub fn borrows(&self) -> bool {
+        self.resource_sharing.strategy == Strategy::LendAndBorrow
+    }
+
+    pub fn is_member(&self, user: &UserName) -> bool {
+        self.members.is_empty() || self.members.contains(user)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn share() -> QuotaShare {
+        QuotaShare {
+            name: "vision".into(),
+            queue: "q".into(),
+            capacity_limits: vec![CapacityLimit { unit: "h100".into(), max: 8 }],
+            resource_sharing: ResourceSharing { strategy: Strategy::LendAndBorrow, borrow_limit: Some(50) },
+            in_share_preemption: false,
+            state: ObjState::Enabled,
+            members: vec![],
+            default_grace_s: 60,
+            max_grace_s: 600,
+            min_runtime_s: 0,
+        }
+    }
+
+    #[test]
+    fn a_valid_share_passes_and_its_ceiling_is_max_times_borrow_limit() {
+        let s = share();
+        s.validate().unwrap();
+        assert_eq!(s.ceiling_for(&"h100".into()), Some(12));
+        assert_eq!(s.max_for(&"a100".into()), 0);
+    }
+
+    #[test]
+    fn borrow_limit_rules() {
+        let mut s = share();
+        s.resource_sharing.borrow_limit = Some(-2);
+        let e = s.validate().unwrap_err();
+        assert_eq!(e.field, "resource_sharing.borrow_limit");
+        assert!(e.rule.contains("-1"), "{e}");
+        s.resource_sharing.borrow_limit = Some(-1);
+        assert_eq!(s.ceiling_for(&"h100".into()), None);
+        s.resource_sharing = ResourceSharing { strategy: Strategy::Lend, borrow_limit: Some(10) };
+        let e = s.validate().unwrap_err();
+        assert_eq!(e.field, "resource_sharing.borrow_limit");
+        assert!(e.rule.contains("only allowed with strategy LEND_AND_BORROW"), "{e}");
+        s.resource_sharing.borrow_limit = None;
+        s.validate().unwrap();
+        assert_eq!(s.ceiling_for(&"h100".into()), Some(8));
+    }
+
+    #[test]
+    fn capacity_limits_need_one_to_five_distinct_units() {
+        let mut s = share();
+        s.capacity_limits.clear();
+        assert!(s.validate().unwrap_err().rule.contains("1 to 5"));
+        s.capacity_limits = (0..6).map(|i| CapacityLimit { unit: Unit(format!("u{i}")), max: 1 }).collect();
+        assert_eq!(s.validate().unwrap_err().field, "capacity_limits");
+        s.capacity_limits = vec![
+            CapacityLimit { unit: "h100".into(), max: 1 },
+            CapacityLimit { unit: "h100".into(), max: 2 },
+        ];
+        let e = s.validate().unwrap_err();
+        assert_eq!(e.field, "capacity_limits[1].unit");
+        assert!(e.rule.contains("twice"));
+    }
+
+    #[test]
+    fn grace_defaults_must_fit_under_the_max() {
+        let mut s = share();
+        s.default_grace_s = 700;
+        let e = s.validate().unwrap_err();
+        assert_eq!(e.field, "default_grace_s");
+        assert!(e.rule.contains("max_grace_s (600)"));
+    }
+
+    #[test]
+    fn environment_limits_must_be_positive_and_queue_priority_bounded() {
+        let env = ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: vec![CapacityLimit { unit: "h100".into(), max: 0 }],
+            state: ObjState::Enabled,
+        };
+        let e = env.validate().unwrap_err();
+        assert_eq!(e.field, "capacity_limits[0].max");
+        let q = JobQueue {
+            name: "q".into(),
+            priority: 1001,
+            state: ObjState::Enabled,
+            environment: "gpu".into(),
+            policy: "p".into(),
+        };
+        let e = q.validate().unwrap_err();
+        assert_eq!(e.field, "priority");
+        assert!(e.rule.contains("0-1000"));
+    }
+}

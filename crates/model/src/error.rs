@@ -2,7 +2,7 @@ use std::fmt;
 
 /// A rejected field: which one (a dotted path such as `capacity_limits[1].max`) and the
 /// rule it broke, in words a user can act on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub struct ValidationError {
     pub field: String,
     pub rule: String,

@@ -350,64 +350,109 @@ pub struct Hold {
 }
 
 /// Why a RUNNABLE job is not running, with numbers. Rendered with the current time.
+/// Generic over its string type so the scheduler can compare a freshly computed reason
+/// (`PendingReasonOf<&str>`, borrowing names) with the stored one without allocating.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PendingReason {
+pub enum PendingReasonOf<S> {
     /// The job has not been looked at by the scheduler yet.
     NotYetScheduled,
-    ShareDisabled { share: ShareName },
-    QueueDisabled { queue: QueueName },
-    EnvironmentDisabled { env: EnvName },
-    /// The share no longer exists (its jobs are cancelled).
-    NoSuchShare { share: ShareName },
+    ShareDisabled { share: S },
+    QueueDisabled { queue: S },
+    EnvironmentDisabled { env: S },
     /// The share is at its max and does not borrow.
-    AtMaxNoBorrow { share: ShareName, used: u32, max: u32, need: u32, unit: Unit, strategy: String },
+    AtMaxNoBorrow { share: S, used: u32, max: u32, need: u32, unit: S, strategy: S },
     /// A LEND_AND_BORROW share has reached `max × (1 + borrow_limit/100)`.
-    BorrowLimit { used: u32, limit: u64, need: u32, unit: Unit },
+    BorrowLimit { used: u32, limit: u64, need: u32, unit: S },
     /// Victims are exiting; the job holds their GPUs.
     WaitingForPreempted { jobs: u32, grace_ends_at: Millis },
     /// The environment's cap for the unit is reached.
-    EnvironmentCap { env: EnvName, used: u32, cap: u32, need: u32, unit: Unit },
+    EnvironmentCap { env: S, used: u32, cap: u32, need: u32, unit: S },
     /// Free GPUs exist but a RESERVE share keeps them idle for itself.
-    ReserveHeld { share: ShareName, idle: u32, unit: Unit },
+    ReserveHeld { share: S, idle: u32, unit: S },
     /// Not enough free GPUs on usable nodes.
-    NoCapacity { need_per_node: u32, nodes: u32, unit: Unit, free: u32, fitting_nodes: u32 },
+    NoCapacity { need_per_node: u32, nodes: u32, unit: S, free: u32, fitting_nodes: u32 },
     /// No usable node of the environment has GPUs of this unit.
-    NoNodes { unit: Unit, env: EnvName },
+    NoNodes { unit: S, env: S },
     /// Victims exist but are younger than their share's `min_runtime_s`.
     MinRuntime { until: Millis },
-    /// GPUs are held for another job's preemption.
-    HeldForPreemptor { held: u32, unit: Unit },
 }
 
-impl PendingReason {
+/// The stored form.
+pub type PendingReason = PendingReasonOf<String>;
+
+impl<S: AsRef<str>> PendingReasonOf<S> {
+    /// Converts the string type of every name.
+    pub fn map<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> PendingReasonOf<T> {
+        use PendingReasonOf::*;
+        match self {
+            NotYetScheduled => NotYetScheduled,
+            ShareDisabled { share } => ShareDisabled { share: f(share.as_ref()) },
+            QueueDisabled { queue } => QueueDisabled { queue: f(queue.as_ref()) },
+            EnvironmentDisabled { env } => EnvironmentDisabled { env: f(env.as_ref()) },
+            AtMaxNoBorrow { share, used, max, need, unit, strategy } => AtMaxNoBorrow {
+                share: f(share.as_ref()),
+                used: *used,
+                max: *max,
+                need: *need,
+                unit: f(unit.as_ref()),
+                strategy: f(strategy.as_ref()),
+            },
+            BorrowLimit { used, limit, need, unit } => {
+                BorrowLimit { used: *used, limit: *limit, need: *need, unit: f(unit.as_ref()) }
+            }
+            WaitingForPreempted { jobs, grace_ends_at } => WaitingForPreempted { jobs: *jobs, grace_ends_at: *grace_ends_at },
+            EnvironmentCap { env, used, cap, need, unit } => {
+                EnvironmentCap { env: f(env.as_ref()), used: *used, cap: *cap, need: *need, unit: f(unit.as_ref()) }
+            }
+            ReserveHeld { share, idle, unit } => ReserveHeld { share: f(share.as_ref()), idle: *idle, unit: f(unit.as_ref()) },
+            NoCapacity { need_per_node, nodes, unit, free, fitting_nodes } => NoCapacity {
+                need_per_node: *need_per_node,
+                nodes: *nodes,
+                unit: f(unit.as_ref()),
+                free: *free,
+                fitting_nodes: *fitting_nodes,
+            },
+            NoNodes { unit, env } => NoNodes { unit: f(unit.as_ref()), env: f(env.as_ref()) },
+            MinRuntime { until } => MinRuntime { until: *until },
+        }
+    }
+
+    pub fn borrowed(&self) -> PendingReasonOf<&str> {
+        self.map(|s| s)
+    }
+
+    pub fn to_owned_reason(&self) -> PendingReason {
+        self.map(|s| s.to_string())
+    }
+
     /// The reason in words, with times relative to `now`.
     pub fn render(&self, now: Millis) -> String {
+        use PendingReasonOf as P;
         let secs = |t: Millis| t.saturating_sub(now).div_ceil(1000);
-        match self {
-            PendingReason::NotYetScheduled => "not yet considered by the scheduler".into(),
-            PendingReason::ShareDisabled { share } => format!("share {share} is DISABLED"),
-            PendingReason::QueueDisabled { queue } => format!("queue {queue} is DISABLED"),
-            PendingReason::EnvironmentDisabled { env } => format!("environment {env} is DISABLED"),
-            PendingReason::NoSuchShare { share } => format!("share {share} does not exist"),
-            PendingReason::AtMaxNoBorrow { share, used, max, need, unit, strategy } => format!(
+        match self.borrowed() {
+            P::NotYetScheduled => "not yet considered by the scheduler".into(),
+            P::ShareDisabled { share } => format!("share {share} is DISABLED"),
+            P::QueueDisabled { queue } => format!("queue {queue} is DISABLED"),
+            P::EnvironmentDisabled { env } => format!("environment {env} is DISABLED"),
+            P::AtMaxNoBorrow { share, used, max, need, unit, strategy } => format!(
                 "share {share} at max {used}/{max} {unit} (needs {need} more), strategy {strategy} does not borrow"
             ),
-            PendingReason::BorrowLimit { used, limit, need, unit } => {
+            P::BorrowLimit { used, limit, need, unit } => {
                 format!("borrow limit reached: {used}/{limit} {unit} (needs {need} more)")
             }
-            PendingReason::WaitingForPreempted { jobs, grace_ends_at } => format!(
+            P::WaitingForPreempted { jobs, grace_ends_at } => format!(
                 "waiting for {jobs} preempted job{} to exit, grace ends in {} s",
-                if *jobs == 1 { "" } else { "s" },
-                secs(*grace_ends_at)
+                if jobs == 1 { "" } else { "s" },
+                secs(grace_ends_at)
             ),
-            PendingReason::EnvironmentCap { env, used, cap, need, unit } => {
+            P::EnvironmentCap { env, used, cap, need, unit } => {
                 format!("environment {env} at cap {used}/{cap} {unit} (needs {need} more)")
             }
-            PendingReason::ReserveHeld { share, idle, unit } => {
+            P::ReserveHeld { share, idle, unit } => {
                 format!("RESERVE share {share} holds {idle} idle {unit}")
             }
-            PendingReason::NoCapacity { need_per_node, nodes, unit, free, fitting_nodes } => {
-                if *nodes == 1 {
+            P::NoCapacity { need_per_node, nodes, unit, free, fitting_nodes } => {
+                if nodes == 1 {
                     format!("needs {need_per_node} {unit} on one node; {free} free, no node has {need_per_node} free")
                 } else {
                     format!(
@@ -415,14 +460,11 @@ impl PendingReason {
                     )
                 }
             }
-            PendingReason::NoNodes { unit, env } => format!("no usable node in environment {env} has {unit} GPUs"),
-            PendingReason::MinRuntime { until } => format!(
+            P::NoNodes { unit, env } => format!("no usable node in environment {env} has {unit} GPUs"),
+            P::MinRuntime { until } => format!(
                 "over-max jobs that could be reclaimed are protected by min_runtime_s for {} s",
-                secs(*until)
+                secs(until)
             ),
-            PendingReason::HeldForPreemptor { held, unit } => {
-                format!("{held} {unit} are held for preempting jobs")
-            }
         }
     }
 }

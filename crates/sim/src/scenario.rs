@@ -1,0 +1,293 @@
+//! The scenario file (version 1, TOML): what it may say, and how it is checked.
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use tranche_model::{ObjState, Strategy};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub environment: Option<EnvSpec>,
+    #[serde(default)]
+    pub nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    pub shares: Vec<ShareSpec>,
+    #[serde(default)]
+    pub events: Vec<EventSpec>,
+    #[serde(default)]
+    pub expect: Vec<ExpectSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSpec {
+    pub unit: String,
+    pub max: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSpec {
+    pub name: Option<String>,
+    pub capacity_limits: Option<Vec<LimitSpec>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    pub name: String,
+    pub count: Option<u32>,
+    pub unit: String,
+    pub gpus: u32,
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareSpec {
+    pub name: String,
+    pub capacity_limits: Vec<LimitSpec>,
+    pub strategy: Strategy,
+    pub borrow_limit: Option<i64>,
+    pub in_share_preemption: Option<bool>,
+    pub default_grace_s: Option<u64>,
+    pub max_grace_s: Option<u64>,
+    pub min_runtime_s: Option<u64>,
+    pub state: Option<ObjState>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    pub at: u64,
+    pub submit: Option<SubmitSpec>,
+    pub cancel: Option<String>,
+    pub update_priority: Option<PrioritySpec>,
+    pub update_share: Option<UpdateShareSpec>,
+    pub drain: Option<DrainSpec>,
+    pub resume: Option<String>,
+    pub node_down: Option<String>,
+    pub node_up: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitSpec {
+    pub name: String,
+    pub share: String,
+    pub unit: String,
+    pub gpus: u32,
+    pub nodes: Option<u32>,
+    pub priority: Option<u32>,
+    pub runtime_s: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub on_signal: Option<String>,
+    pub grace_s: Option<u64>,
+    pub preemption_retries: Option<u32>,
+    pub retry_attempts: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrioritySpec {
+    pub job: String,
+    pub priority: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateShareSpec {
+    pub name: String,
+    pub capacity_limits: Option<Vec<LimitSpec>>,
+    pub strategy: Option<Strategy>,
+    pub borrow_limit: Option<i64>,
+    pub in_share_preemption: Option<bool>,
+    pub default_grace_s: Option<u64>,
+    pub min_runtime_s: Option<u64>,
+    pub state: Option<ObjState>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainSpec {
+    pub node: String,
+    pub reason: String,
+    pub now: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectSpec {
+    pub at: u64,
+    pub job: Option<String>,
+    pub state: Option<String>,
+    pub preempting: Option<bool>,
+    pub node: Option<String>,
+    pub attempts: Option<u32>,
+    /// Substring of the job's pending reason (Tranche's addition to the format).
+    pub reason: Option<String>,
+    pub share: Option<String>,
+    pub used: Option<BTreeMap<String, u32>>,
+}
+
+/// How a simulated job reacts to its checkpoint signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSignal {
+    ExitAfter(u64),
+    Ignore,
+}
+
+impl SubmitSpec {
+    pub fn on_signal(&self) -> Result<OnSignal, String> {
+        match self.on_signal.as_deref() {
+            None => Ok(OnSignal::ExitAfter(0)),
+            Some("ignore") => Ok(OnSignal::Ignore),
+            Some(s) => s
+                .strip_prefix("exit_after:")
+                .and_then(|n| n.parse().ok())
+                .map(OnSignal::ExitAfter)
+                .ok_or_else(|| format!("must be \"exit_after:N\" (whole seconds) or \"ignore\", got {s:?}")),
+        }
+    }
+}
+
+/// A scenario file that cannot be run: the field (and line, where TOML gives one).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ScenarioError(pub String);
+
+fn err(field: impl std::fmt::Display, msg: impl std::fmt::Display) -> ScenarioError {
+    ScenarioError(format!("invalid `{field}`: {msg}"))
+}
+
+impl Scenario {
+    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        let sc: Scenario = toml::from_str(text).map_err(|e| ScenarioError(e.to_string().trim_end().to_string()))?;
+        sc.check()?;
+        Ok(sc)
+    }
+
+    /// Checks what serde cannot: one action per event, unique job names, expectations
+    /// that name known jobs and shares.
+    fn check(&self) -> Result<(), ScenarioError> {
+        if self.nodes.is_empty() {
+            return Err(err("nodes", "a scenario needs at least one [[nodes]] entry"));
+        }
+        let mut node_names = BTreeSet::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.count == Some(0) {
+                return Err(err(format!("nodes[{i}].count"), "must be at least 1"));
+            }
+            if n.gpus == 0 || n.gpus > 64 {
+                return Err(err(format!("nodes[{i}].gpus"), format!("must be 1-64, got {}", n.gpus)));
+            }
+            for name in expand_names(n) {
+                if !node_names.insert(name.clone()) {
+                    return Err(err(format!("nodes[{i}].name"), format!("node {name} is defined twice")));
+                }
+            }
+        }
+        let share_names: BTreeSet<&str> = self.shares.iter().map(|s| s.name.as_str()).collect();
+        let mut jobs = BTreeSet::new();
+        let mut last_at = 0;
+        for (i, e) in self.events.iter().enumerate() {
+            let n = [
+                e.submit.is_some(),
+                e.cancel.is_some(),
+                e.update_priority.is_some(),
+                e.update_share.is_some(),
+                e.drain.is_some(),
+                e.resume.is_some(),
+                e.node_down.is_some(),
+                e.node_up.is_some(),
+            ]
+            .iter()
+            .filter(|b| **b)
+            .count();
+            if n != 1 {
+                return Err(err(
+                    format!("events[{i}]"),
+                    format!("needs exactly one action (submit, cancel, update_priority, update_share, drain, resume, node_down, node_up), found {n}"),
+                ));
+            }
+            if e.at < last_at {
+                return Err(err(format!("events[{i}].at"), format!("events must be in time order ({} after {last_at})", e.at)));
+            }
+            last_at = e.at;
+            if let Some(s) = &e.submit {
+                if !jobs.insert(s.name.as_str()) {
+                    return Err(err(format!("events[{i}].submit.name"), format!("job {} is submitted twice", s.name)));
+                }
+                s.on_signal().map_err(|m| err(format!("events[{i}].submit.on_signal"), m))?;
+            }
+            let refs = [
+                e.cancel.as_deref().map(|j| ("cancel", j)),
+                e.update_priority.as_ref().map(|p| ("update_priority.job", p.job.as_str())),
+            ];
+            for (field, j) in refs.into_iter().flatten() {
+                if !jobs.contains(j) {
+                    return Err(err(format!("events[{i}].{field}"), format!("job {j} is not submitted before this event")));
+                }
+            }
+            if let Some(u) = &e.update_share {
+                if !share_names.contains(u.name.as_str()) {
+                    return Err(err(format!("events[{i}].update_share.name"), format!("no share named {}", u.name)));
+                }
+            }
+            let node_refs = [
+                e.drain.as_ref().map(|d| ("drain.node", d.node.as_str())),
+                e.resume.as_deref().map(|n| ("resume", n)),
+                e.node_down.as_deref().map(|n| ("node_down", n)),
+                e.node_up.as_deref().map(|n| ("node_up", n)),
+            ];
+            for (field, n) in node_refs.into_iter().flatten() {
+                if !node_names.contains(n) {
+                    return Err(err(format!("events[{i}].{field}"), format!("no node named {n}")));
+                }
+            }
+        }
+        for (i, x) in self.expect.iter().enumerate() {
+            match (&x.job, &x.share) {
+                (Some(j), None) => {
+                    if !jobs.contains(j.as_str()) {
+                        return Err(err(format!("expect[{i}].job"), format!("no job named {j} is ever submitted")));
+                    }
+                    if x.used.is_some() {
+                        return Err(err(format!("expect[{i}].used"), "goes with `share`, not `job`"));
+                    }
+                    if let Some(s) = &x.state {
+                        if s != "REJECTED" && tranche_model::JobStatus::parse(s).is_none() {
+                            return Err(err(format!("expect[{i}].state"), format!("unknown job status {s:?}")));
+                        }
+                    }
+                    if let Some(n) = &x.node {
+                        if !node_names.contains(n) {
+                            return Err(err(format!("expect[{i}].node"), format!("no node named {n}")));
+                        }
+                    }
+                }
+                (None, Some(s)) => {
+                    if !share_names.contains(s.as_str()) {
+                        return Err(err(format!("expect[{i}].share"), format!("no share named {s}")));
+                    }
+                    if x.used.is_none() {
+                        return Err(err(format!("expect[{i}]"), "a share expectation needs `used`"));
+                    }
+                    if x.state.is_some() || x.preempting.is_some() || x.node.is_some() || x.attempts.is_some() || x.reason.is_some() {
+                        return Err(err(format!("expect[{i}]"), "a share expectation takes only `used`"));
+                    }
+                }
+                _ => return Err(err(format!("expect[{i}]"), "needs exactly one of `job` or `share`")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `count > 1` makes name1..nameN.
+pub fn expand_names(n: &NodeSpec) -> Vec<String> {
+    match n.count.unwrap_or(1) {
+        1 => vec![n.name.clone()],
+        c => (1..=c).map(|i| format!("{}{i}", n.name)).collect(),
+    }
+}

@@ -1,0 +1,89 @@
+//! The commands that change state, what applying one returns, and how it can fail.
+
+use crate::plan::Plan;
+use serde::{Deserialize, Serialize};
+use tranche_model::*;
+
+/// Every change to the replicated state. New variants are only ever appended, so that
+/// a log written by an older controller still decodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    PutEnvironment(ServiceEnvironment),
+    DeleteEnvironment(EnvName),
+    PutPolicy(SchedulingPolicy),
+    DeletePolicy(PolicyName),
+    PutQueue(JobQueue),
+    DeleteQueue(QueueName),
+    PutShare(QuotaShare),
+    DeleteShare(ShareName),
+    Submit(JobSpec),
+    Cancel { job: JobId, reason: String },
+    UpdatePriority { job: JobId, priority: u32 },
+    RegisterNode(NodeInventory),
+    Heartbeat { node: NodeName },
+    DrainNode { node: NodeName, reason: String, now: bool },
+    ResumeNode { node: NodeName },
+    NodeUnreachable { node: NodeName },
+    NodeDown { node: NodeName, reason: String },
+    NodeUp { node: NodeName },
+    /// An agent's report about an attempt of a job on its node.
+    JobProgress { job: JobId, attempt: u32, event: Progress },
+    /// The scheduler's plan, re-verified action by action.
+    ApplyPlan(Plan),
+}
+
+/// What an agent reports about an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Progress {
+    /// The container or process is being created.
+    Starting,
+    /// The job's process runs.
+    Running,
+    /// No process of the attempt is left. `code` is `None` when it was killed by a
+    /// signal (SIGKILL at the end of the grace period, or the time limit).
+    Exited { code: Option<i32>, reason: Option<String> },
+}
+
+/// What an accepted command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Done,
+    /// A submit: the job's id; `existing` when the client token had been seen before.
+    Submitted { job: JobId, existing: bool },
+    /// A plan: how many actions took effect and which were rejected as stale.
+    Plan(PlanOutcome),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PlanOutcome {
+    pub applied: u32,
+    /// (index of the action in the plan, why it no longer fits)
+    pub rejected: Vec<(u32, ApplyError)>,
+}
+
+/// Why a command was refused. A refused command changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ApplyError {
+    #[error("{0}")]
+    Invalid(ValidationError),
+    #[error("{kind} {name} does not exist")]
+    NotFound { kind: String, name: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("stale plan: {0}")]
+    Stale(String),
+}
+
+impl From<ValidationError> for ApplyError {
+    fn from(e: ValidationError) -> Self {
+        ApplyError::Invalid(e)
+    }
+}
+
+pub(crate) fn not_found(kind: &str, name: impl std::fmt::Display) -> ApplyError {
+    ApplyError::NotFound { kind: kind.into(), name: name.to_string() }
+}
+
+pub(crate) fn conflict(msg: impl Into<String>) -> ApplyError {
+    ApplyError::Conflict(msg.into())
+}

@@ -1,0 +1,254 @@
+//! The state itself, its derived indexes, read helpers and snapshots.
+
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use tranche_model::*;
+
+/// Order of RUNNABLE jobs inside a share: priority descending, then submit time
+/// ascending (a requeued job keeps its original submit time), then id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RunKey {
+    pub priority: Reverse<u32>,
+    pub submitted_at: Millis,
+    pub id: JobId,
+}
+
+impl RunKey {
+    pub fn of(job: &Job) -> RunKey {
+        RunKey { priority: Reverse(job.spec.priority), submitted_at: job.submitted_at, id: job.id }
+    }
+}
+
+/// What the scheduler needs of a RUNNABLE job, kept beside its [`RunKey`] so that a
+/// pass over 100,000 waiting jobs reads one ordered map and never looks jobs up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub unit: Unit,
+    pub gpus_per_node: u32,
+    pub nodes: u32,
+    pub has_hold: bool,
+    pub reason: Option<PendingReason>,
+}
+
+impl Waiting {
+    pub fn of(job: &Job) -> Waiting {
+        Waiting {
+            unit: job.spec.request.unit.clone(),
+            gpus_per_node: job.spec.request.gpus_per_node,
+            nodes: job.spec.request.nodes,
+            has_hold: job.hold.is_some(),
+            reason: job.pending_reason.clone(),
+        }
+    }
+}
+
+/// Indexes derived from the replicated fields; rebuilt on restore, never serialized.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Index {
+    /// RUNNABLE jobs per share in scheduling order.
+    pub runnable: BTreeMap<ShareName, BTreeMap<RunKey, Waiting>>,
+    /// Jobs holding GPUs (SCHEDULED, STARTING, RUNNING), overall and per share.
+    pub active: BTreeSet<JobId>,
+    pub active_by_share: BTreeMap<ShareName, BTreeSet<JobId>>,
+    /// Active jobs that are being stopped.
+    pub stopping: BTreeSet<JobId>,
+    /// RUNNABLE jobs that hold GPUs for themselves while their victims exit.
+    pub holding: BTreeSet<JobId>,
+    /// GPUs held by active jobs, per (share, unit) and per (queue, unit).
+    pub share_used: BTreeMap<(ShareName, Unit), u32>,
+    pub queue_used: BTreeMap<(QueueName, Unit), u32>,
+}
+
+/// All quota-share, job and node state of one cluster.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct State {
+    /// Number of commands that changed the state.
+    pub version: u64,
+    pub environments: BTreeMap<EnvName, ServiceEnvironment>,
+    pub policies: BTreeMap<PolicyName, SchedulingPolicy>,
+    pub queues: BTreeMap<QueueName, JobQueue>,
+    pub shares: BTreeMap<ShareName, QuotaShare>,
+    pub nodes: BTreeMap<NodeName, Node>,
+    pub jobs: BTreeMap<JobId, Job>,
+    /// (user, client token) → the job the first submit created.
+    pub tokens: BTreeMap<(UserName, String), JobId>,
+    pub next_job_id: u64,
+    #[serde(skip)]
+    pub(crate) index: Index,
+}
+
+impl PartialEq for State {
+    /// Compares the replicated fields; indexes are derived from them.
+    fn eq(&self, o: &Self) -> bool {
+        self.version == o.version
+            && self.environments == o.environments
+            && self.policies == o.policies
+            && self.queues == o.queues
+            && self.shares == o.shares
+            && self.nodes == o.nodes
+            && self.jobs == o.jobs
+            && self.tokens == o.tokens
+            && self.next_job_id == o.next_job_id
+    }
+}
+impl Eq for State {}
+
+/// A snapshot that could not be read back.
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot cannot be decoded: {0}")]
+pub struct SnapshotError(String);
+
+impl State {
+    pub fn new() -> State {
+        State { next_job_id: 1, ..Default::default() }
+    }
+
+    /// Encodes the replicated fields (bincode, standard config).
+    pub fn snapshot(&self) -> Vec<u8> {
+        bincode::serde::encode_to_vec(self, bincode::config::standard()).expect("state always encodes")
+    }
+
+    /// Decodes a snapshot and rebuilds the indexes.
+    pub fn restore(bytes: &[u8]) -> Result<State, SnapshotError> {
+        let (mut s, used): (State, usize) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+            .map_err(|e| SnapshotError(e.to_string()))?;
+        if used != bytes.len() {
+            return Err(SnapshotError(format!("{} trailing bytes", bytes.len() - used)));
+        }
+        s.rebuild_index();
+        Ok(s)
+    }
+
+    pub(crate) fn rebuild_index(&mut self) {
+        let mut ix = Index::default();
+        for job in self.jobs.values() {
+            if job.status == JobStatus::Runnable {
+                ix.runnable.entry(job.spec.share.clone()).or_default().insert(RunKey::of(job), Waiting::of(job));
+                if job.hold.is_some() {
+                    ix.holding.insert(job.id);
+                }
+            }
+            if job.status.is_active() {
+                ix.active.insert(job.id);
+                ix.active_by_share.entry(job.spec.share.clone()).or_default().insert(job.id);
+                if job.stop.is_some() {
+                    ix.stopping.insert(job.id);
+                }
+                let n = job.spec.request.total_gpus();
+                *ix.share_used.entry((job.spec.share.clone(), job.spec.request.unit.clone())).or_default() += n;
+                *ix.queue_used.entry((job.spec.queue.clone(), job.spec.request.unit.clone())).or_default() += n;
+            }
+        }
+        self.index = ix;
+    }
+
+    /// RUNNABLE jobs of a share in scheduling order.
+    pub fn runnable_in(&self, share: &ShareName) -> impl Iterator<Item = (&RunKey, &Waiting)> + '_ {
+        self.index.runnable.get(share).into_iter().flatten()
+    }
+
+    /// Active jobs of a share.
+    pub fn active_in(&self, share: &ShareName) -> impl Iterator<Item = &Job> + '_ {
+        self.index.active_by_share.get(share).into_iter().flatten().map(|id| &self.jobs[id])
+    }
+
+    /// RUNNABLE jobs holding GPUs for themselves.
+    pub fn holding_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.index.holding.iter().map(|id| &self.jobs[id])
+    }
+
+    /// Active jobs that are being stopped (preempted, cancelled, drained).
+    pub fn stopping_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.index.stopping.iter().map(|id| &self.jobs[id])
+    }
+
+    pub fn runnable_count(&self) -> usize {
+        self.index.runnable.values().map(|s| s.len()).sum()
+    }
+
+    /// Ids of jobs that hold GPUs.
+    pub fn active_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.index.active.iter().map(|id| &self.jobs[id])
+    }
+
+    /// GPUs of `unit` held by the share's active jobs.
+    pub fn share_used(&self, share: &ShareName, unit: &Unit) -> u32 {
+        // Avoids cloning the key on this hot path by scanning the (share, *) range.
+        self.index
+            .share_used
+            .range((share.clone(), Unit(String::new()))..)
+            .take_while(|((s, _), _)| s == share)
+            .find(|((_, u), _)| u == unit)
+            .map(|(_, v)| *v)
+            .unwrap_or(0)
+    }
+
+    /// GPUs of `unit` held by active jobs of queues placed on environment `env`.
+    pub fn env_used(&self, env: &EnvName, unit: &Unit) -> u32 {
+        self.queues
+            .values()
+            .filter(|q| &q.environment == env)
+            .map(|q| self.index.queue_used.get(&(q.name.clone(), unit.clone())).copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// Shares of a queue, by name.
+    pub fn shares_of<'a>(&'a self, queue: &'a QueueName) -> impl Iterator<Item = &'a QuotaShare> + 'a {
+        self.shares.values().filter(move |s| &s.queue == queue)
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// Checks that the derived indexes agree with the replicated fields (for tests).
+    pub fn check_index(&self) -> Result<(), String> {
+        let mut fresh = self.clone();
+        fresh.rebuild_index();
+        let a = &self.index;
+        let b = &fresh.index;
+        let strip = |m: &BTreeMap<(ShareName, Unit), u32>| -> BTreeMap<(ShareName, Unit), u32> {
+            m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.clone(), *v)).collect()
+        };
+        let stripq = |m: &BTreeMap<(QueueName, Unit), u32>| -> BTreeMap<(QueueName, Unit), u32> {
+            m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.clone(), *v)).collect()
+        };
+        let nonempty = |m: &BTreeMap<ShareName, BTreeMap<RunKey, Waiting>>| -> BTreeMap<ShareName, BTreeMap<RunKey, Waiting>> {
+            m.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let nonempty_set = |m: &BTreeMap<ShareName, BTreeSet<JobId>>| -> BTreeMap<ShareName, BTreeSet<JobId>> {
+            m.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        if nonempty(&a.runnable) != nonempty(&b.runnable) {
+            return Err("runnable index differs".into());
+        }
+        if a.active != b.active || nonempty_set(&a.active_by_share) != nonempty_set(&b.active_by_share) || a.stopping != b.stopping || a.holding != b.holding {
+            return Err("active or stopping index differs".into());
+        }
+        if strip(&a.share_used) != strip(&b.share_used) || stripq(&a.queue_used) != stripq(&b.queue_used) {
+            return Err(format!("usage index differs: {:?} vs {:?}", a.share_used, b.share_used));
+        }
+        // Every allocated GPU belongs to an active job that lists it, and vice versa.
+        let mut seen = 0usize;
+        for node in self.nodes.values() {
+            for (g, a) in node.inventory.gpus.iter().zip(&node.allocated) {
+                if let Some(id) = a {
+                    let job = self.jobs.get(id).ok_or(format!("gpu held by unknown job {id}"))?;
+                    if !job.status.is_active() {
+                        return Err(format!("gpu {}:{} held by {} job {id}", node.name(), g.index, job.status));
+                    }
+                    if !job.allocation().iter().any(|na| &na.node == node.name() && na.gpus.contains(&g.index)) {
+                        return Err(format!("gpu {}:{} held by job {id} that does not list it", node.name(), g.index));
+                    }
+                    seen += 1;
+                }
+            }
+        }
+        let listed: usize = self.active_jobs().map(|j| j.allocation().iter().map(|a| a.gpus.len()).sum::<usize>()).sum();
+        if listed != seen {
+            return Err(format!("active jobs list {listed} GPUs, nodes show {seen} allocated"));
+        }
+        Ok(())
+    }
+}

@@ -1,2 +1,313 @@
-pub fn sched(_a: &SchedArgs) -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
-#[derive(clap::Args)] pub struct SchedArgs {}
+//! `tranche bench sched`: times full scheduling passes over a large synthetic cluster
+//! built through the real state machine.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Instant;
+use tranche_model::*;
+use tranche_state::*;
+
+#[derive(clap::Args, Debug)]
+pub struct SchedArgs {
+    /// Nodes in the cluster.
+    #[arg(long, default_value_t = 10_000)]
+    nodes: u32,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Capacity units (GPU classes); node i has unit i mod units.
+    #[arg(long, default_value_t = 4)]
+    units: u32,
+    /// Quota shares in the queue.
+    #[arg(long, default_value_t = 20)]
+    shares: u32,
+    /// RUNNABLE jobs waiting when the pass runs.
+    #[arg(long, default_value_t = 100_000)]
+    pending: u32,
+    /// Jobs already running when the pass runs.
+    #[arg(long, default_value_t = 60_000)]
+    running: u32,
+    /// Timed passes; the median is reported.
+    #[arg(long, default_value_t = 7)]
+    runs: u32,
+    /// Seed of the job mix.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// xorshift64*: a tiny deterministic generator for the job mix.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn apply(st: &mut State, cmd: Command, now: Millis) -> Outcome {
+    match st.apply(&cmd, now) {
+        Ok(o) => o,
+        Err(e) => panic!("benchmark setup command refused: {e}"),
+    }
+}
+
+/// Builds the cluster, places the running jobs with the scheduler itself, then queues
+/// the pending ones.
+fn build(a: &SchedArgs) -> State {
+    let mut st = State::new();
+    let units: Vec<Unit> = ["h100", "a100", "l40s", "h200", "b200", "mi300"]
+        .iter()
+        .cycle()
+        .take(a.units.max(1) as usize)
+        .enumerate()
+        .map(|(i, u)| {
+            if i < 6 {
+                Unit::new(*u)
+            } else {
+                Unit(format!("{u}-{i}"))
+            }
+        })
+        .collect();
+    let per_unit: Vec<u32> = (0..units.len() as u32)
+        .map(|u| {
+            (0..a.nodes).filter(|n| n % units.len() as u32 == u).count() as u32 * a.gpus_per_node
+        })
+        .collect();
+    let limits = |f: &dyn Fn(u32) -> u32| -> Vec<CapacityLimit> {
+        units
+            .iter()
+            .zip(&per_unit)
+            .take(MAX_CAPACITY_LIMITS)
+            .map(|(u, t)| CapacityLimit {
+                unit: u.clone(),
+                max: f(*t).max(1),
+            })
+            .collect()
+    };
+    apply(
+        &mut st,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "bench".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: limits(&|t| t),
+            state: ObjState::Enabled,
+        }),
+        0,
+    );
+    apply(
+        &mut st,
+        Command::PutPolicy(SchedulingPolicy {
+            name: "fifo".into(),
+            idle_resource_assignment: IdleAssignment::Fifo,
+        }),
+        0,
+    );
+    apply(
+        &mut st,
+        Command::PutQueue(JobQueue {
+            name: "q".into(),
+            priority: 0,
+            state: ObjState::Enabled,
+            environment: "bench".into(),
+            policy: "fifo".into(),
+        }),
+        0,
+    );
+    let shares = a.shares.clamp(1, MAX_SHARES_PER_QUEUE as u32);
+    for i in 0..shares {
+        let (strategy, borrow_limit) = match i % 5 {
+            0 => (Strategy::Reserve, None),
+            1 | 2 => (Strategy::Lend, None),
+            3 => (Strategy::LendAndBorrow, Some(-1)),
+            _ => (Strategy::LendAndBorrow, Some(50)),
+        };
+        apply(
+            &mut st,
+            Command::PutShare(QuotaShare {
+                name: ShareName(format!("team{i:02}")),
+                queue: "q".into(),
+                capacity_limits: limits(&|t| t / shares),
+                resource_sharing: ResourceSharing {
+                    strategy,
+                    borrow_limit,
+                },
+                in_share_preemption: i % 5 == 4,
+                state: ObjState::Enabled,
+                members: vec![],
+                default_grace_s: 60,
+                max_grace_s: 600,
+                min_runtime_s: 0,
+            }),
+            0,
+        );
+    }
+    for n in 0..a.nodes {
+        let unit = units[(n as usize) % units.len()].clone();
+        let name = NodeName(format!("node{n:05}"));
+        let gpus = (0..a.gpus_per_node)
+            .map(|g| Gpu {
+                index: GpuIndex(g),
+                uuid: format!("GPU-{n}-{g}"),
+                unit: unit.clone(),
+                memory_mb: 81_559,
+                healthy: true,
+            })
+            .collect();
+        apply(
+            &mut st,
+            Command::RegisterNode(NodeInventory {
+                name,
+                address: "10.0.0.1".into(),
+                labels: BTreeMap::new(),
+                gpus,
+                cpus: 128,
+                memory_mb: 2 << 20,
+            }),
+            0,
+        );
+    }
+    let mut rng = Rng(a.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let used_units = units.len().min(MAX_CAPACITY_LIMITS);
+    let mut submit = |st: &mut State, i: u32, running: bool, now: Millis| {
+        let share = format!("team{:02}", rng.below(shares as u64));
+        let unit = units[rng.below(used_units as u64) as usize]
+            .as_str()
+            .to_string();
+        let roll = rng.below(100);
+        let (gpus, nodes) = if running {
+            match roll {
+                0..=84 => (1, 1),
+                85..=94 => (2, 1),
+                _ => (4, 1),
+            }
+        } else {
+            match roll {
+                0..=49 => (1, 1),
+                50..=69 => (2, 1),
+                70..=84 => (4, 1),
+                85..=94 => (8, 1),
+                _ => (8, 2),
+            }
+        };
+        let mut spec = JobSpec::new(
+            &format!("job{i}"),
+            "q",
+            &share,
+            "bench",
+            &unit,
+            gpus.min(a.gpus_per_node),
+            nodes,
+        );
+        spec.priority = if running {
+            rng.below(50) as u32
+        } else {
+            rng.below(100) as u32
+        };
+        apply(st, Command::Submit(spec), now);
+    };
+    for i in 0..a.running {
+        submit(&mut st, i, true, 0);
+    }
+    // The scheduler places the running jobs; they start.
+    for _ in 0..20 {
+        let plan = tranche_sched::plan(&st, 1);
+        if plan.actions.is_empty() {
+            break;
+        }
+        apply(&mut st, Command::ApplyPlan(plan), 1);
+    }
+    let placed: Vec<(JobId, u32)> = st
+        .active_jobs()
+        .map(|j| (j.id, j.attempts.len() as u32))
+        .collect();
+    for (id, attempt) in placed {
+        apply(
+            &mut st,
+            Command::JobProgress {
+                job: id,
+                attempt,
+                event: Progress::Running,
+            },
+            2,
+        );
+    }
+    for i in 0..a.pending {
+        submit(&mut st, a.running + i, false, 3 + i as Millis);
+    }
+    st
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    v[v.len() / 2]
+}
+
+fn time_passes(st: &State, now: Millis, runs: u32) -> (Vec<f64>, Plan) {
+    let mut times = vec![];
+    let mut last = Plan::default();
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        let plan = tranche_sched::plan(st, now);
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        last = plan;
+    }
+    (times, last)
+}
+
+pub fn sched(a: &SchedArgs) -> ExitCode {
+    let t0 = Instant::now();
+    let mut st = build(a);
+    let setup_s = t0.elapsed().as_secs_f64();
+    let running = st.active_jobs().count();
+    let runnable = st.runnable_count();
+    let now = 10_000_000;
+    // Cold: every waiting job's reason is new to the pass.
+    let (cold, plan) = time_passes(&st, now, a.runs);
+    // Steady: reasons already stored, as after the controller's previous pass.
+    let mut reasons_only = plan.clone();
+    reasons_only.actions.clear();
+    apply(&mut st, Command::ApplyPlan(reasons_only), now);
+    let (steady, steady_plan) = time_passes(&st, now, a.runs);
+    let full_pass_ms = median(cold.clone());
+    let steady_pass_ms = median(steady.clone());
+    let placements = plan.placements();
+    let placements_per_s = placements as f64 / (full_pass_ms / 1000.0);
+    if a.json {
+        let j = serde_json::json!({
+            "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "units": a.units, "shares": a.shares,
+            "runnable": runnable, "running": running, "runs": a.runs,
+            "full_pass_ms": full_pass_ms, "placements": placements, "placements_per_s": placements_per_s,
+            "preemptions": plan.preemptions(), "reasons": plan.reasons.len(),
+            "steady_pass_ms": steady_pass_ms, "steady_reasons": steady_plan.reasons.len(),
+            "setup_s": setup_s,
+        });
+        println!("{j}");
+    } else {
+        println!(
+            "cluster: {} nodes x {} GPUs in {} units, {} shares; {runnable} RUNNABLE, {running} running (setup {setup_s:.1} s)",
+            a.nodes, a.gpus_per_node, a.units, a.shares
+        );
+        println!(
+            "full pass:   median {full_pass_ms:.1} ms over {} runs (min {:.1}, max {:.1}); {placements} placements, {} preemptions, {} reasons",
+            a.runs,
+            cold.iter().cloned().fold(f64::MAX, f64::min),
+            cold.iter().cloned().fold(0.0, f64::max),
+            plan.preemptions(),
+            plan.reasons.len()
+        );
+        println!("placements/s: {placements_per_s:.0}");
+        println!(
+            "steady pass: median {steady_pass_ms:.1} ms (reasons already current; {} changed)",
+            steady_plan.reasons.len()
+        );
+    }
+    ExitCode::SUCCESS
+}

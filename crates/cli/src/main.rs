@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "tranche", version, about = "Tranche: quota-share GPU scheduling for bare-metal racks")]
+#[command(
+    name = "tranche",
+    version,
+    about = "Tranche: quota-share GPU scheduling for bare-metal racks"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -10,7 +10,10 @@ pub struct ValidationError {
 
 impl ValidationError {
     pub fn new(field: impl Into<String>, rule: impl Into<String>) -> Self {
-        ValidationError { field: field.into(), rule: rule.into() }
+        ValidationError {
+            field: field.into(),
+            rule: rule.into(),
+        }
     }
 
     /// The same error with its field placed under `prefix` (`spec` + `gpus` → `spec.gpus`).

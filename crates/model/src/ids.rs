@@ -21,13 +21,22 @@ fn check_name(rule: NameRule, field: &str, s: &str) -> Result<(), ValidationErro
     if len > rule.max_len {
         return Err(invalid(
             field,
-            format!("{} must be at most {} characters, got {len}", rule.what, rule.max_len),
+            format!(
+                "{} must be at most {} characters, got {len}",
+                rule.what, rule.max_len
+            ),
         ));
     }
-    if let Some(bad) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || rule.extra.contains(*c))) {
+    if let Some(bad) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || rule.extra.contains(*c)))
+    {
         return Err(invalid(
             field,
-            format!("{} may contain only [A-Za-z0-9_-{}], found {bad:?}", rule.what, rule.extra),
+            format!(
+                "{} may contain only [A-Za-z0-9_-{}], found {bad:?}",
+                rule.what, rule.extra
+            ),
         ));
     }
     Ok(())
@@ -127,7 +136,11 @@ mod tests {
         let long = ShareName("a".repeat(129)).validate("name").unwrap_err();
         assert!(long.rule.contains("at most 128"), "{long}");
         assert!(ShareName("a".repeat(128)).validate("name").is_ok());
-        assert!(ShareName::from("").validate("name").unwrap_err().rule.contains("empty"));
+        assert!(ShareName::from("")
+            .validate("name")
+            .unwrap_err()
+            .rule
+            .contains("empty"));
     }
 
     #[test]

@@ -42,13 +42,17 @@ pub struct Checkpoint {
 
 impl Default for Checkpoint {
     fn default() -> Self {
-        Checkpoint { signal: "SIGTERM".into(), grace_s: None }
+        Checkpoint {
+            signal: "SIGTERM".into(),
+            grace_s: None,
+        }
     }
 }
 
 /// Signals a job may ask for as its checkpoint signal.
-pub const CHECKPOINT_SIGNALS: &[&str] =
-    &["SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT", "SIGCONT", "SIGWINCH", "SIGURG"];
+pub const CHECKPOINT_SIGNALS: &[&str] = &[
+    "SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT", "SIGCONT", "SIGWINCH", "SIGURG",
+];
 
 /// What a user submits [SubmitServiceJob].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,14 +81,26 @@ pub struct JobSpec {
 
 impl JobSpec {
     /// A minimal spec, for tests and the scenario runner.
-    pub fn new(name: &str, queue: &str, share: &str, user: &str, unit: &str, gpus_per_node: u32, nodes: u32) -> Self {
+    pub fn new(
+        name: &str,
+        queue: &str,
+        share: &str,
+        user: &str,
+        unit: &str,
+        gpus_per_node: u32,
+        nodes: u32,
+    ) -> Self {
         JobSpec {
             name: name.into(),
             queue: queue.into(),
             share: share.into(),
             user: user.into(),
             priority: 0,
-            request: Request { unit: unit.into(), gpus_per_node, nodes },
+            request: Request {
+                unit: unit.into(),
+                gpus_per_node,
+                nodes,
+            },
             cpus_per_node: 0,
             memory_mb_per_node: 0,
             image: "host".into(),
@@ -106,7 +122,10 @@ impl JobSpec {
         self.share.validate("share")?;
         self.user.validate("user")?;
         if self.priority > MAX_JOB_PRIORITY {
-            return Err(invalid("priority", format!("must be 0-{MAX_JOB_PRIORITY}, got {}", self.priority)));
+            return Err(invalid(
+                "priority",
+                format!("must be 0-{MAX_JOB_PRIORITY}, got {}", self.priority),
+            ));
         }
         self.request.unit.validate("request.unit")?;
         if self.request.gpus_per_node == 0 {
@@ -115,48 +134,82 @@ impl JobSpec {
         if self.request.gpus_per_node > MAX_GPUS_PER_NODE {
             return Err(invalid(
                 "request.gpus_per_node",
-                format!("must be at most {MAX_GPUS_PER_NODE}, got {}", self.request.gpus_per_node),
+                format!(
+                    "must be at most {MAX_GPUS_PER_NODE}, got {}",
+                    self.request.gpus_per_node
+                ),
             ));
         }
         if self.request.nodes == 0 {
             return Err(invalid("request.nodes", "must be at least 1"));
         }
         if self.request.nodes > MAX_NODES_PER_JOB {
-            return Err(invalid("request.nodes", format!("must be at most {MAX_NODES_PER_JOB}, got {}", self.request.nodes)));
+            return Err(invalid(
+                "request.nodes",
+                format!(
+                    "must be at most {MAX_NODES_PER_JOB}, got {}",
+                    self.request.nodes
+                ),
+            ));
         }
         if self.image.is_empty() || self.image.len() > 4096 {
-            return Err(invalid("image", "must be 1-4096 characters (a rootfs path, an OCI layout or archive, or `host`)"));
+            return Err(invalid(
+                "image",
+                "must be 1-4096 characters (a rootfs path, an OCI layout or archive, or `host`)",
+            ));
         }
         if self.command.len() > MAX_COMMAND_ARGS {
-            return Err(invalid("command", format!("must have at most {MAX_COMMAND_ARGS} arguments")));
+            return Err(invalid(
+                "command",
+                format!("must have at most {MAX_COMMAND_ARGS} arguments"),
+            ));
         }
         if self.env.len() > MAX_ENV_ENTRIES {
-            return Err(invalid("env", format!("must have at most {MAX_ENV_ENTRIES} entries")));
+            return Err(invalid(
+                "env",
+                format!("must have at most {MAX_ENV_ENTRIES} entries"),
+            ));
         }
         for k in self.env.keys() {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(invalid(format!("env.{k}"), "names must be non-empty without '=' or NUL"));
+                return Err(invalid(
+                    format!("env.{k}"),
+                    "names must be non-empty without '=' or NUL",
+                ));
             }
         }
         if let Some(t) = self.time_limit_s {
             if t == 0 {
-                return Err(invalid("time_limit_s", "must be at least 1 second when set"));
+                return Err(invalid(
+                    "time_limit_s",
+                    "must be at least 1 second when set",
+                ));
             }
         }
         if !CHECKPOINT_SIGNALS.contains(&self.checkpoint.signal.as_str()) {
             return Err(invalid(
                 "checkpoint.signal",
-                format!("must be one of {}, got {:?}", CHECKPOINT_SIGNALS.join(", "), self.checkpoint.signal),
+                format!(
+                    "must be one of {}, got {:?}",
+                    CHECKPOINT_SIGNALS.join(", "),
+                    self.checkpoint.signal
+                ),
             ));
         }
         if !(1..=MAX_RETRY_ATTEMPTS).contains(&self.retry_attempts) {
             return Err(invalid(
                 "retry.attempts",
-                format!("must be 1-{MAX_RETRY_ATTEMPTS}, got {}", self.retry_attempts),
+                format!(
+                    "must be 1-{MAX_RETRY_ATTEMPTS}, got {}",
+                    self.retry_attempts
+                ),
             ));
         }
         if let Some(t) = &self.client_token {
-            if t.is_empty() || t.len() > MAX_CLIENT_TOKEN_LEN || !t.chars().all(|c| c.is_ascii_graphic()) {
+            if t.is_empty()
+                || t.len() > MAX_CLIENT_TOKEN_LEN
+                || !t.chars().all(|c| c.is_ascii_graphic())
+            {
                 return Err(invalid(
                     "client_token",
                     format!("must be 1-{MAX_CLIENT_TOKEN_LEN} printable ASCII characters"),
@@ -164,7 +217,10 @@ impl JobSpec {
             }
         }
         if self.tags.len() > MAX_TAGS {
-            return Err(invalid("tags", format!("must have at most {MAX_TAGS} entries")));
+            return Err(invalid(
+                "tags",
+                format!("must have at most {MAX_TAGS} entries"),
+            ));
         }
         Ok(())
     }
@@ -175,15 +231,31 @@ impl JobSpec {
             if g > share.max_grace_s {
                 return Err(invalid(
                     "checkpoint.grace_s",
-                    format!("must not exceed share {}'s max_grace_s ({} s), got {g}", share.name, share.max_grace_s),
+                    format!(
+                        "must not exceed share {}'s max_grace_s ({} s), got {g}",
+                        share.name, share.max_grace_s
+                    ),
                 ));
             }
         }
-        if !share.capacity_limits.iter().any(|l| l.unit == self.request.unit) {
-            let units: Vec<_> = share.capacity_limits.iter().map(|l| l.unit.as_str()).collect();
+        if !share
+            .capacity_limits
+            .iter()
+            .any(|l| l.unit == self.request.unit)
+        {
+            let units: Vec<_> = share
+                .capacity_limits
+                .iter()
+                .map(|l| l.unit.as_str())
+                .collect();
             return Err(invalid(
                 "request.unit",
-                format!("unknown unit {:?}: share {} has limits for {}", self.request.unit.0, share.name, units.join(", ")),
+                format!(
+                    "unknown unit {:?}: share {} has limits for {}",
+                    self.request.unit.0,
+                    share.name,
+                    units.join(", ")
+                ),
             ));
         }
         Ok(())
@@ -191,7 +263,9 @@ impl JobSpec {
 
     /// The grace period that applies under `share`.
     pub fn grace_s(&self, share: Option<&QuotaShare>) -> u64 {
-        self.checkpoint.grace_s.unwrap_or_else(|| share.map(|s| s.default_grace_s).unwrap_or(60))
+        self.checkpoint
+            .grace_s
+            .unwrap_or_else(|| share.map(|s| s.default_grace_s).unwrap_or(60))
     }
 }
 
@@ -225,11 +299,17 @@ impl JobStatus {
 
     /// Holds GPUs: SCHEDULED, STARTING or RUNNING.
     pub fn is_active(self) -> bool {
-        matches!(self, JobStatus::Scheduled | JobStatus::Starting | JobStatus::Running)
+        matches!(
+            self,
+            JobStatus::Scheduled | JobStatus::Starting | JobStatus::Running
+        )
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -247,7 +327,9 @@ impl JobStatus {
     }
 
     pub fn parse(s: &str) -> Option<JobStatus> {
-        JobStatus::ALL.into_iter().find(|st| st.as_str().eq_ignore_ascii_case(s))
+        JobStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
     }
 }
 
@@ -356,25 +438,67 @@ pub struct Hold {
 pub enum PendingReasonOf<S> {
     /// The job has not been looked at by the scheduler yet.
     NotYetScheduled,
-    ShareDisabled { share: S },
-    QueueDisabled { queue: S },
-    EnvironmentDisabled { env: S },
+    ShareDisabled {
+        share: S,
+    },
+    QueueDisabled {
+        queue: S,
+    },
+    EnvironmentDisabled {
+        env: S,
+    },
     /// The share is at its max and does not borrow.
-    AtMaxNoBorrow { share: S, used: u32, max: u32, need: u32, unit: S, strategy: S },
+    AtMaxNoBorrow {
+        share: S,
+        used: u32,
+        max: u32,
+        need: u32,
+        unit: S,
+        strategy: S,
+    },
     /// A LEND_AND_BORROW share has reached `max × (1 + borrow_limit/100)`.
-    BorrowLimit { used: u32, limit: u64, need: u32, unit: S },
+    BorrowLimit {
+        used: u32,
+        limit: u64,
+        need: u32,
+        unit: S,
+    },
     /// Victims are exiting; the job holds their GPUs.
-    WaitingForPreempted { jobs: u32, grace_ends_at: Millis },
+    WaitingForPreempted {
+        jobs: u32,
+        grace_ends_at: Millis,
+    },
     /// The environment's cap for the unit is reached.
-    EnvironmentCap { env: S, used: u32, cap: u32, need: u32, unit: S },
+    EnvironmentCap {
+        env: S,
+        used: u32,
+        cap: u32,
+        need: u32,
+        unit: S,
+    },
     /// Free GPUs exist but a RESERVE share keeps them idle for itself.
-    ReserveHeld { share: S, idle: u32, unit: S },
+    ReserveHeld {
+        share: S,
+        idle: u32,
+        unit: S,
+    },
     /// Not enough free GPUs on usable nodes.
-    NoCapacity { need_per_node: u32, nodes: u32, unit: S, free: u32, fitting_nodes: u32 },
+    NoCapacity {
+        need_per_node: u32,
+        nodes: u32,
+        unit: S,
+        free: u32,
+        fitting_nodes: u32,
+    },
     /// No usable node of the environment has GPUs of this unit.
-    NoNodes { unit: S, env: S },
+    NoNodes {
+        unit: S,
+        env: S,
+    },
     /// Victims exist but are younger than their share's `min_runtime_s`.
-    MinRuntime { until: Millis },
+    MinRuntime {
+        until: Millis,
+    },
 }
 
 /// The stored form.
@@ -386,10 +510,23 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
         use PendingReasonOf::*;
         match self {
             NotYetScheduled => NotYetScheduled,
-            ShareDisabled { share } => ShareDisabled { share: f(share.as_ref()) },
-            QueueDisabled { queue } => QueueDisabled { queue: f(queue.as_ref()) },
-            EnvironmentDisabled { env } => EnvironmentDisabled { env: f(env.as_ref()) },
-            AtMaxNoBorrow { share, used, max, need, unit, strategy } => AtMaxNoBorrow {
+            ShareDisabled { share } => ShareDisabled {
+                share: f(share.as_ref()),
+            },
+            QueueDisabled { queue } => QueueDisabled {
+                queue: f(queue.as_ref()),
+            },
+            EnvironmentDisabled { env } => EnvironmentDisabled {
+                env: f(env.as_ref()),
+            },
+            AtMaxNoBorrow {
+                share,
+                used,
+                max,
+                need,
+                unit,
+                strategy,
+            } => AtMaxNoBorrow {
                 share: f(share.as_ref()),
                 used: *used,
                 max: *max,
@@ -397,22 +534,59 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
                 unit: f(unit.as_ref()),
                 strategy: f(strategy.as_ref()),
             },
-            BorrowLimit { used, limit, need, unit } => {
-                BorrowLimit { used: *used, limit: *limit, need: *need, unit: f(unit.as_ref()) }
-            }
-            WaitingForPreempted { jobs, grace_ends_at } => WaitingForPreempted { jobs: *jobs, grace_ends_at: *grace_ends_at },
-            EnvironmentCap { env, used, cap, need, unit } => {
-                EnvironmentCap { env: f(env.as_ref()), used: *used, cap: *cap, need: *need, unit: f(unit.as_ref()) }
-            }
-            ReserveHeld { share, idle, unit } => ReserveHeld { share: f(share.as_ref()), idle: *idle, unit: f(unit.as_ref()) },
-            NoCapacity { need_per_node, nodes, unit, free, fitting_nodes } => NoCapacity {
+            BorrowLimit {
+                used,
+                limit,
+                need,
+                unit,
+            } => BorrowLimit {
+                used: *used,
+                limit: *limit,
+                need: *need,
+                unit: f(unit.as_ref()),
+            },
+            WaitingForPreempted {
+                jobs,
+                grace_ends_at,
+            } => WaitingForPreempted {
+                jobs: *jobs,
+                grace_ends_at: *grace_ends_at,
+            },
+            EnvironmentCap {
+                env,
+                used,
+                cap,
+                need,
+                unit,
+            } => EnvironmentCap {
+                env: f(env.as_ref()),
+                used: *used,
+                cap: *cap,
+                need: *need,
+                unit: f(unit.as_ref()),
+            },
+            ReserveHeld { share, idle, unit } => ReserveHeld {
+                share: f(share.as_ref()),
+                idle: *idle,
+                unit: f(unit.as_ref()),
+            },
+            NoCapacity {
+                need_per_node,
+                nodes,
+                unit,
+                free,
+                fitting_nodes,
+            } => NoCapacity {
                 need_per_node: *need_per_node,
                 nodes: *nodes,
                 unit: f(unit.as_ref()),
                 free: *free,
                 fitting_nodes: *fitting_nodes,
             },
-            NoNodes { unit, env } => NoNodes { unit: f(unit.as_ref()), env: f(env.as_ref()) },
+            NoNodes { unit, env } => NoNodes {
+                unit: f(unit.as_ref()),
+                env: f(env.as_ref()),
+            },
             MinRuntime { until } => MinRuntime { until: *until },
         }
     }
@@ -505,7 +679,8 @@ impl Job {
 
     /// When the current attempt started running (or was scheduled, if not yet started).
     pub fn started_at(&self) -> Option<Millis> {
-        self.current_attempt().map(|a| a.started_at.unwrap_or(a.scheduled_at))
+        self.current_attempt()
+            .map(|a| a.started_at.unwrap_or(a.scheduled_at))
     }
 
     pub fn preempting(&self) -> bool {
@@ -530,13 +705,29 @@ mod tests {
     fn each_bad_field_is_named() {
         let cases: Vec<(fn(&mut JobSpec), &str, &str)> = vec![
             (|s| s.priority = 10_000, "priority", "0-9999"),
-            (|s| s.request.gpus_per_node = 0, "request.gpus_per_node", "at least 1"),
+            (
+                |s| s.request.gpus_per_node = 0,
+                "request.gpus_per_node",
+                "at least 1",
+            ),
             (|s| s.request.nodes = 0, "request.nodes", "at least 1"),
             (|s| s.retry_attempts = 0, "retry.attempts", "1-10"),
             (|s| s.retry_attempts = 11, "retry.attempts", "1-10"),
-            (|s| s.checkpoint.signal = "SIGKILL".into(), "checkpoint.signal", "must be one of"),
-            (|s| s.client_token = Some("x".repeat(65)), "client_token", "1-64"),
-            (|s| s.name = JobName::from("bad name"), "name", "[A-Za-z0-9_-."),
+            (
+                |s| s.checkpoint.signal = "SIGKILL".into(),
+                "checkpoint.signal",
+                "must be one of",
+            ),
+            (
+                |s| s.client_token = Some("x".repeat(65)),
+                "client_token",
+                "1-64",
+            ),
+            (
+                |s| s.name = JobName::from("bad name"),
+                "name",
+                "[A-Za-z0-9_-.",
+            ),
             (|s| s.request.unit = Unit::from(""), "request.unit", "empty"),
             (|s| s.time_limit_s = Some(0), "time_limit_s", "at least 1"),
         ];
@@ -551,9 +742,23 @@ mod tests {
 
     #[test]
     fn pending_reasons_render_with_numbers() {
-        let r = PendingReason::WaitingForPreempted { jobs: 2, grace_ends_at: 50_000 };
-        assert_eq!(r.render(9_000), "waiting for 2 preempted jobs to exit, grace ends in 41 s");
-        let r = PendingReason::BorrowLimit { used: 24, limit: 24, need: 8, unit: "h100".into() };
-        assert_eq!(r.render(0), "borrow limit reached: 24/24 h100 (needs 8 more)");
+        let r = PendingReason::WaitingForPreempted {
+            jobs: 2,
+            grace_ends_at: 50_000,
+        };
+        assert_eq!(
+            r.render(9_000),
+            "waiting for 2 preempted jobs to exit, grace ends in 41 s"
+        );
+        let r = PendingReason::BorrowLimit {
+            used: 24,
+            limit: 24,
+            need: 8,
+            unit: "h100".into(),
+        };
+        assert_eq!(
+            r.render(0),
+            "borrow limit reached: 24/24 h100 (needs 8 more)"
+        );
     }
 }

@@ -34,13 +34,19 @@ impl NodeInventory {
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.name.validate("name")?;
         if self.gpus.len() > MAX_GPUS_PER_NODE_INVENTORY {
-            return Err(invalid("gpus", format!("at most {MAX_GPUS_PER_NODE_INVENTORY} GPUs per node")));
+            return Err(invalid(
+                "gpus",
+                format!("at most {MAX_GPUS_PER_NODE_INVENTORY} GPUs per node"),
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, g) in self.gpus.iter().enumerate() {
             g.unit.validate(&format!("gpus[{i}].unit"))?;
             if !seen.insert(g.index) {
-                return Err(invalid(format!("gpus[{i}].index"), format!("index {} is listed twice", g.index)));
+                return Err(invalid(
+                    format!("gpus[{i}].index"),
+                    format!("index {} is listed twice", g.index),
+                ));
             }
         }
         Ok(())

@@ -42,24 +42,37 @@ pub struct CapacityLimit {
 }
 
 /// Checks a `capacity_limits` list: 1–5 entries, known units, max ≥ 1, no unit twice.
-fn validate_limits(limits: &[CapacityLimit], field: &str, allow_zero: bool) -> Result<(), ValidationError> {
+fn validate_limits(
+    limits: &[CapacityLimit],
+    field: &str,
+    allow_zero: bool,
+) -> Result<(), ValidationError> {
     if limits.is_empty() || limits.len() > MAX_CAPACITY_LIMITS {
         return Err(invalid(
             field,
-            format!("must have 1 to {MAX_CAPACITY_LIMITS} entries, got {}", limits.len()),
+            format!(
+                "must have 1 to {MAX_CAPACITY_LIMITS} entries, got {}",
+                limits.len()
+            ),
         ));
     }
     let mut seen = BTreeSet::new();
     for (i, l) in limits.iter().enumerate() {
         l.unit.validate(&format!("{field}[{i}].unit"))?;
         if !seen.insert(&l.unit) {
-            return Err(invalid(format!("{field}[{i}].unit"), format!("unit {} is listed twice", l.unit)));
+            return Err(invalid(
+                format!("{field}[{i}].unit"),
+                format!("unit {} is listed twice", l.unit),
+            ));
         }
         if l.max == 0 && !allow_zero {
             return Err(invalid(format!("{field}[{i}].max"), "must be at least 1"));
         }
         if l.max > 1_000_000 {
-            return Err(invalid(format!("{field}[{i}].max"), format!("must be at most 1000000, got {}", l.max)));
+            return Err(invalid(
+                format!("{field}[{i}].max"),
+                format!("must be at most 1000000, got {}", l.max),
+            ));
         }
     }
     Ok(())
@@ -133,7 +146,10 @@ impl JobQueue {
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.name.validate("name")?;
         if self.priority > MAX_QUEUE_PRIORITY {
-            return Err(invalid("priority", format!("must be 0-{MAX_QUEUE_PRIORITY}, got {}", self.priority)));
+            return Err(invalid(
+                "priority",
+                format!("must be 0-{MAX_QUEUE_PRIORITY}, got {}", self.priority),
+            ));
         }
         self.environment.validate("environment")?;
         self.policy.validate("policy")
@@ -201,7 +217,10 @@ impl QuotaShare {
                 ));
             }
             (Strategy::LendAndBorrow, Some(b)) if b > 100_000 => {
-                return Err(invalid("resource_sharing.borrow_limit", format!("must be at most 100000 percent, got {b}")));
+                return Err(invalid(
+                    "resource_sharing.borrow_limit",
+                    format!("must be at most 100000 percent, got {b}"),
+                ));
             }
             (s, Some(_)) if s != Strategy::LendAndBorrow => {
                 return Err(invalid(
@@ -220,13 +239,19 @@ impl QuotaShare {
             ("min_runtime_s", self.min_runtime_s),
         ] {
             if v > MAX_DURATION_S {
-                return Err(invalid(field, format!("must be at most {MAX_DURATION_S} s (one week), got {v}")));
+                return Err(invalid(
+                    field,
+                    format!("must be at most {MAX_DURATION_S} s (one week), got {v}"),
+                ));
             }
         }
         if self.default_grace_s > self.max_grace_s {
             return Err(invalid(
                 "default_grace_s",
-                format!("must not exceed max_grace_s ({}), got {}", self.max_grace_s, self.default_grace_s),
+                format!(
+                    "must not exceed max_grace_s ({}), got {}",
+                    self.max_grace_s, self.default_grace_s
+                ),
             ));
         }
         Ok(())
@@ -267,8 +292,14 @@ mod tests {
         QuotaShare {
             name: "vision".into(),
             queue: "q".into(),
-            capacity_limits: vec![CapacityLimit { unit: "h100".into(), max: 8 }],
-            resource_sharing: ResourceSharing { strategy: Strategy::LendAndBorrow, borrow_limit: Some(50) },
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: 8,
+            }],
+            resource_sharing: ResourceSharing {
+                strategy: Strategy::LendAndBorrow,
+                borrow_limit: Some(50),
+            },
             in_share_preemption: false,
             state: ObjState::Enabled,
             members: vec![],
@@ -295,10 +326,17 @@ mod tests {
         assert!(e.rule.contains("-1"), "{e}");
         s.resource_sharing.borrow_limit = Some(-1);
         assert_eq!(s.ceiling_for(&"h100".into()), None);
-        s.resource_sharing = ResourceSharing { strategy: Strategy::Lend, borrow_limit: Some(10) };
+        s.resource_sharing = ResourceSharing {
+            strategy: Strategy::Lend,
+            borrow_limit: Some(10),
+        };
         let e = s.validate().unwrap_err();
         assert_eq!(e.field, "resource_sharing.borrow_limit");
-        assert!(e.rule.contains("only allowed with strategy LEND_AND_BORROW"), "{e}");
+        assert!(
+            e.rule
+                .contains("only allowed with strategy LEND_AND_BORROW"),
+            "{e}"
+        );
         s.resource_sharing.borrow_limit = None;
         s.validate().unwrap();
         assert_eq!(s.ceiling_for(&"h100".into()), Some(8));
@@ -309,11 +347,22 @@ mod tests {
         let mut s = share();
         s.capacity_limits.clear();
         assert!(s.validate().unwrap_err().rule.contains("1 to 5"));
-        s.capacity_limits = (0..6).map(|i| CapacityLimit { unit: Unit(format!("u{i}")), max: 1 }).collect();
+        s.capacity_limits = (0..6)
+            .map(|i| CapacityLimit {
+                unit: Unit(format!("u{i}")),
+                max: 1,
+            })
+            .collect();
         assert_eq!(s.validate().unwrap_err().field, "capacity_limits");
         s.capacity_limits = vec![
-            CapacityLimit { unit: "h100".into(), max: 1 },
-            CapacityLimit { unit: "h100".into(), max: 2 },
+            CapacityLimit {
+                unit: "h100".into(),
+                max: 1,
+            },
+            CapacityLimit {
+                unit: "h100".into(),
+                max: 2,
+            },
         ];
         let e = s.validate().unwrap_err();
         assert_eq!(e.field, "capacity_limits[1].unit");
@@ -334,7 +383,10 @@ mod tests {
         let env = ServiceEnvironment {
             name: "gpu".into(),
             selector: BTreeMap::new(),
-            capacity_limits: vec![CapacityLimit { unit: "h100".into(), max: 0 }],
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: 0,
+            }],
             state: ObjState::Enabled,
         };
         let e = env.validate().unwrap_err();

@@ -7,6 +7,9 @@ use tranche_model::*;
 use tranche_state::*;
 
 type Ux = usize;
+
+/// Most victims in-share preemption examines for one job in one pass.
+pub const INSHARE_LOOK_LIMIT: usize = 512;
 type Nx = u32;
 
 /// Computes the plan for `st` at time `now`.
@@ -63,7 +66,11 @@ struct Pool {
 
 impl Pool {
     fn fitting_nodes(&self, g: u32) -> u32 {
-        self.buckets.iter().skip(g as usize).map(|b| b.len() as u32).sum()
+        self.buckets
+            .iter()
+            .skip(g as usize)
+            .map(|b| b.len() as u32)
+            .sum()
     }
     /// Best fit: `k` nodes with at least `g` available, fewest left over, then by name.
     fn find(&self, g: u32, k: u32, exclude: &[Nx]) -> Option<Vec<Nx>> {
@@ -178,8 +185,10 @@ struct Pass<'a> {
     /// Preemptor → (victims still stopping, latest kill deadline).
     victims_of: HashMap<JobId, (u32, Millis)>,
     taken: HashSet<JobId>,
-    reclaim_cands: HashMap<(usize, Ux), Vec<Cand>>,
-    inshare_cands: HashMap<(usize, Ux), Vec<Cand>>,
+    /// Victim lists, built once per pass when first needed, with the index of the
+    /// first victim not yet taken (victims are taken front to back).
+    reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
+    inshare_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
     reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
     inshare_failed: HashMap<(usize, Ux), Vec<(u32, u32, u32)>>,
     wakeup: Option<Millis>,
@@ -214,7 +223,12 @@ impl<'a> Pass<'a> {
                 let pos = match nus.iter().position(|x| x.unit == u) {
                     Some(p) => p,
                     None => {
-                        nus.push(NodeUnit { unit: u, free: vec![], held: 0, pools: vec![] });
+                        nus.push(NodeUnit {
+                            unit: u,
+                            free: vec![],
+                            held: 0,
+                            pools: vec![],
+                        });
                         nus.len() - 1
                     }
                 };
@@ -225,11 +239,24 @@ impl<'a> Pass<'a> {
             for nu in &mut nus {
                 nu.free.sort();
             }
-            nodes.push(NodeView { name: n.name(), usable: n.schedulable(), units: nus });
+            nodes.push(NodeView {
+                name: n.name(),
+                usable: n.schedulable(),
+                units: nus,
+            });
         }
         let nu_count = units.len();
-        let node_ix = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as Nx)).collect();
-        let queue_ix = st.queues.keys().enumerate().map(|(i, q)| (q.as_str(), i)).collect();
+        let node_ix = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i as Nx))
+            .collect();
+        let queue_ix = st
+            .queues
+            .keys()
+            .enumerate()
+            .map(|(i, q)| (q.as_str(), i))
+            .collect();
         let mut envs = vec![];
         let mut env_ix = HashMap::new();
         for (i, e) in st.environments.values().enumerate() {
@@ -238,7 +265,9 @@ impl<'a> Pass<'a> {
             for l in &e.capacity_limits {
                 cap[unit_ix[l.unit.as_str()]] = Some(l.max);
             }
-            let used = (0..nu_count).map(|u| st.env_used(&e.name, &Unit::new(units[u]))).collect();
+            let used = (0..nu_count)
+                .map(|u| st.env_used(&e.name, &Unit::new(units[u])))
+                .collect();
             envs.push(EnvView {
                 name: &e.name,
                 enabled: e.state == ObjState::Enabled,
@@ -273,7 +302,10 @@ impl<'a> Pass<'a> {
         };
         for (i, s) in st.shares.values().enumerate() {
             pass.share_ix.insert(s.name.as_str(), i);
-            let env = st.queues.get(&s.queue).and_then(|q| pass.env_ix.get(q.environment.as_str()).copied());
+            let env = st
+                .queues
+                .get(&s.queue)
+                .and_then(|q| pass.env_ix.get(q.environment.as_str()).copied());
             let mut max = vec![0; nu_count];
             let mut ceiling = vec![Some(0); nu_count];
             let mut used = vec![0; nu_count];
@@ -285,7 +317,11 @@ impl<'a> Pass<'a> {
             }
             pass.shares.push(ShareView {
                 q: s,
-                queue: pass.queue_ix.get(s.queue.as_str()).copied().unwrap_or(usize::MAX),
+                queue: pass
+                    .queue_ix
+                    .get(s.queue.as_str())
+                    .copied()
+                    .unwrap_or(usize::MAX),
                 env,
                 max,
                 ceiling,
@@ -311,7 +347,10 @@ impl<'a> Pass<'a> {
                     let pi = match self.envs[ei].pool[u] {
                         Some(p) => p,
                         None => {
-                            self.pools.push(Pool { buckets: vec![BTreeSet::new(); MAX_GPUS_PER_NODE_INVENTORY + 1], total_avail: 0 });
+                            self.pools.push(Pool {
+                                buckets: vec![BTreeSet::new(); MAX_GPUS_PER_NODE_INVENTORY + 1],
+                                total_avail: 0,
+                            });
                             self.envs[ei].pool[u] = Some(self.pools.len() - 1);
                             self.pools.len() - 1
                         }
@@ -333,7 +372,9 @@ impl<'a> Pass<'a> {
 
     /// Moves node `n`'s entry for unit `u` after `f` changed its free or held GPUs.
     fn touch(&mut self, n: Nx, u: Ux, f: impl FnOnce(&mut NodeUnit)) {
-        let Some(nu) = self.nodes[n as usize].nu_mut(u) else { return };
+        let Some(nu) = self.nodes[n as usize].nu_mut(u) else {
+            return;
+        };
         let before = nu.avail();
         f(nu);
         let after = nu.avail();
@@ -350,8 +391,12 @@ impl<'a> Pass<'a> {
     fn account_stopping_and_holds(&mut self) {
         let st = self.st;
         for job in st.stopping_jobs() {
-            let Some(&s) = self.share_ix.get(job.spec.share.as_str()) else { continue };
-            let Some(&u) = self.unit_ix.get(job.spec.request.unit.as_str()) else { continue };
+            let Some(&s) = self.share_ix.get(job.spec.share.as_str()) else {
+                continue;
+            };
+            let Some(&u) = self.unit_ix.get(job.spec.request.unit.as_str()) else {
+                continue;
+            };
             let total = job.spec.request.total_gpus();
             self.shares[s].stopping[u] += total;
             if let Some(e) = self.shares[s].env {
@@ -366,9 +411,11 @@ impl<'a> Pass<'a> {
             }
         }
         for job in st.holding_jobs() {
-            let (Some(&s), Some(&u), Some(hold)) =
-                (self.share_ix.get(job.spec.share.as_str()), self.unit_ix.get(job.spec.request.unit.as_str()), &job.hold)
-            else {
+            let (Some(&s), Some(&u), Some(hold)) = (
+                self.share_ix.get(job.spec.share.as_str()),
+                self.unit_ix.get(job.spec.request.unit.as_str()),
+                &job.hold,
+            ) else {
                 continue;
             };
             let need = job.spec.request.total_gpus();
@@ -395,14 +442,24 @@ impl<'a> Pass<'a> {
 
     fn queue(&mut self, q: &'a JobQueue) {
         let st = self.st;
-        let shares: Vec<usize> = st.shares.values().enumerate().filter(|(_, s)| s.queue == q.name).map(|(i, _)| i).collect();
+        let shares: Vec<usize> = st
+            .shares
+            .values()
+            .enumerate()
+            .filter(|(_, s)| s.queue == q.name)
+            .map(|(i, _)| i)
+            .collect();
         let env = self.env_ix.get(q.environment.as_str()).copied();
         let blocked: Option<Why<'a>> = if q.state != ObjState::Enabled {
-            Some(PendingReasonOf::QueueDisabled { queue: q.name.as_str() })
+            Some(PendingReasonOf::QueueDisabled {
+                queue: q.name.as_str(),
+            })
         } else {
             match env {
                 Some(e) if self.envs[e].enabled => None,
-                _ => Some(PendingReasonOf::EnvironmentDisabled { env: q.environment.as_str() }),
+                _ => Some(PendingReasonOf::EnvironmentDisabled {
+                    env: q.environment.as_str(),
+                }),
             }
         };
         // Rule 1 and 2: the own-capacity pass, visiting shares by their head job's
@@ -412,7 +469,11 @@ impl<'a> Pass<'a> {
         for &s in &shares {
             let sv = &self.shares[s];
             let mut it = st.runnable_in(&sv.q.name).peekable();
-            let why = blocked.clone().or_else(|| (!sv.enabled()).then_some(PendingReasonOf::ShareDisabled { share: sv.q.name.as_str() }));
+            let why = blocked.clone().or_else(|| {
+                (!sv.enabled()).then_some(PendingReasonOf::ShareDisabled {
+                    share: sv.q.name.as_str(),
+                })
+            });
             if let Some(why) = why {
                 for (k, w) in it {
                     self.reason(k.id, w, why.clone());
@@ -440,23 +501,57 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn heap_key(&self, s: usize, k: &RunKey, w: &Waiting) -> (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>) {
+    fn heap_key(
+        &self,
+        s: usize,
+        k: &RunKey,
+        w: &Waiting,
+    ) -> (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>) {
         let sv = &self.shares[s];
         let ratio = match self.unit_ix.get(w.unit.as_str()) {
-            Some(&u) if sv.max[u] > 0 => (sv.used[u] + sv.held[u]) as u64 * 1_000_000 / sv.max[u] as u64,
+            Some(&u) if sv.max[u] > 0 => {
+                (sv.used[u] + sv.held[u]) as u64 * 1_000_000 / sv.max[u] as u64
+            }
             _ => u64::MAX,
         };
-        (k.priority.0, Reverse(ratio), Reverse(k.submitted_at), Reverse(s))
+        (
+            k.priority.0,
+            Reverse(ratio),
+            Reverse(k.submitted_at),
+            Reverse(s),
+        )
     }
 
     /// The own-capacity pass for one job (rules 2, 3, 4).
-    fn own(&mut self, k: &RunKey, w: &'a Waiting, s: usize, deferred: &mut Vec<(Millis, JobId, &'a Waiting, usize, u32)>) {
+    fn own(
+        &mut self,
+        k: &RunKey,
+        w: &'a Waiting,
+        s: usize,
+        deferred: &mut Vec<(Millis, JobId, &'a Waiting, usize, u32)>,
+    ) {
         let Some(&u) = self.unit_ix.get(w.unit.as_str()) else {
-            let env = self.shares[s].env.map(|e| self.envs[e].name.as_str()).unwrap_or("");
-            self.reason(k.id, w, PendingReasonOf::NoNodes { unit: w.unit.as_str(), env });
+            let env = self.shares[s]
+                .env
+                .map(|e| self.envs[e].name.as_str())
+                .unwrap_or("");
+            self.reason(
+                k.id,
+                w,
+                PendingReasonOf::NoNodes {
+                    unit: w.unit.as_str(),
+                    env,
+                },
+            );
             return;
         };
-        let ask = Ask { id: k.id, w, s, u, prio: k.priority.0 };
+        let ask = Ask {
+            id: k.id,
+            w,
+            s,
+            u,
+            prio: k.priority.0,
+        };
         if w.has_hold && self.holder(ask) {
             return;
         }
@@ -472,7 +567,9 @@ impl<'a> Pass<'a> {
             if self.try_preempt(ask, Mode::Reclaim, &mut protect) {
                 return;
             }
-            if self.shares[s].q.in_share_preemption && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect) {
+            if self.shares[s].q.in_share_preemption
+                && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect)
+            {
                 return;
             }
             let why = match protect {
@@ -484,7 +581,9 @@ impl<'a> Pass<'a> {
             deferred.push((k.submitted_at, k.id, w, s, k.priority.0));
         } else {
             let mut protect = None;
-            if sv.q.in_share_preemption && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect) {
+            if sv.q.in_share_preemption
+                && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect)
+            {
                 return;
             }
             let sv = &self.shares[s];
@@ -512,16 +611,21 @@ impl<'a> Pass<'a> {
         let need = ask.need();
         let have = sv.used[u] + sv.held[u];
         let why = match sv.ceiling[u] {
-            Some(limit) if (have + need) as u64 > limit => {
-                PendingReasonOf::BorrowLimit { used: have, limit, need, unit: w.unit.as_str() }
-            }
+            Some(limit) if (have + need) as u64 > limit => PendingReasonOf::BorrowLimit {
+                used: have,
+                limit,
+                need,
+                unit: w.unit.as_str(),
+            },
             _ => match self.try_place(ask, true, None) {
                 Ok(()) => return,
                 Err(why) => why,
             },
         };
         let mut protect = None;
-        if self.shares[s].q.in_share_preemption && self.try_preempt(ask, Mode::InShare(prio), &mut protect) {
+        if self.shares[s].q.in_share_preemption
+            && self.try_preempt(ask, Mode::InShare(prio), &mut protect)
+        {
             return;
         }
         self.reason(id, w, why);
@@ -532,7 +636,9 @@ impl<'a> Pass<'a> {
     /// scheduled like any other job.
     fn holder(&mut self, ask: Ask<'a>) -> bool {
         let st = self.st;
-        let Some(hold) = st.jobs.get(&ask.id).and_then(|j| j.hold.as_ref()) else { return false };
+        let Some(hold) = st.jobs.get(&ask.id).and_then(|j| j.hold.as_ref()) else {
+            return false;
+        };
         let u = ask.u;
         let mut valid = true;
         let mut ready = true;
@@ -540,7 +646,9 @@ impl<'a> Pass<'a> {
         for (node, count) in &hold.nodes {
             let nu = self.node_ix.get(node.as_str()).and_then(|&n| {
                 let nv = &self.nodes[n as usize];
-                nv.nu(u).filter(|nu| nv.usable && !nu.pools.is_empty()).map(|nu| (n, nu))
+                nv.nu(u)
+                    .filter(|nu| nv.usable && !nu.pools.is_empty())
+                    .map(|nu| (n, nu))
             });
             match nu {
                 None => valid = false,
@@ -566,18 +674,31 @@ impl<'a> Pass<'a> {
             }
         } else if valid {
             if let Some((jobs, grace_ends_at)) = victims {
-                self.reason(ask.id, ask.w, PendingReasonOf::WaitingForPreempted { jobs, grace_ends_at });
+                self.reason(
+                    ask.id,
+                    ask.w,
+                    PendingReasonOf::WaitingForPreempted {
+                        jobs,
+                        grace_ends_at,
+                    },
+                );
                 return true;
             }
         }
         // The hold no longer leads anywhere: give its GPUs back.
-        self.plan.actions.push(Action::Hold { job: ask.id, hold: None });
+        self.plan.actions.push(Action::Hold {
+            job: ask.id,
+            hold: None,
+        });
         self.release_hold(ask.s, u, ask.need(), &targets);
         false
     }
 
     fn envs_blocked_by_cap(&self, why: &Why<'_>) -> bool {
-        matches!(why, PendingReasonOf::EnvironmentCap { .. } | PendingReasonOf::ReserveHeld { .. })
+        matches!(
+            why,
+            PendingReasonOf::EnvironmentCap { .. } | PendingReasonOf::ReserveHeld { .. }
+        )
     }
 
     fn release_hold(&mut self, s: usize, u: Ux, need: u32, targets: &[(Nx, u32)]) {
@@ -613,7 +734,12 @@ impl<'a> Pass<'a> {
     /// Places the job now if it fits: environment cap (rule 7), RESERVE shares' idle
     /// GPUs (rule 2/5), best-fit nodes, gangs whole (rule 8). `held` places a holder on
     /// its held GPUs.
-    fn try_place(&mut self, ask: Ask<'a>, borrowed: bool, held: Option<&[(Nx, u32)]>) -> Result<(), Why<'a>> {
+    fn try_place(
+        &mut self,
+        ask: Ask<'a>,
+        borrowed: bool,
+        held: Option<&[(Nx, u32)]>,
+    ) -> Result<(), Why<'a>> {
         let (s, u, w) = (ask.s, ask.u, ask.w);
         let need = ask.need();
         let unit = w.unit.as_str();
@@ -622,21 +748,35 @@ impl<'a> Pass<'a> {
         };
         let env = &self.envs[e];
         let Some(pi) = env.pool[u] else {
-            return Err(PendingReasonOf::NoNodes { unit, env: env.name.as_str() });
+            return Err(PendingReasonOf::NoNodes {
+                unit,
+                env: env.name.as_str(),
+            });
         };
         let own_hold = if held.is_some() { need } else { 0 };
         if let Some(cap) = env.cap[u] {
             let committed = env.used[u] + env.holds[u] - own_hold;
             if committed + need > cap {
-                return Err(PendingReasonOf::EnvironmentCap { env: env.name.as_str(), used: committed, cap, need, unit });
+                return Err(PendingReasonOf::EnvironmentCap {
+                    env: env.name.as_str(),
+                    used: committed,
+                    cap,
+                    need,
+                    unit,
+                });
             }
         }
         let pool = &self.pools[pi];
         let (reserved, rshare) = self.reserve_others(e, u, s);
         let from_pool = if held.is_some() { 0 } else { need };
-        if reserved > 0 && pool.total_avail >= from_pool && pool.total_avail < from_pool + reserved {
+        if reserved > 0 && pool.total_avail >= from_pool && pool.total_avail < from_pool + reserved
+        {
             let r = rshare.expect("a share holds the reserve");
-            return Err(PendingReasonOf::ReserveHeld { share: self.shares[r].q.name.as_str(), idle: reserved, unit });
+            return Err(PendingReasonOf::ReserveHeld {
+                share: self.shares[r].q.name.as_str(),
+                idle: reserved,
+                unit,
+            });
         }
         let targets: Vec<(Nx, u32)> = match held {
             Some(t) => t.to_vec(),
@@ -664,7 +804,10 @@ impl<'a> Pass<'a> {
                     nu.held -= c.min(nu.held);
                 }
             });
-            allocation.push(NodeAlloc { node: self.nodes[n as usize].name.clone(), gpus });
+            allocation.push(NodeAlloc {
+                node: self.nodes[n as usize].name.clone(),
+                gpus,
+            });
         }
         if held.is_some() {
             self.shares[s].held[u] -= need.min(self.shares[s].held[u]);
@@ -674,11 +817,22 @@ impl<'a> Pass<'a> {
         sv.used[u] += need;
         self.envs[e].used[u] += need;
         let reason = if borrowed {
-            format!("borrowed: share {} at {}/{} {unit}", sv.q.name, sv.used[u], sv.max[u])
+            format!(
+                "borrowed: share {} at {}/{} {unit}",
+                sv.q.name, sv.used[u], sv.max[u]
+            )
         } else {
-            format!("within max: share {} at {}/{} {unit}", sv.q.name, sv.used[u], sv.max[u])
+            format!(
+                "within max: share {} at {}/{} {unit}",
+                sv.q.name, sv.used[u], sv.max[u]
+            )
         };
-        self.plan.actions.push(Action::Place { job: ask.id, allocation, borrowed, reason });
+        self.plan.actions.push(Action::Place {
+            job: ask.id,
+            allocation,
+            borrowed,
+            reason,
+        });
         Ok(())
     }
 
@@ -686,8 +840,12 @@ impl<'a> Pass<'a> {
 
     /// Victims for reclaim in queue `qi`: running jobs of shares over their max, lowest
     /// priority first, then most recently started.
-    fn candidates(&mut self, key: (usize, Ux), mode_reclaim: bool) -> Vec<Cand> {
-        let cache = if mode_reclaim { &mut self.reclaim_cands } else { &mut self.inshare_cands };
+    fn candidates(&mut self, key: (usize, Ux), mode_reclaim: bool) -> (Vec<Cand>, usize) {
+        let cache = if mode_reclaim {
+            &mut self.reclaim_cands
+        } else {
+            &mut self.inshare_cands
+        };
         if let Some(c) = cache.remove(&key) {
             return c;
         }
@@ -695,7 +853,11 @@ impl<'a> Pass<'a> {
         let (qi_or_s, u) = key;
         let mut out = vec![];
         for (t, sv) in self.shares.iter().enumerate() {
-            let relevant = if mode_reclaim { sv.queue == qi_or_s && sv.excess(u) > 0 } else { t == qi_or_s };
+            let relevant = if mode_reclaim {
+                sv.queue == qi_or_s && sv.excess(u) > 0
+            } else {
+                t == qi_or_s
+            };
             if !relevant {
                 continue;
             }
@@ -707,7 +869,11 @@ impl<'a> Pass<'a> {
                 let nodes = job
                     .allocation()
                     .iter()
-                    .filter_map(|a| self.node_ix.get(a.node.as_str()).map(|&n| (n, a.gpus.len() as u32)))
+                    .filter_map(|a| {
+                        self.node_ix
+                            .get(a.node.as_str())
+                            .map(|&n| (n, a.gpus.len() as u32))
+                    })
                     .collect();
                 out.push((
                     (job.spec.priority, Reverse(started), Reverse(job.id)),
@@ -724,7 +890,7 @@ impl<'a> Pass<'a> {
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        out.into_iter().map(|(_, c)| c).collect()
+        (out.into_iter().map(|(_, c)| c).collect(), 0)
     }
 
     /// Rules 3 and 4: picks victims in order until the job would fit, keeps the
@@ -733,51 +899,89 @@ impl<'a> Pass<'a> {
     fn try_preempt(&mut self, ask: Ask<'a>, mode: Mode, protect: &mut Option<Millis>) -> bool {
         let (s, u) = (ask.s, ask.u);
         let (g, k) = (ask.w.gpus_per_node, ask.w.nodes);
-        let Some(e) = self.shares[s].env else { return false };
-        let Some(pi) = self.envs[e].pool[u] else { return false };
+        let Some(e) = self.shares[s].env else {
+            return false;
+        };
+        let Some(pi) = self.envs[e].pool[u] else {
+            return false;
+        };
         let reclaim = matches!(mode, Mode::Reclaim);
-        let key = if reclaim { (self.shares[s].queue, u) } else { (s, u) };
+        let key = if reclaim {
+            (self.shares[s].queue, u)
+        } else {
+            (s, u)
+        };
         // A failure for a smaller request (and, in-share, a higher priority) means this
         // one fails too: victims only become fewer during a pass.
         let failed = if reclaim {
-            self.reclaim_failed.get(&key).is_some_and(|f| f.iter().any(|&(k0, g0)| k >= k0 && g >= g0))
+            self.reclaim_failed
+                .get(&key)
+                .is_some_and(|f| f.iter().any(|&(k0, g0)| k >= k0 && g >= g0))
         } else {
-            self.inshare_failed.get(&key).is_some_and(|f| f.iter().any(|&(k0, g0, p0)| k >= k0 && g >= g0 && ask.prio <= p0))
+            self.inshare_failed.get(&key).is_some_and(|f| {
+                f.iter()
+                    .any(|&(k0, g0, p0)| k >= k0 && g >= g0 && ask.prio <= p0)
+            })
         };
         if failed {
             return false;
         }
-        if reclaim && !self.shares.iter().any(|sv| sv.queue == key.0 && sv.excess(u) > 0) {
+        if reclaim
+            && !self
+                .shares
+                .iter()
+                .any(|sv| sv.queue == key.0 && sv.excess(u) > 0)
+        {
             return false;
         }
-        let cands = self.candidates(key, reclaim);
+        let (cands, mut start) = self.candidates(key, reclaim);
         let need = ask.need();
         let env = &self.envs[e];
         let (reserved, _) = self.reserve_others(e, u, s);
         let free_allowance = self.pools[pi].total_avail.saturating_sub(reserved);
         let mut deficit: i64 = 0;
         if let Some(cap) = env.cap[u] {
-            deficit = deficit.max((env.used[u] - env.stopping[u] + env.holds[u] + need) as i64 - cap as i64);
+            deficit = deficit
+                .max((env.used[u] - env.stopping[u] + env.holds[u] + need) as i64 - cap as i64);
         }
         if !reclaim {
             let sv = &self.shares[s];
-            let limit = if sv.used[u] + sv.held[u] + need <= sv.max[u] { Some(sv.max[u] as u64) } else { sv.ceiling[u] };
+            let limit = if sv.used[u] + sv.held[u] + need <= sv.max[u] {
+                Some(sv.max[u] as u64)
+            } else {
+                sv.ceiling[u]
+            };
             if let Some(limit) = limit {
-                deficit = deficit.max((sv.used[u] - sv.stopping[u] + sv.held[u] + need) as i64 - limit as i64);
+                deficit = deficit
+                    .max((sv.used[u] - sv.stopping[u] + sv.held[u] + need) as i64 - limit as i64);
             }
         }
         let mut excess: HashMap<usize, i64> = HashMap::new();
         let mut freed: HashMap<Nx, u32> = HashMap::new();
+        let mut fitting: Vec<Nx> = vec![];
         let mut picked: Vec<usize> = vec![];
         let mut total: i64 = 0;
         let mut found = None;
-        for (ci, c) in cands.iter().enumerate() {
+        while start < cands.len() && self.taken.contains(&cands[start].id) {
+            start += 1;
+        }
+        let mut looked = 0usize;
+        for (ci, c) in cands.iter().enumerate().skip(start) {
             if self.taken.contains(&c.id) {
                 continue;
             }
+            // In-share preemption looks at a bounded number of victims per job and pass,
+            // lowest priority first, as Slurm's schedulers bound their looks; reclaim is
+            // never bounded, so lent capacity always comes back.
+            looked += 1;
+            if !reclaim && looked > INSHARE_LOOK_LIMIT {
+                break;
+            }
             match mode {
                 Mode::Reclaim => {
-                    let ex = *excess.entry(c.share).or_insert_with(|| self.shares[c.share].excess(u));
+                    let ex = *excess
+                        .entry(c.share)
+                        .or_insert_with(|| self.shares[c.share].excess(u));
                     if ex <= 0 {
                         continue;
                     }
@@ -789,7 +993,8 @@ impl<'a> Pass<'a> {
                 }
             }
             if c.protected_until > self.now {
-                *protect = Some(protect.map_or(c.protected_until, |p: Millis| p.min(c.protected_until)));
+                *protect =
+                    Some(protect.map_or(c.protected_until, |p: Millis| p.min(c.protected_until)));
                 continue;
             }
             picked.push(ci);
@@ -798,10 +1003,24 @@ impl<'a> Pass<'a> {
                 *ex -= c.total as i64;
             }
             for &(n, cnt) in &c.nodes {
-                *freed.entry(n).or_default() += cnt;
+                let f = freed.entry(n).or_default();
+                let before = *f;
+                *f += cnt;
+                // Track the nodes where the job would now fit, so each check looks only
+                // at those and stays cheap however many small victims the walk passes.
+                let fits = |f: u32| {
+                    self.nodes[n as usize].nu(u).is_some_and(|nu| {
+                        nu.pools.contains(&pi) && g.saturating_sub(f) <= nu.avail()
+                    })
+                };
+                if !fits(before) && fits(before + cnt) {
+                    fitting.push(n);
+                }
             }
-            if total >= deficit {
-                if let Some(t) = self.fit(u, pi, g, k, free_allowance, &freed) {
+            if total >= deficit
+                && fitting.len() + self.pools[pi].fitting_nodes(g) as usize >= k as usize
+            {
+                if let Some(t) = self.fit(pi, g, k, free_allowance, &freed, &fitting) {
                     found = Some(t);
                     break;
                 }
@@ -811,20 +1030,34 @@ impl<'a> Pass<'a> {
             self.wakeup = Some(self.wakeup.map_or(until, |w| w.min(until)));
         }
         let Some(targets) = found else {
+            // Remember the failure unless an earlier one already covers it, and forget the
+            // ones it covers, so the list stays as short as the distinct request shapes.
             if reclaim {
-                self.reclaim_failed.entry(key).or_default().push((k, g));
+                let f = self.reclaim_failed.entry(key).or_default();
+                f.retain(|&(k0, g0)| !(k0 >= k && g0 >= g));
+                f.push((k, g));
             } else {
-                self.inshare_failed.entry(key).or_default().push((k, g, ask.prio));
+                let f = self.inshare_failed.entry(key).or_default();
+                f.retain(|&(k0, g0, p0)| !(k0 >= k && g0 >= g && p0 <= ask.prio));
+                f.push((k, g, ask.prio));
             }
-            let cache = if reclaim { &mut self.reclaim_cands } else { &mut self.inshare_cands };
-            cache.insert(key, cands);
+            let cache = if reclaim {
+                &mut self.reclaim_cands
+            } else {
+                &mut self.inshare_cands
+            };
+            cache.insert(key, (cands, start));
             return false;
         };
         *protect = None;
         // Keep only victims on the target nodes, plus (in pick order) any needed to meet
         // the count deficit; then drop the highest-priority ones that are not needed.
         let on_target = |c: &Cand| c.nodes.iter().any(|(n, _)| targets.contains(n));
-        let mut kept: Vec<usize> = picked.iter().copied().filter(|&ci| on_target(&cands[ci])).collect();
+        let mut kept: Vec<usize> = picked
+            .iter()
+            .copied()
+            .filter(|&ci| on_target(&cands[ci]))
+            .collect();
         let mut kept_total: i64 = kept.iter().map(|&ci| cands[ci].total as i64).sum();
         for &ci in &picked {
             if kept_total >= deficit {
@@ -840,23 +1073,42 @@ impl<'a> Pass<'a> {
             let mut trial = kept.clone();
             let removed = trial.remove(i);
             let trial_total = kept_total - cands[removed].total as i64;
-            if trial_total >= deficit && self.fits_on(u, g, free_allowance, &targets, &trial, &cands) {
+            if trial_total >= deficit
+                && self.fits_on(u, g, free_allowance, &targets, &trial, &cands)
+            {
                 kept = trial;
                 kept_total = trial_total;
             }
         }
         self.commit_preemption(ask, mode, e, &targets, &kept, &cands);
-        let cache = if reclaim { &mut self.reclaim_cands } else { &mut self.inshare_cands };
-        cache.insert(key, cands);
+        let cache = if reclaim {
+            &mut self.reclaim_cands
+        } else {
+            &mut self.inshare_cands
+        };
+        cache.insert(key, (cands, start));
         true
     }
 
     /// Whether the victims `set` free enough on `targets` (each needs `g`), taking at most
     /// `allowance` GPUs that are free now.
-    fn fits_on(&self, u: Ux, g: u32, allowance: u32, targets: &[Nx], set: &[usize], cands: &[Cand]) -> bool {
+    fn fits_on(
+        &self,
+        u: Ux,
+        g: u32,
+        allowance: u32,
+        targets: &[Nx],
+        set: &[usize],
+        cands: &[Cand],
+    ) -> bool {
         let mut from_free = 0;
         for &n in targets {
-            let freed: u32 = set.iter().flat_map(|&ci| cands[ci].nodes.iter()).filter(|(m, _)| *m == n).map(|(_, c)| c).sum();
+            let freed: u32 = set
+                .iter()
+                .flat_map(|&ci| cands[ci].nodes.iter())
+                .filter(|(m, _)| *m == n)
+                .map(|(_, c)| c)
+                .sum();
             let avail = self.nodes[n as usize].nu(u).map_or(0, |nu| nu.avail());
             let take = g.saturating_sub(freed);
             if take > avail {
@@ -868,18 +1120,20 @@ impl<'a> Pass<'a> {
     }
 
     /// Chooses `k` target nodes given GPUs `freed` by victims so far, or None.
-    fn fit(&self, u: Ux, pi: usize, g: u32, k: u32, allowance: u32, freed: &HashMap<Nx, u32>) -> Option<Vec<Nx>> {
-        let mut opts: Vec<(u32, Nx)> = freed
+    /// `fitting` lists the nodes where the victims in `freed` make room for `g`.
+    #[allow(clippy::too_many_arguments)]
+    fn fit(
+        &self,
+        pi: usize,
+        g: u32,
+        k: u32,
+        allowance: u32,
+        freed: &HashMap<Nx, u32>,
+        fitting: &[Nx],
+    ) -> Option<Vec<Nx>> {
+        let mut opts: Vec<(u32, Nx)> = fitting
             .iter()
-            .filter_map(|(&n, &f)| {
-                let nv = &self.nodes[n as usize];
-                let nu = nv.nu(u)?;
-                if !nv.usable || !nu.pools.contains(&pi) {
-                    return None;
-                }
-                let take = g.saturating_sub(f);
-                (take <= nu.avail()).then_some((take, n))
-            })
+            .map(|&n| (g.saturating_sub(freed[&n]), n))
             .collect();
         opts.sort();
         opts.truncate(k as usize);
@@ -893,7 +1147,15 @@ impl<'a> Pass<'a> {
         (from_free <= allowance).then_some(chosen)
     }
 
-    fn commit_preemption(&mut self, ask: Ask<'a>, mode: Mode, e: usize, targets: &[Nx], kept: &[usize], cands: &[Cand]) {
+    fn commit_preemption(
+        &mut self,
+        ask: Ask<'a>,
+        mode: Mode,
+        e: usize,
+        targets: &[Nx],
+        kept: &[usize],
+        cands: &[Cand],
+    ) {
         let (s, u) = (ask.s, ask.u);
         let need = ask.need();
         let sname = self.shares[s].q.name.as_str();
@@ -919,7 +1181,11 @@ impl<'a> Pass<'a> {
                     format!("in-share preemption by job {} (priority {p} > {})", ask.id, c.prio),
                 ),
             };
-            self.plan.actions.push(Action::Preempt { job: c.id, kind, reason });
+            self.plan.actions.push(Action::Preempt {
+                job: c.id,
+                kind,
+                reason,
+            });
             self.shares[c.share].stopping[u] += c.total;
             self.envs[e].stopping[u] += c.total;
             deadline = deadline.max(self.now + c.grace);
@@ -930,14 +1196,27 @@ impl<'a> Pass<'a> {
         }
         self.shares[s].held[u] += need;
         self.envs[e].holds[u] += need;
-        let hold = Hold { nodes: targets.iter().map(|&n| (self.nodes[n as usize].name.clone(), g)).collect(), since: self.now };
-        self.plan.actions.push(Action::Hold { job: ask.id, hold: Some(hold) });
-        self.victims_of.insert(ask.id, (kept.len() as u32, deadline));
+        let hold = Hold {
+            nodes: targets
+                .iter()
+                .map(|&n| (self.nodes[n as usize].name.clone(), g))
+                .collect(),
+            since: self.now,
+        };
+        self.plan.actions.push(Action::Hold {
+            job: ask.id,
+            hold: Some(hold),
+        });
+        self.victims_of
+            .insert(ask.id, (kept.len() as u32, deadline));
         let why = if kept.is_empty() {
             // The held GPUs are free already; the job starts on the next pass.
             PendingReasonOf::NotYetScheduled
         } else {
-            PendingReasonOf::WaitingForPreempted { jobs: kept.len() as u32, grace_ends_at: deadline }
+            PendingReasonOf::WaitingForPreempted {
+                jobs: kept.len() as u32,
+                grace_ends_at: deadline,
+            }
         };
         self.reason(ask.id, ask.w, why);
     }

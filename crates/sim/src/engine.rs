@@ -98,18 +98,41 @@ impl Sim {
             preemptions: 0,
             passes: 0,
         };
-        let env_name = sc.environment.as_ref().and_then(|e| e.name.clone()).unwrap_or_else(|| "default".into());
+        let env_name = sc
+            .environment
+            .as_ref()
+            .and_then(|e| e.name.clone())
+            .unwrap_or_else(|| "default".into());
         // Without a cap, the environment's limit per unit is every GPU of that unit.
         let mut totals: BTreeMap<String, u32> = BTreeMap::new();
         for n in &sc.nodes {
             *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
         }
-        let limits = match sc.environment.as_ref().and_then(|e| e.capacity_limits.clone()) {
-            Some(l) => l.into_iter().map(|l| CapacityLimit { unit: Unit(l.unit), max: l.max }).collect(),
-            None => totals.into_iter().map(|(u, m)| CapacityLimit { unit: Unit(u), max: m }).collect(),
+        let limits = match sc
+            .environment
+            .as_ref()
+            .and_then(|e| e.capacity_limits.clone())
+        {
+            Some(l) => l
+                .into_iter()
+                .map(|l| CapacityLimit {
+                    unit: Unit(l.unit),
+                    max: l.max,
+                })
+                .collect(),
+            None => totals
+                .into_iter()
+                .map(|(u, m)| CapacityLimit {
+                    unit: Unit(u),
+                    max: m,
+                })
+                .collect(),
         };
         let setup = |sim: &mut Sim, field: &str, cmd: Command| -> Result<(), String> {
-            sim.state.apply(&cmd, 0).map(|_| ()).map_err(|e| format!("{field}: {e}"))
+            sim.state
+                .apply(&cmd, 0)
+                .map(|_| ())
+                .map_err(|e| format!("{field}: {e}"))
         };
         setup(
             &mut sim,
@@ -124,7 +147,10 @@ impl Sim {
         setup(
             &mut sim,
             "policy",
-            Command::PutPolicy(SchedulingPolicy { name: POLICY.into(), idle_resource_assignment: IdleAssignment::Fifo }),
+            Command::PutPolicy(SchedulingPolicy {
+                name: POLICY.into(),
+                idle_resource_assignment: IdleAssignment::Fifo,
+            }),
         )?;
         setup(
             &mut sim,
@@ -141,13 +167,26 @@ impl Sim {
             let share = QuotaShare {
                 name: ShareName(s.name.clone()),
                 queue: QUEUE.into(),
-                capacity_limits: s.capacity_limits.iter().map(|l| CapacityLimit { unit: Unit(l.unit.clone()), max: l.max }).collect(),
-                resource_sharing: ResourceSharing { strategy: s.strategy, borrow_limit: s.borrow_limit },
+                capacity_limits: s
+                    .capacity_limits
+                    .iter()
+                    .map(|l| CapacityLimit {
+                        unit: Unit(l.unit.clone()),
+                        max: l.max,
+                    })
+                    .collect(),
+                resource_sharing: ResourceSharing {
+                    strategy: s.strategy,
+                    borrow_limit: s.borrow_limit,
+                },
                 in_share_preemption: s.in_share_preemption.unwrap_or(false),
                 state: s.state.unwrap_or_default(),
                 members: vec![],
                 default_grace_s: s.default_grace_s.unwrap_or(60),
-                max_grace_s: s.max_grace_s.unwrap_or(3600).max(s.default_grace_s.unwrap_or(60)),
+                max_grace_s: s
+                    .max_grace_s
+                    .unwrap_or(3600)
+                    .max(s.default_grace_s.unwrap_or(60)),
                 min_runtime_s: s.min_runtime_s.unwrap_or(0),
             };
             setup(&mut sim, &format!("shares[{i}]"), Command::PutShare(share))?;
@@ -206,13 +245,25 @@ impl Sim {
     }
 
     fn refuse(&mut self, event: String, e: impl std::fmt::Display) {
-        self.refusals.push(Refusal { t: self.now / SECOND, event, error: e.to_string() });
+        self.refusals.push(Refusal {
+            t: self.now / SECOND,
+            event,
+            error: e.to_string(),
+        });
     }
 
     /// Applies one scenario event at the current time.
     pub fn event(&mut self, e: &EventSpec) {
         if let Some(s) = &e.submit {
-            let mut spec = JobSpec::new(&s.name, QUEUE, &s.share, USER, &s.unit, s.gpus, s.nodes.unwrap_or(1));
+            let mut spec = JobSpec::new(
+                &s.name,
+                QUEUE,
+                &s.share,
+                USER,
+                &s.unit,
+                s.gpus,
+                s.nodes.unwrap_or(1),
+            );
             spec.priority = s.priority.unwrap_or(0);
             spec.checkpoint.grace_s = s.grace_s;
             spec.preemption_retries = s.preemption_retries;
@@ -225,10 +276,17 @@ impl Sim {
                     let on_signal = s.on_signal().unwrap_or(OnSignal::ExitAfter(0));
                     self.behavior.insert(
                         job,
-                        Behavior { runtime_ms: s.runtime_s.map(|r| r * SECOND), exit_code: s.exit_code.unwrap_or(0), on_signal },
+                        Behavior {
+                            runtime_ms: s.runtime_s.map(|r| r * SECOND),
+                            exit_code: s.exit_code.unwrap_or(0),
+                            on_signal,
+                        },
                     );
                 }
-                Ok(other) => self.refuse(format!("submit {}", s.name), format!("unexpected outcome {other:?}")),
+                Ok(other) => self.refuse(
+                    format!("submit {}", s.name),
+                    format!("unexpected outcome {other:?}"),
+                ),
                 Err(err) => {
                     self.rejected.insert(s.name.clone());
                     self.refuse(format!("submit {}", s.name), err);
@@ -236,13 +294,19 @@ impl Sim {
             }
         } else if let Some(name) = &e.cancel {
             if let Some(&id) = self.jobs.get(name) {
-                if let Err(err) = self.cmd(Command::Cancel { job: id, reason: "cancelled by user".into() }) {
+                if let Err(err) = self.cmd(Command::Cancel {
+                    job: id,
+                    reason: "cancelled by user".into(),
+                }) {
                     self.refuse(format!("cancel {name}"), err);
                 }
             }
         } else if let Some(p) = &e.update_priority {
             if let Some(&id) = self.jobs.get(&p.job) {
-                if let Err(err) = self.cmd(Command::UpdatePriority { job: id, priority: p.priority }) {
+                if let Err(err) = self.cmd(Command::UpdatePriority {
+                    job: id,
+                    priority: p.priority,
+                }) {
                     self.refuse(format!("update_priority {}", p.job), err);
                 }
             }
@@ -252,7 +316,13 @@ impl Sim {
                 return;
             };
             if let Some(l) = &u.capacity_limits {
-                share.capacity_limits = l.iter().map(|l| CapacityLimit { unit: Unit(l.unit.clone()), max: l.max }).collect();
+                share.capacity_limits = l
+                    .iter()
+                    .map(|l| CapacityLimit {
+                        unit: Unit(l.unit.clone()),
+                        max: l.max,
+                    })
+                    .collect();
             }
             if let Some(s) = u.strategy {
                 share.resource_sharing.strategy = s;
@@ -274,14 +344,34 @@ impl Sim {
             let (what, cmd) = if let Some(d) = &e.drain {
                 (
                     format!("drain {}", d.node),
-                    Command::DrainNode { node: NodeName(d.node.clone()), reason: d.reason.clone(), now: d.now.unwrap_or(false) },
+                    Command::DrainNode {
+                        node: NodeName(d.node.clone()),
+                        reason: d.reason.clone(),
+                        now: d.now.unwrap_or(false),
+                    },
                 )
             } else if let Some(n) = &e.resume {
-                (format!("resume {n}"), Command::ResumeNode { node: NodeName(n.clone()) })
+                (
+                    format!("resume {n}"),
+                    Command::ResumeNode {
+                        node: NodeName(n.clone()),
+                    },
+                )
             } else if let Some(n) = &e.node_down {
-                (format!("node_down {n}"), Command::NodeDown { node: NodeName(n.clone()), reason: "node_down event".into() })
+                (
+                    format!("node_down {n}"),
+                    Command::NodeDown {
+                        node: NodeName(n.clone()),
+                        reason: "node_down event".into(),
+                    },
+                )
             } else if let Some(n) = &e.node_up {
-                (format!("node_up {n}"), Command::NodeUp { node: NodeName(n.clone()) })
+                (
+                    format!("node_up {n}"),
+                    Command::NodeUp {
+                        node: NodeName(n.clone()),
+                    },
+                )
             } else {
                 return;
             };
@@ -297,7 +387,9 @@ impl Sim {
     fn arm_stops(&mut self) {
         let mut new = vec![];
         for job in self.state.stopping_jobs() {
-            let Some(a) = job.current_attempt() else { continue };
+            let Some(a) = job.current_attempt() else {
+                continue;
+            };
             let stop = job.stop.as_ref().expect("stopping");
             if self.signalled.insert((job.id, a.number)) {
                 new.push((job.id, a.number, stop.signalled_at, stop.deadline));
@@ -319,18 +411,31 @@ impl Sim {
     fn fire(&mut self, timer: Timer) {
         let (id, attempt, code) = match timer {
             Timer::Wake => return,
-            Timer::Complete(id, a) => (id, a, Some(self.behavior.get(&id).map_or(0, |b| b.exit_code))),
+            Timer::Complete(id, a) => (
+                id,
+                a,
+                Some(self.behavior.get(&id).map_or(0, |b| b.exit_code)),
+            ),
             Timer::SignalExit(id, a) => (id, a, Some(0)),
             Timer::Kill(id, a) => (id, a, None),
         };
-        let Some(job) = self.state.jobs.get(&id) else { return };
-        let current = job.current_attempt().map(|a| a.number) == Some(attempt) && job.status.is_active();
+        let Some(job) = self.state.jobs.get(&id) else {
+            return;
+        };
+        let current =
+            job.current_attempt().map(|a| a.number) == Some(attempt) && job.status.is_active();
         // A completion that races a stop is still a completion; timers of an attempt
         // that already ended are dropped.
-        if !current || (matches!(timer, Timer::Kill(..) | Timer::SignalExit(..)) && job.stop.is_none()) {
+        if !current
+            || (matches!(timer, Timer::Kill(..) | Timer::SignalExit(..)) && job.stop.is_none())
+        {
             return;
         }
-        let _ = self.cmd(Command::JobProgress { job: id, attempt, event: Progress::Exited { code, reason: None } });
+        let _ = self.cmd(Command::JobProgress {
+            job: id,
+            attempt,
+            event: Progress::Exited { code, reason: None },
+        });
     }
 
     /// Runs the scheduler until nothing moves, starting every placed job at once.
@@ -358,7 +463,11 @@ impl Sim {
             self.preemptions += plan.preemptions() as u64;
             match self.cmd(Command::ApplyPlan(plan)) {
                 Ok(Outcome::Plan(out)) if !out.rejected.is_empty() => {
-                    return Err(format!("t={}: the state machine rejected part of a fresh plan: {:?}", self.now / SECOND, out.rejected));
+                    return Err(format!(
+                        "t={}: the state machine rejected part of a fresh plan: {:?}",
+                        self.now / SECOND,
+                        out.rejected
+                    ));
                 }
                 Ok(_) => {}
                 Err(e) => return Err(format!("plan rejected: {e}")),
@@ -366,10 +475,19 @@ impl Sim {
             for id in placed {
                 self.placements += 1;
                 let attempt = self.state.jobs[&id].attempts.len() as u32;
-                let _ = self.cmd(Command::JobProgress { job: id, attempt, event: Progress::Starting });
-                let _ = self.cmd(Command::JobProgress { job: id, attempt, event: Progress::Running });
+                let _ = self.cmd(Command::JobProgress {
+                    job: id,
+                    attempt,
+                    event: Progress::Starting,
+                });
+                let _ = self.cmd(Command::JobProgress {
+                    job: id,
+                    attempt,
+                    event: Progress::Running,
+                });
                 if let Some(r) = self.behavior.get(&id).and_then(|b| b.runtime_ms) {
-                    self.timers.insert((self.now + r, Timer::Complete(id, attempt)));
+                    self.timers
+                        .insert((self.now + r, Timer::Complete(id, attempt)));
                 }
             }
             self.arm_stops();
@@ -377,7 +495,10 @@ impl Sim {
                 return Ok(());
             }
         }
-        Err(format!("t={}: scheduling did not settle after {MAX_PASSES_PER_INSTANT} passes", self.now / SECOND))
+        Err(format!(
+            "t={}: scheduling did not settle after {MAX_PASSES_PER_INSTANT} passes",
+            self.now / SECOND
+        ))
     }
 
     /// Fires every timer due at or before `t` (each at its own instant, settling after
@@ -405,50 +526,99 @@ impl Sim {
     pub fn check(&self, x: &ExpectSpec) -> Vec<Failure> {
         let mut out = vec![];
         let t = self.now / SECOND;
-        let mut fail = |what: String, expected: String, found: String| out.push(Failure { t, what, expected, found });
+        let mut fail = |what: String, expected: String, found: String| {
+            out.push(Failure {
+                t,
+                what,
+                expected,
+                found,
+            })
+        };
         if let Some(share) = &x.share {
             for (unit, n) in x.used.iter().flatten() {
-                let used = self.state.share_used(&ShareName(share.clone()), &Unit(unit.clone()));
+                let used = self
+                    .state
+                    .share_used(&ShareName(share.clone()), &Unit(unit.clone()));
                 if used != *n {
-                    fail(format!("share {share} used {unit}"), n.to_string(), used.to_string());
+                    fail(
+                        format!("share {share} used {unit}"),
+                        n.to_string(),
+                        used.to_string(),
+                    );
                 }
             }
             return out;
         }
         let Some(name) = &x.job else { return out };
         let Some(job) = self.jobs.get(name).and_then(|id| self.state.jobs.get(id)) else {
-            let found = if self.rejected.contains(name) { "REJECTED" } else { "not submitted" };
+            let found = if self.rejected.contains(name) {
+                "REJECTED"
+            } else {
+                "not submitted"
+            };
             if x.state.as_deref() != Some(found) {
-                fail(format!("job {name} state"), x.state.clone().unwrap_or_else(|| "a job".into()), found.into());
+                fail(
+                    format!("job {name} state"),
+                    x.state.clone().unwrap_or_else(|| "a job".into()),
+                    found.into(),
+                );
             }
             return out;
         };
         if let Some(s) = &x.state {
             if job.status.as_str() != s {
-                let why = job.pending_reason.as_ref().map(|r| format!(" ({})", r.render(self.now))).unwrap_or_default();
-                fail(format!("job {name} state"), s.clone(), format!("{}{why}", job.status));
+                let why = job
+                    .pending_reason
+                    .as_ref()
+                    .map(|r| format!(" ({})", r.render(self.now)))
+                    .unwrap_or_default();
+                fail(
+                    format!("job {name} state"),
+                    s.clone(),
+                    format!("{}{why}", job.status),
+                );
             }
         }
         if let Some(p) = x.preempting {
             if job.preempting() != p {
-                fail(format!("job {name} preempting"), p.to_string(), job.preempting().to_string());
+                fail(
+                    format!("job {name} preempting"),
+                    p.to_string(),
+                    job.preempting().to_string(),
+                );
             }
         }
         if let Some(n) = &x.node {
-            let found = job.allocation().first().map(|a| a.node.0.clone()).unwrap_or_else(|| "no node".into());
+            let found = job
+                .allocation()
+                .first()
+                .map(|a| a.node.0.clone())
+                .unwrap_or_else(|| "no node".into());
             if &found != n {
                 fail(format!("job {name} node"), n.clone(), found);
             }
         }
         if let Some(a) = x.attempts {
             if job.attempts.len() as u32 != a {
-                fail(format!("job {name} attempts"), a.to_string(), job.attempts.len().to_string());
+                fail(
+                    format!("job {name} attempts"),
+                    a.to_string(),
+                    job.attempts.len().to_string(),
+                );
             }
         }
         if let Some(r) = &x.reason {
-            let found = job.pending_reason.as_ref().map(|p| p.render(self.now)).unwrap_or_else(|| "no pending reason".into());
+            let found = job
+                .pending_reason
+                .as_ref()
+                .map(|p| p.render(self.now))
+                .unwrap_or_else(|| "no pending reason".into());
             if !found.contains(r.as_str()) {
-                fail(format!("job {name} reason"), format!("contains {r:?}"), found);
+                fail(
+                    format!("job {name} reason"),
+                    format!("contains {r:?}"),
+                    found,
+                );
             }
         }
         out
@@ -499,7 +669,11 @@ pub fn run(sc: &Scenario) -> Result<Report, String> {
         .jobs
         .iter()
         .map(|(n, id)| (n.clone(), sim.state.jobs[id].status.to_string()))
-        .chain(sim.rejected.iter().map(|n| (n.clone(), "REJECTED".to_string())))
+        .chain(
+            sim.rejected
+                .iter()
+                .map(|n| (n.clone(), "REJECTED".to_string())),
+        )
         .collect();
     Ok(Report {
         records: sim.records,

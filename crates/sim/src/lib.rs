@@ -16,26 +16,62 @@ pub use scenario::{Scenario, ScenarioError};
 pub fn render_text(r: &Report) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let w = r.records.iter().map(|x| x.job.len()).max().unwrap_or(3).max(3);
+    let w = r
+        .records
+        .iter()
+        .map(|x| x.job.len())
+        .max()
+        .unwrap_or(3)
+        .max(3);
     for x in &r.records {
-        let nodes = if x.nodes.is_empty() { String::new() } else { format!(" [{}]", x.nodes.join(",")) };
-        let change = if x.from == x.to { format!("{} (stopping)", x.to) } else { format!("{} -> {}", x.from, x.to) };
-        let _ = writeln!(s, "t={:<6} {:<w$}  {change}{nodes}  {}", format!("{}s", x.t), x.job, x.reason);
+        let nodes = if x.nodes.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", x.nodes.join(","))
+        };
+        let change = if x.from == x.to {
+            format!("{} (stopping)", x.to)
+        } else {
+            format!("{} -> {}", x.from, x.to)
+        };
+        let _ = writeln!(
+            s,
+            "t={:<6} {:<w$}  {change}{nodes}  {}",
+            format!("{}s", x.t),
+            x.job,
+            x.reason
+        );
     }
     for f in &r.refusals {
-        let _ = writeln!(s, "t={:<6} refused {}: {}", format!("{}s", f.t), f.event, f.error);
+        let _ = writeln!(
+            s,
+            "t={:<6} refused {}: {}",
+            format!("{}s", f.t),
+            f.event,
+            f.error
+        );
     }
-    let _ = writeln!(s, "\nsummary at t={}s: {} placements, {} preemptions, {} scheduling passes", r.end_s, r.placements, r.preemptions, r.passes);
+    let _ = writeln!(
+        s,
+        "\nsummary at t={}s: {} placements, {} preemptions, {} scheduling passes",
+        r.end_s, r.placements, r.preemptions, r.passes
+    );
     for (name, st) in &r.jobs {
         let _ = writeln!(s, "  {name:<w$}  {st}");
     }
     for f in &r.failures {
-        let _ = writeln!(s, "FAIL t={}s {}: expected {}, found {}", f.t, f.what, f.expected, f.found);
+        let _ = writeln!(
+            s,
+            "FAIL t={}s {}: expected {}, found {}",
+            f.t, f.what, f.expected, f.found
+        );
     }
     let _ = writeln!(
         s,
         "{} of {} expectations held",
-        r.expectations.saturating_sub(r.failures.len()).min(r.expectations),
+        r.expectations
+            .saturating_sub(r.failures.len())
+            .min(r.expectations),
         r.expectations
     );
     s

@@ -146,7 +146,9 @@ impl SubmitSpec {
                 .strip_prefix("exit_after:")
                 .and_then(|n| n.parse().ok())
                 .map(OnSignal::ExitAfter)
-                .ok_or_else(|| format!("must be \"exit_after:N\" (whole seconds) or \"ignore\", got {s:?}")),
+                .ok_or_else(|| {
+                    format!("must be \"exit_after:N\" (whole seconds) or \"ignore\", got {s:?}")
+                }),
         }
     }
 }
@@ -162,7 +164,8 @@ fn err(field: impl std::fmt::Display, msg: impl std::fmt::Display) -> ScenarioEr
 
 impl Scenario {
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-        let sc: Scenario = toml::from_str(text).map_err(|e| ScenarioError(e.to_string().trim_end().to_string()))?;
+        let sc: Scenario = toml::from_str(text)
+            .map_err(|e| ScenarioError(e.to_string().trim_end().to_string()))?;
         sc.check()?;
         Ok(sc)
     }
@@ -171,7 +174,10 @@ impl Scenario {
     /// that name known jobs and shares.
     fn check(&self) -> Result<(), ScenarioError> {
         if self.nodes.is_empty() {
-            return Err(err("nodes", "a scenario needs at least one [[nodes]] entry"));
+            return Err(err(
+                "nodes",
+                "a scenario needs at least one [[nodes]] entry",
+            ));
         }
         let mut node_names = BTreeSet::new();
         for (i, n) in self.nodes.iter().enumerate() {
@@ -179,11 +185,17 @@ impl Scenario {
                 return Err(err(format!("nodes[{i}].count"), "must be at least 1"));
             }
             if n.gpus == 0 || n.gpus > 64 {
-                return Err(err(format!("nodes[{i}].gpus"), format!("must be 1-64, got {}", n.gpus)));
+                return Err(err(
+                    format!("nodes[{i}].gpus"),
+                    format!("must be 1-64, got {}", n.gpus),
+                ));
             }
             for name in expand_names(n) {
                 if !node_names.insert(name.clone()) {
-                    return Err(err(format!("nodes[{i}].name"), format!("node {name} is defined twice")));
+                    return Err(err(
+                        format!("nodes[{i}].name"),
+                        format!("node {name} is defined twice"),
+                    ));
                 }
             }
         }
@@ -211,27 +223,42 @@ impl Scenario {
                 ));
             }
             if e.at < last_at {
-                return Err(err(format!("events[{i}].at"), format!("events must be in time order ({} after {last_at})", e.at)));
+                return Err(err(
+                    format!("events[{i}].at"),
+                    format!("events must be in time order ({} after {last_at})", e.at),
+                ));
             }
             last_at = e.at;
             if let Some(s) = &e.submit {
                 if !jobs.insert(s.name.as_str()) {
-                    return Err(err(format!("events[{i}].submit.name"), format!("job {} is submitted twice", s.name)));
+                    return Err(err(
+                        format!("events[{i}].submit.name"),
+                        format!("job {} is submitted twice", s.name),
+                    ));
                 }
-                s.on_signal().map_err(|m| err(format!("events[{i}].submit.on_signal"), m))?;
+                s.on_signal()
+                    .map_err(|m| err(format!("events[{i}].submit.on_signal"), m))?;
             }
             let refs = [
                 e.cancel.as_deref().map(|j| ("cancel", j)),
-                e.update_priority.as_ref().map(|p| ("update_priority.job", p.job.as_str())),
+                e.update_priority
+                    .as_ref()
+                    .map(|p| ("update_priority.job", p.job.as_str())),
             ];
             for (field, j) in refs.into_iter().flatten() {
                 if !jobs.contains(j) {
-                    return Err(err(format!("events[{i}].{field}"), format!("job {j} is not submitted before this event")));
+                    return Err(err(
+                        format!("events[{i}].{field}"),
+                        format!("job {j} is not submitted before this event"),
+                    ));
                 }
             }
             if let Some(u) = &e.update_share {
                 if !share_names.contains(u.name.as_str()) {
-                    return Err(err(format!("events[{i}].update_share.name"), format!("no share named {}", u.name)));
+                    return Err(err(
+                        format!("events[{i}].update_share.name"),
+                        format!("no share named {}", u.name),
+                    ));
                 }
             }
             let node_refs = [
@@ -242,7 +269,10 @@ impl Scenario {
             ];
             for (field, n) in node_refs.into_iter().flatten() {
                 if !node_names.contains(n) {
-                    return Err(err(format!("events[{i}].{field}"), format!("no node named {n}")));
+                    return Err(err(
+                        format!("events[{i}].{field}"),
+                        format!("no node named {n}"),
+                    ));
                 }
             }
         }
@@ -250,34 +280,65 @@ impl Scenario {
             match (&x.job, &x.share) {
                 (Some(j), None) => {
                     if !jobs.contains(j.as_str()) {
-                        return Err(err(format!("expect[{i}].job"), format!("no job named {j} is ever submitted")));
+                        return Err(err(
+                            format!("expect[{i}].job"),
+                            format!("no job named {j} is ever submitted"),
+                        ));
                     }
                     if x.used.is_some() {
-                        return Err(err(format!("expect[{i}].used"), "goes with `share`, not `job`"));
+                        return Err(err(
+                            format!("expect[{i}].used"),
+                            "goes with `share`, not `job`",
+                        ));
                     }
                     if let Some(s) = &x.state {
                         if s != "REJECTED" && tranche_model::JobStatus::parse(s).is_none() {
-                            return Err(err(format!("expect[{i}].state"), format!("unknown job status {s:?}")));
+                            return Err(err(
+                                format!("expect[{i}].state"),
+                                format!("unknown job status {s:?}"),
+                            ));
                         }
                     }
                     if let Some(n) = &x.node {
                         if !node_names.contains(n) {
-                            return Err(err(format!("expect[{i}].node"), format!("no node named {n}")));
+                            return Err(err(
+                                format!("expect[{i}].node"),
+                                format!("no node named {n}"),
+                            ));
                         }
                     }
                 }
                 (None, Some(s)) => {
                     if !share_names.contains(s.as_str()) {
-                        return Err(err(format!("expect[{i}].share"), format!("no share named {s}")));
+                        return Err(err(
+                            format!("expect[{i}].share"),
+                            format!("no share named {s}"),
+                        ));
                     }
                     if x.used.is_none() {
-                        return Err(err(format!("expect[{i}]"), "a share expectation needs `used`"));
+                        return Err(err(
+                            format!("expect[{i}]"),
+                            "a share expectation needs `used`",
+                        ));
                     }
-                    if x.state.is_some() || x.preempting.is_some() || x.node.is_some() || x.attempts.is_some() || x.reason.is_some() {
-                        return Err(err(format!("expect[{i}]"), "a share expectation takes only `used`"));
+                    if x.state.is_some()
+                        || x.preempting.is_some()
+                        || x.node.is_some()
+                        || x.attempts.is_some()
+                        || x.reason.is_some()
+                    {
+                        return Err(err(
+                            format!("expect[{i}]"),
+                            "a share expectation takes only `used`",
+                        ));
                     }
                 }
-                _ => return Err(err(format!("expect[{i}]"), "needs exactly one of `job` or `share`")),
+                _ => {
+                    return Err(err(
+                        format!("expect[{i}]"),
+                        "needs exactly one of `job` or `share`",
+                    ))
+                }
             }
         }
         Ok(())

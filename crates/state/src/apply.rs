@@ -28,7 +28,11 @@ impl State {
                 n.last_heartbeat = now;
                 n.unreachable = false;
             }),
-            Command::DrainNode { node, reason, now: stop } => self.drain_node(node, reason, *stop, now),
+            Command::DrainNode {
+                node,
+                reason,
+                now: stop,
+            } => self.drain_node(node, reason, *stop, now),
             Command::ResumeNode { node } => self.with_node(node, |n| n.drain = None),
             Command::NodeUnreachable { node } => self.with_node(node, |n| n.unreachable = true),
             Command::NodeDown { node, reason } => self.node_down(node, reason, now),
@@ -37,7 +41,11 @@ impl State {
                 n.unreachable = false;
                 n.last_heartbeat = now;
             }),
-            Command::JobProgress { job, attempt, event } => self.progress(*job, *attempt, event, now),
+            Command::JobProgress {
+                job,
+                attempt,
+                event,
+            } => self.progress(*job, *attempt, event, now),
             Command::ApplyPlan(plan) => return Ok(Outcome::Plan(self.apply_plan(plan, now))),
         };
         out.map(|()| {
@@ -59,7 +67,10 @@ impl State {
             return Err(not_found("environment", n));
         }
         if let Some(q) = self.queues.values().find(|q| &q.environment == n) {
-            return Err(conflict(format!("environment {n} is used by queue {}; delete the queue first", q.name)));
+            return Err(conflict(format!(
+                "environment {n} is used by queue {}; delete the queue first",
+                q.name
+            )));
         }
         self.environments.remove(n);
         Ok(())
@@ -76,7 +87,10 @@ impl State {
             return Err(not_found("scheduling policy", n));
         }
         if let Some(q) = self.queues.values().find(|q| &q.policy == n) {
-            return Err(conflict(format!("scheduling policy {n} is used by queue {}", q.name)));
+            return Err(conflict(format!(
+                "scheduling policy {n} is used by queue {}",
+                q.name
+            )));
         }
         self.policies.remove(n);
         Ok(())
@@ -85,13 +99,23 @@ impl State {
     fn put_queue(&mut self, q: &JobQueue) -> Result<(), ApplyError> {
         q.validate()?;
         if !self.environments.contains_key(&q.environment) {
-            return Err(ValidationError::new("environment", format!("environment {} does not exist", q.environment)).into());
+            return Err(ValidationError::new(
+                "environment",
+                format!("environment {} does not exist", q.environment),
+            )
+            .into());
         }
         if !self.policies.contains_key(&q.policy) {
-            return Err(ValidationError::new("policy", format!("scheduling policy {} does not exist", q.policy)).into());
+            return Err(ValidationError::new(
+                "policy",
+                format!("scheduling policy {} does not exist", q.policy),
+            )
+            .into());
         }
         if let Some(old) = self.queues.get(&q.name) {
-            if old.environment != q.environment && self.active_jobs().any(|j| j.spec.queue == q.name) {
+            if old.environment != q.environment
+                && self.active_jobs().any(|j| j.spec.queue == q.name)
+            {
                 return Err(conflict(format!(
                     "queue {} has running jobs; its environment cannot change until they end",
                     q.name
@@ -105,12 +129,21 @@ impl State {
     fn delete_queue(&mut self, n: &QueueName) -> Result<(), ApplyError> {
         let q = self.queues.get(n).ok_or_else(|| not_found("queue", n))?;
         if q.state != ObjState::Disabled {
-            return Err(conflict(format!("queue {n} must be DISABLED before it is deleted")));
+            return Err(conflict(format!(
+                "queue {n} must be DISABLED before it is deleted"
+            )));
         }
         if let Some(s) = self.shares_of(n).next() {
-            return Err(conflict(format!("queue {n} still has quota share {}; delete it first", s.name)));
+            return Err(conflict(format!(
+                "queue {n} still has quota share {}; delete it first",
+                s.name
+            )));
         }
-        if self.jobs.values().any(|j| &j.spec.queue == n && !j.status.is_terminal()) {
+        if self
+            .jobs
+            .values()
+            .any(|j| &j.spec.queue == n && !j.status.is_terminal())
+        {
             return Err(conflict(format!("queue {n} still has unfinished jobs")));
         }
         self.queues.remove(n);
@@ -120,13 +153,18 @@ impl State {
     fn put_share(&mut self, s: &QuotaShare) -> Result<(), ApplyError> {
         s.validate()?;
         if !self.queues.contains_key(&s.queue) {
-            return Err(ValidationError::new("queue", format!("queue {} does not exist", s.queue)).into());
+            return Err(
+                ValidationError::new("queue", format!("queue {} does not exist", s.queue)).into(),
+            );
         }
         match self.shares.get(&s.name) {
             Some(old) if old.queue != s.queue => {
                 return Err(ValidationError::new(
                     "queue",
-                    format!("share {} belongs to queue {}; a share cannot move to another queue", s.name, old.queue),
+                    format!(
+                        "share {} belongs to queue {}; a share cannot move to another queue",
+                        s.name, old.queue
+                    ),
                 )
                 .into());
             }
@@ -149,13 +187,28 @@ impl State {
     /// Deleting a share terminates its jobs: waiting ones are cancelled now, running ones
     /// get their checkpoint signal and are cancelled when they exit.
     fn delete_share(&mut self, n: &ShareName, now: Millis) -> Result<(), ApplyError> {
-        let s = self.shares.get(n).ok_or_else(|| not_found("quota share", n))?;
+        let s = self
+            .shares
+            .get(n)
+            .ok_or_else(|| not_found("quota share", n))?;
         if s.state != ObjState::Disabled {
-            return Err(conflict(format!("quota share {n} must be DISABLED before it is deleted")));
+            return Err(conflict(format!(
+                "quota share {n} must be DISABLED before it is deleted"
+            )));
         }
-        let ids: Vec<JobId> = self.jobs.values().filter(|j| &j.spec.share == n && !j.status.is_terminal()).map(|j| j.id).collect();
+        let ids: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| &j.spec.share == n && !j.status.is_terminal())
+            .map(|j| j.id)
+            .collect();
         for id in ids {
-            self.stop_or_cancel(id, StopKind::Cancel, &format!("quota share {n} deleted"), now);
+            self.stop_or_cancel(
+                id,
+                StopKind::Cancel,
+                &format!("quota share {n} deleted"),
+                now,
+            );
         }
         self.shares.remove(n);
         Ok(())
@@ -166,33 +219,58 @@ impl State {
     fn submit(&mut self, spec: &JobSpec, now: Millis) -> Result<Outcome, ApplyError> {
         if let Some(token) = &spec.client_token {
             if let Some(id) = self.tokens.get(&(spec.user.clone(), token.clone())) {
-                return Ok(Outcome::Submitted { job: *id, existing: true });
+                return Ok(Outcome::Submitted {
+                    job: *id,
+                    existing: true,
+                });
             }
         }
         spec.validate()?;
-        let queue = self
-            .queues
-            .get(&spec.queue)
-            .ok_or_else(|| ValidationError::new("queue", format!("queue {} does not exist", spec.queue)))?;
+        let queue = self.queues.get(&spec.queue).ok_or_else(|| {
+            ValidationError::new("queue", format!("queue {} does not exist", spec.queue))
+        })?;
         if queue.state != ObjState::Enabled {
-            return Err(ValidationError::new("queue", format!("queue {} is DISABLED and takes no new jobs", spec.queue)).into());
+            return Err(ValidationError::new(
+                "queue",
+                format!("queue {} is DISABLED and takes no new jobs", spec.queue),
+            )
+            .into());
         }
-        let share = self
-            .shares
-            .get(&spec.share)
-            .ok_or_else(|| ValidationError::new("share", format!("quota share {} does not exist", spec.share)))?;
+        let share = self.shares.get(&spec.share).ok_or_else(|| {
+            ValidationError::new(
+                "share",
+                format!("quota share {} does not exist", spec.share),
+            )
+        })?;
         if share.queue != spec.queue {
             return Err(ValidationError::new(
                 "share",
-                format!("quota share {} belongs to queue {}, not {}", spec.share, share.queue, spec.queue),
+                format!(
+                    "quota share {} belongs to queue {}, not {}",
+                    spec.share, share.queue, spec.queue
+                ),
             )
             .into());
         }
         if share.state != ObjState::Enabled {
-            return Err(ValidationError::new("share", format!("quota share {} is DISABLED and takes no new jobs", spec.share)).into());
+            return Err(ValidationError::new(
+                "share",
+                format!(
+                    "quota share {} is DISABLED and takes no new jobs",
+                    spec.share
+                ),
+            )
+            .into());
         }
         if !share.is_member(&spec.user) {
-            return Err(ValidationError::new("share", format!("user {} is not a member of quota share {}", spec.user, spec.share)).into());
+            return Err(ValidationError::new(
+                "share",
+                format!(
+                    "user {} is not a member of quota share {}",
+                    spec.user, spec.share
+                ),
+            )
+            .into());
         }
         spec.validate_for_share(share)?;
         let id = JobId(self.next_job_id);
@@ -219,21 +297,41 @@ impl State {
             preemptions: 0,
             failures: 0,
         };
-        self.index.runnable.entry(spec.share.clone()).or_default().insert(RunKey::of(&job), Waiting::of(&job));
+        self.index
+            .runnable
+            .entry(spec.share.clone())
+            .or_default()
+            .insert(RunKey::of(&job), Waiting::of(&job));
         self.jobs.insert(id, job);
         self.version += 1;
-        Ok(Outcome::Submitted { job: id, existing: false })
+        Ok(Outcome::Submitted {
+            job: id,
+            existing: false,
+        })
     }
 
     fn cancel(&mut self, id: JobId, reason: &str, now: Millis) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if job.status.is_terminal() {
-            return Err(conflict(format!("job {id} has already ended ({})", job.status)));
+            return Err(conflict(format!(
+                "job {id} has already ended ({})",
+                job.status
+            )));
         }
-        if matches!(job.stop, Some(Stop { kind: StopKind::Cancel, .. })) {
+        if matches!(
+            job.stop,
+            Some(Stop {
+                kind: StopKind::Cancel,
+                ..
+            })
+        ) {
             return Ok(()); // already being cancelled
         }
-        let reason = if reason.is_empty() { "cancelled" } else { reason };
+        let reason = if reason.is_empty() {
+            "cancelled"
+        } else {
+            reason
+        };
         self.stop_or_cancel(id, StopKind::Cancel, reason, now);
         Ok(())
     }
@@ -257,14 +355,23 @@ impl State {
                     }
                 }
                 None => {
-                    job.stop = Some(Stop { kind, reason: reason.to_string(), signalled_at: now, deadline: now + grace });
+                    job.stop = Some(Stop {
+                        kind,
+                        reason: reason.to_string(),
+                        signalled_at: now,
+                        deadline: now + grace,
+                    });
                     self.index.stopping.insert(id);
                     let nodes = job.allocation().iter().map(|a| a.node.clone()).collect();
                     job.transitions.push(Transition {
                         at: now,
                         from: status,
                         to: status,
-                        reason: format!("stopping ({reason}): {} sent, grace {} s", job.spec.checkpoint.signal, grace / SECOND),
+                        reason: format!(
+                            "stopping ({reason}): {} sent, grace {} s",
+                            job.spec.checkpoint.signal,
+                            grace / SECOND
+                        ),
                         nodes,
                     });
                 }
@@ -277,10 +384,17 @@ impl State {
     fn update_priority(&mut self, id: JobId, priority: u32) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if priority > MAX_JOB_PRIORITY {
-            return Err(ValidationError::new("priority", format!("must be 0-{MAX_JOB_PRIORITY}, got {priority}")).into());
+            return Err(ValidationError::new(
+                "priority",
+                format!("must be 0-{MAX_JOB_PRIORITY}, got {priority}"),
+            )
+            .into());
         }
         if job.status.is_terminal() {
-            return Err(conflict(format!("job {id} has already ended ({})", job.status)));
+            return Err(conflict(format!(
+                "job {id} has already ended ({})",
+                job.status
+            )));
         }
         let runnable = job.status == JobStatus::Runnable;
         let old = RunKey::of(job);
@@ -299,7 +413,14 @@ impl State {
 
     /// Moves a job to `to`, records the transition and keeps the indexes in step.
     /// Leaving an active status frees the job's GPUs and ends its attempt's allocation.
-    pub(crate) fn set_status(&mut self, id: JobId, to: JobStatus, reason: &str, nodes: Vec<NodeName>, now: Millis) {
+    pub(crate) fn set_status(
+        &mut self,
+        id: JobId,
+        to: JobStatus,
+        reason: &str,
+        nodes: Vec<NodeName>,
+        now: Millis,
+    ) {
         let job = self.jobs.get_mut(&id).expect("job exists");
         let from = job.status;
         if from == to {
@@ -319,7 +440,11 @@ impl State {
         }
         if to == JobStatus::Runnable {
             job.pending_reason = Some(PendingReason::NotYetScheduled);
-            self.index.runnable.entry(share.clone()).or_default().insert(RunKey::of(job), Waiting::of(job));
+            self.index
+                .runnable
+                .entry(share.clone())
+                .or_default()
+                .insert(RunKey::of(job), Waiting::of(job));
         }
         let mut freed = vec![];
         if from.is_active() && !to.is_active() {
@@ -328,8 +453,16 @@ impl State {
             if let Some(set) = self.index.active_by_share.get_mut(&share) {
                 set.remove(&id);
             }
-            *self.index.share_used.entry((share.clone(), unit.clone())).or_default() -= total;
-            *self.index.queue_used.entry((queue.clone(), unit.clone())).or_default() -= total;
+            *self
+                .index
+                .share_used
+                .entry((share.clone(), unit.clone()))
+                .or_default() -= total;
+            *self
+                .index
+                .queue_used
+                .entry((queue.clone(), unit.clone()))
+                .or_default() -= total;
             job.stop = None;
             if let Some(a) = job.attempts.last() {
                 freed = a.allocation.clone();
@@ -337,12 +470,26 @@ impl State {
         }
         if !from.is_active() && to.is_active() {
             self.index.active.insert(id);
-            self.index.active_by_share.entry(share.clone()).or_default().insert(id);
-            *self.index.share_used.entry((share, unit.clone())).or_default() += total;
+            self.index
+                .active_by_share
+                .entry(share.clone())
+                .or_default()
+                .insert(id);
+            *self
+                .index
+                .share_used
+                .entry((share, unit.clone()))
+                .or_default() += total;
             *self.index.queue_used.entry((queue, unit)).or_default() += total;
         }
         job.status = to;
-        job.transitions.push(Transition { at: now, from, to, reason: reason.to_string(), nodes });
+        job.transitions.push(Transition {
+            at: now,
+            from,
+            to,
+            reason: reason.to_string(),
+            nodes,
+        });
         for na in freed {
             if let Some(node) = self.nodes.get_mut(&na.node) {
                 for (g, slot) in node.inventory.gpus.iter().zip(node.allocated.iter_mut()) {
@@ -354,22 +501,43 @@ impl State {
         }
     }
 
-    fn progress(&mut self, id: JobId, attempt: u32, event: &Progress, now: Millis) -> Result<(), ApplyError> {
+    fn progress(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        event: &Progress,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         let current = job.current_attempt().filter(|_| job.status.is_active());
         let Some(cur) = current else {
-            return Err(conflict(format!("job {id} has no attempt in progress (it is {})", job.status)));
+            return Err(conflict(format!(
+                "job {id} has no attempt in progress (it is {})",
+                job.status
+            )));
         };
         if cur.number != attempt {
-            return Err(conflict(format!("job {id} is on attempt {}, not {attempt}", cur.number)));
+            return Err(conflict(format!(
+                "job {id} is on attempt {}, not {attempt}",
+                cur.number
+            )));
         }
         let nodes: Vec<NodeName> = cur.allocation.iter().map(|a| a.node.clone()).collect();
         match event {
             Progress::Starting => {
                 if job.status != JobStatus::Scheduled {
-                    return Err(conflict(format!("job {id} is {}, not SCHEDULED", job.status)));
+                    return Err(conflict(format!(
+                        "job {id} is {}, not SCHEDULED",
+                        job.status
+                    )));
                 }
-                self.set_status(id, JobStatus::Starting, "agent is starting the job", nodes, now);
+                self.set_status(
+                    id,
+                    JobStatus::Starting,
+                    "agent is starting the job",
+                    nodes,
+                    now,
+                );
             }
             Progress::Running => {
                 if job.status == JobStatus::Running {
@@ -381,13 +549,22 @@ impl State {
                 }
                 self.set_status(id, JobStatus::Running, "process started", nodes, now);
             }
-            Progress::Exited { code, reason } => self.attempt_ended(id, *code, reason.as_deref(), nodes, now),
+            Progress::Exited { code, reason } => {
+                self.attempt_ended(id, *code, reason.as_deref(), nodes, now)
+            }
         }
         Ok(())
     }
 
     /// The attempt's process is gone: decide what the job becomes.
-    fn attempt_ended(&mut self, id: JobId, code: Option<i32>, why: Option<&str>, nodes: Vec<NodeName>, now: Millis) {
+    fn attempt_ended(
+        &mut self,
+        id: JobId,
+        code: Option<i32>,
+        why: Option<&str>,
+        nodes: Vec<NodeName>,
+        now: Millis,
+    ) {
         let job = self.jobs.get_mut(&id).expect("job exists");
         let stop = job.stop.clone();
         let how = match code {
@@ -395,8 +572,13 @@ impl State {
             None => "killed".to_string(),
         };
         let end = match &stop {
-            Some(s) => AttemptEnd::Stopped { kind: s.kind.clone(), code },
-            None => AttemptEnd::Exited { code: code.unwrap_or(-1) },
+            Some(s) => AttemptEnd::Stopped {
+                kind: s.kind.clone(),
+                code,
+            },
+            None => AttemptEnd::Exited {
+                code: code.unwrap_or(-1),
+            },
         };
         if let Some(a) = job.attempts.last_mut() {
             a.ended_at = Some(now);
@@ -413,9 +595,14 @@ impl State {
                     _ => (JobStatus::Runnable, format!("preempted ({reason}), {how}; requeued")),
                 }
             }
-            Some(Stop { kind: StopKind::Drain, reason, .. }) => {
-                (JobStatus::Runnable, format!("stopped ({reason}), {how}; requeued"))
-            }
+            Some(Stop {
+                kind: StopKind::Drain,
+                reason,
+                ..
+            }) => (
+                JobStatus::Runnable,
+                format!("stopped ({reason}), {how}; requeued"),
+            ),
             Some(Stop { reason, .. }) => (JobStatus::Cancelled, format!("{reason}; {how}")),
             None => match code {
                 Some(0) => (JobStatus::Succeeded, how),
@@ -425,7 +612,11 @@ impl State {
                     if job.failures < job.spec.retry_attempts {
                         (
                             JobStatus::Runnable,
-                            format!("{how}{why}; retry {} of {}", job.failures + 1, job.spec.retry_attempts),
+                            format!(
+                                "{how}{why}; retry {} of {}",
+                                job.failures + 1,
+                                job.spec.retry_attempts
+                            ),
                         )
                     } else {
                         (JobStatus::Failed, format!("{how}{why}"))
@@ -439,7 +630,10 @@ impl State {
     // ---- nodes ---------------------------------------------------------------------
 
     fn with_node(&mut self, name: &NodeName, f: impl FnOnce(&mut Node)) -> Result<(), ApplyError> {
-        let node = self.nodes.get_mut(name).ok_or_else(|| not_found("node", name))?;
+        let node = self
+            .nodes
+            .get_mut(name)
+            .ok_or_else(|| not_found("node", name))?;
         f(node);
         Ok(())
     }
@@ -457,11 +651,20 @@ impl State {
                 let mut allocated: Vec<Option<JobId>> = inv
                     .gpus
                     .iter()
-                    .map(|g| old.inventory.gpus.iter().position(|o| o.index == g.index).and_then(|i| old.allocated[i]))
+                    .map(|g| {
+                        old.inventory
+                            .gpus
+                            .iter()
+                            .position(|o| o.index == g.index)
+                            .and_then(|i| old.allocated[i])
+                    })
                     .collect();
                 for (g, a) in old.inventory.gpus.iter().zip(&old.allocated) {
                     if a.is_some() && !inv.gpus.iter().any(|n| n.index == g.index) {
-                        inv.gpus.push(Gpu { healthy: false, ..g.clone() });
+                        inv.gpus.push(Gpu {
+                            healthy: false,
+                            ..g.clone()
+                        });
                         allocated.push(*a);
                     }
                 }
@@ -473,26 +676,50 @@ impl State {
                 drain = Some(format!("GPU {} ({}) reported unhealthy", g.index, g.uuid));
             }
         }
-        let registered_at = self.nodes.get(&inv.name).map(|n| n.registered_at).unwrap_or(now);
+        let registered_at = self
+            .nodes
+            .get(&inv.name)
+            .map(|n| n.registered_at)
+            .unwrap_or(now);
         self.nodes.insert(
             inv.name.clone(),
-            Node { inventory: inv, allocated, drain, down: None, unreachable: false, last_heartbeat: now, registered_at },
+            Node {
+                inventory: inv,
+                allocated,
+                drain,
+                down: None,
+                unreachable: false,
+                last_heartbeat: now,
+                registered_at,
+            },
         );
         Ok(())
     }
 
     fn jobs_on(&self, node: &NodeName) -> Vec<JobId> {
-        let Some(n) = self.nodes.get(node) else { return vec![] };
+        let Some(n) = self.nodes.get(node) else {
+            return vec![];
+        };
         let set: BTreeSet<JobId> = n.allocated.iter().flatten().copied().collect();
         set.into_iter().collect()
     }
 
-    fn drain_node(&mut self, name: &NodeName, reason: &str, stop: bool, now: Millis) -> Result<(), ApplyError> {
+    fn drain_node(
+        &mut self,
+        name: &NodeName,
+        reason: &str,
+        stop: bool,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
         if !self.nodes.contains_key(name) {
             return Err(not_found("node", name));
         }
         if reason.trim().is_empty() {
-            return Err(ValidationError::new("reason", "a drain needs a reason (e.g. \"xid 79 on GPU 3\")").into());
+            return Err(ValidationError::new(
+                "reason",
+                "a drain needs a reason (e.g. \"xid 79 on GPU 3\")",
+            )
+            .into());
         }
         if reason.len() > 1024 {
             return Err(ValidationError::new("reason", "must be at most 1024 characters").into());
@@ -501,7 +728,12 @@ impl State {
         if stop {
             for id in self.jobs_on(name) {
                 if self.jobs[&id].stop.is_none() {
-                    self.stop_or_cancel(id, StopKind::Drain, &format!("node {name} drained: {reason}"), now);
+                    self.stop_or_cancel(
+                        id,
+                        StopKind::Drain,
+                        &format!("node {name} drained: {reason}"),
+                        now,
+                    );
                 }
             }
         }
@@ -515,7 +747,9 @@ impl State {
             return Err(not_found("node", name));
         }
         if reason.trim().is_empty() {
-            return Err(ValidationError::new("reason", "marking a node DOWN needs a reason").into());
+            return Err(
+                ValidationError::new("reason", "marking a node DOWN needs a reason").into(),
+            );
         }
         self.nodes.get_mut(name).expect("exists").down = Some(reason.to_string());
         for id in self.jobs_on(name) {
@@ -530,7 +764,13 @@ impl State {
                 a.ended_at = Some(now);
                 a.end = Some(AttemptEnd::Lost);
             }
-            self.set_status(id, JobStatus::Runnable, &format!("node {name} DOWN ({reason}); attempt lost, requeued"), nodes, now);
+            self.set_status(
+                id,
+                JobStatus::Runnable,
+                &format!("node {name} DOWN ({reason}); attempt lost, requeued"),
+                nodes,
+                now,
+            );
         }
         Ok(())
     }
@@ -541,7 +781,12 @@ impl State {
         let mut out = PlanOutcome::default();
         for (i, action) in plan.actions.iter().enumerate() {
             let r = match action {
-                Action::Place { job, allocation, borrowed, reason } => self.place(*job, allocation, *borrowed, reason, now),
+                Action::Place {
+                    job,
+                    allocation,
+                    borrowed,
+                    reason,
+                } => self.place(*job, allocation, *borrowed, reason, now),
                 Action::Preempt { job, kind, reason } => self.preempt(*job, kind, reason, now),
                 Action::Hold { job, hold } => self.hold(*job, hold.as_ref()),
             };
@@ -552,9 +797,15 @@ impl State {
         }
         for (id, reason) in &plan.reasons {
             if let Some(job) = self.jobs.get_mut(id) {
-                if job.status == JobStatus::Runnable && job.pending_reason.as_ref() != Some(reason) {
+                if job.status == JobStatus::Runnable && job.pending_reason.as_ref() != Some(reason)
+                {
                     job.pending_reason = Some(reason.clone());
-                    if let Some(w) = self.index.runnable.get_mut(&job.spec.share).and_then(|m| m.get_mut(&RunKey::of(job))) {
+                    if let Some(w) = self
+                        .index
+                        .runnable
+                        .get_mut(&job.spec.share)
+                        .and_then(|m| m.get_mut(&RunKey::of(job)))
+                    {
                         w.reason = Some(reason.clone());
                     }
                     out.applied += 1;
@@ -570,54 +821,106 @@ impl State {
     /// Re-verifies a placement against the current state: the job still waits, the nodes
     /// are usable and in its environment, the GPUs are free, healthy and of its unit, and
     /// the share's ceiling and the environment's cap still allow it. All or nothing.
-    fn place(&mut self, id: JobId, alloc: &[NodeAlloc], borrowed: bool, reason: &str, now: Millis) -> Result<(), ApplyError> {
+    fn place(
+        &mut self,
+        id: JobId,
+        alloc: &[NodeAlloc],
+        borrowed: bool,
+        reason: &str,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if job.status != JobStatus::Runnable {
-            return Err(ApplyError::Stale(format!("job {id} is {}, not RUNNABLE", job.status)));
+            return Err(ApplyError::Stale(format!(
+                "job {id} is {}, not RUNNABLE",
+                job.status
+            )));
         }
         let req = &job.spec.request;
-        let share = self.shares.get(&job.spec.share).ok_or_else(|| ApplyError::Stale(format!("share {} is gone", job.spec.share)))?;
+        let share = self
+            .shares
+            .get(&job.spec.share)
+            .ok_or_else(|| ApplyError::Stale(format!("share {} is gone", job.spec.share)))?;
         if share.state != ObjState::Enabled {
-            return Err(ApplyError::Stale(format!("share {} is DISABLED", share.name)));
+            return Err(ApplyError::Stale(format!(
+                "share {} is DISABLED",
+                share.name
+            )));
         }
-        let queue = self.queues.get(&job.spec.queue).ok_or_else(|| ApplyError::Stale("queue is gone".into()))?;
-        let env = self.environments.get(&queue.environment).ok_or_else(|| ApplyError::Stale("environment is gone".into()))?;
+        let queue = self
+            .queues
+            .get(&job.spec.queue)
+            .ok_or_else(|| ApplyError::Stale("queue is gone".into()))?;
+        let env = self
+            .environments
+            .get(&queue.environment)
+            .ok_or_else(|| ApplyError::Stale("environment is gone".into()))?;
         if queue.state != ObjState::Enabled || env.state != ObjState::Enabled {
-            return Err(ApplyError::Stale(format!("queue {} or its environment is DISABLED", queue.name)));
+            return Err(ApplyError::Stale(format!(
+                "queue {} or its environment is DISABLED",
+                queue.name
+            )));
         }
         if alloc.len() != req.nodes as usize {
-            return Err(ApplyError::Stale(format!("job {id} needs {} nodes, plan gives {}", req.nodes, alloc.len())));
+            return Err(ApplyError::Stale(format!(
+                "job {id} needs {} nodes, plan gives {}",
+                req.nodes,
+                alloc.len()
+            )));
         }
         let mut seen_nodes = BTreeSet::new();
         for na in alloc {
             if !seen_nodes.insert(&na.node) {
                 return Err(ApplyError::Stale(format!("node {} listed twice", na.node)));
             }
-            let node = self.nodes.get(&na.node).ok_or_else(|| ApplyError::Stale(format!("node {} is gone", na.node)))?;
+            let node = self
+                .nodes
+                .get(&na.node)
+                .ok_or_else(|| ApplyError::Stale(format!("node {} is gone", na.node)))?;
             if !node.schedulable() {
-                return Err(ApplyError::Stale(format!("node {} is {}", na.node, node.state())));
+                return Err(ApplyError::Stale(format!(
+                    "node {} is {}",
+                    na.node,
+                    node.state()
+                )));
             }
             if !env.selects(&node.inventory.labels) {
-                return Err(ApplyError::Stale(format!("node {} is not in environment {}", na.node, env.name)));
+                return Err(ApplyError::Stale(format!(
+                    "node {} is not in environment {}",
+                    na.node, env.name
+                )));
             }
             let distinct: BTreeSet<_> = na.gpus.iter().collect();
             if na.gpus.len() != req.gpus_per_node as usize || distinct.len() != na.gpus.len() {
-                return Err(ApplyError::Stale(format!("job {id} needs {} distinct GPUs on {}", req.gpus_per_node, na.node)));
+                return Err(ApplyError::Stale(format!(
+                    "job {id} needs {} distinct GPUs on {}",
+                    req.gpus_per_node, na.node
+                )));
             }
             for gi in &na.gpus {
                 let pos = node.inventory.gpus.iter().position(|g| g.index == *gi);
                 let Some(pos) = pos else {
-                    return Err(ApplyError::Stale(format!("GPU {}:{gi} does not exist", na.node)));
+                    return Err(ApplyError::Stale(format!(
+                        "GPU {}:{gi} does not exist",
+                        na.node
+                    )));
                 };
                 let g = &node.inventory.gpus[pos];
                 if !g.healthy || g.unit != req.unit || node.allocated[pos].is_some() {
-                    return Err(ApplyError::Stale(format!("GPU {}:{gi} is not free for {}", na.node, req.unit)));
+                    return Err(ApplyError::Stale(format!(
+                        "GPU {}:{gi} is not free for {}",
+                        na.node, req.unit
+                    )));
                 }
             }
         }
         let need = req.total_gpus();
         let used = self.share_used(&share.name, &req.unit);
-        let limit = if borrowed { share.ceiling_for(&req.unit) } else { Some(share.max_for(&req.unit) as u64) };
+        let limit = if borrowed {
+            share.ceiling_for(&req.unit)
+        } else {
+            Some(share.max_for(&req.unit) as u64)
+        };
         if let Some(limit) = limit {
             if (used + need) as u64 > limit {
                 return Err(ApplyError::Stale(format!(
@@ -631,7 +934,12 @@ impl State {
         if let Some(cap) = limit_for(&env.capacity_limits, &req.unit) {
             let env_used = self.env_used(&env.name, &req.unit);
             if env_used + need > cap {
-                return Err(ApplyError::Stale(format!("environment {} would hold {} of {cap} {}", env.name, env_used + need, req.unit)));
+                return Err(ApplyError::Stale(format!(
+                    "environment {} would hold {} of {cap} {}",
+                    env.name,
+                    env_used + need,
+                    req.unit
+                )));
             }
         }
         // Accepted: bind the GPUs and open a new attempt.
@@ -659,10 +967,19 @@ impl State {
         Ok(())
     }
 
-    fn preempt(&mut self, id: JobId, kind: &StopKind, reason: &str, now: Millis) -> Result<(), ApplyError> {
+    fn preempt(
+        &mut self,
+        id: JobId,
+        kind: &StopKind,
+        reason: &str,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if !job.status.is_active() || job.stop.is_some() {
-            return Err(ApplyError::Stale(format!("job {id} is {} and cannot be preempted now", job.status)));
+            return Err(ApplyError::Stale(format!(
+                "job {id} is {} and cannot be preempted now",
+                job.status
+            )));
         }
         if let Some(f) = kind.for_job() {
             if self.jobs.get(&f).map(|j| j.status) != Some(JobStatus::Runnable) {
@@ -676,7 +993,10 @@ impl State {
     fn hold(&mut self, id: JobId, hold: Option<&Hold>) -> Result<(), ApplyError> {
         let job = self.jobs.get_mut(&id).ok_or_else(|| not_found("job", id))?;
         if job.status != JobStatus::Runnable {
-            return Err(ApplyError::Stale(format!("job {id} is {}, not RUNNABLE", job.status)));
+            return Err(ApplyError::Stale(format!(
+                "job {id} is {}, not RUNNABLE",
+                job.status
+            )));
         }
         job.hold = hold.cloned();
         if job.hold.is_some() {
@@ -684,7 +1004,12 @@ impl State {
         } else {
             self.index.holding.remove(&id);
         }
-        if let Some(w) = self.index.runnable.get_mut(&job.spec.share).and_then(|m| m.get_mut(&RunKey::of(job))) {
+        if let Some(w) = self
+            .index
+            .runnable
+            .get_mut(&job.spec.share)
+            .and_then(|m| m.get_mut(&RunKey::of(job)))
+        {
             w.has_hold = job.hold.is_some();
         }
         Ok(())

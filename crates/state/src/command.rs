@@ -17,17 +17,42 @@ pub enum Command {
     PutShare(QuotaShare),
     DeleteShare(ShareName),
     Submit(JobSpec),
-    Cancel { job: JobId, reason: String },
-    UpdatePriority { job: JobId, priority: u32 },
+    Cancel {
+        job: JobId,
+        reason: String,
+    },
+    UpdatePriority {
+        job: JobId,
+        priority: u32,
+    },
     RegisterNode(NodeInventory),
-    Heartbeat { node: NodeName },
-    DrainNode { node: NodeName, reason: String, now: bool },
-    ResumeNode { node: NodeName },
-    NodeUnreachable { node: NodeName },
-    NodeDown { node: NodeName, reason: String },
-    NodeUp { node: NodeName },
+    Heartbeat {
+        node: NodeName,
+    },
+    DrainNode {
+        node: NodeName,
+        reason: String,
+        now: bool,
+    },
+    ResumeNode {
+        node: NodeName,
+    },
+    NodeUnreachable {
+        node: NodeName,
+    },
+    NodeDown {
+        node: NodeName,
+        reason: String,
+    },
+    NodeUp {
+        node: NodeName,
+    },
     /// An agent's report about an attempt of a job on its node.
-    JobProgress { job: JobId, attempt: u32, event: Progress },
+    JobProgress {
+        job: JobId,
+        attempt: u32,
+        event: Progress,
+    },
     /// The scheduler's plan, re-verified action by action.
     ApplyPlan(Plan),
 }
@@ -41,7 +66,10 @@ pub enum Progress {
     Running,
     /// No process of the attempt is left. `code` is `None` when it was killed by a
     /// signal (SIGKILL at the end of the grace period, or the time limit).
-    Exited { code: Option<i32>, reason: Option<String> },
+    Exited {
+        code: Option<i32>,
+        reason: Option<String>,
+    },
 }
 
 /// What an accepted command did.
@@ -49,7 +77,10 @@ pub enum Progress {
 pub enum Outcome {
     Done,
     /// A submit: the job's id; `existing` when the client token had been seen before.
-    Submitted { job: JobId, existing: bool },
+    Submitted {
+        job: JobId,
+        existing: bool,
+    },
     /// A plan: how many actions took effect and which were rejected as stale.
     Plan(PlanOutcome),
 }
@@ -81,7 +112,10 @@ impl From<ValidationError> for ApplyError {
 }
 
 pub(crate) fn not_found(kind: &str, name: impl std::fmt::Display) -> ApplyError {
-    ApplyError::NotFound { kind: kind.into(), name: name.to_string() }
+    ApplyError::NotFound {
+        kind: kind.into(),
+        name: name.to_string(),
+    }
 }
 
 pub(crate) fn conflict(msg: impl Into<String>) -> ApplyError {

@@ -21,11 +21,17 @@ impl Plan {
     }
 
     pub fn placements(&self) -> usize {
-        self.actions.iter().filter(|a| matches!(a, Action::Place { .. })).count()
+        self.actions
+            .iter()
+            .filter(|a| matches!(a, Action::Place { .. }))
+            .count()
     }
 
     pub fn preemptions(&self) -> usize {
-        self.actions.iter().filter(|a| matches!(a, Action::Preempt { .. })).count()
+        self.actions
+            .iter()
+            .filter(|a| matches!(a, Action::Preempt { .. }))
+            .count()
     }
 }
 
@@ -33,9 +39,18 @@ impl Plan {
 pub enum Action {
     /// Start `job` on these GPUs (all nodes of a gang in one action: all or nothing).
     /// `borrowed` when the job takes its share above its max.
-    Place { job: JobId, allocation: Vec<NodeAlloc>, borrowed: bool, reason: String },
+    Place {
+        job: JobId,
+        allocation: Vec<NodeAlloc>,
+        borrowed: bool,
+        reason: String,
+    },
     /// Send `job` its checkpoint signal; it is killed when its grace ends.
-    Preempt { job: JobId, kind: StopKind, reason: String },
+    Preempt {
+        job: JobId,
+        kind: StopKind,
+        reason: String,
+    },
     /// Hold GPUs for `job` while its victims exit; `None` releases a hold.
     Hold { job: JobId, hold: Option<Hold> },
 }

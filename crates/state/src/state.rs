@@ -16,7 +16,11 @@ pub struct RunKey {
 
 impl RunKey {
     pub fn of(job: &Job) -> RunKey {
-        RunKey { priority: Reverse(job.spec.priority), submitted_at: job.submitted_at, id: job.id }
+        RunKey {
+            priority: Reverse(job.spec.priority),
+            submitted_at: job.submitted_at,
+            id: job.id,
+        }
     }
 }
 
@@ -101,20 +105,28 @@ pub struct SnapshotError(String);
 
 impl State {
     pub fn new() -> State {
-        State { next_job_id: 1, ..Default::default() }
+        State {
+            next_job_id: 1,
+            ..Default::default()
+        }
     }
 
     /// Encodes the replicated fields (bincode, standard config).
     pub fn snapshot(&self) -> Vec<u8> {
-        bincode::serde::encode_to_vec(self, bincode::config::standard()).expect("state always encodes")
+        bincode::serde::encode_to_vec(self, bincode::config::standard())
+            .expect("state always encodes")
     }
 
     /// Decodes a snapshot and rebuilds the indexes.
     pub fn restore(bytes: &[u8]) -> Result<State, SnapshotError> {
-        let (mut s, used): (State, usize) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-            .map_err(|e| SnapshotError(e.to_string()))?;
+        let (mut s, used): (State, usize) =
+            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+                .map_err(|e| SnapshotError(e.to_string()))?;
         if used != bytes.len() {
-            return Err(SnapshotError(format!("{} trailing bytes", bytes.len() - used)));
+            return Err(SnapshotError(format!(
+                "{} trailing bytes",
+                bytes.len() - used
+            )));
         }
         s.rebuild_index();
         Ok(s)
@@ -124,20 +136,30 @@ impl State {
         let mut ix = Index::default();
         for job in self.jobs.values() {
             if job.status == JobStatus::Runnable {
-                ix.runnable.entry(job.spec.share.clone()).or_default().insert(RunKey::of(job), Waiting::of(job));
+                ix.runnable
+                    .entry(job.spec.share.clone())
+                    .or_default()
+                    .insert(RunKey::of(job), Waiting::of(job));
                 if job.hold.is_some() {
                     ix.holding.insert(job.id);
                 }
             }
             if job.status.is_active() {
                 ix.active.insert(job.id);
-                ix.active_by_share.entry(job.spec.share.clone()).or_default().insert(job.id);
+                ix.active_by_share
+                    .entry(job.spec.share.clone())
+                    .or_default()
+                    .insert(job.id);
                 if job.stop.is_some() {
                     ix.stopping.insert(job.id);
                 }
                 let n = job.spec.request.total_gpus();
-                *ix.share_used.entry((job.spec.share.clone(), job.spec.request.unit.clone())).or_default() += n;
-                *ix.queue_used.entry((job.spec.queue.clone(), job.spec.request.unit.clone())).or_default() += n;
+                *ix.share_used
+                    .entry((job.spec.share.clone(), job.spec.request.unit.clone()))
+                    .or_default() += n;
+                *ix.queue_used
+                    .entry((job.spec.queue.clone(), job.spec.request.unit.clone()))
+                    .or_default() += n;
             }
         }
         self.index = ix;
@@ -150,7 +172,12 @@ impl State {
 
     /// Active jobs of a share.
     pub fn active_in(&self, share: &ShareName) -> impl Iterator<Item = &Job> + '_ {
-        self.index.active_by_share.get(share).into_iter().flatten().map(|id| &self.jobs[id])
+        self.index
+            .active_by_share
+            .get(share)
+            .into_iter()
+            .flatten()
+            .map(|id| &self.jobs[id])
     }
 
     /// RUNNABLE jobs holding GPUs for themselves.
@@ -189,12 +216,21 @@ impl State {
         self.queues
             .values()
             .filter(|q| &q.environment == env)
-            .map(|q| self.index.queue_used.get(&(q.name.clone(), unit.clone())).copied().unwrap_or(0))
+            .map(|q| {
+                self.index
+                    .queue_used
+                    .get(&(q.name.clone(), unit.clone()))
+                    .copied()
+                    .unwrap_or(0)
+            })
             .sum()
     }
 
     /// Shares of a queue, by name.
-    pub fn shares_of<'a>(&'a self, queue: &'a QueueName) -> impl Iterator<Item = &'a QuotaShare> + 'a {
+    pub fn shares_of<'a>(
+        &'a self,
+        queue: &'a QueueName,
+    ) -> impl Iterator<Item = &'a QuotaShare> + 'a {
         self.shares.values().filter(move |s| &s.queue == queue)
     }
 
@@ -209,45 +245,85 @@ impl State {
         let a = &self.index;
         let b = &fresh.index;
         let strip = |m: &BTreeMap<(ShareName, Unit), u32>| -> BTreeMap<(ShareName, Unit), u32> {
-            m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.clone(), *v)).collect()
+            m.iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect()
         };
         let stripq = |m: &BTreeMap<(QueueName, Unit), u32>| -> BTreeMap<(QueueName, Unit), u32> {
-            m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.clone(), *v)).collect()
+            m.iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect()
         };
         let nonempty = |m: &BTreeMap<ShareName, BTreeMap<RunKey, Waiting>>| -> BTreeMap<ShareName, BTreeMap<RunKey, Waiting>> {
             m.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect()
         };
-        let nonempty_set = |m: &BTreeMap<ShareName, BTreeSet<JobId>>| -> BTreeMap<ShareName, BTreeSet<JobId>> {
-            m.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
+        let nonempty_set =
+            |m: &BTreeMap<ShareName, BTreeSet<JobId>>| -> BTreeMap<ShareName, BTreeSet<JobId>> {
+                m.iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            };
         if nonempty(&a.runnable) != nonempty(&b.runnable) {
             return Err("runnable index differs".into());
         }
-        if a.active != b.active || nonempty_set(&a.active_by_share) != nonempty_set(&b.active_by_share) || a.stopping != b.stopping || a.holding != b.holding {
+        if a.active != b.active
+            || nonempty_set(&a.active_by_share) != nonempty_set(&b.active_by_share)
+            || a.stopping != b.stopping
+            || a.holding != b.holding
+        {
             return Err("active or stopping index differs".into());
         }
-        if strip(&a.share_used) != strip(&b.share_used) || stripq(&a.queue_used) != stripq(&b.queue_used) {
-            return Err(format!("usage index differs: {:?} vs {:?}", a.share_used, b.share_used));
+        if strip(&a.share_used) != strip(&b.share_used)
+            || stripq(&a.queue_used) != stripq(&b.queue_used)
+        {
+            return Err(format!(
+                "usage index differs: {:?} vs {:?}",
+                a.share_used, b.share_used
+            ));
         }
         // Every allocated GPU belongs to an active job that lists it, and vice versa.
         let mut seen = 0usize;
         for node in self.nodes.values() {
             for (g, a) in node.inventory.gpus.iter().zip(&node.allocated) {
                 if let Some(id) = a {
-                    let job = self.jobs.get(id).ok_or(format!("gpu held by unknown job {id}"))?;
+                    let job = self
+                        .jobs
+                        .get(id)
+                        .ok_or(format!("gpu held by unknown job {id}"))?;
                     if !job.status.is_active() {
-                        return Err(format!("gpu {}:{} held by {} job {id}", node.name(), g.index, job.status));
+                        return Err(format!(
+                            "gpu {}:{} held by {} job {id}",
+                            node.name(),
+                            g.index,
+                            job.status
+                        ));
                     }
-                    if !job.allocation().iter().any(|na| &na.node == node.name() && na.gpus.contains(&g.index)) {
-                        return Err(format!("gpu {}:{} held by job {id} that does not list it", node.name(), g.index));
+                    if !job
+                        .allocation()
+                        .iter()
+                        .any(|na| &na.node == node.name() && na.gpus.contains(&g.index))
+                    {
+                        return Err(format!(
+                            "gpu {}:{} held by job {id} that does not list it",
+                            node.name(),
+                            g.index
+                        ));
                     }
                     seen += 1;
                 }
             }
         }
-        let listed: usize = self.active_jobs().map(|j| j.allocation().iter().map(|a| a.gpus.len()).sum::<usize>()).sum();
+        let listed: usize = self
+            .active_jobs()
+            .map(|j| j.allocation().iter().map(|a| a.gpus.len()).sum::<usize>())
+            .sum();
         if listed != seen {
-            return Err(format!("active jobs list {listed} GPUs, nodes show {seen} allocated"));
+            return Err(format!(
+                "active jobs list {listed} GPUs, nodes show {seen} allocated"
+            ));
         }
         Ok(())
     }

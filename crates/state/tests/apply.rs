@@ -1,0 +1,565 @@
+//! The state machine's contract: deterministic, total, rejected commands change nothing,
+//! idempotent submits, re-verified plans, exact snapshots.
+
+use proptest::prelude::{
+    any, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig, Strategy as Gen, TestCaseError,
+};
+use std::collections::BTreeMap;
+use tranche_model::*;
+use tranche_state::*;
+
+fn ok(st: &mut State, cmd: Command, now: Millis) -> Outcome {
+    st.apply(&cmd, now)
+        .unwrap_or_else(|e| panic!("{cmd:?} refused: {e}"))
+}
+
+fn share(name: &str, strategy: Strategy, max: u32) -> QuotaShare {
+    QuotaShare {
+        name: name.into(),
+        queue: "q".into(),
+        capacity_limits: vec![CapacityLimit {
+            unit: "h100".into(),
+            max,
+        }],
+        resource_sharing: ResourceSharing {
+            strategy,
+            borrow_limit: None,
+        },
+        in_share_preemption: false,
+        state: ObjState::Enabled,
+        members: vec![],
+        default_grace_s: 30,
+        max_grace_s: 600,
+        min_runtime_s: 0,
+    }
+}
+
+fn node(name: &str, gpus: u32) -> NodeInventory {
+    NodeInventory {
+        name: name.into(),
+        address: "127.0.0.1".into(),
+        labels: BTreeMap::new(),
+        gpus: (0..gpus)
+            .map(|i| Gpu {
+                index: GpuIndex(i),
+                uuid: format!("GPU-{name}-{i}"),
+                unit: "h100".into(),
+                memory_mb: 80_000,
+                healthy: true,
+            })
+            .collect(),
+        cpus: 64,
+        memory_mb: 512_000,
+    }
+}
+
+/// Two 8-GPU nodes, one queue, shares `a` (LEND_AND_BORROW, max 8) and `b` (LEND, max 8).
+fn cluster() -> State {
+    let mut st = State::new();
+    ok(
+        &mut st,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: 16,
+            }],
+            state: ObjState::Enabled,
+        }),
+        0,
+    );
+    ok(
+        &mut st,
+        Command::PutPolicy(SchedulingPolicy {
+            name: "fifo".into(),
+            idle_resource_assignment: IdleAssignment::Fifo,
+        }),
+        0,
+    );
+    ok(
+        &mut st,
+        Command::PutQueue(JobQueue {
+            name: "q".into(),
+            priority: 1,
+            state: ObjState::Enabled,
+            environment: "gpu".into(),
+            policy: "fifo".into(),
+        }),
+        0,
+    );
+    ok(
+        &mut st,
+        Command::PutShare(share("a", Strategy::LendAndBorrow, 8)),
+        0,
+    );
+    ok(&mut st, Command::PutShare(share("b", Strategy::Lend, 8)), 0);
+    ok(&mut st, Command::RegisterNode(node("n1", 8)), 0);
+    ok(&mut st, Command::RegisterNode(node("n2", 8)), 0);
+    st
+}
+
+fn submit(st: &mut State, share: &str, gpus: u32, nodes: u32, now: Millis) -> JobId {
+    match ok(
+        st,
+        Command::Submit(JobSpec::new("j", "q", share, "alice", "h100", gpus, nodes)),
+        now,
+    ) {
+        Outcome::Submitted { job, .. } => job,
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn rejected_commands_change_nothing_and_name_the_rule() {
+    let mut st = cluster();
+    let before = st.snapshot();
+    let mut bad = share("c", Strategy::Lend, 8);
+    bad.resource_sharing.borrow_limit = Some(10);
+    let cases: Vec<(Command, &str)> = vec![
+        (
+            Command::PutShare(bad),
+            "only allowed with strategy LEND_AND_BORROW",
+        ),
+        (
+            Command::DeleteShare("a".into()),
+            "must be DISABLED before it is deleted",
+        ),
+        (
+            Command::Submit(JobSpec::new("j", "q", "nope", "alice", "h100", 1, 1)),
+            "quota share nope does not exist",
+        ),
+        (
+            Command::Submit(JobSpec::new("j", "q", "a", "alice", "a100", 1, 1)),
+            "unknown unit",
+        ),
+        (
+            Command::Submit(JobSpec {
+                priority: 10_000,
+                ..JobSpec::new("j", "q", "a", "alice", "h100", 1, 1)
+            }),
+            "0-9999",
+        ),
+        (
+            Command::Cancel {
+                job: JobId(99),
+                reason: String::new(),
+            },
+            "job 99 does not exist",
+        ),
+        (
+            Command::DrainNode {
+                node: "n1".into(),
+                reason: " ".into(),
+                now: false,
+            },
+            "needs a reason",
+        ),
+        (Command::DeleteEnvironment("gpu".into()), "used by queue q"),
+    ];
+    for (cmd, rule) in cases {
+        let e = st.apply(&cmd, 5).expect_err("must be refused");
+        assert!(e.to_string().contains(rule), "{e} should say {rule}");
+        assert_eq!(st.snapshot(), before, "{cmd:?} changed the state");
+    }
+}
+
+#[test]
+fn a_queue_takes_at_most_twenty_shares() {
+    let mut st = cluster();
+    for i in 0..18 {
+        ok(
+            &mut st,
+            Command::PutShare(share(&format!("s{i}"), Strategy::Lend, 1)),
+            0,
+        );
+    }
+    let e = st
+        .apply(
+            &Command::PutShare(share("one-too-many", Strategy::Lend, 1)),
+            0,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("at most 20"), "{e}");
+    // Updating an existing share is not adding one.
+    ok(
+        &mut st,
+        Command::PutShare(share("s0", Strategy::Reserve, 2)),
+        0,
+    );
+}
+
+#[test]
+fn grace_above_the_share_max_is_refused() {
+    let mut st = cluster();
+    let mut spec = JobSpec::new("j", "q", "a", "alice", "h100", 1, 1);
+    spec.checkpoint.grace_s = Some(601);
+    let e = st.apply(&Command::Submit(spec), 0).unwrap_err();
+    assert!(
+        e.to_string().contains("checkpoint.grace_s") && e.to_string().contains("600"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_same_client_token_returns_the_first_job() {
+    let mut st = cluster();
+    let mut spec = JobSpec::new("j", "q", "a", "alice", "h100", 1, 1);
+    spec.client_token = Some("tok-1".into());
+    let first = ok(&mut st, Command::Submit(spec.clone()), 1);
+    let again = ok(&mut st, Command::Submit(spec.clone()), 2);
+    let Outcome::Submitted {
+        job,
+        existing: false,
+    } = first
+    else {
+        panic!("{first:?}")
+    };
+    assert_eq!(
+        again,
+        Outcome::Submitted {
+            job,
+            existing: true
+        }
+    );
+    assert_eq!(st.jobs.len(), 1);
+    // Another user's identical token is a different job.
+    spec.user = "bob".into();
+    let Outcome::Submitted {
+        job: other,
+        existing: false,
+    } = ok(&mut st, Command::Submit(spec), 3)
+    else {
+        panic!()
+    };
+    assert_ne!(other, job);
+}
+
+#[test]
+fn a_stale_plan_is_rejected_per_action_and_a_gang_as_a_whole() {
+    let mut st = cluster();
+    let single = submit(&mut st, "a", 4, 1, 1);
+    let gang = submit(&mut st, "b", 4, 2, 2);
+    let plan = tranche_sched::plan(&st, 3);
+    assert_eq!(plan.placements(), 2, "{plan:?}");
+    // Between planning and applying, n2 is drained: the gang (which needs n2) must not
+    // start on n1 alone; the single job placed on n1 still may.
+    ok(
+        &mut st,
+        Command::DrainNode {
+            node: "n2".into(),
+            reason: "xid 79".into(),
+            now: false,
+        },
+        4,
+    );
+    let Outcome::Plan(out) = ok(&mut st, Command::ApplyPlan(plan), 5) else {
+        panic!()
+    };
+    assert_eq!(out.rejected.len(), 1, "{out:?}");
+    assert!(
+        matches!(&out.rejected[0].1, ApplyError::Stale(m) if m.contains("n2")),
+        "{out:?}"
+    );
+    let placed: Vec<_> = st.active_jobs().map(|j| j.id).collect();
+    assert_eq!(placed, vec![single]);
+    assert_eq!(st.jobs[&gang].status, JobStatus::Runnable);
+    assert!(st
+        .nodes
+        .values()
+        .flat_map(|n| &n.allocated)
+        .flatten()
+        .all(|id| *id == single));
+    st.check_index().unwrap();
+}
+
+#[test]
+fn a_plan_that_would_exceed_a_share_ceiling_is_rejected() {
+    let mut st = cluster();
+    let j1 = submit(&mut st, "b", 8, 1, 1);
+    let plan = tranche_sched::plan(&st, 2);
+    // Meanwhile the admin lowers b's max to 4: the placement no longer fits.
+    ok(&mut st, Command::PutShare(share("b", Strategy::Lend, 4)), 2);
+    let Outcome::Plan(out) = ok(&mut st, Command::ApplyPlan(plan), 3) else {
+        panic!()
+    };
+    assert_eq!(out.rejected.len(), 1);
+    assert_eq!(st.jobs[&j1].status, JobStatus::Runnable);
+}
+
+fn place_and_run(st: &mut State, now: Millis) {
+    let plan = tranche_sched::plan(st, now);
+    ok(st, Command::ApplyPlan(plan), now);
+    let started: Vec<(JobId, u32)> = st
+        .active_jobs()
+        .filter(|j| j.status != JobStatus::Running)
+        .map(|j| (j.id, j.attempts.len() as u32))
+        .collect();
+    for (job, attempt) in started {
+        ok(
+            st,
+            Command::JobProgress {
+                job,
+                attempt,
+                event: Progress::Running,
+            },
+            now,
+        );
+    }
+}
+
+fn exit(st: &mut State, job: JobId, code: Option<i32>, now: Millis) {
+    let attempt = st.jobs[&job].attempts.len() as u32;
+    ok(
+        st,
+        Command::JobProgress {
+            job,
+            attempt,
+            event: Progress::Exited { code, reason: None },
+        },
+        now,
+    );
+}
+
+#[test]
+fn preemption_requeues_until_preemption_retries_are_used_up() {
+    let mut st = cluster();
+    let own = submit(&mut st, "a", 8, 1, 1);
+    let mut spec = JobSpec::new("borrower", "q", "a", "alice", "h100", 8, 1);
+    spec.preemption_retries = Some(1);
+    let Outcome::Submitted { job: borrower, .. } = ok(&mut st, Command::Submit(spec), 2) else {
+        panic!()
+    };
+    for round in 1..=2u32 {
+        place_and_run(&mut st, 10 * round as u64);
+        assert!(st.jobs[&borrower].current_attempt().unwrap().borrowed);
+        // The lender's job arrives: the borrower is reclaimed, never the own-capacity job.
+        let lender = submit(&mut st, "b", 8, 1, 10 * round as u64 + 1);
+        place_and_run(&mut st, 10 * round as u64 + 2);
+        assert!(st.jobs[&borrower].preempting());
+        assert!(st.jobs[&own].stop.is_none());
+        assert!(
+            st.jobs[&lender].hold.is_some(),
+            "the freed GPUs are held for the lender"
+        );
+        exit(&mut st, borrower, Some(0), 10 * round as u64 + 3);
+        let j = &st.jobs[&borrower];
+        assert_eq!(j.preemptions, round);
+        assert_eq!(j.submitted_at, 2, "a requeued job keeps its submit time");
+        if round == 1 {
+            assert_eq!(
+                j.status,
+                JobStatus::Runnable,
+                "preemption_retries = 1 allows one requeue"
+            );
+            place_and_run(&mut st, 14);
+            assert_eq!(st.jobs[&lender].status, JobStatus::Running);
+            exit(&mut st, lender, Some(0), 15);
+        } else {
+            assert_eq!(
+                j.status,
+                JobStatus::Failed,
+                "the second preemption fails it"
+            );
+            assert!(j
+                .transitions
+                .last()
+                .unwrap()
+                .reason
+                .contains("preemption_retries = 1"));
+        }
+        st.check_index().unwrap();
+    }
+}
+
+#[test]
+fn drain_now_requeues_without_counting_a_preemption() {
+    let mut st = cluster();
+    let job = submit(&mut st, "a", 8, 1, 1);
+    place_and_run(&mut st, 2);
+    ok(
+        &mut st,
+        Command::DrainNode {
+            node: "n1".into(),
+            reason: "maintenance".into(),
+            now: true,
+        },
+        3,
+    );
+    assert!(matches!(
+        st.jobs[&job].stop,
+        Some(Stop {
+            kind: StopKind::Drain,
+            ..
+        })
+    ));
+    assert_eq!(st.nodes[&NodeName::from("n1")].state(), NodeState::Draining);
+    exit(&mut st, job, None, 4);
+    let j = &st.jobs[&job];
+    assert_eq!(
+        (j.status, j.preemptions, j.failures),
+        (JobStatus::Runnable, 0, 0)
+    );
+    assert_eq!(st.nodes[&NodeName::from("n1")].state(), NodeState::Drained);
+    place_and_run(&mut st, 5);
+    assert_eq!(
+        st.jobs[&job].allocation()[0].node.as_str(),
+        "n2",
+        "never placed on a drained node"
+    );
+}
+
+#[test]
+fn node_down_requeues_its_jobs_and_frees_every_gpu_of_a_gang() {
+    let mut st = cluster();
+    let gang = submit(&mut st, "a", 8, 2, 1);
+    let plan = tranche_sched::plan(&st, 2);
+    ok(&mut st, Command::ApplyPlan(plan), 2);
+    assert_eq!(st.jobs[&gang].status, JobStatus::Scheduled);
+    ok(
+        &mut st,
+        Command::NodeDown {
+            node: "n1".into(),
+            reason: "no heartbeat".into(),
+        },
+        3,
+    );
+    let j = &st.jobs[&gang];
+    assert_eq!(j.status, JobStatus::Runnable);
+    assert_eq!(j.attempts[0].end, Some(AttemptEnd::Lost));
+    assert!(st
+        .nodes
+        .values()
+        .all(|n| n.allocated.iter().all(|a| a.is_none())));
+    assert_eq!(st.share_used(&"a".into(), &"h100".into()), 0);
+    st.check_index().unwrap();
+}
+
+#[test]
+fn cancelling_a_running_job_waits_for_its_exit() {
+    let mut st = cluster();
+    let job = submit(&mut st, "a", 2, 1, 1);
+    let plan = tranche_sched::plan(&st, 2);
+    ok(&mut st, Command::ApplyPlan(plan), 2);
+    ok(
+        &mut st,
+        Command::JobProgress {
+            job,
+            attempt: 1,
+            event: Progress::Running,
+        },
+        3,
+    );
+    ok(
+        &mut st,
+        Command::Cancel {
+            job,
+            reason: "user".into(),
+        },
+        4,
+    );
+    assert_eq!(st.jobs[&job].status, JobStatus::Running);
+    assert_eq!(
+        st.jobs[&job].stop.as_ref().unwrap().deadline,
+        4 + 30 * SECOND
+    );
+    ok(
+        &mut st,
+        Command::JobProgress {
+            job,
+            attempt: 1,
+            event: Progress::Exited {
+                code: None,
+                reason: None,
+            },
+        },
+        5,
+    );
+    assert_eq!(st.jobs[&job].status, JobStatus::Cancelled);
+    let e = st
+        .apply(
+            &Command::Cancel {
+                job,
+                reason: String::new(),
+            },
+            6,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("already ended"));
+}
+
+/// Random command streams against a small cluster.
+fn command() -> impl Gen<Value = Command> {
+    let share_name = prop_oneof![Just("a"), Just("b"), Just("c")];
+    let node_name = prop_oneof![Just("n1"), Just("n2"), Just("n3")];
+    prop_oneof![
+        4 => (share_name.clone(), 1u32..9, 1u32..3, 0u32..20, proptest::option::of(0u32..4)).prop_map(|(s, g, n, p, tok)| {
+            let mut spec = JobSpec::new("j", "q", s, "alice", "h100", g, n);
+            spec.priority = p;
+            spec.client_token = tok.map(|t| format!("t{t}"));
+            Command::Submit(spec)
+        }),
+        4 => Just(Command::ApplyPlan(Plan::default())), // replaced by a real plan below
+        2 => (1u64..30, any::<bool>()).prop_map(|(j, killed)| Command::JobProgress {
+            job: JobId(j),
+            attempt: 1,
+            event: Progress::Exited { code: if killed { None } else { Some(0) }, reason: None }
+        }),
+        1 => (1u64..30).prop_map(|j| Command::JobProgress { job: JobId(j), attempt: 1, event: Progress::Running }),
+        1 => (1u64..30).prop_map(|j| Command::Cancel { job: JobId(j), reason: "x".into() }),
+        1 => (1u64..30, 0u32..10_001).prop_map(|(j, p)| Command::UpdatePriority { job: JobId(j), priority: p }),
+        1 => (node_name.clone(), any::<bool>()).prop_map(|(n, now)| Command::DrainNode { node: n.into(), reason: "r".into(), now }),
+        1 => node_name.clone().prop_map(|n| Command::ResumeNode { node: n.into() }),
+        1 => node_name.clone().prop_map(|n| Command::NodeDown { node: n.into(), reason: "lost".into() }),
+        1 => node_name.prop_map(|n| Command::NodeUp { node: n.into() }),
+        1 => (share_name, 0u32..12, prop_oneof![Just(Strategy::Reserve), Just(Strategy::Lend), Just(Strategy::LendAndBorrow)])
+            .prop_map(|(s, m, st)| Command::PutShare(share(s, st, m))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// After any stream of commands: indexes agree with the data, a snapshot restores
+    /// to an equal state, replaying the stream gives the same state, and every rejected
+    /// command left the state untouched.
+    #[test]
+    fn snapshots_round_trip_and_apply_is_deterministic(cmds in proptest::collection::vec(command(), 1..60)) {
+        let mut st = cluster();
+        ok(&mut st, Command::RegisterNode(node("n3", 4)), 0);
+        ok(&mut st, Command::PutShare(share("c", Strategy::Reserve, 4)), 0);
+        let mut replay = st.clone();
+        let mut applied = vec![];
+        for (i, c) in cmds.into_iter().enumerate() {
+            let now = 1000 * (i as u64 + 1);
+            let c = match c {
+                Command::ApplyPlan(_) => Command::ApplyPlan(tranche_sched::plan(&st, now)),
+                c => c,
+            };
+            let before = st.snapshot();
+            match st.apply(&c, now) {
+                Ok(_) => {}
+                Err(_) => prop_assert_eq!(&st.snapshot(), &before, "a rejected command changed the state"),
+            }
+            st.check_index().map_err(TestCaseError::fail)?;
+            applied.push((c, now));
+        }
+        let restored = State::restore(&st.snapshot()).unwrap();
+        prop_assert_eq!(&restored, &st);
+        restored.check_index().map_err(TestCaseError::fail)?;
+        for (c, now) in &applied {
+            let _ = replay.apply(c, *now);
+        }
+        prop_assert_eq!(&replay, &st);
+    }
+}
+
+#[test]
+fn a_truncated_snapshot_is_an_error_not_a_panic() {
+    let st = cluster();
+    let bytes = st.snapshot();
+    assert!(State::restore(&bytes[..bytes.len() / 2]).is_err());
+    let mut extra = bytes.clone();
+    extra.push(0);
+    assert!(State::restore(&extra).is_err());
+}

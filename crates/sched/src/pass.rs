@@ -664,13 +664,30 @@ impl<'a> Pass<'a> {
         }
         let victims = self.victims_of.get(&ask.id).copied();
         if valid && ready {
-            match self.try_place(ask, false, Some(&targets)) {
+            // A hold won by in-share preemption in the borrow pass may start above max.
+            let sv = &self.shares[ask.s];
+            let borrowed = sv.used[u] + ask.need() > sv.max[u];
+            match self.try_place(ask, borrowed, Some(&targets)) {
                 Ok(()) => return true,
-                Err(why) if victims.is_some() || self.envs_blocked_by_cap(&why) => {
-                    self.reason(ask.id, ask.w, why);
-                    return true;
+                Err(why) => {
+                    // Still waiting for victims (say, its own share's, to get under max),
+                    // or for the cap or a reserve: keep the hold.
+                    if let Some((jobs, grace_ends_at)) = victims {
+                        self.reason(
+                            ask.id,
+                            ask.w,
+                            PendingReasonOf::WaitingForPreempted {
+                                jobs,
+                                grace_ends_at,
+                            },
+                        );
+                        return true;
+                    }
+                    if self.envs_blocked_by_cap(&why) {
+                        self.reason(ask.id, ask.w, why);
+                        return true;
+                    }
                 }
-                Err(_) => {}
             }
         } else if valid {
             if let Some((jobs, grace_ends_at)) = victims {
@@ -743,6 +760,33 @@ impl<'a> Pass<'a> {
         let (s, u, w) = (ask.s, ask.u, ask.w);
         let need = ask.need();
         let unit = w.unit.as_str();
+        // The share's own limit, counted as the state machine will re-verify it: GPUs of
+        // jobs still stopping count until they have exited.
+        let sv = &self.shares[s];
+        let limit = if borrowed {
+            sv.ceiling[u]
+        } else {
+            Some(sv.max[u] as u64)
+        };
+        if let Some(limit) = limit.filter(|l| (sv.used[u] + need) as u64 > *l) {
+            return Err(if borrowed {
+                PendingReasonOf::BorrowLimit {
+                    used: sv.used[u],
+                    limit,
+                    need,
+                    unit,
+                }
+            } else {
+                PendingReasonOf::AtMaxNoBorrow {
+                    share: sv.q.name.as_str(),
+                    used: sv.used[u],
+                    max: sv.max[u],
+                    need,
+                    unit,
+                    strategy: strategy_str(sv.q.resource_sharing.strategy),
+                }
+            });
+        }
         let Some(e) = self.shares[s].env else {
             return Err(PendingReasonOf::EnvironmentDisabled { env: "" });
         };
@@ -753,19 +797,6 @@ impl<'a> Pass<'a> {
                 env: env.name.as_str(),
             });
         };
-        let own_hold = if held.is_some() { need } else { 0 };
-        if let Some(cap) = env.cap[u] {
-            let committed = env.used[u] + env.holds[u] - own_hold;
-            if committed + need > cap {
-                return Err(PendingReasonOf::EnvironmentCap {
-                    env: env.name.as_str(),
-                    used: committed,
-                    cap,
-                    need,
-                    unit,
-                });
-            }
-        }
         let pool = &self.pools[pi];
         let (reserved, rshare) = self.reserve_others(e, u, s);
         let from_pool = if held.is_some() { 0 } else { need };
@@ -793,6 +824,22 @@ impl<'a> Pass<'a> {
                 }
             },
         };
+        // The cap is checked last, so that a full cluster reads as "no node has room"
+        // and the cap is named only when it is what stops the job.
+        let env = &self.envs[e];
+        let own_hold = if held.is_some() { need } else { 0 };
+        if let Some(cap) = env.cap[u] {
+            let committed = env.used[u] + env.holds[u] - own_hold;
+            if committed + need > cap {
+                return Err(PendingReasonOf::EnvironmentCap {
+                    env: env.name.as_str(),
+                    used: committed,
+                    cap,
+                    need,
+                    unit,
+                });
+            }
+        }
         // Commit in the pass's view.
         let mut allocation = Vec::with_capacity(targets.len());
         for &(n, c) in &targets {

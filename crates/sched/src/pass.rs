@@ -1003,6 +1003,8 @@ impl<'a> Pass<'a> {
                     .max((sv.used[u] - sv.stopping[u] + sv.held[u] + need) as i64 - limit as i64);
             }
         }
+        let local = k == 1;
+        let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::new();
         let mut excess: HashMap<usize, i64> = HashMap::new();
         let mut freed: HashMap<Nx, u32> = HashMap::new();
         let mut fitting: Vec<Nx> = vec![];
@@ -1025,6 +1027,19 @@ impl<'a> Pass<'a> {
                 break;
             }
             match mode {
+                // A single-node job needs room on one node, so a share's excess is
+                // counted per node: victims elsewhere must not use up the excess that
+                // would have made a victim on the right node eligible.
+                Mode::Reclaim if local => {
+                    let share_ex = self.shares[c.share].excess(u);
+                    if !c
+                        .nodes
+                        .iter()
+                        .any(|&(n, _)| *node_excess.entry((n, c.share)).or_insert(share_ex) > 0)
+                    {
+                        continue;
+                    }
+                }
                 Mode::Reclaim => {
                     let ex = *excess
                         .entry(c.share)
@@ -1050,6 +1065,14 @@ impl<'a> Pass<'a> {
                 *ex -= c.total as i64;
             }
             for &(n, cnt) in &c.nodes {
+                if local && reclaim {
+                    let share_ex = self.shares[c.share].excess(u);
+                    let ex = node_excess.entry((n, c.share)).or_insert(share_ex);
+                    if *ex <= 0 {
+                        continue;
+                    }
+                    *ex -= c.total as i64;
+                }
                 let f = freed.entry(n).or_default();
                 let before = *f;
                 *f += cnt;
@@ -1060,7 +1083,10 @@ impl<'a> Pass<'a> {
                         nu.pools.contains(&pi) && g.saturating_sub(f) <= nu.avail()
                     })
                 };
-                if !fits(before) && fits(before + cnt) {
+                // A node enters the list when first touched (it may have fit on free
+                // GPUs alone, which a reserve or the cap did not allow) or when it starts
+                // to fit.
+                if fits(before + cnt) && (before == 0 || !fits(before)) {
                     fitting.push(n);
                 }
             }
@@ -1110,9 +1136,19 @@ impl<'a> Pass<'a> {
             if kept_total >= deficit {
                 break;
             }
+            let c = &cands[ci];
+            // Added only while its share is still over max counting what is kept.
+            let share_kept: i64 = kept
+                .iter()
+                .filter(|&&k| cands[k].share == c.share)
+                .map(|&k| cands[k].total as i64)
+                .sum();
+            if reclaim && self.shares[c.share].excess(u) - share_kept <= 0 {
+                continue;
+            }
             if !kept.contains(&ci) {
                 kept.push(ci);
-                kept_total += cands[ci].total as i64;
+                kept_total += c.total as i64;
             }
         }
         kept.sort();

@@ -669,38 +669,26 @@ impl<'a> Pass<'a> {
             let borrowed = sv.used[u] + ask.need() > sv.max[u];
             match self.try_place(ask, borrowed, Some(&targets)) {
                 Ok(()) => return true,
-                Err(why) => {
-                    // Still waiting for victims (say, its own share's, to get under max),
-                    // or for the cap or a reserve: keep the hold.
-                    if let Some((jobs, grace_ends_at)) = victims {
-                        self.reason(
-                            ask.id,
-                            ask.w,
-                            PendingReasonOf::WaitingForPreempted {
-                                jobs,
-                                grace_ends_at,
-                            },
-                        );
-                        return true;
-                    }
-                    if self.envs_blocked_by_cap(&why) {
-                        self.reason(ask.id, ask.w, why);
-                        return true;
-                    }
+                // Blocked by the cap or a reserve with no victim left to wait for: keep
+                // the hold and say why.
+                Err(why) if victims.is_none() && self.envs_blocked_by_cap(&why) => {
+                    self.reason(ask.id, ask.w, why);
+                    return true;
                 }
+                Err(_) => {}
             }
-        } else if valid {
-            if let Some((jobs, grace_ends_at)) = victims {
-                self.reason(
-                    ask.id,
-                    ask.w,
-                    PendingReasonOf::WaitingForPreempted {
-                        jobs,
-                        grace_ends_at,
-                    },
-                );
-                return true;
-            }
+        }
+        // Still waiting for victims (say, its own share's, to get under max).
+        if let (true, Some((jobs, grace_ends_at))) = (valid, victims) {
+            self.reason(
+                ask.id,
+                ask.w,
+                PendingReasonOf::WaitingForPreempted {
+                    jobs,
+                    grace_ends_at,
+                },
+            );
+            return true;
         }
         // The hold no longer leads anywhere: give its GPUs back.
         self.plan.actions.push(Action::Hold {

@@ -15,18 +15,6 @@ impl ValidationError {
             rule: rule.into(),
         }
     }
-
-    /// The same error with its field placed under `prefix` (`spec` + `gpus` → `spec.gpus`).
-    pub fn under(mut self, prefix: &str) -> Self {
-        if !prefix.is_empty() {
-            self.field = if self.field.starts_with('[') {
-                format!("{prefix}{}", self.field)
-            } else {
-                format!("{prefix}.{}", self.field)
-            };
-        }
-        self
-    }
 }
 
 impl fmt::Display for ValidationError {

@@ -671,7 +671,7 @@ impl<'a> Pass<'a> {
                 Ok(()) => return true,
                 // Blocked by the cap or a reserve with no victim left to wait for: keep
                 // the hold and say why.
-                Err(why) if victims.is_none() && self.envs_blocked_by_cap(&why) => {
+                Err(why) if victims.is_none() && Self::waits_on_cap_or_reserve(&why) => {
                     self.reason(ask.id, ask.w, why);
                     return true;
                 }
@@ -699,7 +699,9 @@ impl<'a> Pass<'a> {
         false
     }
 
-    fn envs_blocked_by_cap(&self, why: &Why<'_>) -> bool {
+    /// The job waits on the environment's cap or a RESERVE share's idle GPUs, which a
+    /// hold keeps covering, rather than on GPUs that will not come.
+    fn waits_on_cap_or_reserve(why: &Why<'_>) -> bool {
         matches!(
             why,
             PendingReasonOf::EnvironmentCap { .. } | PendingReasonOf::ReserveHeld { .. }

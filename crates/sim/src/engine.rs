@@ -632,6 +632,8 @@ pub struct Report {
     pub failures: Vec<Failure>,
     pub refusals: Vec<Refusal>,
     pub expectations: usize,
+    /// Expectations with at least one failure (one expectation may fail on several fields).
+    pub failed_expectations: usize,
     pub end_s: u64,
     pub placements: u64,
     pub preemptions: u64,
@@ -652,6 +654,7 @@ pub fn run(sc: &Scenario) -> Result<Report, String> {
     let mut instants: BTreeSet<u64> = sc.events.iter().map(|e| e.at).collect();
     instants.extend(sc.expect.iter().map(|x| x.at));
     let mut failures = vec![];
+    let mut failed_expectations = 0;
     let mut ev = 0;
     sim.settle()?;
     for &t in &instants {
@@ -665,7 +668,9 @@ pub fn run(sc: &Scenario) -> Result<Report, String> {
         // `exit_after:0`, a zero runtime) happens before the expectations are checked.
         sim.advance_to(t * SECOND)?;
         for x in sc.expect.iter().filter(|x| x.at == t) {
-            failures.extend(sim.check(x));
+            let f = sim.check(x);
+            failed_expectations += usize::from(!f.is_empty());
+            failures.extend(f);
         }
     }
     let jobs = sim
@@ -683,6 +688,7 @@ pub fn run(sc: &Scenario) -> Result<Report, String> {
         failures,
         refusals: sim.refusals,
         expectations: sc.expect.len(),
+        failed_expectations,
         end_s: sim.now / SECOND,
         placements: sim.placements,
         preemptions: sim.preemptions,

@@ -69,9 +69,7 @@ pub fn render_text(r: &Report) -> String {
     let _ = writeln!(
         s,
         "{} of {} expectations held",
-        r.expectations
-            .saturating_sub(r.failures.len())
-            .min(r.expectations),
+        r.expectations - r.failed_expectations,
         r.expectations
     );
     s
@@ -91,6 +89,7 @@ pub fn render_json(r: &Report) -> String {
         "preemptions": r.preemptions,
         "passes": r.passes,
         "expectations": r.expectations,
+        "failed_expectations": r.failed_expectations,
         "failures": r.failures,
         "refusals": r.refusals,
         "jobs": r.jobs,

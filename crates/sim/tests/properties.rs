@@ -142,10 +142,7 @@ fn to_event(
                 retry_attempts: None,
             });
         }
-        Ev::Cancel(j) | Ev::Priority(j, _) if submitted.is_empty() => {
-            let _ = j;
-            return None;
-        }
+        Ev::Cancel(_) | Ev::Priority(..) if submitted.is_empty() => return None,
         Ev::Cancel(j) => spec.cancel = Some(submitted[j % submitted.len()].clone()),
         Ev::Priority(j, p) => {
             spec.update_priority = Some(PrioritySpec {

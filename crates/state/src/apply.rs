@@ -431,9 +431,7 @@ impl State {
         let queue = job.spec.queue.clone();
         let total = job.spec.request.total_gpus();
         if from == JobStatus::Runnable {
-            if let Some(set) = self.index.runnable.get_mut(&share) {
-                set.remove(&RunKey::of(job));
-            }
+            self.index.remove_runnable(&share, &RunKey::of(job));
             job.hold = None;
             job.pending_reason = None;
             self.index.holding.remove(&id);
@@ -448,39 +446,14 @@ impl State {
         }
         let mut freed = vec![];
         if from.is_active() && !to.is_active() {
-            self.index.active.remove(&id);
-            self.index.stopping.remove(&id);
-            if let Some(set) = self.index.active_by_share.get_mut(&share) {
-                set.remove(&id);
-            }
-            *self
-                .index
-                .share_used
-                .entry((share.clone(), unit.clone()))
-                .or_default() -= total;
-            *self
-                .index
-                .queue_used
-                .entry((queue.clone(), unit.clone()))
-                .or_default() -= total;
+            self.index.deactivate(id, &share, &queue, &unit, total);
             job.stop = None;
             if let Some(a) = job.attempts.last() {
                 freed = a.allocation.clone();
             }
         }
         if !from.is_active() && to.is_active() {
-            self.index.active.insert(id);
-            self.index
-                .active_by_share
-                .entry(share.clone())
-                .or_default()
-                .insert(id);
-            *self
-                .index
-                .share_used
-                .entry((share, unit.clone()))
-                .or_default() += total;
-            *self.index.queue_used.entry((queue, unit)).or_default() += total;
+            self.index.activate(id, share, queue, unit, total);
         }
         job.status = to;
         job.transitions.push(Transition {

@@ -64,6 +64,64 @@ pub(crate) struct Index {
     pub queue_used: BTreeMap<(QueueName, Unit), u32>,
 }
 
+impl Index {
+    /// Entries are removed when they empty, so an index kept up step by step equals
+    /// one rebuilt from the data (`State::check_index` compares them as they are).
+    pub(crate) fn remove_runnable(&mut self, share: &ShareName, key: &RunKey) {
+        if let Some(set) = self.runnable.get_mut(share) {
+            set.remove(key);
+            if set.is_empty() {
+                self.runnable.remove(share);
+            }
+        }
+    }
+
+    pub(crate) fn activate(
+        &mut self,
+        id: JobId,
+        share: ShareName,
+        queue: QueueName,
+        unit: Unit,
+        gpus: u32,
+    ) {
+        self.active.insert(id);
+        self.active_by_share
+            .entry(share.clone())
+            .or_default()
+            .insert(id);
+        *self.share_used.entry((share, unit.clone())).or_default() += gpus;
+        *self.queue_used.entry((queue, unit)).or_default() += gpus;
+    }
+
+    pub(crate) fn deactivate(
+        &mut self,
+        id: JobId,
+        share: &ShareName,
+        queue: &QueueName,
+        unit: &Unit,
+        gpus: u32,
+    ) {
+        self.active.remove(&id);
+        self.stopping.remove(&id);
+        if let Some(set) = self.active_by_share.get_mut(share) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.active_by_share.remove(share);
+            }
+        }
+        fn sub<K: Ord + Clone>(m: &mut BTreeMap<K, u32>, k: K, n: u32) {
+            if let Some(v) = m.get_mut(&k) {
+                *v -= n;
+                if *v == 0 {
+                    m.remove(&k);
+                }
+            }
+        }
+        sub(&mut self.share_used, (share.clone(), unit.clone()), gpus);
+        sub(&mut self.queue_used, (queue.clone(), unit.clone()), gpus);
+    }
+}
+
 /// All quota-share, job and node state of one cluster.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct State {
@@ -145,21 +203,17 @@ impl State {
                 }
             }
             if job.status.is_active() {
-                ix.active.insert(job.id);
-                ix.active_by_share
-                    .entry(job.spec.share.clone())
-                    .or_default()
-                    .insert(job.id);
+                let (spec, req) = (&job.spec, &job.spec.request);
+                ix.activate(
+                    job.id,
+                    spec.share.clone(),
+                    spec.queue.clone(),
+                    req.unit.clone(),
+                    req.total_gpus(),
+                );
                 if job.stop.is_some() {
                     ix.stopping.insert(job.id);
                 }
-                let n = job.spec.request.total_gpus();
-                *ix.share_used
-                    .entry((job.spec.share.clone(), job.spec.request.unit.clone()))
-                    .or_default() += n;
-                *ix.queue_used
-                    .entry((job.spec.queue.clone(), job.spec.request.unit.clone()))
-                    .or_default() += n;
             }
         }
         self.index = ix;
@@ -201,13 +255,10 @@ impl State {
 
     /// GPUs of `unit` held by the share's active jobs.
     pub fn share_used(&self, share: &ShareName, unit: &Unit) -> u32 {
-        // Avoids cloning the key on this hot path by scanning the (share, *) range.
         self.index
             .share_used
-            .range((share.clone(), Unit(String::new()))..)
-            .take_while(|((s, _), _)| s == share)
-            .find(|((_, u), _)| u == unit)
-            .map(|(_, v)| *v)
+            .get(&(share.clone(), unit.clone()))
+            .copied()
             .unwrap_or(0)
     }
 
@@ -242,43 +293,16 @@ impl State {
     pub fn check_index(&self) -> Result<(), String> {
         let mut fresh = self.clone();
         fresh.rebuild_index();
-        let a = &self.index;
-        let b = &fresh.index;
-        let strip = |m: &BTreeMap<(ShareName, Unit), u32>| -> BTreeMap<(ShareName, Unit), u32> {
-            m.iter()
-                .filter(|(_, v)| **v > 0)
-                .map(|(k, v)| (k.clone(), *v))
-                .collect()
-        };
-        let stripq = |m: &BTreeMap<(QueueName, Unit), u32>| -> BTreeMap<(QueueName, Unit), u32> {
-            m.iter()
-                .filter(|(_, v)| **v > 0)
-                .map(|(k, v)| (k.clone(), *v))
-                .collect()
-        };
-        let nonempty = |m: &BTreeMap<ShareName, BTreeMap<RunKey, Waiting>>| -> BTreeMap<ShareName, BTreeMap<RunKey, Waiting>> {
-            m.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
-        let nonempty_set =
-            |m: &BTreeMap<ShareName, BTreeSet<JobId>>| -> BTreeMap<ShareName, BTreeSet<JobId>> {
-                m.iter()
-                    .filter(|(_, v)| !v.is_empty())
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            };
-        if nonempty(&a.runnable) != nonempty(&b.runnable) {
+        let (a, b) = (&self.index, &fresh.index);
+        if a.runnable != b.runnable {
             return Err("runnable index differs".into());
         }
-        if a.active != b.active
-            || nonempty_set(&a.active_by_share) != nonempty_set(&b.active_by_share)
-            || a.stopping != b.stopping
-            || a.holding != b.holding
+        if (&a.active, &a.active_by_share, &a.stopping, &a.holding)
+            != (&b.active, &b.active_by_share, &b.stopping, &b.holding)
         {
-            return Err("active or stopping index differs".into());
+            return Err("active, stopping or holding index differs".into());
         }
-        if strip(&a.share_used) != strip(&b.share_used)
-            || stripq(&a.queue_used) != stripq(&b.queue_used)
-        {
+        if a.share_used != b.share_used || a.queue_used != b.queue_used {
             return Err(format!(
                 "usage index differs: {:?} vs {:?}",
                 a.share_used, b.share_used

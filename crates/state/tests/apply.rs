@@ -287,9 +287,15 @@ fn a_plan_that_would_exceed_a_share_ceiling_is_rejected() {
     assert_eq!(st.jobs[&j1].status, JobStatus::Runnable);
 }
 
-fn place_and_run(st: &mut State, now: Millis) {
+/// Runs the scheduler once and applies its plan.
+fn schedule(st: &mut State, now: Millis) {
     let plan = tranche_sched::plan(st, now);
     ok(st, Command::ApplyPlan(plan), now);
+}
+
+/// Schedules, then reports every placed job as running.
+fn place_and_run(st: &mut State, now: Millis) {
+    schedule(st, now);
     let started: Vec<(JobId, u32)> = st
         .active_jobs()
         .filter(|j| j.status != JobStatus::Running)
@@ -413,8 +419,7 @@ fn drain_now_requeues_without_counting_a_preemption() {
 fn node_down_requeues_its_jobs_and_frees_every_gpu_of_a_gang() {
     let mut st = cluster();
     let gang = submit(&mut st, "a", 8, 2, 1);
-    let plan = tranche_sched::plan(&st, 2);
-    ok(&mut st, Command::ApplyPlan(plan), 2);
+    schedule(&mut st, 2);
     assert_eq!(st.jobs[&gang].status, JobStatus::Scheduled);
     ok(
         &mut st,
@@ -439,17 +444,7 @@ fn node_down_requeues_its_jobs_and_frees_every_gpu_of_a_gang() {
 fn cancelling_a_running_job_waits_for_its_exit() {
     let mut st = cluster();
     let job = submit(&mut st, "a", 2, 1, 1);
-    let plan = tranche_sched::plan(&st, 2);
-    ok(&mut st, Command::ApplyPlan(plan), 2);
-    ok(
-        &mut st,
-        Command::JobProgress {
-            job,
-            attempt: 1,
-            event: Progress::Running,
-        },
-        3,
-    );
+    place_and_run(&mut st, 3);
     ok(
         &mut st,
         Command::Cancel {
@@ -463,18 +458,7 @@ fn cancelling_a_running_job_waits_for_its_exit() {
         st.jobs[&job].stop.as_ref().unwrap().deadline,
         4 + 30 * SECOND
     );
-    ok(
-        &mut st,
-        Command::JobProgress {
-            job,
-            attempt: 1,
-            event: Progress::Exited {
-                code: None,
-                reason: None,
-            },
-        },
-        5,
-    );
+    exit(&mut st, job, None, 5);
     assert_eq!(st.jobs[&job].status, JobStatus::Cancelled);
     let e = st
         .apply(

@@ -1,1 +1,9 @@
-pub fn _x(){}
+//! Tranche's wire protocol: versioned, size-capped frames and the client API's
+//! messages. Every stream carries frames (see [`frame`]); the client API sends one
+//! [`Request`] and receives one [`Response`] per bidirectional QUIC stream.
+
+pub mod frame;
+pub mod msg;
+
+pub use frame::{FrameError, MAX_CLIENT_FRAME, MAX_PEER_FRAME, PROTOCOL_VERSION};
+pub use msg::*;

@@ -1,0 +1,176 @@
+//! Frames: every message on every Tranche stream is one frame.
+//!
+//! A frame is a 4-byte big-endian length, a 2-byte big-endian protocol version, then
+//! the bincode (standard configuration) encoding of the message. The length counts the
+//! version and the body. A reader refuses a frame longer than its limit before reading
+//! the body, a version it does not speak, a body that does not decode, and a body with
+//! bytes left over.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The protocol version this build speaks on every stream.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The largest client request or response frame (16 MiB).
+pub const MAX_CLIENT_FRAME: usize = 16 << 20;
+
+/// The largest frame between controllers; a state-machine snapshot travels in one
+/// (512 MiB).
+pub const MAX_PEER_FRAME: usize = 512 << 20;
+
+/// Why a frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: usize, limit: usize },
+    #[error("frame is shorter than its 2-byte version header ({len} bytes)")]
+    TooShort { len: usize },
+    #[error("protocol version {got} is not supported (this build speaks version {PROTOCOL_VERSION})")]
+    Version { got: u16 },
+    #[error("frame body does not decode: {0}")]
+    Decode(String),
+    #[error("frame body has {0} trailing bytes")]
+    Trailing(usize),
+    #[error("stream ended before a whole frame was read")]
+    Truncated,
+    #[error("stream error: {0}")]
+    Io(String),
+}
+
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+/// Encodes `msg` as a whole frame (header included).
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let mut out = vec![0u8; 6];
+    bincode::serde::encode_into_std_write(msg, &mut out, config())
+        .expect("writing to a Vec cannot fail");
+    let len = (out.len() - 4) as u32;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    out
+}
+
+/// Decodes the part of a frame after its length prefix: version and body.
+pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
+    if payload.len() < 2 {
+        return Err(FrameError::TooShort { len: payload.len() });
+    }
+    let version = u16::from_be_bytes([payload[0], payload[1]]);
+    if version != PROTOCOL_VERSION {
+        return Err(FrameError::Version { got: version });
+    }
+    let body = &payload[2..];
+    // The decoder may not claim (allocate) more than the frame limit, whatever lengths
+    // a hostile body declares.
+    let decoded = if body.len() <= MAX_CLIENT_FRAME {
+        bincode::serde::decode_from_slice(body, config().with_limit::<MAX_CLIENT_FRAME>())
+    } else {
+        bincode::serde::decode_from_slice(body, config().with_limit::<MAX_PEER_FRAME>())
+    };
+    let (msg, used): (T, usize) = decoded.map_err(|e| FrameError::Decode(e.to_string()))?;
+    if used != body.len() {
+        return Err(FrameError::Trailing(body.len() - used));
+    }
+    Ok(msg)
+}
+
+/// Decodes a whole frame held in memory (length prefix included).
+pub fn decode<T: DeserializeOwned>(frame: &[u8], limit: usize) -> Result<T, FrameError> {
+    if frame.len() < 4 {
+        return Err(FrameError::Truncated);
+    }
+    let len = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+    if len > limit {
+        return Err(FrameError::TooLarge { len, limit });
+    }
+    if frame.len() - 4 < len {
+        return Err(FrameError::Truncated);
+    }
+    if frame.len() - 4 > len {
+        return Err(FrameError::Trailing(frame.len() - 4 - len));
+    }
+    decode_payload(&frame[4..])
+}
+
+/// Reads one frame's payload from a stream. `Ok(None)` when the stream ended cleanly
+/// before any byte of a new frame.
+pub async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = r
+            .read(&mut len[got..])
+            .await
+            .map_err(|e| FrameError::Io(e.to_string()))?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(FrameError::Truncated)
+            };
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > limit {
+        return Err(FrameError::TooLarge { len, limit });
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            FrameError::Truncated
+        } else {
+            FrameError::Io(e.to_string())
+        }
+    })?;
+    Ok(Some(buf))
+}
+
+/// Reads and decodes one frame. A clean end of stream is `Truncated` here.
+pub async fn read<T: DeserializeOwned, R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: usize,
+) -> Result<T, FrameError> {
+    match read_payload(r, limit).await? {
+        Some(p) => decode_payload(&p),
+        None => Err(FrameError::Truncated),
+    }
+}
+
+/// Encodes and writes one frame.
+pub async fn write<T: Serialize, W: AsyncWrite + Unpin>(w: &mut W, msg: &T) -> Result<(), FrameError> {
+    w.write_all(&encode(msg))
+        .await
+        .map_err(|e| FrameError::Io(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let f = encode(&("hello".to_string(), 7u32));
+        let v: (String, u32) = decode(&f, 1024).unwrap();
+        assert_eq!(v, ("hello".to_string(), 7));
+        assert!(matches!(decode::<(String, u32)>(&f, 4), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(decode::<(String, u32)>(&f[..f.len() - 1], 1024), Err(FrameError::Truncated)));
+        let mut bad = f.clone();
+        bad[5] = 9;
+        assert!(matches!(decode::<(String, u32)>(&bad, 1024), Err(FrameError::Version { got: 9 })));
+        let mut extra = f.clone();
+        extra.push(0);
+        let n = (extra.len() - 4) as u32;
+        extra[0..4].copy_from_slice(&n.to_be_bytes());
+        assert!(matches!(decode::<(String, u32)>(&extra, 1024), Err(FrameError::Trailing(1))));
+        let garbage = [0, 0, 0, 4, 0, 1, 0xff, 0xff];
+        assert!(matches!(decode::<(String, u32)>(&garbage, 1024), Err(FrameError::Decode(_))));
+    }
+}

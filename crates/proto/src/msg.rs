@@ -1,0 +1,228 @@
+//! The client API: one request frame and one response frame per QUIC stream.
+
+use serde::{Deserialize, Serialize};
+use tranche_model::{
+    Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit,
+    UserName,
+};
+use tranche_state::{ApplyError, Command, Outcome};
+
+/// A controller of the cluster, as the membership records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Raft id: a positive integer unique in the cluster, never reused.
+    pub id: u64,
+    /// The controller's name (its certificate's name).
+    pub name: String,
+    /// Address of the controller-to-controller port.
+    pub peer_addr: String,
+    /// Address of the client port.
+    pub client_addr: String,
+}
+
+/// What a client asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// A write, replicated through Raft and applied by every controller.
+    Command(Command),
+    /// A read. Linearizable (read index) unless `stale`, which answers from the
+    /// local controller's applied state at once.
+    Read { query: Query, stale: bool },
+    /// Add or remove a controller (admin only; answered by the leader).
+    Membership(MembershipChange),
+    /// Test switch: drop all controller-to-controller traffic to and from these
+    /// controllers (admin only, and only where the controller's config enables
+    /// `fault_injection`). An empty list heals.
+    Isolate { from: Vec<u64> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipChange {
+    Add(Member),
+    Remove { id: u64 },
+}
+
+/// The reads of the client API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    Jobs(JobFilter),
+    Job(JobId),
+    Explain(JobId),
+    Shares,
+    /// The front of the queue and of each share, at most `limit` jobs each.
+    Queue { limit: u32 },
+    Nodes,
+    Controllers,
+    /// A digest of the whole replicated state, to compare controllers.
+    Digest,
+    /// The state machine's objects: environments, policies, queues, shares.
+    Objects,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFilter {
+    pub share: Option<ShareName>,
+    pub user: Option<UserName>,
+    /// Empty: every status.
+    pub status: Vec<JobStatus>,
+    /// At most this many jobs, lowest ids first; `None`: all.
+    pub limit: Option<u32>,
+}
+
+/// A job as a queue listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub id: JobId,
+    pub name: String,
+    pub queue: QueueName,
+    pub share: ShareName,
+    pub user: UserName,
+    pub status: JobStatus,
+    pub priority: u32,
+    pub unit: Unit,
+    pub gpus: u32,
+    pub nodes: Vec<NodeName>,
+    pub submitted_at: Millis,
+    pub started_at: Option<Millis>,
+    /// Why it waits, rendered, when it waits.
+    pub reason: Option<String>,
+    pub preemptions: u32,
+}
+
+/// Why a job is where it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub job: JobSummary,
+    /// One line per fact, numbers included.
+    pub lines: Vec<String>,
+}
+
+/// A share's use of one capacity unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitUsage {
+    pub unit: Unit,
+    pub max: u32,
+    pub used: u32,
+    /// Of its own idle capacity, how much others use now.
+    pub lent: u32,
+    /// Beyond its own capacity, how much it uses now.
+    pub borrowed: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareUsage {
+    pub name: ShareName,
+    pub strategy: Strategy,
+    pub units: Vec<UnitUsage>,
+    pub running: u32,
+    pub waiting: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSnapshot {
+    /// The waiting jobs in the order the scheduler considers them, across shares.
+    pub front: Vec<JobSummary>,
+    /// The same per share.
+    pub shares: Vec<(ShareName, Vec<JobSummary>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    pub member: Member,
+    pub voter: bool,
+    /// The highest log index known to be on that member (leader's view only).
+    pub matched: Option<u64>,
+    /// How many committed entries it lacks (leader's view only).
+    pub lag: Option<u64>,
+}
+
+/// One controller's view of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub id: u64,
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub commit: u64,
+    pub applied: u64,
+    /// Index of the latest state-machine image, and first index still in the log.
+    pub image_index: u64,
+    pub first_index: u64,
+    pub members: Vec<MemberStatus>,
+}
+
+/// A digest of the replicated state (FNV-1a over its encoding) and where it was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDigest {
+    pub applied: u64,
+    pub digest: u64,
+    pub jobs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Objects {
+    pub environments: Vec<tranche_model::ServiceEnvironment>,
+    pub policies: Vec<tranche_model::SchedulingPolicy>,
+    pub queues: Vec<tranche_model::JobQueue>,
+    pub shares: Vec<tranche_model::QuotaShare>,
+}
+
+/// What a controller answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// A write was committed, durable on a majority, and applied.
+    Applied(Outcome),
+    Jobs(Vec<JobSummary>),
+    Job(Box<Job>),
+    Explain(Explanation),
+    Shares(Vec<ShareUsage>),
+    Queue(QueueSnapshot),
+    Nodes(Vec<Node>),
+    Controllers(ClusterStatus),
+    Digest(StateDigest),
+    Objects(Objects),
+    /// A membership change or a test switch took effect.
+    Done,
+    Error(ApiError),
+}
+
+/// Why a request was not carried out. Every error but `Unavailable` and `NotLeader`
+/// means nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ApiError {
+    /// The state machine refused the command; nothing changed.
+    #[error("refused: {0}")]
+    Rejected(ApplyError),
+    /// The certificate's role or name does not allow this request.
+    #[error("not allowed: {0}")]
+    Unauthorized(String),
+    /// Only the leader answers this; retry there.
+    #[error("this controller is not the leader{}", .leader.as_ref().map(|m| format!("; the leader is {} at {}", m.name, m.client_addr)).unwrap_or_default())]
+    NotLeader { leader: Option<Member> },
+    /// No leader, or no commit in time. The outcome of a write is unknown: retry it
+    /// (submits with a client token are safe to retry).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The request frame was malformed, truncated, too large or of another version.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+}
+
+impl ApiError {
+    /// Whether the same request may succeed when sent again (to this or another
+    /// controller).
+    pub fn retryable(&self) -> bool {
+        matches!(self, ApiError::NotLeader { .. } | ApiError::Unavailable(_))
+    }
+}
+
+/// FNV-1a, 64 bits: a stable digest for comparing state across controllers.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}

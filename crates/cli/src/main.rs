@@ -26,6 +26,10 @@ enum Cmd {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// The cluster's CA and the certificates of controllers, agents, admins, operators
+    /// and users.
+    #[command(subcommand)]
+    Certs(CertsCmd),
 }
 
 #[derive(Subcommand)]
@@ -53,11 +57,122 @@ enum BenchCmd {
     Sched(bench::SchedArgs),
 }
 
+#[derive(Subcommand)]
+enum CertsCmd {
+    /// Create the cluster CA: ca.pem (copy it to every node) and ca.key (mode 0600; keep
+    /// it on the admin's machine only).
+    ///
+    /// Refuses to replace an existing CA unless --force is given: a new CA makes every
+    /// certificate the old one issued untrusted. Prints the paths it wrote.
+    ///
+    /// Example: tranche certs init --dir /etc/tranche/certs --cluster lab
+    Init {
+        /// Directory to write to [default: $TRANCHE_CERTS, else ./certs].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The cluster's name, written into the CA's subject.
+        #[arg(long, default_value = "tranche")]
+        cluster: String,
+        /// Replace an existing CA.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue a certificate and key for a role and name, signed by the cluster CA.
+    ///
+    /// Writes <out>/<role>-<name>.pem, <out>/<role>-<name>.key (mode 0600) and, when
+    /// <out> is not the CA directory, a copy of ca.pem; prints the paths it wrote.
+    /// Existing files of the same names are replaced.
+    ///
+    /// Example: tranche certs issue --role controller --name c1 --host 10.0.0.1
+    Issue {
+        /// controller, agent, admin, operator or user.
+        #[arg(long)]
+        role: tranche_tls::Role,
+        /// The holder's name (the node name for an agent, the user name for a user): 1
+        /// to 63 characters of a-z, 0-9, '-', '_' and '.', starting with a letter or
+        /// digit.
+        #[arg(long)]
+        name: String,
+        /// A DNS name or IP address the controller is reached at (controllers only;
+        /// repeatable). Clients always verify the name controller.tranche, which every
+        /// controller certificate carries.
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// The CA directory, holding ca.pem and ca.key [default: $TRANCHE_CERTS, else
+        /// ./certs].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Directory to write the certificate to [default: the CA directory].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Days the certificate is valid.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Scenario(ScenarioCmd::Run { file, json }) => scenario_run(&file, json),
         Cmd::Bench(BenchCmd::Sched(args)) => bench::sched(&args),
+        Cmd::Certs(cmd) => certs(cmd),
+    }
+}
+
+/// The certificate directory when --dir is not given: `$TRANCHE_CERTS`, else `./certs`.
+fn default_certs_dir() -> PathBuf {
+    std::env::var_os("TRANCHE_CERTS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("certs"))
+}
+
+fn certs(cmd: CertsCmd) -> ExitCode {
+    let written: Result<Vec<PathBuf>, tranche_tls::TlsError> = match cmd {
+        CertsCmd::Init {
+            dir,
+            cluster,
+            force,
+        } => {
+            let dir = dir.unwrap_or_else(default_certs_dir);
+            tranche_tls::init_ca(&dir, &cluster, force)
+                .map(|ca| vec![ca, dir.join(tranche_tls::CA_KEY_FILE)])
+        }
+        CertsCmd::Issue {
+            role,
+            name,
+            hosts,
+            dir,
+            out,
+            days,
+        } => {
+            let dir = dir.unwrap_or_else(default_certs_dir);
+            let out = out.unwrap_or_else(|| dir.clone());
+            tranche_tls::issue(&dir, &out, role, &name, &hosts, days).map(|files| {
+                let copied_ca = match (dir.canonicalize(), out.canonicalize()) {
+                    (Ok(a), Ok(b)) => a != b,
+                    _ => dir != out,
+                };
+                let mut paths = vec![files.cert, files.key];
+                if copied_ca {
+                    paths.push(files.ca);
+                }
+                paths
+            })
+        }
+    };
+    match written {
+        Ok(paths) => {
+            for p in paths {
+                println!("{}", p.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

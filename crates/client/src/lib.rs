@@ -1,1 +1,240 @@
-pub fn _x(){}
+//! The Tranche client library: talks to the controllers over QUIC with mutual TLS,
+//! follows the leader, and retries requests whose outcome is unknown. A submit carries
+//! a client token, so a retry after a failover never makes a second job.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tranche_model::{JobId, JobSpec};
+use tranche_proto::{frame, ApiError, FrameError, Query, Request, Response, MAX_CLIENT_FRAME};
+use tranche_state::{Command, Outcome};
+use tranche_tls::{TlsFiles, CONTROLLER_SERVER_NAME};
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    #[error("cannot connect to controller {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    #[error("controller {addr} closed the connection: {reason}")]
+    Closed { addr: SocketAddr, reason: String },
+    #[error("frame: {0}")]
+    Frame(#[from] FrameError),
+    #[error("{0}")]
+    Api(ApiError),
+    #[error("no controller answered within {0:?}; last error: {1}")]
+    Timeout(Duration, String),
+    #[error("unexpected response: {0}")]
+    Unexpected(String),
+}
+
+impl ClientError {
+    /// Worth sending again, to this or another controller.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ClientError::Connect { .. } | ClientError::Closed { .. } => true,
+            ClientError::Frame(FrameError::Io(_) | FrameError::Truncated) => true,
+            ClientError::Api(e) => e.retryable(),
+            _ => false,
+        }
+    }
+}
+
+/// A client of one cluster.
+pub struct Client {
+    endpoint: quinn::Endpoint,
+    controllers: Vec<SocketAddr>,
+    /// The controller in use and its connection.
+    current: Mutex<(usize, Option<quinn::Connection>)>,
+    /// How long `request` keeps retrying.
+    pub retry_for: Duration,
+}
+
+impl Client {
+    /// A client of the controllers at these client-port addresses.
+    pub fn new(controllers: Vec<SocketAddr>, tls: &TlsFiles) -> Result<Client, ClientError> {
+        let cfg = tranche_tls::client_config(tls).map_err(|e| ClientError::Tls(e.to_string()))?;
+        Client::with_config(controllers, cfg)
+    }
+
+    /// A client with a ready QUIC client configuration (tests use this to present no
+    /// certificate, or a foreign one).
+    pub fn with_config(
+        controllers: Vec<SocketAddr>,
+        cfg: quinn::ClientConfig,
+    ) -> Result<Client, ClientError> {
+        if controllers.is_empty() {
+            return Err(ClientError::Tls("no controller addresses given".into()));
+        }
+        let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().unwrap())
+            .map_err(|e| ClientError::Tls(format!("cannot open a UDP socket: {e}")))?;
+        endpoint.set_default_client_config(cfg);
+        let start = rand::random::<usize>() % controllers.len();
+        Ok(Client {
+            endpoint,
+            controllers,
+            current: Mutex::new((start, None)),
+            retry_for: Duration::from_secs(15),
+        })
+    }
+
+    pub fn controllers(&self) -> &[SocketAddr] {
+        &self.controllers
+    }
+
+    async fn connection(&self, idx: usize) -> Result<quinn::Connection, ClientError> {
+        {
+            let cur = self.current.lock().unwrap();
+            if cur.0 == idx {
+                if let Some(c) = &cur.1 {
+                    if c.close_reason().is_none() {
+                        return Ok(c.clone());
+                    }
+                }
+            }
+        }
+        let addr = self.controllers[idx];
+        let connecting = self
+            .endpoint
+            .connect(addr, CONTROLLER_SERVER_NAME)
+            .map_err(|e| ClientError::Connect {
+                addr,
+                reason: e.to_string(),
+            })?;
+        let conn = match tokio::time::timeout(Duration::from_secs(3), connecting).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(ClientError::Connect {
+                    addr,
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(ClientError::Connect {
+                    addr,
+                    reason: "handshake timed out".into(),
+                })
+            }
+        };
+        *self.current.lock().unwrap() = (idx, Some(conn.clone()));
+        Ok(conn)
+    }
+
+    /// Sends one request to controller `idx` and waits for its response; no retry.
+    pub async fn request_to(&self, idx: usize, req: &Request) -> Result<Response, ClientError> {
+        let bytes = frame::encode(req);
+        self.raw_to(idx, &bytes).await
+    }
+
+    /// Sends raw bytes as a request (for tests of malformed frames) and reads one
+    /// response frame.
+    pub async fn raw_to(&self, idx: usize, bytes: &[u8]) -> Result<Response, ClientError> {
+        let conn = self.connection(idx).await?;
+        let addr = self.controllers[idx];
+        let closed = |e: String| match conn.close_reason() {
+            Some(quinn::ConnectionError::ApplicationClosed(c)) => ClientError::Closed {
+                addr,
+                reason: String::from_utf8_lossy(&c.reason).into_owned(),
+            },
+            Some(other) => ClientError::Closed {
+                addr,
+                reason: other.to_string(),
+            },
+            None => ClientError::Frame(FrameError::Io(e)),
+        };
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| closed(e.to_string()))?;
+        send.write_all(bytes)
+            .await
+            .map_err(|e| closed(e.to_string()))?;
+        let _ = send.finish();
+        match frame::read::<Response, _>(&mut recv, MAX_CLIENT_FRAME).await {
+            Ok(r) => Ok(r),
+            Err(e @ (FrameError::Io(_) | FrameError::Truncated))
+                if conn.close_reason().is_some() =>
+            {
+                Err(closed(e.to_string()))
+            }
+            Err(e) => Err(ClientError::Frame(e)),
+        }
+    }
+
+    /// Sends a request, retrying on the controller the answers point to, or the next
+    /// one, until it gets an answer that is not "retry" or `retry_for` runs out.
+    pub async fn request(&self, req: &Request) -> Result<Response, ClientError> {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let idx = self.current.lock().unwrap().0;
+            let r = self.request_to(idx, req).await;
+            let err = match r {
+                Ok(Response::Error(e)) => ClientError::Api(e),
+                Ok(resp) => return Ok(resp),
+                Err(e) => e,
+            };
+            if !err.retryable() {
+                return match err {
+                    ClientError::Api(e) => Ok(Response::Error(e)),
+                    e => Err(e),
+                };
+            }
+            let next = match &err {
+                ClientError::Api(ApiError::NotLeader { leader: Some(m) }) => self
+                    .controllers
+                    .iter()
+                    .position(|a| a.to_string() == m.client_addr)
+                    .unwrap_or((idx + 1) % self.controllers.len()),
+                // A controller that answers "unavailable" may just be waiting for an
+                // election; another may know the leader.
+                _ => (idx + 1) % self.controllers.len(),
+            };
+            {
+                let mut cur = self.current.lock().unwrap();
+                if cur.0 == idx {
+                    *cur = (next, None);
+                }
+            }
+            if started.elapsed() >= self.retry_for {
+                return Err(ClientError::Timeout(self.retry_for, err.to_string()));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// A write; `Ok(Err(..))` when the state machine refused it (nothing changed).
+    pub async fn command(&self, cmd: Command) -> Result<Result<Outcome, ApiError>, ClientError> {
+        match self.request(&Request::Command(cmd)).await? {
+            Response::Applied(o) => Ok(Ok(o)),
+            Response::Error(e) => Ok(Err(e)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Submits a job; gives it a client token first when it has none, so that retries
+    /// are safe. Returns the job id and whether the token had been seen already.
+    pub async fn submit(&self, mut spec: JobSpec) -> Result<(JobId, bool), ClientError> {
+        if spec.client_token.is_none() {
+            spec.client_token = Some(new_token());
+        }
+        match self.command(Command::Submit(spec)).await? {
+            Ok(Outcome::Submitted { job, existing }) => Ok((job, existing)),
+            Ok(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
+            Err(e) => Err(ClientError::Api(e)),
+        }
+    }
+
+    /// A read: linearizable unless `stale`.
+    pub async fn read(&self, query: Query, stale: bool) -> Result<Response, ClientError> {
+        match self.request(&Request::Read { query, stale }).await? {
+            Response::Error(e) => Err(ClientError::Api(e)),
+            r => Ok(r),
+        }
+    }
+}
+
+/// A fresh client token: 128 random bits in hex.
+pub fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}

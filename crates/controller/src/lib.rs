@@ -1,1 +1,12 @@
-pub fn _x(){}
+//! `tranched`, the Tranche controller: a Raft-replicated state machine (raft-rs, redb
+//! on disk) serving the client API over QUIC with mutual TLS. Only the leader
+//! schedules.
+
+pub mod api;
+pub mod config;
+pub mod node;
+pub mod peer;
+pub mod server;
+pub mod views;
+
+pub use config::Config;

@@ -27,7 +27,9 @@ pub enum FrameError {
     TooLarge { len: usize, limit: usize },
     #[error("frame is shorter than its 2-byte version header ({len} bytes)")]
     TooShort { len: usize },
-    #[error("protocol version {got} is not supported (this build speaks version {PROTOCOL_VERSION})")]
+    #[error(
+        "protocol version {got} is not supported (this build speaks version {PROTOCOL_VERSION})"
+    )]
     Version { got: u16 },
     #[error("frame body does not decode: {0}")]
     Decode(String),
@@ -145,7 +147,10 @@ pub async fn read<T: DeserializeOwned, R: AsyncRead + Unpin>(
 }
 
 /// Encodes and writes one frame.
-pub async fn write<T: Serialize, W: AsyncWrite + Unpin>(w: &mut W, msg: &T) -> Result<(), FrameError> {
+pub async fn write<T: Serialize, W: AsyncWrite + Unpin>(
+    w: &mut W,
+    msg: &T,
+) -> Result<(), FrameError> {
     w.write_all(&encode(msg))
         .await
         .map_err(|e| FrameError::Io(e.to_string()))
@@ -160,17 +165,32 @@ mod tests {
         let f = encode(&("hello".to_string(), 7u32));
         let v: (String, u32) = decode(&f, 1024).unwrap();
         assert_eq!(v, ("hello".to_string(), 7));
-        assert!(matches!(decode::<(String, u32)>(&f, 4), Err(FrameError::TooLarge { .. })));
-        assert!(matches!(decode::<(String, u32)>(&f[..f.len() - 1], 1024), Err(FrameError::Truncated)));
+        assert!(matches!(
+            decode::<(String, u32)>(&f, 4),
+            Err(FrameError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            decode::<(String, u32)>(&f[..f.len() - 1], 1024),
+            Err(FrameError::Truncated)
+        ));
         let mut bad = f.clone();
         bad[5] = 9;
-        assert!(matches!(decode::<(String, u32)>(&bad, 1024), Err(FrameError::Version { got: 9 })));
+        assert!(matches!(
+            decode::<(String, u32)>(&bad, 1024),
+            Err(FrameError::Version { got: 9 })
+        ));
         let mut extra = f.clone();
         extra.push(0);
         let n = (extra.len() - 4) as u32;
         extra[0..4].copy_from_slice(&n.to_be_bytes());
-        assert!(matches!(decode::<(String, u32)>(&extra, 1024), Err(FrameError::Trailing(1))));
+        assert!(matches!(
+            decode::<(String, u32)>(&extra, 1024),
+            Err(FrameError::Trailing(1))
+        ));
         let garbage = [0, 0, 0, 4, 0, 1, 0xff, 0xff];
-        assert!(matches!(decode::<(String, u32)>(&garbage, 1024), Err(FrameError::Decode(_))));
+        assert!(matches!(
+            decode::<(String, u32)>(&garbage, 1024),
+            Err(FrameError::Decode(_))
+        ));
     }
 }

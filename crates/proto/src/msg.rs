@@ -2,8 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use tranche_model::{
-    Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit,
-    UserName,
+    Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit, UserName,
 };
 use tranche_state::{ApplyError, Command, Outcome};
 
@@ -50,7 +49,9 @@ pub enum Query {
     Explain(JobId),
     Shares,
     /// The front of the queue and of each share, at most `limit` jobs each.
-    Queue { limit: u32 },
+    Queue {
+        limit: u32,
+    },
     Nodes,
     Controllers,
     /// A digest of the whole replicated state, to compare controllers.

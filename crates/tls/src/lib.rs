@@ -1,1 +1,38 @@
-//! (in progress)
+//! Tranche's certificates and its QUIC mutual-TLS configuration.
+//!
+//! Every connection in a Tranche cluster (controller to controller, agent to
+//! controller, CLI to controller) is QUIC with mutual TLS. Both ends present a
+//! certificate issued by the cluster's own CA, and the certificate says who its holder
+//! is: a [`Role`] and a name, carried as the URI subject-alternative name
+//! `tranche://<role>/<name>` and read back as an [`Identity`].
+//!
+//! - [`init_ca`] creates the CA (`ca.pem`, `ca.key`); [`issue`] signs a certificate for
+//!   a role and name. The `tranche certs init` and `tranche certs issue` commands call
+//!   them.
+//! - [`server_config`] and [`client_config`] build quinn configurations from a
+//!   [`TlsFiles`]; clients connect with the server name [`CONTROLLER_SERVER_NAME`].
+//! - [`peer_identity`] tells a server who is on the other end of a connection.
+//!
+//! The *ring* crypto provider is always passed explicitly; no process-wide rustls
+//! default is installed or needed.
+
+#![warn(missing_docs)]
+
+mod certs;
+mod error;
+mod identity;
+mod quic;
+
+pub use certs::{
+    init_ca, issue, load_certs, load_key, TlsFiles, CA_CERT_FILE, CA_KEY_FILE, CA_VALID_DAYS,
+};
+pub use error::TlsError;
+pub use identity::{identity_of_cert, peer_identity, validate_name, Identity, Role};
+pub use quic::{client_config, server_config, IDLE_TIMEOUT, KEEP_ALIVE, MAX_CONCURRENT_STREAMS};
+
+/// The TLS server name every controller certificate carries and every client verifies,
+/// whatever address it dials: `controller.tranche`.
+pub const CONTROLLER_SERVER_NAME: &str = "controller.tranche";
+
+/// The ALPN protocol of Tranche's wire protocol, version 1: `tranche/1`.
+pub const ALPN: &[u8] = b"tranche/1";

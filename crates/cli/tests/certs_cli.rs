@@ -1,0 +1,176 @@
+//! `tranche certs init` and `tranche certs issue` as an admin runs them: files, modes,
+//! printed paths and exit statuses.
+
+use std::path::Path;
+use std::process::Command;
+
+fn tranche(args: &[&str], certs_env: Option<&Path>) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tranche"));
+    cmd.args(args).env_remove("TRANCHE_CERTS");
+    if let Some(dir) = certs_env {
+        cmd.env("TRANCHE_CERTS", dir);
+    }
+    let out = cmd.output().expect("tranche runs");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[cfg(unix)]
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn init_then_issue_writes_the_files_and_prints_their_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca_dir = tmp.path().join("ca");
+    let ca = ca_dir.to_str().unwrap();
+
+    let (code, out, err) = tranche(&["certs", "init", "--dir", ca, "--cluster", "lab"], None);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            ca_dir.join("ca.pem").to_str().unwrap(),
+            ca_dir.join("ca.key").to_str().unwrap()
+        ]
+    );
+    #[cfg(unix)]
+    assert_eq!(mode(&ca_dir.join("ca.key")), 0o600);
+
+    // A second init is refused (exit 2, message on stderr) until --force.
+    let (code, out, err) = tranche(&["certs", "init", "--dir", ca], None);
+    assert_eq!(code, 2);
+    assert!(out.is_empty());
+    assert!(
+        err.starts_with("error: refusing to overwrite") && err.contains("--force"),
+        "{err}"
+    );
+    let (code, _, err) = tranche(&["certs", "init", "--dir", ca, "--force"], None);
+    assert_eq!(code, 0, "{err}");
+
+    // A controller certificate into another directory: cert, key and a copy of ca.pem.
+    let node_dir = tmp.path().join("node");
+    let node = node_dir.to_str().unwrap();
+    let (code, out, err) = tranche(
+        &[
+            "certs",
+            "issue",
+            "--role",
+            "controller",
+            "--name",
+            "c1",
+            "--host",
+            "10.0.0.1",
+            "--host",
+            "ctl1.example.org",
+            "--dir",
+            ca,
+            "--out",
+            node,
+            "--days",
+            "30",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let expect = ["controller-c1.pem", "controller-c1.key", "ca.pem"].map(|f| node_dir.join(f));
+    assert_eq!(
+        lines,
+        expect
+            .iter()
+            .map(|p| p.to_str().unwrap())
+            .collect::<Vec<_>>()
+    );
+    for p in &expect {
+        assert!(p.is_file(), "{}", p.display());
+    }
+    #[cfg(unix)]
+    assert_eq!(mode(&expect[1]), 0o600);
+    assert_eq!(
+        std::fs::read(&expect[2]).unwrap(),
+        std::fs::read(ca_dir.join("ca.pem")).unwrap()
+    );
+
+    // $TRANCHE_CERTS is the default directory; the output defaults to it too.
+    let (code, out, err) = tranche(
+        &["certs", "issue", "--role", "user", "--name", "alice"],
+        Some(&ca_dir),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            ca_dir.join("user-alice.pem").to_str().unwrap(),
+            ca_dir.join("user-alice.key").to_str().unwrap(),
+        ]
+    );
+    #[cfg(unix)]
+    assert_eq!(mode(&ca_dir.join("user-alice.key")), 0o600);
+}
+
+#[test]
+fn invalid_arguments_exit_2_naming_the_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().to_str().unwrap();
+    assert_eq!(tranche(&["certs", "init", "--dir", ca], None).0, 0);
+
+    let (code, _, err) = tranche(
+        &[
+            "certs", "issue", "--role", "root", "--name", "x", "--dir", ca,
+        ],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("controller, agent, admin, operator, user"),
+        "{err}"
+    );
+
+    let (code, _, err) = tranche(
+        &[
+            "certs", "issue", "--role", "user", "--name", "Alice", "--dir", ca,
+        ],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(err.starts_with("error: invalid name \"Alice\""), "{err}");
+
+    let (code, _, err) = tranche(
+        &[
+            "certs", "issue", "--role", "agent", "--name", "n1", "--host", "10.0.0.9", "--dir", ca,
+        ],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("invalid host") && err.contains("only for controller"),
+        "{err}"
+    );
+
+    let missing = tmp.path().join("nowhere");
+    let (code, _, err) = tranche(
+        &[
+            "certs",
+            "issue",
+            "--role",
+            "user",
+            "--name",
+            "bob",
+            "--dir",
+            missing.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.starts_with("error: cannot read certificate") && err.contains("ca.pem"),
+        "{err}"
+    );
+}

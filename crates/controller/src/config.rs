@@ -1,0 +1,202 @@
+//! `tranched --config FILE`: the controller's TOML configuration.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tranche_proto::Member;
+
+/// The whole file. Unknown keys are refused, so a typo is an error, not a default.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// This controller's Raft id (positive, unique, never reused).
+    pub id: u64,
+    /// This controller's name; its certificate should carry the same.
+    pub name: String,
+    /// Where the controller-to-controller port listens.
+    pub peer_addr: String,
+    /// Where the client port listens.
+    pub client_addr: String,
+    /// Holds `raft.redb`.
+    pub data_dir: PathBuf,
+    pub tls: TlsConfig,
+    /// The founding members, this one included. Used only on the first start of an
+    /// empty data dir; afterwards the replicated membership rules.
+    #[serde(default)]
+    pub peers: Vec<Member>,
+    /// Start empty and wait to be added with `tranche controllers add`.
+    #[serde(default)]
+    pub join: bool,
+    #[serde(default)]
+    pub raft: RaftConfig,
+    #[serde(default)]
+    pub sched: SchedConfig,
+    /// Accept the `Isolate` test switch from admins. Never enable in production.
+    #[serde(default)]
+    pub fault_injection: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftConfig {
+    /// One logical tick, in milliseconds.
+    pub tick_ms: u64,
+    /// A follower starts an election after this many ticks without a leader
+    /// (randomized up to twice this).
+    pub election_ticks: usize,
+    /// The leader sends heartbeats every this many ticks.
+    pub heartbeat_ticks: usize,
+    /// Make a state-machine image (and compact the log) after this many applied entries.
+    pub snapshot_entries: u64,
+    /// Entries kept in the log behind the image, so a slightly lagging member catches up
+    /// from the log rather than by snapshot.
+    pub keep_entries: u64,
+    /// A write not committed within this time is answered `Unavailable` (retry).
+    pub proposal_timeout_ms: u64,
+    /// Most entries in one append message.
+    pub max_inflight_msgs: usize,
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        RaftConfig {
+            tick_ms: 50,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            snapshot_entries: 20_000,
+            keep_entries: 2_000,
+            proposal_timeout_ms: 5_000,
+            max_inflight_msgs: 256,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedConfig {
+    /// The leader runs a scheduling pass at least this often.
+    pub interval_ms: u64,
+    /// And no more often than this after commits that change demand or capacity.
+    pub min_gap_ms: u64,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            interval_ms: 1_000,
+            min_gap_ms: 10,
+        }
+    }
+}
+
+/// A config file that could not be used; the message names the file and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {err}")]
+    Read { path: String, err: std::io::Error },
+    #[error("{path}: {err}")]
+    Parse { path: String, err: String },
+    #[error("{path}: field `{field}`: {rule}")]
+    Invalid {
+        path: String,
+        field: &'static str,
+        rule: String,
+    },
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+            path: path.display().to_string(),
+            err,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_string(),
+            err: e.to_string(),
+        })?;
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        let bad = |field, rule: &str| ConfigError::Invalid {
+            path: path.to_string(),
+            field,
+            rule: rule.to_string(),
+        };
+        if self.id == 0 {
+            return Err(bad("id", "must be a positive integer"));
+        }
+        for (field, addr) in [
+            ("peer_addr", &self.peer_addr),
+            ("client_addr", &self.client_addr),
+        ] {
+            if addr.parse::<std::net::SocketAddr>().is_err() {
+                return Err(bad(
+                    field,
+                    "must be an IP address and port, e.g. 127.0.0.1:7100",
+                ));
+            }
+        }
+        if !self.join {
+            if self.peers.is_empty() {
+                return Err(bad(
+                    "peers",
+                    "must list the founding members (this one included) unless `join = true`",
+                ));
+            }
+            if !self.peers.iter().any(|p| p.id == self.id) {
+                return Err(bad("peers", "must include this controller's own id"));
+            }
+            let mut ids: Vec<u64> = self.peers.iter().map(|p| p.id).collect();
+            ids.sort();
+            ids.dedup();
+            if ids.len() != self.peers.len() || ids.contains(&0) {
+                return Err(bad("peers", "ids must be positive and distinct"));
+            }
+        }
+        for p in &self.peers {
+            for addr in [&p.peer_addr, &p.client_addr] {
+                if addr.parse::<std::net::SocketAddr>().is_err() {
+                    return Err(bad(
+                        "peers",
+                        "every peer_addr and client_addr must be an IP address and port",
+                    ));
+                }
+            }
+        }
+        let r = &self.raft;
+        if r.tick_ms == 0 || r.heartbeat_ticks == 0 || r.election_ticks <= r.heartbeat_ticks {
+            return Err(bad("raft", "tick_ms and heartbeat_ticks must be positive and election_ticks greater than heartbeat_ticks"));
+        }
+        if r.snapshot_entries == 0 {
+            return Err(bad("raft.snapshot_entries", "must be positive"));
+        }
+        if self.sched.interval_ms == 0 {
+            return Err(bad("sched.interval_ms", "must be positive"));
+        }
+        Ok(())
+    }
+
+    /// This controller as a member record.
+    pub fn me(&self) -> Member {
+        Member {
+            id: self.id,
+            name: self.name.clone(),
+            peer_addr: self.peer_addr.clone(),
+            client_addr: self.client_addr.clone(),
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Controller-to-controller transport: QUIC with mutual TLS, only `controller`
+//! certificates accepted. Everything queued for one peer is sent as one frame on one
+//! unidirectional stream, so raft messages are batched per destination.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+use tranche_proto::{frame, Member, MAX_PEER_FRAME};
+use tranche_state::Command;
+use tranche_tls::{peer_identity, Role, CONTROLLER_SERVER_NAME};
+
+use crate::node::NodeMsg;
+
+/// One item between controllers.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerItem {
+    /// A raft message, protobuf-encoded as raft-rs defines it.
+    Raft(Vec<u8>),
+    /// A client's write received by a follower, for the leader to propose.
+    Forward { id: u64, cmd: Command },
+}
+
+/// What travels on one stream.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PeerFrame {
+    pub from: u64,
+    pub items: Vec<PeerItem>,
+}
+
+/// QUIC application error codes when a connection is refused.
+pub const CLOSE_WRONG_ROLE: u32 = 1;
+pub const CLOSE_BAD_CERT: u32 = 2;
+
+pub struct PeerNet {
+    id: u64,
+    endpoint: quinn::Endpoint,
+    addrs: RwLock<BTreeMap<u64, SocketAddr>>,
+    queues: Mutex<HashMap<u64, mpsc::UnboundedSender<PeerItem>>>,
+    /// Fault injection: controllers whose traffic is dropped both ways.
+    blocked: Arc<RwLock<HashSet<u64>>>,
+}
+
+impl PeerNet {
+    pub fn new(id: u64, endpoint: quinn::Endpoint) -> Arc<PeerNet> {
+        Arc::new(PeerNet {
+            id,
+            endpoint,
+            addrs: RwLock::new(BTreeMap::new()),
+            queues: Mutex::new(HashMap::new()),
+            blocked: Arc::new(RwLock::new(HashSet::new())),
+        })
+    }
+
+    pub fn set_members(&self, members: &BTreeMap<u64, Member>) {
+        let mut a = self.addrs.write().unwrap();
+        a.clear();
+        for (id, m) in members {
+            if let Ok(addr) = m.peer_addr.parse() {
+                a.insert(*id, addr);
+            }
+        }
+    }
+
+    pub fn set_blocked(&self, ids: &[u64]) {
+        let mut b = self.blocked.write().unwrap();
+        b.clear();
+        b.extend(ids.iter().copied());
+        info!(blocked = ?ids, "fault injection: controller traffic blocked");
+    }
+
+    fn is_blocked(&self, id: u64) -> bool {
+        self.blocked.read().unwrap().contains(&id)
+    }
+
+    /// Queues an item for a peer; never blocks. Items for an unreachable peer are
+    /// dropped (raft retransmits what matters).
+    pub fn send(self: &Arc<Self>, to: u64, item: PeerItem) {
+        if to == self.id {
+            return;
+        }
+        let mut q = self.queues.lock().unwrap();
+        let tx = q.entry(to).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(self.clone().sender(to, rx));
+            tx
+        });
+        let _ = tx.send(item);
+    }
+
+    async fn sender(self: Arc<Self>, to: u64, mut rx: mpsc::UnboundedReceiver<PeerItem>) {
+        let mut conn: Option<quinn::Connection> = None;
+        while let Some(first) = rx.recv().await {
+            let mut items = vec![first];
+            while items.len() < 4096 {
+                match rx.try_recv() {
+                    Ok(i) => items.push(i),
+                    Err(_) => break,
+                }
+            }
+            if self.is_blocked(to) {
+                continue;
+            }
+            if conn.as_ref().is_some_and(|c| c.close_reason().is_some()) {
+                conn = None;
+            }
+            if conn.is_none() {
+                let addr = self.addrs.read().unwrap().get(&to).copied();
+                let Some(addr) = addr else {
+                    debug!(to, "no address for controller; dropping");
+                    continue;
+                };
+                match self.connect(addr).await {
+                    Ok(c) => conn = Some(c),
+                    Err(e) => {
+                        debug!(to, %addr, "cannot reach controller: {e}");
+                        // Drop what piled up meanwhile; wait a little before retrying.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        while rx.try_recv().is_ok() {}
+                        continue;
+                    }
+                }
+            }
+            let c = conn.as_ref().unwrap();
+            let bytes = frame::encode(&PeerFrame {
+                from: self.id,
+                items,
+            });
+            let sent = async {
+                let mut s = c.open_uni().await.map_err(|e| e.to_string())?;
+                s.write_all(&bytes).await.map_err(|e| e.to_string())?;
+                s.finish().map_err(|e| e.to_string())?;
+                Ok::<_, String>(())
+            }
+            .await;
+            if let Err(e) = sent {
+                debug!(to, "send failed: {e}");
+                conn = None;
+            }
+        }
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> Result<quinn::Connection, String> {
+        let connecting = self
+            .endpoint
+            .connect(addr, CONTROLLER_SERVER_NAME)
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(Duration::from_secs(2), connecting).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("connect timed out".into()),
+        }
+    }
+
+    /// Accepts controller connections and hands their frames to the node.
+    pub async fn serve(self: Arc<Self>, node: mpsc::Sender<NodeMsg>) {
+        while let Some(incoming) = self.endpoint.accept().await {
+            let me = self.clone();
+            let node = node.clone();
+            tokio::spawn(async move {
+                let conn = match incoming.await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        debug!("peer handshake failed: {e}");
+                        return;
+                    }
+                };
+                match peer_identity(&conn) {
+                    Ok(id) if id.role == Role::Controller => {}
+                    Ok(id) => {
+                        warn!(peer = %conn.remote_address(), identity = %id, "refused a non-controller on the peer port");
+                        conn.close(
+                            CLOSE_WRONG_ROLE.into(),
+                            format!(
+                                "the peer port accepts only controller certificates; this certificate is for {id}"
+                            )
+                            .as_bytes(),
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        conn.close(CLOSE_BAD_CERT.into(), e.to_string().as_bytes());
+                        return;
+                    }
+                }
+                while let Ok(mut s) = conn.accept_uni().await {
+                    let payload = match frame::read_payload(&mut s, MAX_PEER_FRAME).await {
+                        Ok(Some(p)) => p,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            warn!(peer = %conn.remote_address(), "bad peer frame: {e}");
+                            continue;
+                        }
+                    };
+                    let f: PeerFrame = match frame::decode_payload(&payload) {
+                        Ok(f) => f,
+                        Err(e) => {
+                            warn!(peer = %conn.remote_address(), "bad peer frame: {e}");
+                            continue;
+                        }
+                    };
+                    if me.is_blocked(f.from) {
+                        continue;
+                    }
+                    if node
+                        .send(NodeMsg::Peer {
+                            from: f.from,
+                            items: f.items,
+                        })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    }
+}

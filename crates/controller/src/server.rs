@@ -1,0 +1,64 @@
+//! Wires a controller together: storage, the Raft node, the peer transport and the
+//! client API, and runs them until shutdown.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{mpsc, watch};
+use tracing::info;
+use tranche_tls::TlsFiles;
+
+use crate::api::Api;
+use crate::config::Config;
+use crate::node::{self, Node, NodeError};
+use crate::peer::PeerNet;
+
+fn endpoint(addr: &str, files: &TlsFiles, what: &str) -> Result<quinn::Endpoint, NodeError> {
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| NodeError::Other(format!("{what}: `{addr}` is not an IP address and port")))?;
+    let server = tranche_tls::server_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
+    let mut ep = quinn::Endpoint::server(server, addr)
+        .map_err(|e| NodeError::Other(format!("cannot listen on {what} {addr}: {e}")))?;
+    let client = tranche_tls::client_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
+    ep.set_default_client_config(client);
+    Ok(ep)
+}
+
+/// Runs a controller until `shutdown` turns true (or the node fails).
+pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+    let files = TlsFiles {
+        ca: cfg.tls.ca.clone(),
+        cert: cfg.tls.cert.clone(),
+        key: cfg.tls.key.clone(),
+    };
+    let (storage, shared, conf_state, image_index) = node::open(&cfg)?;
+    let peer_ep = endpoint(&cfg.peer_addr, &files, "peer_addr")?;
+    let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;
+    let net = PeerNet::new(cfg.id, peer_ep.clone());
+    net.set_members(&shared.members);
+    let shared = Arc::new(RwLock::new(shared));
+    let (tx, rx) = mpsc::channel(65_536);
+    let node = Node::new(
+        cfg.clone(),
+        storage,
+        shared.clone(),
+        conf_state,
+        image_index,
+        rx,
+        net.clone(),
+    )?;
+    tokio::spawn(net.clone().serve(tx.clone()));
+    let api = Arc::new(Api {
+        node: tx,
+        shared,
+        net,
+        fault_injection: cfg.fault_injection,
+    });
+    tokio::spawn(api.serve(client_ep.clone()));
+    info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");
+    let r = node.run(shutdown).await;
+    client_ep.close(0u32.into(), b"controller stopping");
+    peer_ep.close(0u32.into(), b"controller stopping");
+    r
+}

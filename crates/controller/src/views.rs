@@ -1,0 +1,158 @@
+//! Read views of the applied state for the client API.
+
+use std::collections::BTreeMap;
+
+use tranche_model::{Job, JobStatus, Millis, Unit};
+use tranche_proto::{
+    Explanation, JobFilter, JobSummary, Objects, QueueSnapshot, ShareUsage, StateDigest, UnitUsage,
+};
+use tranche_state::State;
+
+pub fn summary(job: &Job, now: Millis) -> JobSummary {
+    JobSummary {
+        id: job.id,
+        name: job.spec.name.to_string(),
+        queue: job.spec.queue.clone(),
+        share: job.spec.share.clone(),
+        user: job.spec.user.clone(),
+        status: job.status,
+        priority: job.spec.priority,
+        unit: job.spec.request.unit.clone(),
+        gpus: job.spec.request.total_gpus(),
+        nodes: job.allocation().iter().map(|a| a.node.clone()).collect(),
+        submitted_at: job.submitted_at,
+        started_at: job.status.is_active().then(|| job.started_at()).flatten(),
+        reason: job
+            .pending_reason
+            .as_ref()
+            .filter(|_| !job.status.is_active() && !job.status.is_terminal())
+            .map(|r| r.render(now)),
+        preemptions: job.preemptions,
+    }
+}
+
+pub fn jobs(state: &State, f: &JobFilter, now: Millis) -> Vec<JobSummary> {
+    let limit = f.limit.map(|l| l as usize).unwrap_or(usize::MAX);
+    state
+        .jobs
+        .values()
+        .filter(|j| f.share.as_ref().is_none_or(|s| &j.spec.share == s))
+        .filter(|j| f.user.as_ref().is_none_or(|u| &j.spec.user == u))
+        .filter(|j| f.status.is_empty() || f.status.contains(&j.status))
+        .take(limit)
+        .map(|j| summary(j, now))
+        .collect()
+}
+
+pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
+    let mut lines = Vec::new();
+    let s = summary(job, now);
+    lines.push(format!("status {}", job.status.as_str()));
+    match job.status {
+        JobStatus::Runnable | JobStatus::Pending | JobStatus::Submitted => {
+            if let Some(r) = &s.reason {
+                lines.push(format!("waiting: {r}"));
+            } else {
+                lines.push("waiting for the next scheduling pass".into());
+            }
+        }
+        st if st.is_active() => {
+            let nodes: Vec<String> = s.nodes.iter().map(|n| n.to_string()).collect();
+            lines.push(format!("holds {} GPU(s) on {}", s.gpus, nodes.join(",")));
+            if let Some(stop) = &job.stop {
+                lines.push(format!("being stopped: {stop:?}"));
+            }
+        }
+        _ => {}
+    }
+    if let Some(share) = state.shares.get(&job.spec.share) {
+        let unit = &job.spec.request.unit;
+        lines.push(format!(
+            "share {}: {} of {} {} GPU(s) in use, strategy {:?}",
+            share.name,
+            state.share_used(&share.name, unit),
+            share.max_for(unit),
+            unit,
+            share.resource_sharing.strategy
+        ));
+    }
+    Explanation { job: s, lines }
+}
+
+pub fn shares(state: &State) -> Vec<ShareUsage> {
+    // Per unit, how much every share uses beyond its own capacity.
+    let mut borrowed_total: BTreeMap<Unit, u32> = BTreeMap::new();
+    let mut rows = Vec::new();
+    for share in state.shares.values() {
+        let mut units = Vec::new();
+        for lim in &share.capacity_limits {
+            let used = state.share_used(&share.name, &lim.unit);
+            let borrowed = used.saturating_sub(lim.max);
+            *borrowed_total.entry(lim.unit.clone()).or_default() += borrowed;
+            units.push(UnitUsage {
+                unit: lim.unit.clone(),
+                max: lim.max,
+                used,
+                lent: 0,
+                borrowed,
+            });
+        }
+        let running = state.active_in(&share.name).count() as u32;
+        let waiting = state.runnable_in(&share.name).count() as u32;
+        rows.push(ShareUsage {
+            name: share.name.clone(),
+            strategy: share.resource_sharing.strategy,
+            units,
+            running,
+            waiting,
+        });
+    }
+    for row in &mut rows {
+        for u in &mut row.units {
+            let others = borrowed_total.get(&u.unit).copied().unwrap_or(0) - u.borrowed;
+            u.lent = u.max.saturating_sub(u.used).min(others);
+        }
+    }
+    rows
+}
+
+pub fn queue(state: &State, limit: u32, now: Millis) -> QueueSnapshot {
+    let limit = limit as usize;
+    let mut all: Vec<&Job> = Vec::new();
+    let mut per_share = Vec::new();
+    for share in state.shares.keys() {
+        let front: Vec<&Job> = state
+            .runnable_in(share)
+            .filter_map(|(k, _)| state.job(k.id))
+            .take(limit)
+            .collect();
+        all.extend(front.iter().copied());
+        per_share.push((
+            share.clone(),
+            front.iter().map(|j| summary(j, now)).collect(),
+        ));
+    }
+    all.sort_by_key(|j| (std::cmp::Reverse(j.spec.priority), j.submitted_at, j.id));
+    all.truncate(limit);
+    QueueSnapshot {
+        front: all.into_iter().map(|j| summary(j, now)).collect(),
+        shares: per_share,
+    }
+}
+
+pub fn digest(state: &State, applied: u64) -> StateDigest {
+    StateDigest {
+        applied,
+        digest: tranche_proto::fnv1a(&state.snapshot()),
+        jobs: state.jobs.len() as u64,
+    }
+}
+
+pub fn objects(state: &State) -> Objects {
+    Objects {
+        environments: state.environments.values().cloned().collect(),
+        policies: state.policies.values().cloned().collect(),
+        queues: state.queues.values().cloned().collect(),
+        shares: state.shares.values().cloned().collect(),
+    }
+}

@@ -1,0 +1,165 @@
+//! QUIC endpoint configurations with mutual TLS against the cluster CA.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{IdleTimeout, TransportConfig, VarInt};
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+use x509_parser::extensions::GeneralName;
+
+use crate::{load_certs, load_key, TlsError, TlsFiles, ALPN, CONTROLLER_SERVER_NAME};
+
+/// A connection with no traffic (keep-alives included) for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Each end sends a keep-alive after this long without traffic, so a healthy but quiet
+/// connection never reaches [`IDLE_TIMEOUT`].
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// How many bidirectional (and, separately, unidirectional) streams a peer may have
+/// open at once on one connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
+/// The rustls crypto provider Tranche uses: *ring*, always passed explicitly so that
+/// no process-wide default is needed or consulted.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The transport settings shared by servers and clients.
+fn transport() -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    t.max_idle_timeout(Some(
+        IdleTimeout::try_from(IDLE_TIMEOUT).expect("10 s is a valid idle timeout"),
+    ));
+    t.keep_alive_interval(Some(KEEP_ALIVE));
+    t.max_concurrent_bidi_streams(VarInt::from_u32(MAX_CONCURRENT_STREAMS));
+    t.max_concurrent_uni_streams(VarInt::from_u32(MAX_CONCURRENT_STREAMS));
+    Arc::new(t)
+}
+
+fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(&files.ca)? {
+        roots.add(cert).map_err(|e| TlsError::Rustls {
+            what: format!("CA certificate {}", files.ca.display()),
+            source: e,
+        })?;
+    }
+    Ok(roots)
+}
+
+fn what(files: &TlsFiles) -> String {
+    format!(
+        "certificate {}, key {}, CA {}",
+        files.cert.display(),
+        files.key.display(),
+        files.ca.display()
+    )
+}
+
+/// The QUIC server configuration of a Tranche controller.
+///
+/// The server presents `files.cert` (which must be a controller certificate, i.e.
+/// carry the DNS name [`CONTROLLER_SERVER_NAME`]) and requires every client to present
+/// a certificate chained to `files.ca` with the clientAuth usage: a client without a
+/// certificate, or with one from another CA, fails the handshake. Read the client's
+/// identity with [`peer_identity`](crate::peer_identity). ALPN is [`ALPN`]; idle
+/// timeout [`IDLE_TIMEOUT`], keep-alive [`KEEP_ALIVE`], up to
+/// [`MAX_CONCURRENT_STREAMS`] concurrent streams of each kind.
+pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> {
+    let certs = load_certs(&files.cert)?;
+    check_server_name(files, &certs[0])?;
+    let key = load_key(&files.key)?;
+    let provider = provider();
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots(files)?), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Quic {
+                what: format!("client verifier for CA {}", files.ca.display()),
+                detail: e.to_string(),
+            })?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Rustls {
+            what: "TLS 1.3".into(),
+            source: e,
+        })?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Rustls {
+            what: what(files),
+            source: e,
+        })?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = QuicServerConfig::try_from(tls).map_err(|e| TlsError::Quic {
+        what: what(files),
+        detail: e.to_string(),
+    })?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    config.transport_config(transport());
+    Ok(config)
+}
+
+/// The QUIC client configuration of any Tranche process that connects to a
+/// controller (another controller, an agent, the `tranche` CLI).
+///
+/// The client presents `files.cert` and accepts only a server whose certificate chains
+/// to `files.ca` and is valid for [`CONTROLLER_SERVER_NAME`]: connect with that server
+/// name, whatever the controller's address. ALPN and transport settings are those of
+/// [`server_config`].
+pub fn client_config(files: &TlsFiles) -> Result<quinn::ClientConfig, TlsError> {
+    let certs = load_certs(&files.cert)?;
+    let key = load_key(&files.key)?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Rustls {
+            what: "TLS 1.3".into(),
+            source: e,
+        })?
+        .with_root_certificates(roots(files)?)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| TlsError::Rustls {
+            what: what(files),
+            source: e,
+        })?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = QuicClientConfig::try_from(tls).map_err(|e| TlsError::Quic {
+        what: what(files),
+        detail: e.to_string(),
+    })?;
+    let mut config = quinn::ClientConfig::new(Arc::new(quic));
+    config.transport_config(transport());
+    Ok(config)
+}
+
+/// A server certificate no client would accept is refused up front, with a message
+/// that says why, rather than as a handshake failure on every client.
+fn check_server_name(files: &TlsFiles, der: &[u8]) -> Result<(), TlsError> {
+    let bad = |detail: String| TlsError::BadFile {
+        what: "server certificate",
+        path: files.cert.clone(),
+        detail,
+    };
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| bad(format!("cannot parse it: {e}")))?;
+    let has_name = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .is_some_and(|ext| {
+            ext.value
+                .general_names
+                .iter()
+                .any(|gn| matches!(gn, GeneralName::DNSName(n) if n.eq_ignore_ascii_case(CONTROLLER_SERVER_NAME)))
+        });
+    if has_name {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "it lacks the DNS name {CONTROLLER_SERVER_NAME}: only controller certificates \
+             (tranche certs issue --role controller) can serve"
+        )))
+    }
+}

@@ -1,0 +1,489 @@
+//! The controller trio as real `tranched` processes on 127.0.0.1.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tranche_client::{Client, ClientError};
+use tranche_local::{demo, LocalCluster, LocalOptions};
+use tranche_proto::{
+    ApiError, JobFilter, MembershipChange, Query, Request, Response, StateDigest,
+};
+use tranche_state::{Command, Outcome};
+use tranche_tls::Role;
+
+/// Cluster tests run one at a time: each starts several processes on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn cluster(extra: &str) -> (tempfile::TempDir, LocalCluster) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
+    opts.extra_config = extra.to_string();
+    let mut c = LocalCluster::create(dir.path(), 3, opts).unwrap();
+    c.start_all().unwrap();
+    (dir, c)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn setup(admin: &Client) {
+    for cmd in demo::objects() {
+        let r = admin.command(cmd).await.expect("write answered");
+        assert!(r.is_ok(), "demo object refused: {r:?}");
+    }
+}
+
+async fn digest_of(c: &LocalCluster, admin: &Client, i: usize) -> Option<StateDigest> {
+    let addr: std::net::SocketAddr = c.controllers[i].member.client_addr.parse().unwrap();
+    let idx = admin.controllers().iter().position(|a| *a == addr)?;
+    match admin
+        .request_to(
+            idx,
+            &Request::Read {
+                query: Query::Digest,
+                stale: true,
+            },
+        )
+        .await
+    {
+        Ok(Response::Digest(d)) => Some(d),
+        _ => None,
+    }
+}
+
+/// Waits until the given controllers report the same state digest; returns it.
+async fn converge(c: &LocalCluster, admin: &Client, which: &[usize], timeout: Duration) -> StateDigest {
+    let deadline = Instant::now() + timeout;
+    let mut last = Vec::new();
+    while Instant::now() < deadline {
+        let mut ds = Vec::new();
+        for &i in which {
+            ds.push(digest_of(c, admin, i).await);
+        }
+        if ds.iter().all(|d| d.is_some())
+            && ds.windows(2).all(|w| {
+                let (a, b) = (w[0].as_ref().unwrap(), w[1].as_ref().unwrap());
+                a.digest == b.digest
+            })
+        {
+            return ds[0].clone().unwrap();
+        }
+        last = ds;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("controllers {which:?} did not converge: {last:?}");
+}
+
+/// Submits from `clients` concurrent tasks until `stop`, each submit with its own
+/// token and retried until answered. Returns token → job id of every acknowledged
+/// submit.
+fn submitters(
+    admin: Arc<Client>,
+    clients: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<(String, u64)>>> {
+    let seq = Arc::new(AtomicU64::new(0));
+    (0..clients)
+        .map(|_| {
+            let admin = admin.clone();
+            let stop = stop.clone();
+            let seq = seq.clone();
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let token = format!("t{}", seq.fetch_add(1, Ordering::Relaxed));
+                    match admin.submit(demo::job("borrow", "carol", &token)).await {
+                        Ok((id, _)) => acked.push((token, id.0)),
+                        Err(e) => panic!("submit {token} not answered after retries: {e}"),
+                    }
+                }
+                acked
+            })
+        })
+        .collect()
+}
+
+async fn all_jobs(admin: &Client) -> Vec<tranche_proto::JobSummary> {
+    match admin.read(Query::Jobs(JobFilter::default()), false).await {
+        Ok(Response::Jobs(j)) => j,
+        other => panic!("jobs: {other:?}"),
+    }
+}
+
+async fn tokens_of(c: &LocalCluster, admin: &Client, ids: &[u64]) -> BTreeMap<u64, Option<String>> {
+    let _ = c;
+    let mut out = BTreeMap::new();
+    for id in ids {
+        match admin.read(Query::Job(tranche_model::JobId(*id)), false).await {
+            Ok(Response::Job(j)) => {
+                out.insert(*id, j.spec.client_token.clone());
+            }
+            other => panic!("job {id}: {other:?}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("");
+    rt().block_on(async {
+        let admin = Arc::new(c.client(Role::Admin, "admin").unwrap());
+        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        // Writes through a follower are forwarded to the leader and applied everywhere.
+        let follower = (leader + 1) % 3;
+        let via_follower = c.client_of(follower, Role::Admin, "admin").unwrap();
+        setup(&via_follower).await;
+        let d = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+        assert!(d.applied > 1);
+        let objs = match admin.read(Query::Objects, false).await.unwrap() {
+            Response::Objects(o) => o,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(objs.shares.len(), 4);
+
+        // Kill -9 the leader while 8 clients keep submitting.
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = submitters(admin.clone(), 8, stop.clone());
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        c.kill(leader);
+        let killed_at = Instant::now();
+        let new_leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a new leader");
+        assert_ne!(new_leader, leader);
+        let failover = killed_at.elapsed();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut acked = Vec::new();
+        for t in tasks {
+            acked.extend(t.await.unwrap());
+        }
+        assert!(acked.len() > 20, "only {} submits acknowledged", acked.len());
+
+        // Every acknowledged submit is there exactly once, with its token.
+        let jobs = all_jobs(&admin).await;
+        let mut ids: Vec<u64> = jobs.iter().map(|j| j.id.0).collect();
+        ids.sort();
+        let before = ids.len();
+        ids.dedup();
+        assert_eq!(before, ids.len(), "a job id appears twice");
+        let tokens = tokens_of(&c, &admin, &ids).await;
+        let mut by_token: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for (id, tok) in &tokens {
+            by_token.entry(tok.clone().expect("every job has a token")).or_default().push(*id);
+        }
+        for (tok, id) in &acked {
+            let found = by_token.get(tok).unwrap_or_else(|| panic!("acknowledged submit {tok} (job {id}) lost"));
+            assert_eq!(found, &vec![*id], "token {tok} maps to {found:?}");
+        }
+        assert!(by_token.values().all(|v| v.len() == 1), "a token made two jobs");
+
+        // The killed controller comes back and catches up.
+        c.start(leader).unwrap();
+        converge(&c, &admin, &[0, 1, 2], Duration::from_secs(20)).await;
+        eprintln!("acked {} submits; new leader seen {failover:?} after kill -9", acked.len());
+    });
+}
+
+#[test]
+fn restart_from_data_dirs_reproduces_the_state() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        setup(&admin).await;
+        for i in 0..40 {
+            admin.submit(demo::job("lend", "dave", &format!("r{i}"))).await.unwrap();
+        }
+        let cancel = admin
+            .command(Command::Cancel {
+                job: tranche_model::JobId(3),
+                reason: "test".into(),
+            })
+            .await
+            .unwrap();
+        assert!(cancel.is_ok(), "{cancel:?}");
+        // Let the scheduler's reasons settle, then take the digest.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+        for i in 0..3 {
+            assert_eq!(c.stop(i), Some(0), "controller {i} did not stop cleanly on SIGTERM");
+        }
+        c.start_all().unwrap();
+        c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader after restart");
+        let after = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+        assert_eq!(before.digest, after.digest, "state differs after restart");
+        assert_eq!(before.jobs, 40);
+        assert!(after.applied >= before.applied);
+    });
+}
+
+#[test]
+fn a_member_down_during_compaction_catches_up_by_snapshot() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("[raft]\nsnapshot_entries = 50\nkeep_entries = 5\n");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        setup(&admin).await;
+        let down = (leader + 1) % 3;
+        c.kill(down);
+        for i in 0..200 {
+            admin.submit(demo::job("borrow", "erin", &format!("s{i}"))).await.unwrap();
+        }
+        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.unwrap();
+        let st = c.status_of(&admin, leader).await.unwrap();
+        assert!(st.image_index > 50, "no image written: {st:?}");
+        assert!(st.first_index > 10, "log not compacted: {st:?}");
+        c.start(down).unwrap();
+        let d = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(20)).await;
+        assert_eq!(d.jobs, 200);
+        let log = std::fs::read_to_string(&c.controllers[down].log).unwrap();
+        assert!(log.contains("restored a snapshot from the leader"), "no snapshot install in its log");
+    });
+}
+
+#[test]
+fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        setup(&admin).await;
+        let ids: Vec<u64> = c.controllers.iter().map(|x| x.member.id).collect();
+        // Cut the leader off from both others.
+        let cut = leader;
+        for i in 0..3 {
+            let from: Vec<u64> = if i == cut {
+                ids.iter().copied().filter(|&x| x != ids[cut]).collect()
+            } else {
+                vec![ids[cut]]
+            };
+            let cl = c.client_of(i, Role::Admin, "admin").unwrap();
+            assert_eq!(cl.request_to(0, &Request::Isolate { from }).await.unwrap(), Response::Done);
+        }
+        // The minority: a write there is never acknowledged.
+        let mut minority = c.client_of(cut, Role::Admin, "admin").unwrap();
+        minority.retry_for = Duration::from_secs(4);
+        let r = minority.submit(demo::job("lend", "frank", "minority-1")).await;
+        assert!(
+            matches!(r, Err(ClientError::Timeout(..))),
+            "a write on the cut-off minority was answered: {r:?}"
+        );
+        // The majority elects a leader among itself and goes on.
+        let maj: Vec<usize> = (0..3).filter(|&i| i != cut).collect();
+        let majority = c.client_of(maj[0], Role::Admin, "admin").unwrap();
+        for i in 0..10 {
+            majority.submit(demo::job("lend", "frank", &format!("majority-{i}"))).await.unwrap();
+        }
+        // Heal.
+        for i in 0..3 {
+            let cl = c.client_of(i, Role::Admin, "admin").unwrap();
+            cl.request_to(0, &Request::Isolate { from: vec![] }).await.unwrap();
+        }
+        let d = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(20)).await;
+        // The minority's write was never acknowledged; its client would retry it with
+        // the same token. At most it exists once.
+        let jobs = all_jobs(&admin).await;
+        assert!(jobs.len() >= 10 && jobs.len() <= 11, "{} jobs", jobs.len());
+        assert_eq!(d.jobs as usize, jobs.len());
+    });
+}
+
+#[test]
+fn add_a_fourth_member_and_remove_one_while_serving() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("");
+    rt().block_on(async {
+        let admin = Arc::new(c.client(Role::Admin, "admin").unwrap());
+        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        setup(&admin).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = submitters(admin.clone(), 4, stop.clone());
+
+        let j = c.prepare_joiner(4).unwrap();
+        c.start(j).unwrap();
+        let member = c.controllers[j].member.clone();
+        let r = admin.request(&Request::Membership(MembershipChange::Add(member))).await.unwrap();
+        assert_eq!(r, Response::Done);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let victim = (leader + 1) % 3;
+        let vid = c.controllers[victim].member.id;
+        let r = admin
+            .request(&Request::Membership(MembershipChange::Remove { id: vid }))
+            .await
+            .unwrap();
+        assert_eq!(r, Response::Done);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut acked = 0;
+        for t in tasks {
+            acked += t.await.unwrap().len();
+        }
+        assert!(acked > 10, "only {acked} submits during the membership changes");
+        let rest: Vec<usize> = (0..4).filter(|&i| i != victim).collect();
+        let d = converge(&c, &admin, &rest, Duration::from_secs(20)).await;
+        assert!(d.jobs as usize >= acked);
+        let st = c.status_of(&admin, j).await.unwrap();
+        let voters: Vec<u64> = st.members.iter().filter(|m| m.voter).map(|m| m.member.id).collect();
+        assert!(voters.contains(&4) && !voters.contains(&vid), "voters {voters:?}");
+        // The removed controller stops by itself.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.is_running(victim) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!c.is_running(victim), "the removed controller is still running");
+    });
+}
+
+#[test]
+fn certificates_and_roles_are_checked() {
+    let _g = serial();
+    let (dir, mut c) = cluster("");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        setup(&admin).await;
+        let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+
+        // No client certificate: the handshake is refused.
+        let ca = tranche_tls::load_certs(&c.certs.join("ca.pem")).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in ca {
+            roots.add(cert).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![tranche_tls::ALPN.to_vec()];
+        let qc = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let anon = Client::with_config(c.client_addrs(), quinn::ClientConfig::new(Arc::new(qc))).unwrap();
+        let r = anon.request_to(0, &Request::Read { query: Query::Shares, stale: true }).await;
+        let e = r.expect_err("no certificate accepted");
+        assert!(e.to_string().to_lowercase().contains("certificate") || e.to_string().contains("116"), "{e}");
+
+        // A certificate from another CA.
+        let other = dir.path().join("other-ca");
+        std::fs::create_dir_all(&other).unwrap();
+        tranche_tls::init_ca(&other, "other", false).unwrap();
+        let foreign = tranche_tls::issue(&other, &other, Role::Admin, "admin", &[], 1).unwrap();
+        let mixed = tranche_tls::TlsFiles {
+            ca: c.certs.join("ca.pem"),
+            cert: foreign.cert,
+            key: foreign.key,
+        };
+        let stranger = Client::new(c.client_addrs(), &mixed).unwrap();
+        let r = stranger.command(Command::DeleteShare("lend".into())).await;
+        assert!(r.is_err(), "a foreign certificate was accepted: {r:?}");
+
+        // The wrong role on the peer port: a user certificate cannot speak raft.
+        let peer_addr = c.controllers[0].member.peer_addr.parse().unwrap();
+        let user = c.client(Role::User, "mallory").unwrap();
+        drop(user);
+        let files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::User, "mallory");
+        let on_peer = Client::new(vec![peer_addr], &files).unwrap();
+        match on_peer.request_to(0, &Request::Read { query: Query::Shares, stale: true }).await {
+            Err(ClientError::Closed { reason, .. }) => {
+                assert!(reason.contains("only controller certificates"), "{reason}")
+            }
+            other => panic!("peer port accepted a user: {other:?}"),
+        }
+
+        // Users: not a member of `private`; not the owner of bob's job; not an admin.
+        let bob = c.client(Role::User, "bob").unwrap();
+        let mallory = c.client(Role::User, "mallory").unwrap();
+        let r = mallory.submit(demo::job("private", "mallory", "m1")).await;
+        assert!(
+            matches!(&r, Err(ClientError::Api(ApiError::Unauthorized(m))) if m.contains("not a member of share private")),
+            "{r:?}"
+        );
+        let r = mallory.submit(demo::job("lend", "bob", "m2")).await;
+        assert!(matches!(&r, Err(ClientError::Api(ApiError::Unauthorized(_)))), "{r:?}");
+        let (job, _) = bob.submit(demo::job("lend", "bob", "b1")).await.unwrap();
+        let r = mallory
+            .command(Command::Cancel {
+                job,
+                reason: "mine now".into(),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(&r, Err(ApiError::Unauthorized(m)) if m.contains("belongs to bob")), "{r:?}");
+        let r = mallory.command(Command::DeleteShare("lend".into())).await.unwrap();
+        assert!(matches!(&r, Err(ApiError::Unauthorized(_))), "{r:?}");
+        let r = bob
+            .command(Command::DrainNode {
+                node: "n1".into(),
+                reason: "x".into(),
+                now: false,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(&r, Err(ApiError::Unauthorized(_))), "{r:?}");
+        // An agent speaks only for its own node.
+        let agent = c.client(Role::Agent, "n1").unwrap();
+        let r = agent.command(Command::Heartbeat { node: "n2".into() }).await.unwrap();
+        assert!(matches!(&r, Err(ApiError::Unauthorized(_))), "{r:?}");
+
+        // The only change is bob's own job.
+        let after = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+        assert_eq!(after.jobs, before.jobs + 1);
+        let jobs = all_jobs(&admin).await;
+        assert!(jobs.iter().all(|j| j.user.as_str() == "bob"));
+        let r = bob.command(Command::Cancel { job, reason: "done".into() }).await.unwrap();
+        assert!(matches!(r, Ok(Outcome::Done)), "{r:?}");
+    });
+}
+
+#[test]
+fn malformed_frames_get_an_error_and_change_nothing() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        setup(&admin).await;
+        let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+        let good = tranche_proto::frame::encode(&Request::Command(Command::DeleteShare("lend".into())));
+        let mut wrong_version = good.clone();
+        wrong_version[4] = 0x7f;
+        let mut oversize = good.clone();
+        oversize[0..4].copy_from_slice(&(1u32 << 30).to_be_bytes());
+        let truncated = good[..good.len() - 3].to_vec();
+        let mut garbage = vec![0, 0, 0, 10, 0, 1];
+        garbage.extend_from_slice(&[0xff; 8]);
+        for (what, bytes) in [
+            ("wrong version", wrong_version),
+            ("over-size", oversize),
+            ("truncated", truncated),
+            ("garbage", garbage),
+        ] {
+            let hostile = c.client_of(0, Role::Admin, "admin").unwrap();
+            match hostile.raw_to(0, &bytes).await {
+                Ok(Response::Error(ApiError::BadRequest(m))) => eprintln!("{what}: {m}"),
+                Err(ClientError::Closed { reason, .. }) => eprintln!("{what}: closed: {reason}"),
+                other => panic!("{what}: {other:?}"),
+            }
+            // Others are still served.
+            let r = admin.read(Query::Shares, false).await;
+            assert!(matches!(r, Ok(Response::Shares(ref s)) if s.len() == 4), "{what}: {r:?}");
+        }
+        let after = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+        assert_eq!(before.digest, after.digest);
+    });
+}

@@ -1,0 +1,72 @@
+//! A small policy for local clusters, tests and benchmarks: one environment of H100s,
+//! one FIFO queue, and shares of each strategy.
+
+use std::collections::BTreeMap;
+
+use tranche_model::{
+    CapacityLimit, IdleAssignment, JobQueue, JobSpec, ObjState, QuotaShare, ResourceSharing,
+    SchedulingPolicy, ServiceEnvironment, Strategy,
+};
+use tranche_state::Command;
+
+/// A share of the demo queue `q` with `max` H100s.
+pub fn share(name: &str, strategy: Strategy, max: u32, members: &[&str]) -> QuotaShare {
+    QuotaShare {
+        name: name.into(),
+        queue: "q".into(),
+        capacity_limits: vec![CapacityLimit {
+            unit: "h100".into(),
+            max,
+        }],
+        resource_sharing: ResourceSharing {
+            strategy,
+            borrow_limit: None,
+        },
+        in_share_preemption: false,
+        state: ObjState::Enabled,
+        members: members.iter().map(|m| (*m).into()).collect(),
+        default_grace_s: 30,
+        max_grace_s: 600,
+        min_runtime_s: 0,
+    }
+}
+
+/// Environment `gpu` (64 H100s), policy `fifo`, queue `q`, and shares `reserve`
+/// (RESERVE, 16), `lend` (LEND, 16) and `borrow` (LEND_AND_BORROW, 32) open to every
+/// user, and `private` (LEND, 8) open only to `alice`.
+pub fn objects() -> Vec<Command> {
+    vec![
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: 64,
+            }],
+            state: ObjState::Enabled,
+        }),
+        Command::PutPolicy(SchedulingPolicy {
+            name: "fifo".into(),
+            idle_resource_assignment: IdleAssignment::Fifo,
+        }),
+        Command::PutQueue(JobQueue {
+            name: "q".into(),
+            priority: 1,
+            state: ObjState::Enabled,
+            environment: "gpu".into(),
+            policy: "fifo".into(),
+        }),
+        Command::PutShare(share("reserve", Strategy::Reserve, 16, &[])),
+        Command::PutShare(share("lend", Strategy::Lend, 16, &[])),
+        Command::PutShare(share("borrow", Strategy::LendAndBorrow, 32, &[])),
+        Command::PutShare(share("private", Strategy::Lend, 8, &["alice"])),
+    ]
+}
+
+/// A one-GPU job in `share` for `user`, with a client token.
+pub fn job(share: &str, user: &str, token: &str) -> JobSpec {
+    let mut spec = JobSpec::new("demo", "q", share, user, "h100", 1, 1);
+    spec.client_token = Some(token.to_string());
+    spec.command = vec!["sleep".into(), "1".into()];
+    spec
+}

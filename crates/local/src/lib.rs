@@ -1,0 +1,320 @@
+//! A local cluster of real `tranched` processes on 127.0.0.1, for tests, benchmarks
+//! and `tranche dev`: certificates, configs, data dirs and logs under one directory.
+
+pub mod demo;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tranche_client::Client;
+use tranche_proto::{ClusterStatus, Member, Query, Response};
+use tranche_tls::{Role, TlsFiles};
+
+/// Settings of a local cluster.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// The `tranched` binary.
+    pub tranched: PathBuf,
+    /// Extra TOML appended to every controller's config (e.g. `[raft]` settings).
+    pub extra_config: String,
+    pub fault_injection: bool,
+    /// `TRANCHE_LOG` for the controllers.
+    pub log_filter: String,
+}
+
+impl LocalOptions {
+    pub fn new(tranched: PathBuf) -> LocalOptions {
+        LocalOptions {
+            tranched,
+            extra_config: String::new(),
+            fault_injection: true,
+            log_filter: "info,raft=warn".into(),
+        }
+    }
+}
+
+/// The `tranched` binary beside the running executable (both are built into the same
+/// target directory), or `$TRANCHED`.
+pub fn find_tranched() -> PathBuf {
+    if let Ok(p) = std::env::var("TRANCHED") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current executable");
+    let dir = exe.parent().expect("executable directory");
+    for cand in [dir.join("tranched"), dir.join("../tranched")] {
+        if cand.exists() {
+            return cand;
+        }
+    }
+    PathBuf::from("tranched")
+}
+
+/// A free UDP port on 127.0.0.1 (bound once, then released).
+pub fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
+pub struct LocalController {
+    pub member: Member,
+    pub config: PathBuf,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+pub struct LocalCluster {
+    pub dir: PathBuf,
+    pub certs: PathBuf,
+    pub opts: LocalOptions,
+    pub controllers: Vec<LocalController>,
+}
+
+impl LocalCluster {
+    /// Writes a CA, certificates and configs for `n` founding controllers (ids 1..=n).
+    /// Nothing is started.
+    pub fn create(dir: &Path, n: usize, opts: LocalOptions) -> Result<LocalCluster, String> {
+        let certs = dir.join("certs");
+        std::fs::create_dir_all(&certs).map_err(|e| format!("{}: {e}", certs.display()))?;
+        tranche_tls::init_ca(&certs, "local", true).map_err(|e| e.to_string())?;
+        let mut cluster = LocalCluster {
+            dir: dir.to_path_buf(),
+            certs,
+            opts,
+            controllers: Vec::new(),
+        };
+        let members: Vec<Member> = (1..=n as u64).map(Self::new_member).collect();
+        for m in &members {
+            cluster.add_config(m.clone(), &members, false)?;
+        }
+        cluster.issue(Role::Admin, "admin")?;
+        Ok(cluster)
+    }
+
+    fn new_member(id: u64) -> Member {
+        Member {
+            id,
+            name: format!("c{id}"),
+            peer_addr: format!("127.0.0.1:{}", free_port()),
+            client_addr: format!("127.0.0.1:{}", free_port()),
+        }
+    }
+
+    /// Issues a certificate into the cluster's cert dir.
+    pub fn issue(&self, role: Role, name: &str) -> Result<TlsFiles, String> {
+        tranche_tls::issue(&self.certs, &self.certs, role, name, &[], 30).map_err(|e| e.to_string())
+    }
+
+    fn add_config(&mut self, m: Member, founders: &[Member], join: bool) -> Result<usize, String> {
+        let files = tranche_tls::issue(
+            &self.certs,
+            &self.certs,
+            Role::Controller,
+            &m.name,
+            &["127.0.0.1".to_string()],
+            30,
+        )
+        .map_err(|e| e.to_string())?;
+        let data_dir = self.dir.join(&m.name);
+        let mut text = format!(
+            "id = {}\nname = \"{}\"\npeer_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\njoin = {}\nfault_injection = {}\n",
+            m.id,
+            m.name,
+            m.peer_addr,
+            m.client_addr,
+            data_dir.display(),
+            join,
+            self.opts.fault_injection
+        );
+        for p in founders {
+            text += &format!(
+                "\n[[peers]]\nid = {}\nname = \"{}\"\npeer_addr = \"{}\"\nclient_addr = \"{}\"\n",
+                p.id, p.name, p.peer_addr, p.client_addr
+            );
+        }
+        text += &format!(
+            "\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        );
+        text += "\n";
+        text += &self.opts.extra_config;
+        let config = self.dir.join(format!("{}.toml", m.name));
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        self.controllers.push(LocalController {
+            log: self.dir.join(format!("{}.log", m.name)),
+            member: m,
+            config,
+            data_dir,
+            child: None,
+        });
+        Ok(self.controllers.len() - 1)
+    }
+
+    /// Writes the config of a new controller that joins the running cluster; returns
+    /// its position. Start it, then add it with a membership change.
+    pub fn prepare_joiner(&mut self, id: u64) -> Result<usize, String> {
+        let m = Self::new_member(id);
+        self.add_config(m, &[], true)
+    }
+
+    /// Starts controller `i` (a position in `controllers`).
+    pub fn start(&mut self, i: usize) -> Result<(), String> {
+        let c = &mut self.controllers[i];
+        if let Some(ch) = &mut c.child {
+            if ch.try_wait().ok().flatten().is_none() {
+                return Ok(());
+            }
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&c.log)
+            .map_err(|e| format!("{}: {e}", c.log.display()))?;
+        let child = Command::new(&self.opts.tranched)
+            .arg("--config")
+            .arg(&c.config)
+            .env("TRANCHE_LOG", &self.opts.log_filter)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.opts.tranched.display()))?;
+        c.child = Some(child);
+        Ok(())
+    }
+
+    pub fn start_all(&mut self) -> Result<(), String> {
+        for i in 0..self.controllers.len() {
+            self.start(i)?;
+        }
+        Ok(())
+    }
+
+    fn signal(&mut self, i: usize, sig: i32) {
+        if let Some(ch) = &self.controllers[i].child {
+            unsafe_kill(ch.id(), sig);
+        }
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self, i: usize) {
+        self.signal(i, 9);
+        if let Some(mut ch) = self.controllers[i].child.take() {
+            let _ = ch.wait();
+        }
+    }
+
+    /// SIGTERM, and wait (up to 10 s, then SIGKILL). Returns the exit status code.
+    pub fn stop(&mut self, i: usize) -> Option<i32> {
+        self.signal(i, 15);
+        let mut ch = self.controllers[i].child.take()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(st)) = ch.try_wait() {
+                return st.code();
+            }
+            if Instant::now() > deadline {
+                let _ = ch.kill();
+                let _ = ch.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn is_running(&mut self, i: usize) -> bool {
+        match &mut self.controllers[i].child {
+            Some(ch) => ch.try_wait().ok().flatten().is_none(),
+            None => false,
+        }
+    }
+
+    pub fn client_addrs(&self) -> Vec<SocketAddr> {
+        self.controllers
+            .iter()
+            .map(|c| c.member.client_addr.parse().unwrap())
+            .collect()
+    }
+
+    /// A client for a role and name (its certificate is issued on first use).
+    pub fn client(&self, role: Role, name: &str) -> Result<Client, String> {
+        let files = TlsFiles::in_dir(&self.certs, role, name);
+        if !files.cert.exists() {
+            self.issue(role, name)?;
+        }
+        Client::new(self.client_addrs(), &files).map_err(|e| e.to_string())
+    }
+
+    /// A client that talks only to controller `i`.
+    pub fn client_of(&self, i: usize, role: Role, name: &str) -> Result<Client, String> {
+        let files = TlsFiles::in_dir(&self.certs, role, name);
+        if !files.cert.exists() {
+            self.issue(role, name)?;
+        }
+        let addr = self.controllers[i].member.client_addr.parse().unwrap();
+        Client::new(vec![addr], &files).map_err(|e| e.to_string())
+    }
+
+    /// Controller `i`'s own view (a stale read).
+    pub async fn status_of(&self, admin: &Client, i: usize) -> Option<ClusterStatus> {
+        let addr: SocketAddr = self.controllers[i].member.client_addr.parse().ok()?;
+        let idx = admin.controllers().iter().position(|a| *a == addr)?;
+        match admin
+            .request_to(
+                idx,
+                &tranche_proto::Request::Read {
+                    query: Query::Controllers,
+                    stale: true,
+                },
+            )
+            .await
+        {
+            Ok(Response::Controllers(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Waits until some running controller reports itself leader; returns its position.
+    pub async fn wait_leader(&mut self, admin: &Client, timeout: Duration) -> Option<usize> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            for i in 0..self.controllers.len() {
+                if !self.is_running(i) {
+                    continue;
+                }
+                if let Some(s) = self.status_of(admin, i).await {
+                    if s.leader == Some(s.id) {
+                        return Some(i);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for c in &mut self.controllers {
+            if let Some(mut ch) = c.child.take() {
+                let _ = ch.kill();
+                let _ = ch.wait();
+            }
+        }
+    }
+}
+
+fn unsafe_kill(pid: u32, sig: i32) {
+    // `kill` from the system: no libc dependency for two signals.
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}

@@ -138,6 +138,9 @@ pub struct Node {
     deferred_changes: Vec<(oneshot::Sender<Result<(), ApiError>>, Result<(), ApiError>)>,
     commit_update: Option<u64>,
     removed: bool,
+    /// A conf change was applied: the next image must carry it, since a joining member
+    /// refuses a snapshot whose conf state does not list it.
+    image_for_conf_change: bool,
 }
 
 /// The node's starting point: storage opened, state restored.
@@ -260,6 +263,7 @@ impl Node {
             deferred_changes: Vec::new(),
             commit_update: None,
             removed: false,
+            image_for_conf_change: false,
         })
     }
 
@@ -715,7 +719,9 @@ impl Node {
         let (applied, data) = {
             let sh = self.shared.read().unwrap();
             let due = sh.applied >= self.image_index + self.cfg.raft.snapshot_entries
-                || (self.storage.snapshot_wanted() && sh.applied > self.image_index);
+                || ((self.storage.snapshot_wanted() || self.image_for_conf_change)
+                    && sh.applied > self.image_index);
+            self.image_for_conf_change = false;
             if !due || sh.applied == 0 {
                 return None;
             }
@@ -787,6 +793,7 @@ impl Node {
                     })?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.conf_state = cs;
+                    self.image_for_conf_change = true;
                     match cc.get_change_type() {
                         ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
                             if let Ok(m) = decode::<Member>(&cc.context) {

@@ -29,6 +29,9 @@ pub enum PeerItem {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PeerFrame {
     pub from: u64,
+    /// The sender's peer address, so that a member that joined and does not yet know
+    /// the membership can answer.
+    pub from_addr: String,
     pub items: Vec<PeerItem>,
 }
 
@@ -38,17 +41,23 @@ pub const CLOSE_BAD_CERT: u32 = 2;
 
 pub struct PeerNet {
     id: u64,
+    addr: String,
     endpoint: quinn::Endpoint,
     addrs: RwLock<BTreeMap<u64, SocketAddr>>,
+    /// Addresses learned from incoming frames of controllers not (yet) in the
+    /// membership this controller knows.
+    learned: RwLock<BTreeMap<u64, SocketAddr>>,
     queues: Mutex<HashMap<u64, mpsc::UnboundedSender<PeerItem>>>,
     /// Fault injection: controllers whose traffic is dropped both ways.
     blocked: Arc<RwLock<HashSet<u64>>>,
 }
 
 impl PeerNet {
-    pub fn new(id: u64, endpoint: quinn::Endpoint) -> Arc<PeerNet> {
+    pub fn new(id: u64, addr: String, endpoint: quinn::Endpoint) -> Arc<PeerNet> {
         Arc::new(PeerNet {
             id,
+            addr,
+            learned: RwLock::new(BTreeMap::new()),
             endpoint,
             addrs: RwLock::new(BTreeMap::new()),
             queues: Mutex::new(HashMap::new()),
@@ -71,6 +80,15 @@ impl PeerNet {
         b.clear();
         b.extend(ids.iter().copied());
         info!(blocked = ?ids, "fault injection: controller traffic blocked");
+    }
+
+    fn learn(&self, id: u64, addr: &str) {
+        if self.addrs.read().unwrap().contains_key(&id) {
+            return;
+        }
+        if let Ok(a) = addr.parse() {
+            self.learned.write().unwrap().insert(id, a);
+        }
     }
 
     fn is_blocked(&self, id: u64) -> bool {
@@ -110,6 +128,7 @@ impl PeerNet {
             }
             if conn.is_none() {
                 let addr = self.addrs.read().unwrap().get(&to).copied();
+                let addr = addr.or_else(|| self.learned.read().unwrap().get(&to).copied());
                 let Some(addr) = addr else {
                     debug!(to, "no address for controller; dropping");
                     continue;
@@ -128,6 +147,7 @@ impl PeerNet {
             let c = conn.as_ref().unwrap();
             let bytes = frame::encode(&PeerFrame {
                 from: self.id,
+                from_addr: self.addr.clone(),
                 items,
             });
             let sent = async {
@@ -206,6 +226,7 @@ impl PeerNet {
                     if me.is_blocked(f.from) {
                         continue;
                     }
+                    me.learn(f.from, &f.from_addr);
                     if node
                         .send(NodeMsg::Peer {
                             from: f.from,

@@ -35,7 +35,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     let (storage, shared, conf_state, image_index) = node::open(&cfg)?;
     let peer_ep = endpoint(&cfg.peer_addr, &files, "peer_addr")?;
     let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;
-    let net = PeerNet::new(cfg.id, peer_ep.clone());
+    let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
     let shared = Arc::new(RwLock::new(shared));
     let (tx, rx) = mpsc::channel(65_536);

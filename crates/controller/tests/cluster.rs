@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use tranche_client::{Client, ClientError};
 use tranche_local::{demo, LocalCluster, LocalOptions};
-use tranche_proto::{
-    ApiError, JobFilter, MembershipChange, Query, Request, Response, StateDigest,
-};
+use tranche_proto::{ApiError, JobFilter, MembershipChange, Query, Request, Response, StateDigest};
 use tranche_state::{Command, Outcome};
 use tranche_tls::Role;
 
@@ -63,7 +61,12 @@ async fn digest_of(c: &LocalCluster, admin: &Client, i: usize) -> Option<StateDi
 }
 
 /// Waits until the given controllers report the same state digest; returns it.
-async fn converge(c: &LocalCluster, admin: &Client, which: &[usize], timeout: Duration) -> StateDigest {
+async fn converge(
+    c: &LocalCluster,
+    admin: &Client,
+    which: &[usize],
+    timeout: Duration,
+) -> StateDigest {
     let deadline = Instant::now() + timeout;
     let mut last = Vec::new();
     while Instant::now() < deadline {
@@ -81,6 +84,14 @@ async fn converge(c: &LocalCluster, admin: &Client, which: &[usize], timeout: Du
         }
         last = ds;
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for &i in which {
+        let log = std::fs::read_to_string(&c.controllers[i].log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("--- log of controller {i} (last lines) ---");
+        for l in tail.into_iter().rev() {
+            eprintln!("{l}");
+        }
     }
     panic!("controllers {which:?} did not converge: {last:?}");
 }
@@ -125,7 +136,10 @@ async fn tokens_of(c: &LocalCluster, admin: &Client, ids: &[u64]) -> BTreeMap<u6
     let _ = c;
     let mut out = BTreeMap::new();
     for id in ids {
-        match admin.read(Query::Job(tranche_model::JobId(*id)), false).await {
+        match admin
+            .read(Query::Job(tranche_model::JobId(*id)), false)
+            .await
+        {
             Ok(Response::Job(j)) => {
                 out.insert(*id, j.spec.client_token.clone());
             }
@@ -141,7 +155,10 @@ fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
         let admin = Arc::new(c.client(Role::Admin, "admin").unwrap());
-        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        let leader = c
+            .wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader");
         // Writes through a follower are forwarded to the leader and applied everywhere.
         let follower = (leader + 1) % 3;
         let via_follower = c.client_of(follower, Role::Admin, "admin").unwrap();
@@ -160,7 +177,10 @@ fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(800)).await;
         c.kill(leader);
         let killed_at = Instant::now();
-        let new_leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a new leader");
+        let new_leader = c
+            .wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a new leader");
         assert_ne!(new_leader, leader);
         let failover = killed_at.elapsed();
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -169,7 +189,11 @@ fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
         for t in tasks {
             acked.extend(t.await.unwrap());
         }
-        assert!(acked.len() > 20, "only {} submits acknowledged", acked.len());
+        assert!(
+            acked.len() > 20,
+            "only {} submits acknowledged",
+            acked.len()
+        );
 
         // Every acknowledged submit is there exactly once, with its token.
         let jobs = all_jobs(&admin).await;
@@ -181,18 +205,29 @@ fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
         let tokens = tokens_of(&c, &admin, &ids).await;
         let mut by_token: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for (id, tok) in &tokens {
-            by_token.entry(tok.clone().expect("every job has a token")).or_default().push(*id);
+            by_token
+                .entry(tok.clone().expect("every job has a token"))
+                .or_default()
+                .push(*id);
         }
         for (tok, id) in &acked {
-            let found = by_token.get(tok).unwrap_or_else(|| panic!("acknowledged submit {tok} (job {id}) lost"));
+            let found = by_token
+                .get(tok)
+                .unwrap_or_else(|| panic!("acknowledged submit {tok} (job {id}) lost"));
             assert_eq!(found, &vec![*id], "token {tok} maps to {found:?}");
         }
-        assert!(by_token.values().all(|v| v.len() == 1), "a token made two jobs");
+        assert!(
+            by_token.values().all(|v| v.len() == 1),
+            "a token made two jobs"
+        );
 
         // The killed controller comes back and catches up.
         c.start(leader).unwrap();
         converge(&c, &admin, &[0, 1, 2], Duration::from_secs(20)).await;
-        eprintln!("acked {} submits; new leader seen {failover:?} after kill -9", acked.len());
+        eprintln!(
+            "acked {} submits; new leader seen {failover:?} after kill -9",
+            acked.len()
+        );
     });
 }
 
@@ -202,10 +237,15 @@ fn restart_from_data_dirs_reproduces_the_state() {
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
-        c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        c.wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader");
         setup(&admin).await;
         for i in 0..40 {
-            admin.submit(demo::job("lend", "dave", &format!("r{i}"))).await.unwrap();
+            admin
+                .submit(demo::job("lend", "dave", &format!("r{i}")))
+                .await
+                .unwrap();
         }
         let cancel = admin
             .command(Command::Cancel {
@@ -219,10 +259,16 @@ fn restart_from_data_dirs_reproduces_the_state() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
         for i in 0..3 {
-            assert_eq!(c.stop(i), Some(0), "controller {i} did not stop cleanly on SIGTERM");
+            assert_eq!(
+                c.stop(i),
+                Some(0),
+                "controller {i} did not stop cleanly on SIGTERM"
+            );
         }
         c.start_all().unwrap();
-        c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader after restart");
+        c.wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader after restart");
         let after = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
         assert_eq!(before.digest, after.digest, "state differs after restart");
         assert_eq!(before.jobs, 40);
@@ -236,14 +282,23 @@ fn a_member_down_during_compaction_catches_up_by_snapshot() {
     let (_dir, mut c) = cluster("[raft]\nsnapshot_entries = 50\nkeep_entries = 5\n");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
-        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        let leader = c
+            .wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader");
         setup(&admin).await;
         let down = (leader + 1) % 3;
         c.kill(down);
         for i in 0..200 {
-            admin.submit(demo::job("borrow", "erin", &format!("s{i}"))).await.unwrap();
+            admin
+                .submit(demo::job("borrow", "erin", &format!("s{i}")))
+                .await
+                .unwrap();
         }
-        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.unwrap();
+        let leader = c
+            .wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .unwrap();
         let st = c.status_of(&admin, leader).await.unwrap();
         assert!(st.image_index > 50, "no image written: {st:?}");
         assert!(st.first_index > 10, "log not compacted: {st:?}");
@@ -251,7 +306,10 @@ fn a_member_down_during_compaction_catches_up_by_snapshot() {
         let d = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(20)).await;
         assert_eq!(d.jobs, 200);
         let log = std::fs::read_to_string(&c.controllers[down].log).unwrap();
-        assert!(log.contains("restored a snapshot from the leader"), "no snapshot install in its log");
+        assert!(
+            log.contains("restored a snapshot from the leader"),
+            "no snapshot install in its log"
+        );
     });
 }
 
@@ -261,7 +319,10 @@ fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
-        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        let leader = c
+            .wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader");
         setup(&admin).await;
         let ids: Vec<u64> = c.controllers.iter().map(|x| x.member.id).collect();
         // Cut the leader off from both others.
@@ -273,12 +334,17 @@ fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
                 vec![ids[cut]]
             };
             let cl = c.client_of(i, Role::Admin, "admin").unwrap();
-            assert_eq!(cl.request_to(0, &Request::Isolate { from }).await.unwrap(), Response::Done);
+            assert_eq!(
+                cl.request_to(0, &Request::Isolate { from }).await.unwrap(),
+                Response::Done
+            );
         }
         // The minority: a write there is never acknowledged.
         let mut minority = c.client_of(cut, Role::Admin, "admin").unwrap();
         minority.retry_for = Duration::from_secs(4);
-        let r = minority.submit(demo::job("lend", "frank", "minority-1")).await;
+        let r = minority
+            .submit(demo::job("lend", "frank", "minority-1"))
+            .await;
         assert!(
             matches!(r, Err(ClientError::Timeout(..))),
             "a write on the cut-off minority was answered: {r:?}"
@@ -287,12 +353,17 @@ fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
         let maj: Vec<usize> = (0..3).filter(|&i| i != cut).collect();
         let majority = c.client_of(maj[0], Role::Admin, "admin").unwrap();
         for i in 0..10 {
-            majority.submit(demo::job("lend", "frank", &format!("majority-{i}"))).await.unwrap();
+            majority
+                .submit(demo::job("lend", "frank", &format!("majority-{i}")))
+                .await
+                .unwrap();
         }
         // Heal.
         for i in 0..3 {
             let cl = c.client_of(i, Role::Admin, "admin").unwrap();
-            cl.request_to(0, &Request::Isolate { from: vec![] }).await.unwrap();
+            cl.request_to(0, &Request::Isolate { from: vec![] })
+                .await
+                .unwrap();
         }
         let d = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(20)).await;
         // The minority's write was never acknowledged; its client would retry it with
@@ -309,7 +380,10 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
         let admin = Arc::new(c.client(Role::Admin, "admin").unwrap());
-        let leader = c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        let leader = c
+            .wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader");
         setup(&admin).await;
         let stop = Arc::new(AtomicBool::new(false));
         let tasks = submitters(admin.clone(), 4, stop.clone());
@@ -317,7 +391,10 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
         let j = c.prepare_joiner(4).unwrap();
         c.start(j).unwrap();
         let member = c.controllers[j].member.clone();
-        let r = admin.request(&Request::Membership(MembershipChange::Add(member))).await.unwrap();
+        let r = admin
+            .request(&Request::Membership(MembershipChange::Add(member)))
+            .await
+            .unwrap();
         assert_eq!(r, Response::Done);
         tokio::time::sleep(Duration::from_millis(500)).await;
         let victim = (leader + 1) % 3;
@@ -333,19 +410,35 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
         for t in tasks {
             acked += t.await.unwrap().len();
         }
-        assert!(acked > 10, "only {acked} submits during the membership changes");
+        assert!(
+            acked > 10,
+            "only {acked} submits during the membership changes"
+        );
         let rest: Vec<usize> = (0..4).filter(|&i| i != victim).collect();
+        // A client that knows the new member's address too.
+        let admin = c.client(Role::Admin, "admin").unwrap();
         let d = converge(&c, &admin, &rest, Duration::from_secs(20)).await;
         assert!(d.jobs as usize >= acked);
         let st = c.status_of(&admin, j).await.unwrap();
-        let voters: Vec<u64> = st.members.iter().filter(|m| m.voter).map(|m| m.member.id).collect();
-        assert!(voters.contains(&4) && !voters.contains(&vid), "voters {voters:?}");
+        let voters: Vec<u64> = st
+            .members
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| m.member.id)
+            .collect();
+        assert!(
+            voters.contains(&4) && !voters.contains(&vid),
+            "voters {voters:?}"
+        );
         // The removed controller stops by itself.
         let deadline = Instant::now() + Duration::from_secs(10);
         while c.is_running(victim) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(!c.is_running(victim), "the removed controller is still running");
+        assert!(
+            !c.is_running(victim),
+            "the removed controller is still running"
+        );
     });
 }
 
@@ -456,10 +549,13 @@ fn malformed_frames_get_an_error_and_change_nothing() {
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
-        c.wait_leader(&admin, Duration::from_secs(10)).await.expect("a leader");
+        c.wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader");
         setup(&admin).await;
         let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
-        let good = tranche_proto::frame::encode(&Request::Command(Command::DeleteShare("lend".into())));
+        let good =
+            tranche_proto::frame::encode(&Request::Command(Command::DeleteShare("lend".into())));
         let mut wrong_version = good.clone();
         wrong_version[4] = 0x7f;
         let mut oversize = good.clone();
@@ -481,7 +577,10 @@ fn malformed_frames_get_an_error_and_change_nothing() {
             }
             // Others are still served.
             let r = admin.read(Query::Shares, false).await;
-            assert!(matches!(r, Ok(Response::Shares(ref s)) if s.len() == 4), "{what}: {r:?}");
+            assert!(
+                matches!(r, Ok(Response::Shares(ref s)) if s.len() == 4),
+                "{what}: {r:?}"
+            );
         }
         let after = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
         assert_eq!(before.digest, after.digest);

@@ -30,7 +30,7 @@ impl LocalOptions {
             tranched,
             extra_config: String::new(),
             fault_injection: true,
-            log_filter: "info,raft=warn".into(),
+            log_filter: std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into()),
         }
     }
 }

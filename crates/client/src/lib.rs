@@ -50,6 +50,10 @@ pub struct Client {
     current: Mutex<(usize, Option<quinn::Connection>)>,
     /// How long `request` keeps retrying.
     pub retry_for: Duration,
+    /// How long one attempt may wait for its answer before `request` gives up on that
+    /// controller (a controller killed mid-request is otherwise noticed only when the
+    /// connection's idle timeout ends).
+    pub attempt_timeout: Duration,
 }
 
 impl Client {
@@ -77,6 +81,7 @@ impl Client {
             controllers,
             current: Mutex::new((start, None)),
             retry_for: Duration::from_secs(15),
+            attempt_timeout: Duration::from_secs(5),
         })
     }
 
@@ -122,10 +127,32 @@ impl Client {
         Ok(conn)
     }
 
-    /// Sends one request to controller `idx` and waits for its response; no retry.
+    /// Sends one request to controller `idx` and waits for its response (at most
+    /// `attempt_timeout`); no retry.
     pub async fn request_to(&self, idx: usize, req: &Request) -> Result<Response, ClientError> {
         let bytes = frame::encode(req);
-        self.raw_to(idx, &bytes).await
+        match tokio::time::timeout(self.attempt_timeout, self.raw_to(idx, &bytes)).await {
+            Ok(r) => r,
+            Err(_) => {
+                // Forget the connection: the controller may be gone.
+                let mut cur = self.current.lock().unwrap();
+                if cur.0 == idx {
+                    cur.1 = None;
+                }
+                Err(ClientError::Closed {
+                    addr: self.controllers[idx],
+                    reason: format!("no answer within {:?}", self.attempt_timeout),
+                })
+            }
+        }
+    }
+
+    /// Makes controller `idx` the one tried first.
+    pub fn prefer(&self, idx: usize) {
+        let mut cur = self.current.lock().unwrap();
+        if cur.0 != idx {
+            *cur = (idx % self.controllers.len(), None);
+        }
     }
 
     /// Sends raw bytes as a request (for tests of malformed frames) and reads one

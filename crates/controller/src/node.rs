@@ -131,6 +131,8 @@ pub struct Node {
     leader: u64,
     sched_dirty: bool,
     last_plan: Instant,
+    /// How long the latest scheduling pass took.
+    last_pass: Duration,
     plan_inflight: Option<(u64, Instant)>,
     next_wakeup: Option<Millis>,
     /// Answers held until the batch that makes them durable is committed.
@@ -141,6 +143,11 @@ pub struct Node {
     /// A conf change was applied: the next image must carry it, since a joining member
     /// refuses a snapshot whose conf state does not list it.
     image_for_conf_change: bool,
+    /// The conf state changed since it was last persisted.
+    conf_dirty: bool,
+    /// Term and vote as last synced to disk.
+    synced_term: u64,
+    synced_vote: u64,
 }
 
 /// The node's starting point: storage opened, state restored.
@@ -238,6 +245,7 @@ impl Node {
         rcfg.validate()?;
         let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
         let raw = RawNode::new(&rcfg, storage.clone(), &logger)?;
+        let hard_state = storage.hard_state();
         Ok(Node {
             id: cfg.id,
             raw,
@@ -257,6 +265,7 @@ impl Node {
             leader: 0,
             sched_dirty: true,
             last_plan: Instant::now(),
+            last_pass: Duration::ZERO,
             plan_inflight: None,
             next_wakeup: None,
             deferred: Vec::new(),
@@ -264,6 +273,9 @@ impl Node {
             commit_update: None,
             removed: false,
             image_for_conf_change: false,
+            conf_dirty: false,
+            synced_term: hard_state.term,
+            synced_vote: hard_state.vote,
         })
     }
 
@@ -481,6 +493,12 @@ impl Node {
             .filter(|(_, p)| p.deadline <= now)
             .map(|(k, _)| *k)
             .collect();
+        if !late.is_empty() {
+            warn!(
+                count = late.len(),
+                "writes not committed in time; answered Unavailable"
+            );
+        }
         for k in late {
             let p = self.writes.remove(&k).unwrap();
             let _ = p.reply.send(Err(ApiError::Unavailable(
@@ -544,16 +562,23 @@ impl Node {
         }
         let now_wall = wall_ms();
         let since = self.last_plan.elapsed();
-        let due = (self.sched_dirty && since >= Duration::from_millis(self.cfg.sched.min_gap_ms))
+        // Passes on a large queue are long; the gap after a pass grows with it so that
+        // scheduling takes at most about `max_busy_percent` of the leader's time.
+        let busy = self.cfg.sched.max_busy_percent.clamp(1, 100) as u32;
+        let gap = Duration::from_millis(self.cfg.sched.min_gap_ms)
+            .max(self.last_pass * (100 - busy) / busy);
+        let due = (self.sched_dirty && since >= gap)
             || since >= Duration::from_millis(self.cfg.sched.interval_ms)
             || self.next_wakeup.is_some_and(|w| w <= now_wall);
         if !due {
             return;
         }
+        let t = Instant::now();
         let plan = {
             let sh = self.shared.read().unwrap();
             tranche_sched::plan(&sh.state, now_wall.max(sh.last_now))
         };
+        self.last_pass = t.elapsed();
         self.last_plan = Instant::now();
         self.sched_dirty = false;
         self.next_wakeup = plan.next_wakeup;
@@ -587,7 +612,6 @@ impl Node {
 
     fn on_ready(&mut self) -> Result<(), NodeError> {
         if !self.raw.has_ready() {
-            self.flush_commit()?;
             return Ok(());
         }
         let mut rd = self.raw.ready();
@@ -603,6 +627,7 @@ impl Node {
                 sh.applied = snap.get_metadata().index;
             }
             self.conf_state = snap.get_metadata().get_conf_state().clone();
+            self.conf_dirty = true;
             self.applied_term = snap.get_metadata().term;
             self.image_index = snap.get_metadata().index;
             self.sync_addresses();
@@ -620,39 +645,54 @@ impl Node {
         let committed = rd.take_committed_entries();
         self.apply_entries(committed)?;
 
-        let hs = rd.hs().cloned();
         let image = self.image_due();
-        let applied = self.shared.read().unwrap().applied;
-        let compact_to = image.as_ref().and_then(|img| {
-            let to = img.index.saturating_sub(self.cfg.raft.keep_entries);
-            (to > self.storage.stats().first_index).then_some(to)
-        });
-        let conf_state = Some(self.conf_state.clone());
-        let members = encode(
-            &self
-                .shared
-                .read()
-                .unwrap()
-                .members
-                .values()
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
-        let meta = [("members", members)];
-        let batch = PersistBatch {
-            entries: rd.entries(),
-            hard_state: hs,
-            commit: self.commit_update.take(),
-            snapshot: batch_snapshot.as_ref(),
-            image: image.clone(),
-            compact_to,
-            applied: Some(applied),
-            conf_state,
-            meta: &meta,
-        };
-        tokio::task::block_in_place(|| self.storage.persist(&batch))?;
-        if let Some(img) = image {
-            self.image_index = img.index;
+        let mut hs = rd.hs().cloned();
+        // A hard state whose term and vote are unchanged differs only in its commit
+        // index, which need not be synced (Raft recovers it): it rides along with the
+        // next batch that must be. So does the applied index.
+        if let Some(h) = &hs {
+            if h.term == self.synced_term && h.vote == self.synced_vote {
+                self.commit_update = Some(h.commit);
+                hs = None;
+            }
+        }
+        let must_sync = !rd.entries().is_empty()
+            || batch_snapshot.is_some()
+            || image.is_some()
+            || hs.is_some()
+            || self.conf_dirty;
+        if must_sync {
+            let applied = self.shared.read().unwrap().applied;
+            let compact_to = image.as_ref().and_then(|img| {
+                let to = img.index.saturating_sub(self.cfg.raft.keep_entries);
+                let first = raft::Storage::first_index(&self.storage).unwrap_or(0);
+                (to > first).then_some(to)
+            });
+            let conf_state = self.conf_dirty.then(|| self.conf_state.clone());
+            let batch = PersistBatch {
+                entries: rd.entries(),
+                hard_state: hs.clone(),
+                commit: self.commit_update.take(),
+                snapshot: batch_snapshot.as_ref(),
+                image: image.clone(),
+                compact_to,
+                applied: Some(applied),
+                conf_state,
+                meta: &[],
+            };
+            let t = Instant::now();
+            tokio::task::block_in_place(|| self.storage.persist(&batch))?;
+            if batch.image.is_some() {
+                info!(persist_ms = t.elapsed().as_millis() as u64, compact_to = ?batch.compact_to, "state image stored");
+            }
+            if let Some(h) = &hs {
+                self.synced_term = h.term;
+                self.synced_vote = h.vote;
+            }
+            self.conf_dirty = false;
+            if let Some(img) = image {
+                self.image_index = img.index;
+            }
         }
         self.answer_deferred();
 
@@ -670,20 +710,6 @@ impl Node {
         self.apply_entries(committed)?;
         self.answer_deferred();
         self.raw.advance_apply();
-        Ok(())
-    }
-
-    /// Persists a commit-index-only change when no Ready came to carry it.
-    fn flush_commit(&mut self) -> Result<(), NodeError> {
-        if let Some(c) = self.commit_update.take() {
-            let applied = self.shared.read().unwrap().applied;
-            let batch = PersistBatch {
-                commit: Some(c),
-                applied: Some(applied),
-                ..Default::default()
-            };
-            tokio::task::block_in_place(|| self.storage.persist(&batch))?;
-        }
         Ok(())
     }
 
@@ -716,7 +742,7 @@ impl Node {
     }
 
     fn image_due(&mut self) -> Option<Image> {
-        let (applied, data) = {
+        let (applied, data, t) = {
             let sh = self.shared.read().unwrap();
             let due = sh.applied >= self.image_index + self.cfg.raft.snapshot_entries
                 || ((self.storage.snapshot_wanted() || self.image_for_conf_change)
@@ -725,14 +751,20 @@ impl Node {
             if !due || sh.applied == 0 {
                 return None;
             }
+            let t = Instant::now();
             let data = ImageData {
                 state: sh.state.snapshot(),
                 members: sh.members.values().cloned().collect(),
                 last_now: sh.last_now,
             };
-            (sh.applied, encode(&data))
+            (sh.applied, encode(&data), t)
         };
-        debug!(index = applied, bytes = data.len(), "writing a state image");
+        info!(
+            index = applied,
+            bytes = data.len(),
+            encode_ms = t.elapsed().as_millis() as u64,
+            "writing a state image"
+        );
         Some(Image {
             index: applied,
             term: self.applied_term,
@@ -793,6 +825,7 @@ impl Node {
                     })?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.conf_state = cs;
+                    self.conf_dirty = true;
                     self.image_for_conf_change = true;
                     match cc.get_change_type() {
                         ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
@@ -848,7 +881,8 @@ impl Node {
             }
         }
         let voters = self.conf_state.voters.clone();
-        let stats = self.storage.stats();
+        let first_index = raft::Storage::first_index(&self.storage).unwrap_or(0);
+        let image_index = self.image_index;
         let mut sh = self.shared.write().unwrap();
         let members = sh
             .members
@@ -866,8 +900,8 @@ impl Node {
             term: r.term,
             commit,
             applied: sh.applied,
-            image_index: stats.image_index.unwrap_or(0),
-            first_index: stats.first_index,
+            image_index,
+            first_index,
             members,
         };
     }

@@ -28,6 +28,7 @@ pub fn summary(job: &Job, now: Millis) -> JobSummary {
             .filter(|_| !job.status.is_active() && !job.status.is_terminal())
             .map(|r| r.render(now)),
         preemptions: job.preemptions,
+        client_token: job.spec.client_token.clone(),
     }
 }
 

@@ -132,23 +132,6 @@ async fn all_jobs(admin: &Client) -> Vec<tranche_proto::JobSummary> {
     }
 }
 
-async fn tokens_of(c: &LocalCluster, admin: &Client, ids: &[u64]) -> BTreeMap<u64, Option<String>> {
-    let _ = c;
-    let mut out = BTreeMap::new();
-    for id in ids {
-        match admin
-            .read(Query::Job(tranche_model::JobId(*id)), false)
-            .await
-        {
-            Ok(Response::Job(j)) => {
-                out.insert(*id, j.spec.client_token.clone());
-            }
-            other => panic!("job {id}: {other:?}"),
-        }
-    }
-    out
-}
-
 #[test]
 fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
     let _g = serial();
@@ -202,7 +185,10 @@ fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
         let before = ids.len();
         ids.dedup();
         assert_eq!(before, ids.len(), "a job id appears twice");
-        let tokens = tokens_of(&c, &admin, &ids).await;
+        let tokens: BTreeMap<u64, Option<String>> = jobs
+            .iter()
+            .map(|j| (j.id.0, j.client_token.clone()))
+            .collect();
         let mut by_token: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for (id, tok) in &tokens {
             by_token

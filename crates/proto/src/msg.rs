@@ -88,6 +88,8 @@ pub struct JobSummary {
     /// Why it waits, rendered, when it waits.
     pub reason: Option<String>,
     pub preemptions: u32,
+    /// The submitter's idempotency token.
+    pub client_token: Option<String>,
 }
 
 /// Why a job is where it is.

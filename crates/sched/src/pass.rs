@@ -2,7 +2,9 @@
 //! DESIGN.md §3 is marked where it lives.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeSet, BinaryHeap};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use tranche_model::*;
 use tranche_state::*;
 
@@ -198,7 +200,7 @@ struct Pass<'a> {
 impl<'a> Pass<'a> {
     fn new(st: &'a State, now: Millis) -> Pass<'a> {
         let mut units: Vec<&'a str> = vec![];
-        let mut unit_ix: HashMap<&'a str, Ux> = HashMap::new();
+        let mut unit_ix: HashMap<&'a str, Ux> = HashMap::default();
         let mut intern = |u: &'a Unit| -> Ux {
             *unit_ix.entry(u.as_str()).or_insert_with(|| {
                 units.push(u.as_str());
@@ -258,7 +260,7 @@ impl<'a> Pass<'a> {
             .map(|(i, q)| (q.as_str(), i))
             .collect();
         let mut envs = vec![];
-        let mut env_ix = HashMap::new();
+        let mut env_ix = HashMap::default();
         for (i, e) in st.environments.values().enumerate() {
             env_ix.insert(e.name.as_str(), i);
             let mut cap = vec![None; nu_count];
@@ -289,14 +291,14 @@ impl<'a> Pass<'a> {
             envs,
             env_ix,
             shares: vec![],
-            share_ix: HashMap::new(),
+            share_ix: HashMap::default(),
             queue_ix,
-            victims_of: HashMap::new(),
-            taken: HashSet::new(),
-            reclaim_cands: HashMap::new(),
-            inshare_cands: HashMap::new(),
-            reclaim_failed: HashMap::new(),
-            inshare_failed: HashMap::new(),
+            victims_of: HashMap::default(),
+            taken: HashSet::default(),
+            reclaim_cands: HashMap::default(),
+            inshare_cands: HashMap::default(),
+            reclaim_failed: HashMap::default(),
+            inshare_failed: HashMap::default(),
             wakeup: None,
             plan: Plan::default(),
         };
@@ -994,9 +996,9 @@ impl<'a> Pass<'a> {
             }
         }
         let local = k == 1;
-        let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::new();
-        let mut excess: HashMap<usize, i64> = HashMap::new();
-        let mut freed: HashMap<Nx, u32> = HashMap::new();
+        let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
+        let mut excess: HashMap<usize, i64> = HashMap::default();
+        let mut freed: HashMap<Nx, u32> = HashMap::default();
         let mut fitting: Vec<Nx> = vec![];
         let mut picked: Vec<usize> = vec![];
         let mut total: i64 = 0;

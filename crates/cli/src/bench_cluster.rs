@@ -1,0 +1,349 @@
+//! `tranche bench submit` and `tranche bench failover`: a local controller trio of real
+//! `tranched` processes with durable storage, driven over QUIC with mutual TLS.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tranche_client::Client;
+use tranche_local::{demo, find_tranched, LocalCluster, LocalOptions};
+use tranche_proto::{JobFilter, Query, Response};
+use tranche_tls::Role;
+
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// Controllers in the local cluster.
+    #[arg(long, default_value_t = 3)]
+    controllers: usize,
+    /// Concurrent clients, each with its own QUIC connection to the leader.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Where the controllers' data dirs go (default: a temporary dir on this disk).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// TOML appended to every controller's config, e.g. "[raft]\ntick_ms = 20".
+    #[arg(long, default_value = "")]
+    controller_config: String,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FailoverArgs {
+    /// Leader kills.
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
+    /// Concurrent clients submitting throughout.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// TOML appended to every controller's config.
+    #[arg(long, default_value = "")]
+    controller_config: String,
+    #[arg(long)]
+    json: bool,
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Keeps the cluster's dir (logs, data) after the run when `TRANCHE_KEEP` is set.
+pub struct KeepDir(Option<tempfile::TempDir>);
+
+impl Drop for KeepDir {
+    fn drop(&mut self) {
+        if std::env::var_os("TRANCHE_KEEP").is_some() {
+            if let Some(d) = self.0.take() {
+                let _ = d.keep();
+            }
+        }
+    }
+}
+
+fn start_cluster(
+    n: usize,
+    dir: &Option<PathBuf>,
+    extra: &str,
+) -> Result<(KeepDir, LocalCluster), String> {
+    let tranched = find_tranched();
+    if !tranched.exists() && std::env::var("TRANCHED").is_err() {
+        return Err(format!(
+            "`tranched` not found at {}; build it beside `tranche` (cargo build --release --workspace) or set TRANCHED",
+            tranched.display()
+        ));
+    }
+    let base = match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            tempfile::tempdir_in(d)
+        }
+        None => tempfile::tempdir(),
+    }
+    .map_err(|e| format!("cannot make a temporary dir: {e}"))?;
+    let mut opts = LocalOptions::new(tranched);
+    opts.extra_config = extra.replace("\\n", "\n");
+    if std::env::var("TRANCHE_LOG").is_err() {
+        opts.log_filter = "warn".into();
+    }
+    if std::env::var_os("TRANCHE_KEEP").is_some() {
+        eprintln!("keeping the cluster's files in {}", base.path().display());
+    }
+    let mut c = LocalCluster::create(base.path(), n, opts)?;
+    c.start_all()?;
+    Ok((KeepDir(Some(base)), c))
+}
+
+async fn prepare(c: &mut LocalCluster) -> Result<(Client, usize), String> {
+    let admin = c.client(Role::Admin, "admin")?;
+    let leader = c
+        .wait_leader(&admin, Duration::from_secs(15))
+        .await
+        .ok_or("no leader elected within 15 s")?;
+    admin.prefer(leader);
+    for cmd in demo::objects() {
+        match admin.command(cmd).await {
+            Ok(Ok(_)) => {}
+            other => return Err(format!("demo policy refused: {other:?}")),
+        }
+    }
+    Ok((admin, leader))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+pub fn submit(args: &SubmitArgs) -> ExitCode {
+    match runtime().block_on(submit_run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tranche bench submit: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
+    if args.clients == 0 || args.duration == 0 || args.controllers == 0 {
+        return Err("--clients, --duration and --controllers must be positive".into());
+    }
+    let (_tmp, mut c) = start_cluster(args.controllers, &args.dir, &args.controller_config)?;
+    let (_admin, leader) = prepare(&mut c).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let seq = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let client = c.client(Role::Admin, "admin")?;
+        client.prefer(leader);
+        let stop = stop.clone();
+        let seq = seq.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let token = format!("b{}", seq.fetch_add(1, Ordering::Relaxed));
+                let t = Instant::now();
+                let r = client.submit(demo::job("borrow", "bench", &token)).await;
+                if t.elapsed() > Duration::from_secs(1) {
+                    eprintln!(
+                        "slow submit {token}: {:?} -> {:?}",
+                        t.elapsed(),
+                        r.as_ref().map(|_| ())
+                    );
+                }
+                match r {
+                    Ok(_) => lat.push(t.elapsed().as_secs_f64() * 1000.0),
+                    Err(_) => errors += 1,
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.duration)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.map_err(|e| e.to_string())?;
+        lat.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = lat.len();
+    let rate = n as f64 / elapsed;
+    let (p50, p99, max) = (
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat.last().copied().unwrap_or(0.0),
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "controllers": args.controllers,
+                "clients": args.clients,
+                "duration_s": elapsed,
+                "submits": n,
+                "errors": errors,
+                "submits_per_s": rate,
+                "p50_ms": p50,
+                "p99_ms": p99,
+                "max_ms": max,
+            })
+        );
+    } else {
+        println!("controllers        {}", args.controllers);
+        println!("clients            {}", args.clients);
+        println!("acknowledged       {n} submits in {elapsed:.1} s ({errors} errors)");
+        println!("submits/s          {rate:.0}");
+        println!("latency p50/p99    {p50:.2} / {p99:.2} ms (max {max:.1} ms)");
+    }
+    Ok(())
+}
+
+pub fn failover(args: &FailoverArgs) -> ExitCode {
+    match runtime().block_on(failover_run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tranche bench failover: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn failover_run(args: &FailoverArgs) -> Result<(), String> {
+    if args.rounds == 0 {
+        return Err("--rounds must be positive".into());
+    }
+    let (_tmp, mut c) = start_cluster(3, &args.dir, &args.controller_config)?;
+    let (admin, _) = prepare(&mut c).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let seq = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let mut client = c.client(Role::Admin, "admin")?;
+        client.attempt_timeout = Duration::from_millis(300);
+        client.retry_for = Duration::from_secs(30);
+        let stop = stop.clone();
+        let seq = seq.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked: Vec<(String, u64)> = Vec::new();
+            let mut errors = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let token = format!("f{}", seq.fetch_add(1, Ordering::Relaxed));
+                match client.submit(demo::job("borrow", "bench", &token)).await {
+                    Ok((id, _)) => acked.push((token, id.0)),
+                    Err(_) => errors += 1,
+                }
+            }
+            (acked, errors)
+        }));
+    }
+    let mut times = Vec::new();
+    for round in 0..args.rounds {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let leader = c
+            .wait_leader(&admin, Duration::from_secs(15))
+            .await
+            .ok_or("no leader before the kill")?;
+        let mut probe = c.client(Role::Admin, "admin")?;
+        probe.attempt_timeout = Duration::from_millis(300);
+        probe.retry_for = Duration::from_secs(30);
+        // The probe is connected (to any controller) before the kill, as a busy
+        // client would be.
+        let _ = probe.read(Query::Controllers, true).await;
+        c.kill(leader);
+        let t0 = Instant::now();
+        let token = format!("probe{round}");
+        probe
+            .submit(demo::job("borrow", "bench", &token))
+            .await
+            .map_err(|e| format!("round {round}: no write acknowledged after the kill: {e}"))?;
+        let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        times.push(ms);
+        if !args.json {
+            println!(
+                "round {round}: killed controller {}; next write acknowledged after {ms:.0} ms",
+                leader + 1
+            );
+        }
+        c.start(leader)?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (a, e) = t.await.map_err(|e| e.to_string())?;
+        acked.extend(a);
+        errors += e;
+    }
+    // Every acknowledged submit must be there exactly once.
+    let jobs = match admin.read(Query::Jobs(JobFilter::default()), false).await {
+        Ok(Response::Jobs(j)) => j,
+        other => return Err(format!("cannot list jobs: {other:?}")),
+    };
+    let mut by_token: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for j in &jobs {
+        if let Some(t) = &j.client_token {
+            by_token.entry(t.clone()).or_default().push(j.id.0);
+        }
+    }
+    let lost = acked
+        .iter()
+        .filter(|(t, id)| by_token.get(t) != Some(&vec![*id]))
+        .count();
+    let duplicated = by_token.values().filter(|v| v.len() > 1).count();
+    let mut sorted = times.clone();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = percentile(&sorted, 0.5);
+    let max = sorted.last().copied().unwrap_or(0.0);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "rounds": args.rounds,
+                "failover_ms": times,
+                "failover_ms_median": median,
+                "failover_ms_max": max,
+                "acked": acked.len(),
+                "acked_lost": lost,
+                "duplicated": duplicated,
+                "client_errors": errors,
+            })
+        );
+    } else {
+        println!(
+            "failover median    {median:.0} ms (max {max:.0} ms) over {} rounds",
+            args.rounds
+        );
+        println!(
+            "acknowledged       {} submits under load; lost {lost}, duplicated {duplicated}",
+            acked.len()
+        );
+    }
+    if lost > 0 || duplicated > 0 {
+        return Err(format!(
+            "{lost} acknowledged submits lost, {duplicated} duplicated"
+        ));
+    }
+    Ok(())
+}

@@ -32,6 +32,9 @@ pub struct PeerFrame {
     /// The sender's peer address, so that a member that joined and does not yet know
     /// the membership can answer.
     pub from_addr: String,
+    /// Random per process start. A new value means the sender restarted, so any
+    /// connection to its previous process is dead even if QUIC has not noticed yet.
+    pub incarnation: u64,
     pub items: Vec<PeerItem>,
 }
 
@@ -48,6 +51,11 @@ pub struct PeerNet {
     /// membership this controller knows.
     learned: RwLock<BTreeMap<u64, SocketAddr>>,
     queues: Mutex<HashMap<u64, mpsc::UnboundedSender<PeerItem>>>,
+    incarnation: u64,
+    /// The latest incarnation seen from each peer.
+    seen: Mutex<HashMap<u64, u64>>,
+    /// Peers that restarted: their sender must reconnect.
+    restarted: Mutex<HashSet<u64>>,
     /// Fault injection: controllers whose traffic is dropped both ways.
     blocked: Arc<RwLock<HashSet<u64>>>,
 }
@@ -58,6 +66,9 @@ impl PeerNet {
             id,
             addr,
             learned: RwLock::new(BTreeMap::new()),
+            incarnation: rand::random(),
+            seen: Mutex::new(HashMap::new()),
+            restarted: Mutex::new(HashSet::new()),
             endpoint,
             addrs: RwLock::new(BTreeMap::new()),
             queues: Mutex::new(HashMap::new()),
@@ -80,6 +91,14 @@ impl PeerNet {
         b.clear();
         b.extend(ids.iter().copied());
         info!(blocked = ?ids, "fault injection: controller traffic blocked");
+    }
+
+    fn note_incarnation(&self, id: u64, incarnation: u64) {
+        let prev = self.seen.lock().unwrap().insert(id, incarnation);
+        if prev.is_some_and(|p| p != incarnation) {
+            info!(peer = id, "controller restarted; reconnecting to it");
+            self.restarted.lock().unwrap().insert(id);
+        }
     }
 
     fn learn(&self, id: u64, addr: &str) {
@@ -123,7 +142,9 @@ impl PeerNet {
             if self.is_blocked(to) {
                 continue;
             }
-            if conn.as_ref().is_some_and(|c| c.close_reason().is_some()) {
+            if conn.as_ref().is_some_and(|c| c.close_reason().is_some())
+                || self.restarted.lock().unwrap().remove(&to)
+            {
                 conn = None;
             }
             if conn.is_none() {
@@ -148,6 +169,7 @@ impl PeerNet {
             let bytes = frame::encode(&PeerFrame {
                 from: self.id,
                 from_addr: self.addr.clone(),
+                incarnation: self.incarnation,
                 items,
             });
             let sent = async {
@@ -227,6 +249,7 @@ impl PeerNet {
                         continue;
                     }
                     me.learn(f.from, &f.from_addr);
+                    me.note_incarnation(f.from, f.incarnation);
                     if node
                         .send(NodeMsg::Peer {
                             from: f.from,

@@ -34,6 +34,16 @@ pub struct Config {
     /// Accept the `Isolate` test switch from admins. Never enable in production.
     #[serde(default)]
     pub fault_injection: bool,
+    /// Worker threads for network and client work (the Raft loop has its own).
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(1, 4)
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -87,7 +97,7 @@ pub struct SchedConfig {
     /// And no more often than this after commits that change demand or capacity.
     pub min_gap_ms: u64,
     /// After a pass, wait long enough that passes take at most this share of the
-    /// leader's time (a 40 ms pass at 25% waits 120 ms before the next).
+    /// leader's time (at 10%, a 40 ms pass is followed by at least 360 ms without one).
     pub max_busy_percent: u8,
 }
 
@@ -96,7 +106,7 @@ impl Default for SchedConfig {
         SchedConfig {
             interval_ms: 1_000,
             min_gap_ms: 10,
-            max_busy_percent: 25,
+            max_busy_percent: 10,
         }
     }
 }
@@ -180,6 +190,9 @@ impl Config {
                     ));
                 }
             }
+        }
+        if self.threads == 0 || self.threads > 256 {
+            return Err(bad("threads", "must be 1 to 256"));
         }
         let r = &self.raft;
         if r.tick_ms == 0 || r.heartbeat_ticks == 0 || r.election_ticks <= r.heartbeat_ticks {

@@ -40,7 +40,7 @@ fn main() {
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(cfg.threads)
         .enable_all()
         .build()
         .expect("tokio runtime");

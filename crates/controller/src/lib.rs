@@ -6,6 +6,7 @@ pub mod api;
 pub mod config;
 pub mod node;
 pub mod peer;
+pub mod planner;
 pub mod server;
 pub mod views;
 

@@ -23,6 +23,7 @@ use tranche_state::{ApplyError, Command, Outcome, State};
 
 use crate::config::Config;
 use crate::peer::{PeerItem, PeerNet};
+use crate::planner::{Planner, PlannerMsg};
 
 /// The result of a write: committed and applied (the state machine's answer), or not
 /// known to be.
@@ -45,6 +46,11 @@ pub enum NodeMsg {
     Membership {
         change: MembershipChange,
         reply: oneshot::Sender<Result<(), ApiError>>,
+    },
+    /// A scheduling pass finished on the planner thread (`None`: it had no replica).
+    Plan {
+        plan: Option<tranche_state::Plan>,
+        took: Duration,
     },
 }
 
@@ -133,6 +139,10 @@ pub struct Node {
     last_plan: Instant,
     /// How long the latest scheduling pass took.
     last_pass: Duration,
+    planner: Planner,
+    /// A pass was asked of the planner and has not come back (with the term it was
+    /// asked in).
+    pass_running: Option<(u64, Instant)>,
     plan_inflight: Option<(u64, Instant)>,
     next_wakeup: Option<Millis>,
     /// Answers held until the batch that makes them durable is committed.
@@ -229,6 +239,7 @@ impl Node {
         image_index: u64,
         inbox: mpsc::Receiver<NodeMsg>,
         net: Arc<PeerNet>,
+        planner: Planner,
     ) -> Result<Node, NodeError> {
         let applied = shared.read().unwrap().applied;
         let rcfg = raft::Config {
@@ -266,6 +277,8 @@ impl Node {
             sched_dirty: true,
             last_plan: Instant::now(),
             last_pass: Duration::ZERO,
+            planner,
+            pass_running: None,
             plan_inflight: None,
             next_wakeup: None,
             deferred: Vec::new(),
@@ -317,6 +330,7 @@ impl Node {
             self.maybe_schedule();
             self.on_ready()?;
             self.watch_leader();
+            self.sync_planner();
             if self.removed {
                 warn!("this controller was removed from the cluster; stopping");
                 break;
@@ -385,6 +399,7 @@ impl Node {
                 self.reads.insert(id, Pending { reply, deadline });
             }
             NodeMsg::Membership { change, reply } => self.change_membership(change, reply),
+            NodeMsg::Plan { plan, took } => self.plan_done(plan, took),
         }
     }
 
@@ -552,8 +567,14 @@ impl Node {
     }
 
     fn maybe_schedule(&mut self) {
-        if !self.is_leader() || self.plan_inflight.is_some() {
+        if !self.is_leader() || self.plan_inflight.is_some() || !self.planner.active {
             return;
+        }
+        if let Some((_, at)) = self.pass_running {
+            if at.elapsed() < Duration::from_millis(self.cfg.raft.proposal_timeout_ms) * 10 {
+                return;
+            }
+            warn!("a scheduling pass did not come back; asking again");
         }
         // A leader schedules only once it has applied an entry of its own term, so its
         // state includes everything committed before it.
@@ -573,14 +594,22 @@ impl Node {
         if !due {
             return;
         }
-        let t = Instant::now();
-        let plan = {
-            let sh = self.shared.read().unwrap();
-            tranche_sched::plan(&sh.state, now_wall.max(sh.last_now))
-        };
-        self.last_pass = t.elapsed();
-        self.last_plan = Instant::now();
+        let now = now_wall.max(self.shared.read().unwrap().last_now);
         self.sched_dirty = false;
+        self.pass_running = Some((self.raw.raft.term, Instant::now()));
+        self.planner.send(PlannerMsg::Run(now));
+    }
+
+    fn plan_done(&mut self, plan: Option<tranche_state::Plan>, took: Duration) {
+        let Some((term, _)) = self.pass_running.take() else {
+            return;
+        };
+        self.last_pass = took;
+        self.last_plan = Instant::now();
+        let Some(plan) = plan else { return };
+        if !self.is_leader() || self.raw.raft.term != term {
+            return;
+        }
         self.next_wakeup = plan.next_wakeup;
         if plan.is_empty() {
             return;
@@ -588,11 +617,26 @@ impl Node {
         debug!(
             placements = plan.placements(),
             actions = plan.actions.len(),
+            pass_ms = took.as_millis() as u64,
             "proposing a plan"
         );
         let id = self.new_id();
         if self.propose(self.id, id, Command::ApplyPlan(plan)) {
             self.plan_inflight = Some((id, Instant::now()));
+        }
+    }
+
+    /// Starts or stops the planner's replica as leadership comes and goes.
+    fn sync_planner(&mut self) {
+        let leader = self.is_leader();
+        if leader && !self.planner.active {
+            let st = self.shared.read().unwrap().state.clone();
+            self.planner.send(PlannerMsg::Reset(Box::new(st)));
+            self.planner.active = true;
+        } else if !leader && self.planner.active {
+            self.planner.send(PlannerMsg::Drop);
+            self.planner.active = false;
+            self.pass_running = None;
         }
     }
 
@@ -625,6 +669,10 @@ impl Node {
                 let mut sh = self.shared.write().unwrap();
                 restore_image(&mut sh, snap.get_data())?;
                 sh.applied = snap.get_metadata().index;
+                if self.planner.active {
+                    self.planner
+                        .send(PlannerMsg::Reset(Box::new(sh.state.clone())));
+                }
             }
             self.conf_state = snap.get_metadata().get_conf_state().clone();
             self.conf_dirty = true;
@@ -792,8 +840,12 @@ impl Node {
                     Ok(p) => {
                         let now = p.now.max(sh.last_now);
                         sh.last_now = now;
-                        let r = sh.state.apply(&p.cmd, now);
-                        match (&p.cmd, &r) {
+                        let cmd = Arc::new(p.cmd);
+                        let r = sh.state.apply(&cmd, now);
+                        if self.planner.active {
+                            self.planner.send(PlannerMsg::Apply(cmd.clone(), now));
+                        }
+                        match (&*cmd, &r) {
                             (Command::Heartbeat { .. }, _) => {}
                             (Command::ApplyPlan(_), Ok(Outcome::Plan(o))) => {
                                 if !o.rejected.is_empty() {

@@ -47,6 +47,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         image_index,
         rx,
         net.clone(),
+        crate::planner::Planner::spawn(tx.clone()),
     )?;
     tokio::spawn(net.clone().serve(tx.clone()));
     let api = Arc::new(Api {

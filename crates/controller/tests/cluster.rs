@@ -572,3 +572,99 @@ fn malformed_frames_get_an_error_and_change_nothing() {
         assert_eq!(before.digest, after.digest);
     });
 }
+
+fn node_inventory(name: &str, gpus: u32) -> tranche_model::NodeInventory {
+    tranche_model::NodeInventory {
+        name: name.into(),
+        address: "127.0.0.1".into(),
+        labels: BTreeMap::new(),
+        gpus: (0..gpus)
+            .map(|i| tranche_model::Gpu {
+                index: tranche_model::GpuIndex(i),
+                uuid: format!("GPU-{name}-{i}"),
+                unit: "h100".into(),
+                memory_mb: 80_000,
+                healthy: true,
+            })
+            .collect(),
+        cpus: 64,
+        memory_mb: 512_000,
+    }
+}
+
+async fn wait_status(admin: &Client, job: tranche_model::JobId, want: tranche_model::JobStatus) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Response::Job(j)) = admin.read(Query::Job(job), false).await {
+            if j.status == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "job {job} is {:?}, not {want:?}: {:?}",
+                    j.status, j.pending_reason
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn the_leader_schedules_and_a_new_leader_carries_on() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let leader = c
+            .wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a leader");
+        setup(&admin).await;
+        let agent = c.client(Role::Agent, "n1").unwrap();
+        let r = agent
+            .command(Command::RegisterNode(node_inventory("n1", 2)))
+            .await
+            .unwrap();
+        assert!(r.is_ok(), "{r:?}");
+        let (a, _) = admin
+            .submit(demo::job("reserve", "gina", "g1"))
+            .await
+            .unwrap();
+        wait_status(&admin, a, tranche_model::JobStatus::Scheduled).await;
+        // The plan came from the leader's scheduler and was committed everywhere.
+        converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
+
+        c.kill(leader);
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        c.wait_leader(&admin, Duration::from_secs(10))
+            .await
+            .expect("a new leader");
+        let (b, _) = admin
+            .submit(demo::job("reserve", "gina", "g2"))
+            .await
+            .unwrap();
+        wait_status(&admin, b, tranche_model::JobStatus::Scheduled).await;
+        // Two GPUs, two jobs: a third waits with a reason naming the shortage.
+        let (x, _) = admin
+            .submit(demo::job("reserve", "gina", "g3"))
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = admin.read(Query::Job(x), false).await.unwrap();
+            let Response::Job(j) = r else { panic!("{r:?}") };
+            if let Some(reason) = &j.pending_reason {
+                if !matches!(reason, tranche_model::PendingReason::NotYetScheduled) {
+                    assert_eq!(j.status, tranche_model::JobStatus::Runnable);
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no reason for the waiting job: {j:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}

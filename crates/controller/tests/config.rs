@@ -1,0 +1,49 @@
+//! The controller's config file: the shipped example parses, and bad input is refused
+//! with the field and the rule.
+
+use tranche_controller::Config;
+
+fn example() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/controller.toml");
+    std::fs::read_to_string(path).expect("config/controller.toml")
+}
+
+#[test]
+fn the_example_config_parses() {
+    let cfg = Config::parse(&example(), "controller.toml").unwrap();
+    assert_eq!(cfg.id, 1);
+    assert_eq!(cfg.peers.len(), 3);
+    assert_eq!(cfg.raft.snapshot_entries, 100_000);
+    assert_eq!(cfg.sched.max_busy_percent, 10);
+}
+
+fn refused(text: &str) -> String {
+    match Config::parse(text, "c.toml") {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let base = example();
+    let e = refused(&base.replace("id = 1                 ", "id = 0                 "));
+    assert!(e.contains("`id`"), "{e}");
+    let e = refused(&base.replace(
+        "client_addr = \"10.0.0.11:7100\"          #",
+        "client_addr = \"nowhere\" #",
+    ));
+    assert!(e.contains("`client_addr`"), "{e}");
+    let e = refused(&base.replace("election_ticks = 10", "election_ticks = 1"));
+    assert!(e.contains("`raft`"), "{e}");
+    let e = refused(&base.replace("max_busy_percent = 10", "max_busy_percent = 0"));
+    assert!(e.contains("max_busy_percent"), "{e}");
+    let e = refused(&format!("{base}\nunknown_key = 1\n"));
+    assert!(e.contains("unknown field"), "{e}");
+    // Founders must include this controller.
+    let e = refused(&base.replace(
+        "id = 1\nname = \"ctl1\"\npeer_addr",
+        "id = 9\nname = \"ctl1\"\npeer_addr",
+    ));
+    assert!(e.contains("`peers`"), "{e}");
+}

@@ -92,16 +92,13 @@ impl Api {
     pub async fn handle(&self, who: &Identity, req: Request) -> Response {
         match req {
             Request::Command(cmd) => {
-                if let Err(e) = self.authorize(who, &cmd) {
-                    return Response::Error(e);
-                }
                 let (tx, rx) = oneshot::channel();
-                if self
-                    .node
-                    .send(NodeMsg::Write { cmd, reply: tx })
-                    .await
-                    .is_err()
-                {
+                let msg = NodeMsg::Write {
+                    who: who.clone(),
+                    cmd,
+                    reply: tx,
+                };
+                if self.node.send(msg).await.is_err() {
                     return Response::Error(ApiError::Unavailable(
                         "the controller is stopping".into(),
                     ));
@@ -209,20 +206,15 @@ impl Api {
             Query::Objects => Response::Objects(views::objects(st)),
         }
     }
-
-    /// Whether this certificate may send this command. Checked against the applied
-    /// state; the state machine checks the rest when it applies the command.
-    fn authorize(&self, who: &Identity, cmd: &Command) -> Result<(), ApiError> {
-        let sh = self.shared.read().unwrap();
-        authorize(who, cmd, &sh.state)
-    }
 }
 
 fn deny(msg: String) -> Result<(), ApiError> {
     Err(ApiError::Unauthorized(msg))
 }
 
-/// The authorization rules of the client API.
+/// The authorization rules of the client API: whether this certificate may send this
+/// command, checked against the applied state (the state machine checks the rest when
+/// it applies the command).
 pub fn authorize(who: &Identity, cmd: &Command, state: &State) -> Result<(), ApiError> {
     use Command::*;
     let own_job = |job: &JobId| -> Result<(), ApiError> {

@@ -33,8 +33,10 @@ pub type WriteResult = Result<Result<Outcome, ApplyError>, ApiError>;
 pub enum NodeMsg {
     /// Items from another controller.
     Peer { from: u64, items: Vec<PeerItem> },
-    /// A client's write.
+    /// A client's write, authorized here against the applied state before it is
+    /// proposed or forwarded.
     Write {
+        who: tranche_tls::Identity,
         cmd: Command,
         reply: oneshot::Sender<WriteResult>,
     },
@@ -363,7 +365,15 @@ impl Node {
                     }
                 }
             }
-            NodeMsg::Write { cmd, reply } => {
+            NodeMsg::Write { who, cmd, reply } => {
+                let denied = {
+                    let sh = self.shared.read().unwrap();
+                    crate::api::authorize(&who, &cmd, &sh.state).err()
+                };
+                if let Some(e) = denied {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
                 let id = self.new_id();
                 let deadline =
                     Instant::now() + Duration::from_millis(self.cfg.raft.proposal_timeout_ms);

@@ -706,7 +706,7 @@ impl DiskStorage {
                 return Err(LogError::AlreadyInitialized);
             }
             let plan = plan(&core, batch)?;
-            self.write(batch, &plan)?;
+            self.write(batch, &plan, core.truncated_index)?;
             plan
         };
         let mut core = self.wl();
@@ -727,7 +727,12 @@ impl DiskStorage {
         Ok(())
     }
 
-    fn write(&self, batch: &PersistBatch, plan: &Plan) -> Result<(), LogError> {
+    fn write(
+        &self,
+        batch: &PersistBatch,
+        plan: &Plan,
+        truncated_before: u64,
+    ) -> Result<(), LogError> {
         let mut txn = self
             .shared
             .db
@@ -740,11 +745,11 @@ impl DiskStorage {
         {
             let mut entries = txn.open_table(ENTRIES).map_err(table_err("entries"))?;
             if plan.clear {
-                remove_keys(&mut entries, 0, u64::MAX)
+                remove_keys(&mut entries, 0, u64::MAX, u64::MAX)
                     .map_err(storage_err("entries", "discarding the log for a snapshot"))?;
             }
             if let Some(first) = batch.entries.first() {
-                remove_keys(&mut entries, first.index, u64::MAX).map_err(storage_err(
+                remove_keys(&mut entries, first.index, u64::MAX, u64::MAX).map_err(storage_err(
                     "entries",
                     format!("truncating the log from {}", first.index),
                 ))?;
@@ -759,17 +764,14 @@ impl DiskStorage {
                         })?;
                 }
             }
-            if plan.drop_front > 0 {
-                let (compact_to, _) = plan
-                    .truncated
-                    .expect("compaction sets the truncation point");
-                let compact_to = compact_to + 1;
-                remove_keys(&mut entries, 0, compact_to).map_err(storage_err(
-                    "entries",
-                    format!("compacting the log to {compact_to}"),
-                ))?;
-            }
-
+            // Compacted entries leave the file gradually: at most COMPACT_STEP of them
+            // per transaction, so that compacting a long log never stalls one batch.
+            // Entries at or below the truncation point are never read back.
+            let truncated = plan.truncated.map_or(truncated_before, |(i, _)| i);
+            remove_keys(&mut entries, 0, truncated + 1, COMPACT_STEP).map_err(storage_err(
+                "entries",
+                format!("compacting the log to {}", truncated + 1),
+            ))?;
             let mut state = txn
                 .open_table(RAFT_STATE)
                 .map_err(table_err("raft_state"))?;
@@ -1080,13 +1082,18 @@ fn apply(core: &mut Core, batch: &PersistBatch, plan: Plan) {
 }
 
 /// Reads everything stored into a [`Core`].
-/// Removes the entries with keys in `lo..hi` one key at a time. The log's keys are
-/// consecutive, so the stored first and last keys bound the loop; redb removes single
-/// keys far faster than it runs `retain_in` over a range.
+/// How many compacted entries one transaction removes from the file at most.
+const COMPACT_STEP: u64 = 4096;
+
+/// Removes the entries with keys in `lo..hi`, at most `limit` of them from the low end,
+/// one key at a time. The log's keys are consecutive, so the stored first and last keys
+/// bound the loop; redb removes single keys far faster than it runs `retain_in` over a
+/// range.
 fn remove_keys(
     table: &mut redb::Table<u64, &[u8]>,
     lo: u64,
     hi: u64,
+    limit: u64,
 ) -> Result<(), redb::StorageError> {
     let first = match table.first()? {
         Some((k, _)) => k.value(),
@@ -1097,7 +1104,9 @@ fn remove_keys(
         None => return Ok(()),
     };
     let start = lo.max(first);
-    let end = hi.min(last.saturating_add(1));
+    let end = hi
+        .min(last.saturating_add(1))
+        .min(start.saturating_add(limit));
     for key in start..end {
         table.remove(key)?;
     }
@@ -1180,9 +1189,11 @@ fn load(db: &Database) -> Result<Core, LogError> {
 
     let table = txn.open_table(ENTRIES).map_err(table_err("entries"))?;
     let mut entries = Vec::new();
+    // Entries at or below the truncation point may still be in the file: they are
+    // removed a few thousand per transaction after a compaction.
     for (expected, item) in (truncated_index + 1..).zip(
         table
-            .iter()
+            .range(truncated_index + 1..)
             .map_err(storage_err("entries", "iterating the log"))?,
     ) {
         let (key, value) = item.map_err(|source| LogError::Storage {

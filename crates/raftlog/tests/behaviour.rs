@@ -812,3 +812,52 @@ fn a_thousand_entries_in_one_batch() {
     assert_eq!(all_entries(&s), big);
     assert_eq!(s.hard_state().commit, 1000);
 }
+
+/// Counts the entry records still in the file, compacted or not.
+fn records_in_file(path: &Path) -> u64 {
+    use redb::ReadableTableMetadata;
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let t: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("entries");
+    txn.open_table(t).unwrap().len().unwrap()
+}
+
+#[test]
+fn a_long_compaction_leaves_the_file_gradually_and_survives_reopen_midway() {
+    let f = Fixture::new();
+    let s = DiskStorage::open(&f.path).unwrap();
+    s.initialize(&[1]).unwrap();
+    let n = 10_000;
+    s.persist(&PersistBatch {
+        entries: &entries(1..=n, 1),
+        hard_state: Some(hard_state(1, 1, n)),
+        ..Default::default()
+    })
+    .unwrap();
+    s.persist(&PersistBatch {
+        image: Some(image(9_000, 1, b"img")),
+        compact_to: Some(9_000),
+        ..Default::default()
+    })
+    .unwrap();
+    // Raft sees the compaction at once.
+    assert_eq!(s.first_index(), Ok(9_000));
+    let before = (all_entries(&s), s.stats());
+    drop(s);
+    // Part of the compacted entries are still in the file, and are never read back.
+    let left = records_in_file(&f.path);
+    assert!(left > n - 8_999 && left < n, "{left} records in the file");
+    let s = f.open();
+    assert_eq!((all_entries(&s), s.stats()), before);
+    // Later transactions remove the rest.
+    for i in 0..4 {
+        s.persist(&PersistBatch {
+            entries: &entries(n + 1 + i..=n + 1 + i, 1),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    let last = s.last_index().unwrap();
+    drop(s);
+    assert_eq!(records_in_file(&f.path), last - 9_000 + 1);
+}

@@ -134,14 +134,19 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-pub fn submit(args: &SubmitArgs) -> ExitCode {
-    match runtime().block_on(submit_run(args)) {
+/// Runs a benchmark; its error goes to stderr with exit status 2.
+fn exit_of(what: &str, r: Result<(), String>) -> ExitCode {
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tranche bench submit: {e}");
+            eprintln!("tranche bench {what}: {e}");
             ExitCode::from(2)
         }
     }
+}
+
+pub fn submit(args: &SubmitArgs) -> ExitCode {
+    exit_of("submit", runtime().block_on(submit_run(args)))
 }
 
 async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
@@ -235,13 +240,7 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
 }
 
 pub fn failover(args: &FailoverArgs) -> ExitCode {
-    match runtime().block_on(failover_run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tranche bench failover: {e}");
-            ExitCode::from(2)
-        }
-    }
+    exit_of("failover", runtime().block_on(failover_run(args)))
 }
 
 async fn failover_run(args: &FailoverArgs) -> Result<(), String> {

@@ -35,6 +35,18 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// An admin client, once a leader is elected and the demo policy is in place; and the
+/// leader's position.
+async fn ready(c: &mut LocalCluster) -> (Client, usize) {
+    let admin = c.client(Role::Admin, "admin").unwrap();
+    let leader = c
+        .wait_leader(&admin, Duration::from_secs(10))
+        .await
+        .expect("a leader");
+    setup(&admin).await;
+    (admin, leader)
+}
+
 async fn setup(admin: &Client) {
     for cmd in demo::objects() {
         let r = admin.command(cmd).await.expect("write answered");
@@ -222,11 +234,7 @@ fn restart_from_data_dirs_reproduces_the_state() {
     let _g = serial();
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
-        let admin = c.client(Role::Admin, "admin").unwrap();
-        c.wait_leader(&admin, Duration::from_secs(10))
-            .await
-            .expect("a leader");
-        setup(&admin).await;
+        let (admin, _) = ready(&mut c).await;
         for i in 0..40 {
             admin
                 .submit(demo::job("lend", "dave", &format!("r{i}")))
@@ -267,12 +275,7 @@ fn a_member_down_during_compaction_catches_up_by_snapshot() {
     let _g = serial();
     let (_dir, mut c) = cluster("[raft]\nsnapshot_entries = 50\nkeep_entries = 5\n");
     rt().block_on(async {
-        let admin = c.client(Role::Admin, "admin").unwrap();
-        let leader = c
-            .wait_leader(&admin, Duration::from_secs(10))
-            .await
-            .expect("a leader");
-        setup(&admin).await;
+        let (admin, leader) = ready(&mut c).await;
         let down = (leader + 1) % 3;
         c.kill(down);
         for i in 0..200 {
@@ -304,12 +307,7 @@ fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
     let _g = serial();
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
-        let admin = c.client(Role::Admin, "admin").unwrap();
-        let leader = c
-            .wait_leader(&admin, Duration::from_secs(10))
-            .await
-            .expect("a leader");
-        setup(&admin).await;
+        let (admin, leader) = ready(&mut c).await;
         let ids: Vec<u64> = c.controllers.iter().map(|x| x.member.id).collect();
         // Cut the leader off from both others.
         let cut = leader;
@@ -534,11 +532,7 @@ fn malformed_frames_get_an_error_and_change_nothing() {
     let _g = serial();
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
-        let admin = c.client(Role::Admin, "admin").unwrap();
-        c.wait_leader(&admin, Duration::from_secs(10))
-            .await
-            .expect("a leader");
-        setup(&admin).await;
+        let (admin, _) = ready(&mut c).await;
         let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
         let good =
             tranche_proto::frame::encode(&Request::Command(Command::DeleteShare("lend".into())));
@@ -573,25 +567,6 @@ fn malformed_frames_get_an_error_and_change_nothing() {
     });
 }
 
-fn node_inventory(name: &str, gpus: u32) -> tranche_model::NodeInventory {
-    tranche_model::NodeInventory {
-        name: name.into(),
-        address: "127.0.0.1".into(),
-        labels: BTreeMap::new(),
-        gpus: (0..gpus)
-            .map(|i| tranche_model::Gpu {
-                index: tranche_model::GpuIndex(i),
-                uuid: format!("GPU-{name}-{i}"),
-                unit: "h100".into(),
-                memory_mb: 80_000,
-                healthy: true,
-            })
-            .collect(),
-        cpus: 64,
-        memory_mb: 512_000,
-    }
-}
-
 async fn wait_status(admin: &Client, job: tranche_model::JobId, want: tranche_model::JobStatus) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -615,15 +590,10 @@ fn the_leader_schedules_and_a_new_leader_carries_on() {
     let _g = serial();
     let (_dir, mut c) = cluster("");
     rt().block_on(async {
-        let admin = c.client(Role::Admin, "admin").unwrap();
-        let leader = c
-            .wait_leader(&admin, Duration::from_secs(10))
-            .await
-            .expect("a leader");
-        setup(&admin).await;
+        let (admin, leader) = ready(&mut c).await;
         let agent = c.client(Role::Agent, "n1").unwrap();
         let r = agent
-            .command(Command::RegisterNode(node_inventory("n1", 2)))
+            .command(Command::RegisterNode(demo::node("n1", 2)))
             .await
             .unwrap();
         assert!(r.is_ok(), "{r:?}");

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use tranche_model::{
-    CapacityLimit, IdleAssignment, JobQueue, JobSpec, ObjState, QuotaShare, ResourceSharing,
-    SchedulingPolicy, ServiceEnvironment, Strategy,
+    CapacityLimit, Gpu, GpuIndex, IdleAssignment, JobQueue, JobSpec, NodeInventory, ObjState,
+    QuotaShare, ResourceSharing, SchedulingPolicy, ServiceEnvironment, Strategy,
 };
 use tranche_state::Command;
 
@@ -69,4 +69,24 @@ pub fn job(share: &str, user: &str, token: &str) -> JobSpec {
     spec.client_token = Some(token.to_string());
     spec.command = vec!["sleep".into(), "1".into()];
     spec
+}
+
+/// A node on 127.0.0.1 with `gpus` H100s.
+pub fn node(name: &str, gpus: u32) -> NodeInventory {
+    NodeInventory {
+        name: name.into(),
+        address: "127.0.0.1".into(),
+        labels: BTreeMap::new(),
+        gpus: (0..gpus)
+            .map(|i| Gpu {
+                index: GpuIndex(i),
+                uuid: format!("GPU-{name}-{i}"),
+                unit: "h100".into(),
+                memory_mb: 80_000,
+                healthy: true,
+            })
+            .collect(),
+        cpus: 64,
+        memory_mb: 512_000,
+    }
 }

@@ -1,0 +1,4 @@
+//! `tranche-agent`, the Tranche node agent. This crate holds its GPU inventory: one
+//! trait, two backends (`nvml` for real GPUs, `fake` for machines without them).
+
+pub mod inventory;

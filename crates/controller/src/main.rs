@@ -39,11 +39,19 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cfg.threads)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    // One thread: the Raft loop, QUIC and the API share it, with no hand-offs between
+    // threads (the planner and the disk's fsync still have their own).
+    let rt = if cfg.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.threads)
+            .enable_all()
+            .build()
+    }
+    .expect("tokio runtime");
     let code = rt.block_on(async move {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {

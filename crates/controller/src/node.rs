@@ -96,6 +96,15 @@ fn decode<T: for<'de> Deserialize<'de>>(b: &[u8]) -> Result<T, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Runs a blocking call (the fsync'd write) from the Raft loop: through
+/// `block_in_place` on a multi-threaded runtime, directly on a single-threaded one.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 pub fn wall_ms() -> Millis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -739,7 +748,7 @@ impl Node {
                 meta: &[],
             };
             let t = Instant::now();
-            tokio::task::block_in_place(|| self.storage.persist(&batch))?;
+            blocking(|| self.storage.persist(&batch))?;
             if batch.image.is_some() {
                 info!(persist_ms = t.elapsed().as_millis() as u64, compact_to = ?batch.compact_to, "state image stored");
             }

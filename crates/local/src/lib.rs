@@ -17,7 +17,8 @@ use tranche_tls::{Role, TlsFiles};
 pub struct LocalOptions {
     /// The `tranched` binary.
     pub tranched: PathBuf,
-    /// Extra TOML appended to every controller's config (e.g. `[raft]` settings).
+    /// Extra TOML for every controller's config, placed before its `[[peers]]` and
+    /// `[tls]` tables: top-level keys first, then tables such as `[raft]`.
     pub extra_config: String,
     pub fault_injection: bool,
     /// `TRANCHE_LOG` for the controllers.
@@ -130,6 +131,10 @@ impl LocalCluster {
             join,
             self.opts.fault_injection
         );
+        // Extra settings go before the tables below, so that top-level keys in them
+        // stay top-level.
+        text += &self.opts.extra_config;
+        text += "\n";
         for p in founders {
             text += &format!(
                 "\n[[peers]]\nid = {}\nname = \"{}\"\npeer_addr = \"{}\"\nclient_addr = \"{}\"\n",
@@ -142,8 +147,6 @@ impl LocalCluster {
             files.cert.display(),
             files.key.display()
         );
-        text += "\n";
-        text += &self.opts.extra_config;
         let config = self.dir.join(format!("{}.toml", m.name));
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
         self.controllers.push(LocalController {

@@ -20,6 +20,8 @@ pub const CLOSE_BAD_CERT: u32 = 2;
 
 pub struct Api {
     pub node: mpsc::Sender<NodeMsg>,
+    /// The applied index, for answers that wait for the next commit.
+    pub applied: tokio::sync::watch::Receiver<u64>,
     pub shared: SharedRef,
     pub net: Arc<PeerNet>,
     pub fault_injection: bool,
@@ -111,6 +113,37 @@ impl Api {
                         Response::Error(ApiError::Unavailable("the controller is stopping".into()))
                     }
                 }
+            }
+            Request::Read {
+                query: Query::NodeWork { node, after },
+                ..
+            } => {
+                let allowed = match who.role {
+                    Role::Agent => node.as_str() == who.name,
+                    Role::Admin | Role::Operator => true,
+                    _ => false,
+                };
+                if !allowed {
+                    return Response::Error(ApiError::Unauthorized(format!(
+                        "{who} may not read the work of node {node}"
+                    )));
+                }
+                // Answered from this controller's applied state (which holds only
+                // committed entries), once it is past `after`.
+                if let Some(after) = after {
+                    let mut rx = self.applied.clone();
+                    let wait = async {
+                        while *rx.borrow_and_update() <= after {
+                            if rx.changed().await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), wait).await;
+                }
+                let sh = self.shared.read().unwrap();
+                let now = wall_ms().max(sh.last_now);
+                Response::NodeWork(views::node_work(&sh.state, &node, sh.applied, now))
             }
             Request::Read { query, stale } => {
                 if who.role == Role::Agent && !matches!(query, Query::Job(_) | Query::Controllers) {
@@ -204,6 +237,9 @@ impl Api {
             Query::Controllers => Response::Controllers(sh.status.clone()),
             Query::Digest => Response::Digest(views::digest(st, sh.applied)),
             Query::Objects => Response::Objects(views::objects(st)),
+            Query::NodeWork { node, .. } => {
+                Response::NodeWork(views::node_work(st, node, sh.applied, now))
+            }
         }
     }
 }

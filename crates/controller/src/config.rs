@@ -31,6 +31,8 @@ pub struct Config {
     pub raft: RaftConfig,
     #[serde(default)]
     pub sched: SchedConfig,
+    #[serde(default)]
+    pub agents: AgentsConfig,
     /// Accept the `Isolate` test switch from admins. Never enable in production.
     #[serde(default)]
     pub fault_injection: bool,
@@ -107,6 +109,27 @@ impl Default for SchedConfig {
             interval_ms: 1_000,
             min_gap_ms: 10,
             max_busy_percent: 10,
+        }
+    }
+}
+
+/// How the leader judges agents by their heartbeats.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsConfig {
+    /// No heartbeat for this long: the node is UNREACHABLE (no new placements).
+    pub unreachable_after_s: u64,
+    /// No heartbeat for this long: the node is DOWN and its jobs are requeued. Must
+    /// exceed the agents' `fence_after` plus the longest grace period, so that an agent
+    /// cut off from the controllers has stopped its jobs before they run elsewhere.
+    pub down_after_s: u64,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        AgentsConfig {
+            unreachable_after_s: 10,
+            down_after_s: 120,
         }
     }
 }
@@ -203,6 +226,14 @@ impl Config {
         }
         if self.sched.max_busy_percent == 0 || self.sched.max_busy_percent > 100 {
             return Err(bad("sched.max_busy_percent", "must be 1 to 100"));
+        }
+        if self.agents.unreachable_after_s == 0
+            || self.agents.down_after_s <= self.agents.unreachable_after_s
+        {
+            return Err(bad(
+                "agents",
+                "unreachable_after_s must be positive and down_after_s greater than it",
+            ));
         }
         if self.sched.interval_ms == 0 {
             return Err(bad("sched.interval_ms", "must be positive"));

@@ -151,6 +151,13 @@ pub struct Node {
     /// How long the latest scheduling pass took.
     last_pass: Duration,
     planner: Planner,
+    /// Since when this controller leads (liveness judgements wait a while after it).
+    leader_since: Option<Instant>,
+    last_liveness: Instant,
+    /// Liveness commands proposed recently, per node, so they are not repeated.
+    liveness_sent: HashMap<tranche_model::NodeName, Instant>,
+    /// Tells waiting agents that more has been applied.
+    applied_tx: watch::Sender<u64>,
     /// A pass was asked of the planner and has not come back (with the term it was
     /// asked in).
     pass_running: Option<(u64, Instant)>,
@@ -251,6 +258,7 @@ impl Node {
         inbox: mpsc::Receiver<NodeMsg>,
         net: Arc<PeerNet>,
         planner: Planner,
+        applied_tx: watch::Sender<u64>,
     ) -> Result<Node, NodeError> {
         let applied = shared.read().unwrap().applied;
         let rcfg = raft::Config {
@@ -290,6 +298,10 @@ impl Node {
             last_pass: Duration::ZERO,
             planner,
             pass_running: None,
+            applied_tx,
+            leader_since: None,
+            last_liveness: Instant::now(),
+            liveness_sent: HashMap::new(),
             plan_inflight: None,
             next_wakeup: None,
             deferred: Vec::new(),
@@ -322,6 +334,7 @@ impl Node {
                     self.raw.tick();
                     self.expire();
                     self.publish_status();
+                    self.check_agents();
                 }
                 msg = self.inbox.recv() => {
                     let Some(msg) = msg else { break };
@@ -645,6 +658,62 @@ impl Node {
         }
     }
 
+    /// The leader marks nodes whose agents stopped heartbeating UNREACHABLE, then
+    /// DOWN (which requeues their jobs), and brings them back UP when heartbeats return.
+    /// A new leader waits `unreachable_after` before judging, so that agents have had
+    /// time to reach it.
+    fn check_agents(&mut self) {
+        if !self.is_leader() {
+            self.leader_since = None;
+            return;
+        }
+        let since = *self.leader_since.get_or_insert_with(Instant::now);
+        let unreachable = self.cfg.agents.unreachable_after_s * 1000;
+        let down = self.cfg.agents.down_after_s * 1000;
+        if since.elapsed() < Duration::from_millis(unreachable)
+            || self.last_liveness.elapsed() < Duration::from_millis(500)
+            || self.applied_term != self.raw.raft.term
+        {
+            return;
+        }
+        self.last_liveness = Instant::now();
+        let now = wall_ms();
+        let mut cmds = Vec::new();
+        {
+            let sh = self.shared.read().unwrap();
+            for (name, n) in &sh.state.nodes {
+                let age = now.saturating_sub(n.last_heartbeat);
+                let cmd = match &n.down {
+                    None if age > down => Command::NodeDown {
+                        node: name.clone(),
+                        reason: format!("no heartbeat for {} s", age / 1000),
+                    },
+                    None if age > unreachable && !n.unreachable => {
+                        Command::NodeUnreachable { node: name.clone() }
+                    }
+                    Some(r) if r.starts_with("no heartbeat") && age < unreachable => {
+                        Command::NodeUp { node: name.clone() }
+                    }
+                    _ => continue,
+                };
+                cmds.push((name.clone(), cmd));
+            }
+        }
+        for (name, cmd) in cmds {
+            if self
+                .liveness_sent
+                .get(&name)
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(2))
+            {
+                continue;
+            }
+            info!(node = %name, command = ?cmd, "agent liveness");
+            let id = self.new_id();
+            self.propose(self.id, id, cmd);
+            self.liveness_sent.insert(name, Instant::now());
+        }
+    }
+
     /// Starts or stops the planner's replica as leadership comes and goes.
     fn sync_planner(&mut self) {
         let leader = self.is_leader();
@@ -692,6 +761,7 @@ impl Node {
                     self.planner
                         .send(PlannerMsg::Reset(Box::new(sh.state.clone())));
                 }
+                self.applied_tx.send_replace(sh.applied);
             }
             self.conf_state = snap.get_metadata().get_conf_state().clone();
             self.conf_dirty = true;
@@ -930,7 +1000,9 @@ impl Node {
             }
             sh.applied = e.index;
         }
+        let applied = sh.applied;
         drop(sh);
+        self.applied_tx.send_replace(applied);
         self.sync_addresses();
         Ok(())
     }

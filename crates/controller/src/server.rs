@@ -37,6 +37,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
+    let (applied_tx, applied_rx) = watch::channel(shared.applied);
     let shared = Arc::new(RwLock::new(shared));
     let (tx, rx) = mpsc::channel(65_536);
     let node = Node::new(
@@ -48,10 +49,12 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         rx,
         net.clone(),
         crate::planner::Planner::spawn(tx.clone()),
+        applied_tx,
     )?;
     tokio::spawn(net.clone().serve(tx.clone()));
     let api = Arc::new(Api {
         node: tx,
+        applied: applied_rx,
         shared,
         net,
         fault_injection: cfg.fault_injection,

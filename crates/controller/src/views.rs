@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use tranche_model::{Job, JobStatus, Millis, Unit};
+use tranche_model::{Job, JobId, JobStatus, Millis, Unit};
 use tranche_proto::{
-    Explanation, JobFilter, JobSummary, Objects, QueueSnapshot, ShareUsage, StateDigest, UnitUsage,
+    Explanation, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, ShareUsage, StateDigest,
+    StopOrder, UnitUsage, WorkItem,
 };
 use tranche_state::State;
 
@@ -155,5 +156,81 @@ pub fn objects(state: &State) -> Objects {
         policies: state.policies.values().cloned().collect(),
         queues: state.queues.values().cloned().collect(),
         shares: state.shares.values().cloned().collect(),
+    }
+}
+
+/// What the agent of `node` must run or stop: every active attempt with GPUs there.
+/// Found through the node's GPU holders, so the cost is that of one node.
+pub fn node_work(
+    state: &State,
+    node: &tranche_model::NodeName,
+    applied: u64,
+    now: Millis,
+) -> NodeWork {
+    let Some(n) = state.nodes.get(node) else {
+        return NodeWork {
+            applied,
+            now,
+            registered: false,
+            items: vec![],
+        };
+    };
+    let mut ids: Vec<JobId> = n.allocated.iter().flatten().copied().collect();
+    ids.sort();
+    ids.dedup();
+    let mut items = Vec::new();
+    for id in ids {
+        let Some(job) = state.job(id) else { continue };
+        if !job.status.is_active() {
+            continue;
+        }
+        let Some(att) = job.current_attempt() else {
+            continue;
+        };
+        let Some(here) = att.allocation.iter().find(|a| &a.node == node) else {
+            continue;
+        };
+        let gpus = here
+            .gpus
+            .iter()
+            .map(|g| {
+                let uuid = n
+                    .inventory
+                    .gpus
+                    .iter()
+                    .find(|x| x.index == *g)
+                    .map(|x| x.uuid.clone())
+                    .unwrap_or_default();
+                (g.0, uuid)
+            })
+            .collect();
+        let stop = job.stop.as_ref().map(|s| StopOrder {
+            why: format!("{:?}: {}", s.kind, s.reason),
+            deadline_ms: s.deadline,
+            grace_ms: s.deadline.saturating_sub(s.signalled_at),
+        });
+        let spec = &job.spec;
+        items.push(WorkItem {
+            job: id,
+            attempt: att.number,
+            status: job.status,
+            share: spec.share.clone(),
+            restarts: job.attempts.len().saturating_sub(1) as u32,
+            image: spec.image.clone(),
+            command: spec.command.clone(),
+            env: spec.env.clone(),
+            cpus: spec.cpus_per_node,
+            memory_mb: spec.memory_mb_per_node,
+            gpus,
+            time_limit_s: spec.time_limit_s,
+            signal: spec.checkpoint.signal.clone(),
+            stop,
+        });
+    }
+    NodeWork {
+        applied,
+        now,
+        registered: true,
+        items,
     }
 }

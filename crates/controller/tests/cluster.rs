@@ -638,3 +638,172 @@ fn the_leader_schedules_and_a_new_leader_carries_on() {
         }
     });
 }
+
+async fn node_work(agent: &Client, node: &str, after: Option<u64>) -> tranche_proto::NodeWork {
+    match agent
+        .read(
+            Query::NodeWork {
+                node: node.into(),
+                after,
+            },
+            true,
+        )
+        .await
+    {
+        Ok(Response::NodeWork(w)) => w,
+        other => panic!("node work: {other:?}"),
+    }
+}
+
+#[test]
+fn an_agent_learns_its_work_and_reports_progress() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("");
+    rt().block_on(async {
+        let (admin, _) = ready(&mut c).await;
+        let agent = c.client(Role::Agent, "n1").unwrap();
+        let w = node_work(&agent, "n1", None).await;
+        assert!(!w.registered && w.items.is_empty());
+        let r = agent
+            .command(Command::RegisterNode(demo::node("n1", 4)))
+            .await
+            .unwrap();
+        assert!(r.is_ok(), "{r:?}");
+        // Another node's work is not this agent's to read.
+        let other = agent
+            .read(
+                Query::NodeWork {
+                    node: "n2".into(),
+                    after: None,
+                },
+                true,
+            )
+            .await;
+        assert!(
+            matches!(other, Err(ClientError::Api(ApiError::Unauthorized(_)))),
+            "{other:?}"
+        );
+
+        let mut spec = demo::job("reserve", "hana", "w1");
+        spec.request.gpus_per_node = 2;
+        spec.env.insert("EPOCHS".into(), "3".into());
+        let (job, _) = admin.submit(spec).await.unwrap();
+        // Long-poll until the placement shows up.
+        let mut seen = 0;
+        let item = loop {
+            let w = node_work(&agent, "n1", Some(seen)).await;
+            seen = w.applied;
+            if let Some(i) = w.items.iter().find(|i| i.job == job) {
+                break i.clone();
+            }
+        };
+        assert_eq!(item.attempt, 1);
+        assert_eq!(item.gpus.len(), 2);
+        assert!(item.gpus.iter().all(|(i, u)| u == &format!("GPU-n1-{i}")));
+        assert_eq!(item.env.get("EPOCHS").map(String::as_str), Some("3"));
+        assert!(item.stop.is_none());
+        for event in [
+            tranche_state::Progress::Starting,
+            tranche_state::Progress::Running,
+            tranche_state::Progress::Exited {
+                code: Some(0),
+                reason: None,
+            },
+        ] {
+            let r = agent
+                .command(Command::JobProgress {
+                    job,
+                    attempt: 1,
+                    event,
+                })
+                .await
+                .unwrap();
+            assert!(r.is_ok(), "{r:?}");
+        }
+        wait_status(&admin, job, tranche_model::JobStatus::Succeeded).await;
+        let w = node_work(&agent, "n1", None).await;
+        assert!(w.items.is_empty(), "{:?}", w.items);
+        // Progress for a job on another node is refused.
+        let r = c
+            .client(Role::Agent, "n9")
+            .unwrap()
+            .command(Command::JobProgress {
+                job,
+                attempt: 1,
+                event: tranche_state::Progress::Running,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(r, Err(ApiError::Unauthorized(_))), "{r:?}");
+    });
+}
+
+#[test]
+fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
+    let _g = serial();
+    let (_dir, mut c) = cluster("[agents]\nunreachable_after_s = 1\ndown_after_s = 3\n");
+    rt().block_on(async {
+        let (admin, _) = ready(&mut c).await;
+        let agent = c.client(Role::Agent, "n1").unwrap();
+        agent
+            .command(Command::RegisterNode(demo::node("n1", 2)))
+            .await
+            .unwrap()
+            .unwrap();
+        let (job, _) = admin
+            .submit(demo::job("reserve", "ines", "d1"))
+            .await
+            .unwrap();
+        wait_status(&admin, job, tranche_model::JobStatus::Scheduled).await;
+        // The agent goes silent.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut was_unreachable = false;
+        loop {
+            let nodes = match admin.read(Query::Nodes, false).await.unwrap() {
+                Response::Nodes(n) => n,
+                other => panic!("{other:?}"),
+            };
+            let n = &nodes[0];
+            was_unreachable |= n.unreachable;
+            if let Some(reason) = &n.down {
+                assert!(reason.contains("no heartbeat"), "{reason}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "node never went DOWN: {n:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            was_unreachable,
+            "the node was never seen UNREACHABLE before DOWN"
+        );
+        let r = admin.read(Query::Job(job), false).await.unwrap();
+        let Response::Job(j) = r else { panic!("{r:?}") };
+        assert!(
+            !j.status.is_active(),
+            "job still holds GPUs on a DOWN node: {:?}",
+            j.status
+        );
+        // Heartbeats return: the node comes back UP.
+        agent
+            .command(Command::Heartbeat { node: "n1".into() })
+            .await
+            .unwrap()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let Response::Nodes(nodes) = admin.read(Query::Nodes, false).await.unwrap() else {
+                panic!()
+            };
+            if nodes[0].down.is_none() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node never came back UP");
+            agent
+                .command(Command::Heartbeat { node: "n1".into() })
+                .await
+                .unwrap()
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+}

@@ -58,6 +58,13 @@ pub enum Query {
     Digest,
     /// The state machine's objects: environments, policies, queues, shares.
     Objects,
+    /// What should run on this node now (the agent's view). With `after`, the answer
+    /// waits (up to about 2 s) until the controller has applied past that index, so an
+    /// agent learns of a placement or a stop as soon as it is committed.
+    NodeWork {
+        node: NodeName,
+        after: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,6 +176,50 @@ pub struct Objects {
     pub shares: Vec<tranche_model::QuotaShare>,
 }
 
+/// One attempt placed on a node, as its agent must run (or stop) it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkItem {
+    pub job: JobId,
+    pub attempt: u32,
+    pub status: JobStatus,
+    pub share: ShareName,
+    /// Earlier attempts of the job (its restart count).
+    pub restarts: u32,
+    pub image: String,
+    pub command: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub cpus: u32,
+    pub memory_mb: u64,
+    /// This node's GPUs of the allocation: (index, UUID).
+    pub gpus: Vec<(u32, String)>,
+    pub time_limit_s: Option<u64>,
+    /// The job's checkpoint signal, e.g. `SIGTERM`.
+    pub signal: String,
+    /// Set when the attempt must stop: the signal goes out now, SIGKILL at the deadline.
+    pub stop: Option<StopOrder>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopOrder {
+    /// Why: preempted (reclaim, in-share), cancelled, drained.
+    pub why: String,
+    /// Controller time (ms since the epoch) when the grace period ends.
+    pub deadline_ms: Millis,
+    /// The grace period, in milliseconds.
+    pub grace_ms: u64,
+}
+
+/// Everything an agent must run or stop, as of an applied index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeWork {
+    pub applied: u64,
+    /// The controller's time of the answer (ms since the epoch).
+    pub now: Millis,
+    /// Whether the node is known to the controllers (registered).
+    pub registered: bool,
+    pub items: Vec<WorkItem>,
+}
+
 /// What a controller answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Response {
@@ -183,6 +234,7 @@ pub enum Response {
     Controllers(ClusterStatus),
     Digest(StateDigest),
     Objects(Objects),
+    NodeWork(NodeWork),
     /// A membership change or a test switch took effect.
     Done,
     Error(ApiError),

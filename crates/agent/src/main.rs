@@ -20,6 +20,17 @@ enum Backend {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the agent: register this node, heartbeat, run and stop the jobs placed here.
+    ///
+    /// Example: tranche-agent run --config /etc/tranche/agent.toml
+    Run {
+        /// The agent's TOML configuration.
+        #[arg(long)]
+        config: std::path::PathBuf,
+        /// Log as JSON lines instead of text.
+        #[arg(long)]
+        json_logs: bool,
+    },
     /// Print this node's GPUs as the agent would report them.
     ///
     /// Example: tranche-agent inventory --unit "NVIDIA H100 80GB HBM3=h100" --json
@@ -40,6 +51,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Supervise one attempt of a job (started by the agent itself, not by people).
+    #[command(hide = true)]
+    Shim {
+        /// The attempt directory (`<spool>/attempts/<job>.<attempt>`).
+        #[arg(long)]
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -52,7 +70,56 @@ fn main() -> ExitCode {
             units,
             json,
         } => inventory(backend, &fake, &node, &units, json),
+        Cmd::Shim { dir } => tranche_agent::exec::shim_main(&dir),
+        Cmd::Run { config, json_logs } => run(&config, json_logs),
     }
+}
+
+fn run(config: &std::path::Path, json_logs: bool) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TRANCHE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if json_logs {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let cfg = match tranche_agent::config::AgentConfig::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tranche-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async move {
+        let agent = match tranche_agent::daemon::Agent::new(cfg) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("tranche-agent: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            let _ = tx.send(true);
+        });
+        agent.run(rx).await;
+        ExitCode::SUCCESS
+    })
 }
 
 fn inventory(backend: Backend, fake: &str, node: &str, units: &[String], json: bool) -> ExitCode {

@@ -1,0 +1,141 @@
+//! `tranche-agent --config FILE`: the agent's TOML configuration.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// This node's name; its agent certificate must carry the same.
+    pub node: String,
+    /// The controllers' client addresses.
+    pub controllers: Vec<String>,
+    /// Attempt directories (spec, output, exit status) and unpacked images.
+    pub spool_dir: PathBuf,
+    /// `nvml` (the default: the real GPUs) or `fake`.
+    #[serde(default = "default_inventory")]
+    pub inventory: String,
+    /// With `inventory = "fake"`: the GPUs, e.g. "8 x h100".
+    #[serde(default)]
+    pub fake: Option<String>,
+    /// Node labels (environments select nodes by them). `tranche.unit` sets the unit of
+    /// every GPU of the node.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// CPUs and memory offered to jobs (default: what the machine has).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// The address jobs of other nodes reach this one at (default: the node name).
+    #[serde(default)]
+    pub address: Option<String>,
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    /// Without a controller quorum for this long, the agent stops its jobs itself, so a
+    /// later DOWN and requeue can never double-book a GPU. Must be less than the
+    /// controllers' `down_after_s` minus the longest grace period.
+    #[serde(default = "default_fence_after_s")]
+    pub fence_after_s: u64,
+    pub tls: TlsConfig,
+    /// GPU product name → capacity unit, e.g. `"NVIDIA H100 80GB HBM3" = "h100"`.
+    #[serde(default)]
+    pub units: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn default_inventory() -> String {
+    "nvml".into()
+}
+fn default_heartbeat_ms() -> u64 {
+    2_000
+}
+fn default_fence_after_s() -> u64 {
+    30
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {err}")]
+    Read { path: String, err: std::io::Error },
+    #[error("{path}: {err}")]
+    Parse { path: String, err: String },
+    #[error("{path}: field `{field}`: {rule}")]
+    Invalid {
+        path: String,
+        field: &'static str,
+        rule: String,
+    },
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+            path: path.display().to_string(),
+            err,
+        })?;
+        AgentConfig::parse(&text, &path.display().to_string())
+    }
+
+    pub fn parse(text: &str, path: &str) -> Result<AgentConfig, ConfigError> {
+        let cfg: AgentConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_string(),
+            err: e.to_string(),
+        })?;
+        let bad = |field, rule: &str| ConfigError::Invalid {
+            path: path.to_string(),
+            field,
+            rule: rule.to_string(),
+        };
+        if tranche_model::NodeName::from(cfg.node.as_str())
+            .validate("node")
+            .is_err()
+        {
+            return Err(bad(
+                "node",
+                "must be a node name: lowercase letters, digits, '-', '_' and '.'",
+            ));
+        }
+        if cfg.controllers.is_empty()
+            || cfg
+                .controllers
+                .iter()
+                .any(|a| a.parse::<SocketAddr>().is_err())
+        {
+            return Err(bad(
+                "controllers",
+                "must list the controllers' client addresses, e.g. \"10.0.0.11:7100\"",
+            ));
+        }
+        match (cfg.inventory.as_str(), &cfg.fake) {
+            ("nvml", None) | ("fake", Some(_)) => {}
+            ("nvml", Some(_)) => return Err(bad("fake", "is only for `inventory = \"fake\"`")),
+            ("fake", None) => return Err(bad("fake", "must declare the GPUs, e.g. \"8 x h100\"")),
+            _ => return Err(bad("inventory", "must be \"nvml\" or \"fake\"")),
+        }
+        if cfg.heartbeat_ms == 0 || cfg.heartbeat_ms > 60_000 {
+            return Err(bad("heartbeat_ms", "must be 1 to 60000"));
+        }
+        if cfg.fence_after_s * 1000 <= cfg.heartbeat_ms * 2 {
+            return Err(bad("fence_after_s", "must be longer than two heartbeats"));
+        }
+        Ok(cfg)
+    }
+
+    pub fn controller_addrs(&self) -> Vec<SocketAddr> {
+        self.controllers
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect()
+    }
+}

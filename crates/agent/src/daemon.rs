@@ -1,0 +1,482 @@
+//! The agent's main loop: register, heartbeat, learn the node's work from the
+//! controllers (a long-poll that answers as soon as a placement or a stop is
+//! committed), start and stop attempts through the executors, report their progress,
+//! and fence itself when it has lost the controllers for `fence_after`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+use tranche_client::{Client, ClientError};
+use tranche_model::{JobId, JobStatus, NodeInventory};
+use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
+use tranche_state::{ApplyError, Command, Progress};
+use tranche_tls::TlsFiles;
+
+use crate::config::AgentConfig;
+use crate::exec::{signal_number, Attempt, BoundGpu, Executors, LaunchSpec, StopOutcome};
+use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
+
+/// The grace given to an attempt the controllers no longer list, or to every attempt
+/// when the agent fences itself (the job's own grace is known only with a stop order).
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{0}")]
+    Inventory(#[from] crate::inventory::InventoryError),
+    #[error("executors: {0}")]
+    Exec(#[from] crate::exec::ExecError),
+    #[error("client: {0}")]
+    Client(String),
+}
+
+struct Local {
+    attempt: Arc<Attempt>,
+    /// The checkpoint signal of the job, as the work item gave it.
+    signal: String,
+    running_reported: bool,
+    stopping: bool,
+}
+
+type Key = (u64, u32);
+
+pub struct Agent {
+    cfg: AgentConfig,
+    client: Client,
+    execs: Arc<Executors>,
+    inventory: NodeInventory,
+    fake_devices: bool,
+    local: Mutex<HashMap<Key, Local>>,
+    last_contact: Mutex<Instant>,
+    fenced: AtomicBool,
+}
+
+/// Reads the node's GPUs through the configured backend and builds its inventory.
+pub fn node_inventory(cfg: &AgentConfig) -> Result<(NodeInventory, bool), AgentError> {
+    let (inv, map): (Box<dyn Inventory>, UnitMap) = if cfg.inventory == "fake" {
+        let f = FakeInventory::parse(cfg.fake.as_deref().unwrap_or(""), &cfg.node)?;
+        let map = f.unit_map();
+        (Box::new(f), map)
+    } else {
+        let map = UnitMap {
+            by_product: cfg.units.clone(),
+            node_override: cfg.labels.get("tranche.unit").cloned(),
+        };
+        (Box::new(NvmlInventory::open()?), map)
+    };
+    let mut gpus = Vec::new();
+    for g in inv.gpus()? {
+        gpus.push(g.to_model(map.unit_for(&g)?));
+    }
+    let cpus = cfg.cpus.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    });
+    let memory_mb = cfg.memory_mb.unwrap_or_else(host_memory_mb);
+    Ok((
+        NodeInventory {
+            name: cfg.node.as_str().into(),
+            address: cfg.address.clone().unwrap_or_else(|| cfg.node.clone()),
+            labels: cfg.labels.clone(),
+            gpus,
+            cpus,
+            memory_mb,
+        },
+        cfg.inventory == "fake",
+    ))
+}
+
+fn host_memory_mb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb / 1024)
+        .unwrap_or(0)
+}
+
+impl Agent {
+    pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
+        let (inventory, fake_devices) = node_inventory(&cfg)?;
+        let execs = Arc::new(Executors::new(&cfg.spool_dir)?);
+        let tls = TlsFiles {
+            ca: cfg.tls.ca.clone(),
+            cert: cfg.tls.cert.clone(),
+            key: cfg.tls.key.clone(),
+        };
+        let mut client = Client::new(cfg.controller_addrs(), &tls)
+            .map_err(|e| AgentError::Client(e.to_string()))?;
+        client.attempt_timeout = Duration::from_secs(3);
+        client.retry_for = Duration::from_secs(5);
+        let agent = Agent {
+            cfg,
+            client,
+            execs,
+            inventory,
+            fake_devices,
+            local: Mutex::new(HashMap::new()),
+            last_contact: Mutex::new(Instant::now()),
+            fenced: AtomicBool::new(false),
+        };
+        // Attempts started by an earlier agent process keep running under their shims.
+        for a in agent.execs.adopt()? {
+            info!(
+                job = a.job(),
+                attempt = a.attempt(),
+                "re-adopted an attempt"
+            );
+            agent.local.lock().unwrap().insert(
+                (a.job(), a.attempt()),
+                Local {
+                    attempt: Arc::new(a),
+                    signal: "SIGTERM".into(),
+                    running_reported: false,
+                    stopping: false,
+                },
+            );
+        }
+        Ok(Arc::new(agent))
+    }
+
+    fn contact(&self) {
+        *self.last_contact.lock().unwrap() = Instant::now();
+        if self.fenced.swap(false, Ordering::Relaxed) {
+            info!("controllers reachable again; fence lifted");
+        }
+    }
+
+    /// Runs until `shutdown` turns true. Jobs keep running after the agent stops.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        self.register().await;
+        let hb = tokio::spawn(self.clone().heartbeats());
+        let mon = tokio::spawn(self.clone().monitor());
+        let mut seen: Option<u64> = None;
+        loop {
+            let poll = self.client.read(
+                Query::NodeWork {
+                    node: self.inventory.name.clone(),
+                    after: seen,
+                },
+                true,
+            );
+            tokio::select! {
+                r = poll => match r {
+                    Ok(Response::NodeWork(w)) => {
+                        self.contact();
+                        seen = Some(w.applied);
+                        if !w.registered {
+                            self.register().await;
+                            continue;
+                        }
+                        self.clone().reconcile(w).await;
+                    }
+                    Ok(other) => warn!("unexpected answer to node work: {other:?}"),
+                    Err(e) => {
+                        warn!("cannot reach the controllers: {e}");
+                        seen = None;
+                        tokio::time::sleep(jitter(Duration::from_millis(500))).await;
+                    }
+                },
+                _ = shutdown.changed() => break,
+            }
+        }
+        hb.abort();
+        mon.abort();
+        info!("agent stopping; jobs keep running under their shims");
+    }
+
+    async fn register(&self) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match self
+                .client
+                .command(Command::RegisterNode(self.inventory.clone()))
+                .await
+            {
+                Ok(Ok(_)) => {
+                    self.contact();
+                    info!(node = %self.inventory.name, gpus = self.inventory.gpus.len(), "registered");
+                    return;
+                }
+                Ok(Err(e)) => warn!("registration refused: {e}"),
+                Err(e) => warn!("cannot reach the controllers to register: {e}"),
+            }
+            tokio::time::sleep(jitter(backoff)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn heartbeats(self: Arc<Self>) {
+        let every = Duration::from_millis(self.cfg.heartbeat_ms);
+        loop {
+            tokio::time::sleep(every).await;
+            let r = self
+                .client
+                .command(Command::Heartbeat {
+                    node: self.inventory.name.clone(),
+                })
+                .await;
+            match r {
+                Ok(Ok(_)) => self.contact(),
+                Ok(Err(ApiError::Rejected(ApplyError::NotFound { .. }))) => self.register().await,
+                Ok(Err(e)) => warn!("heartbeat refused: {e}"),
+                Err(e) => warn!("heartbeat not delivered: {e}"),
+            }
+        }
+    }
+
+    /// Starts what is placed here, stops what must stop, and stops what is no longer
+    /// listed (cancelled, requeued after a DOWN).
+    async fn reconcile(self: Arc<Self>, w: NodeWork) {
+        let listed: HashMap<Key, &WorkItem> =
+            w.items.iter().map(|i| ((i.job.0, i.attempt), i)).collect();
+        for item in &w.items {
+            let key = (item.job.0, item.attempt);
+            let present = self.local.lock().unwrap().contains_key(&key);
+            if !present {
+                if item.status != JobStatus::Scheduled {
+                    // Started by this node, but no trace of it is left here (the spool
+                    // was lost): it cannot be running any more.
+                    self.progress(
+                        item.job,
+                        item.attempt,
+                        Progress::Exited {
+                            code: None,
+                            reason: Some("the agent has no record of this attempt".into()),
+                        },
+                    )
+                    .await;
+                    continue;
+                }
+                if item.stop.is_some() || self.fenced.load(Ordering::Relaxed) {
+                    continue;
+                }
+                self.clone().start(item.clone()).await;
+                continue;
+            }
+            if let Some(stop) = &item.stop {
+                let grace = Duration::from_millis(stop.deadline_ms.saturating_sub(w.now));
+                self.clone().stop(key, Some(item.signal.clone()), grace);
+            } else {
+                let report = {
+                    let mut l = self.local.lock().unwrap();
+                    let e = l.get_mut(&key).unwrap();
+                    e.signal = item.signal.clone();
+                    !e.running_reported && e.attempt.exit().is_none()
+                };
+                if report {
+                    self.progress(item.job, item.attempt, Progress::Running)
+                        .await;
+                    if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+                        e.running_reported = true;
+                    }
+                }
+            }
+        }
+        let orphans: Vec<Key> = self
+            .local
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, l)| !listed.contains_key(k) && !l.stopping && l.attempt.exit().is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        for key in orphans {
+            info!(
+                job = key.0,
+                attempt = key.1,
+                "attempt no longer placed here; stopping it"
+            );
+            self.clone().stop(key, None, ORPHAN_GRACE);
+        }
+    }
+
+    async fn start(self: Arc<Self>, item: WorkItem) {
+        let key = (item.job.0, item.attempt);
+        self.progress(item.job, item.attempt, Progress::Starting)
+            .await;
+        let spec = LaunchSpec {
+            job: item.job.0,
+            attempt: item.attempt,
+            restart_count: item.restarts,
+            share: item.share.to_string(),
+            image: item.image.clone(),
+            command: item.command.clone(),
+            env: item.env.clone(),
+            cwd: None,
+            user: None,
+            cpus: item.cpus,
+            memory_mb: item.memory_mb,
+            gpus: item
+                .gpus
+                .iter()
+                .map(|(index, uuid)| BoundGpu {
+                    index: *index,
+                    uuid: uuid.clone(),
+                })
+                .collect(),
+            fake_devices: self.fake_devices,
+        };
+        let execs = self.execs.clone();
+        let started = tokio::task::spawn_blocking(move || execs.start(&spec))
+            .await
+            .expect("start task");
+        match started {
+            Ok(a) => {
+                info!(job = item.job.0, attempt = item.attempt, "attempt started");
+                self.local.lock().unwrap().insert(
+                    key,
+                    Local {
+                        attempt: Arc::new(a),
+                        signal: item.signal.clone(),
+                        running_reported: false,
+                        stopping: false,
+                    },
+                );
+                self.progress(item.job, item.attempt, Progress::Running)
+                    .await;
+                if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+                    e.running_reported = true;
+                }
+            }
+            Err(e) => {
+                warn!(job = item.job.0, "attempt failed to start: {e}");
+                self.progress(
+                    item.job,
+                    item.attempt,
+                    Progress::Exited {
+                        code: None,
+                        reason: Some(format!("failed to start: {e}")),
+                    },
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Signals an attempt and kills it when the grace ends (on a blocking thread).
+    fn stop(self: Arc<Self>, key: Key, signal: Option<String>, grace: Duration) {
+        let (attempt, sig_name) = {
+            let mut l = self.local.lock().unwrap();
+            let Some(e) = l.get_mut(&key) else { return };
+            if e.stopping {
+                return;
+            }
+            e.stopping = true;
+            (
+                e.attempt.clone(),
+                signal.unwrap_or_else(|| e.signal.clone()),
+            )
+        };
+        let sig = signal_number(&sig_name).unwrap_or(15);
+        info!(job = key.0, attempt = key.1, signal = %sig_name, grace_ms = grace.as_millis() as u64, "stopping an attempt");
+        tokio::task::spawn_blocking(move || {
+            let outcome = attempt.stop(sig, grace);
+            match outcome {
+                StopOutcome::ExitedInGrace { status } => {
+                    info!(job = key.0, code = ?status.code, "exited within its grace period")
+                }
+                StopOutcome::Killed { .. } => {
+                    info!(job = key.0, "killed when its grace period ended")
+                }
+            }
+        });
+    }
+
+    /// Reports exits (exactly once: an exit is forgotten only once the controllers have
+    /// it), and fences the node when the controllers have been out of reach too long.
+    async fn monitor(self: Arc<Self>) {
+        let fence_after = Duration::from_secs(self.cfg.fence_after_s);
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let exited: Vec<(Key, Arc<Attempt>)> = self
+                .local
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, l)| l.attempt.exit().is_some())
+                .map(|(k, l)| (*k, l.attempt.clone()))
+                .collect();
+            for (key, a) in exited {
+                let st = a.exit().expect("exited");
+                let reason = st.signal.map(|s| format!("killed by signal {s}"));
+                let delivered = self
+                    .progress(
+                        JobId(key.0),
+                        key.1,
+                        Progress::Exited {
+                            code: st.code,
+                            reason,
+                        },
+                    )
+                    .await;
+                if delivered {
+                    if let Err(e) = a.acknowledge() {
+                        warn!(job = key.0, "cannot clear the attempt dir: {e}");
+                    }
+                    self.local.lock().unwrap().remove(&key);
+                }
+            }
+            let lost = self.last_contact.lock().unwrap().elapsed();
+            if lost > fence_after && !self.fenced.swap(true, Ordering::Relaxed) {
+                warn!(
+                    lost_s = lost.as_secs(),
+                    "no controller quorum for fence_after: stopping every job on this node"
+                );
+                let keys: Vec<Key> = self.local.lock().unwrap().keys().copied().collect();
+                for k in keys {
+                    self.clone().stop(k, None, ORPHAN_GRACE);
+                }
+            }
+        }
+    }
+
+    /// Sends a progress report. True when the controllers have it: applied, or refused
+    /// because the attempt is already over (a report repeated after a restart).
+    async fn progress(&self, job: JobId, attempt: u32, event: Progress) -> bool {
+        match self
+            .client
+            .command(Command::JobProgress {
+                job,
+                attempt,
+                event,
+            })
+            .await
+        {
+            Ok(Ok(_)) => {
+                self.contact();
+                true
+            }
+            Ok(Err(ApiError::Rejected(ApplyError::Conflict(_) | ApplyError::NotFound { .. }))) => {
+                self.contact();
+                true
+            }
+            Ok(Err(e)) => {
+                warn!(job = job.0, "progress refused: {e}");
+                false
+            }
+            Err(ClientError::Api(e)) => {
+                warn!(job = job.0, "progress refused: {e}");
+                false
+            }
+            Err(e) => {
+                warn!(job = job.0, "progress not delivered: {e}");
+                false
+            }
+        }
+    }
+}
+
+fn jitter(d: Duration) -> Duration {
+    let ms = d.as_millis() as u64;
+    Duration::from_millis(ms / 2 + rand::random::<u64>() % (ms / 2 + 1))
+}

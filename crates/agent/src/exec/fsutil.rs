@@ -1,0 +1,109 @@
+//! Small file helpers: atomic writes, JSON files, clocks.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::ExecError;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Nanoseconds since the Unix epoch (for unique temporary names).
+pub(crate) fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory,
+/// fsync'ed, renamed over `path`, and the directory fsync'ed.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExecError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        now_nanos()
+    ));
+    let res = (|| -> io::Result<()> {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    res.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        ExecError::io("writing", path, e)
+    })
+}
+
+/// Writes `value` as pretty JSON, atomically.
+pub(crate) fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), ExecError> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| ExecError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("cannot encode: {e}"),
+    })?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// Reads and parses a JSON file.
+pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, ExecError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ExecError::io("reading", path, e))?;
+    serde_json::from_str(&text).map_err(|e| ExecError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("not valid JSON for this file: {e}"),
+    })
+}
+
+/// The file's content, if it exists and is readable.
+pub(crate) fn read_string(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// Opens a file for appending, creating it if needed.
+pub(crate) fn open_append(path: &Path) -> Result<File, ExecError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| ExecError::io("opening", path, e))
+}
+
+/// The last `max` bytes of a file, for error messages (`"(empty)"` when there are
+/// none).
+pub(crate) fn tail(path: &Path, max: u64) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return format!("(no {})", path.display());
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > max {
+        let _ = f.seek(SeekFrom::Start(len - max));
+    }
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let s = String::from_utf8_lossy(&buf).trim().to_string();
+    if s.is_empty() {
+        "(empty)".to_string()
+    } else {
+        s
+    }
+}

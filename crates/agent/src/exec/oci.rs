@@ -1,0 +1,467 @@
+//! The OCI executor's agent side: finding the runtime, the GPU device nodes, the
+//! runtime bundle's `config.json`, the overlay over a cached image rootfs, and the
+//! runtime's `kill` and `delete`.
+//!
+//! Namespaces: pid, ipc, uts and mount are the container's own; the network namespace
+//! is the node's, so that the processes of a multi-node job reach each other (NCCL,
+//! MPI, RDMA devices) through the node's interfaces without a container network. The
+//! hostname is the node's too, for the same tools.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+use super::{files, image, job_env, ExecError, LaunchSpec, Plan, DEFAULT_PATH, OCI_RUNTIME_ENV};
+
+/// Major number of the NVIDIA character devices.
+pub(crate) const NVIDIA_MAJOR: u64 = 195;
+/// Minor number of `/dev/nvidiactl`.
+pub(crate) const NVIDIACTL_MINOR: u64 = 255;
+
+/// Directories searched for the runtime besides `PATH`.
+const SEARCH: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
+fn executable(p: &Path) -> bool {
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+fn search(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(SEARCH.iter().map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| executable(p))
+}
+
+/// The OCI runtime: `TRANCHE_OCI_RUNTIME` if set, else `runc`, else `crun`.
+pub(crate) fn find_runtime() -> Option<PathBuf> {
+    if let Some(r) = std::env::var_os(OCI_RUNTIME_ENV).filter(|r| !r.is_empty()) {
+        let p = PathBuf::from(&r);
+        return if p.components().count() > 1 {
+            Some(p)
+        } else {
+            search(&p.to_string_lossy())
+        };
+    }
+    search("runc").or_else(|| search("crun"))
+}
+
+/// A device node given to a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Device {
+    /// Path inside the container (same as on the node).
+    pub path: String,
+    pub major: u64,
+    pub minor: u64,
+}
+
+fn char_device(path: &str) -> Option<Result<(u64, u64), String>> {
+    let m = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(Err(format!("{path}: {e}"))),
+    };
+    if !m.file_type().is_char_device() {
+        return Some(Err(format!("{path} is not a character device")));
+    }
+    let rdev = m.rdev();
+    Some(Ok((
+        nix::sys::stat::major(rdev),
+        nix::sys::stat::minor(rdev),
+    )))
+}
+
+/// The device nodes of the attempt's GPUs: `/dev/nvidia<index>` for each, then
+/// `/dev/nvidiactl`, `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools` where the node has
+/// them. With `fake_devices` they are synthesized: `nvidia<index>` = 195:index and
+/// `nvidiactl` = 195:255, no uvm.
+pub(crate) fn gpu_devices(spec: &LaunchSpec) -> Result<Vec<Device>, ExecError> {
+    let mut out = Vec::new();
+    if spec.gpus.is_empty() {
+        return Ok(out);
+    }
+    if spec.fake_devices {
+        for g in &spec.gpus {
+            out.push(Device {
+                path: format!("/dev/nvidia{}", g.index),
+                major: NVIDIA_MAJOR,
+                minor: u64::from(g.index),
+            });
+        }
+        out.push(Device {
+            path: "/dev/nvidiactl".into(),
+            major: NVIDIA_MAJOR,
+            minor: NVIDIACTL_MINOR,
+        });
+        return Ok(out);
+    }
+    for g in &spec.gpus {
+        let path = format!("/dev/nvidia{}", g.index);
+        let gpu_err = |reason: String| ExecError::Gpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            reason,
+        };
+        match char_device(&path) {
+            None => return Err(gpu_err(format!("{path} does not exist on this node"))),
+            Some(Err(e)) => return Err(gpu_err(e)),
+            Some(Ok((major, minor))) => out.push(Device { path, major, minor }),
+        }
+    }
+    for path in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
+        if let Some(Ok((major, minor))) = char_device(path) {
+            out.push(Device {
+                path: path.into(),
+                major,
+                minor,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The environment inside the container: the image's, then [`job_env`] with
+/// `CUDA_VISIBLE_DEVICES` rewritten to container ordinals (only the allocated GPUs'
+/// device nodes exist there, and CUDA numbers them from 0 in PCI order, which is the
+/// order of their node indices), and `TRANCHE_GPU_HOST_INDICES` holding the node's
+/// indices; `PATH` and `HOME` get defaults when neither sets them.
+pub(crate) fn container_env(spec: &LaunchSpec, image_env: &[String]) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for kv in image_env {
+        if let Some((k, v)) = kv.split_once('=') {
+            env.insert(k.to_string(), v.to_string());
+        }
+    }
+    env.extend(job_env(spec));
+    let mut sorted: Vec<u32> = spec.gpus.iter().map(|g| g.index).collect();
+    sorted.sort_unstable();
+    let local: Vec<String> = spec
+        .gpus
+        .iter()
+        .map(|g| sorted.binary_search(&g.index).unwrap_or(0).to_string())
+        .collect();
+    let host: Vec<String> = spec.gpus.iter().map(|g| g.index.to_string()).collect();
+    env.insert("CUDA_VISIBLE_DEVICES".into(), local.join(","));
+    env.insert("TRANCHE_GPU_HOST_INDICES".into(), host.join(","));
+    env.entry("PATH".into())
+        .or_insert_with(|| DEFAULT_PATH.into());
+    let home = if spec.user.map_or(0, |u| u.0) == 0 {
+        "/root"
+    } else {
+        "/"
+    };
+    env.entry("HOME".into()).or_insert_with(|| home.into());
+    env
+}
+
+/// The runtime bundle's `config.json` (the shape `runc spec` writes, filled in).
+pub(crate) fn config(
+    spec: &LaunchSpec,
+    root: &Path,
+    rootfs: &image::Prepared,
+    devices: &[Device],
+    cgroups_path: &str,
+) -> Value {
+    let env: Vec<String> = container_env(spec, &rootfs.env)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let cwd = spec
+        .cwd
+        .clone()
+        .or_else(|| rootfs.workdir.clone().filter(|w| w.starts_with('/')))
+        .unwrap_or_else(|| "/".into());
+    let (uid, gid) = spec.user.unwrap_or((0, 0));
+    let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
+    let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(_, hard)| hard)
+        .unwrap_or(1024 * 1024);
+    let hostname = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+               "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
+        // No size: tmpfs defaults to half the node's memory, and shm pages are charged
+        // to the container's memory limit (data loaders need more than 64 MiB).
+        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+               "options": ["nosuid", "noexec", "nodev", "mode=1777"]}),
+        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+               "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
+               "options": ["nosuid", "noexec", "nodev", "ro"]}),
+        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+               "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]}),
+    ];
+    // The node's network namespace is shared, so is its name resolution.
+    for f in ["/etc/resolv.conf", "/etc/hosts"] {
+        if Path::new(f).is_file() {
+            mounts.push(json!({"destination": f, "type": "bind", "source": f,
+                               "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]}));
+        }
+    }
+
+    let mut dev_rules = vec![json!({"allow": false, "access": "rwm"})];
+    let mut dev_nodes = Vec::new();
+    for d in devices {
+        dev_rules.push(
+            json!({"allow": true, "type": "c", "major": d.major, "minor": d.minor,
+                              "access": "rwm"}),
+        );
+        dev_nodes.push(
+            json!({"path": d.path, "type": "c", "major": d.major, "minor": d.minor,
+                              "fileMode": 0o666, "uid": 0, "gid": 0}),
+        );
+    }
+    let mut resources = json!({"devices": dev_rules});
+    if spec.memory_mb > 0 {
+        resources["memory"] = json!({"limit": spec.memory_mb.saturating_mul(1024 * 1024)});
+    }
+    if spec.cpus > 0 {
+        resources["cpu"] = json!({"quota": u64::from(spec.cpus) * 100_000, "period": 100_000});
+    }
+
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": uid, "gid": gid},
+            "args": spec.command,
+            "env": env,
+            "cwd": cwd,
+            "capabilities": {
+                "bounding": caps, "effective": caps, "permitted": caps, "ambient": caps,
+            },
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": nofile, "soft": nofile}],
+            "noNewPrivileges": true,
+        },
+        "root": {"path": root, "readonly": false},
+        "hostname": hostname,
+        "mounts": mounts,
+        "linux": {
+            "cgroupsPath": cgroups_path,
+            "resources": resources,
+            "devices": dev_nodes,
+            // No "network": the node's network namespace (see the module docs).
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+            "maskedPaths": [
+                "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+                "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+            ],
+            "readonlyPaths": [
+                "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+            ],
+        },
+    })
+}
+
+/// Mounts an overlay with `lower` (a cached image rootfs, shared by attempts) below
+/// and a per-attempt upper layer in the bundle, at `<bundle>/rootfs`.
+pub(crate) fn mount_overlay(lower: &Path, bundle: &Path) -> Result<PathBuf, String> {
+    let upper = bundle.join("upper");
+    let work = bundle.join("work");
+    let merged = bundle.join("rootfs");
+    for d in [&upper, &work, &merged] {
+        std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+    }
+    let paths = [lower, &upper, &work];
+    if paths
+        .iter()
+        .any(|p| p.to_string_lossy().contains([',', ':', '\\']))
+    {
+        return Err("a path holds ',', ':' or '\\', which overlay options cannot carry".into());
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    nix::mount::mount(
+        Some("overlay"),
+        &merged,
+        Some("overlay"),
+        nix::mount::MsFlags::empty(),
+        Some(opts.as_str()),
+    )
+    .map_err(|e| format!("mount -t overlay {opts} {}: {e}", merged.display()))?;
+    Ok(merged)
+}
+
+/// Unmounts (lazily) what [`mount_overlay`] mounted; nothing mounted is fine.
+pub(crate) fn unmount(path: &Path) {
+    match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => {
+            tracing::warn!("unmounting {}: {e}", path.display());
+            eprintln!("unmounting {}: {e}", path.display());
+        }
+    }
+}
+
+/// The runtime command with its state directory, if the plan has a runtime.
+pub(crate) fn runtime_cmd(plan: &Plan) -> Option<Command> {
+    let rt = plan.runtime.as_ref()?;
+    let mut c = Command::new(rt);
+    if let Some(root) = &plan.runtime_root {
+        c.arg("--root").arg(root);
+    }
+    c.stdin(Stdio::null());
+    Some(c)
+}
+
+/// `runc kill --all <id> <sig>`.
+pub(crate) fn kill(plan: &Plan, sig: i32) -> Result<(), String> {
+    let (Some(mut c), Some(id)) = (runtime_cmd(plan), plan.container_id.as_ref()) else {
+        return Err("no runtime or container id".into());
+    };
+    let out = c
+        .arg("kill")
+        .arg("--all")
+        .arg(id)
+        .arg(sig.to_string())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// `runc delete --force <id>`, ignoring the outcome.
+pub(crate) fn delete(plan: &Plan) {
+    if let (Some(mut c), Some(id)) = (runtime_cmd(plan), plan.container_id.as_ref()) {
+        let _ = c.arg("delete").arg("--force").arg(id).output();
+    }
+}
+
+/// Deletes the container if the runtime still has state for it.
+pub(crate) fn delete_stale(plan: &Plan) {
+    if let (Some(root), Some(id)) = (&plan.runtime_root, &plan.container_id) {
+        if root.join(id).exists() {
+            delete(plan);
+        }
+    }
+}
+
+/// Removes a container of the same id, and processes in its cgroup, left by an
+/// earlier incarnation of the attempt.
+pub(crate) fn clear_leftover(plan: &Plan) {
+    delete(plan);
+    if let Some(cg) = &plan.cgroup {
+        cg.clear_leftover();
+    }
+}
+
+/// The last error the runtime logged (`--log-format json`), if any.
+pub(crate) fn runtime_error(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(files::RUNTIME_LOG)).ok()?;
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| matches!(v["level"].as_str(), Some("error" | "fatal")))
+        .filter_map(|v| v["msg"].as_str().map(str::to_string))
+        .next_back()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::BoundGpu;
+
+    fn spec() -> LaunchSpec {
+        LaunchSpec {
+            job: 1,
+            attempt: 0,
+            restart_count: 0,
+            share: "s".into(),
+            image: "/x".into(),
+            command: vec!["sh".into()],
+            env: BTreeMap::new(),
+            cwd: None,
+            user: Some((1000, 100)),
+            cpus: 2,
+            memory_mb: 512,
+            gpus: vec![
+                BoundGpu {
+                    index: 5,
+                    uuid: "GPU-5".into(),
+                },
+                BoundGpu {
+                    index: 2,
+                    uuid: "GPU-2".into(),
+                },
+            ],
+            fake_devices: true,
+        }
+    }
+
+    #[test]
+    fn fake_devices_and_config() {
+        let s = spec();
+        let devs = gpu_devices(&s).unwrap();
+        let paths: Vec<_> = devs.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["/dev/nvidia5", "/dev/nvidia2", "/dev/nvidiactl"]);
+        assert_eq!((devs[0].major, devs[0].minor), (195, 5));
+        assert_eq!((devs[2].major, devs[2].minor), (195, 255));
+        let prepared = image::Prepared {
+            path: "/r".into(),
+            shared: false,
+            env: vec!["PATH=/opt/bin:/bin".into(), "LANG=C".into()],
+            workdir: Some("/work".into()),
+        };
+        let c = config(&s, Path::new("/r"), &prepared, &devs, "/tranche/1.0");
+        assert_eq!(c["process"]["user"]["uid"], 1000);
+        assert_eq!(c["process"]["cwd"], "/work");
+        assert_eq!(c["linux"]["resources"]["memory"]["limit"], 512u64 << 20);
+        assert_eq!(c["linux"]["resources"]["cpu"]["quota"], 200_000);
+        let env: Vec<&str> = c["process"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(env.contains(&"PATH=/opt/bin:/bin"), "{env:?}");
+        assert!(env.contains(&"CUDA_VISIBLE_DEVICES=1,0"), "{env:?}");
+        assert!(env.contains(&"TRANCHE_GPU_HOST_INDICES=5,2"), "{env:?}");
+        assert!(
+            env.contains(&"NVIDIA_VISIBLE_DEVICES=GPU-5,GPU-2"),
+            "{env:?}"
+        );
+        assert!(env.contains(&"HOME=/"), "{env:?}");
+        let ns: Vec<&str> = c["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
+        assert!(!ns.contains(&"network"));
+    }
+
+    #[test]
+    fn real_devices_must_exist() {
+        let mut s = spec();
+        s.fake_devices = false;
+        s.gpus[0].index = 9999;
+        let e = gpu_devices(&s).unwrap_err().to_string();
+        assert!(e.contains("/dev/nvidia9999"), "{e}");
+    }
+}

@@ -1,0 +1,391 @@
+//! The shim: `tranche-agent shim --dir <attemptdir>`, one per attempt, started by the
+//! agent in a new session. It launches the job, reaps it and every descendant (it is
+//! their child subreaper), and writes `exit.json` once no process of the job is left.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::thread::sleep;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::libc;
+use nix::unistd::ForkResult;
+
+use super::DEFAULT_PATH;
+use super::{files, fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec, Plan};
+
+fn log(dir: &Path, msg: &str) {
+    eprintln!(
+        "{} tranche-agent shim {}: {msg}",
+        fsutil::now_ms(),
+        dir.display()
+    );
+}
+
+/// Entry point of the hidden `tranche-agent shim --dir <attemptdir>` subcommand: runs
+/// the attempt described by the directory's `spec.json` and `plan.json`.
+///
+/// The first process forks, records the second one in `shim.pid` and exits at once (so
+/// the agent reaps it and the shim is nobody's child the agent has to wait for); the
+/// second one supervises the job. Must be called before any thread is started.
+pub fn shim_main(dir: &Path) -> ExitCode {
+    // SAFETY: called from `main` of a single-threaded process; the child only goes on
+    // running ordinary Rust code, as the parent would have.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => {
+            log(dir, &format!("fork: {e}"));
+            let _ = fsutil::write_atomic(
+                &dir.join(files::LAUNCH_ERROR),
+                format!("the shim could not fork: {e}\n").as_bytes(),
+            );
+            return ExitCode::FAILURE;
+        }
+        Ok(ForkResult::Parent { child }) => {
+            let pid = child.as_raw();
+            let start = procfs::stat(pid).map(|s| s.starttime).unwrap_or(0);
+            return match fsutil::write_atomic(
+                &dir.join(files::SHIM_PID),
+                format!("{pid} {start}\n").as_bytes(),
+            ) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    log(dir, &e.to_string());
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Ok(ForkResult::Child) => {}
+    }
+    match supervise(dir) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log(dir, &e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the job and records its end; `Err` only when not even that could be recorded.
+fn supervise(dir: &Path) -> Result<(), String> {
+    let loaded = (|| -> Result<(LaunchSpec, Plan), String> {
+        let spec: LaunchSpec =
+            fsutil::read_json(&dir.join(files::SPEC)).map_err(|e| e.to_string())?;
+        let plan: Plan = fsutil::read_json(&dir.join(files::PLAN)).map_err(|e| e.to_string())?;
+        Ok((spec, plan))
+    })();
+    let (spec, plan) = match loaded {
+        Ok(x) => x,
+        Err(e) => return record(dir, None, Err(e)),
+    };
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        log(dir, &format!("cannot become child subreaper ({e}): daemonized processes of the job are not waited for"));
+    }
+    let outcome = (|| {
+        let stdout = fsutil::open_append(&dir.join(files::STDOUT)).map_err(|e| e.to_string())?;
+        let stderr = fsutil::open_append(&dir.join(files::STDERR)).map_err(|e| e.to_string())?;
+        match plan.kind {
+            ExecKind::Process => run_process(dir, &spec, &plan, stdout, stderr),
+            ExecKind::Oci => run_oci(dir, &plan, stdout, stderr),
+        }
+    })();
+    record(dir, Some(&plan), outcome)
+}
+
+/// Cleans up and records the outcome: `launch_error` (first, so that whoever sees
+/// `exit.json` sees it too) for a job that could not be started, and `exit.json`.
+fn record(
+    dir: &Path,
+    plan: Option<&Plan>,
+    outcome: Result<ExitStatus, String>,
+) -> Result<(), String> {
+    if let Some(plan) = plan {
+        if plan.kind == ExecKind::Oci {
+            oci::delete(plan);
+        }
+        if let Some(m) = &plan.rootfs_mount {
+            oci::unmount(m);
+        }
+        if let Some(cg) = &plan.cgroup {
+            if cg.exists() {
+                cg.remove();
+            }
+        }
+    }
+    let status = match outcome {
+        Ok(st) => st,
+        Err(msg) => {
+            log(dir, &format!("launch failed: {msg}"));
+            fsutil::write_atomic(
+                &dir.join(files::LAUNCH_ERROR),
+                format!("{msg}\n").as_bytes(),
+            )
+            .map_err(|e| e.to_string())?;
+            ExitStatus {
+                code: None,
+                signal: None,
+                at_ms: fsutil::now_ms(),
+            }
+        }
+    };
+    log(dir, &format!("job ended: {status}"));
+    fsutil::write_json(&dir.join(files::EXIT), &status).map_err(|e| e.to_string())
+}
+
+/// `(exit code, signal)` of a reaped process.
+type CodeSignal = (Option<i32>, Option<i32>);
+
+/// `waitpid(-1)`: the pid reaped and how it ended (`None` if it did not end), or
+/// `Ok(None)` with `nohang` and nothing to reap.
+fn wait_any(nohang: bool) -> Result<Option<(i32, Option<CodeSignal>)>, Errno> {
+    let mut st: libc::c_int = 0;
+    // SAFETY: `st` is a valid out-pointer.
+    let r = unsafe { libc::waitpid(-1, &mut st, if nohang { libc::WNOHANG } else { 0 }) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    if r == 0 {
+        return Ok(None);
+    }
+    let decoded = if libc::WIFEXITED(st) {
+        Some((Some(libc::WEXITSTATUS(st)), None))
+    } else if libc::WIFSIGNALED(st) {
+        Some((None, Some(libc::WTERMSIG(st))))
+    } else {
+        None
+    };
+    Ok(Some((r, decoded)))
+}
+
+fn status(code_signal: CodeSignal) -> ExitStatus {
+    ExitStatus {
+        code: code_signal.0,
+        signal: code_signal.1,
+        at_ms: fsutil::now_ms(),
+    }
+}
+
+/// Formats `n` in decimal into `buf` without allocating (for use after fork).
+fn itoa(mut n: u32, buf: &mut [u8; 16]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+fn run_process(
+    dir: &Path,
+    spec: &LaunchSpec,
+    plan: &Plan,
+    stdout: File,
+    stderr: File,
+) -> Result<ExitStatus, String> {
+    let mut env = job_env(spec);
+    env.entry("PATH".into())
+        .or_insert_with(|| DEFAULT_PATH.into());
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
+        .env_clear()
+        .envs(&env)
+        .current_dir(spec.cwd.as_deref().unwrap_or("/"))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    let mut joins = Vec::new();
+    match &plan.cgroup {
+        Some(cg) => {
+            for d in cg.dirs() {
+                let p = d.join("cgroup.procs");
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .map_err(|e| format!("cannot join the job's cgroup {}: {e}", p.display()))?;
+                joins.push(f);
+            }
+        }
+        None => log(
+            dir,
+            "no cgroup for this job: every process of it is found by its process group and as a descendant of this shim",
+        ),
+    }
+    let fds: Vec<i32> = joins.iter().map(|f| f.as_raw_fd()).collect();
+    let user = spec.user;
+    // SAFETY: the closure runs between fork and exec; it only makes system calls
+    // (getpid, write, setgroups, setgid, setuid) and formats into a stack buffer.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut buf = [0u8; 16];
+            let pid = itoa(libc::getpid() as u32, &mut buf);
+            for &fd in &fds {
+                if libc::write(fd, pid.as_ptr().cast(), pid.len()) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if let Some((uid, gid)) = user {
+                nix::unistd::setgroups(&[]).map_err(io::Error::from)?;
+                nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)).map_err(io::Error::from)?;
+                nix::unistd::setuid(nix::unistd::Uid::from_raw(uid)).map_err(io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run `{}`: {e}", spec.command[0]))?;
+    drop(joins);
+    let main = child.id() as i32;
+    fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    log(dir, &format!("job running as pid {main}"));
+    let mut main_status = None;
+    loop {
+        match wait_any(false) {
+            Ok(Some((p, st))) => {
+                if p == main {
+                    main_status = st;
+                }
+            }
+            Ok(None) | Err(Errno::EINTR) => {}
+            Err(Errno::ECHILD) => {
+                // No descendant left; with a cgroup, also wait for it to be empty.
+                if cgroup_empty(plan) {
+                    break;
+                }
+                sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                log(dir, &format!("waitpid: {e}"));
+                sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    Ok(status(main_status.unwrap_or((None, None))))
+}
+
+/// True when the attempt has no cgroup, or no process is left in it.
+fn cgroup_empty(plan: &Plan) -> bool {
+    plan.cgroup.as_ref().is_none_or(|cg| cg.procs().is_empty())
+}
+
+fn run_oci(dir: &Path, plan: &Plan, stdout: File, stderr: File) -> Result<ExitStatus, String> {
+    let id = plan
+        .container_id
+        .clone()
+        .ok_or("plan.json has no container id")?;
+    let mut cmd = oci::runtime_cmd(plan).ok_or("plan.json names no OCI runtime")?;
+    cmd.arg("--log")
+        .arg(dir.join(files::RUNTIME_LOG))
+        .arg("--log-format")
+        .arg("json")
+        .arg("run")
+        .arg("--bundle")
+        .arg(dir.join(files::BUNDLE))
+        .arg("--pid-file")
+        .arg(dir.join(files::INIT_PID))
+        .arg(&id)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    let runtime = plan
+        .runtime
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run the OCI runtime `{runtime}`: {e}"))?;
+    let runc = child.id() as i32;
+    let mut init: Option<i32> = None;
+    let mut runc_status = None;
+    let mut init_status = None;
+    let mut runc_done = false;
+    loop {
+        if init.is_none() {
+            if let Some(p) = fsutil::read_string(&dir.join(files::INIT_PID))
+                .and_then(|t| t.trim().parse::<i32>().ok())
+            {
+                init = Some(p);
+                fsutil::write_atomic(&dir.join(files::PID), format!("{id}\n{p}\n").as_bytes())
+                    .map_err(|e| e.to_string())?;
+                log(dir, &format!("container {id} running, init pid {p}"));
+            }
+        }
+        match wait_any(init.is_none() && !runc_done) {
+            Ok(None) => sleep(Duration::from_millis(5)),
+            Ok(Some((p, st))) => {
+                if p == runc {
+                    runc_status = st;
+                    runc_done = true;
+                } else if Some(p) == init {
+                    // runc went away and the container's init was re-parented here.
+                    init_status = st;
+                }
+            }
+            Err(Errno::EINTR) => {}
+            Err(Errno::ECHILD) => {
+                if init.is_none() {
+                    // One last look: a job may have come and gone between two polls.
+                    if let Some(p) = fsutil::read_string(&dir.join(files::INIT_PID))
+                        .and_then(|t| t.trim().parse::<i32>().ok())
+                    {
+                        init = Some(p);
+                        let _ = fsutil::write_atomic(
+                            &dir.join(files::PID),
+                            format!("{id}\n{p}\n").as_bytes(),
+                        );
+                    }
+                }
+                if cgroup_empty(plan) || init.is_none() {
+                    break;
+                }
+                sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                log(dir, &format!("waitpid: {e}"));
+                sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    if init.is_none() {
+        let why = oci::runtime_error(dir).unwrap_or_else(|| {
+            format!(
+                "the OCI runtime `{runtime}` ended ({}) before the container started; see {}",
+                status(runc_status.unwrap_or((None, None))),
+                dir.join(files::STDERR).display()
+            )
+        });
+        return Err(why);
+    }
+    let st = match init_status {
+        Some(s) => s,
+        None => match runc_status {
+            // runc reports a container killed by signal N as 128+N.
+            Some((Some(c), None)) if c > 128 && c <= 128 + 64 => (None, Some(c - 128)),
+            Some(s) => s,
+            None => (None, None),
+        },
+    };
+    Ok(status(st))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn itoa_formats() {
+        let mut b = [0u8; 16];
+        assert_eq!(itoa(0, &mut b), b"0");
+        assert_eq!(itoa(4_194_304, &mut b), b"4194304");
+    }
+}

@@ -1,0 +1,376 @@
+//! A controller trio and real `tranche-agent` processes on 127.0.0.1, fake GPUs,
+//! jobs as real processes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Proc, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tranche_client::Client;
+use tranche_local::{demo, LocalCluster, LocalOptions};
+use tranche_model::{
+    CapacityLimit, JobId, JobSpec, JobStatus, ObjState, ResourceSharing, ServiceEnvironment,
+    Strategy,
+};
+use tranche_proto::{Query, Response};
+use tranche_state::Command;
+use tranche_tls::Role;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn agent_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tranche-agent"))
+}
+
+/// `tranched` from the same target dir; built on demand when this package's tests run
+/// alone.
+fn tranched_bin() -> PathBuf {
+    let dir = agent_bin().parent().unwrap().to_path_buf();
+    let p = dir.join("tranched");
+    if !p.exists() {
+        let cargo = option_env!("CARGO").unwrap_or("cargo");
+        let st = Proc::new(cargo)
+            .args(["build", "-p", "tranche-controller", "--bin", "tranched"])
+            .status()
+            .expect("cargo build tranched");
+        assert!(st.success(), "building tranched failed");
+    }
+    p
+}
+
+struct AgentProc {
+    config: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl AgentProc {
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Proc::new(agent_bin())
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .env("TRANCHE_LOG", "info")
+            .env("TRANCHE_AGENT_BIN", agent_bin())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn agent(c: &LocalCluster, dir: &Path, node: &str, gpus: &str, fence_after_s: u64) -> AgentProc {
+    let files = c.issue(Role::Agent, node).unwrap();
+    let spool = dir.join(format!("spool-{node}"));
+    let controllers: Vec<String> = c
+        .client_addrs()
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect();
+    let text = format!(
+        "node = \"{node}\"\ncontrollers = [{}]\nspool_dir = \"{}\"\ninventory = \"fake\"\nfake = \"{gpus}\"\nheartbeat_ms = 300\nfence_after_s = {fence_after_s}\naddress = \"127.0.0.1\"\n\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        controllers.join(", "),
+        spool.display(),
+        files.ca.display(),
+        files.cert.display(),
+        files.key.display()
+    );
+    let config = dir.join(format!("agent-{node}.toml"));
+    std::fs::write(&config, text).unwrap();
+    let mut a = AgentProc {
+        config,
+        log: dir.join(format!("agent-{node}.log")),
+        child: None,
+    };
+    a.start();
+    a
+}
+
+fn cluster(dir: &Path) -> LocalCluster {
+    let mut opts = LocalOptions::new(tranched_bin());
+    opts.extra_config = "[agents]\nunreachable_after_s = 2\ndown_after_s = 6\n".into();
+    let mut c = LocalCluster::create(dir, 3, opts).unwrap();
+    c.start_all().unwrap();
+    c
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One queue on 4 GPUs: `lender` (LEND, 2) and `borrower` (LEND_AND_BORROW, 2, no cap).
+async fn policy(admin: &Client) {
+    let mut cmds = demo::objects();
+    cmds.retain(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)));
+    cmds.insert(
+        0,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: 4,
+            }],
+            state: ObjState::Enabled,
+        }),
+    );
+    cmds.push(Command::PutShare(demo::share(
+        "lender",
+        Strategy::Lend,
+        2,
+        &[],
+    )));
+    let mut b = demo::share("borrower", Strategy::LendAndBorrow, 2, &[]);
+    b.resource_sharing = ResourceSharing {
+        strategy: Strategy::LendAndBorrow,
+        borrow_limit: Some(-1),
+    };
+    b.default_grace_s = 5;
+    cmds.push(Command::PutShare(b));
+    for cmd in cmds {
+        let r = admin.command(cmd).await.unwrap();
+        assert!(r.is_ok(), "{r:?}");
+    }
+}
+
+fn host_job(share: &str, token: &str, script: &str) -> JobSpec {
+    let mut spec = demo::job(share, "kim", token);
+    spec.image = "host".into();
+    spec.command = vec!["sh".into(), "-c".into(), script.into()];
+    spec
+}
+
+async fn job(admin: &Client, id: JobId) -> tranche_model::Job {
+    match admin.read(Query::Job(id), false).await.unwrap() {
+        Response::Job(j) => *j,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn wait_for(
+    admin: &Client,
+    id: JobId,
+    what: &str,
+    timeout: Duration,
+    f: impl Fn(&tranche_model::Job) -> bool,
+) -> tranche_model::Job {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let j = job(admin, id).await;
+        if f(&j) {
+            return j;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id}: {what} never happened: {:?} {:?}",
+            j.status,
+            j.attempts
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_job_runs_on_an_agent_and_succeeds() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(dir.path());
+    let _a = agent(&c, dir.path(), "n1", "4 x h100", 30);
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let mut spec = host_job(
+            "lender",
+            "ok1",
+            "echo \"gpus=$CUDA_VISIBLE_DEVICES job=$TRANCHE_JOB_ID\" > \"$OUT_FILE\"; exit 0",
+        );
+        let out = dir.path().join("ok1.out");
+        spec.env
+            .insert("OUT_FILE".into(), out.display().to_string());
+        spec.request.gpus_per_node = 2;
+        let (id, _) = admin.submit(spec).await.unwrap();
+        let j = wait_for(&admin, id, "success", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Succeeded
+        })
+        .await;
+        let alloc = &j.attempts[0].allocation[0];
+        let want: Vec<String> = alloc.gpus.iter().map(|g| g.0.to_string()).collect();
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(text.trim(), format!("gpus={} job={id}", want.join(",")));
+
+        let (bad, _) = admin
+            .submit(host_job("lender", "bad1", "exit 7"))
+            .await
+            .unwrap();
+        let j = wait_for(&admin, bad, "failure", Duration::from_secs(30), |j| {
+            j.status.is_terminal() || j.attempts.len() > 1
+        })
+        .await;
+        assert_eq!(
+            j.attempts[0].end,
+            Some(tranche_model::AttemptEnd::Exited { code: 7 }),
+            "{j:?}"
+        );
+    });
+}
+
+#[test]
+fn reclaim_signals_the_borrower_which_exits_and_requeues() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(dir.path());
+    let _a = agent(&c, dir.path(), "n1", "4 x h100", 30);
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let ckpt = dir.path().join("ckpt");
+        std::fs::create_dir_all(&ckpt).unwrap();
+        // Four borrower jobs fill the node (two of them on the lender's idle GPUs). Each
+        // writes a checkpoint file on SIGTERM and exits 0.
+        let mut borrowers = vec![];
+        for i in 0..4 {
+            let script = format!(
+                "trap 'touch {}/$TRANCHE_JOB_ID.$TRANCHE_ATTEMPT; exit 0' TERM; while true; do sleep 0.1; done",
+                ckpt.display()
+            );
+            let (id, _) = admin.submit(host_job("borrower", &format!("b{i}"), &script)).await.unwrap();
+            borrowers.push(id);
+        }
+        for &b in &borrowers {
+            wait_for(&admin, b, "running", Duration::from_secs(30), |j| j.status == JobStatus::Running).await;
+        }
+        // The lender's own job arrives: it takes its capacity back.
+        let (lend, _) = admin.submit(host_job("lender", "l1", "sleep 1; exit 0")).await.unwrap();
+        wait_for(&admin, lend, "success", Duration::from_secs(30), |j| j.status == JobStatus::Succeeded).await;
+        let mut preempted = 0;
+        for &b in &borrowers {
+            let j = job(&admin, b).await;
+            if j.preemptions > 0 {
+                preempted += 1;
+                // Preempted and exited within its grace with code 0: never killed.
+                assert!(
+                    matches!(
+                        j.attempts[0].end,
+                        Some(tranche_model::AttemptEnd::Stopped { code: Some(0), .. })
+                    ),
+                    "{:?}",
+                    j.attempts[0].end
+                );
+                assert!(ckpt.join(format!("{b}.1")).exists(), "job {b} wrote no checkpoint");
+                // It was requeued and runs again once there is room.
+                assert!(j.attempts.len() >= 2 || !j.status.is_terminal(), "{j:?}");
+            }
+        }
+        assert_eq!(preempted, 1, "one borrower makes room for one lender job");
+    });
+}
+
+#[test]
+fn an_agent_killed_mid_job_readopts_it_and_reports_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(dir.path());
+    let mut a = agent(&c, dir.path(), "n1", "2 x h100", 30);
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let (id, _) = admin
+            .submit(host_job("lender", "k1", "sleep 3; exit 0"))
+            .await
+            .unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        a.kill9();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        a.start();
+        let j = wait_for(&admin, id, "success", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Succeeded
+        })
+        .await;
+        assert_eq!(
+            j.attempts.len(),
+            1,
+            "the job ran more than once: {:?}",
+            j.attempts
+        );
+        assert_eq!(
+            j.attempts[0].end,
+            Some(tranche_model::AttemptEnd::Exited { code: 0 })
+        );
+    });
+}
+
+#[test]
+fn without_controllers_jobs_go_on_until_the_agent_fences() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    let _a = agent(&c, dir.path(), "n1", "2 x h100", 3);
+    let marker = dir.path().join("alive");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let script = format!(
+            "while true; do date +%s%N > {}; sleep 0.1; done",
+            marker.display()
+        );
+        let (id, _) = admin
+            .submit(host_job("lender", "f1", &script))
+            .await
+            .unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+    });
+    for i in 0..3 {
+        c.kill(i);
+    }
+    let killed = Instant::now();
+    // The job goes on while the controllers are gone...
+    std::thread::sleep(Duration::from_millis(1500));
+    let touched = std::fs::metadata(&marker).unwrap().modified().unwrap();
+    assert!(
+        touched.elapsed().unwrap() < Duration::from_millis(500),
+        "the job stopped too early"
+    );
+    // ...and is stopped by the agent once fence_after (3 s) has passed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let touched = std::fs::metadata(&marker).unwrap().modified().unwrap();
+        if touched.elapsed().unwrap() > Duration::from_millis(1500) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent never fenced its job");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        killed.elapsed() >= Duration::from_secs(3),
+        "fenced before fence_after"
+    );
+}

@@ -17,6 +17,8 @@ use tranche_proto::{Query, Response};
 use tranche_state::Command;
 use tranche_tls::Role;
 
+mod exec_common;
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn agent_bin() -> PathBuf {
@@ -373,4 +375,56 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
         killed.elapsed() >= Duration::from_secs(3),
         "fenced before fence_after"
     );
+}
+
+#[test]
+fn a_container_job_gets_its_gpus_env_and_output() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if exec_common::skip_containers("a_container_job_gets_its_gpus_env_and_output") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = exec_common::busybox_rootfs(dir.path());
+    let c = cluster(dir.path());
+    let _a = agent(&c, dir.path(), "n1", "4 x h100", 30);
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let mut spec = demo::job("lender", "kim", "oci1");
+        spec.image = rootfs.display().to_string();
+        spec.request.gpus_per_node = 2;
+        spec.command = vec![
+            "sh".into(),
+            "-c".into(),
+            "echo CUDA=$CUDA_VISIBLE_DEVICES NV=$NVIDIA_VISIBLE_DEVICES JOB=$TRANCHE_JOB_ID \
+             ATTEMPT=$TRANCHE_ATTEMPT SHARE=$TRANCHE_SHARE ORDER=$CUDA_DEVICE_ORDER; \
+             ls /dev | grep nvidia | sort | tr '\\n' ' '; echo; echo to-stderr >&2"
+                .into(),
+        ];
+        let (id, _) = admin.submit(spec).await.unwrap();
+        let j = wait_for(&admin, id, "success", Duration::from_secs(60), |j| {
+            j.status.is_terminal()
+        })
+        .await;
+        assert_eq!(j.status, JobStatus::Succeeded, "{:?}", j.attempts);
+        let alloc = &j.attempts[0].allocation[0];
+        let uuids: Vec<String> = alloc.gpus.iter().map(|g| format!("GPU-fake-n1-{}", g.0)).collect();
+        let (out, err) = tranche_agent::exec::kept_logs(&dir.path().join("spool-n1"), id.0, 1);
+        let out = std::fs::read_to_string(&out).expect("stdout kept after the attempt");
+        let lines: Vec<&str> = out.lines().collect();
+        // Inside the container the job's GPUs are numbered from 0 in allocation order,
+        // as CUDA sees only their device nodes; the UUIDs name the host's GPUs.
+        assert_eq!(
+            lines[0],
+            format!(
+                "CUDA=0,1 NV={} JOB={id} ATTEMPT=1 SHARE=lender ORDER=PCI_BUS_ID",
+                uuids.join(",")
+            )
+        );
+        let mut devs: Vec<String> = alloc.gpus.iter().map(|g| format!("nvidia{}", g.0)).collect();
+        devs.push("nvidiactl".into());
+        devs.sort();
+        assert_eq!(lines[1].trim(), devs.join(" "));
+        assert_eq!(std::fs::read_to_string(&err).unwrap().trim(), "to-stderr");
+    });
 }

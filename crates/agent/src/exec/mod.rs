@@ -1120,9 +1120,33 @@ impl Attempt {
         }
         cleanup_attempt(&self.dir, &self.plan);
         let parent = self.dir.parent().unwrap_or(Path::new("/"));
+        // The output outlives the attempt dir: it moves to `<spool>/logs`.
+        let spool = parent.parent().unwrap_or(parent);
+        let (out, err) = self.log_paths();
+        let (kept_out, kept_err) = kept_logs(spool, self.job, self.attempt);
+        if let Some(logs) = kept_out.parent() {
+            let _ = std::fs::create_dir_all(logs);
+        }
+        for (from, to) in [(out, kept_out), (err, kept_err)] {
+            if from.exists() {
+                if let Err(e) = std::fs::rename(&from, &to) {
+                    tracing::warn!("cannot keep {}: {e}", from.display());
+                }
+            }
+        }
         remove_attempt_dir(parent, &self.dir);
         Ok(())
     }
+}
+
+/// Where an acknowledged attempt's stdout and stderr are kept:
+/// `<spool>/logs/<job>.<attempt>.stdout` and `.stderr`.
+pub fn kept_logs(spool: &Path, job: u64, attempt: u32) -> (PathBuf, PathBuf) {
+    let logs = spool.join("logs");
+    (
+        logs.join(format!("{job}.{attempt}.stdout")),
+        logs.join(format!("{job}.{attempt}.stderr")),
+    )
 }
 
 fn read_exit(path: &Path) -> Option<ExitStatus> {

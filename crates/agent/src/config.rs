@@ -21,6 +21,10 @@ pub struct AgentConfig {
     /// With `inventory = "fake"`: the GPUs, e.g. "8 x h100".
     #[serde(default)]
     pub fake: Option<String>,
+    /// With `inventory = "fake"`: GPUs (by index) reported unhealthy, to try the drain
+    /// that an unhealthy GPU causes.
+    #[serde(default)]
+    pub fake_unhealthy: Vec<u32>,
     /// Node labels (environments select nodes by them). `tranche.unit` sets the unit of
     /// every GPU of the node.
     #[serde(default)]

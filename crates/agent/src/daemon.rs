@@ -50,15 +50,24 @@ pub struct Agent {
     execs: Arc<Executors>,
     inventory: NodeInventory,
     fake_devices: bool,
+    /// Read again every few seconds for GPU health.
+    gpus: Box<dyn Inventory>,
+    /// The drain reason this agent asked for, once asked.
+    drained_for: Mutex<Option<String>>,
     local: Mutex<HashMap<Key, Local>>,
     last_contact: Mutex<Instant>,
     fenced: AtomicBool,
 }
 
 /// Reads the node's GPUs through the configured backend and builds its inventory.
-pub fn node_inventory(cfg: &AgentConfig) -> Result<(NodeInventory, bool), AgentError> {
+pub fn node_inventory(
+    cfg: &AgentConfig,
+) -> Result<(NodeInventory, bool, Box<dyn Inventory>), AgentError> {
     let (inv, map): (Box<dyn Inventory>, UnitMap) = if cfg.inventory == "fake" {
-        let f = FakeInventory::parse(cfg.fake.as_deref().unwrap_or(""), &cfg.node)?;
+        let mut f = FakeInventory::parse(cfg.fake.as_deref().unwrap_or(""), &cfg.node)?;
+        for &i in &cfg.fake_unhealthy {
+            f.set_unhealthy(i, "declared unhealthy in the agent config (fake_unhealthy)");
+        }
         let map = f.unit_map();
         (Box::new(f), map)
     } else {
@@ -88,6 +97,7 @@ pub fn node_inventory(cfg: &AgentConfig) -> Result<(NodeInventory, bool), AgentE
             memory_mb,
         },
         cfg.inventory == "fake",
+        inv,
     ))
 }
 
@@ -106,7 +116,7 @@ fn host_memory_mb() -> u64 {
 
 impl Agent {
     pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
-        let (inventory, fake_devices) = node_inventory(&cfg)?;
+        let (inventory, fake_devices, gpus) = node_inventory(&cfg)?;
         let execs = Arc::new(Executors::new(&cfg.spool_dir)?);
         let tls = TlsFiles {
             ca: cfg.tls.ca.clone(),
@@ -123,6 +133,8 @@ impl Agent {
             execs,
             inventory,
             fake_devices,
+            gpus,
+            drained_for: Mutex::new(None),
             local: Mutex::new(HashMap::new()),
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
@@ -158,6 +170,7 @@ impl Agent {
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         self.register().await;
         let hb = tokio::spawn(self.clone().heartbeats());
+        let health = tokio::spawn(self.clone().health());
         let mon = tokio::spawn(self.clone().monitor());
         let mut seen: Option<u64> = None;
         loop {
@@ -191,6 +204,7 @@ impl Agent {
         }
         hb.abort();
         mon.abort();
+        health.abort();
         info!("agent stopping; jobs keep running under their shims");
     }
 
@@ -231,6 +245,44 @@ impl Agent {
                 Ok(Err(e)) => warn!("heartbeat refused: {e}"),
                 Err(e) => warn!("heartbeat not delivered: {e}"),
             }
+        }
+    }
+
+    /// A GPU reported unhealthy drains the node with that reason: running jobs finish,
+    /// nothing new is placed, and an operator resumes the node after the repair.
+    async fn health(self: Arc<Self>) {
+        loop {
+            let bad = match self.gpus.gpus() {
+                Ok(gpus) => gpus
+                    .iter()
+                    .filter_map(|g| {
+                        g.unhealthy
+                            .as_ref()
+                            .map(|why| format!("GPU {} unhealthy: {why}", g.index))
+                    })
+                    .collect::<Vec<_>>(),
+                Err(e) => vec![format!("GPU inventory unreadable: {e}")],
+            };
+            if let Some(reason) = bad.first() {
+                let already = self.drained_for.lock().unwrap().as_deref() == Some(reason.as_str());
+                if !already {
+                    warn!(%reason, "draining this node");
+                    let r = self
+                        .client
+                        .command(Command::DrainNode {
+                            node: self.inventory.name.clone(),
+                            reason: reason.clone(),
+                            now: false,
+                        })
+                        .await;
+                    match r {
+                        Ok(Ok(_)) => *self.drained_for.lock().unwrap() = Some(reason.clone()),
+                        Ok(Err(e)) => warn!("drain refused: {e}"),
+                        Err(e) => warn!("drain not delivered: {e}"),
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
         }
     }
 

@@ -81,6 +81,18 @@ impl Drop for AgentProc {
 }
 
 fn agent(c: &LocalCluster, dir: &Path, node: &str, gpus: &str, fence_after_s: u64) -> AgentProc {
+    agent_with(c, dir, node, gpus, fence_after_s, "")
+}
+
+/// An agent whose config has `extra` top-level settings.
+fn agent_with(
+    c: &LocalCluster,
+    dir: &Path,
+    node: &str,
+    gpus: &str,
+    fence_after_s: u64,
+    extra: &str,
+) -> AgentProc {
     let files = c.issue(Role::Agent, node).unwrap();
     let spool = dir.join(format!("spool-{node}"));
     let controllers: Vec<String> = c
@@ -89,7 +101,7 @@ fn agent(c: &LocalCluster, dir: &Path, node: &str, gpus: &str, fence_after_s: u6
         .map(|a| format!("\"{a}\""))
         .collect();
     let text = format!(
-        "node = \"{node}\"\ncontrollers = [{}]\nspool_dir = \"{}\"\ninventory = \"fake\"\nfake = \"{gpus}\"\nheartbeat_ms = 300\nfence_after_s = {fence_after_s}\naddress = \"127.0.0.1\"\n\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        "node = \"{node}\"\ncontrollers = [{}]\nspool_dir = \"{}\"\ninventory = \"fake\"\nfake = \"{gpus}\"\nheartbeat_ms = 300\nfence_after_s = {fence_after_s}\naddress = \"127.0.0.1\"\n{extra}\n\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
         controllers.join(", "),
         spool.display(),
         files.ca.display(),
@@ -408,7 +420,11 @@ fn a_container_job_gets_its_gpus_env_and_output() {
         .await;
         assert_eq!(j.status, JobStatus::Succeeded, "{:?}", j.attempts);
         let alloc = &j.attempts[0].allocation[0];
-        let uuids: Vec<String> = alloc.gpus.iter().map(|g| format!("GPU-fake-n1-{}", g.0)).collect();
+        let uuids: Vec<String> = alloc
+            .gpus
+            .iter()
+            .map(|g| format!("GPU-fake-n1-{}", g.0))
+            .collect();
         let (out, err) = tranche_agent::exec::kept_logs(&dir.path().join("spool-n1"), id.0, 1);
         let out = std::fs::read_to_string(&out).expect("stdout kept after the attempt");
         let lines: Vec<&str> = out.lines().collect();
@@ -421,10 +437,39 @@ fn a_container_job_gets_its_gpus_env_and_output() {
                 uuids.join(",")
             )
         );
-        let mut devs: Vec<String> = alloc.gpus.iter().map(|g| format!("nvidia{}", g.0)).collect();
+        let mut devs: Vec<String> = alloc
+            .gpus
+            .iter()
+            .map(|g| format!("nvidia{}", g.0))
+            .collect();
         devs.push("nvidiactl".into());
         devs.sort();
         assert_eq!(lines[1].trim(), devs.join(" "));
         assert_eq!(std::fs::read_to_string(&err).unwrap().trim(), "to-stderr");
+    });
+}
+
+#[test]
+fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(dir.path());
+    let _a = agent_with(&c, dir.path(), "n1", "4 x h100", 30, "fake_unhealthy = [1]");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Response::Nodes(nodes)) = admin.read(Query::Nodes, false).await {
+                if let Some(n) = nodes.first() {
+                    if let Some(reason) = &n.drain {
+                        assert!(reason.contains("GPU 1 unhealthy"), "{reason}");
+                        assert!(!n.inventory.gpus[1].healthy);
+                        break;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "the node was never drained");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
 }

@@ -297,6 +297,14 @@ pub fn authorize(who: &Identity, cmd: &Command, state: &State) -> Result<(), Api
             deny(format!("{who} may not cancel or update jobs"))
         }
         (Role::Admin | Role::Operator, DrainNode { .. } | ResumeNode { .. }) => Ok(()),
+        // An agent drains its own node when a GPU turns unhealthy; it never resumes it
+        // (an operator does, after the repair) and never stops its jobs that way.
+        (
+            Role::Agent,
+            DrainNode {
+                node, now: false, ..
+            },
+        ) if node.as_str() == who.name => Ok(()),
         (_, DrainNode { .. } | ResumeNode { .. }) => deny(format!(
             "{who}: only operator and admin certificates may drain and resume nodes"
         )),

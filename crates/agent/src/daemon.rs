@@ -309,7 +309,20 @@ impl Agent {
                     .await;
                     continue;
                 }
-                if item.stop.is_some() || self.fenced.load(Ordering::Relaxed) {
+                if item.stop.is_some() {
+                    // Stopped before it ever started here: nothing to signal.
+                    self.progress(
+                        item.job,
+                        item.attempt,
+                        Progress::Exited {
+                            code: None,
+                            reason: Some("stopped before it started".into()),
+                        },
+                    )
+                    .await;
+                    continue;
+                }
+                if self.fenced.load(Ordering::Relaxed) {
                     continue;
                 }
                 self.clone().start(item.clone()).await;

@@ -43,6 +43,7 @@ fn tranched_bin() -> PathBuf {
 
 struct AgentProc {
     config: PathBuf,
+    spool: PathBuf,
     log: PathBuf,
     child: Option<Child>,
 }
@@ -75,8 +76,14 @@ impl AgentProc {
 }
 
 impl Drop for AgentProc {
+    /// Jobs outlive their agent by design; a test leaves none behind.
     fn drop(&mut self) {
         self.kill9();
+        if let Ok(execs) = tranche_agent::exec::Executors::new(&self.spool) {
+            for a in execs.adopt().unwrap_or_default() {
+                let _ = a.kill_all();
+            }
+        }
     }
 }
 
@@ -112,6 +119,7 @@ fn agent_with(
     std::fs::write(&config, text).unwrap();
     let mut a = AgentProc {
         config,
+        spool: spool.clone(),
         log: dir.join(format!("agent-{node}.log")),
         child: None,
     };

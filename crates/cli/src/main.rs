@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_cluster;
+mod bench_preempt;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -66,6 +67,11 @@ enum BenchCmd {
     ///
     /// Example: tranche bench failover --rounds 5 --json
     Failover(bench_cluster::FailoverArgs),
+    /// Preemption on a local cluster with agents: from the committed plan to the
+    /// victim's signal, and from placement to the job's first instruction.
+    ///
+    /// Example: tranche bench preempt --jobs 40 --json
+    Preempt(bench_preempt::PreemptArgs),
 }
 
 #[derive(Subcommand)]
@@ -129,6 +135,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Sched(args)) => bench::sched(&args),
         Cmd::Bench(BenchCmd::Submit(args)) => bench_cluster::submit(&args),
         Cmd::Bench(BenchCmd::Failover(args)) => bench_cluster::failover(&args),
+        Cmd::Bench(BenchCmd::Preempt(args)) => bench_preempt::preempt(&args),
         Cmd::Certs(cmd) => certs(cmd),
     }
 }

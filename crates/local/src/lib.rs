@@ -52,6 +52,21 @@ pub fn find_tranched() -> PathBuf {
     PathBuf::from("tranched")
 }
 
+/// The `tranche-agent` binary beside the running executable, or `$TRANCHE_AGENT`.
+pub fn find_agent() -> PathBuf {
+    if let Ok(p) = std::env::var("TRANCHE_AGENT") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current executable");
+    let dir = exe.parent().expect("executable directory");
+    for cand in [dir.join("tranche-agent"), dir.join("../tranche-agent")] {
+        if cand.exists() {
+            return cand;
+        }
+    }
+    PathBuf::from("tranche-agent")
+}
+
 /// A free UDP port on 127.0.0.1 (bound once, then released).
 pub fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
@@ -68,11 +83,21 @@ pub struct LocalController {
     pub child: Option<Child>,
 }
 
+/// A `tranche-agent` process with fake GPUs.
+pub struct LocalAgent {
+    pub node: String,
+    pub config: PathBuf,
+    pub spool: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
 pub struct LocalCluster {
     pub dir: PathBuf,
     pub certs: PathBuf,
     pub opts: LocalOptions,
     pub controllers: Vec<LocalController>,
+    pub agents: Vec<LocalAgent>,
 }
 
 impl LocalCluster {
@@ -87,6 +112,7 @@ impl LocalCluster {
             certs,
             opts,
             controllers: Vec::new(),
+            agents: Vec::new(),
         };
         let members: Vec<Member> = (1..=n as u64).map(Self::new_member).collect();
         for m in &members {
@@ -303,8 +329,84 @@ impl LocalCluster {
     }
 }
 
+impl LocalCluster {
+    /// Writes an agent config for `node` with fake GPUs (`gpus`, e.g. "8 x h100") and
+    /// `extra` top-level settings, and starts the agent binary `agent` with it.
+    pub fn add_agent(
+        &mut self,
+        agent: &Path,
+        node: &str,
+        gpus: &str,
+        extra: &str,
+    ) -> Result<usize, String> {
+        let files = self.issue(Role::Agent, node)?;
+        let spool = self.dir.join(format!("spool-{node}"));
+        let controllers: Vec<String> = self
+            .client_addrs()
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect();
+        let text = format!(
+            "node = \"{node}\"\ncontrollers = [{}]\nspool_dir = \"{}\"\ninventory = \"fake\"\nfake = \"{gpus}\"\naddress = \"127.0.0.1\"\n{extra}\n\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            controllers.join(", "),
+            spool.display(),
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        );
+        let config = self.dir.join(format!("agent-{node}.toml"));
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        self.agents.push(LocalAgent {
+            node: node.to_string(),
+            config,
+            spool,
+            log: self.dir.join(format!("agent-{node}.log")),
+            child: None,
+        });
+        let i = self.agents.len() - 1;
+        self.start_agent(agent, i)?;
+        Ok(i)
+    }
+
+    pub fn start_agent(&mut self, agent: &Path, i: usize) -> Result<(), String> {
+        let a = &mut self.agents[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&a.log)
+            .map_err(|e| format!("{}: {e}", a.log.display()))?;
+        let child = Command::new(agent)
+            .arg("run")
+            .arg("--config")
+            .arg(&a.config)
+            .env("TRANCHE_LOG", &self.opts.log_filter)
+            .env("TRANCHE_AGENT_BIN", agent)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", agent.display()))?;
+        a.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL an agent (its jobs go on under their shims).
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(mut ch) = self.agents[i].child.take() {
+            let _ = ch.kill();
+            let _ = ch.wait();
+        }
+    }
+}
+
 impl Drop for LocalCluster {
     fn drop(&mut self) {
+        for a in &mut self.agents {
+            if let Some(mut ch) = a.child.take() {
+                let _ = ch.kill();
+                let _ = ch.wait();
+            }
+        }
         for c in &mut self.controllers {
             if let Some(mut ch) = c.child.take() {
                 let _ = ch.kill();

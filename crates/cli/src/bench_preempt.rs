@@ -1,0 +1,267 @@
+//! `tranche bench preempt`: signal and start latency on a local cluster of real
+//! processes (3 controllers, 2 agents with 8 fake GPUs each, the process executor).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use tranche_client::Client;
+use tranche_local::{demo, find_agent, find_tranched, LocalCluster, LocalOptions};
+use tranche_model::{
+    CapacityLimit, JobId, JobSpec, JobStatus, ObjState, ResourceSharing, ServiceEnvironment,
+    Strategy,
+};
+use tranche_proto::{Query, Response};
+use tranche_state::Command;
+use tranche_tls::Role;
+
+#[derive(clap::Args, Debug)]
+pub struct PreemptArgs {
+    /// Preempted jobs to measure (rounds of 8 are run until there are this many).
+    #[arg(long, default_value_t = 40)]
+    jobs: usize,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn preempt(args: &PreemptArgs) -> ExitCode {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tranche bench preempt: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read_ns(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn policy(admin: &Client) -> Result<(), String> {
+    let mut cmds: Vec<Command> = demo::objects()
+        .into_iter()
+        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
+        .collect();
+    cmds.insert(
+        0,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: 16,
+            }],
+            state: ObjState::Enabled,
+        }),
+    );
+    cmds.push(Command::PutShare(demo::share(
+        "lender",
+        Strategy::Lend,
+        8,
+        &[],
+    )));
+    let mut b = demo::share("borrower", Strategy::LendAndBorrow, 8, &[]);
+    b.resource_sharing = ResourceSharing {
+        strategy: Strategy::LendAndBorrow,
+        borrow_limit: Some(-1),
+    };
+    b.default_grace_s = 10;
+    cmds.push(Command::PutShare(b));
+    for cmd in cmds {
+        match admin.command(cmd).await {
+            Ok(Ok(_)) => {}
+            other => return Err(format!("policy refused: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+fn job(share: &str, token: &str, marks: &Path, body: &str) -> JobSpec {
+    let mut spec = demo::job(share, "bench", token);
+    spec.image = "host".into();
+    // The first instruction records when the job started.
+    let script = format!(
+        "date +%s%N > {m}/start.$TRANCHE_JOB_ID.$TRANCHE_ATTEMPT; {body}",
+        m = marks.display()
+    );
+    spec.command = vec!["sh".into(), "-c".into(), script];
+    spec
+}
+
+async fn detail(admin: &Client, id: JobId) -> Result<tranche_model::Job, String> {
+    match admin.read(Query::Job(id), false).await {
+        Ok(Response::Job(j)) => Ok(*j),
+        other => Err(format!("job {id}: {other:?}")),
+    }
+}
+
+async fn wait_all(
+    admin: &Client,
+    ids: &[JobId],
+    what: &str,
+    f: impl Fn(&tranche_model::Job) -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for &id in ids {
+        loop {
+            if f(&detail(admin, id).await?) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("job {id} never became {what}"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn run(args: &PreemptArgs) -> Result<(), String> {
+    let tranched = find_tranched();
+    let agent = find_agent();
+    for (b, what) in [(&tranched, "tranched"), (&agent, "tranche-agent")] {
+        if !b.exists() {
+            return Err(format!(
+                "`{what}` not found at {}; build the workspace (cargo build --release --workspace)",
+                b.display()
+            ));
+        }
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut opts = LocalOptions::new(tranched);
+    if std::env::var("TRANCHE_LOG").is_err() {
+        opts.log_filter = "warn".into();
+    }
+    let mut c = LocalCluster::create(tmp.path(), 3, opts)?;
+    c.start_all()?;
+    let admin = c.client(Role::Admin, "admin")?;
+    c.wait_leader(&admin, Duration::from_secs(15))
+        .await
+        .ok_or("no leader elected")?;
+    policy(&admin).await?;
+    for n in ["n1", "n2"] {
+        c.add_agent(&agent, n, "8 x h100", "heartbeat_ms = 1000")?;
+    }
+    let marks: PathBuf = tmp.path().join("marks");
+    std::fs::create_dir_all(&marks).map_err(|e| e.to_string())?;
+    let victim_body = format!(
+        "trap 'date +%s%N > {m}/sig.$TRANCHE_JOB_ID.$TRANCHE_ATTEMPT; kill $! 2>/dev/null; exit 0' TERM; \
+         sleep 1000 & wait $!",
+        m = marks.display()
+    );
+    let mut signal_ms = Vec::new();
+    let mut start_ms = Vec::new();
+    let mut round = 0;
+    let mut all = Vec::new();
+    while signal_ms.len() < args.jobs {
+        // 16 borrower jobs fill both nodes, 8 of them on the lender's idle GPUs.
+        let mut borrowers = Vec::new();
+        for i in 0..16 {
+            let (id, _) = admin
+                .submit(job(
+                    "borrower",
+                    &format!("r{round}b{i}"),
+                    &marks,
+                    &victim_body,
+                ))
+                .await
+                .map_err(|e| e.to_string())?;
+            borrowers.push(id);
+        }
+        wait_all(&admin, &borrowers, "RUNNING", |j| {
+            j.status == JobStatus::Running
+        })
+        .await?;
+        // 8 lender jobs take the lender's capacity back from 8 borrowers.
+        let mut lenders = Vec::new();
+        for i in 0..8 {
+            let (id, _) = admin
+                .submit(job("lender", &format!("r{round}l{i}"), &marks, "exit 0"))
+                .await
+                .map_err(|e| e.to_string())?;
+            lenders.push(id);
+        }
+        wait_all(&admin, &lenders, "SUCCEEDED", |j| {
+            j.status == JobStatus::Succeeded
+        })
+        .await?;
+        for &id in &borrowers {
+            let j = detail(&admin, id).await?;
+            for t in &j.transitions {
+                if t.from == t.to && t.reason.starts_with("stopping (") {
+                    // The stop's time is the plan entry's, set by the leader when it
+                    // proposed the plan.
+                    let attempt = j
+                        .attempts
+                        .iter()
+                        .rev()
+                        .find(|a| a.scheduled_at <= t.at)
+                        .map(|a| a.number)
+                        .unwrap_or(1);
+                    if let Some(ns) = read_ns(&marks.join(format!("sig.{id}.{attempt}"))) {
+                        signal_ms.push(ns as f64 / 1e6 - t.at as f64);
+                    }
+                }
+            }
+        }
+        all.extend(borrowers.iter().chain(lenders.iter()).copied());
+        // Clear the round: cancel what still runs or waits.
+        for &id in &borrowers {
+            let _ = admin
+                .command(Command::Cancel {
+                    job: id,
+                    reason: "benchmark round over".into(),
+                })
+                .await;
+        }
+        wait_all(&admin, &borrowers, "finished", |j| j.status.is_terminal()).await?;
+        round += 1;
+        if round > 50 {
+            return Err("no preemptions measured after 50 rounds".into());
+        }
+    }
+    for &id in &all {
+        let j = detail(&admin, id).await?;
+        for a in &j.attempts {
+            if let Some(ns) = read_ns(&marks.join(format!("start.{id}.{}", a.number))) {
+                start_ms.push(ns as f64 / 1e6 - a.scheduled_at as f64);
+            }
+        }
+    }
+    let n_sig = signal_ms.len();
+    let n_start = start_ms.len();
+    let (s50, s99) = (pct(&mut signal_ms, 0.5), pct(&mut signal_ms, 0.99));
+    let (t50, t99) = (pct(&mut start_ms, 0.5), pct(&mut start_ms, 0.99));
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "preempted": n_sig, "starts": n_start, "rounds": round,
+                "signal_p50_ms": s50, "signal_p99_ms": s99,
+                "start_p50_ms": t50, "start_p99_ms": t99,
+                "executor": "process",
+            })
+        );
+    } else {
+        println!("preempted jobs measured   {n_sig} over {round} rounds");
+        println!("plan committed -> signal  p50 {s50:.1} ms, p99 {s99:.1} ms");
+        println!("placement -> first instr. p50 {t50:.1} ms, p99 {t99:.1} ms ({n_start} starts, process executor)");
+    }
+    Ok(())
+}

@@ -40,6 +40,10 @@ struct Local {
     signal: String,
     running_reported: bool,
     stopping: bool,
+    /// When the job's time limit ends (counted from its start on this agent).
+    time_limit_at: Option<Instant>,
+    /// Why the agent itself stopped the attempt, for the exit report.
+    stopped_for: Option<String>,
 }
 
 type Key = (u64, u32);
@@ -153,6 +157,8 @@ impl Agent {
                     signal: "SIGTERM".into(),
                     running_reported: false,
                     stopping: false,
+                    time_limit_at: None,
+                    stopped_for: None,
                 },
             );
         }
@@ -405,6 +411,10 @@ impl Agent {
                         signal: item.signal.clone(),
                         running_reported: false,
                         stopping: false,
+                        time_limit_at: item
+                            .time_limit_s
+                            .map(|s| Instant::now() + Duration::from_secs(s)),
+                        stopped_for: None,
                     },
                 );
                 self.progress(item.job, item.attempt, Progress::Running)
@@ -473,7 +483,18 @@ impl Agent {
                 .collect();
             for (key, a) in exited {
                 let st = a.exit().expect("exited");
-                let reason = st.signal.map(|s| format!("killed by signal {s}"));
+                let stopped_for = self
+                    .local
+                    .lock()
+                    .unwrap()
+                    .get(&key)
+                    .and_then(|l| l.stopped_for.clone());
+                let killed = st.signal.map(|s| format!("killed by signal {s}"));
+                let reason = match (stopped_for, killed) {
+                    (Some(why), Some(k)) => Some(format!("{why}; {k}")),
+                    (Some(why), None) => Some(why),
+                    (None, k) => k,
+                };
                 let delivered = self
                     .progress(
                         JobId(key.0),
@@ -490,6 +511,22 @@ impl Agent {
                     }
                     self.local.lock().unwrap().remove(&key);
                 }
+            }
+            let overdue: Vec<Key> = {
+                let mut l = self.local.lock().unwrap();
+                l.iter_mut()
+                    .filter(|(_, e)| {
+                        !e.stopping && e.time_limit_at.is_some_and(|t| t <= Instant::now())
+                    })
+                    .map(|(k, e)| {
+                        e.stopped_for = Some("time limit reached".into());
+                        *k
+                    })
+                    .collect()
+            };
+            for k in overdue {
+                info!(job = k.0, attempt = k.1, "time limit reached");
+                self.clone().stop(k, None, ORPHAN_GRACE);
             }
             let lost = self.last_contact.lock().unwrap().elapsed();
             if lost > fence_after && !self.fenced.swap(true, Ordering::Relaxed) {

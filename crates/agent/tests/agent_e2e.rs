@@ -481,3 +481,32 @@ fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
         }
     });
 }
+
+#[test]
+fn a_job_past_its_time_limit_is_stopped_and_fails() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(dir.path());
+    let _a = agent(&c, dir.path(), "n1", "2 x h100", 30);
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let mut spec = host_job("lender", "t1", "sleep 100");
+        spec.time_limit_s = Some(1);
+        let started = Instant::now();
+        let (id, _) = admin.submit(spec).await.unwrap();
+        let j = wait_for(&admin, id, "the end", Duration::from_secs(30), |j| {
+            j.status.is_terminal()
+        })
+        .await;
+        assert_eq!(j.status, JobStatus::Failed, "{:?}", j.transitions);
+        assert!(
+            j.transitions
+                .iter()
+                .any(|t| t.reason.contains("time limit")),
+            "{:?}",
+            j.transitions
+        );
+        assert!(started.elapsed() < Duration::from_secs(15));
+    });
+}

@@ -1,7 +1,6 @@
 //! A controller trio and real `tranche-agent` processes on 127.0.0.1, fake GPUs,
 //! jobs as real processes.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Proc, Stdio};
 use std::sync::Mutex;
@@ -9,12 +8,8 @@ use std::time::{Duration, Instant};
 
 use tranche_client::Client;
 use tranche_local::{demo, LocalCluster, LocalOptions};
-use tranche_model::{
-    CapacityLimit, JobId, JobSpec, JobStatus, ObjState, ResourceSharing, ServiceEnvironment,
-    Strategy,
-};
+use tranche_model::{JobId, JobSpec, JobStatus};
 use tranche_proto::{Query, Response};
-use tranche_state::Command;
 use tranche_tls::Role;
 
 mod exec_common;
@@ -145,34 +140,7 @@ fn rt() -> tokio::runtime::Runtime {
 
 /// One queue on 4 GPUs: `lender` (LEND, 2) and `borrower` (LEND_AND_BORROW, 2, no cap).
 async fn policy(admin: &Client) {
-    let mut cmds = demo::objects();
-    cmds.retain(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)));
-    cmds.insert(
-        0,
-        Command::PutEnvironment(ServiceEnvironment {
-            name: "gpu".into(),
-            selector: BTreeMap::new(),
-            capacity_limits: vec![CapacityLimit {
-                unit: "h100".into(),
-                max: 4,
-            }],
-            state: ObjState::Enabled,
-        }),
-    );
-    cmds.push(Command::PutShare(demo::share(
-        "lender",
-        Strategy::Lend,
-        2,
-        &[],
-    )));
-    let mut b = demo::share("borrower", Strategy::LendAndBorrow, 2, &[]);
-    b.resource_sharing = ResourceSharing {
-        strategy: Strategy::LendAndBorrow,
-        borrow_limit: Some(-1),
-    };
-    b.default_grace_s = 5;
-    cmds.push(Command::PutShare(b));
-    for cmd in cmds {
+    for cmd in demo::lend_borrow(4, 5) {
         let r = admin.command(cmd).await.unwrap();
         assert!(r.is_ok(), "{r:?}");
     }

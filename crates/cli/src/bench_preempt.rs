@@ -1,17 +1,13 @@
 //! `tranche bench preempt`: signal and start latency on a local cluster of real
 //! processes (3 controllers, 2 agents with 8 fake GPUs each, the process executor).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use tranche_client::Client;
 use tranche_local::{demo, find_agent, find_tranched, LocalCluster, LocalOptions};
-use tranche_model::{
-    CapacityLimit, JobId, JobSpec, JobStatus, ObjState, ResourceSharing, ServiceEnvironment,
-    Strategy,
-};
+use tranche_model::{JobId, JobSpec, JobStatus};
 use tranche_proto::{Query, Response};
 use tranche_state::Command;
 use tranche_tls::Role;
@@ -54,36 +50,7 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 async fn policy(admin: &Client) -> Result<(), String> {
-    let mut cmds: Vec<Command> = demo::objects()
-        .into_iter()
-        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
-        .collect();
-    cmds.insert(
-        0,
-        Command::PutEnvironment(ServiceEnvironment {
-            name: "gpu".into(),
-            selector: BTreeMap::new(),
-            capacity_limits: vec![CapacityLimit {
-                unit: "h100".into(),
-                max: 16,
-            }],
-            state: ObjState::Enabled,
-        }),
-    );
-    cmds.push(Command::PutShare(demo::share(
-        "lender",
-        Strategy::Lend,
-        8,
-        &[],
-    )));
-    let mut b = demo::share("borrower", Strategy::LendAndBorrow, 8, &[]);
-    b.resource_sharing = ResourceSharing {
-        strategy: Strategy::LendAndBorrow,
-        borrow_limit: Some(-1),
-    };
-    b.default_grace_s = 10;
-    cmds.push(Command::PutShare(b));
-    for cmd in cmds {
+    for cmd in demo::lend_borrow(16, 10) {
         match admin.command(cmd).await {
             Ok(Ok(_)) => {}
             other => return Err(format!("policy refused: {other:?}")),

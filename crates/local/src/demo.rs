@@ -90,3 +90,36 @@ pub fn node(name: &str, gpus: u32) -> NodeInventory {
         memory_mb: 512_000,
     }
 }
+
+/// A one-queue policy on `gpus` H100s for preemption stories: `lender` (LEND, half the
+/// GPUs) and `borrower` (LEND_AND_BORROW, the other half, no borrow cap, grace
+/// `borrower_grace_s`).
+pub fn lend_borrow(gpus: u32, borrower_grace_s: u64) -> Vec<Command> {
+    let mut cmds: Vec<Command> = objects()
+        .into_iter()
+        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
+        .collect();
+    cmds.insert(
+        0,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: gpus,
+            }],
+            state: ObjState::Enabled,
+        }),
+    );
+    cmds.push(Command::PutShare(share(
+        "lender",
+        Strategy::Lend,
+        gpus / 2,
+        &[],
+    )));
+    let mut b = share("borrower", Strategy::LendAndBorrow, gpus - gpus / 2, &[]);
+    b.resource_sharing.borrow_limit = Some(-1);
+    b.default_grace_s = borrower_grace_s;
+    cmds.push(Command::PutShare(b));
+    cmds
+}

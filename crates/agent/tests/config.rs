@@ -1,0 +1,37 @@
+//! The agent's config file: the shipped example parses; bad input names the field.
+
+use tranche_agent::config::AgentConfig;
+
+fn example() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/agent.toml");
+    std::fs::read_to_string(path).expect("config/agent.toml")
+}
+
+#[test]
+fn the_example_config_parses() {
+    let cfg = AgentConfig::parse(&example(), "agent.toml").unwrap();
+    assert_eq!(cfg.node, "gpu01");
+    assert_eq!(cfg.controller_addrs().len(), 3);
+    assert_eq!(cfg.fence_after_s, 30);
+    assert_eq!(
+        cfg.units.get("NVIDIA H200").map(String::as_str),
+        Some("h200")
+    );
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let base = example();
+    let refused = |text: String| match AgentConfig::parse(&text, "a.toml") {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    };
+    let e = refused(base.replace("inventory = \"nvml\"", "inventory = \"fake\""));
+    assert!(e.contains("`fake`"), "{e}");
+    let e = refused(base.replace("\"10.0.0.12:7100\"", "\"nowhere\""));
+    assert!(e.contains("`controllers`"), "{e}");
+    let e = refused(base.replace("fence_after_s = 30", "fence_after_s = 1"));
+    assert!(e.contains("`fence_after_s`"), "{e}");
+    let e = refused(base.replace("node = \"gpu01\"", "node = \"GPU 01\""));
+    assert!(e.contains("`node`"), "{e}");
+}

@@ -67,6 +67,31 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Keeps the cluster's dir (logs, data) after the run when `TRANCHE_KEEP` is set.
 pub struct KeepDir(Option<tempfile::TempDir>);
 
+impl KeepDir {
+    /// For a temporary dir owned elsewhere: with `TRANCHE_KEEP` set, a copy of its
+    /// contents is left in `<dir>.kept` when this guard drops.
+    pub fn at(dir: &std::path::Path) -> KeptCopy {
+        KeptCopy(dir.to_path_buf())
+    }
+}
+
+/// See [`KeepDir::at`].
+pub struct KeptCopy(PathBuf);
+
+impl Drop for KeptCopy {
+    fn drop(&mut self) {
+        if std::env::var_os("TRANCHE_KEEP").is_some() {
+            let to = self.0.with_extension("kept");
+            let _ = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(&self.0)
+                .arg(&to)
+                .status();
+            eprintln!("kept the cluster's files in {}", to.display());
+        }
+    }
+}
+
 impl Drop for KeepDir {
     fn drop(&mut self) {
         if std::env::var_os("TRANCHE_KEEP").is_some() {

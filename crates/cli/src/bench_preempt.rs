@@ -1,8 +1,10 @@
 //! `tranche bench preempt`: signal and start latency on a local cluster of real
 //! processes (3 controllers, 2 agents with 8 fake GPUs each, the process executor).
 
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tranche_client::Client;
@@ -17,6 +19,11 @@ pub struct PreemptArgs {
     /// Preempted jobs to measure (rounds of 8 are run until there are this many).
     #[arg(long, default_value_t = 40)]
     jobs: usize,
+    /// Run the jobs in containers (runc) from this image: a rootfs directory or an OCI
+    /// image layout, with `sh`, `sleep` and `nc` (a busybox rootfs will do). Without it,
+    /// jobs are plain processes.
+    #[arg(long)]
+    image: Option<PathBuf>,
     /// One JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -37,8 +44,80 @@ pub fn preempt(args: &PreemptArgs) -> ExitCode {
     }
 }
 
-fn read_ns(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+/// How jobs tell the benchmark when they started and when they got their signal:
+/// plain processes write `date +%s%N` into files; containers, which do not see the
+/// host's files, connect to a TCP listener on 127.0.0.1 (they share the host's
+/// network) and the benchmark stamps the arrival.
+enum Marks {
+    Files(PathBuf),
+    Tcp {
+        port: u16,
+        seen: Arc<Mutex<HashMap<(String, u64, u32), f64>>>,
+    },
+}
+
+impl Marks {
+    /// The shell command that records `kind` for the running job.
+    fn cmd(&self, kind: &str) -> String {
+        match self {
+            Marks::Files(dir) => format!(
+                "date +%s%N > {}/{kind}.$TRANCHE_JOB_ID.$TRANCHE_ATTEMPT",
+                dir.display()
+            ),
+            Marks::Tcp { port, .. } => {
+                format!("echo {kind} $TRANCHE_JOB_ID $TRANCHE_ATTEMPT | nc 127.0.0.1 {port}")
+            }
+        }
+    }
+
+    /// When `kind` was recorded for that attempt, in ms since the epoch.
+    fn get(&self, kind: &str, job: JobId, attempt: u32) -> Option<f64> {
+        match self {
+            Marks::Files(dir) => {
+                std::fs::read_to_string(dir.join(format!("{kind}.{job}.{attempt}")))
+                    .ok()?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .map(|ns| ns as f64 / 1e6)
+            }
+            Marks::Tcp { seen, .. } => seen
+                .lock()
+                .unwrap()
+                .get(&(kind.to_string(), job.0, attempt))
+                .copied(),
+        }
+    }
+
+    async fn tcp() -> Result<Marks, String> {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot listen for marks: {e}"))?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        let seen: Arc<Mutex<HashMap<(String, u64, u32), f64>>> = Default::default();
+        let s = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = l.accept().await {
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64() * 1000.0)
+                    .unwrap_or(0.0);
+                let s = s.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt;
+                    let mut buf = String::new();
+                    let _ = conn.read_to_string(&mut buf).await;
+                    let w: Vec<&str> = buf.split_whitespace().collect();
+                    if let [kind, job, attempt] = w[..] {
+                        if let (Ok(j), Ok(a)) = (job.parse(), attempt.parse()) {
+                            s.lock().unwrap().insert((kind.to_string(), j, a), at);
+                        }
+                    }
+                });
+            }
+        });
+        Ok(Marks::Tcp { port, seen })
+    }
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -59,14 +138,11 @@ async fn policy(admin: &Client) -> Result<(), String> {
     Ok(())
 }
 
-fn job(share: &str, token: &str, marks: &Path, body: &str) -> JobSpec {
+fn job(share: &str, token: &str, image: &str, marks: &Marks, body: &str) -> JobSpec {
     let mut spec = demo::job(share, "bench", token);
-    spec.image = "host".into();
+    spec.image = image.into();
     // The first instruction records when the job started.
-    let script = format!(
-        "date +%s%N > {m}/start.$TRANCHE_JOB_ID.$TRANCHE_ATTEMPT; {body}",
-        m = marks.display()
-    );
+    let script = format!("{}; {body}", marks.cmd("start"));
     spec.command = vec!["sh".into(), "-c".into(), script];
     spec
 }
@@ -111,6 +187,7 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
         }
     }
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let _keep = crate::bench_cluster::KeepDir::at(tmp.path());
     let mut opts = LocalOptions::new(tranched);
     if std::env::var("TRANCHE_LOG").is_err() {
         opts.log_filter = "warn".into();
@@ -125,12 +202,17 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
     for n in ["n1", "n2"] {
         c.add_agent(&agent, n, "8 x h100", "heartbeat_ms = 1000")?;
     }
-    let marks: PathBuf = tmp.path().join("marks");
-    std::fs::create_dir_all(&marks).map_err(|e| e.to_string())?;
+    let (image, marks) = match &args.image {
+        Some(dir) => (dir.display().to_string(), Marks::tcp().await?),
+        None => {
+            let dir = tmp.path().join("marks");
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            ("host".to_string(), Marks::Files(dir))
+        }
+    };
     let victim_body = format!(
-        "trap 'date +%s%N > {m}/sig.$TRANCHE_JOB_ID.$TRANCHE_ATTEMPT; kill $! 2>/dev/null; exit 0' TERM; \
-         sleep 1000 & wait $!",
-        m = marks.display()
+        "trap '{}; kill $! 2>/dev/null; exit 0' TERM; sleep 1000 & wait $!",
+        marks.cmd("sig")
     );
     let mut signal_ms = Vec::new();
     let mut start_ms = Vec::new();
@@ -144,6 +226,7 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
                 .submit(job(
                     "borrower",
                     &format!("r{round}b{i}"),
+                    &image,
                     &marks,
                     &victim_body,
                 ))
@@ -159,7 +242,13 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
         let mut lenders = Vec::new();
         for i in 0..8 {
             let (id, _) = admin
-                .submit(job("lender", &format!("r{round}l{i}"), &marks, "exit 0"))
+                .submit(job(
+                    "lender",
+                    &format!("r{round}l{i}"),
+                    &image,
+                    &marks,
+                    "exit 0",
+                ))
                 .await
                 .map_err(|e| e.to_string())?;
             lenders.push(id);
@@ -181,8 +270,8 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
                         .find(|a| a.scheduled_at <= t.at)
                         .map(|a| a.number)
                         .unwrap_or(1);
-                    if let Some(ns) = read_ns(&marks.join(format!("sig.{id}.{attempt}"))) {
-                        signal_ms.push(ns as f64 / 1e6 - t.at as f64);
+                    if let Some(ms) = marks.get("sig", id, attempt) {
+                        signal_ms.push(ms - t.at as f64);
                     }
                 }
             }
@@ -206,8 +295,8 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
     for &id in &all {
         let j = detail(&admin, id).await?;
         for a in &j.attempts {
-            if let Some(ns) = read_ns(&marks.join(format!("start.{id}.{}", a.number))) {
-                start_ms.push(ns as f64 / 1e6 - a.scheduled_at as f64);
+            if let Some(ms) = marks.get("start", id, a.number) {
+                start_ms.push(ms - a.scheduled_at as f64);
             }
         }
     }
@@ -222,13 +311,18 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
                 "preempted": n_sig, "starts": n_start, "rounds": round,
                 "signal_p50_ms": s50, "signal_p99_ms": s99,
                 "start_p50_ms": t50, "start_p99_ms": t99,
-                "executor": "process",
+                "executor": if args.image.is_some() { "runc" } else { "process" },
             })
         );
     } else {
         println!("preempted jobs measured   {n_sig} over {round} rounds");
         println!("plan committed -> signal  p50 {s50:.1} ms, p99 {s99:.1} ms");
-        println!("placement -> first instr. p50 {t50:.1} ms, p99 {t99:.1} ms ({n_start} starts, process executor)");
+        let executor = if args.image.is_some() {
+            "runc"
+        } else {
+            "process"
+        };
+        println!("placement -> first instr. p50 {t50:.1} ms, p99 {t99:.1} ms ({n_start} starts, {executor} executor)");
     }
     Ok(())
 }

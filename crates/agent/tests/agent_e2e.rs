@@ -2,7 +2,7 @@
 //! jobs as real processes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Proc, Stdio};
+use std::process::Command as Proc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -36,98 +36,49 @@ fn tranched_bin() -> PathBuf {
     p
 }
 
-struct AgentProc {
-    config: PathBuf,
-    spool: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
-}
+/// A local cluster whose agents' jobs are all killed when the test ends (jobs outlive
+/// their agent by design; a test leaves none behind).
+struct TestCluster(LocalCluster);
 
-impl AgentProc {
-    fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Proc::new(agent_bin())
-            .args(["run", "--config"])
-            .arg(&self.config)
-            .env("TRANCHE_LOG", "info")
-            .env("TRANCHE_AGENT_BIN", agent_bin())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+impl std::ops::Deref for TestCluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.0
     }
 }
 
-impl Drop for AgentProc {
-    /// Jobs outlive their agent by design; a test leaves none behind.
+impl std::ops::DerefMut for TestCluster {
+    fn deref_mut(&mut self) -> &mut LocalCluster {
+        &mut self.0
+    }
+}
+
+impl Drop for TestCluster {
     fn drop(&mut self) {
-        self.kill9();
-        if let Ok(execs) = tranche_agent::exec::Executors::new(&self.spool) {
-            for a in execs.adopt().unwrap_or_default() {
-                let _ = a.kill_all();
+        for i in 0..self.0.agents.len() {
+            self.0.kill_agent(i);
+            if let Ok(execs) = tranche_agent::exec::Executors::new(&self.0.agents[i].spool) {
+                for a in execs.adopt().unwrap_or_default() {
+                    let _ = a.kill_all();
+                }
             }
         }
     }
 }
 
-fn agent(c: &LocalCluster, dir: &Path, node: &str, gpus: &str, fence_after_s: u64) -> AgentProc {
-    agent_with(c, dir, node, gpus, fence_after_s, "")
+/// Starts an agent for `node` with fake GPUs; `extra` adds top-level settings.
+fn agent(c: &mut TestCluster, node: &str, gpus: &str, fence_after_s: u64, extra: &str) -> usize {
+    let settings = format!("heartbeat_ms = 300\nfence_after_s = {fence_after_s}\n{extra}");
+    c.add_agent(&agent_bin(), node, gpus, &settings).unwrap()
 }
 
-/// An agent whose config has `extra` top-level settings.
-fn agent_with(
-    c: &LocalCluster,
-    dir: &Path,
-    node: &str,
-    gpus: &str,
-    fence_after_s: u64,
-    extra: &str,
-) -> AgentProc {
-    let files = c.issue(Role::Agent, node).unwrap();
-    let spool = dir.join(format!("spool-{node}"));
-    let controllers: Vec<String> = c
-        .client_addrs()
-        .iter()
-        .map(|a| format!("\"{a}\""))
-        .collect();
-    let text = format!(
-        "node = \"{node}\"\ncontrollers = [{}]\nspool_dir = \"{}\"\ninventory = \"fake\"\nfake = \"{gpus}\"\nheartbeat_ms = 300\nfence_after_s = {fence_after_s}\naddress = \"127.0.0.1\"\n{extra}\n\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-        controllers.join(", "),
-        spool.display(),
-        files.ca.display(),
-        files.cert.display(),
-        files.key.display()
-    );
-    let config = dir.join(format!("agent-{node}.toml"));
-    std::fs::write(&config, text).unwrap();
-    let mut a = AgentProc {
-        config,
-        spool: spool.clone(),
-        log: dir.join(format!("agent-{node}.log")),
-        child: None,
-    };
-    a.start();
-    a
-}
-
-fn cluster(dir: &Path) -> LocalCluster {
+fn cluster(dir: &Path) -> TestCluster {
     let mut opts = LocalOptions::new(tranched_bin());
     opts.extra_config = "[agents]\nunreachable_after_s = 2\ndown_after_s = 6\n".into();
+    opts.log_filter = "info".into();
     let mut c = LocalCluster::create(dir, 3, opts).unwrap();
     c.start_all().unwrap();
-    c
+    TestCluster(c)
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -187,8 +138,8 @@ async fn wait_for(
 fn a_job_runs_on_an_agent_and_succeeds() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let c = cluster(dir.path());
-    let _a = agent(&c, dir.path(), "n1", "4 x h100", 30);
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "4 x h100", 30, "");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
@@ -231,8 +182,8 @@ fn a_job_runs_on_an_agent_and_succeeds() {
 fn reclaim_signals_the_borrower_which_exits_and_requeues() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let c = cluster(dir.path());
-    let _a = agent(&c, dir.path(), "n1", "4 x h100", 30);
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "4 x h100", 30, "");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
@@ -282,8 +233,8 @@ fn reclaim_signals_the_borrower_which_exits_and_requeues() {
 fn an_agent_killed_mid_job_readopts_it_and_reports_once() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let c = cluster(dir.path());
-    let mut a = agent(&c, dir.path(), "n1", "2 x h100", 30);
+    let mut c = cluster(dir.path());
+    let a = agent(&mut c, "n1", "2 x h100", 30, "");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
@@ -295,9 +246,9 @@ fn an_agent_killed_mid_job_readopts_it_and_reports_once() {
             j.status == JobStatus::Running
         })
         .await;
-        a.kill9();
+        c.kill_agent(a);
         tokio::time::sleep(Duration::from_millis(500)).await;
-        a.start();
+        c.start_agent(&agent_bin(), a).unwrap();
         let j = wait_for(&admin, id, "success", Duration::from_secs(30), |j| {
             j.status == JobStatus::Succeeded
         })
@@ -320,7 +271,7 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
-    let _a = agent(&c, dir.path(), "n1", "2 x h100", 3);
+    agent(&mut c, "n1", "2 x h100", 3, "");
     let marker = dir.path().join("alive");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -373,8 +324,8 @@ fn a_container_job_gets_its_gpus_env_and_output() {
     }
     let dir = tempfile::tempdir().unwrap();
     let rootfs = exec_common::busybox_rootfs(dir.path());
-    let c = cluster(dir.path());
-    let _a = agent(&c, dir.path(), "n1", "4 x h100", 30);
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "4 x h100", 30, "");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
@@ -429,8 +380,8 @@ fn a_container_job_gets_its_gpus_env_and_output() {
 fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let c = cluster(dir.path());
-    let _a = agent_with(&c, dir.path(), "n1", "4 x h100", 30, "fake_unhealthy = [1]");
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "4 x h100", 30, "fake_unhealthy = [1]");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -459,8 +410,8 @@ fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
 fn a_job_past_its_time_limit_is_stopped_and_fails() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let c = cluster(dir.path());
-    let _a = agent(&c, dir.path(), "n1", "2 x h100", 30);
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 30, "");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;

@@ -15,7 +15,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use x509_parser::time::ASN1Time;
 
 use crate::identity::{validate_name, URI_PREFIX};
-use crate::{Role, TlsError, CONTROLLER_SERVER_NAME};
+use crate::{agent_server_name, Role, TlsError, CONTROLLER_SERVER_NAME};
 
 /// File name of the cluster CA's certificate inside a certificate directory.
 pub const CA_CERT_FILE: &str = "ca.pem";
@@ -150,6 +150,10 @@ pub fn issue(
         "name",
         &format!("{URI_PREFIX}{role}/{name}"),
     )?)];
+    if role == Role::Agent {
+        // Agents serve their jobs' output; clients verify them under this name.
+        sans.push(SanType::DnsName(ia5("name", &agent_server_name(name))?));
+    }
     if role == Role::Controller {
         sans.push(SanType::DnsName(ia5("host", CONTROLLER_SERVER_NAME)?));
         for h in hosts {
@@ -241,7 +245,7 @@ pub fn issue(
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = match role {
-        Role::Controller => vec![
+        Role::Controller | Role::Agent => vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ],

@@ -34,5 +34,11 @@ pub use quic::{client_config, server_config, IDLE_TIMEOUT, KEEP_ALIVE, MAX_CONCU
 /// whatever address it dials: `controller.tranche`.
 pub const CONTROLLER_SERVER_NAME: &str = "controller.tranche";
 
+/// The TLS server name an agent's certificate carries and clients verify when they
+/// fetch a job's output from that node: `<node>.agent.tranche`.
+pub fn agent_server_name(node: &str) -> String {
+    format!("{node}.agent.tranche")
+}
+
 /// The ALPN protocol of Tranche's wire protocol, version 1: `tranche/1`.
 pub const ALPN: &[u8] = b"tranche/1";

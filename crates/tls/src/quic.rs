@@ -152,14 +152,15 @@ fn check_server_name(files: &TlsFiles, der: &[u8]) -> Result<(), TlsError> {
             ext.value
                 .general_names
                 .iter()
-                .any(|gn| matches!(gn, GeneralName::DNSName(n) if n.eq_ignore_ascii_case(CONTROLLER_SERVER_NAME)))
+                .any(|gn| matches!(gn, GeneralName::DNSName(n)
+                    if n.eq_ignore_ascii_case(CONTROLLER_SERVER_NAME) || n.ends_with(".agent.tranche")))
         });
     if has_name {
         Ok(())
     } else {
         Err(bad(format!(
-            "it lacks the DNS name {CONTROLLER_SERVER_NAME}: only controller certificates \
-             (tranche certs issue --role controller) can serve"
+            "it lacks the DNS name {CONTROLLER_SERVER_NAME} (or an agent's \
+             <node>.agent.tranche): only controller and agent certificates can serve"
         )))
     }
 }

@@ -274,7 +274,7 @@ async fn the_server_is_verified_under_the_controller_name_only() {
 }
 
 #[test]
-fn only_controller_certificates_can_serve() {
+fn only_controller_and_agent_certificates_can_serve() {
     let pki = Pki::new();
     let err = server_config(&pki.a(Role::User, "alice"))
         .unwrap_err()
@@ -283,6 +283,8 @@ fn only_controller_certificates_can_serve() {
         err.contains("user-alice.pem") && err.contains(CONTROLLER_SERVER_NAME),
         "{err}"
     );
+    let agent = issue(pki.a.path(), pki.a.path(), Role::Agent, "n1", &[], 30).unwrap();
+    assert!(server_config(&agent).is_ok());
 }
 
 #[test]

@@ -37,6 +37,9 @@ pub struct AgentConfig {
     /// The address jobs of other nodes reach this one at (default: the node name).
     #[serde(default)]
     pub address: Option<String>,
+    /// Where the agent serves its jobs' output (`tranche logs`); port 0 picks a free one.
+    #[serde(default = "default_logs_addr")]
+    pub logs_addr: String,
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
     /// Without a controller quorum for this long, the agent stops its jobs itself, so a
@@ -60,6 +63,9 @@ pub struct TlsConfig {
 
 fn default_inventory() -> String {
     "nvml".into()
+}
+fn default_logs_addr() -> String {
+    "0.0.0.0:7102".into()
 }
 fn default_heartbeat_ms() -> u64 {
     2_000
@@ -126,6 +132,12 @@ impl AgentConfig {
             ("nvml", Some(_)) => return Err(bad("fake", "is only for `inventory = \"fake\"`")),
             ("fake", None) => return Err(bad("fake", "must declare the GPUs, e.g. \"8 x h100\"")),
             _ => return Err(bad("inventory", "must be \"nvml\" or \"fake\"")),
+        }
+        if cfg.logs_addr.parse::<SocketAddr>().is_err() {
+            return Err(bad(
+                "logs_addr",
+                "must be an IP address and port, e.g. \"0.0.0.0:7102\"",
+            ));
         }
         if cfg.heartbeat_ms == 0 || cfg.heartbeat_ms > 60_000 {
             return Err(bad("heartbeat_ms", "must be 1 to 60000"));

@@ -59,6 +59,8 @@ pub struct Agent {
     /// The drain reason this agent asked for, once asked.
     drained_for: Mutex<Option<String>>,
     local: Mutex<HashMap<Key, Local>>,
+    /// The log port (`tranche logs`), bound in `new`.
+    logs: quinn::Endpoint,
     last_contact: Mutex<Instant>,
     fenced: AtomicBool,
 }
@@ -120,7 +122,7 @@ fn host_memory_mb() -> u64 {
 
 impl Agent {
     pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
-        let (inventory, fake_devices, gpus) = node_inventory(&cfg)?;
+        let (mut inventory, fake_devices, gpus) = node_inventory(&cfg)?;
         let execs = Arc::new(Executors::new(&cfg.spool_dir)?);
         let tls = TlsFiles {
             ca: cfg.tls.ca.clone(),
@@ -129,6 +131,20 @@ impl Agent {
         };
         let mut client = Client::new(cfg.controller_addrs(), &tls)
             .map_err(|e| AgentError::Client(e.to_string()))?;
+        let server =
+            tranche_tls::server_config(&tls).map_err(|e| AgentError::Client(e.to_string()))?;
+        let addr: std::net::SocketAddr = cfg.logs_addr.parse().expect("validated");
+        let logs = quinn::Endpoint::server(server, addr)
+            .map_err(|e| AgentError::Client(format!("cannot listen on logs_addr {addr}: {e}")))?;
+        let port = logs.local_addr().map(|a| a.port()).unwrap_or(addr.port());
+        let host = if addr.ip().is_unspecified() {
+            inventory.address.clone()
+        } else {
+            addr.ip().to_string()
+        };
+        inventory
+            .labels
+            .insert(tranche_proto::LOGS_LABEL.into(), format!("{host}:{port}"));
         client.attempt_timeout = Duration::from_secs(3);
         client.retry_for = Duration::from_secs(5);
         let agent = Agent {
@@ -140,6 +156,7 @@ impl Agent {
             gpus,
             drained_for: Mutex::new(None),
             local: Mutex::new(HashMap::new()),
+            logs,
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
         };
@@ -177,6 +194,7 @@ impl Agent {
         self.register().await;
         let hb = tokio::spawn(self.clone().heartbeats());
         let health = tokio::spawn(self.clone().health());
+        let logs = tokio::spawn(self.clone().serve_logs());
         let mon = tokio::spawn(self.clone().monitor());
         let mut seen: Option<u64> = None;
         loop {
@@ -211,6 +229,7 @@ impl Agent {
         hb.abort();
         mon.abort();
         health.abort();
+        logs.abort();
         info!("agent stopping; jobs keep running under their shims");
     }
 
@@ -581,4 +600,160 @@ impl Agent {
 fn jitter(d: Duration) -> Duration {
     let ms = d.as_millis() as u64;
     Duration::from_millis(ms / 2 + rand::random::<u64>() % (ms / 2 + 1))
+}
+
+// ---- the log port ---------------------------------------------------------------------
+
+impl Agent {
+    /// Serves jobs' output: one `LogRequest` per bidirectional stream, answered with
+    /// chunks and an end frame. Admins and operators may read any job; a user only its
+    /// own (asked of the controllers); no other role.
+    async fn serve_logs(self: Arc<Self>) {
+        while let Some(incoming) = self.logs.accept().await {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let Ok(conn) = incoming.await else { return };
+                let Ok(who) = tranche_tls::peer_identity(&conn) else {
+                    conn.close(2u32.into(), b"no usable client certificate");
+                    return;
+                };
+                while let Ok((send, recv)) = conn.accept_bi().await {
+                    let me = me.clone();
+                    let who = who.clone();
+                    tokio::spawn(async move { me.log_stream(who, send, recv).await });
+                }
+            });
+        }
+    }
+
+    async fn log_stream(
+        &self,
+        who: tranche_tls::Identity,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+    ) {
+        use tranche_proto::{frame, LogFrame, LogRequest, MAX_CLIENT_FRAME};
+        let req: LogRequest = match frame::read(&mut recv, MAX_CLIENT_FRAME).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = frame::write(
+                    &mut send,
+                    &LogFrame::Error(ApiError::BadRequest(e.to_string())),
+                )
+                .await;
+                let _ = send.finish();
+                return;
+            }
+        };
+        let r = self.stream_log(&who, &req, &mut send).await;
+        if let Err(e) = r {
+            let _ = frame::write(&mut send, &LogFrame::Error(e)).await;
+        }
+        let _ = send.finish();
+    }
+
+    async fn may_read(&self, who: &tranche_tls::Identity, job: JobId) -> Result<(), ApiError> {
+        use tranche_tls::Role;
+        match who.role {
+            Role::Admin | Role::Operator => Ok(()),
+            Role::User => match self.client.read(Query::Job(job), true).await {
+                Ok(Response::Job(j)) if j.spec.user.as_str() == who.name => Ok(()),
+                Ok(Response::Job(j)) => Err(ApiError::Unauthorized(format!(
+                    "{who} may read only its own jobs' output; job {job} belongs to {}",
+                    j.spec.user
+                ))),
+                Ok(other) => Err(ApiError::Unavailable(format!(
+                    "unexpected answer: {other:?}"
+                ))),
+                Err(ClientError::Api(e)) => Err(e),
+                Err(e) => Err(ApiError::Unavailable(format!(
+                    "cannot check the job's owner with the controllers: {e}"
+                ))),
+            },
+            _ => Err(ApiError::Unauthorized(format!(
+                "{who} may not read jobs' output"
+            ))),
+        }
+    }
+
+    async fn stream_log(
+        &self,
+        who: &tranche_tls::Identity,
+        req: &tranche_proto::LogRequest,
+        send: &mut quinn::SendStream,
+    ) -> Result<(), ApiError> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        use tranche_proto::{frame, LogFrame};
+        self.may_read(who, req.job).await?;
+        let job = req.job.0;
+        // The attempt: the one asked for, else the latest running here, else the
+        // latest kept.
+        let running: Vec<u32> = {
+            let l = self.local.lock().unwrap();
+            l.keys().filter(|k| k.0 == job).map(|k| k.1).collect()
+        };
+        let attempt = match req.attempt {
+            Some(a) => a,
+            None => match running.iter().max() {
+                Some(a) => *a,
+                None => (1..=64)
+                    .rev()
+                    .find(|a| {
+                        crate::exec::kept_logs(&self.cfg.spool_dir, job, *a)
+                            .0
+                            .exists()
+                    })
+                    .ok_or_else(|| {
+                        ApiError::NotFound(format!("no output of job {job} on this node"))
+                    })?,
+            },
+        };
+        let path_now = || -> Option<(std::path::PathBuf, bool)> {
+            let l = self.local.lock().unwrap();
+            if let Some(e) = l.get(&(job, attempt)) {
+                let (o, er) = e.attempt.log_paths();
+                return Some((if req.stderr { er } else { o }, e.attempt.exit().is_none()));
+            }
+            drop(l);
+            let (o, er) = crate::exec::kept_logs(&self.cfg.spool_dir, job, attempt);
+            let p = if req.stderr { er } else { o };
+            p.exists().then_some((p, false))
+        };
+        let mut offset = req.offset;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let Some((path, running)) = path_now() else {
+                return Err(ApiError::NotFound(format!(
+                    "no output of job {job} attempt {attempt} on this node"
+                )));
+            };
+            let mut f = tokio::fs::File::open(&path)
+                .await
+                .map_err(|e| ApiError::NotFound(format!("{}: {e}", path.display())))?;
+            f.seek(std::io::SeekFrom::Start(offset))
+                .await
+                .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+            loop {
+                let n = f
+                    .read(&mut buf)
+                    .await
+                    .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+                if n == 0 {
+                    break;
+                }
+                offset += n as u64;
+                if frame::write(send, &LogFrame::Chunk(buf[..n].to_vec()))
+                    .await
+                    .is_err()
+                {
+                    return Ok(());
+                }
+            }
+            if !req.follow || !running {
+                let _ = frame::write(send, &LogFrame::End { attempt, running }).await;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

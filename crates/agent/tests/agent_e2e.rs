@@ -434,3 +434,82 @@ fn a_job_past_its_time_limit_is_stopped_and_fails() {
         assert!(started.elapsed() < Duration::from_secs(15));
     });
 }
+
+/// The node label where the agent serves output, and the node's name.
+async fn log_port(admin: &Client, id: JobId) -> (std::net::SocketAddr, String) {
+    let j = job(admin, id).await;
+    let node = j.attempts[0].allocation[0].node.clone();
+    let Response::Nodes(nodes) = admin.read(Query::Nodes, false).await.unwrap() else {
+        panic!("nodes")
+    };
+    let n = nodes.iter().find(|n| n.inventory.name == node).unwrap();
+    let addr = n.inventory.labels[tranche_proto::LOGS_LABEL]
+        .parse()
+        .unwrap();
+    (addr, node.to_string())
+}
+
+#[test]
+fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 30, "logs_addr = \"127.0.0.1:0\"");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let (id, _) = admin
+            .submit(host_job(
+                "lender",
+                "log1",
+                "echo first; sleep 1; echo second; echo oops >&2; exit 0",
+            ))
+            .await
+            .unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        let (addr, node) = log_port(&admin, id).await;
+        let req = tranche_proto::LogRequest {
+            job: id,
+            attempt: None,
+            stderr: false,
+            follow: true,
+            offset: 0,
+        };
+        // The owner (`kim`) follows stdout to the end of the attempt.
+        let kim = c.client(Role::User, "kim").unwrap();
+        let mut out = Vec::new();
+        let (attempt, running) = kim
+            .logs(addr, &node, &req, |b| out.extend_from_slice(b))
+            .await
+            .unwrap();
+        assert_eq!((attempt, running), (1, false));
+        assert_eq!(String::from_utf8(out).unwrap(), "first\nsecond\n");
+        // After the attempt, from the kept output: stderr, from an offset.
+        wait_for(&admin, id, "success", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Succeeded
+        })
+        .await;
+        let mut err = Vec::new();
+        let req2 = tranche_proto::LogRequest {
+            stderr: true,
+            follow: false,
+            offset: 1,
+            ..req.clone()
+        };
+        kim.logs(addr, &node, &req2, |b| err.extend_from_slice(b)).await.unwrap();
+        assert_eq!(String::from_utf8(err).unwrap(), "ops\n");
+        // Another user may not; an admin may.
+        let other = c.client(Role::User, "lena").unwrap();
+        let r = other.logs(addr, &node, &req, |_| {}).await;
+        assert!(
+            matches!(&r, Err(tranche_client::ClientError::Api(tranche_proto::ApiError::Unauthorized(m))) if m.contains("belongs to kim")),
+            "{r:?}"
+        );
+        let mut all = Vec::new();
+        admin.logs(addr, &node, &req, |b| all.extend_from_slice(b)).await.unwrap();
+        assert_eq!(all, b"first\nsecond\n");
+    });
+}

@@ -261,6 +261,57 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Streams a job's output from the agent of `node` at `addr` (the node's
+    /// `tranche.logs` label), handing each chunk to `sink`. Returns the attempt read and
+    /// whether it was still running when the stream ended.
+    pub async fn logs(
+        &self,
+        addr: SocketAddr,
+        node: &str,
+        req: &tranche_proto::LogRequest,
+        mut sink: impl FnMut(&[u8]),
+    ) -> Result<(u32, bool), ClientError> {
+        use tranche_proto::LogFrame;
+        let name = tranche_tls::agent_server_name(node);
+        let connecting = self
+            .endpoint
+            .connect(addr, &name)
+            .map_err(|e| ClientError::Connect {
+                addr,
+                reason: e.to_string(),
+            })?;
+        let conn = match tokio::time::timeout(Duration::from_secs(3), connecting).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(ClientError::Connect {
+                    addr,
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(ClientError::Connect {
+                    addr,
+                    reason: "handshake timed out".into(),
+                })
+            }
+        };
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| ClientError::Closed {
+            addr,
+            reason: e.to_string(),
+        })?;
+        frame::write(&mut send, req).await?;
+        let _ = send.finish();
+        loop {
+            match frame::read::<LogFrame, _>(&mut recv, MAX_CLIENT_FRAME).await? {
+                LogFrame::Chunk(b) => sink(&b),
+                LogFrame::End { attempt, running } => return Ok((attempt, running)),
+                LogFrame::Error(e) => return Err(ClientError::Api(e)),
+            }
+        }
+    }
+}
+
 /// A fresh client token: 128 random bits in hex.
 pub fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())

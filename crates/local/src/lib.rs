@@ -354,6 +354,12 @@ impl LocalCluster {
             files.cert.display(),
             files.key.display()
         );
+        // Several agents share this host: each takes a free log port unless told.
+        let text = if extra.contains("logs_addr") {
+            text
+        } else {
+            format!("logs_addr = \"127.0.0.1:0\"\n{text}")
+        };
         let config = self.dir.join(format!("agent-{node}.toml"));
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
         self.agents.push(LocalAgent {

@@ -281,3 +281,29 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     }
     h
 }
+
+/// A request to an agent's log port (QUIC with mutual TLS; the agent's certificate is
+/// verified under `<node>.agent.tranche`): the output of one attempt of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRequest {
+    pub job: JobId,
+    /// `None`: the latest attempt on that node.
+    pub attempt: Option<u32>,
+    /// stderr instead of stdout.
+    pub stderr: bool,
+    /// Keep streaming until the attempt ends.
+    pub follow: bool,
+    /// Start at this byte.
+    pub offset: u64,
+}
+
+/// What an agent streams back: chunks, then one `End` (or an `Error`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogFrame {
+    Chunk(Vec<u8>),
+    End { attempt: u32, running: bool },
+    Error(ApiError),
+}
+
+/// The node label under which an agent publishes its log port.
+pub const LOGS_LABEL: &str = "tranche.logs";

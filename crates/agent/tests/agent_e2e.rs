@@ -38,6 +38,20 @@ fn tranched_bin() -> PathBuf {
 
 /// A local cluster whose agents' jobs are all killed when the test ends (jobs outlive
 /// their agent by design; a test leaves none behind).
+/// The `tranche` CLI from the same target dir, built on demand like `tranched`.
+fn tranche_bin() -> PathBuf {
+    let p = agent_bin().parent().unwrap().join("tranche");
+    if !p.exists() {
+        let cargo = option_env!("CARGO").unwrap_or("cargo");
+        let st = Proc::new(cargo)
+            .args(["build", "-p", "tranche-cli", "--bin", "tranche"])
+            .status()
+            .expect("cargo build tranche");
+        assert!(st.success(), "building tranche failed");
+    }
+    p
+}
+
 struct TestCluster(LocalCluster);
 
 impl std::ops::Deref for TestCluster {
@@ -511,5 +525,35 @@ fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
         let mut all = Vec::new();
         admin.logs(addr, &node, &req, |b| all.extend_from_slice(b)).await.unwrap();
         assert_eq!(all, b"first\nsecond\n");
+
+        // The same through the CLI, as kim and as lena.
+        for (user, want_code, want) in [("kim", 0, "first\nsecond\n"), ("lena", 1, "")] {
+            let files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::User, user);
+            let controllers: Vec<String> =
+                c.client_addrs().iter().map(|a| format!("\"{a}\"")).collect();
+            let cfg = dir.path().join(format!("{user}.toml"));
+            std::fs::write(
+                &cfg,
+                format!(
+                    "controllers = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+                    controllers.join(", "),
+                    files.ca.display(),
+                    files.cert.display(),
+                    files.key.display()
+                ),
+            )
+            .unwrap();
+            let out = Proc::new(tranche_bin())
+                .args(["logs", &id.0.to_string()])
+                .env("TRANCHE_CONFIG", &cfg)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(want_code), "{user}: {out:?}");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{user}");
+            if want_code != 0 {
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(err.contains("belongs to kim"), "{err}");
+            }
+        }
     });
 }

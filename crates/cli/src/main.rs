@@ -4,6 +4,8 @@
 mod bench;
 mod bench_cluster;
 mod bench_preempt;
+mod client_cfg;
+mod logs;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -32,6 +34,10 @@ enum Cmd {
     /// and users.
     #[command(subcommand)]
     Certs(CertsCmd),
+    /// A job's output, from the agent of the node it ran on.
+    ///
+    /// Example: tranche logs 42 -f
+    Logs(logs::LogsArgs),
 }
 
 #[derive(Subcommand)]
@@ -137,6 +143,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Failover(args)) => bench_cluster::failover(&args),
         Cmd::Bench(BenchCmd::Preempt(args)) => bench_preempt::preempt(&args),
         Cmd::Certs(cmd) => certs(cmd),
+        Cmd::Logs(args) => logs::logs(&args),
     }
 }
 

@@ -1,0 +1,76 @@
+//! Where the CLI finds the cluster: `--config FILE` or `$TRANCHE_CONFIG`, a TOML file
+//! with the controllers' client addresses and this user's certificate.
+//!
+//! ```toml
+//! controllers = ["10.0.0.11:7100", "10.0.0.12:7100", "10.0.0.13:7100"]
+//! [tls]
+//! ca = "/home/alice/.tranche/ca.pem"
+//! cert = "/home/alice/.tranche/user-alice.pem"
+//! key = "/home/alice/.tranche/user-alice.key"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tranche_client::Client;
+use tranche_tls::TlsFiles;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCfg {
+    pub controllers: Vec<String>,
+    pub tls: TlsCfg,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCfg {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The config file to use: the flag, else `$TRANCHE_CONFIG`.
+pub fn path(flag: &Option<PathBuf>) -> Result<PathBuf, String> {
+    flag.clone()
+        .or_else(|| std::env::var_os("TRANCHE_CONFIG").map(PathBuf::from))
+        .ok_or_else(|| {
+            "no cluster config: pass --config FILE or set TRANCHE_CONFIG (`tranche dev` prints the line to paste)".into()
+        })
+}
+
+impl ClientCfg {
+    pub fn load(path: &Path) -> Result<ClientCfg, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let cfg: ClientCfg =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if cfg.controllers.is_empty()
+            || cfg
+                .controllers
+                .iter()
+                .any(|a| a.parse::<SocketAddr>().is_err())
+        {
+            return Err(format!(
+                "{}: field `controllers`: must list the controllers' client addresses, e.g. \"10.0.0.11:7100\"",
+                path.display()
+            ));
+        }
+        Ok(cfg)
+    }
+
+    pub fn client(&self) -> Result<Client, String> {
+        let addrs = self
+            .controllers
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        let files = TlsFiles {
+            ca: self.tls.ca.clone(),
+            cert: self.tls.cert.clone(),
+            key: self.tls.key.clone(),
+        };
+        Client::new(addrs, &files).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,123 @@
+//! `tranche logs JOB [-f] [--attempt N] [--stderr]`: a job's output, streamed from the
+//! agent of the node it ran on.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tranche_client::ClientError;
+use tranche_model::JobId;
+use tranche_proto::{LogRequest, Query, Response, LOGS_LABEL};
+
+use crate::client_cfg::{self, ClientCfg};
+
+#[derive(clap::Args, Debug)]
+pub struct LogsArgs {
+    /// The job.
+    job: u64,
+    /// Keep following the output until the attempt ends.
+    #[arg(short, long)]
+    follow: bool,
+    /// Which attempt (default: the latest).
+    #[arg(long)]
+    attempt: Option<u32>,
+    /// stderr instead of stdout.
+    #[arg(long)]
+    stderr: bool,
+    /// For a job on several nodes: which node's output (default: its first node).
+    #[arg(long)]
+    node: Option<String>,
+    /// The cluster config (default: $TRANCHE_CONFIG).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+pub fn logs(args: &LogsArgs) -> ExitCode {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, msg)) => {
+            eprintln!("tranche logs: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run(args: &LogsArgs) -> Result<(), (u8, String)> {
+    let usage = |m: String| (2u8, m);
+    let cfg = ClientCfg::load(&client_cfg::path(&args.config).map_err(usage)?).map_err(usage)?;
+    let client = cfg.client().map_err(usage)?;
+    let failed = |e: ClientError| (1u8, e.to_string());
+    let job = match client
+        .read(Query::Job(JobId(args.job)), false)
+        .await
+        .map_err(failed)?
+    {
+        Response::Job(j) => j,
+        other => return Err((1, format!("unexpected answer: {other:?}"))),
+    };
+    let attempt = match args.attempt {
+        Some(n) => job
+            .attempts
+            .iter()
+            .find(|a| a.number == n)
+            .ok_or_else(|| (1, format!("job {} has no attempt {n}", job.id)))?,
+        None => job.attempts.last().ok_or_else(|| {
+            (
+                1,
+                format!("job {} has not run yet: {}", job.id, job.status.as_str()),
+            )
+        })?,
+    };
+    let node = match &args.node {
+        Some(n) => attempt
+            .allocation
+            .iter()
+            .find(|a| a.node.as_str() == n)
+            .map(|a| a.node.clone())
+            .ok_or_else(|| {
+                (
+                    1,
+                    format!(
+                        "attempt {} of job {} did not run on {n}",
+                        attempt.number, job.id
+                    ),
+                )
+            })?,
+        None => attempt.allocation[0].node.clone(),
+    };
+    let nodes = match client.read(Query::Nodes, true).await.map_err(failed)? {
+        Response::Nodes(n) => n,
+        other => return Err((1, format!("unexpected answer: {other:?}"))),
+    };
+    let addr = nodes
+        .iter()
+        .find(|n| n.inventory.name == node)
+        .and_then(|n| n.inventory.labels.get(LOGS_LABEL))
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| {
+            (
+                1,
+                format!("node {node} publishes no log port (label {LOGS_LABEL})"),
+            )
+        })?;
+    let req = LogRequest {
+        job: job.id,
+        attempt: Some(attempt.number),
+        stderr: args.stderr,
+        follow: args.follow,
+        offset: 0,
+    };
+    let mut out = std::io::stdout().lock();
+    client
+        .logs(addr, node.as_str(), &req, |b| {
+            let _ = out.write_all(b);
+            let _ = out.flush();
+        })
+        .await
+        .map_err(failed)?;
+    Ok(())
+}

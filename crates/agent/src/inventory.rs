@@ -176,18 +176,106 @@ impl Inventory for FakeInventory {
 /// The real GPUs, through nvml-wrapper (libnvidia-ml is loaded at run time).
 pub struct NvmlInventory {
     nvml: nvml_wrapper::Nvml,
+    /// Critical Xid events seen since start, by GPU index (a watcher thread fills it).
+    xids: std::sync::Arc<std::sync::Mutex<BTreeMap<u32, String>>>,
+    /// Whether the Xid watcher could register for events (`None`: still starting).
+    pub xid_watch: std::sync::Arc<std::sync::Mutex<Option<Result<usize, String>>>>,
 }
+
+/// Xid errors that applications cause (bad memory access, a killed context, and the
+/// like): they say nothing about the GPU's health, as NVIDIA's device plugin also holds.
+pub const APPLICATION_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
 impl NvmlInventory {
     /// Loads NVML. Without the library or the driver this is the clear error of
     /// [`InventoryError::NvmlUnavailable`], never an empty node.
     pub fn open() -> Result<NvmlInventory, InventoryError> {
         match nvml_wrapper::Nvml::init() {
-            Ok(nvml) => Ok(NvmlInventory { nvml }),
+            Ok(nvml) => {
+                let inv = NvmlInventory {
+                    nvml,
+                    xids: Default::default(),
+                    xid_watch: Default::default(),
+                };
+                inv.watch_xids();
+                Ok(inv)
+            }
             Err(e) => Err(InventoryError::NvmlUnavailable {
                 detail: e.to_string(),
             }),
         }
+    }
+
+    /// Starts a thread that waits for critical Xid and double-bit ECC events on every
+    /// GPU that offers them, and records them; a recorded one makes its GPU unhealthy.
+    fn watch_xids(&self) {
+        use nvml_wrapper::bitmasks::event::EventTypes;
+        use nvml_wrapper::enums::event::XidError;
+        let xids = self.xids.clone();
+        let status = self.xid_watch.clone();
+        let _ = std::thread::Builder::new()
+            .name("tranche-xid".into())
+            .spawn(move || {
+                let nvml = match nvml_wrapper::Nvml::init() {
+                    Ok(n) => n,
+                    Err(e) => {
+                        *status.lock().unwrap() = Some(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let mut set = match nvml.create_event_set() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        *status.lock().unwrap() = Some(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let mut watched = 0;
+                let n = nvml.device_count().unwrap_or(0);
+                for i in 0..n {
+                    let Ok(d) = nvml.device_by_index(i) else {
+                        continue;
+                    };
+                    let want = EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
+                    let kinds = d
+                        .supported_event_types()
+                        .map(|k| k & want)
+                        .unwrap_or(EventTypes::empty());
+                    if kinds.is_empty() {
+                        continue;
+                    }
+                    set = match d.register_events(kinds, set) {
+                        Ok(s) => {
+                            watched += 1;
+                            s
+                        }
+                        Err(e) => {
+                            *status.lock().unwrap() = Some(Err(e.error.to_string()));
+                            return;
+                        }
+                    };
+                }
+                *status.lock().unwrap() = Some(Ok(watched));
+                if watched == 0 {
+                    return;
+                }
+                loop {
+                    let Ok(ev) = set.wait(5_000) else { continue };
+                    let Ok(index) = ev.device.index() else {
+                        continue;
+                    };
+                    let why = match ev.event_data {
+                        Some(XidError::Value(x)) if APPLICATION_XIDS.contains(&x) => continue,
+                        Some(XidError::Value(x)) => format!("Xid {x}"),
+                        Some(XidError::Unknown) => "an unknown Xid error".to_string(),
+                        None if ev.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) => {
+                            "a double-bit ECC error".to_string()
+                        }
+                        None => continue,
+                    };
+                    xids.lock().unwrap().insert(index, why);
+                }
+            });
     }
 
     /// The driver's version, for the agent's registration and logs.

@@ -151,6 +151,18 @@ fn inventory(backend: Backend, fake: &str, node: &str, units: &[String], json: b
         Backend::Nvml => match NvmlInventory::open() {
             Ok(n) => {
                 let d = n.driver_version();
+                // Give the Xid watcher a moment to register, and say how it went.
+                for _ in 0..40 {
+                    if n.xid_watch.lock().unwrap().is_some() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                match &*n.xid_watch.lock().unwrap() {
+                    Some(Ok(k)) => eprintln!("Xid and ECC events: watching {k} GPU(s)"),
+                    Some(Err(e)) => eprintln!("Xid and ECC events: not available: {e}"),
+                    None => eprintln!("Xid and ECC events: watcher not ready"),
+                }
                 (Box::new(n), d)
             }
             Err(e) => {

@@ -361,6 +361,15 @@ impl Agent {
                     let mut l = self.local.lock().unwrap();
                     let e = l.get_mut(&key).unwrap();
                     e.signal = item.signal.clone();
+                    // An attempt adopted after a restart: its time limit counts from the
+                    // start the controllers recorded.
+                    if e.time_limit_at.is_none() {
+                        if let (Some(limit), Some(started)) = (item.time_limit_s, item.started_at) {
+                            let end_ms = started + limit * 1000;
+                            let left = end_ms.saturating_sub(w.now);
+                            e.time_limit_at = Some(Instant::now() + Duration::from_millis(left));
+                        }
+                    }
                     !e.running_reported && e.attempt.exit().is_none()
                 };
                 if report {

@@ -557,3 +557,43 @@ fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
         }
     });
 }
+
+#[test]
+fn the_time_limit_holds_across_an_agent_restart() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    let a = agent(&mut c, "n1", "2 x h100", 30, "");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let mut spec = host_job("lender", "tr1", "sleep 100");
+        spec.time_limit_s = Some(3);
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        let started = Instant::now();
+        c.kill_agent(a);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.start_agent(&agent_bin(), a).unwrap();
+        let j = wait_for(&admin, id, "the end", Duration::from_secs(30), |j| {
+            j.status.is_terminal()
+        })
+        .await;
+        assert_eq!(j.status, JobStatus::Failed);
+        assert!(
+            j.transitions
+                .iter()
+                .any(|t| t.reason.contains("time limit")),
+            "{:?}",
+            j.transitions
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(12),
+            "{:?}",
+            started.elapsed()
+        );
+    });
+}

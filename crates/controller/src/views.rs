@@ -223,6 +223,7 @@ pub fn node_work(
             memory_mb: spec.memory_mb_per_node,
             gpus,
             time_limit_s: spec.time_limit_s,
+            started_at: att.started_at,
             signal: spec.checkpoint.signal.clone(),
             stop,
         });

@@ -193,6 +193,8 @@ pub struct WorkItem {
     /// This node's GPUs of the allocation: (index, UUID).
     pub gpus: Vec<(u32, String)>,
     pub time_limit_s: Option<u64>,
+    /// When the attempt started running (controller time, ms since the epoch).
+    pub started_at: Option<Millis>,
     /// The job's checkpoint signal, e.g. `SIGTERM`.
     pub signal: String,
     /// Set when the attempt must stop: the signal goes out now, SIGKILL at the deadline.

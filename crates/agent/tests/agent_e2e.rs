@@ -52,6 +52,37 @@ fn tranche_bin() -> PathBuf {
     p
 }
 
+/// Runs the `tranche` CLI as `user` (a config file pointing at the cluster with that
+/// user's certificate, through `$TRANCHE_CONFIG`).
+fn cli(c: &LocalCluster, dir: &Path, user: &str, args: &[&str]) -> std::process::Output {
+    let files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::User, user);
+    if !files.cert.exists() {
+        c.issue(Role::User, user).unwrap();
+    }
+    let controllers: Vec<String> = c
+        .client_addrs()
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect();
+    let cfg = dir.join(format!("{user}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "controllers = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            controllers.join(", "),
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        ),
+    )
+    .unwrap();
+    Proc::new(tranche_bin())
+        .args(args)
+        .env("TRANCHE_CONFIG", &cfg)
+        .output()
+        .unwrap()
+}
+
 struct TestCluster(LocalCluster);
 
 impl std::ops::Deref for TestCluster {
@@ -528,26 +559,7 @@ fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
 
         // The same through the CLI, as kim and as lena.
         for (user, want_code, want) in [("kim", 0, "first\nsecond\n"), ("lena", 1, "")] {
-            let files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::User, user);
-            let controllers: Vec<String> =
-                c.client_addrs().iter().map(|a| format!("\"{a}\"")).collect();
-            let cfg = dir.path().join(format!("{user}.toml"));
-            std::fs::write(
-                &cfg,
-                format!(
-                    "controllers = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-                    controllers.join(", "),
-                    files.ca.display(),
-                    files.cert.display(),
-                    files.key.display()
-                ),
-            )
-            .unwrap();
-            let out = Proc::new(tranche_bin())
-                .args(["logs", &id.0.to_string()])
-                .env("TRANCHE_CONFIG", &cfg)
-                .output()
-                .unwrap();
+            let out = cli(&c, dir.path(), user, &["logs", &id.0.to_string()]);
             assert_eq!(out.status.code(), Some(want_code), "{user}: {out:?}");
             assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{user}");
             if want_code != 0 {
@@ -596,4 +608,107 @@ fn the_time_limit_holds_across_an_agent_restart() {
             started.elapsed()
         );
     });
+}
+
+#[test]
+fn a_user_submits_lists_shows_and_cancels_with_the_cli() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 30, "");
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    // An unknown share is refused before anything is sent.
+    let out = cli(
+        &c,
+        dir.path(),
+        "kim",
+        &["submit", "--share", "nope", "--gpus", "1", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--share nope"),
+        "{out:?}"
+    );
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+    });
+    let out = cli(
+        &c,
+        dir.path(),
+        "kim",
+        &[
+            "submit",
+            "--share",
+            "lender",
+            "--gpus",
+            "1",
+            "--name",
+            "train",
+            "--time",
+            "1h",
+            "--parsable",
+            "--",
+            "sleep",
+            "100",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let id: u64 = text(&out).trim().parse().expect("--parsable prints the id");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let j = wait_for(&admin, JobId(id), "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        assert_eq!(j.spec.user.as_str(), "kim");
+        assert_eq!(j.spec.time_limit_s, Some(3600));
+    });
+    let out = cli(&c, dir.path(), "kim", &["jobs", "--me"]);
+    assert!(out.status.success(), "{out:?}");
+    let listing = text(&out);
+    let row = listing
+        .lines()
+        .find(|l| l.trim_start().starts_with(&id.to_string()))
+        .expect(&listing);
+    assert!(
+        row.contains("train") && row.contains(" R ") && row.contains("n1"),
+        "{row}"
+    );
+    let out = cli(&c, dir.path(), "kim", &["show", &id.to_string()]);
+    assert!(text(&out).contains("attempt 1: n1["), "{}", text(&out));
+    // Someone else may not cancel it; its owner may.
+    let out = cli(&c, dir.path(), "lena", &["cancel", &id.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("belongs to kim"),
+        "{out:?}"
+    );
+    let out = cli(&c, dir.path(), "kim", &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        wait_for(
+            &admin,
+            JobId(id),
+            "cancelled",
+            Duration::from_secs(30),
+            |j| j.status == JobStatus::Cancelled,
+        )
+        .await;
+    });
+    // Bad input: a clear message and exit status 2.
+    let out = cli(
+        &c,
+        dir.path(),
+        "kim",
+        &[
+            "submit", "--share", "lender", "--gpus", "1", "--time", "4x", "--", "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--time `4x`"),
+        "{out:?}"
+    );
 }

@@ -6,6 +6,7 @@ mod bench_cluster;
 mod bench_preempt;
 mod client_cfg;
 mod logs;
+mod user_cmds;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -34,6 +35,22 @@ enum Cmd {
     /// and users.
     #[command(subcommand)]
     Certs(CertsCmd),
+    /// Submit a job.
+    ///
+    /// Example: tranche submit --share vision --gpus 8 --time 4h -- python train.py
+    Submit(user_cmds::SubmitArgs),
+    /// List jobs (like squeue).
+    ///
+    /// Example: tranche jobs --me --state RUNNING
+    Jobs(user_cmds::JobsArgs),
+    /// Everything about one job: attempts, allocation, transitions with reasons.
+    ///
+    /// Example: tranche show 42
+    Show(user_cmds::ShowArgs),
+    /// Cancel jobs (running ones get their checkpoint signal and grace first).
+    ///
+    /// Example: tranche cancel 42 43
+    Cancel(user_cmds::CancelArgs),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -144,6 +161,10 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Preempt(args)) => bench_preempt::preempt(&args),
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),
+        Cmd::Submit(args) => user_cmds::submit(&args),
+        Cmd::Jobs(args) => user_cmds::jobs(&args),
+        Cmd::Show(args) => user_cmds::show(&args),
+        Cmd::Cancel(args) => user_cmds::cancel(&args),
     }
 }
 

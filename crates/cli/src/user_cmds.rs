@@ -1,0 +1,459 @@
+//! The users' verbs: `tranche submit`, `tranche jobs`, `tranche show`, `tranche cancel`.
+//!
+//! Exit status: 0 done, 1 refused or not found (the message says why), 2 bad usage or
+//! no usable cluster config.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tranche_client::{Client, ClientError};
+use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus, Millis};
+use tranche_proto::{ApiError, JobFilter, JobSummary, Query, Response};
+use tranche_state::{Command, Outcome};
+
+use crate::client_cfg::{self, ClientCfg};
+
+type Fail = (u8, String);
+
+fn usage(m: impl Into<String>) -> Fail {
+    (2, m.into())
+}
+
+fn failed(e: ClientError) -> Fail {
+    (1, e.to_string())
+}
+
+fn run<F: std::future::Future<Output = Result<(), Fail>>>(what: &str, f: F) -> ExitCode {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(f) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, msg)) => {
+            eprintln!("tranche {what}: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// The client and the name in its certificate.
+fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
+    let cfg = ClientCfg::load(&client_cfg::path(config).map_err(usage)?).map_err(usage)?;
+    let certs = tranche_tls::load_certs(&cfg.tls.cert).map_err(|e| usage(e.to_string()))?;
+    let first = certs.first().ok_or_else(|| {
+        usage(format!(
+            "{}: no certificate in the file",
+            cfg.tls.cert.display()
+        ))
+    })?;
+    let who = tranche_tls::identity_of_cert(first).map_err(|e| usage(e.to_string()))?;
+    Ok((cfg.client().map_err(usage)?, who.name))
+}
+
+/// `4h`, `90m`, `30s`, `2d`, `1-00:00:00`, `HH:MM:SS`, `MM:SS` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let bad = || format!("--time `{s}`: use 4h, 90m, 30s, 2d, D-HH:MM:SS, HH:MM:SS or seconds");
+    let s = s.trim();
+    if let Some((n, unit)) = s
+        .char_indices()
+        .last()
+        .filter(|(_, c)| c.is_ascii_alphabetic())
+        .map(|(i, c)| (&s[..i], c))
+    {
+        let n: u64 = n.parse().map_err(|_| bad())?;
+        let mult = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        };
+        return Ok(n * mult);
+    }
+    let (days, rest) = match s.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
+        None => (0, s),
+    };
+    let parts: Result<Vec<u64>, _> = rest.split(':').map(|p| p.parse::<u64>()).collect();
+    let parts = parts.map_err(|_| bad())?;
+    let secs = match parts[..] {
+        [x] if days == 0 => x,
+        [m, sec] => m * 60 + sec,
+        [h, m, sec] => h * 3600 + m * 60 + sec,
+        _ => return Err(bad()),
+    };
+    Ok(days * 86_400 + secs)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// The quota share to run in.
+    #[arg(long)]
+    share: String,
+    /// GPUs per node.
+    #[arg(long)]
+    gpus: u32,
+    /// Nodes (more than one: a gang, all or nothing).
+    #[arg(long, default_value_t = 1)]
+    nodes: u32,
+    /// GPU unit (default: the share's first).
+    #[arg(long)]
+    unit: Option<String>,
+    /// Queue (default: the share's).
+    #[arg(long)]
+    queue: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
+    /// `host` for a plain process, else a rootfs directory or OCI image layout.
+    #[arg(long, default_value = "host")]
+    image: String,
+    /// Time limit: 4h, 90m, 1-00:00:00, ...
+    #[arg(long)]
+    time: Option<String>,
+    /// Checkpoint signal and grace, e.g. SIGUSR1@120.
+    #[arg(long)]
+    signal: Option<String>,
+    /// Requeues allowed after preemption (default: unlimited).
+    #[arg(long)]
+    preemption_retries: Option<u32>,
+    #[arg(long, default_value = "job")]
+    name: String,
+    /// Environment variables, K=V (repeatable).
+    #[arg(long = "env")]
+    env: Vec<String>,
+    /// Print only the job id.
+    #[arg(long)]
+    parsable: bool,
+    /// The cluster config (default: $TRANCHE_CONFIG).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+pub fn submit(args: &SubmitArgs) -> ExitCode {
+    run("submit", async {
+        let (client, me) = connect(&args.config)?;
+        let objs = match client.read(Query::Objects, false).await.map_err(failed)? {
+            Response::Objects(o) => o,
+            other => return Err((1, format!("unexpected answer: {other:?}"))),
+        };
+        let share = objs
+            .shares
+            .iter()
+            .find(|s| s.name.as_str() == args.share)
+            .ok_or_else(|| (1, format!("--share {}: no such share", args.share)))?;
+        let unit = match &args.unit {
+            Some(u) => u.clone(),
+            None => share
+                .capacity_limits
+                .first()
+                .map(|l| l.unit.to_string())
+                .ok_or_else(|| usage("--unit: the share names no unit; give one"))?,
+        };
+        let mut spec = JobSpec::new(
+            &args.name,
+            args.queue.as_deref().unwrap_or(share.queue.as_str()),
+            &args.share,
+            &me,
+            &unit,
+            args.gpus,
+            args.nodes,
+        );
+        spec.priority = args.priority;
+        spec.image = args.image.clone();
+        spec.command = args.command.clone();
+        spec.preemption_retries = args.preemption_retries;
+        if let Some(t) = &args.time {
+            spec.time_limit_s = Some(parse_duration(t).map_err(usage)?);
+        }
+        if let Some(sig) = &args.signal {
+            let (name, grace) = match sig.split_once('@') {
+                Some((n, g)) => (
+                    n,
+                    Some(parse_duration(g).map_err(|_| {
+                        usage(format!("--signal `{sig}`: use SIG@GRACE, e.g. SIGUSR1@120"))
+                    })?),
+                ),
+                None => (sig.as_str(), None),
+            };
+            spec.checkpoint = Checkpoint {
+                signal: name.to_string(),
+                grace_s: grace,
+            };
+        }
+        let mut env = BTreeMap::new();
+        for kv in &args.env {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| usage(format!("--env `{kv}`: must be KEY=VALUE")))?;
+            env.insert(k.to_string(), v.to_string());
+        }
+        spec.env = env;
+        let (job, _) = client.submit(spec).await.map_err(failed)?;
+        if args.parsable {
+            println!("{job}");
+        } else {
+            println!("Submitted job {job}");
+        }
+        Ok(())
+    })
+}
+
+#[derive(clap::Args, Debug)]
+pub struct JobsArgs {
+    #[arg(long)]
+    share: Option<String>,
+    /// A state (PENDING, RUNNABLE, RUNNING, ...); repeatable.
+    #[arg(long = "state")]
+    states: Vec<String>,
+    #[arg(long)]
+    user: Option<String>,
+    /// Only my jobs.
+    #[arg(long)]
+    me: bool,
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// Slurm-like two-letter state codes.
+pub fn state_code(s: JobStatus) -> &'static str {
+    match s {
+        JobStatus::Submitted => "SU",
+        JobStatus::Pending => "PD",
+        JobStatus::Runnable => "PD",
+        JobStatus::Scheduled => "CF",
+        JobStatus::Starting => "CF",
+        JobStatus::Running => "R",
+        JobStatus::Succeeded => "CD",
+        JobStatus::Failed => "F",
+        JobStatus::Cancelled => "CA",
+    }
+}
+
+fn elapsed(j: &JobSummary, now: Millis) -> String {
+    let Some(start) = j.started_at else {
+        return "0:00".into();
+    };
+    let s = now.saturating_sub(start) / 1000;
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (d, h) {
+        (0, 0) => format!("{m}:{sec:02}"),
+        (0, _) => format!("{h}:{m:02}:{sec:02}"),
+        _ => format!("{d}-{h:02}:{m:02}:{sec:02}"),
+    }
+}
+
+pub fn jobs(args: &JobsArgs) -> ExitCode {
+    run("jobs", async {
+        let (client, me) = connect(&args.config)?;
+        let mut status = Vec::new();
+        for s in &args.states {
+            status.push(JobStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
+                usage(format!("--state {s}: not a job state (PENDING, RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"))
+            })?);
+        }
+        let filter = JobFilter {
+            share: args.share.as_deref().map(Into::into),
+            user: if args.me {
+                Some(me.as_str().into())
+            } else {
+                args.user.as_deref().map(Into::into)
+            },
+            status,
+            limit: None,
+        };
+        let jobs = match client
+            .read(Query::Jobs(filter), false)
+            .await
+            .map_err(failed)?
+        {
+            Response::Jobs(j) => j,
+            other => return Err((1, format!("unexpected answer: {other:?}"))),
+        };
+        if args.json {
+            let rows: Vec<_> = jobs
+                .iter()
+                .map(|j| {
+                    serde_json::json!({
+                        "id": j.id.0, "name": j.name, "queue": j.queue.as_str(), "share": j.share.as_str(),
+                        "user": j.user.as_str(), "state": j.status.as_str(), "priority": j.priority,
+                        "unit": j.unit.as_str(), "gpus": j.gpus,
+                        "nodes": j.nodes.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+                        "reason": j.reason, "preemptions": j.preemptions,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::Value::Array(rows));
+            return Ok(());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as Millis)
+            .unwrap_or(0);
+        println!(
+            "{:>7} {:<9} {:<10} {:<12} {:<9} {:>2} {:>10} {:>5}  NODES(REASON)",
+            "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
+        );
+        for j in &jobs {
+            let where_ = if j.nodes.is_empty() {
+                j.reason
+                    .as_ref()
+                    .map(|r| format!("({r})"))
+                    .unwrap_or_default()
+            } else {
+                j.nodes
+                    .iter()
+                    .map(|n| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            println!(
+                "{:>7} {:<9.9} {:<10.10} {:<12.12} {:<9.9} {:>2} {:>10} {:>5}  {}",
+                j.id.0,
+                j.queue.as_str(),
+                j.share.as_str(),
+                j.name,
+                j.user.as_str(),
+                state_code(j.status),
+                elapsed(j, now),
+                j.gpus,
+                where_
+            );
+        }
+        Ok(())
+    })
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    job: u64,
+    /// The whole job record as JSON.
+    #[arg(long)]
+    json: bool,
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+pub fn show(args: &ShowArgs) -> ExitCode {
+    run("show", async {
+        let (client, _) = connect(&args.config)?;
+        let j = match client
+            .read(Query::Job(JobId(args.job)), false)
+            .await
+            .map_err(failed)?
+        {
+            Response::Job(j) => j,
+            other => return Err((1, format!("unexpected answer: {other:?}"))),
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&*j).unwrap_or_default());
+            return Ok(());
+        }
+        let s = &j.spec;
+        println!("Job {} \"{}\"  {}", j.id, s.name, j.status.as_str());
+        println!(
+            "  user {}  share {}  queue {}  priority {}",
+            s.user, s.share, s.queue, s.priority
+        );
+        println!(
+            "  request {} x {} GPU(s) of {}  image {}  command {:?}",
+            s.request.nodes, s.request.gpus_per_node, s.request.unit, s.image, s.command
+        );
+        println!(
+            "  checkpoint {}  preemptions {}  failures {}",
+            s.checkpoint.signal, j.preemptions, j.failures
+        );
+        if let Some(r) = &j.pending_reason {
+            println!("  waiting: {r:?}");
+        }
+        for a in &j.attempts {
+            let alloc: Vec<String> = a
+                .allocation
+                .iter()
+                .map(|n| {
+                    let g: Vec<String> = n.gpus.iter().map(|g| g.0.to_string()).collect();
+                    format!("{}[{}]", n.node, g.join(","))
+                })
+                .collect();
+            println!(
+                "  attempt {}: {}  end {:?}",
+                a.number,
+                alloc.join(" "),
+                a.end
+            );
+        }
+        println!("  transitions:");
+        for t in &j.transitions {
+            println!(
+                "    {} {} -> {}  {}",
+                t.at,
+                t.from.as_str(),
+                t.to.as_str(),
+                t.reason
+            );
+        }
+        Ok(())
+    })
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CancelArgs {
+    #[arg(required = true)]
+    jobs: Vec<u64>,
+    #[arg(long, default_value = "cancelled by its user")]
+    reason: String,
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+pub fn cancel(args: &CancelArgs) -> ExitCode {
+    run("cancel", async {
+        let (client, _) = connect(&args.config)?;
+        let mut refused = Vec::new();
+        for &id in &args.jobs {
+            let r = client
+                .command(Command::Cancel {
+                    job: JobId(id),
+                    reason: args.reason.clone(),
+                })
+                .await
+                .map_err(failed)?;
+            match r {
+                Ok(Outcome::Done) | Ok(_) => {}
+                Err(ApiError::Rejected(e)) => refused.push(format!("job {id}: {e}")),
+                Err(e) => refused.push(format!("job {id}: {e}")),
+            }
+        }
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err((1, refused.join("; ")))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations_in_slurm_and_short_forms() {
+        assert_eq!(parse_duration("4h"), Ok(4 * 3600));
+        assert_eq!(parse_duration("90m"), Ok(5400));
+        assert_eq!(parse_duration("2d"), Ok(2 * 86_400));
+        assert_eq!(parse_duration("1-00:00:00"), Ok(86_400));
+        assert_eq!(parse_duration("1:30:00"), Ok(5400));
+        assert_eq!(parse_duration("10:00"), Ok(600));
+        assert_eq!(parse_duration("45"), Ok(45));
+        for bad in ["4x", "h", "1-2", "a:b", ""] {
+            assert!(parse_duration(bad).unwrap_err().contains(bad), "{bad}");
+        }
+    }
+}

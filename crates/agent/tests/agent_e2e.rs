@@ -55,16 +55,27 @@ fn tranche_bin() -> PathBuf {
 /// Runs the `tranche` CLI as `user` (a config file pointing at the cluster with that
 /// user's certificate, through `$TRANCHE_CONFIG`).
 fn cli(c: &LocalCluster, dir: &Path, user: &str, args: &[&str]) -> std::process::Output {
-    let files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::User, user);
+    cli_as(c, dir, Role::User, user, args)
+}
+
+/// Runs the `tranche` CLI with the certificate of `role` and `name`.
+fn cli_as(
+    c: &LocalCluster,
+    dir: &Path,
+    role: Role,
+    user: &str,
+    args: &[&str],
+) -> std::process::Output {
+    let files = tranche_tls::TlsFiles::in_dir(&c.certs, role, user);
     if !files.cert.exists() {
-        c.issue(Role::User, user).unwrap();
+        c.issue(role, user).unwrap();
     }
     let controllers: Vec<String> = c
         .client_addrs()
         .iter()
         .map(|a| format!("\"{a}\""))
         .collect();
-    let cfg = dir.join(format!("{user}.toml"));
+    let cfg = dir.join(format!("{role}-{user}.toml"));
     std::fs::write(
         &cfg,
         format!(
@@ -710,5 +721,105 @@ fn a_user_submits_lists_shows_and_cancels_with_the_cli() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--time `4x`"),
         "{out:?}"
+    );
+}
+
+#[test]
+fn operators_drain_and_resume_and_everyone_reads_the_cluster() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 30, "");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        // The agent has registered once the node is listed.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !matches!(admin.read(Query::Nodes, false).await, Ok(Response::Nodes(n)) if !n.is_empty()) {
+            assert!(Instant::now() < deadline, "the agent never registered");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let d = dir.path();
+    let out = cli(&c, d, "kim", &["nodes"]);
+    assert!(
+        out.status.success() && text(&out).contains("n1") && text(&out).contains("h100:0/2"),
+        "{out:?}"
+    );
+    // Drain needs a reason; users may not drain; operators may.
+    let out = cli_as(&c, d, Role::Operator, "ops", &["drain", "n1"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(err(&out).contains("--reason"), "{out:?}");
+    let out = cli(&c, d, "kim", &["drain", "n1", "--reason", "mine"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = cli_as(
+        &c,
+        d,
+        Role::Operator,
+        "ops",
+        &["drain", "n1", "--reason", "PSU swap"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(&c, d, "kim", &["nodes", "-R"]);
+    assert!(
+        text(&out).contains("PSU swap") && text(&out).contains("drained"),
+        "{}",
+        text(&out)
+    );
+    // A job waits while the only node is drained, and explain says why.
+    let out = cli(
+        &c,
+        d,
+        "kim",
+        &[
+            "submit",
+            "--share",
+            "lender",
+            "--gpus",
+            "1",
+            "--parsable",
+            "--",
+            "true",
+        ],
+    );
+    let id = text(&out).trim().to_string();
+    let out = cli(&c, d, "kim", &["update", &id, "--priority", "50"]);
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = cli(&c, d, "kim", &["explain", &id]);
+    assert!(
+        out.status.success() && text(&out).contains("waiting"),
+        "{}",
+        text(&out)
+    );
+    let out = cli_as(&c, d, Role::Operator, "ops", &["resume", "n1"]);
+    assert!(out.status.success(), "{out:?}");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let j = wait_for(
+            &admin,
+            JobId(id.parse().unwrap()),
+            "done",
+            Duration::from_secs(30),
+            |j| j.status.is_terminal(),
+        )
+        .await;
+        assert_eq!(j.spec.priority, 50);
+    });
+    let out = cli(&c, d, "kim", &["shares"]);
+    assert!(
+        text(&out).contains("lender") && text(&out).contains("borrower"),
+        "{}",
+        text(&out)
+    );
+    let out = cli(&c, d, "kim", &["queue"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(&c, d, "kim", &["controllers"]);
+    assert!(
+        text(&out).contains("leader") && text(&out).lines().count() >= 5,
+        "{}",
+        text(&out)
     );
 }

@@ -1,6 +1,7 @@
 //! `tranche`: the command users, operators and admins run. This binary only parses
 //! arguments; the work lives in the library crates and in this crate's modules.
 
+mod admin_cmds;
 mod bench;
 mod bench_cluster;
 mod bench_preempt;
@@ -51,6 +52,39 @@ enum Cmd {
     ///
     /// Example: tranche cancel 42 43
     Cancel(user_cmds::CancelArgs),
+    /// Change a waiting or running job's priority.
+    ///
+    /// Example: tranche update 42 --priority 90
+    Update(admin_cmds::UpdateArgs),
+    /// Why a job waits, with numbers.
+    ///
+    /// Example: tranche explain 42
+    Explain(admin_cmds::JobArg),
+    /// Nodes, their state and GPUs per unit (like sinfo).
+    ///
+    /// Example: tranche nodes -R
+    Nodes(admin_cmds::NodesArgs),
+    /// Drain nodes: nothing new is placed there (`--now` also stops their jobs).
+    ///
+    /// Example: tranche drain gpu07 --reason "PSU swap"
+    Drain(admin_cmds::DrainArgs),
+    /// Put drained nodes back in service.
+    ///
+    /// Example: tranche resume gpu07
+    Resume(admin_cmds::ResumeArgs),
+    /// Per quota share: strategy, max, used, lent, borrowed, running, waiting.
+    ///
+    /// Example: tranche shares
+    Shares(admin_cmds::ListArgs),
+    /// The front of the queue and of every share.
+    ///
+    /// Example: tranche queue
+    Queue(admin_cmds::ListArgs),
+    /// The controllers: members, leader, term, commit and applied index, lag; or add and
+    /// remove one.
+    ///
+    /// Example: tranche controllers
+    Controllers(admin_cmds::ControllersArgs),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -165,6 +199,14 @@ fn main() -> ExitCode {
         Cmd::Jobs(args) => user_cmds::jobs(&args),
         Cmd::Show(args) => user_cmds::show(&args),
         Cmd::Cancel(args) => user_cmds::cancel(&args),
+        Cmd::Update(args) => admin_cmds::update(&args),
+        Cmd::Explain(args) => admin_cmds::explain(&args),
+        Cmd::Nodes(args) => admin_cmds::nodes(&args),
+        Cmd::Drain(args) => admin_cmds::drain(&args),
+        Cmd::Resume(args) => admin_cmds::resume(&args),
+        Cmd::Shares(args) => admin_cmds::shares(&args),
+        Cmd::Queue(args) => admin_cmds::queue(&args),
+        Cmd::Controllers(args) => admin_cmds::controllers(&args),
     }
 }
 

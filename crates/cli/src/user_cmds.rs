@@ -14,17 +14,17 @@ use tranche_state::{Command, Outcome};
 
 use crate::client_cfg::{self, ClientCfg};
 
-type Fail = (u8, String);
+pub type Fail = (u8, String);
 
-fn usage(m: impl Into<String>) -> Fail {
+pub fn usage(m: impl Into<String>) -> Fail {
     (2, m.into())
 }
 
-fn failed(e: ClientError) -> Fail {
+pub fn failed(e: ClientError) -> Fail {
     (1, e.to_string())
 }
 
-fn run<F: std::future::Future<Output = Result<(), Fail>>>(what: &str, f: F) -> ExitCode {
+pub fn run<F: std::future::Future<Output = Result<(), Fail>>>(what: &str, f: F) -> ExitCode {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -39,7 +39,7 @@ fn run<F: std::future::Future<Output = Result<(), Fail>>>(what: &str, f: F) -> E
 }
 
 /// The client and the name in its certificate.
-fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
+pub fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
     let cfg = ClientCfg::load(&client_cfg::path(config).map_err(usage)?).map_err(usage)?;
     let certs = tranche_tls::load_certs(&cfg.tls.cert).map_err(|e| usage(e.to_string()))?;
     let first = certs.first().ok_or_else(|| {

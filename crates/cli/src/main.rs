@@ -6,6 +6,7 @@ mod bench;
 mod bench_cluster;
 mod bench_preempt;
 mod client_cfg;
+mod dev;
 mod logs;
 mod user_cmds;
 
@@ -85,6 +86,11 @@ enum Cmd {
     ///
     /// Example: tranche controllers
     Controllers(admin_cmds::ControllersArgs),
+    /// A whole local cluster on loopback: 3 controllers, 4 agents with fake GPUs, a demo
+    /// policy. Prints the line that points the CLI at it; Ctrl-C stops everything.
+    ///
+    /// Example: tranche dev
+    Dev(dev::DevArgs),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -186,6 +192,17 @@ enum CertsCmd {
 }
 
 fn main() -> ExitCode {
+    // Invoked through a link named after a daemon (as `tranche dev` starts them), this
+    // binary is that daemon.
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    match std::path::Path::new(&argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+    {
+        Some("tranched") => tranche_controller::cli::main(),
+        Some("tranche-agent") => return tranche_agent::cli::main(),
+        _ => {}
+    }
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Scenario(ScenarioCmd::Run { file, json }) => scenario_run(&file, json),
@@ -195,6 +212,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Preempt(args)) => bench_preempt::preempt(&args),
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),
+        Cmd::Dev(args) => dev::dev(&args),
         Cmd::Submit(args) => user_cmds::submit(&args),
         Cmd::Jobs(args) => user_cmds::jobs(&args),
         Cmd::Show(args) => user_cmds::show(&args),

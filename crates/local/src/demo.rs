@@ -123,3 +123,48 @@ pub fn lend_borrow(gpus: u32, borrower_grace_s: u64) -> Vec<Command> {
     cmds.push(Command::PutShare(b));
     cmds
 }
+
+/// The `tranche dev` policy: environment `gpu` with 8 H100s and 8 A100s, queue `q`, and
+/// three shares, one of each strategy, open to every user: `research` (RESERVE, 4 H100),
+/// `vision` (LEND, 4 H100 and 4 A100) and `nlp` (LEND_AND_BORROW, 4 A100, borrowing
+/// without cap).
+pub fn dev_objects() -> Vec<Command> {
+    let limits = |h: u32, a: u32| {
+        let mut v = vec![];
+        if h > 0 {
+            v.push(CapacityLimit {
+                unit: "h100".into(),
+                max: h,
+            });
+        }
+        if a > 0 {
+            v.push(CapacityLimit {
+                unit: "a100".into(),
+                max: a,
+            });
+        }
+        v
+    };
+    let mut cmds: Vec<Command> = objects()
+        .into_iter()
+        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
+        .collect();
+    cmds.insert(
+        0,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: limits(8, 8),
+            state: ObjState::Enabled,
+        }),
+    );
+    let mut research = share("research", Strategy::Reserve, 4, &[]);
+    research.capacity_limits = limits(4, 0);
+    let mut vision = share("vision", Strategy::Lend, 4, &[]);
+    vision.capacity_limits = limits(4, 4);
+    let mut nlp = share("nlp", Strategy::LendAndBorrow, 4, &[]);
+    nlp.capacity_limits = limits(0, 4);
+    nlp.resource_sharing.borrow_limit = Some(-1);
+    cmds.extend([research, vision, nlp].map(Command::PutShare));
+    cmds
+}

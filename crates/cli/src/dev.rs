@@ -1,0 +1,164 @@
+//! `tranche dev`: a whole local cluster on loopback: 3 controllers, 4 agents with fake
+//! GPUs in 2 units, certificates, and a demo policy with a RESERVE, a LEND and a
+//! LEND_AND_BORROW share. It prints the line that points the CLI at it; Ctrl-C stops
+//! everything (jobs included) and leaves nothing running.
+//!
+//! The controllers and agents are this very binary: invoked through links named
+//! `tranched` and `tranche-agent`, it runs as them, so `cargo run --bin tranche -- dev`
+//! needs nothing else built.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tranche_local::{demo, LocalCluster, LocalOptions};
+use tranche_tls::Role;
+
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    /// Keep the cluster's files (certs, configs, data, logs) here instead of a
+    /// temporary dir that is removed at the end.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+fn step(msg: &str) {
+    eprintln!("  {msg}");
+}
+
+/// A client config file (see `tranche logs --help`) for one certificate.
+fn client_config(c: &LocalCluster, role: Role, name: &str) -> Result<PathBuf, String> {
+    let files = c.issue(role, name)?;
+    let controllers: Vec<String> = c
+        .client_addrs()
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect();
+    let path = c.dir.join(format!("{role}-{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "controllers = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            controllers.join(", "),
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        ),
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn link_self(bin: &Path, name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let link = bin.join(name);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&exe, &link).map_err(|e| format!("{}: {e}", link.display()))?;
+    Ok(link)
+}
+
+pub fn dev(args: &DevArgs) -> ExitCode {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tranche dev: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: &DevArgs) -> Result<(), String> {
+    let tmp;
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            d.canonicalize().map_err(|e| e.to_string())?
+        }
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("tranche-dev-")
+                .tempdir()
+                .map_err(|e| e.to_string())?;
+            tmp.path().to_path_buf()
+        }
+    };
+    eprintln!("Starting a local Tranche cluster in {}", dir.display());
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+    let tranched = link_self(&bin, "tranched")?;
+    let agent = link_self(&bin, "tranche-agent")?;
+    let mut opts = LocalOptions::new(tranched);
+    if std::env::var("TRANCHE_LOG").is_err() {
+        opts.log_filter = "info,raft=warn".into();
+    }
+    let mut c = LocalCluster::create(&dir, 3, opts)?;
+    step("certificates: a CA, 3 controllers, an admin, 4 agents");
+    c.start_all()?;
+    let admin = c.client(Role::Admin, "admin")?;
+    let leader = c
+        .wait_leader(&admin, Duration::from_secs(20))
+        .await
+        .ok_or("no leader elected within 20 s; see the controllers' logs")?;
+    step(&format!("3 controllers up; leader is c{}", leader + 1));
+    for cmd in demo::dev_objects() {
+        match admin.command(cmd).await {
+            Ok(Ok(_)) => {}
+            other => return Err(format!("demo policy refused: {other:?}")),
+        }
+    }
+    step("policy: queue q; shares research (RESERVE), vision (LEND), nlp (LEND_AND_BORROW)");
+    for (node, gpus) in [
+        ("n1", "4 x h100"),
+        ("n2", "4 x h100"),
+        ("n3", "4 x a100"),
+        ("n4", "4 x a100"),
+    ] {
+        c.add_agent(&agent, node, gpus, "heartbeat_ms = 1000")?;
+    }
+    step("4 agents: n1, n2 with 4 H100 each; n3, n4 with 4 A100 each");
+    let admin_cfg = client_config(&c, Role::Admin, "admin")?;
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| tranche_tls::validate_name("user", u).is_ok())
+        .unwrap_or_else(|| "dev".into());
+    let user_cfg = client_config(&c, Role::User, &user)?;
+    let operator_cfg = client_config(&c, Role::Operator, "ops")?;
+    eprintln!();
+    eprintln!("Ready. Point the CLI at it (as the user {user}; operator and admin configs are beside it):");
+    println!("export TRANCHE_CONFIG={}", user_cfg.display());
+    eprintln!("  operator: {}", operator_cfg.display());
+    eprintln!("  admin:    {}", admin_cfg.display());
+    eprintln!("Try: tranche submit --share nlp --gpus 2 -- sh -c 'nvidia-smi || echo $CUDA_VISIBLE_DEVICES'; tranche jobs");
+    eprintln!("Ctrl-C stops everything.");
+    wait_for_stop().await;
+    eprintln!("\nStopping the agents, their jobs and the controllers...");
+    for i in 0..c.agents.len() {
+        c.kill_agent(i);
+        if let Ok(execs) = tranche_agent::exec::Executors::new(&c.agents[i].spool) {
+            for a in execs.adopt().unwrap_or_default() {
+                let _ = a.kill_all();
+            }
+        }
+    }
+    for i in 0..c.controllers.len() {
+        c.stop(i);
+    }
+    drop(c);
+    eprintln!("Stopped.");
+    Ok(())
+}
+
+async fn wait_for_stop() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

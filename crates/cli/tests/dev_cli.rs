@@ -1,0 +1,99 @@
+//! `tranche dev`: a whole local cluster from one command, driven by the real CLI.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tranche(config: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(args)
+        .env("TRANCHE_CONFIG", config)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .arg("dev")
+        .env("USER", "tester")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(dev.stdout.take().unwrap()).lines();
+    let export = lines.next().expect("a line").unwrap();
+    let config = export
+        .strip_prefix("export TRANCHE_CONFIG=")
+        .unwrap_or_else(|| panic!("first line is not the export line: {export}"))
+        .to_string();
+    let dir = std::path::Path::new(&config)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+
+    let out = tranche(
+        &config,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "2",
+            "--parsable",
+            "--",
+            "sh",
+            "-c",
+            "echo gpus=$CUDA_VISIBLE_DEVICES",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = tranche(&config, &["jobs", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let job = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"].to_string() == id)
+            .cloned()
+            .unwrap();
+        if job["state"] == "SUCCEEDED" {
+            assert_eq!(job["user"], "tester");
+            break;
+        }
+        assert!(Instant::now() < deadline, "job never succeeded: {job}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = tranche(&config, &["logs", &id]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "gpus=0,1\n",
+        "{out:?}"
+    );
+
+    // Ctrl-C: everything stops and the temporary dir goes away.
+    Command::new("kill")
+        .args(["-INT", &dev.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = dev.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "tranche dev did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    let left: Vec<String> = String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .filter(|l| l.contains(dir.to_str().unwrap()))
+        .map(str::to_string)
+        .collect();
+    assert!(left.is_empty(), "processes left running: {left:?}");
+}

@@ -126,6 +126,9 @@ pub struct SubmitArgs {
     /// Print only the job id.
     #[arg(long)]
     parsable: bool,
+    /// Follow the job to its end and exit with its exit code.
+    #[arg(long)]
+    wait: bool,
     /// The cluster config (default: $TRANCHE_CONFIG).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -199,8 +202,45 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
         } else {
             println!("Submitted job {job}");
         }
+        if args.wait {
+            return wait_for_end(&client, job, !args.parsable).await;
+        }
         Ok(())
     })
+}
+
+/// Follows a job to its end, printing each new state; the job's own exit code becomes
+/// this command's (1 for a job that failed without one, or was cancelled).
+async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), Fail> {
+    let mut last = None;
+    loop {
+        let j = match client.read(Query::Job(job), false).await.map_err(failed)? {
+            Response::Job(j) => j,
+            other => return Err((1, format!("unexpected answer: {other:?}"))),
+        };
+        if last != Some(j.status) {
+            if verbose {
+                eprintln!("job {job}: {}", j.status.as_str());
+            }
+            last = Some(j.status);
+        }
+        if j.status.is_terminal() {
+            let code = j.attempts.last().and_then(|a| match &a.end {
+                Some(tranche_model::AttemptEnd::Exited { code }) => Some(*code),
+                Some(tranche_model::AttemptEnd::Stopped { code, .. }) => *code,
+                _ => None,
+            });
+            return match (j.status, code) {
+                (JobStatus::Succeeded, _) => Ok(()),
+                (_, Some(c)) if c > 0 && c < 256 => Err((
+                    c as u8,
+                    format!("job {job} {} with exit code {c}", j.status.as_str()),
+                )),
+                _ => Err((1, format!("job {job} {}", j.status.as_str()))),
+            };
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 #[derive(clap::Args, Debug)]

@@ -74,6 +74,22 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
         "{out:?}"
     );
 
+    // --wait follows the job and exits with its code.
+    let out = tranche(
+        &config,
+        &[
+            "submit", "--share", "vision", "--gpus", "1", "--wait", "--", "sh", "-c", "exit 3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let out = tranche(
+        &config,
+        &[
+            "submit", "--share", "vision", "--gpus", "1", "--wait", "--", "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
     // Ctrl-C: everything stops and the temporary dir goes away.
     Command::new("kill")
         .args(["-INT", &dev.id().to_string()])

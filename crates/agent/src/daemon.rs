@@ -191,6 +191,9 @@ impl Agent {
 
     /// Runs until `shutdown` turns true. Jobs keep running after the agent stops.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        // Ready once jobs are re-adopted and the log port is open; registration may wait
+        // for the controllers.
+        tranche_proto::service::notify("READY=1");
         self.register().await;
         let hb = tokio::spawn(self.clone().heartbeats());
         let health = tokio::spawn(self.clone().health());

@@ -61,7 +61,9 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     });
     tokio::spawn(api.serve(client_ep.clone()));
     info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");
+    tranche_proto::service::notify("READY=1");
     let r = node.run(shutdown).await;
+    tranche_proto::service::notify("STOPPING=1");
     client_ep.close(0u32.into(), b"controller stopping");
     peer_ep.close(0u32.into(), b"controller stopping");
     r

@@ -4,6 +4,7 @@
 
 pub mod frame;
 pub mod msg;
+pub mod service;
 
 pub use frame::{FrameError, MAX_CLIENT_FRAME, MAX_PEER_FRAME, PROTOCOL_VERSION};
 pub use msg::*;

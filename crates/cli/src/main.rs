@@ -2,6 +2,7 @@
 //! arguments; the work lives in the library crates and in this crate's modules.
 
 mod admin_cmds;
+mod apply;
 mod bench;
 mod bench_cluster;
 mod bench_preempt;
@@ -53,6 +54,11 @@ enum Cmd {
     ///
     /// Example: tranche cancel 42 43
     Cancel(user_cmds::CancelArgs),
+    /// Create or update environments, policies, queues and quota shares from a file,
+    /// idempotently; prints what changed.
+    ///
+    /// Example: tranche apply -f policy.toml --dry-run
+    Apply(apply::ApplyArgs),
     /// Change a waiting or running job's priority.
     ///
     /// Example: tranche update 42 --priority 90
@@ -218,6 +224,7 @@ fn main() -> ExitCode {
         Cmd::Show(args) => user_cmds::show(&args),
         Cmd::Cancel(args) => user_cmds::cancel(&args),
         Cmd::Update(args) => admin_cmds::update(&args),
+        Cmd::Apply(args) => apply::apply(&args),
         Cmd::Explain(args) => admin_cmds::explain(&args),
         Cmd::Nodes(args) => admin_cmds::nodes(&args),
         Cmd::Drain(args) => admin_cmds::drain(&args),

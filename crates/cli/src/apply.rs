@@ -1,0 +1,340 @@
+//! `tranche apply -f policy.toml [--dry-run]`: creates or updates environments,
+//! scheduling policies, queues and quota shares, idempotently, and prints what changed.
+//! Objects are written one by one in dependency order (environments, policies, queues,
+//! shares). Rules that would refuse one half-way (a share moving queues) are checked
+//! before anything is written; any other refusal stops the run and says which objects
+//! were already applied.
+//!
+//! ```toml
+//! [[environments]]
+//! name = "gpu"
+//! capacity_limits = [ { unit = "h100", max = 64 } ]
+//! selector = { rack = "r12" }         # optional: node labels
+//!
+//! [[policies]]
+//! name = "fifo"                      # idle_resource_assignment = "FIFO" (the default)
+//!
+//! [[queues]]
+//! name = "q"
+//! environment = "gpu"
+//! policy = "fifo"
+//! priority = 1
+//!
+//! [[shares]]
+//! name = "vision"
+//! queue = "q"
+//! capacity_limits = [ { unit = "h100", max = 16 } ]
+//! strategy = "LEND_AND_BORROW"       # RESERVE | LEND | LEND_AND_BORROW
+//! borrow_limit = 50                  # percent over max; -1: no cap
+//! members = ["alice", "bob"]         # empty or absent: every user
+//! in_share_preemption = true
+//! default_grace_s = 120
+//! max_grace_s = 600
+//! min_runtime_s = 300
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde::Deserialize;
+use tranche_model::{
+    CapacityLimit, IdleAssignment, JobQueue, JobStatus, ObjState, QuotaShare, ResourceSharing,
+    SchedulingPolicy, ServiceEnvironment, Strategy,
+};
+use tranche_proto::{JobFilter, Objects, Query, Response};
+use tranche_state::Command;
+
+use crate::user_cmds::{connect, failed, run, usage, Fail};
+
+#[derive(clap::Args, Debug)]
+pub struct ApplyArgs {
+    /// The policy file.
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+    /// Print what would change, and the running jobs the change would make preemptible,
+    /// without changing anything.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    environments: Vec<EnvEntry>,
+    #[serde(default)]
+    policies: Vec<PolicyEntry>,
+    #[serde(default)]
+    queues: Vec<QueueEntry>,
+    #[serde(default)]
+    shares: Vec<ShareEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvEntry {
+    name: String,
+    capacity_limits: Vec<CapacityLimit>,
+    #[serde(default)]
+    selector: BTreeMap<String, String>,
+    #[serde(default)]
+    state: ObjState,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyEntry {
+    name: String,
+    #[serde(default)]
+    idle_resource_assignment: IdleAssignment,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueEntry {
+    name: String,
+    environment: String,
+    policy: String,
+    #[serde(default)]
+    priority: u32,
+    #[serde(default)]
+    state: ObjState,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShareEntry {
+    name: String,
+    queue: String,
+    capacity_limits: Vec<CapacityLimit>,
+    strategy: Strategy,
+    #[serde(default)]
+    borrow_limit: Option<i64>,
+    #[serde(default)]
+    members: Vec<String>,
+    #[serde(default)]
+    in_share_preemption: bool,
+    #[serde(default)]
+    state: ObjState,
+    #[serde(default = "default_grace")]
+    default_grace_s: u64,
+    #[serde(default = "max_grace")]
+    max_grace_s: u64,
+    #[serde(default)]
+    min_runtime_s: u64,
+}
+
+fn default_grace() -> u64 {
+    30
+}
+fn max_grace() -> u64 {
+    600
+}
+
+/// The commands the file stands for, in dependency order, each named for the report.
+fn commands(f: PolicyFile) -> Vec<(String, String, Command)> {
+    let mut out = Vec::new();
+    for e in f.environments {
+        out.push((
+            "environment".into(),
+            e.name.clone(),
+            Command::PutEnvironment(ServiceEnvironment {
+                name: e.name.as_str().into(),
+                selector: e.selector,
+                capacity_limits: e.capacity_limits,
+                state: e.state,
+            }),
+        ));
+    }
+    for p in f.policies {
+        out.push((
+            "policy".into(),
+            p.name.clone(),
+            Command::PutPolicy(SchedulingPolicy {
+                name: p.name.as_str().into(),
+                idle_resource_assignment: p.idle_resource_assignment,
+            }),
+        ));
+    }
+    for q in f.queues {
+        out.push((
+            "queue".into(),
+            q.name.clone(),
+            Command::PutQueue(JobQueue {
+                name: q.name.as_str().into(),
+                priority: q.priority,
+                state: q.state,
+                environment: q.environment.as_str().into(),
+                policy: q.policy.as_str().into(),
+            }),
+        ));
+    }
+    for s in f.shares {
+        out.push((
+            "share".into(),
+            s.name.clone(),
+            Command::PutShare(QuotaShare {
+                name: s.name.as_str().into(),
+                queue: s.queue.as_str().into(),
+                capacity_limits: s.capacity_limits,
+                resource_sharing: ResourceSharing {
+                    strategy: s.strategy,
+                    borrow_limit: s.borrow_limit,
+                },
+                in_share_preemption: s.in_share_preemption,
+                state: s.state,
+                members: s.members.iter().map(|m| m.as_str().into()).collect(),
+                default_grace_s: s.default_grace_s,
+                max_grace_s: s.max_grace_s,
+                min_runtime_s: s.min_runtime_s,
+            }),
+        ));
+    }
+    out
+}
+
+/// `Some(true)`: exists and equal; `Some(false)`: exists and differs; `None`: new.
+fn compare(cmd: &Command, o: &Objects) -> Option<bool> {
+    match cmd {
+        Command::PutEnvironment(e) => o
+            .environments
+            .iter()
+            .find(|x| x.name == e.name)
+            .map(|x| x == e),
+        Command::PutPolicy(p) => o.policies.iter().find(|x| x.name == p.name).map(|x| x == p),
+        Command::PutQueue(q) => o.queues.iter().find(|x| x.name == q.name).map(|x| x == q),
+        Command::PutShare(s) => o.shares.iter().find(|x| x.name == s.name).map(|x| x == s),
+        _ => None,
+    }
+}
+
+pub fn apply(args: &ApplyArgs) -> ExitCode {
+    run("apply", async {
+        let text = std::fs::read_to_string(&args.file)
+            .map_err(|e| usage(format!("cannot read {}: {e}", args.file.display())))?;
+        let file: PolicyFile =
+            toml::from_str(&text).map_err(|e| usage(format!("{}: {e}", args.file.display())))?;
+        let cmds = commands(file);
+        let (client, _) = connect(&args.config)?;
+        let objects = match client.read(Query::Objects, false).await.map_err(failed)? {
+            Response::Objects(o) => o,
+            other => return Err((1, format!("unexpected answer: {other:?}"))),
+        };
+        // Rules the controllers would refuse half-way are checked first, so that a file
+        // that breaks them changes nothing.
+        for (_, name, cmd) in &cmds {
+            if let Command::PutShare(s) = cmd {
+                if let Some(old) = objects.shares.iter().find(|x| x.name == s.name) {
+                    if old.queue != s.queue {
+                        return Err((
+                            1,
+                            format!(
+                                "share {name}: field `queue`: it belongs to queue {}; a share cannot move to another queue (nothing was changed)",
+                                old.queue
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut done: Vec<String> = Vec::new();
+        let (mut created, mut updated, mut same) = (0, 0, 0);
+        let mut shrunk: Vec<&QuotaShare> = Vec::new();
+        for (kind, name, cmd) in &cmds {
+            let verb = match compare(cmd, &objects) {
+                Some(true) => {
+                    same += 1;
+                    continue;
+                }
+                Some(false) => {
+                    updated += 1;
+                    if let Command::PutShare(s) = cmd {
+                        shrunk.push(s);
+                    }
+                    "update"
+                }
+                None => {
+                    created += 1;
+                    "create"
+                }
+            };
+            let verb = if args.dry_run {
+                format!("would {verb}")
+            } else {
+                verb.to_string()
+            };
+            if !args.dry_run {
+                match client.command(cmd.clone()).await.map_err(failed)? {
+                    Ok(_) => done.push(format!("{kind} {name}")),
+                    Err(e) => {
+                        let before = if done.is_empty() {
+                            "nothing was changed".to_string()
+                        } else {
+                            format!("already applied: {}", done.join(", "))
+                        };
+                        return Err((1, format!("{kind} {name}: {e} (stopped here; {before})")));
+                    }
+                }
+            }
+            println!("{verb} {kind} {name}");
+        }
+        if args.dry_run {
+            preemptible(&client, &shrunk).await?;
+        }
+        println!(
+            "{created} created, {updated} updated, {same} unchanged{}",
+            if args.dry_run {
+                " (dry run: nothing changed)"
+            } else {
+                ""
+            }
+        );
+        Ok(())
+    })
+}
+
+/// For shares whose new limits are below their use: the running jobs that would be
+/// over the new max, hence reclaimable, youngest first (the order reclaim takes them).
+async fn preemptible(client: &tranche_client::Client, shares: &[&QuotaShare]) -> Result<(), Fail> {
+    for s in shares {
+        let filter = JobFilter {
+            share: Some(s.name.clone()),
+            user: None,
+            status: vec![
+                JobStatus::Scheduled,
+                JobStatus::Starting,
+                JobStatus::Running,
+            ],
+            limit: None,
+        };
+        let mut jobs = match client
+            .read(Query::Jobs(filter), false)
+            .await
+            .map_err(failed)?
+        {
+            Response::Jobs(j) => j,
+            other => return Err((1, format!("unexpected answer: {other:?}"))),
+        };
+        jobs.sort_by_key(|j| (j.priority, std::cmp::Reverse(j.started_at)));
+        let mut used: BTreeMap<String, u32> = BTreeMap::new();
+        for j in &jobs {
+            *used.entry(j.unit.to_string()).or_default() += j.gpus;
+        }
+        for j in &jobs {
+            let u = j.unit.to_string();
+            let max = s.max_for(&j.unit);
+            let now_used = used[&u];
+            if now_used > max {
+                println!(
+                    "  would make preemptible: job {} ({} GPU(s) of {u}, user {}) in share {}: {now_used} used > new max {max}",
+                    j.id, j.gpus, j.user, s.name
+                );
+                *used.get_mut(&u).unwrap() -= j.gpus;
+            }
+        }
+    }
+    Ok(())
+}

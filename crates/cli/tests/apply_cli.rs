@@ -1,0 +1,174 @@
+//! `tranche apply -f`: idempotent, prints what changed, `--dry-run` changes nothing and
+//! names the jobs a smaller share would make preemptible; only admins may apply.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tranche(config: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(args)
+        .env("TRANCHE_CONFIG", config)
+        .output()
+        .unwrap()
+}
+
+struct Dev(Child);
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn apply_is_idempotent_and_dry_run_names_what_would_be_preempted() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .arg("dev")
+        .env("USER", "alice")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let export = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    let _dev = Dev(child);
+    let user = export
+        .strip_prefix("export TRANCHE_CONFIG=")
+        .unwrap()
+        .to_string();
+    let dir = std::path::Path::new(&user).parent().unwrap();
+    let admin = dir.join("admin-admin.toml").display().to_string();
+    let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/policy.toml");
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+
+    let out = tranche(&user, &["apply", "-f", policy]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a user applied a policy: {out:?}"
+    );
+
+    let out = tranche(&admin, &["apply", "-f", policy]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out).contains("create share robotics"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("5 created, 0 updated, 1 unchanged"),
+        "{}",
+        text(&out)
+    );
+    let out = tranche(&admin, &["apply", "-f", policy]);
+    assert!(
+        text(&out).contains("0 created, 0 updated, 6 unchanged"),
+        "{}",
+        text(&out)
+    );
+
+    // alice runs two 2-GPU jobs in the dev policy's `vision` share (max 4 H100).
+    for _ in 0..2 {
+        let out = tranche(
+            &user,
+            &[
+                "submit",
+                "--share",
+                "vision",
+                "--gpus",
+                "2",
+                "--parsable",
+                "--",
+                "sleep",
+                "60",
+            ],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = tranche(
+            &user,
+            &["jobs", "--share", "vision", "--state", "RUNNING", "--json"],
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v.as_array().unwrap().len() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "jobs never ran: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Shrinking `vision` to 2 H100 would leave one of them over max.
+    let smaller = dir.join("smaller.toml");
+    std::fs::write(
+        &smaller,
+        "[[shares]]\nname = \"vision\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"h100\", max = 2 }, { unit = \"a100\", max = 4 } ]\nstrategy = \"LEND\"\n",
+    )
+    .unwrap();
+    let out = tranche(
+        &admin,
+        &["apply", "-f", smaller.to_str().unwrap(), "--dry-run"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let t = text(&out);
+    assert!(t.contains("would update share vision"), "{t}");
+    assert_eq!(t.matches("would make preemptible").count(), 1, "{t}");
+    assert!(t.contains("(dry run: nothing changed)"), "{t}");
+    // Nothing changed: the share still has its max of 4.
+    let out = tranche(&admin, &["shares", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let vision = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "vision")
+        .unwrap();
+    assert_eq!(vision["units"][0]["max"], 4, "{vision}");
+    // A share cannot move to another queue: refused before anything is written.
+    std::fs::write(
+        &smaller,
+        "[[environments]]\nname = \"extra\"\ncapacity_limits = [ { unit = \"h100\", max = 1 } ]\n[[shares]]\nname = \"vision\"\nqueue = \"training\"\ncapacity_limits = [ { unit = \"h100\", max = 2 } ]\nstrategy = \"LEND\"\n",
+    )
+    .unwrap();
+    let out = tranche(&admin, &["apply", "-f", smaller.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot move to another queue"),
+        "{out:?}"
+    );
+    // The environment listed before the share was not written either.
+    let only_env = dir.join("only-env.toml");
+    std::fs::write(
+        &only_env,
+        "[[environments]]\nname = \"extra\"\ncapacity_limits = [ { unit = \"h100\", max = 1 } ]\n",
+    )
+    .unwrap();
+    let out = tranche(
+        &admin,
+        &["apply", "-f", only_env.to_str().unwrap(), "--dry-run"],
+    );
+    assert!(
+        text(&out).contains("would create environment extra"),
+        "{}",
+        text(&out)
+    );
+    // A bad file names the problem and changes nothing.
+    std::fs::write(
+        &smaller,
+        "[[shares]]\nname = \"x\"\nstrategy = \"SHARE_ALIKE\"\n",
+    )
+    .unwrap();
+    let out = tranche(&admin, &["apply", "-f", smaller.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("smaller.toml"),
+        "{out:?}"
+    );
+}

@@ -97,6 +97,10 @@ enum Cmd {
     ///
     /// Example: tranche dev
     Dev(dev::DevArgs),
+    /// Shell completions for bash, zsh, fish, elvish or powershell.
+    ///
+    /// Example: tranche completions bash > /etc/bash_completion.d/tranche
+    Completions { shell: clap_complete::Shell },
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -219,6 +223,16 @@ fn main() -> ExitCode {
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),
         Cmd::Dev(args) => dev::dev(&args),
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "tranche",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
         Cmd::Submit(args) => user_cmds::submit(&args),
         Cmd::Jobs(args) => user_cmds::jobs(&args),
         Cmd::Show(args) => user_cmds::show(&args),

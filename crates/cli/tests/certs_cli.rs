@@ -174,3 +174,31 @@ fn invalid_arguments_exit_2_naming_the_problem() {
         "{err}"
     );
 }
+
+#[test]
+fn completions_cover_every_command() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in [
+        "submit",
+        "jobs",
+        "show",
+        "cancel",
+        "logs",
+        "drain",
+        "apply",
+        "controllers",
+        "dev",
+    ] {
+        assert!(text.contains(cmd), "no completion for {cmd}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

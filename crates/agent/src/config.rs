@@ -40,6 +40,9 @@ pub struct AgentConfig {
     /// Where the agent serves its jobs' output (`tranche logs`); port 0 picks a free one.
     #[serde(default = "default_logs_addr")]
     pub logs_addr: String,
+    /// Where Prometheus metrics are served (`GET /metrics`); absent: not served.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
     /// Without a controller quorum for this long, the agent stops its jobs itself, so a
@@ -137,6 +140,16 @@ impl AgentConfig {
             return Err(bad(
                 "logs_addr",
                 "must be an IP address and port, e.g. \"0.0.0.0:7102\"",
+            ));
+        }
+        if cfg
+            .metrics_addr
+            .as_ref()
+            .is_some_and(|a| a.parse::<SocketAddr>().is_err())
+        {
+            return Err(bad(
+                "metrics_addr",
+                "must be an IP address and port, e.g. \"0.0.0.0:9101\"",
             ));
         }
         if cfg.heartbeat_ms == 0 || cfg.heartbeat_ms > 60_000 {

@@ -198,6 +198,11 @@ impl Agent {
         let hb = tokio::spawn(self.clone().heartbeats());
         let health = tokio::spawn(self.clone().health());
         let logs = tokio::spawn(self.clone().serve_logs());
+        if let Some(addr) = self.cfg.metrics_addr.clone() {
+            if let Err(e) = self.clone().serve_metrics(&addr) {
+                warn!("{e}");
+            }
+        }
         let mon = tokio::spawn(self.clone().monitor());
         let mut seen: Option<u64> = None;
         loop {
@@ -612,6 +617,58 @@ impl Agent {
 fn jitter(d: Duration) -> Duration {
     let ms = d.as_millis() as u64;
     Duration::from_millis(ms / 2 + rand::random::<u64>() % (ms / 2 + 1))
+}
+
+// ---- metrics ----------------------------------------------------------------------------
+
+impl Agent {
+    /// The agent's metrics in Prometheus' text format.
+    pub fn metrics(&self) -> String {
+        let age = self.last_contact.lock().unwrap().elapsed().as_secs_f64();
+        let (running, stopping) = {
+            let l = self.local.lock().unwrap();
+            let running = l.values().filter(|e| e.attempt.exit().is_none()).count();
+            (running, l.values().filter(|e| e.stopping).count())
+        };
+        let fenced = self.fenced.load(Ordering::Relaxed) as u8;
+        let gpus = self.inventory.gpus.len();
+        format!(
+            "# HELP tranche_agent_heartbeat_age_seconds Time since the controllers last answered.\n\
+             # TYPE tranche_agent_heartbeat_age_seconds gauge\n\
+             tranche_agent_heartbeat_age_seconds {age}\n\
+             # HELP tranche_agent_attempts_running Attempts with a process left on this node.\n\
+             # TYPE tranche_agent_attempts_running gauge\n\
+             tranche_agent_attempts_running {running}\n\
+             # HELP tranche_agent_attempts_stopping Attempts being stopped (signal sent).\n\
+             # TYPE tranche_agent_attempts_stopping gauge\n\
+             tranche_agent_attempts_stopping {stopping}\n\
+             # HELP tranche_agent_fenced 1 while the agent has fenced its node.\n\
+             # TYPE tranche_agent_fenced gauge\n\
+             tranche_agent_fenced {fenced}\n\
+             # HELP tranche_agent_gpus GPUs this node reports.\n\
+             # TYPE tranche_agent_gpus gauge\n\
+             tranche_agent_gpus {gpus}\n"
+        )
+    }
+
+    fn serve_metrics(self: Arc<Self>, addr: &str) -> Result<(), String> {
+        let server =
+            tiny_http::Server::http(addr).map_err(|e| format!("metrics_addr {addr}: {e}"))?;
+        std::thread::Builder::new()
+            .name("tranche-metrics".into())
+            .spawn(move || {
+                for req in server.incoming_requests() {
+                    let resp = if req.url() == "/metrics" {
+                        tiny_http::Response::from_string(self.metrics())
+                    } else {
+                        tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
+                    };
+                    let _ = req.respond(resp);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
 }
 
 // ---- the log port ---------------------------------------------------------------------

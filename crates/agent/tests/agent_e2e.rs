@@ -327,7 +327,14 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
-    agent(&mut c, "n1", "2 x h100", 3, "");
+    let mport = tranche_local::free_port();
+    agent(
+        &mut c,
+        "n1",
+        "2 x h100",
+        3,
+        &format!("metrics_addr = \"127.0.0.1:{mport}\""),
+    );
     let marker = dir.path().join("alive");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -369,6 +376,20 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     assert!(
         killed.elapsed() >= Duration::from_secs(3),
         "fenced before fence_after"
+    );
+    // The agent's metrics say so.
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", mport)).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t
+    };
+    assert!(metrics.contains("tranche_agent_fenced 1"), "{metrics}");
+    assert!(
+        metrics.contains("tranche_agent_attempts_running 0"),
+        "{metrics}"
     );
 }
 

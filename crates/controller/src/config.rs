@@ -36,6 +36,9 @@ pub struct Config {
     /// Accept the `Isolate` test switch from admins. Never enable in production.
     #[serde(default)]
     pub fault_injection: bool,
+    /// Where Prometheus metrics are served (`GET /metrics`); absent: not served.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     /// Worker threads for network and client work (the Raft loop has its own).
     #[serde(default = "default_threads")]
     pub threads: usize,
@@ -212,6 +215,14 @@ impl Config {
                         "every peer_addr and client_addr must be an IP address and port",
                     ));
                 }
+            }
+        }
+        if let Some(a) = &self.metrics_addr {
+            if a.parse::<std::net::SocketAddr>().is_err() {
+                return Err(bad(
+                    "metrics_addr",
+                    "must be an IP address and port, e.g. 0.0.0.0:9100",
+                ));
             }
         }
         if self.threads == 0 || self.threads > 256 {

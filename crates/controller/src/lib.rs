@@ -5,6 +5,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod planner;

@@ -82,6 +82,8 @@ pub struct Shared {
     pub last_now: Millis,
     pub members: BTreeMap<u64, Member>,
     pub status: ClusterStatus,
+    /// How long the latest scheduling pass took (leader), for the metrics.
+    pub last_pass_ms: u64,
 }
 
 pub type SharedRef = Arc<RwLock<Shared>>;
@@ -224,6 +226,7 @@ pub fn open(cfg: &Config) -> Result<(DiskStorage, Shared, ConfState, u64), NodeE
             first_index: 0,
             members: vec![],
         },
+        last_pass_ms: 0,
     };
     let mut image_index = 0;
     if let Some(img) = storage.image() {
@@ -638,6 +641,7 @@ impl Node {
         };
         self.last_pass = took;
         self.last_plan = Instant::now();
+        self.shared.write().unwrap().last_pass_ms = took.as_millis() as u64;
         let Some(plan) = plan else { return };
         if !self.is_leader() || self.raw.raft.term != term {
             return;

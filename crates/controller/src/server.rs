@@ -39,6 +39,9 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     net.set_members(&shared.members);
     let (applied_tx, applied_rx) = watch::channel(shared.applied);
     let shared = Arc::new(RwLock::new(shared));
+    if let Some(addr) = &cfg.metrics_addr {
+        crate::metrics::serve(addr, shared.clone()).map_err(NodeError::Other)?;
+    }
     let (tx, rx) = mpsc::channel(65_536);
     let node = Node::new(
         cfg.clone(),

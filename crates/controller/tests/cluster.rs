@@ -807,3 +807,50 @@ fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
         }
     });
 }
+
+#[test]
+fn metrics_are_served_for_prometheus() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let port = tranche_local::free_port();
+    // One controller: metrics_addr is per controller, and one is a valid cluster.
+    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
+    opts.extra_config = format!("metrics_addr = \"127.0.0.1:{port}\"\n");
+    let mut c = LocalCluster::create(dir.path(), 1, opts).unwrap();
+    c.start_all().unwrap();
+    rt().block_on(async {
+        let (admin, _) = ready(&mut c).await;
+        admin.submit(demo::job("lend", "mia", "m1")).await.unwrap();
+    });
+    let get = |path: &str| -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let t = get("/metrics");
+        if t.contains("tranche_share_waiting_jobs{share=\"lend\"} 1") {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "{t}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        body.starts_with("HTTP/1.") && body.contains(" 200 "),
+        "{body}"
+    );
+    assert!(body.contains("tranche_raft_is_leader 1"), "{body}");
+    assert!(
+        body.contains("tranche_share_gpus_max{share=\"borrow\",unit=\"h100\"} 32"),
+        "{body}"
+    );
+    assert!(
+        body.contains("tranche_stops_total{kind=\"reclaim\"} 0"),
+        "{body}"
+    );
+    assert!(get("/other").contains(" 404 "));
+}

@@ -1,0 +1,161 @@
+//! Prometheus metrics on `metrics_addr` (`GET /metrics`, text exposition format).
+
+use std::fmt::Write;
+
+use tranche_model::{AttemptEnd, StopKind};
+
+use crate::node::SharedRef;
+use crate::views;
+
+/// Renders every metric of this controller.
+pub fn render(shared: &SharedRef) -> String {
+    let sh = shared.read().unwrap();
+    let mut out = String::new();
+    let st = &sh.status;
+    let mut g = |name: &str, help: &str, rows: Vec<(String, f64)>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (labels, v) in rows {
+            let _ = writeln!(out, "{name}{labels} {v}");
+        }
+    };
+    g(
+        "tranche_raft_term",
+        "Current Raft term.",
+        vec![(String::new(), st.term as f64)],
+    );
+    g(
+        "tranche_raft_commit_index",
+        "Raft commit index.",
+        vec![(String::new(), st.commit as f64)],
+    );
+    g(
+        "tranche_raft_applied_index",
+        "Index applied to the state machine.",
+        vec![(String::new(), st.applied as f64)],
+    );
+    g(
+        "tranche_raft_apply_lag",
+        "Committed entries not yet applied here.",
+        vec![(String::new(), st.commit.saturating_sub(st.applied) as f64)],
+    );
+    g(
+        "tranche_raft_is_leader",
+        "1 on the leader.",
+        vec![(
+            String::new(),
+            if st.leader == Some(st.id) { 1.0 } else { 0.0 },
+        )],
+    );
+    g(
+        "tranche_raft_member_lag",
+        "Committed entries a member lacks (leader's view).",
+        st.members
+            .iter()
+            .filter_map(|m| {
+                m.lag
+                    .map(|l| (format!("{{member=\"{}\"}}", m.member.name), l as f64))
+            })
+            .collect(),
+    );
+    g(
+        "tranche_sched_pass_seconds",
+        "Duration of the latest scheduling pass (leader).",
+        vec![(String::new(), sh.last_pass_ms as f64 / 1000.0)],
+    );
+    let shares = views::shares(&sh.state);
+    g(
+        "tranche_share_waiting_jobs",
+        "Jobs waiting in each share (queue depth).",
+        shares
+            .iter()
+            .map(|s| (format!("{{share=\"{}\"}}", s.name), s.waiting as f64))
+            .collect(),
+    );
+    g(
+        "tranche_share_running_jobs",
+        "Jobs holding GPUs in each share.",
+        shares
+            .iter()
+            .map(|s| (format!("{{share=\"{}\"}}", s.name), s.running as f64))
+            .collect(),
+    );
+    for (metric, help, pick) in [
+        ("tranche_share_gpus_used", "GPUs a share uses, per unit.", 0),
+        (
+            "tranche_share_gpus_lent",
+            "Of a share's idle GPUs, those others use.",
+            1,
+        ),
+        (
+            "tranche_share_gpus_borrowed",
+            "GPUs a share uses beyond its max.",
+            2,
+        ),
+        (
+            "tranche_share_gpus_max",
+            "A share's capacity limit, per unit.",
+            3,
+        ),
+    ] {
+        let mut rows = Vec::new();
+        for s in &shares {
+            for u in &s.units {
+                let v = [u.used, u.lent, u.borrowed, u.max][pick];
+                rows.push((
+                    format!("{{share=\"{}\",unit=\"{}\"}}", s.name, u.unit),
+                    v as f64,
+                ));
+            }
+        }
+        g(metric, help, rows);
+    }
+    let mut by_kind = [0u64; 4];
+    for j in sh.state.jobs.values() {
+        for a in &j.attempts {
+            if let Some(AttemptEnd::Stopped { kind, .. }) = &a.end {
+                let i = match kind {
+                    StopKind::Reclaim { .. } => 0,
+                    StopKind::InShare { .. } => 1,
+                    StopKind::Cancel => 2,
+                    StopKind::Drain => 3,
+                };
+                by_kind[i] += 1;
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP tranche_stops_total Attempts stopped, by kind.\n# TYPE tranche_stops_total counter"
+    );
+    for (i, k) in ["reclaim", "in_share", "cancel", "drain"]
+        .iter()
+        .enumerate()
+    {
+        let _ = writeln!(out, "tranche_stops_total{{kind=\"{k}\"}} {}", by_kind[i]);
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `addr` from a thread of its own.
+pub fn serve(addr: &str, shared: SharedRef) -> Result<(), String> {
+    let server = tiny_http::Server::http(addr).map_err(|e| format!("metrics_addr {addr}: {e}"))?;
+    std::thread::Builder::new()
+        .name("tranche-metrics".into())
+        .spawn(move || {
+            for req in server.incoming_requests() {
+                let resp = if req.url() == "/metrics" {
+                    let header = tiny_http::Header::from_bytes(
+                        &b"Content-Type"[..],
+                        &b"text/plain; version=0.0.4"[..],
+                    )
+                    .expect("static header");
+                    tiny_http::Response::from_string(render(&shared)).with_header(header)
+                } else {
+                    tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
+                };
+                let _ = req.respond(resp);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}

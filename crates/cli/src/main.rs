@@ -233,7 +233,7 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Cmd::Submit(args) => user_cmds::submit(&args),
+        Cmd::Submit(args) => user_cmds::submit_cmd(args),
         Cmd::Jobs(args) => user_cmds::jobs(&args),
         Cmd::Show(args) => user_cmds::show(&args),
         Cmd::Cancel(args) => user_cmds::cancel(&args),

@@ -89,12 +89,12 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
 
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
-    /// The quota share to run in.
+    /// The quota share to run in (required, here or in a `#TRANCHE` line).
     #[arg(long)]
-    share: String,
-    /// GPUs per node.
+    share: Option<String>,
+    /// GPUs per node (required, here or in a `#TRANCHE` line).
     #[arg(long)]
-    gpus: u32,
+    gpus: Option<u32>,
     /// Nodes (more than one: a gang, all or nothing).
     #[arg(long, default_value_t = 1)]
     nodes: u32,
@@ -132,13 +132,87 @@ pub struct SubmitArgs {
     /// The cluster config (default: $TRANCHE_CONFIG).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// A batch script instead of a command: it runs under `sh`, and its `#TRANCHE`
+    /// lines (before its first command) give default options, as `#SBATCH` does.
+    script: Option<PathBuf>,
     /// The command and its arguments.
-    #[arg(last = true, required = true)]
+    #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// `submit`'s options alone, to parse a script's directives with the command line's
+/// options after them (the command line wins).
+#[derive(clap::Parser, Debug)]
+#[command(name = "tranche submit", args_override_self = true)]
+struct SubmitOnly {
+    #[command(flatten)]
+    args: SubmitArgs,
+}
+
+/// The options in a script's `#TRANCHE` lines, which stand before its first command.
+pub fn directives(script: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in script.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("#TRANCHE") {
+            out.extend(rest.split_whitespace().map(str::to_string));
+        } else if t.is_empty() || t.starts_with('#') {
+            continue;
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// `tranche submit`, with a script's directives folded in.
+pub fn submit_cmd(args: SubmitArgs) -> ExitCode {
+    let Some(path) = args.script.clone() else {
+        if args.command.is_empty() {
+            eprintln!("tranche submit: give a command after `--`, or a script");
+            return ExitCode::from(2);
+        }
+        return submit(&args);
+    };
+    if !args.command.is_empty() {
+        eprintln!("tranche submit: give a script or a command after `--`, not both");
+        return ExitCode::from(2);
+    }
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tranche submit: cannot read {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    // The directives first, then the command line as given: later options win.
+    let mut argv = vec!["tranche submit".to_string()];
+    argv.extend(directives(&text));
+    argv.extend(std::env::args().skip(2));
+    let mut merged = match <SubmitOnly as clap::Parser>::try_parse_from(&argv) {
+        Ok(m) => m.args,
+        Err(e) => {
+            eprintln!(
+                "tranche submit: in {} or the command line: {e}",
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+    };
+    merged.script = None;
+    merged.command = vec!["sh".into(), "-c".into(), text];
+    submit(&merged)
 }
 
 pub fn submit(args: &SubmitArgs) -> ExitCode {
     run("submit", async {
+        let share_name = args
+            .share
+            .clone()
+            .ok_or_else(|| usage("--share is required (on the command line or a #TRANCHE line)"))?;
+        let gpus = args
+            .gpus
+            .ok_or_else(|| usage("--gpus is required (on the command line or a #TRANCHE line)"))?;
         let (client, me) = connect(&args.config)?;
         let objs = match client.read(Query::Objects, false).await.map_err(failed)? {
             Response::Objects(o) => o,
@@ -147,8 +221,8 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
         let share = objs
             .shares
             .iter()
-            .find(|s| s.name.as_str() == args.share)
-            .ok_or_else(|| (1, format!("--share {}: no such share", args.share)))?;
+            .find(|s| s.name.as_str() == share_name)
+            .ok_or_else(|| (1, format!("--share {share_name}: no such share")))?;
         let unit = match &args.unit {
             Some(u) => u.clone(),
             None => share
@@ -160,10 +234,10 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
         let mut spec = JobSpec::new(
             &args.name,
             args.queue.as_deref().unwrap_or(share.queue.as_str()),
-            &args.share,
+            &share_name,
             &me,
             &unit,
-            args.gpus,
+            gpus,
             args.nodes,
         );
         spec.priority = args.priority;
@@ -481,7 +555,16 @@ pub fn cancel(args: &CancelArgs) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{directives, parse_duration};
+
+    #[test]
+    fn directives_stop_at_the_first_command() {
+        let script = "#!/bin/sh\n#TRANCHE --share vision --gpus 8\n# a comment\n\n#TRANCHE --time 4h\npython train.py\n#TRANCHE --gpus 1\n";
+        assert_eq!(
+            directives(script),
+            ["--share", "vision", "--gpus", "8", "--time", "4h"]
+        );
+    }
 
     #[test]
     fn durations_in_slurm_and_short_forms() {

@@ -90,6 +90,41 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 
+    // A batch script with #TRANCHE directives; the command line overrides them.
+    let script = dir.join("train.sh");
+    std::fs::write(&script, "#!/bin/sh\n#TRANCHE --share vision --gpus 1\n#TRANCHE --name fromscript\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n").unwrap();
+    let out = tranche(
+        &config,
+        &[
+            "submit",
+            "--gpus",
+            "2",
+            "--parsable",
+            "--wait",
+            script.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let sid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = tranche(&config, &["logs", &sid]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "gpus=0,1\n",
+        "{out:?}"
+    );
+    let out = tranche(&config, &["jobs", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"].to_string() == sid)
+        .unwrap();
+    assert_eq!(job["name"], "fromscript");
+    assert_eq!(job["share"], "vision");
+    let out = tranche(&config, &["submit", script.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+
     // Ctrl-C: everything stops and the temporary dir goes away.
     Command::new("kill")
         .args(["-INT", &dev.id().to_string()])

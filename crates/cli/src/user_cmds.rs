@@ -332,6 +332,9 @@ pub struct JobsArgs {
     /// One JSON array instead of a table.
     #[arg(long)]
     json: bool,
+    /// Redraw every 2 seconds until interrupted.
+    #[arg(long)]
+    watch: bool,
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -366,6 +369,22 @@ fn elapsed(j: &JobSummary, now: Millis) -> String {
 
 pub fn jobs(args: &JobsArgs) -> ExitCode {
     run("jobs", async {
+        loop {
+            if args.watch {
+                // Clear the screen and go home, as `watch` does.
+                print!("\x1b[2J\x1b[H");
+            }
+            list_jobs(args).await?;
+            if !args.watch {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        }
+    })
+}
+
+async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
+    {
         let (client, me) = connect(&args.config)?;
         let mut status = Vec::new();
         for s in &args.states {
@@ -442,7 +461,7 @@ pub fn jobs(args: &JobsArgs) -> ExitCode {
             );
         }
         Ok(())
-    })
+    }
 }
 
 #[derive(clap::Args, Debug)]

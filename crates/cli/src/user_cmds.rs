@@ -384,34 +384,33 @@ pub fn jobs(args: &JobsArgs) -> ExitCode {
 }
 
 async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
-    {
-        let (client, me) = connect(&args.config)?;
-        let mut status = Vec::new();
-        for s in &args.states {
-            status.push(JobStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
+    let (client, me) = connect(&args.config)?;
+    let mut status = Vec::new();
+    for s in &args.states {
+        status.push(JobStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
                 usage(format!("--state {s}: not a job state (PENDING, RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"))
             })?);
-        }
-        let filter = JobFilter {
-            share: args.share.as_deref().map(Into::into),
-            user: if args.me {
-                Some(me.as_str().into())
-            } else {
-                args.user.as_deref().map(Into::into)
-            },
-            status,
-            limit: None,
-        };
-        let jobs = match client
-            .read(Query::Jobs(filter), false)
-            .await
-            .map_err(failed)?
-        {
-            Response::Jobs(j) => j,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
-        };
-        if args.json {
-            let rows: Vec<_> = jobs
+    }
+    let filter = JobFilter {
+        share: args.share.as_deref().map(Into::into),
+        user: if args.me {
+            Some(me.as_str().into())
+        } else {
+            args.user.as_deref().map(Into::into)
+        },
+        status,
+        limit: None,
+    };
+    let jobs = match client
+        .read(Query::Jobs(filter), false)
+        .await
+        .map_err(failed)?
+    {
+        Response::Jobs(j) => j,
+        other => return Err((1, format!("unexpected answer: {other:?}"))),
+    };
+    if args.json {
+        let rows: Vec<_> = jobs
                 .iter()
                 .map(|j| {
                     serde_json::json!({
@@ -423,45 +422,44 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::Value::Array(rows));
-            return Ok(());
-        }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as Millis)
-            .unwrap_or(0);
-        println!(
-            "{:>7} {:<9} {:<10} {:<12} {:<9} {:>2} {:>10} {:>5}  NODES(REASON)",
-            "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
-        );
-        for j in &jobs {
-            let where_ = if j.nodes.is_empty() {
-                j.reason
-                    .as_ref()
-                    .map(|r| format!("({r})"))
-                    .unwrap_or_default()
-            } else {
-                j.nodes
-                    .iter()
-                    .map(|n| n.as_str())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            println!(
-                "{:>7} {:<9.9} {:<10.10} {:<12.12} {:<9.9} {:>2} {:>10} {:>5}  {}",
-                j.id.0,
-                j.queue.as_str(),
-                j.share.as_str(),
-                j.name,
-                j.user.as_str(),
-                state_code(j.status),
-                elapsed(j, now),
-                j.gpus,
-                where_
-            );
-        }
-        Ok(())
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(());
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or(0);
+    println!(
+        "{:>7} {:<9} {:<10} {:<12} {:<9} {:>2} {:>10} {:>5}  NODES(REASON)",
+        "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
+    );
+    for j in &jobs {
+        let where_ = if j.nodes.is_empty() {
+            j.reason
+                .as_ref()
+                .map(|r| format!("({r})"))
+                .unwrap_or_default()
+        } else {
+            j.nodes
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        println!(
+            "{:>7} {:<9.9} {:<10.10} {:<12.12} {:<9.9} {:>2} {:>10} {:>5}  {}",
+            j.id.0,
+            j.queue.as_str(),
+            j.share.as_str(),
+            j.name,
+            j.user.as_str(),
+            state_code(j.status),
+            elapsed(j, now),
+            j.gpus,
+            where_
+        );
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]

@@ -1,0 +1,339 @@
+//! Issue-level stories on `tranche dev`, through the real CLI: lend, borrow and
+//! reclaim; in-share preemption after `tranche update --priority`; one-line errors.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tranche(config: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(args)
+        .env("TRANCHE_CONFIG", config)
+        .output()
+        .unwrap()
+}
+
+/// One `tranche dev` at a time: each is 3 controllers and 4 agents.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+struct Dev {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    child: Child,
+    user: String,
+    admin: String,
+}
+
+impl Dev {
+    fn start(user: &str) -> Dev {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tranche"))
+            .arg("dev")
+            .env("USER", user)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let export = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .next()
+            .unwrap()
+            .unwrap();
+        let user = export
+            .strip_prefix("export TRANCHE_CONFIG=")
+            .unwrap()
+            .to_string();
+        let admin = std::path::Path::new(&user)
+            .parent()
+            .unwrap()
+            .join("admin-admin.toml")
+            .display()
+            .to_string();
+        Dev {
+            _serial: serial,
+            child,
+            user,
+            admin,
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn job(config: &str, id: &str) -> serde_json::Value {
+    let out = tranche(config, &["show", id, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn wait(
+    config: &str,
+    id: &str,
+    what: &str,
+    f: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let j = job(config, id);
+        if f(&j) {
+            return j;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id}: {what} never happened: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn submit(config: &str, args: &[&str]) -> String {
+    let mut a = vec!["submit", "--parsable"];
+    a.extend_from_slice(args);
+    let out = tranche(config, &a);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+const CHECKPOINTER: &str = "trap 'exit 0' TERM; sleep 1000 & wait $!";
+
+#[test]
+fn lend_borrow_reclaim_through_the_cli() {
+    let dev = Dev::start("una");
+    // nlp (LEND_AND_BORROW, 4 A100) fills all 8 A100: 4 of them are vision's idle ones.
+    let borrowers: Vec<String> = (0..8)
+        .map(|_| {
+            submit(
+                &dev.user,
+                &[
+                    "--share",
+                    "nlp",
+                    "--gpus",
+                    "1",
+                    "--",
+                    "sh",
+                    "-c",
+                    CHECKPOINTER,
+                ],
+            )
+        })
+        .collect();
+    for b in &borrowers {
+        wait(&dev.user, b, "running", |j| j["status"] == "RUNNING");
+    }
+    // vision's own job arrives and takes its 4 A100 back.
+    let lender = submit(
+        &dev.user,
+        &[
+            "--share", "vision", "--unit", "a100", "--gpus", "4", "--", "sleep", "1",
+        ],
+    );
+    wait(&dev.user, &lender, "success", |j| {
+        j["status"] == "SUCCEEDED"
+    });
+    let preempted: Vec<&String> = borrowers
+        .iter()
+        .filter(|b| job(&dev.user, b)["preemptions"].as_u64().unwrap() > 0)
+        .collect();
+    assert_eq!(
+        preempted.len(),
+        4,
+        "reclaim takes exactly the lent capacity back"
+    );
+    for b in &preempted {
+        let j = job(&dev.user, b);
+        let first = &j["attempts"][0]["end"];
+        assert_eq!(
+            first["Stopped"]["code"], 0,
+            "exited within its grace: {first}"
+        );
+        // Requeued, it runs again once the lender is done.
+        wait(&dev.user, b, "running again", |j| {
+            j["status"] == "RUNNING" && j["attempts"].as_array().unwrap().len() == 2
+        });
+    }
+    let out = tranche(
+        &dev.user,
+        &["cancel"]
+            .into_iter()
+            .chain(borrowers.iter().map(|s| s.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn in_share_preemption_after_a_priority_update() {
+    let dev = Dev::start("vic");
+    // research (RESERVE, 4 H100) may preempt inside the share.
+    let policy = std::path::Path::new(&dev.admin)
+        .parent()
+        .unwrap()
+        .join("inshare.toml");
+    std::fs::write(
+        &policy,
+        "[[shares]]\nname = \"research\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"h100\", max = 4 } ]\nstrategy = \"RESERVE\"\nin_share_preemption = true\n",
+    )
+    .unwrap();
+    let out = tranche(&dev.admin, &["apply", "-f", policy.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("update share research"),
+        "{out:?}"
+    );
+    let low = submit(
+        &dev.user,
+        &[
+            "--share",
+            "research",
+            "--gpus",
+            "4",
+            "--priority",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            CHECKPOINTER,
+        ],
+    );
+    wait(&dev.user, &low, "running", |j| j["status"] == "RUNNING");
+    let high = submit(
+        &dev.user,
+        &[
+            "--share",
+            "research",
+            "--gpus",
+            "4",
+            "--priority",
+            "1",
+            "--",
+            "sleep",
+            "1",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        job(&dev.user, &high)["status"],
+        "RUNNABLE",
+        "equal priority does not preempt"
+    );
+    let out = tranche(&dev.user, &["explain", &high]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("waiting"),
+        "{out:?}"
+    );
+    let out = tranche(&dev.user, &["update", &high, "--priority", "9"]);
+    assert!(out.status.success(), "{out:?}");
+    wait(&dev.user, &high, "success", |j| j["status"] == "SUCCEEDED");
+    let l = job(&dev.user, &low);
+    assert_eq!(l["preemptions"], 1, "{l}");
+    assert!(
+        l["attempts"][0]["end"]["Stopped"]["kind"]["InShare"].is_object(),
+        "{l}"
+    );
+    let _ = tranche(&dev.user, &["cancel", &low]);
+}
+
+#[test]
+fn every_error_is_one_line_with_a_non_zero_exit() {
+    let dev = Dev::start("wes");
+    let dir = std::path::Path::new(&dev.user)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let check = |config: &str, args: &[&str], code: i32, needle: &str| {
+        let out = tranche(config, args);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {out:?}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line: {err}"
+        );
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    check(
+        &dev.user,
+        &["submit", "--share", "nope", "--gpus", "1", "--", "true"],
+        1,
+        "--share nope",
+    );
+    // Not a member: a share open only to someone else.
+    let policy = dir.join("members.toml");
+    std::fs::write(
+        &policy,
+        "[[shares]]\nname = \"private\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"h100\", max = 1 } ]\nstrategy = \"LEND\"\nmembers = [\"someone\"]\n",
+    )
+    .unwrap();
+    assert!(
+        tranche(&dev.admin, &["apply", "-f", policy.to_str().unwrap()])
+            .status
+            .success()
+    );
+    check(
+        &dev.user,
+        &["submit", "--share", "private", "--gpus", "1", "--", "true"],
+        1,
+        "not a member of share private",
+    );
+    // An invalid spec: more GPUs per node than any node has is refused by the rules.
+    check(
+        &dev.user,
+        &["submit", "--share", "vision", "--gpus", "0", "--", "true"],
+        1,
+        "gpus",
+    );
+    check(
+        &dev.user,
+        &[
+            "submit", "--share", "vision", "--gpus", "1", "--time", "soon", "--", "true",
+        ],
+        2,
+        "--time",
+    );
+    check(&dev.user, &["show", "999999"], 1, "999999");
+    // An unreachable cluster.
+    let dead = dir.join("dead.toml");
+    let text = std::fs::read_to_string(&dev.user).unwrap();
+    let port = tranche_free_port();
+    let controllers_line = text
+        .lines()
+        .find(|l| l.starts_with("controllers"))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &dead,
+        text.replace(
+            &controllers_line,
+            &format!("controllers = [\"127.0.0.1:{port}\"]"),
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(["jobs"])
+        .env("TRANCHE_CONFIG", &dead)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr)
+            .trim_end()
+            .lines()
+            .count(),
+        1,
+        "{out:?}"
+    );
+    check("/nonexistent/config.toml", &["jobs"], 2, "cannot read");
+}
+
+fn tranche_free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -339,6 +339,9 @@ pub struct JobsArgs {
     config: Option<PathBuf>,
 }
 
+/// The room left for NODES(REASON) in a 100-column row of `tranche jobs`.
+const WHERE_WIDTH: usize = 100 - 74;
+
 /// Slurm-like two-letter state codes.
 pub fn state_code(s: JobStatus) -> &'static str {
     match s {
@@ -434,7 +437,7 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
     );
     for j in &jobs {
-        let where_ = if j.nodes.is_empty() {
+        let mut where_ = if j.nodes.is_empty() {
             j.reason
                 .as_ref()
                 .map(|r| format!("({r})"))
@@ -446,6 +449,10 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
                 .collect::<Vec<_>>()
                 .join(",")
         };
+        // Rows fit a 100-column terminal; `tranche explain` has the whole reason.
+        if where_.chars().count() > WHERE_WIDTH {
+            where_ = where_.chars().take(WHERE_WIDTH - 1).collect::<String>() + "…";
+        }
         println!(
             "{:>7} {:<9.9} {:<10.10} {:<12.12} {:<9.9} {:>2} {:>10} {:>5}  {}",
             j.id.0,

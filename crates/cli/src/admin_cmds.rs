@@ -287,7 +287,7 @@ pub fn shares(args: &ListArgs) -> ExitCode {
 }
 
 fn summary_line(j: &JobSummary) -> String {
-    format!(
+    let line = format!(
         "{:>7} {:<10.10} {:<9.9} {:>3} {:>2} {:>4}  {}",
         j.id.0,
         j.share.as_str(),
@@ -296,7 +296,13 @@ fn summary_line(j: &JobSummary) -> String {
         state_code(j.status),
         j.gpus,
         j.reason.clone().unwrap_or_default()
-    )
+    );
+    // Rows fit a 100-column terminal; `tranche explain` has the whole reason.
+    if line.chars().count() > 100 {
+        line.chars().take(99).collect::<String>() + "…"
+    } else {
+        line
+    }
 }
 
 pub fn queue(args: &ListArgs) -> ExitCode {

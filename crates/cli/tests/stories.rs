@@ -221,10 +221,13 @@ fn in_share_preemption_after_a_priority_update() {
         "RUNNABLE",
         "equal priority does not preempt"
     );
+    // explain names the real cause, with numbers, and what would let it start.
     let out = tranche(&dev.user, &["explain", &high]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("research") && text.contains("4/4"), "{text}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("waiting"),
-        "{out:?}"
+        text.contains("starts when: share research has 4 h100 GPU(s) free"),
+        "{text}"
     );
     let out = tranche(&dev.user, &["update", &high, "--priority", "9"]);
     assert!(out.status.success(), "{out:?}");
@@ -336,4 +339,43 @@ fn tranche_free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+#[test]
+fn drain_then_resume_on_the_dev_cluster() {
+    let dev = Dev::start("xia");
+    let ops = std::path::Path::new(&dev.admin)
+        .parent()
+        .unwrap()
+        .join("operator-ops.toml")
+        .display()
+        .to_string();
+    // Drain every A100 node: an A100 job waits, and says why.
+    for n in ["n3", "n4"] {
+        let out = tranche(&ops, &["drain", n, "--reason", "cooling maintenance"]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let out = tranche(&dev.user, &["nodes", "-R"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .matches("cooling maintenance")
+            .count(),
+        2,
+        "{out:?}"
+    );
+    let id = submit(&dev.user, &["--share", "nlp", "--gpus", "1", "--", "true"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let j = job(&dev.user, &id);
+    assert_eq!(j["status"], "RUNNABLE", "{j}");
+    let out = tranche(&dev.user, &["explain", &id]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("a100"),
+        "{out:?}"
+    );
+    for n in ["n3", "n4"] {
+        assert!(tranche(&ops, &["resume", n]).status.success());
+    }
+    wait(&dev.user, &id, "success after resume", |j| {
+        j["status"] == "SUCCEEDED"
+    });
 }

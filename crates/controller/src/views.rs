@@ -57,6 +57,9 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
             } else {
                 lines.push("waiting for the next scheduling pass".into());
             }
+            if let Some(r) = &job.pending_reason {
+                lines.push(format!("starts when: {}", would_start(r)));
+            }
         }
         st if st.is_active() => {
             let nodes: Vec<String> = s.nodes.iter().map(|n| n.to_string()).collect();
@@ -79,6 +82,47 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
         ));
     }
     Explanation { job: s, lines }
+}
+
+/// What would let a job waiting for this reason start.
+fn would_start(r: &tranche_model::PendingReason) -> String {
+    use tranche_model::PendingReasonOf::*;
+    match r {
+        NotYetScheduled => "the next scheduling pass looks at it (within a second)".into(),
+        ShareDisabled { share } => format!("an admin enables share {share}"),
+        QueueDisabled { queue } => format!("an admin enables queue {queue}"),
+        EnvironmentDisabled { env } => format!("an admin enables environment {env}"),
+        AtMaxNoBorrow { share, used, max, need, unit, .. } => format!(
+            "share {share} has {need} {unit} GPU(s) free under its max: {} more must finish \
+             (it uses {used} of {max}), or an admin raises its max or lets it borrow",
+            (used + need).saturating_sub(*max)
+        ),
+        BorrowLimit { used, limit, need, unit } => format!(
+            "its share's use drops to {} {unit} GPU(s) or less (now {used}, borrow ceiling {limit})",
+            limit.saturating_sub(*need as u64)
+        ),
+        WaitingForPreempted { jobs, grace_ends_at } => format!(
+            "its {jobs} preempted job(s) exit; their grace ends at {grace_ends_at} ms"
+        ),
+        EnvironmentCap { env, used, cap, need, unit } => format!(
+            "environment {env} has {need} {unit} GPU(s) under its cap: {} more must finish \
+             (it uses {used} of {cap})",
+            (used + need).saturating_sub(*cap)
+        ),
+        ReserveHeld { share, idle, unit } => format!(
+            "RESERVE share {share} uses its {idle} idle {unit} GPU(s), or an admin changes its strategy"
+        ),
+        NoCapacity { need_per_node, nodes, unit, free, fitting_nodes } => format!(
+            "{nodes} node(s) each have {need_per_node} free {unit} GPU(s) at once \
+             ({free} free in all, {fitting_nodes} node(s) fit now)"
+        ),
+        NoNodes { unit, env } => format!(
+            "a usable node with {unit} GPUs joins environment {env} (or drained ones resume)"
+        ),
+        MinRuntime { until } => format!(
+            "the jobs it would preempt pass their share's min_runtime_s, at {until} ms"
+        ),
+    }
 }
 
 pub fn shares(state: &State) -> Vec<ShareUsage> {

@@ -23,7 +23,40 @@ pub fn plan(st: &State, now: Millis) -> Plan {
         pass.queue(q);
     }
     pass.plan.next_wakeup = pass.wakeup;
-    pass.plan
+    let mut plan = pass.plan;
+    drop_noop_holds(&mut plan, st);
+    plan
+}
+
+/// A holder whose hold the pass released and then took again, unchanged, has nothing
+/// to apply: its hold actions are dropped, so that a settled cluster gets an empty plan
+/// (and a plan that changes nothing is never proposed again and again).
+fn drop_noop_holds(plan: &mut Plan, st: &State) {
+    use std::collections::BTreeMap;
+    let mut last: BTreeMap<JobId, Option<&tranche_model::Hold>> = BTreeMap::new();
+    let mut other: BTreeSet<JobId> = BTreeSet::new();
+    for a in &plan.actions {
+        match a {
+            Action::Hold { job, hold } => {
+                last.insert(*job, hold.as_ref());
+            }
+            Action::Place { job, .. } => {
+                other.insert(*job);
+            }
+            Action::Preempt { .. } => {}
+        }
+    }
+    let noop: BTreeSet<JobId> = last
+        .into_iter()
+        .filter(|(job, hold)| {
+            !other.contains(job) && st.job(*job).is_some_and(|j| j.hold.as_ref() == *hold)
+        })
+        .map(|(job, _)| job)
+        .collect();
+    if !noop.is_empty() {
+        plan.actions
+            .retain(|a| !matches!(a, Action::Hold { job, .. } if noop.contains(job)));
+    }
 }
 
 /// GPUs of one unit on one node, as the pass sees them.

@@ -165,7 +165,7 @@ fn to_event(
 }
 
 /// The invariants, checked on the settled state at time `now`.
-fn check(sim: &Sim, capacity_lost_now: bool) -> Result<(), String> {
+fn check(sim: &Sim, capacity_lost_now: bool, reprioritized_now: bool) -> Result<(), String> {
     let st = &sim.state;
     let now = sim.now;
     let unit = Unit::from("h100");
@@ -244,7 +244,11 @@ fn check(sim: &Sim, capacity_lost_now: bool) -> Result<(), String> {
                 }
                 StopKind::InShare { for_job } => {
                     let p = &st.jobs[for_job];
-                    if p.spec.share != j.spec.share || p.spec.priority <= j.spec.priority {
+                    // (A priority update at the same instant, after the decision, may
+                    // have changed either job's priority since.)
+                    if p.spec.share != j.spec.share
+                        || (!reprioritized_now && p.spec.priority <= j.spec.priority)
+                    {
                         return Err(format!(
                             "job {} preempted in-share by job {} without a higher priority",
                             j.id, p.id
@@ -356,20 +360,24 @@ proptest! {
         let mut submitted = vec![];
         sim.settle().map_err(TestCaseError::fail)?;
         let mut lost_at = None;
+        let mut reprioritized_at = None;
         for (at, e) in &evs {
             if matches!(e, Ev::Down(_) | Ev::Drain(..)) {
                 lost_at = Some(*at);
+            }
+            if matches!(e, Ev::Priority(..)) {
+                reprioritized_at = Some(*at);
             }
             let Some(ev) = to_event(*at, e, &mut submitted, shares.len(), &node_names) else { continue };
             sim.advance_to(at * SECOND).map_err(TestCaseError::fail)?;
             sim.event(&ev);
             sim.settle().map_err(TestCaseError::fail)?;
-            check(&sim, lost_at == Some(*at)).map_err(|m| TestCaseError::fail(format!("t={at}: {m}")))?;
+            check(&sim, lost_at == Some(*at), reprioritized_at == Some(*at)).map_err(|m| TestCaseError::fail(format!("t={at}: {m}")))?;
         }
         // Let everything that can finish, finish; the invariants still hold.
         let end = evs.last().map_or(0, |e| e.0) + 400;
         sim.advance_to(end * SECOND).map_err(TestCaseError::fail)?;
         sim.settle().map_err(TestCaseError::fail)?;
-        check(&sim, false).map_err(|m| TestCaseError::fail(format!("end: {m}")))?;
+        check(&sim, false, false).map_err(|m| TestCaseError::fail(format!("end: {m}")))?;
     }
 }

@@ -17,9 +17,7 @@ struct Dev(Child);
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .status();
+        tranche_local::interrupt(self.0.id());
         let _ = self.0.wait();
     }
 }

@@ -126,10 +126,7 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 
     // Ctrl-C: everything stops and the temporary dir goes away.
-    Command::new("kill")
-        .args(["-INT", &dev.id().to_string()])
-        .status()
-        .unwrap();
+    tranche_local::interrupt(dev.id());
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(st) = dev.try_wait().unwrap() {
@@ -140,11 +137,6 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
     };
     assert!(status.success(), "{status:?}");
     assert!(!dir.exists(), "{} is left behind", dir.display());
-    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-    let left: Vec<String> = String::from_utf8_lossy(&ps.stdout)
-        .lines()
-        .filter(|l| l.contains(dir.to_str().unwrap()))
-        .map(str::to_string)
-        .collect();
+    let left = tranche_local::processes_matching(dir.to_str().unwrap());
     assert!(left.is_empty(), "processes left running: {left:?}");
 }

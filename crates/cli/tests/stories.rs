@@ -59,9 +59,7 @@ impl Dev {
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
+        tranche_local::interrupt(self.child.id());
         let _ = self.child.wait();
     }
 }

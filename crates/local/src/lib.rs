@@ -423,9 +423,29 @@ impl Drop for LocalCluster {
 }
 
 fn unsafe_kill(pid: u32, sig: i32) {
-    // `kill` from the system: no libc dependency for two signals.
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status();
+    if let Ok(sig) = nix::sys::signal::Signal::try_from(sig) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+    }
+}
+
+/// Sends SIGINT to a process (as Ctrl-C does), for tests of interactive commands.
+pub fn interrupt(pid: u32) {
+    unsafe_kill(pid, 2);
+}
+
+/// Command lines of every process whose command line contains `needle` (from /proc).
+pub fn processes_matching(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        if let Ok(raw) = std::fs::read(e.path().join("cmdline")) {
+            let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+            if line.contains(needle) {
+                out.push(line);
+            }
+        }
+    }
+    out
 }

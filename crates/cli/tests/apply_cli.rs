@@ -1,48 +1,18 @@
 //! `tranche apply -f`: idempotent, prints what changed, `--dry-run` changes nothing and
 //! names the jobs a smaller share would make preemptible; only admins may apply.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
-fn tranche(config: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tranche"))
-        .args(args)
-        .env("TRANCHE_CONFIG", config)
-        .output()
-        .unwrap()
-}
-
-struct Dev(Child);
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        tranche_local::interrupt(self.0.id());
-        let _ = self.0.wait();
-    }
-}
+use common::{tranche, Dev};
 
 #[test]
 fn apply_is_idempotent_and_dry_run_names_what_would_be_preempted() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tranche"))
-        .arg("dev")
-        .env("USER", "alice")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let export = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .next()
-        .unwrap()
-        .unwrap();
-    let _dev = Dev(child);
-    let user = export
-        .strip_prefix("export TRANCHE_CONFIG=")
-        .unwrap()
-        .to_string();
-    let dir = std::path::Path::new(&user).parent().unwrap();
-    let admin = dir.join("admin-admin.toml").display().to_string();
+    let d = Dev::start("alice");
+    let user = d.user.clone();
+    let admin = d.admin.clone();
+    let dir = d.dir.as_path();
     let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/policy.toml");
     let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
 

@@ -1,36 +1,16 @@
 //! `tranche dev`: a whole local cluster from one command, driven by the real CLI.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
-fn tranche(config: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tranche"))
-        .args(args)
-        .env("TRANCHE_CONFIG", config)
-        .output()
-        .unwrap()
-}
+use common::{tranche, Dev};
 
 #[test]
 fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
-    let mut dev = Command::new(env!("CARGO_BIN_EXE_tranche"))
-        .arg("dev")
-        .env("USER", "tester")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(dev.stdout.take().unwrap()).lines();
-    let export = lines.next().expect("a line").unwrap();
-    let config = export
-        .strip_prefix("export TRANCHE_CONFIG=")
-        .unwrap_or_else(|| panic!("first line is not the export line: {export}"))
-        .to_string();
-    let dir = std::path::Path::new(&config)
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let mut dev = Dev::start("tester");
+    let config = dev.user.clone();
+    let dir = dev.dir.clone();
 
     let out = tranche(
         &config,
@@ -126,10 +106,10 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 
     // Ctrl-C: everything stops and the temporary dir goes away.
-    tranche_local::interrupt(dev.id());
+    tranche_local::interrupt(dev.child.id());
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        if let Some(st) = dev.try_wait().unwrap() {
+        if let Some(st) = dev.child.try_wait().unwrap() {
             break st;
         }
         assert!(Instant::now() < deadline, "tranche dev did not stop");

@@ -1,68 +1,12 @@
 //! Issue-level stories on `tranche dev`, through the real CLI: lend, borrow and
 //! reclaim; in-share preemption after `tranche update --priority`; one-line errors.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn tranche(config: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tranche"))
-        .args(args)
-        .env("TRANCHE_CONFIG", config)
-        .output()
-        .unwrap()
-}
-
-/// One `tranche dev` at a time: each is 3 controllers and 4 agents.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-struct Dev {
-    _serial: std::sync::MutexGuard<'static, ()>,
-    child: Child,
-    user: String,
-    admin: String,
-}
-
-impl Dev {
-    fn start(user: &str) -> Dev {
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tranche"))
-            .arg("dev")
-            .env("USER", user)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let export = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .next()
-            .unwrap()
-            .unwrap();
-        let user = export
-            .strip_prefix("export TRANCHE_CONFIG=")
-            .unwrap()
-            .to_string();
-        let admin = std::path::Path::new(&user)
-            .parent()
-            .unwrap()
-            .join("admin-admin.toml")
-            .display()
-            .to_string();
-        Dev {
-            _serial: serial,
-            child,
-            user,
-            admin,
-        }
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        tranche_local::interrupt(self.child.id());
-        let _ = self.child.wait();
-    }
-}
+use common::{tranche, Dev};
 
 fn job(config: &str, id: &str) -> serde_json::Value {
     let out = tranche(config, &["show", id, "--json"]);

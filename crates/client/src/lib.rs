@@ -100,31 +100,29 @@ impl Client {
                 }
             }
         }
-        let addr = self.controllers[idx];
-        let connecting = self
-            .endpoint
-            .connect(addr, CONTROLLER_SERVER_NAME)
-            .map_err(|e| ClientError::Connect {
-                addr,
-                reason: e.to_string(),
-            })?;
-        let conn = match tokio::time::timeout(Duration::from_secs(3), connecting).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(ClientError::Connect {
-                    addr,
-                    reason: e.to_string(),
-                })
-            }
-            Err(_) => {
-                return Err(ClientError::Connect {
-                    addr,
-                    reason: "handshake timed out".into(),
-                })
-            }
-        };
+        let conn = self
+            .handshake(self.controllers[idx], CONTROLLER_SERVER_NAME)
+            .await?;
         *self.current.lock().unwrap() = (idx, Some(conn.clone()));
         Ok(conn)
+    }
+
+    /// A new QUIC connection to `addr`, verified under `server_name`, within 3 s.
+    async fn handshake(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+    ) -> Result<quinn::Connection, ClientError> {
+        let err = |reason: String| ClientError::Connect { addr, reason };
+        let connecting = self
+            .endpoint
+            .connect(addr, server_name)
+            .map_err(|e| err(e.to_string()))?;
+        match tokio::time::timeout(Duration::from_secs(3), connecting).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(err(e.to_string())),
+            Err(_) => Err(err("handshake timed out".into())),
+        }
     }
 
     /// Sends one request to controller `idx` and waits for its response (at most
@@ -273,29 +271,9 @@ impl Client {
         mut sink: impl FnMut(&[u8]),
     ) -> Result<(u32, bool), ClientError> {
         use tranche_proto::LogFrame;
-        let name = tranche_tls::agent_server_name(node);
-        let connecting = self
-            .endpoint
-            .connect(addr, &name)
-            .map_err(|e| ClientError::Connect {
-                addr,
-                reason: e.to_string(),
-            })?;
-        let conn = match tokio::time::timeout(Duration::from_secs(3), connecting).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(ClientError::Connect {
-                    addr,
-                    reason: e.to_string(),
-                })
-            }
-            Err(_) => {
-                return Err(ClientError::Connect {
-                    addr,
-                    reason: "handshake timed out".into(),
-                })
-            }
-        };
+        let conn = self
+            .handshake(addr, &tranche_tls::agent_server_name(node))
+            .await?;
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| ClientError::Closed {
             addr,
             reason: e.to_string(),

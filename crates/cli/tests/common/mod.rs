@@ -1,0 +1,69 @@
+//! Shared by the CLI tests: the `tranche` binary, and a `tranche dev` cluster.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// Runs the `tranche` CLI against the cluster config `config`.
+pub fn tranche(config: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(args)
+        .env("TRANCHE_CONFIG", config)
+        .output()
+        .unwrap()
+}
+
+/// One `tranche dev` at a time in a test binary: each is 3 controllers and 4 agents.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A running `tranche dev`, interrupted (Ctrl-C) when dropped.
+pub struct Dev {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    pub child: Child,
+    /// The config it printed (the user's), and the admin's beside it.
+    pub user: String,
+    pub admin: String,
+    /// Its temporary dir.
+    pub dir: PathBuf,
+}
+
+impl Dev {
+    /// Starts `tranche dev` as the user `user` and waits for its `export` line.
+    pub fn start(user: &str) -> Dev {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tranche"))
+            .arg("dev")
+            .env("USER", user)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let export = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .next()
+            .expect("a line")
+            .unwrap();
+        let user = export
+            .strip_prefix("export TRANCHE_CONFIG=")
+            .unwrap_or_else(|| panic!("first line is not the export line: {export}"))
+            .to_string();
+        let dir = std::path::Path::new(&user).parent().unwrap().to_path_buf();
+        let admin = dir.join("admin-admin.toml").display().to_string();
+        Dev {
+            _serial: serial,
+            child,
+            user,
+            admin,
+            dir,
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        tranche_local::interrupt(self.child.id());
+        let _ = self.child.wait();
+    }
+}

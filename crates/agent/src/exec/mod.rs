@@ -42,6 +42,7 @@
 mod cgroup;
 mod fsutil;
 mod image;
+pub mod ledger;
 mod oci;
 mod procfs;
 mod shim;

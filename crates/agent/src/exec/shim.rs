@@ -15,6 +15,7 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::unistd::ForkResult;
 
+use super::ledger::{self, LedgerEntry};
 use super::DEFAULT_PATH;
 use super::{files, fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec, Plan};
 
@@ -79,10 +80,27 @@ fn supervise(dir: &Path) -> Result<(), String> {
     })();
     let (spec, plan) = match loaded {
         Ok(x) => x,
-        Err(e) => return record(dir, None, Err(e)),
+        Err(e) => return record(dir, None, None, Err(e)),
     };
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         log(dir, &format!("cannot become child subreaper ({e}): daemonized processes of the job are not waited for"));
+    }
+    // The GPUs are taken before anything of the job can run.
+    let ledger = (!spec.gpus.is_empty())
+        .then(|| ledger::ledger_of_attempt(dir))
+        .flatten()
+        .map(|path| {
+            let gpus: Vec<u32> = spec.gpus.iter().map(|g| g.index).collect();
+            (path, spec.job, spec.attempt, gpus)
+        });
+    if let Some((path, job, attempt, gpus)) = &ledger {
+        let e = LedgerEntry::now(true, *job, *attempt, gpus.clone());
+        if let Err(e) = ledger::append(path, &e) {
+            log(
+                dir,
+                &format!("cannot write the GPU ledger {}: {e}", path.display()),
+            );
+        }
     }
     let outcome = (|| {
         let stdout = fsutil::open_append(&dir.join(files::STDOUT)).map_err(|e| e.to_string())?;
@@ -92,14 +110,18 @@ fn supervise(dir: &Path) -> Result<(), String> {
             ExecKind::Oci => run_oci(dir, &plan, stdout, stderr),
         }
     })();
-    record(dir, Some(&plan), outcome)
+    record(dir, Some(&plan), ledger, outcome)
 }
+
+/// An attempt's GPU ledger file, job, attempt and GPU indices.
+type LedgerNote = (std::path::PathBuf, u64, u32, Vec<u32>);
 
 /// Cleans up and records the outcome: `launch_error` (first, so that whoever sees
 /// `exit.json` sees it too) for a job that could not be started, and `exit.json`.
 fn record(
     dir: &Path,
     plan: Option<&Plan>,
+    ledger: Option<LedgerNote>,
     outcome: Result<ExitStatus, String>,
 ) -> Result<(), String> {
     if let Some(plan) = plan {
@@ -131,6 +153,16 @@ fn record(
             }
         }
     };
+    // The GPUs are given back after every process and the cgroup or container are
+    // gone, and before the end is recorded (which lets them be given to another job).
+    if let Some((path, job, attempt, gpus)) = ledger {
+        if let Err(e) = ledger::append(&path, &LedgerEntry::now(false, job, attempt, gpus)) {
+            log(
+                dir,
+                &format!("cannot write the GPU ledger {}: {e}", path.display()),
+            );
+        }
+    }
     log(dir, &format!("job ended: {status}"));
     fsutil::write_json(&dir.join(files::EXIT), &status).map_err(|e| e.to_string())
 }

@@ -1,0 +1,173 @@
+//! The GPU ledger: `<spool>/gpu-ledger.log`, one line each time an attempt takes its
+//! GPUs and each time it gives them back, written by the attempt's shim.
+//!
+//! `bind` is written before the job's first process is started, `free` after the last
+//! one is gone (and its cgroup or container removed) and before the attempt's end is
+//! recorded, so that the interval a line pair gives covers every instant the job could
+//! touch the GPUs. A line is `<unix time in µs> bind|free <job> <attempt> <i,j,...>`,
+//! written with one `write` on a file opened for appending, so lines of concurrent
+//! shims never interleave. An attempt without GPUs writes nothing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The ledger's file name in the spool directory.
+pub const GPU_LEDGER: &str = "gpu-ledger.log";
+
+/// One line of the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// Unix time in microseconds.
+    pub t_us: u64,
+    /// `true`: the attempt took the GPUs; `false`: it gave them back.
+    pub bind: bool,
+    pub job: u64,
+    pub attempt: u32,
+    /// GPU indices on the node.
+    pub gpus: Vec<u32>,
+}
+
+/// The ledger of the spool that holds the attempt directory `attempt_dir`
+/// (`<spool>/attempts/<name>`).
+pub(crate) fn ledger_of_attempt(attempt_dir: &Path) -> Option<PathBuf> {
+    Some(attempt_dir.parent()?.parent()?.join(GPU_LEDGER))
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+impl LedgerEntry {
+    pub fn now(bind: bool, job: u64, attempt: u32, gpus: Vec<u32>) -> LedgerEntry {
+        LedgerEntry {
+            t_us: now_us(),
+            bind,
+            job,
+            attempt,
+            gpus,
+        }
+    }
+
+    pub fn to_line(&self) -> String {
+        let gpus: Vec<String> = self.gpus.iter().map(|g| g.to_string()).collect();
+        format!(
+            "{} {} {} {} {}\n",
+            self.t_us,
+            if self.bind { "bind" } else { "free" },
+            self.job,
+            self.attempt,
+            gpus.join(",")
+        )
+    }
+
+    /// Parses one line; `None` for anything malformed.
+    pub fn parse(line: &str) -> Option<LedgerEntry> {
+        let mut f = line.split_whitespace();
+        let t_us = f.next()?.parse().ok()?;
+        let bind = match f.next()? {
+            "bind" => true,
+            "free" => false,
+            _ => return None,
+        };
+        let job = f.next()?.parse().ok()?;
+        let attempt = f.next()?.parse().ok()?;
+        let gpus = f
+            .next()?
+            .split(',')
+            .map(|g| g.parse().ok())
+            .collect::<Option<Vec<u32>>>()?;
+        if f.next().is_some() {
+            return None;
+        }
+        Some(LedgerEntry {
+            t_us,
+            bind,
+            job,
+            attempt,
+            gpus,
+        })
+    }
+}
+
+/// Appends one entry (a single write).
+pub(crate) fn append(path: &Path, entry: &LedgerEntry) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(entry.to_line().as_bytes())?;
+    f.sync_data()
+}
+
+/// Every well-formed entry of a spool's ledger, in file order, and the number of lines
+/// that could not be read.
+pub fn read(spool: &Path) -> std::io::Result<(Vec<LedgerEntry>, usize)> {
+    let text = match std::fs::read_to_string(spool.join(GPU_LEDGER)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    let mut bad = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match LedgerEntry::parse(line) {
+            Some(e) => out.push(e),
+            None => bad += 1,
+        }
+    }
+    Ok((out, bad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip_and_junk_is_refused() {
+        let e = LedgerEntry {
+            t_us: 1_700_000_000_000_001,
+            bind: true,
+            job: 42,
+            attempt: 3,
+            gpus: vec![0, 5],
+        };
+        assert_eq!(LedgerEntry::parse(&e.to_line()), Some(e.clone()));
+        let f = LedgerEntry { bind: false, ..e };
+        assert_eq!(LedgerEntry::parse(&f.to_line()), Some(f));
+        for bad in [
+            "",
+            "1 bind 2 3",
+            "1 take 2 3 0",
+            "x bind 2 3 0",
+            "1 bind 2 3 0,a",
+            "1 bind 2 3 0 9",
+        ] {
+            assert_eq!(LedgerEntry::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn appends_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let attempt = dir.path().join("attempts").join("7.1");
+        std::fs::create_dir_all(&attempt).unwrap();
+        let path = ledger_of_attempt(&attempt).unwrap();
+        assert_eq!(path, dir.path().join(GPU_LEDGER));
+        append(&path, &LedgerEntry::now(true, 7, 1, vec![1])).unwrap();
+        append(&path, &LedgerEntry::now(false, 7, 1, vec![1])).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"torn")
+            .unwrap();
+        let (entries, bad) = read(dir.path()).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert!(entries[0].bind && !entries[1].bind);
+        assert!(entries[0].t_us <= entries[1].t_us);
+        assert_eq!(bad, 1);
+    }
+}

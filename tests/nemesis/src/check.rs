@@ -1,0 +1,445 @@
+//! The checker: judges a run's history against the final state, the agents' GPU
+//! ledgers and the controllers' digests. Pure: it reads only what it is given.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use tranche_agent::exec::ledger::LedgerEntry;
+use tranche_model::JobStatus;
+
+use crate::history::{FaultRecord, Op, OpKind, Outcome};
+
+/// A job as the final state has it.
+#[derive(Debug, Clone)]
+pub struct FinalJob {
+    pub id: u64,
+    pub name: String,
+    pub status: JobStatus,
+    pub priority: u32,
+    /// Why it waits, when it waits.
+    pub reason: Option<String>,
+}
+
+/// One agent's GPU ledger.
+#[derive(Debug, Clone)]
+pub struct NodeLedger {
+    pub node: String,
+    pub entries: Vec<LedgerEntry>,
+    /// Lines that could not be read.
+    pub bad_lines: usize,
+}
+
+/// Each controller's (applied index, digest), or `None` when it did not answer.
+pub type Digests = Vec<Option<(u64, u64)>>;
+
+pub struct Input<'a> {
+    pub ops: &'a [Op],
+    pub faults: &'a [FaultRecord],
+    pub jobs: &'a [FinalJob],
+    pub ledgers: &'a [NodeLedger],
+    pub digests: &'a Digests,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub ops: usize,
+    pub acked: usize,
+    /// Acknowledged submits whose job is missing from the final state (or is another job).
+    pub lost: usize,
+    /// Jobs that exist more than once for one submit, and ids given to two submits.
+    pub duplicated: usize,
+    /// Acknowledged cancels whose job did not end CANCELLED.
+    pub cancels_undone: usize,
+    /// Jobs whose final priority is neither the last acknowledged one nor one sent after it.
+    pub priorities_undone: usize,
+    /// Pairs of attempts that held the same GPU at the same instant.
+    pub gpu_overlaps: usize,
+    pub gpu_intervals: usize,
+    /// Ledger lines that do not pair up (a free without its bind) or cannot be read.
+    pub ledger_errors: usize,
+    pub faults: usize,
+    pub faults_by_kind: BTreeMap<String, usize>,
+    pub converged: bool,
+    /// Jobs neither ended nor waiting with a reason.
+    pub stuck: usize,
+    pub jobs: usize,
+    pub jobs_by_status: BTreeMap<String, usize>,
+    pub ops_by_kind: BTreeMap<String, [usize; 3]>,
+    /// The first violations found, in words.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.lost == 0
+            && self.duplicated == 0
+            && self.cancels_undone == 0
+            && self.priorities_undone == 0
+            && self.gpu_overlaps == 0
+            && self.ledger_errors == 0
+            && self.converged
+            && self.stuck == 0
+    }
+
+    fn violation(&mut self, msg: String) {
+        if self.violations.len() < 20 {
+            self.violations.push(msg);
+        }
+    }
+}
+
+pub fn check(input: &Input) -> Report {
+    let mut r = Report {
+        ops: input.ops.len(),
+        faults: input.faults.len(),
+        jobs: input.jobs.len(),
+        ..Report::default()
+    };
+    for f in input.faults {
+        *r.faults_by_kind.entry(f.kind.to_string()).or_default() += 1;
+    }
+    for j in input.jobs {
+        *r.jobs_by_status.entry(j.status.to_string()).or_default() += 1;
+    }
+    for op in input.ops {
+        let e = r
+            .ops_by_kind
+            .entry(format!("{:?}", op.kind).to_lowercase())
+            .or_default();
+        e[match op.outcome {
+            Outcome::Ok => 0,
+            Outcome::Fail => 1,
+            Outcome::Unknown => 2,
+        }] += 1;
+    }
+    r.acked = input
+        .ops
+        .iter()
+        .filter(|o| o.outcome == Outcome::Ok)
+        .count();
+    check_jobs(input, &mut r);
+    check_ledgers(input.ledgers, &mut r);
+    check_digests(input.digests, &mut r);
+    r
+}
+
+fn check_jobs(input: &Input, r: &mut Report) {
+    let by_id: HashMap<u64, &FinalJob> = input.jobs.iter().map(|j| (j.id, j)).collect();
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for j in input.jobs {
+        *by_name.entry(j.name.as_str()).or_default() += 1;
+    }
+    // Every submit names its job uniquely: one job per name, one name per id.
+    let mut id_names: HashMap<u64, &str> = HashMap::new();
+    for op in input.ops.iter().filter(|o| o.kind == OpKind::Submit) {
+        let n = by_name.get(op.subject.as_str()).copied().unwrap_or(0);
+        if n > 1 {
+            r.duplicated += n - 1;
+            r.violation(format!("job {} exists {n} times", op.subject));
+        }
+        if op.outcome != Outcome::Ok {
+            continue;
+        }
+        let Some(id) = op.job else { continue };
+        if let Some(prev) = id_names.insert(id, &op.subject) {
+            if prev != op.subject {
+                r.duplicated += 1;
+                r.violation(format!("id {id} was given to {prev} and to {}", op.subject));
+            }
+        }
+        match by_id.get(&id) {
+            Some(j) if j.name == op.subject => {}
+            Some(j) => {
+                r.lost += 1;
+                r.violation(format!(
+                    "acknowledged submit {} (id {id}) is job {} in the final state",
+                    op.subject, j.name
+                ));
+            }
+            None => {
+                r.lost += 1;
+                r.violation(format!(
+                    "acknowledged submit {} (id {id}) is missing from the final state",
+                    op.subject
+                ));
+            }
+        }
+    }
+    for op in input
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Cancel && o.outcome == Outcome::Ok)
+    {
+        let Some(id) = op.job else { continue };
+        match by_id.get(&id) {
+            Some(j) if j.status == JobStatus::Cancelled => {}
+            Some(j) => {
+                r.cancels_undone += 1;
+                r.violation(format!(
+                    "job {id} was cancelled (acknowledged) but ended {}",
+                    j.status
+                ));
+            }
+            None => {
+                r.cancels_undone += 1;
+                r.violation(format!(
+                    "cancelled job {id} is missing from the final state"
+                ));
+            }
+        }
+    }
+    // Priority updates: the final priority is the last acknowledged one, or one sent
+    // after it whose outcome is unknown. A job's updates come from one client, in order.
+    let mut per_job: BTreeMap<u64, Vec<&Op>> = BTreeMap::new();
+    for op in input.ops.iter().filter(|o| o.kind == OpKind::Priority) {
+        if let Some(id) = op.job {
+            per_job.entry(id).or_default().push(op);
+        }
+    }
+    for (id, mut ops) in per_job {
+        ops.sort_by_key(|o| o.invoke_us);
+        let Some(last_ok) = ops.iter().rposition(|o| o.outcome == Outcome::Ok) else {
+            continue;
+        };
+        let mut allowed: Vec<u32> = ops[last_ok..]
+            .iter()
+            .filter(|o| o.outcome != Outcome::Fail)
+            .filter_map(|o| o.value)
+            .collect();
+        allowed.dedup();
+        if let Some(j) = by_id.get(&id) {
+            if !allowed.contains(&j.priority) {
+                r.priorities_undone += 1;
+                r.violation(format!(
+                    "job {id} ended with priority {}, but {allowed:?} was acknowledged",
+                    j.priority
+                ));
+            }
+        }
+    }
+    for j in input.jobs {
+        let waiting = matches!(
+            j.status,
+            JobStatus::Submitted | JobStatus::Pending | JobStatus::Runnable
+        );
+        let explained = j.reason.as_deref().is_some_and(|s| !s.trim().is_empty());
+        if !j.status.is_terminal() && !(waiting && explained) {
+            r.stuck += 1;
+            r.violation(format!(
+                "job {} ({}) is {} at the end{}",
+                j.id,
+                j.name,
+                j.status,
+                if waiting { " with no reason" } else { "" }
+            ));
+        }
+    }
+}
+
+/// No GPU of a node is held by two attempts at once. An attempt that never gave its
+/// GPUs back holds them to the end of time.
+fn check_ledgers(ledgers: &[NodeLedger], r: &mut Report) {
+    for l in ledgers {
+        r.ledger_errors += l.bad_lines;
+        // (job, attempt, gpu) → bind time
+        let mut open: HashMap<(u64, u32, u32), u64> = HashMap::new();
+        let mut intervals: BTreeMap<u32, Vec<(u64, u64, u64, u32)>> = BTreeMap::new();
+        let mut entries = l.entries.clone();
+        entries.sort_by_key(|e| (e.t_us, !e.bind));
+        for e in &entries {
+            for &g in &e.gpus {
+                let key = (e.job, e.attempt, g);
+                if e.bind {
+                    if open.insert(key, e.t_us).is_some() {
+                        r.ledger_errors += 1;
+                        r.violation(format!(
+                            "{}: job {} attempt {} bound GPU {g} twice",
+                            l.node, e.job, e.attempt
+                        ));
+                    }
+                } else {
+                    match open.remove(&key) {
+                        Some(t0) => intervals
+                            .entry(g)
+                            .or_default()
+                            .push((t0, e.t_us, e.job, e.attempt)),
+                        None => {
+                            r.ledger_errors += 1;
+                            r.violation(format!(
+                                "{}: job {} attempt {} freed GPU {g} it had not bound",
+                                l.node, e.job, e.attempt
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        for ((job, attempt, g), t0) in open {
+            intervals
+                .entry(g)
+                .or_default()
+                .push((t0, u64::MAX, job, attempt));
+        }
+        for (g, mut iv) in intervals {
+            r.gpu_intervals += iv.len();
+            iv.sort();
+            // The interval that reaches furthest so far.
+            let mut reach: Option<(u64, u64, u32)> = None;
+            for &(t0, t1, job, attempt) in &iv {
+                if let Some((end, pj, pa)) = reach {
+                    if t0 < end {
+                        r.gpu_overlaps += 1;
+                        r.violation(format!(
+                            "{}: GPU {g} held by job {pj} attempt {pa} and job {job} attempt {attempt} at once ({} µs)",
+                            l.node,
+                            end.min(t1) - t0
+                        ));
+                    }
+                }
+                if reach.is_none_or(|(end, _, _)| t1 > end) {
+                    reach = Some((t1, job, attempt));
+                }
+            }
+        }
+    }
+}
+
+fn check_digests(digests: &Digests, r: &mut Report) {
+    let first = digests.first().copied().flatten();
+    r.converged = first.is_some() && digests.iter().all(|d| *d == first);
+    if !r.converged {
+        r.violation(format!(
+            "controllers differ: (applied, digest) = {digests:?}"
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(
+        kind: OpKind,
+        subject: &str,
+        job: Option<u64>,
+        value: Option<u32>,
+        t: u64,
+        outcome: Outcome,
+    ) -> Op {
+        Op {
+            client: 0,
+            kind,
+            subject: subject.into(),
+            job,
+            value,
+            invoke_us: t,
+            complete_us: t + 1,
+            outcome,
+            detail: String::new(),
+        }
+    }
+
+    fn job(id: u64, name: &str, status: JobStatus, priority: u32) -> FinalJob {
+        FinalJob {
+            id,
+            name: name.into(),
+            status,
+            priority,
+            reason: None,
+        }
+    }
+
+    fn entry(t: u64, bind: bool, job: u64, gpus: &[u32]) -> LedgerEntry {
+        LedgerEntry {
+            t_us: t,
+            bind,
+            job,
+            attempt: 1,
+            gpus: gpus.to_vec(),
+        }
+    }
+
+    fn run(ops: &[Op], jobs: &[FinalJob], ledger: Vec<LedgerEntry>) -> Report {
+        let ledgers = vec![NodeLedger {
+            node: "n0".into(),
+            entries: ledger,
+            bad_lines: 0,
+        }];
+        check(&Input {
+            ops,
+            faults: &[],
+            jobs,
+            ledgers: &ledgers,
+            digests: &vec![Some((5, 9)), Some((5, 9)), Some((5, 9))],
+        })
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let ops = [
+            op(OpKind::Submit, "a", Some(1), None, 1, Outcome::Ok),
+            op(OpKind::Submit, "b", None, None, 2, Outcome::Unknown),
+            op(OpKind::Priority, "a", Some(1), Some(5), 3, Outcome::Ok),
+            op(OpKind::Priority, "a", Some(1), Some(7), 4, Outcome::Unknown),
+            op(OpKind::Cancel, "a", Some(1), None, 5, Outcome::Ok),
+        ];
+        let jobs = [job(1, "a", JobStatus::Cancelled, 7)];
+        let ledger = vec![
+            entry(10, true, 1, &[0]),
+            entry(20, false, 1, &[0]),
+            entry(20, true, 2, &[0]),
+        ];
+        let r = run(&ops, &jobs, ledger);
+        assert!(r.passed(), "{r:?}");
+        assert_eq!((r.ops, r.acked, r.gpu_intervals), (5, 3, 2));
+    }
+
+    #[test]
+    fn each_violation_is_counted() {
+        let ops = [
+            op(OpKind::Submit, "lost", Some(1), None, 1, Outcome::Ok),
+            op(OpKind::Submit, "dup", Some(2), None, 2, Outcome::Ok),
+            op(OpKind::Submit, "same-id", Some(2), None, 3, Outcome::Ok),
+            op(OpKind::Cancel, "dup", Some(2), None, 4, Outcome::Ok),
+            op(OpKind::Priority, "dup", Some(2), Some(3), 5, Outcome::Ok),
+            op(OpKind::Priority, "dup", Some(2), Some(4), 6, Outcome::Fail),
+        ];
+        let mut waiting = job(3, "dup", JobStatus::Runnable, 4);
+        waiting.reason = None;
+        let jobs = [job(2, "dup", JobStatus::Running, 4), waiting];
+        let ledger = vec![
+            entry(10, true, 1, &[0, 1]),
+            entry(30, false, 1, &[0, 1]),
+            entry(20, true, 2, &[1]),
+            entry(40, false, 3, &[2]),
+        ];
+        let r = run(&ops, &jobs, ledger);
+        assert!(!r.passed());
+        assert_eq!(r.lost, 2, "{r:?}"); // "lost" missing; "same-id" is job "dup"
+        assert!(r.duplicated >= 2, "{r:?}"); // "dup" twice, id 2 given twice
+        assert_eq!(r.cancels_undone, 1);
+        assert_eq!(r.priorities_undone, 1);
+        assert_eq!(r.stuck, 2);
+        assert_eq!(r.gpu_overlaps, 1);
+        assert_eq!(r.ledger_errors, 1);
+    }
+
+    #[test]
+    fn an_unfreed_gpu_is_held_to_the_end_and_digests_must_agree() {
+        let ledger = vec![entry(10, true, 1, &[0]), entry(1_000, true, 2, &[0])];
+        let ledgers = vec![NodeLedger {
+            node: "n0".into(),
+            entries: ledger,
+            bad_lines: 0,
+        }];
+        let r = check(&Input {
+            ops: &[],
+            faults: &[],
+            jobs: &[],
+            ledgers: &ledgers,
+            digests: &vec![Some((5, 9)), Some((5, 8)), None],
+        });
+        assert_eq!(r.gpu_overlaps, 1);
+        assert!(!r.converged);
+    }
+}

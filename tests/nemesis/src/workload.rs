@@ -1,0 +1,226 @@
+//! The clients: users who submit, cancel and reprioritize their jobs, and an admin and
+//! an operator who move capacity between shares and drain and resume nodes. Every
+//! operation goes into the history with its times and outcome.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tranche_client::{Client, ClientError};
+use tranche_local::demo;
+use tranche_model::{CapacityLimit, JobId, JobSpec, ObjState, ServiceEnvironment, Strategy};
+use tranche_proto::ApiError;
+use tranche_state::{Command, Outcome as Applied};
+
+use crate::history::{now_us, History, Op, OpKind, Outcome};
+
+/// GPUs per node, and nodes.
+pub const GPUS_PER_NODE: u32 = 4;
+
+/// The policy: environment `gpu` (all GPUs of the nodes), queue `q`, and three shares
+/// open to every user: `reserve` (RESERVE), `lend` (LEND) and `borrow`
+/// (LEND_AND_BORROW, no borrow cap). `variant` 0 and 1 split the capacity differently:
+/// switching between them moves GPUs from `lend` to `reserve` and back.
+pub fn policy(nodes: usize, variant: u32) -> Vec<Command> {
+    let total = GPUS_PER_NODE * nodes as u32;
+    let third = total / 3;
+    let (reserve, lend) = if variant == 0 {
+        (third, third)
+    } else {
+        (third / 2, third + third - third / 2)
+    };
+    let mut cmds: Vec<Command> = demo::objects()
+        .into_iter()
+        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
+        .collect();
+    cmds.insert(
+        0,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: total,
+            }],
+            state: ObjState::Enabled,
+        }),
+    );
+    let mut shares = vec![
+        demo::share("reserve", Strategy::Reserve, reserve, &[]),
+        demo::share("lend", Strategy::Lend, lend, &[]),
+        demo::share("borrow", Strategy::LendAndBorrow, total - third * 2, &[]),
+    ];
+    shares[2].resource_sharing.borrow_limit = Some(-1);
+    for s in &mut shares {
+        s.default_grace_s = 2;
+        s.in_share_preemption = true;
+    }
+    cmds.extend(shares.into_iter().map(Command::PutShare));
+    cmds
+}
+
+/// Only the shares of a policy variant (what the admin client changes).
+fn share_updates(nodes: usize, variant: u32) -> Vec<Command> {
+    policy(nodes, variant)
+        .into_iter()
+        .filter(|c| matches!(c, Command::PutShare(_)))
+        .collect()
+}
+
+fn outcome_of(r: &Result<Result<Applied, ApiError>, ClientError>) -> (Outcome, String) {
+    match r {
+        Ok(Ok(o)) => (Outcome::Ok, format!("{o:?}")),
+        Ok(Err(e)) if e.retryable() => (Outcome::Unknown, e.to_string()),
+        Ok(Err(e)) => (Outcome::Fail, e.to_string()),
+        Err(ClientError::Api(e)) if !e.retryable() => (Outcome::Fail, e.to_string()),
+        Err(e) => (Outcome::Unknown, e.to_string()),
+    }
+}
+
+pub struct Ctx {
+    pub history: Arc<History>,
+    pub stop: Arc<AtomicBool>,
+    pub nodes: Vec<String>,
+}
+
+async fn pause(rng: &mut StdRng, lo: u64, hi: u64) {
+    tokio::time::sleep(Duration::from_millis(rng.gen_range(lo..hi))).await;
+}
+
+/// A user: submits short jobs (sleeps of 0.3–2.5 s on one or two GPUs) to the three
+/// shares, cancels some, reprioritizes some.
+pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut mine: Vec<u64> = Vec::new();
+    let mut seq = 0u32;
+    while !ctx.stop.load(Ordering::Relaxed) {
+        let p = rng.gen_range(0..10);
+        let invoke_us = now_us();
+        if p < 6 || mine.is_empty() {
+            seq += 1;
+            let name = format!("nem-{n}-{seq}");
+            let share = ["reserve", "lend", "borrow"][rng.gen_range(0..3)];
+            let gpus = if rng.gen_bool(0.7) { 1 } else { 2 };
+            let mut spec = JobSpec::new(&name, "q", share, &user, "h100", gpus, 1);
+            spec.client_token = Some(tranche_client::new_token());
+            spec.priority = rng.gen_range(0..100);
+            spec.command = vec!["sleep".into(), format!("{:.1}", rng.gen_range(0.3..2.5))];
+            let r = client.submit(spec).await;
+            let (outcome, job, detail) = match &r {
+                Ok((id, existing)) => (Outcome::Ok, Some(id.0), format!("existing={existing}")),
+                Err(ClientError::Api(e)) if !e.retryable() => (Outcome::Fail, None, e.to_string()),
+                Err(e) => (Outcome::Unknown, None, e.to_string()),
+            };
+            if let Some(id) = job {
+                mine.push(id);
+            }
+            ctx.history.op(Op {
+                client: n,
+                kind: OpKind::Submit,
+                subject: name,
+                job,
+                value: None,
+                invoke_us,
+                complete_us: now_us(),
+                outcome,
+                detail,
+            });
+        } else {
+            let id = mine[rng.gen_range(0..mine.len())];
+            let (kind, value, cmd) = if p < 8 {
+                let cmd = Command::Cancel {
+                    job: JobId(id),
+                    reason: "nemesis".into(),
+                };
+                (OpKind::Cancel, None, cmd)
+            } else {
+                let priority = rng.gen_range(0..100);
+                let cmd = Command::UpdatePriority {
+                    job: JobId(id),
+                    priority,
+                };
+                (OpKind::Priority, Some(priority), cmd)
+            };
+            let r = client.command(cmd).await;
+            let (outcome, detail) = outcome_of(&r);
+            ctx.history.op(Op {
+                client: n,
+                kind,
+                subject: format!("job {id}"),
+                job: Some(id),
+                value,
+                invoke_us,
+                complete_us: now_us(),
+                outcome,
+                detail,
+            });
+        }
+        pause(&mut rng, 100, 400).await;
+    }
+}
+
+/// The admin and the operator: every 1–3 s, switch the policy variant, or drain a node
+/// (gracefully or at once), or resume the drained one.
+pub async fn operator(ctx: Arc<Ctx>, admin: Client, operator: Client, n: usize, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut variant = 0u32;
+    let mut drained: Option<String> = None;
+    while !ctx.stop.load(Ordering::Relaxed) {
+        pause(&mut rng, 1_000, 3_000).await;
+        if ctx.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let invoke_us = now_us();
+        let (kind, subject, value, r) = if let Some(node) = drained.take() {
+            let r = operator
+                .command(Command::ResumeNode {
+                    node: node.as_str().into(),
+                })
+                .await;
+            (OpKind::Resume, node, None, r)
+        } else if rng.gen_bool(0.5) {
+            variant = 1 - variant;
+            let mut last = None;
+            for cmd in share_updates(ctx.nodes.len(), variant) {
+                let r = admin.command(cmd).await;
+                let failed = !matches!(r, Ok(Ok(_)));
+                last = Some(r);
+                if failed {
+                    break;
+                }
+            }
+            (
+                OpKind::Policy,
+                "shares".into(),
+                Some(variant),
+                last.expect("shares"),
+            )
+        } else {
+            let node = ctx.nodes[rng.gen_range(0..ctx.nodes.len())].clone();
+            let r = operator
+                .command(Command::DrainNode {
+                    node: node.as_str().into(),
+                    reason: "nemesis drain".into(),
+                    now: rng.gen_bool(0.5),
+                })
+                .await;
+            drained = Some(node.clone());
+            (OpKind::Drain, node, None, r)
+        };
+        let (outcome, detail) = outcome_of(&r);
+        ctx.history.op(Op {
+            client: n,
+            kind,
+            subject,
+            job: None,
+            value,
+            invoke_us,
+            complete_us: now_us(),
+            outcome,
+            detail,
+        });
+    }
+}

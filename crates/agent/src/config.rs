@@ -50,18 +50,11 @@ pub struct AgentConfig {
     /// controllers' `down_after_s` minus the longest grace period.
     #[serde(default = "default_fence_after_s")]
     pub fence_after_s: u64,
-    pub tls: TlsConfig,
+    /// `ca`, `cert`, `key` and the optional `crl` (see [`tranche_tls::TlsFiles`]).
+    pub tls: tranche_tls::TlsFiles,
     /// GPU product name → capacity unit, e.g. `"NVIDIA H100 80GB HBM3" = "h100"`.
     #[serde(default)]
     pub units: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
 }
 
 fn default_inventory() -> String {

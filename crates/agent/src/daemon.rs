@@ -14,7 +14,6 @@ use tranche_client::{Client, ClientError};
 use tranche_model::{JobId, JobStatus, NodeInventory};
 use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
 use tranche_state::{ApplyError, Command, Progress};
-use tranche_tls::TlsFiles;
 
 use crate::config::AgentConfig;
 use crate::exec::{signal_number, Attempt, BoundGpu, Executors, LaunchSpec, StopOutcome};
@@ -124,11 +123,7 @@ impl Agent {
     pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
         let (mut inventory, fake_devices, gpus) = node_inventory(&cfg)?;
         let execs = Arc::new(Executors::new(&cfg.spool_dir)?);
-        let tls = TlsFiles {
-            ca: cfg.tls.ca.clone(),
-            cert: cfg.tls.cert.clone(),
-            key: cfg.tls.key.clone(),
-        };
+        let tls = cfg.tls.clone();
         let mut client = Client::new(cfg.controller_addrs(), &tls)
             .map_err(|e| AgentError::Client(e.to_string()))?;
         let server =

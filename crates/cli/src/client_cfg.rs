@@ -7,6 +7,7 @@
 //! ca = "/home/alice/.tranche/ca.pem"
 //! cert = "/home/alice/.tranche/user-alice.pem"
 //! key = "/home/alice/.tranche/user-alice.key"
+//! crl = "/home/alice/.tranche/crl.pem"    # optional: the CA's revocation list
 //! ```
 
 use std::net::SocketAddr;
@@ -20,15 +21,8 @@ use tranche_tls::TlsFiles;
 #[serde(deny_unknown_fields)]
 pub struct ClientCfg {
     pub controllers: Vec<String>,
-    pub tls: TlsCfg,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsCfg {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    /// `ca`, `cert`, `key` and the optional `crl`.
+    pub tls: TlsFiles,
 }
 
 /// The config file to use: the flag, else `$TRANCHE_CONFIG`.
@@ -66,11 +60,6 @@ impl ClientCfg {
             .iter()
             .filter_map(|a| a.parse().ok())
             .collect();
-        let files = TlsFiles {
-            ca: self.tls.ca.clone(),
-            cert: self.tls.cert.clone(),
-            key: self.tls.key.clone(),
-        };
-        Client::new(addrs, &files).map_err(|e| e.to_string())
+        Client::new(addrs, &self.tls).map_err(|e| e.to_string())
     }
 }

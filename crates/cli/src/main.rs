@@ -199,6 +199,30 @@ enum CertsCmd {
         #[arg(long, default_value_t = 365)]
         days: u32,
     },
+    /// Revoke a certificate: add it to the CA's revocation list, crl.pem in the CA
+    /// directory.
+    ///
+    /// Keeps every certificate listed already and signs the new list with the CA key
+    /// under the next CRL number; revoking a listed certificate again changes nothing.
+    /// Prints the path of crl.pem. Daemons and clients read the list named by `crl` in
+    /// their [tls] table when they start: copy crl.pem to every node, then restart the
+    /// controllers one at a time and the agents.
+    ///
+    /// Example: tranche certs revoke --dir /etc/tranche/certs --cert user-mallory.pem
+    #[command(group(clap::ArgGroup::new("what").required(true).args(["cert", "serial"])))]
+    Revoke {
+        /// The CA directory, holding ca.pem and ca.key [default: $TRANCHE_CERTS, else
+        /// ./certs].
+        #[arg(long, visible_alias = "ca-dir")]
+        dir: Option<PathBuf>,
+        /// The certificate to revoke (a PEM file issued by this CA).
+        #[arg(long)]
+        cert: Option<PathBuf>,
+        /// Or its serial number, in hex (colons allowed), as `openssl x509 -noout
+        /// -serial` prints it.
+        #[arg(long)]
+        serial: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -288,6 +312,30 @@ fn certs(cmd: CertsCmd) -> ExitCode {
                     paths.push(files.ca);
                 }
                 paths
+            })
+        }
+        CertsCmd::Revoke { dir, cert, serial } => {
+            let dir = dir.unwrap_or_else(default_certs_dir);
+            let target = match (cert, serial) {
+                (Some(c), _) => tranche_tls::RevokeTarget::Cert(c),
+                (None, Some(s)) => tranche_tls::RevokeTarget::Serial(s),
+                (None, None) => unreachable!("clap requires --cert or --serial"),
+            };
+            tranche_tls::revoke(&dir, &target).map(|r| {
+                let who = r.identity.map(|i| format!(" ({i})")).unwrap_or_default();
+                if r.already_revoked {
+                    eprintln!(
+                        "serial {}{who} was revoked already; {} unchanged",
+                        r.serial,
+                        r.crl.display()
+                    );
+                } else {
+                    eprintln!(
+                        "revoked serial {}{who}; the list names {} certificate(s), CRL number {}",
+                        r.serial, r.revoked, r.crl_number
+                    );
+                }
+                vec![r.crl]
             })
         }
     };

@@ -18,6 +18,11 @@ pub enum ClientError {
     Tls(String),
     #[error("cannot connect to controller {addr}: {reason}")]
     Connect { addr: SocketAddr, reason: String },
+    /// The TLS handshake failed on a certificate: the server refused this client's
+    /// (expired, not yet valid, revoked, from another CA), or this client refused the
+    /// server's. Sending again does not help.
+    #[error("TLS handshake with {addr} failed: {reason}")]
+    Refused { addr: SocketAddr, reason: String },
     #[error("controller {addr} closed the connection: {reason}")]
     Closed { addr: SocketAddr, reason: String },
     #[error("frame: {0}")]
@@ -35,6 +40,9 @@ impl ClientError {
     pub fn retryable(&self) -> bool {
         match self {
             ClientError::Connect { .. } | ClientError::Closed { .. } => true,
+            // Another controller may have a good certificate; `request` stops once every
+            // controller has refused.
+            ClientError::Refused { .. } => true,
             ClientError::Frame(FrameError::Io(_) | FrameError::Truncated) => true,
             ClientError::Api(e) => e.retryable(),
             _ => false,
@@ -120,7 +128,7 @@ impl Client {
             .map_err(|e| err(e.to_string()))?;
         match tokio::time::timeout(Duration::from_secs(3), connecting).await {
             Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(err(e.to_string())),
+            Ok(Err(e)) => Err(refused(addr, &e).unwrap_or_else(|| err(e.to_string()))),
             Err(_) => Err(err("handshake timed out".into())),
         }
     }
@@ -163,10 +171,10 @@ impl Client {
                 addr,
                 reason: String::from_utf8_lossy(&c.reason).into_owned(),
             },
-            Some(other) => ClientError::Closed {
+            Some(other) => refused(addr, &other).unwrap_or_else(|| ClientError::Closed {
                 addr,
                 reason: other.to_string(),
-            },
+            }),
             None => ClientError::Frame(FrameError::Io(e)),
         };
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| closed(e.to_string()))?;
@@ -190,6 +198,7 @@ impl Client {
     pub async fn request(&self, req: &Request) -> Result<Response, ClientError> {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
+        let mut refusals = 0;
         loop {
             let idx = self.current.lock().unwrap().0;
             let r = self.request_to(idx, req).await;
@@ -198,7 +207,11 @@ impl Client {
                 Ok(resp) => return Ok(resp),
                 Err(e) => e,
             };
-            if !err.retryable() {
+            refusals = match err {
+                ClientError::Refused { .. } => refusals + 1,
+                _ => 0,
+            };
+            if !err.retryable() || refusals >= self.controllers.len() {
                 return match err {
                     ClientError::Api(e) => Ok(Response::Error(e)),
                     e => Err(e),
@@ -288,6 +301,48 @@ impl Client {
             }
         }
     }
+}
+
+/// A connection that ended in a TLS alert (QUIC crypto error codes 0x100 to 0x1ff): a
+/// certificate refused by either end.
+fn refused(addr: SocketAddr, e: &quinn::ConnectionError) -> Option<ClientError> {
+    let alert = |code: quinn::TransportErrorCode| {
+        let code = u64::from(code);
+        (0x100..0x200).contains(&code).then(|| (code - 0x100) as u8)
+    };
+    let (alert, reason) = match e {
+        quinn::ConnectionError::ConnectionClosed(c) => {
+            let alert = alert(c.error_code)?;
+            let why = String::from_utf8_lossy(&c.reason).into_owned();
+            (
+                alert,
+                format!("the server refused this client's certificate: {why}"),
+            )
+        }
+        quinn::ConnectionError::TransportError(t) => {
+            let alert = alert(t.code)?;
+            (
+                alert,
+                format!("this client refused the server's certificate: {}", t.reason),
+            )
+        }
+        _ => return None,
+    };
+    let name = match alert {
+        40 => "handshake_failure".to_string(),
+        42 => "bad_certificate".into(),
+        44 => "certificate_revoked".into(),
+        45 => "certificate_expired".into(),
+        46 => "certificate_unknown".into(),
+        48 => "unknown_ca".into(),
+        116 => "certificate_required".into(),
+        120 => "no_application_protocol".into(),
+        n => n.to_string(),
+    };
+    Some(ClientError::Refused {
+        addr,
+        reason: format!("{reason} (TLS alert {name})"),
+    })
 }
 
 /// A fresh client token: 128 random bits in hex.

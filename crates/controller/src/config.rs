@@ -19,7 +19,8 @@ pub struct Config {
     pub client_addr: String,
     /// Holds `raft.redb`.
     pub data_dir: PathBuf,
-    pub tls: TlsConfig,
+    /// `ca`, `cert`, `key` and the optional `crl` (see [`tranche_tls::TlsFiles`]).
+    pub tls: tranche_tls::TlsFiles,
     /// The founding members, this one included. Used only on the first start of an
     /// empty data dir; afterwards the replicated membership rules.
     #[serde(default)]
@@ -49,14 +50,6 @@ fn default_threads() -> usize {
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(1, 4)
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -27,11 +27,7 @@ fn endpoint(addr: &str, files: &TlsFiles, what: &str) -> Result<quinn::Endpoint,
 
 /// Runs a controller until `shutdown` turns true (or the node fails).
 pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
-    let files = TlsFiles {
-        ca: cfg.tls.ca.clone(),
-        cert: cfg.tls.cert.clone(),
-        key: cfg.tls.key.clone(),
-    };
+    let files = cfg.tls.clone();
     let (storage, shared, conf_state, image_index) = node::open(&cfg)?;
     let peer_ep = endpoint(&cfg.peer_addr, &files, "peer_addr")?;
     let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;

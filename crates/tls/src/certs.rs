@@ -27,9 +27,22 @@ pub const CA_VALID_DAYS: u32 = 3650;
 /// nodes (one hour).
 const BACKDATE_S: i64 = 3600;
 
-/// The three PEM files one Tranche process needs for mutual TLS: the cluster CA's
-/// certificate, its own certificate, and its own private key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The PEM files one Tranche process needs for mutual TLS: the cluster CA's
+/// certificate, its own certificate, its own private key and, optionally, the CA's
+/// certificate revocation list.
+///
+/// It is also the `[tls]` table of every Tranche config file (`tranched`,
+/// `tranche-agent`, the CLI's), where unknown keys are refused:
+///
+/// ```toml
+/// [tls]
+/// ca = "/etc/tranche/certs/ca.pem"
+/// cert = "/etc/tranche/certs/agent-gpu01.pem"
+/// key = "/etc/tranche/certs/agent-gpu01.key"
+/// crl = "/etc/tranche/certs/crl.pem"   # optional
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// The cluster CA's certificate (`ca.pem`): peers must chain to it.
     pub ca: PathBuf,
@@ -37,6 +50,12 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// This process's private key (`<role>-<name>.key`, mode 0600).
     pub key: PathBuf,
+    /// The CA's certificate revocation list (`crl.pem`, written by
+    /// [`revoke`](crate::revoke)): one PEM file holding one or more CRLs, each issued
+    /// by the cluster CA. A peer whose certificate is listed is refused. Absent: no
+    /// certificate is taken as revoked. Read once, when the configuration is built.
+    #[serde(default)]
+    pub crl: Option<PathBuf>,
 }
 
 impl TlsFiles {
@@ -47,6 +66,7 @@ impl TlsFiles {
             ca: dir.join(CA_CERT_FILE),
             cert: dir.join(format!("{role}-{name}.pem")),
             key: dir.join(format!("{role}-{name}.key")),
+            crl: None,
         }
     }
 }
@@ -146,6 +166,146 @@ pub fn issue(
             ));
         }
     }
+    let sans = leaf_sans(role, name, hosts)?;
+    if valid_days == 0 {
+        return Err(TlsError::field(
+            "valid_days",
+            "0",
+            "a certificate must be valid for at least 1 day",
+        ));
+    }
+
+    // The CA: its certificate, its key, and a check that they belong together.
+    let ca = Ca::load(ca_dir)?;
+    let now = unix_now();
+    if ca.not_after <= now {
+        return Err(bad_ca(
+            &ca.cert_path,
+            format!("it expired on {}", ca.not_after_text),
+        ));
+    }
+    let not_after = now + days_s(valid_days);
+    if not_after > ca.not_after {
+        return Err(TlsError::field(
+            "valid_days",
+            valid_days.to_string(),
+            format!(
+                "the certificate would outlive the CA, which expires on {} ({} days from now)",
+                ca.not_after_text,
+                (ca.not_after - now) / 86_400
+            ),
+        ));
+    }
+    sign_leaf(&ca, out_dir, role, name, sans, now - BACKDATE_S, not_after)
+}
+
+/// Like [`issue`], but valid exactly from `not_before` to `not_after`, which may lie
+/// wholly in the past or the future. For tests of expired and not-yet-valid
+/// certificates; administrators use [`issue`].
+pub fn issue_valid_between(
+    ca_dir: &Path,
+    out_dir: &Path,
+    role: Role,
+    name: &str,
+    not_before: SystemTime,
+    not_after: SystemTime,
+) -> Result<TlsFiles, TlsError> {
+    validate_name("name", name)?;
+    let sans = leaf_sans(role, name, &[])?;
+    let unix = |t: SystemTime| match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    let (from, to) = (unix(not_before), unix(not_after));
+    if from >= to {
+        return Err(TlsError::field(
+            "not_after",
+            to.to_string(),
+            "must be later than not_before",
+        ));
+    }
+    sign_leaf(&Ca::load(ca_dir)?, out_dir, role, name, sans, from, to)
+}
+
+/// The cluster CA, loaded from its directory for signing: its certificate (DER and
+/// PEM), its key, and what of its certificate the signer needs.
+pub(crate) struct Ca {
+    pub(crate) dir: PathBuf,
+    pub(crate) cert_path: PathBuf,
+    pub(crate) pem: Vec<u8>,
+    /// The CA's subject, DER-encoded: the issuer of everything it signs.
+    pub(crate) subject: Vec<u8>,
+    pub(crate) not_after: i64,
+    pub(crate) not_after_text: String,
+    pub(crate) issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    /// Reads `ca.pem` and `ca.key` from `ca_dir` and checks that they belong together
+    /// and that the certificate is a CA's.
+    pub(crate) fn load(ca_dir: &Path) -> Result<Ca, TlsError> {
+        let ca_cert_path = ca_dir.join(CA_CERT_FILE);
+        let ca_key_path = ca_dir.join(CA_KEY_FILE);
+        let ca_der = load_certs(&ca_cert_path)?.swap_remove(0);
+        let ca_pem_bytes = fs::read(&ca_cert_path)
+            .map_err(|e| TlsError::io("read CA certificate", &ca_cert_path, e))?;
+        let (_, ca) =
+            x509_parser::parse_x509_certificate(&ca_der).map_err(|e| bad_ca(&ca_cert_path, e))?;
+        match ca.basic_constraints() {
+            Ok(Some(bc)) if bc.value.ca => {}
+            _ => {
+                return Err(bad_ca(
+                    &ca_cert_path,
+                    "it is not a CA certificate (no basicConstraints CA:true)",
+                ))
+            }
+        }
+        let ca_key_pem = fs::read_to_string(&ca_key_path)
+            .map_err(|e| TlsError::io("read CA key", &ca_key_path, e))?;
+        let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| TlsError::BadFile {
+            what: "CA private key",
+            path: ca_key_path.clone(),
+            detail: e.to_string(),
+        })?;
+        if ca_key.subject_public_key_info() != ca.public_key().raw {
+            return Err(TlsError::BadFile {
+                what: "CA private key",
+                path: ca_key_path,
+                detail: format!(
+                    "it is not the key of the CA certificate {}",
+                    ca_cert_path.display()
+                ),
+            });
+        }
+        let mut ca_params = CertificateParams::default();
+        ca_params.distinguished_name = rebuild_name(&ca, &ca_cert_path)?;
+        Ok(Ca {
+            dir: ca_dir.to_path_buf(),
+            subject: ca.subject().as_raw().to_vec(),
+            not_after: ca.validity().not_after.timestamp(),
+            not_after_text: ca.validity().not_after.to_string(),
+            pem: ca_pem_bytes,
+            cert_path: ca_cert_path,
+            issuer: Issuer::new(ca_params, ca_key),
+        })
+    }
+
+    /// rcgen writes the issuer name from the rebuilt subject: it must be the CA's, byte
+    /// for byte, or no verifier will chain what it signed to the CA.
+    pub(crate) fn check_issuer(&self, issuer: &[u8]) -> Result<(), TlsError> {
+        if issuer == self.subject.as_slice() {
+            Ok(())
+        } else {
+            Err(bad_ca(
+                &self.cert_path,
+                "its subject name cannot be reproduced exactly (only CAs made by `tranche certs init` are supported)",
+            ))
+        }
+    }
+}
+
+/// The subject-alternative names of a certificate for `role` and `name`.
+fn leaf_sans(role: Role, name: &str, hosts: &[String]) -> Result<Vec<SanType>, TlsError> {
     let mut sans = vec![SanType::URI(ia5(
         "name",
         &format!("{URI_PREFIX}{role}/{name}"),
@@ -163,74 +323,20 @@ pub fn issue(
             }
         }
     }
-    if valid_days == 0 {
-        return Err(TlsError::field(
-            "valid_days",
-            "0",
-            "a certificate must be valid for at least 1 day",
-        ));
-    }
+    Ok(sans)
+}
 
-    // The CA: its certificate, its key, and a check that they belong together.
-    let ca_cert_path = ca_dir.join(CA_CERT_FILE);
-    let ca_key_path = ca_dir.join(CA_KEY_FILE);
-    let ca_der = load_certs(&ca_cert_path)?.swap_remove(0);
-    let ca_pem_bytes = fs::read(&ca_cert_path)
-        .map_err(|e| TlsError::io("read CA certificate", &ca_cert_path, e))?;
-    let (_, ca) =
-        x509_parser::parse_x509_certificate(&ca_der).map_err(|e| bad_ca(&ca_cert_path, e))?;
-    match ca.basic_constraints() {
-        Ok(Some(bc)) if bc.value.ca => {}
-        _ => {
-            return Err(bad_ca(
-                &ca_cert_path,
-                "it is not a CA certificate (no basicConstraints CA:true)",
-            ))
-        }
-    }
-    let ca_key_pem = fs::read_to_string(&ca_key_path)
-        .map_err(|e| TlsError::io("read CA key", &ca_key_path, e))?;
-    let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| TlsError::BadFile {
-        what: "CA private key",
-        path: ca_key_path.clone(),
-        detail: e.to_string(),
-    })?;
-    if ca_key.subject_public_key_info() != ca.public_key().raw {
-        return Err(TlsError::BadFile {
-            what: "CA private key",
-            path: ca_key_path,
-            detail: format!(
-                "it is not the key of the CA certificate {}",
-                ca_cert_path.display()
-            ),
-        });
-    }
-    let now = unix_now();
-    let ca_not_after = ca.validity().not_after.timestamp();
-    if ca_not_after <= now {
-        return Err(bad_ca(
-            &ca_cert_path,
-            format!("it expired on {}", ca.validity().not_after),
-        ));
-    }
-    let not_after = now + days_s(valid_days);
-    if not_after > ca_not_after {
-        return Err(TlsError::field(
-            "valid_days",
-            valid_days.to_string(),
-            format!(
-                "the certificate would outlive the CA, which expires on {} ({} days from now)",
-                ca.validity().not_after,
-                (ca_not_after - now) / 86_400
-            ),
-        ));
-    }
-    let ca_subject = rebuild_name(&ca, &ca_cert_path)?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = ca_subject;
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    // The leaf.
+/// Signs a certificate for `role` and `name`, valid from `not_before` to `not_after`
+/// (Unix seconds), and writes it, its key and (outside the CA directory) `ca.pem`.
+fn sign_leaf(
+    ca: &Ca,
+    out_dir: &Path,
+    role: Role,
+    name: &str,
+    sans: Vec<SanType>,
+    not_before: i64,
+    not_after: i64,
+) -> Result<TlsFiles, TlsError> {
     let key = KeyPair::generate().map_err(|e| TlsError::Generate {
         what: format!("a key for {role}:{name}"),
         source: e,
@@ -252,25 +358,18 @@ pub fn issue(
         _ => vec![ExtendedKeyUsagePurpose::ClientAuth],
     };
     params.use_authority_key_identifier_extension = true;
-    params.not_before = asn1_time("not_before", now - BACKDATE_S)?.to_datetime();
+    params.not_before = asn1_time("not_before", not_before)?.to_datetime();
     params.not_after = asn1_time("not_after", not_after)?.to_datetime();
     let cert = params
-        .signed_by(&key, &issuer)
+        .signed_by(&key, &ca.issuer)
         .map_err(|e| TlsError::Generate {
             what: format!("the certificate for {role}:{name}"),
             source: e,
         })?;
-    // rcgen writes the issuer name from the rebuilt subject: it must be the CA's, byte
-    // for byte, or no verifier will chain the certificate to the CA.
     let (_, leaf) = x509_parser::parse_x509_certificate(cert.der()).map_err(|e| {
         TlsError::Certificate(format!("cannot parse the certificate just issued: {e}"))
     })?;
-    if leaf.issuer().as_raw() != ca.subject().as_raw() {
-        return Err(bad_ca(
-            &ca_cert_path,
-            "its subject name cannot be reproduced exactly (only CAs made by `tranche certs init` are supported)",
-        ));
-    }
+    ca.check_issuer(leaf.issuer().as_raw())?;
 
     fs::create_dir_all(out_dir).map_err(|e| TlsError::io("create output directory", out_dir, e))?;
     let files = TlsFiles::in_dir(out_dir, role, name);
@@ -286,8 +385,8 @@ pub fn issue(
         0o644,
         "write certificate",
     )?;
-    if !same_dir(ca_dir, out_dir) {
-        write_file(&files.ca, &ca_pem_bytes, 0o644, "write CA certificate")?;
+    if !same_dir(&ca.dir, out_dir) {
+        write_file(&files.ca, &ca.pem, 0o644, "write CA certificate")?;
     }
     tracing::info!(identity = %format!("{role}:{name}"), cert = %files.cert.display(), "issued a certificate");
     Ok(files)
@@ -418,7 +517,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -431,7 +530,7 @@ fn days_s(days: u32) -> i64 {
 
 /// A certificate time from a Unix timestamp (x509-parser's type, which converts to the
 /// `OffsetDateTime` rcgen takes, so this crate needs no direct dependency on `time`).
-fn asn1_time(field: &'static str, unix: i64) -> Result<ASN1Time, TlsError> {
+pub(crate) fn asn1_time(field: &'static str, unix: i64) -> Result<ASN1Time, TlsError> {
     ASN1Time::from_timestamp(unix)
         .map_err(|e| TlsError::field(field, unix.to_string(), e.to_string()))
 }
@@ -439,7 +538,12 @@ fn asn1_time(field: &'static str, unix: i64) -> Result<ASN1Time, TlsError> {
 /// Writes `contents` to `path` through a temporary file in the same directory that is
 /// created with `mode` (so a key is never readable by others, not even briefly), then
 /// renamed over `path`.
-fn write_file(path: &Path, contents: &[u8], mode: u32, action: &str) -> Result<(), TlsError> {
+pub(crate) fn write_file(
+    path: &Path,
+    contents: &[u8],
+    mode: u32,
+    action: &str,
+) -> Result<(), TlsError> {
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -7,11 +7,15 @@
 //! `tranche://<role>/<name>` and read back as an [`Identity`].
 //!
 //! - [`init_ca`] creates the CA (`ca.pem`, `ca.key`); [`issue`] signs a certificate for
-//!   a role and name. The `tranche certs init` and `tranche certs issue` commands call
-//!   them.
+//!   a role and name; [`revoke`] adds a certificate to the CA's revocation list
+//!   (`crl.pem`). The `tranche certs init`, `issue` and `revoke` commands call them.
 //! - [`server_config`] and [`client_config`] build quinn configurations from a
 //!   [`TlsFiles`]; clients connect with the server name [`CONTROLLER_SERVER_NAME`].
 //! - [`peer_identity`] tells a server who is on the other end of a connection.
+//!
+//! Both ends of every connection refuse a peer whose certificate is expired, not yet
+//! valid, issued by another CA, or listed in the revocation list named by
+//! [`TlsFiles::crl`].
 //!
 //! The *ring* crypto provider is always passed explicitly; no process-wide rustls
 //! default is installed or needed.
@@ -19,13 +23,16 @@
 #![warn(missing_docs)]
 
 mod certs;
+mod crl;
 mod error;
 mod identity;
 mod quic;
 
 pub use certs::{
-    init_ca, issue, load_certs, load_key, TlsFiles, CA_CERT_FILE, CA_KEY_FILE, CA_VALID_DAYS,
+    init_ca, issue, issue_valid_between, load_certs, load_key, TlsFiles, CA_CERT_FILE, CA_KEY_FILE,
+    CA_VALID_DAYS,
 };
+pub use crl::{load_crls, revoke, Revocation, RevokeTarget, CRL_FILE};
 pub use error::TlsError;
 pub use identity::{identity_of_cert, peer_identity, validate_name, Identity, Role};
 pub use quic::{client_config, server_config, IDLE_TIMEOUT, KEEP_ALIVE, MAX_CONCURRENT_STREAMS};

@@ -5,12 +5,15 @@ use std::time::Duration;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{IdleTimeout, TransportConfig, VarInt};
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
+use rustls::{CertificateError, RootCertStore};
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, UnixTime};
 use x509_parser::extensions::GeneralName;
 
-use crate::{load_certs, load_key, TlsError, TlsFiles, ALPN, CONTROLLER_SERVER_NAME};
+use crate::{load_certs, load_crls, load_key, TlsError, TlsFiles, ALPN, CONTROLLER_SERVER_NAME};
 
 /// A connection with no traffic (keep-alives included) for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,6 +53,82 @@ fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
+/// The revocation lists named by `files.crl` (none when it is absent).
+fn crls(files: &TlsFiles) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
+    match &files.crl {
+        Some(path) => load_crls(path),
+        None => Ok(Vec::new()),
+    }
+}
+
+fn bad_crl(files: &TlsFiles, detail: String) -> TlsError {
+    TlsError::BadFile {
+        what: "revocation list",
+        path: files.crl.clone().unwrap_or_default(),
+        detail,
+    }
+}
+
+/// The verifier of clients' certificates: chained to the CA, clientAuth, within their
+/// validity, and not revoked by a CA-issued list in `files.crl`.
+///
+/// With a revocation list, this process's own certificate is checked against it
+/// first, so that a list from another CA (which would refuse every peer), a damaged
+/// one, or one that revokes this very process is refused up front with a message
+/// that says so.
+fn client_verifier(
+    files: &TlsFiles,
+    own: &[CertificateDer<'static>],
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let crls = crls(files)?;
+    let checked = !crls.is_empty();
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(files)?), provider)
+        .with_crls(crls)
+        .only_check_end_entity_revocation()
+        .build()
+        .map_err(|e| match e {
+            rustls::server::VerifierBuilderError::InvalidCrl(e) => bad_crl(files, format!("{e:?}")),
+            e => TlsError::Quic {
+                what: format!("client verifier for CA {}", files.ca.display()),
+                detail: e.to_string(),
+            },
+        })?;
+    if checked {
+        match verifier.verify_client_cert(&own[0], &own[1..], UnixTime::now()) {
+            Err(rustls::Error::InvalidCertificate(CertificateError::Revoked)) => {
+                return Err(TlsError::BadFile {
+                    what: "certificate",
+                    path: files.cert.clone(),
+                    detail: format!(
+                        "it is revoked by the revocation list {}",
+                        files.crl.clone().unwrap_or_default().display()
+                    ),
+                })
+            }
+            Err(rustls::Error::InvalidCertificate(CertificateError::UnknownRevocationStatus)) => {
+                return Err(bad_crl(
+                    files,
+                    format!("it was not issued by the CA {}", files.ca.display()),
+                ))
+            }
+            Err(rustls::Error::InvalidCertRevocationList(e)) => {
+                return Err(bad_crl(
+                    files,
+                    format!(
+                        "it does not verify with the CA {}: {e:?}",
+                        files.ca.display()
+                    ),
+                ))
+            }
+            // Anything else wrong with this process's certificate shows in its
+            // handshakes, as it does without a revocation list.
+            _ => {}
+        }
+    }
+    Ok(verifier)
+}
+
 fn what(files: &TlsFiles) -> String {
     format!(
         "certificate {}, key {}, CA {}",
@@ -63,8 +142,9 @@ fn what(files: &TlsFiles) -> String {
 ///
 /// The server presents `files.cert` (which must be a controller certificate, i.e.
 /// carry the DNS name [`CONTROLLER_SERVER_NAME`]) and requires every client to present
-/// a certificate chained to `files.ca` with the clientAuth usage: a client without a
-/// certificate, or with one from another CA, fails the handshake. Read the client's
+/// a certificate chained to `files.ca` with the clientAuth usage, within its validity
+/// period and not revoked by `files.crl`: a client without a certificate, or with one
+/// from another CA, expired, not yet valid or revoked, fails the handshake. Read the client's
 /// identity with [`peer_identity`](crate::peer_identity). ALPN is [`ALPN`]; idle
 /// timeout [`IDLE_TIMEOUT`], keep-alive [`KEEP_ALIVE`], up to
 /// [`MAX_CONCURRENT_STREAMS`] concurrent streams of each kind.
@@ -73,13 +153,7 @@ pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> 
     check_server_name(files, &certs[0])?;
     let key = load_key(&files.key)?;
     let provider = provider();
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(roots(files)?), provider.clone())
-            .build()
-            .map_err(|e| TlsError::Quic {
-                what: format!("client verifier for CA {}", files.ca.display()),
-                detail: e.to_string(),
-            })?;
+    let verifier = client_verifier(files, &certs, provider.clone())?;
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Rustls {
@@ -106,19 +180,32 @@ pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> 
 /// controller (another controller, an agent, the `tranche` CLI).
 ///
 /// The client presents `files.cert` and accepts only a server whose certificate chains
-/// to `files.ca` and is valid for [`CONTROLLER_SERVER_NAME`]: connect with that server
-/// name, whatever the controller's address. ALPN and transport settings are those of
+/// to `files.ca`, is within its validity period, is not revoked by `files.crl`, and is
+/// valid for the server name it is dialled with: [`CONTROLLER_SERVER_NAME`] for a
+/// controller, whatever its address (so an agent's or a user's certificate cannot pose
+/// as a controller). ALPN and transport settings are those of
 /// [`server_config`].
 pub fn client_config(files: &TlsFiles) -> Result<quinn::ClientConfig, TlsError> {
     let certs = load_certs(&files.cert)?;
     let key = load_key(&files.key)?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+    let provider = provider();
+    client_verifier(files, &certs, provider.clone())?;
+    let verifier =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots(files)?), provider.clone())
+            .with_crls(crls(files)?)
+            .only_check_end_entity_revocation()
+            .build()
+            .map_err(|e| TlsError::Quic {
+                what: format!("server verifier for CA {}", files.ca.display()),
+                detail: e.to_string(),
+            })?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Rustls {
             what: "TLS 1.3".into(),
             source: e,
         })?
-        .with_root_certificates(roots(files)?)
+        .with_webpki_verifier(verifier)
         .with_client_auth_cert(certs, key)
         .map_err(|e| TlsError::Rustls {
             what: what(files),

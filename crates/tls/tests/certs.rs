@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use tranche_tls::{
-    identity_of_cert, init_ca, issue, load_certs, Identity, Role, TlsError, TlsFiles,
+    identity_of_cert, init_ca, issue, issue_valid_between, load_certs, revoke, Identity,
+    RevokeTarget, Role, TlsError, TlsFiles, CRL_FILE,
 };
 
 #[cfg(unix)]
@@ -252,4 +253,152 @@ fn missing_files_are_named_in_the_error() {
     );
     let err = tranche_tls::client_config(&files).unwrap_err().to_string();
     assert!(err.contains("controller-c1.pem"), "{err}");
+}
+
+/// The serials a PEM revocation list names, in hex, and its CRL number.
+fn listed(crl: &Path) -> (Vec<String>, u64) {
+    let ders = tranche_tls::load_crls(crl).unwrap();
+    assert_eq!(ders.len(), 1);
+    let (_, parsed) = x509_parser::parse_x509_crl(&ders[0]).unwrap();
+    let serials = parsed
+        .iter_revoked_certificates()
+        .map(|r| r.user_certificate.to_str_radix(16))
+        .collect();
+    let number = parsed.crl_number().unwrap().to_u64_digits();
+    (serials, number.first().copied().unwrap_or(0))
+}
+
+fn serial_of(cert: &Path) -> String {
+    let der = load_certs(cert).unwrap().swap_remove(0);
+    let (_, c) = x509_parser::parse_x509_certificate(&der).unwrap();
+    c.serial.to_str_radix(16)
+}
+
+#[test]
+fn revoke_keeps_earlier_entries_and_bumps_the_crl_number() {
+    let ca = tempfile::tempdir().unwrap();
+    init_ca(ca.path(), "lab", false).unwrap();
+    let alice = issue(ca.path(), ca.path(), Role::User, "alice", &[], 30).unwrap();
+    let bob = issue(ca.path(), ca.path(), Role::User, "bob", &[], 30).unwrap();
+
+    let r = revoke(ca.path(), &RevokeTarget::Cert(alice.cert.clone())).unwrap();
+    assert_eq!(r.crl, ca.path().join(CRL_FILE));
+    assert_eq!(r.serial, serial_of(&alice.cert));
+    assert_eq!(
+        r.identity,
+        Some(Identity {
+            role: Role::User,
+            name: "alice".into()
+        })
+    );
+    assert!(!r.already_revoked);
+    assert_eq!((r.revoked, r.crl_number), (1, 1));
+    assert_eq!(listed(&r.crl), (vec![serial_of(&alice.cert)], 1));
+
+    // By serial, with colons and upper case, as openssl prints it.
+    let bob_serial = serial_of(&bob.cert);
+    let padded = format!("{bob_serial:0>40}").to_uppercase();
+    let colons: Vec<String> = padded
+        .as_bytes()
+        .chunks(2)
+        .map(|c| String::from_utf8(c.to_vec()).unwrap())
+        .collect();
+    let r = revoke(ca.path(), &RevokeTarget::Serial(colons.join(":"))).unwrap();
+    assert_eq!((r.revoked, r.crl_number), (2, 2));
+    assert_eq!(r.identity, None);
+    assert_eq!(
+        listed(&r.crl),
+        (vec![serial_of(&alice.cert), bob_serial.clone()], 2)
+    );
+
+    // Again: nothing changes, not even the file.
+    let before = std::fs::read(&r.crl).unwrap();
+    let again = revoke(ca.path(), &RevokeTarget::Cert(bob.cert.clone())).unwrap();
+    assert!(again.already_revoked);
+    assert_eq!((again.revoked, again.crl_number), (2, 2));
+    assert_eq!(std::fs::read(&r.crl).unwrap(), before);
+}
+
+#[test]
+fn revoke_refuses_bad_input_naming_the_field_and_rule() {
+    let ca = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    init_ca(ca.path(), "lab", false).unwrap();
+    init_ca(other.path(), "other", false).unwrap();
+    let stranger = issue(other.path(), other.path(), Role::User, "eve", &[], 30).unwrap();
+
+    for bad in ["", "xyz", "0", "0x", &"ab".repeat(21)] {
+        let err = revoke(ca.path(), &RevokeTarget::Serial(bad.into())).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(
+                err,
+                TlsError::InvalidField {
+                    field: "serial",
+                    ..
+                }
+            ) && msg.contains("serial number in hex"),
+            "{bad:?}: {msg}"
+        );
+    }
+    let err = revoke(ca.path(), &RevokeTarget::Cert(stranger.cert.clone())).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, TlsError::InvalidField { field: "cert", .. })
+            && msg.contains("was not issued by the CA"),
+        "{msg}"
+    );
+    let err = revoke(ca.path(), &RevokeTarget::Cert(ca.path().join("nope.pem"))).unwrap_err();
+    assert!(err.to_string().contains("nope.pem"), "{err}");
+    // A crl.pem signed by another CA is not extended.
+    revoke(other.path(), &RevokeTarget::Cert(stranger.cert.clone())).unwrap();
+    std::fs::copy(other.path().join(CRL_FILE), ca.path().join(CRL_FILE)).unwrap();
+    let err = revoke(ca.path(), &RevokeTarget::Serial("1234".into())).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("crl.pem") && msg.contains("not issued by the CA"),
+        "{msg}"
+    );
+    // Nothing was written for any of these.
+    assert_eq!(
+        std::fs::read(ca.path().join(CRL_FILE)).unwrap(),
+        std::fs::read(other.path().join(CRL_FILE)).unwrap()
+    );
+    // Without a CA there is nothing to sign with.
+    let empty = tempfile::tempdir().unwrap();
+    let err = revoke(empty.path(), &RevokeTarget::Serial("12".into())).unwrap_err();
+    assert!(err.to_string().contains("ca.pem"), "{err}");
+}
+
+#[test]
+fn issue_valid_between_sets_the_window_and_checks_it() {
+    use std::time::{Duration, SystemTime};
+    let ca = tempfile::tempdir().unwrap();
+    init_ca(ca.path(), "lab", false).unwrap();
+    let day = Duration::from_secs(86_400);
+    let now = SystemTime::now();
+    let files = issue_valid_between(
+        ca.path(),
+        ca.path(),
+        Role::User,
+        "old",
+        now - 3 * day,
+        now - day,
+    )
+    .unwrap();
+    let der = load_certs(&files.cert).unwrap().swap_remove(0);
+    let (_, c) = x509_parser::parse_x509_certificate(&der).unwrap();
+    assert!(!c.validity().is_valid(), "expired");
+    let err =
+        issue_valid_between(ca.path(), ca.path(), Role::User, "x", now, now - day).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TlsError::InvalidField {
+                field: "not_after",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }

@@ -5,11 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::{ConnectionError, Endpoint, TransportErrorCode};
+use std::time::SystemTime;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
+
 use tranche_tls::{
-    client_config, init_ca, issue, load_certs, peer_identity, server_config, Identity, Role,
-    TlsFiles, ALPN, CONTROLLER_SERVER_NAME,
+    agent_server_name, client_config, init_ca, issue, issue_valid_between, load_certs,
+    peer_identity, revoke, server_config, Identity, RevokeTarget, Role, TlsFiles, ALPN,
+    CONTROLLER_SERVER_NAME,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -299,4 +302,238 @@ fn a_key_that_does_not_match_the_certificate_is_refused() {
         err.contains("controller-c1.pem") && err.contains("user-alice.key"),
         "{err}"
     );
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// Cluster a's certificate for `role` and `name`, valid only from `from` to `to`.
+fn a_between(pki: &Pki, role: Role, name: &str, from: SystemTime, to: SystemTime) -> TlsFiles {
+    issue_valid_between(pki.a.path(), pki.a.path(), role, name, from, to).unwrap()
+}
+
+/// Revokes a certificate of cluster a; returns the revocation list.
+fn revoke_a(pki: &Pki, files: &TlsFiles) -> std::path::PathBuf {
+    revoke(pki.a.path(), &RevokeTarget::Cert(files.cert.clone()))
+        .unwrap()
+        .crl
+}
+
+/// The server refuses this client: the client sees the server close with TLS alert
+/// `alert`, and the server's handshake error contains `why`.
+async fn assert_client_refused(server: &TlsFiles, client: &TlsFiles, alert: u8, why: &str) {
+    let (_server, addr, mut seen) = start_server(server);
+    let config = client_config(client).unwrap();
+    let client_err = try_client(&client_endpoint(), config, addr, CONTROLLER_SERVER_NAME)
+        .await
+        .expect("the client is refused");
+    assert!(
+        matches!(&client_err, ConnectionError::ConnectionClosed(c) if c.error_code == TransportErrorCode::crypto(alert)),
+        "{client_err:?}"
+    );
+    assert!(client_err.to_string().contains(why), "client: {client_err}");
+    let server_err = next_seen(&mut seen).await.unwrap_err();
+    assert!(server_err.contains(why), "server: {server_err}");
+}
+
+/// This client refuses the server, dialled as `name`, with TLS alert `alert` and a
+/// reason containing `why`.
+async fn assert_server_refused(
+    server: &TlsFiles,
+    client: &TlsFiles,
+    name: &str,
+    alert: u8,
+    why: &str,
+) {
+    let (_server, addr, mut seen) = start_server(server);
+    let config = client_config(client).unwrap();
+    let client_err = try_client(&client_endpoint(), config, addr, name)
+        .await
+        .expect("the client refuses the server");
+    let ConnectionError::TransportError(te) = &client_err else {
+        panic!("expected the client's own TLS error, got {client_err:?}");
+    };
+    assert_eq!(te.code, TransportErrorCode::crypto(alert), "{te}");
+    assert!(te.reason.contains(why), "{te}");
+    assert!(
+        next_seen(&mut seen).await.is_err(),
+        "the server sees the handshake fail"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_client_certificate_is_refused() {
+    let pki = Pki::new();
+    let now = SystemTime::now();
+    let old = a_between(&pki, Role::User, "old", now - 3 * DAY, now - DAY);
+    // TLS alert 45, certificate_expired.
+    assert_client_refused(
+        &pki.a(Role::Controller, "c1"),
+        &old,
+        45,
+        "certificate expired",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_certificate_not_valid_yet_is_refused() {
+    let pki = Pki::new();
+    let now = SystemTime::now();
+    let early = a_between(&pki, Role::Admin, "early", now + DAY, now + 3 * DAY);
+    assert_client_refused(&pki.a(Role::Controller, "c1"), &early, 45, "not valid yet").await;
+}
+
+#[tokio::test]
+async fn an_expired_or_not_yet_valid_server_certificate_is_refused() {
+    let pki = Pki::new();
+    let now = SystemTime::now();
+    let alice = pki.a(Role::User, "alice");
+    let old = a_between(&pki, Role::Controller, "old", now - 3 * DAY, now - DAY);
+    assert_server_refused(
+        &old,
+        &alice,
+        CONTROLLER_SERVER_NAME,
+        45,
+        "certificate expired",
+    )
+    .await;
+    let early = a_between(&pki, Role::Controller, "early", now + DAY, now + 3 * DAY);
+    assert_server_refused(&early, &alice, CONTROLLER_SERVER_NAME, 45, "not valid yet").await;
+}
+
+#[tokio::test]
+async fn a_revoked_client_certificate_is_refused_and_others_still_connect() {
+    let pki = Pki::new();
+    let bob = issue(pki.a.path(), pki.a.path(), Role::User, "bob", &[], 30).unwrap();
+    let crl = revoke_a(&pki, &bob);
+    let server = TlsFiles {
+        crl: Some(crl.clone()),
+        ..pki.a(Role::Controller, "c1")
+    };
+    // TLS alert 44, certificate_revoked.
+    assert_client_refused(&server, &bob, 44, "Revoked").await;
+
+    // Alice is not listed: she gets in (with or without the list on her side).
+    let (_server, addr, mut seen) = start_server(&server);
+    for crl in [None, Some(crl)] {
+        let alice = TlsFiles {
+            crl,
+            ..pki.a(Role::User, "alice")
+        };
+        let err = try_client(
+            &client_endpoint(),
+            client_config(&alice).unwrap(),
+            addr,
+            CONTROLLER_SERVER_NAME,
+        )
+        .await;
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(next_seen(&mut seen).await.unwrap().name, "alice");
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_server_certificate_is_refused() {
+    let pki = Pki::new();
+    let localhost = vec!["127.0.0.1".to_string()];
+    let c2 = issue(
+        pki.a.path(),
+        pki.a.path(),
+        Role::Controller,
+        "c2",
+        &localhost,
+        30,
+    )
+    .unwrap();
+    let crl = revoke_a(&pki, &c2);
+    let alice = TlsFiles {
+        crl: Some(crl),
+        ..pki.a(Role::User, "alice")
+    };
+    assert_server_refused(&c2, &alice, CONTROLLER_SERVER_NAME, 44, "Revoked").await;
+}
+
+#[tokio::test]
+async fn a_certificate_of_another_role_cannot_serve_as_a_controller_or_another_agent() {
+    let pki = Pki::new();
+    let n1 = issue(pki.a.path(), pki.a.path(), Role::Agent, "n1", &[], 30).unwrap();
+    let alice = pki.a(Role::User, "alice");
+    // An agent's certificate serves its own log port, not the controllers' name...
+    assert_server_refused(
+        &n1,
+        &alice,
+        CONTROLLER_SERVER_NAME,
+        42,
+        "not valid for name",
+    )
+    .await;
+    // ...nor another node's.
+    assert_server_refused(
+        &n1,
+        &alice,
+        &agent_server_name("n2"),
+        42,
+        "not valid for name",
+    )
+    .await;
+    let (_server, addr, _seen) = start_server(&n1);
+    let ok = try_client(
+        &client_endpoint(),
+        client_config(&alice).unwrap(),
+        addr,
+        &agent_server_name("n1"),
+    )
+    .await;
+    assert!(ok.is_none(), "{ok:?}");
+}
+
+#[test]
+fn a_revocation_list_that_cannot_work_is_refused_up_front() {
+    let pki = Pki::new();
+    let bob = issue(pki.a.path(), pki.a.path(), Role::User, "bob", &[], 30).unwrap();
+    let crl = revoke_a(&pki, &bob);
+
+    // A process whose own certificate is listed does not start.
+    let revoked_self = TlsFiles {
+        crl: Some(crl.clone()),
+        ..bob.clone()
+    };
+    let err = client_config(&revoked_self).unwrap_err().to_string();
+    assert!(
+        err.contains("user-bob.pem") && err.contains("revoked"),
+        "{err}"
+    );
+
+    // Another CA's list would refuse every peer.
+    let mallory = issue(pki.b.path(), pki.b.path(), Role::User, "mallory2", &[], 30).unwrap();
+    let foreign = revoke(pki.b.path(), &RevokeTarget::Cert(mallory.cert))
+        .unwrap()
+        .crl;
+    let server = TlsFiles {
+        crl: Some(foreign),
+        ..pki.a(Role::Controller, "c1")
+    };
+    let err = server_config(&server).unwrap_err().to_string();
+    assert!(
+        err.contains("revocation list") && err.contains("not issued by the CA"),
+        "{err}"
+    );
+
+    // A file without a list, and a missing file, are named.
+    let alice = pki.a(Role::User, "alice");
+    let not_a_crl = TlsFiles {
+        crl: Some(alice.cert.clone()),
+        ..alice.clone()
+    };
+    let err = client_config(&not_a_crl).unwrap_err().to_string();
+    assert!(
+        err.contains("user-alice.pem") && err.contains("X509 CRL"),
+        "{err}"
+    );
+    let missing = TlsFiles {
+        crl: Some(pki.a.path().join("nope.pem")),
+        ..alice
+    };
+    let err = client_config(&missing).unwrap_err().to_string();
+    assert!(err.contains("nope.pem"), "{err}");
 }

@@ -37,11 +37,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde::Deserialize;
-use tranche_model::{
-    CapacityLimit, IdleAssignment, JobQueue, JobStatus, ObjState, QuotaShare, ResourceSharing,
-    SchedulingPolicy, ServiceEnvironment, Strategy,
-};
+use tranche_model::policy_file::{self, PolicyObjects};
+use tranche_model::{JobStatus, QuotaShare};
 use tranche_proto::{JobFilter, Objects, Query, Response};
 use tranche_state::Command;
 
@@ -60,138 +57,24 @@ pub struct ApplyArgs {
     config: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyFile {
-    #[serde(default)]
-    environments: Vec<EnvEntry>,
-    #[serde(default)]
-    policies: Vec<PolicyEntry>,
-    #[serde(default)]
-    queues: Vec<QueueEntry>,
-    #[serde(default)]
-    shares: Vec<ShareEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnvEntry {
-    name: String,
-    capacity_limits: Vec<CapacityLimit>,
-    #[serde(default)]
-    selector: BTreeMap<String, String>,
-    #[serde(default)]
-    state: ObjState,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyEntry {
-    name: String,
-    #[serde(default)]
-    idle_resource_assignment: IdleAssignment,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QueueEntry {
-    name: String,
-    environment: String,
-    policy: String,
-    #[serde(default)]
-    priority: u32,
-    #[serde(default)]
-    state: ObjState,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ShareEntry {
-    name: String,
-    queue: String,
-    capacity_limits: Vec<CapacityLimit>,
-    strategy: Strategy,
-    #[serde(default)]
-    borrow_limit: Option<i64>,
-    #[serde(default)]
-    members: Vec<String>,
-    #[serde(default)]
-    in_share_preemption: bool,
-    #[serde(default)]
-    state: ObjState,
-    #[serde(default = "default_grace")]
-    default_grace_s: u64,
-    #[serde(default = "max_grace")]
-    max_grace_s: u64,
-    #[serde(default)]
-    min_runtime_s: u64,
-}
-
-fn default_grace() -> u64 {
-    30
-}
-fn max_grace() -> u64 {
-    600
-}
-
 /// The commands the file stands for, in dependency order, each named for the report.
-fn commands(f: PolicyFile) -> Vec<(String, String, Command)> {
+fn commands(f: PolicyObjects) -> Vec<(String, String, Command)> {
     let mut out = Vec::new();
     for e in f.environments {
         out.push((
             "environment".into(),
-            e.name.clone(),
-            Command::PutEnvironment(ServiceEnvironment {
-                name: e.name.as_str().into(),
-                selector: e.selector,
-                capacity_limits: e.capacity_limits,
-                state: e.state,
-            }),
+            e.name.to_string(),
+            Command::PutEnvironment(e),
         ));
     }
     for p in f.policies {
-        out.push((
-            "policy".into(),
-            p.name.clone(),
-            Command::PutPolicy(SchedulingPolicy {
-                name: p.name.as_str().into(),
-                idle_resource_assignment: p.idle_resource_assignment,
-            }),
-        ));
+        out.push(("policy".into(), p.name.to_string(), Command::PutPolicy(p)));
     }
     for q in f.queues {
-        out.push((
-            "queue".into(),
-            q.name.clone(),
-            Command::PutQueue(JobQueue {
-                name: q.name.as_str().into(),
-                priority: q.priority,
-                state: q.state,
-                environment: q.environment.as_str().into(),
-                policy: q.policy.as_str().into(),
-            }),
-        ));
+        out.push(("queue".into(), q.name.to_string(), Command::PutQueue(q)));
     }
     for s in f.shares {
-        out.push((
-            "share".into(),
-            s.name.clone(),
-            Command::PutShare(QuotaShare {
-                name: s.name.as_str().into(),
-                queue: s.queue.as_str().into(),
-                capacity_limits: s.capacity_limits,
-                resource_sharing: ResourceSharing {
-                    strategy: s.strategy,
-                    borrow_limit: s.borrow_limit,
-                },
-                in_share_preemption: s.in_share_preemption,
-                state: s.state,
-                members: s.members.iter().map(|m| m.as_str().into()).collect(),
-                default_grace_s: s.default_grace_s,
-                max_grace_s: s.max_grace_s,
-                min_runtime_s: s.min_runtime_s,
-            }),
-        ));
+        out.push(("share".into(), s.name.to_string(), Command::PutShare(s)));
     }
     out
 }
@@ -215,8 +98,8 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
     run("apply", async {
         let text = std::fs::read_to_string(&args.file)
             .map_err(|e| usage(format!("cannot read {}: {e}", args.file.display())))?;
-        let file: PolicyFile =
-            toml::from_str(&text).map_err(|e| usage(format!("{}: {e}", args.file.display())))?;
+        let file = policy_file::parse(&text)
+            .map_err(|e| usage(format!("{}: {e}", args.file.display())))?;
         let cmds = commands(file);
         let (client, _) = connect(&args.config)?;
         let objects = match client.read(Query::Objects, false).await.map_err(failed)? {

@@ -13,12 +13,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 use tranche_model::Millis;
+use tranche_proto::peer::{ImageData, Proposal};
 use tranche_proto::{ApiError, ClusterStatus, Member, MemberStatus, MembershipChange};
 use tranche_raftlog::{DiskStorage, Image, PersistBatch};
+use tranche_state::codec::{decode, encode};
 use tranche_state::{ApplyError, Command, Outcome, State};
 
 use crate::config::Config;
@@ -56,24 +57,6 @@ pub enum NodeMsg {
     },
 }
 
-/// What every entry of the log carries: who proposed it (for the answer), the time
-/// chosen by the leader, and the command.
-#[derive(Debug, Serialize, Deserialize)]
-struct Proposal {
-    origin: u64,
-    id: u64,
-    now: Millis,
-    cmd: Command,
-}
-
-/// The state-machine image stored in a Raft snapshot.
-#[derive(Serialize, Deserialize)]
-struct ImageData {
-    state: Vec<u8>,
-    members: Vec<Member>,
-    last_now: Millis,
-}
-
 /// The applied state, shared with the API (readers take the read lock).
 pub struct Shared {
     pub state: State,
@@ -87,16 +70,6 @@ pub struct Shared {
 }
 
 pub type SharedRef = Arc<RwLock<Shared>>;
-
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    bincode::serde::encode_to_vec(v, bincode::config::standard()).expect("encodes")
-}
-
-fn decode<T: for<'de> Deserialize<'de>>(b: &[u8]) -> Result<T, String> {
-    bincode::serde::decode_from_slice(b, bincode::config::standard())
-        .map(|(v, _)| v)
-        .map_err(|e| e.to_string())
-}
 
 /// Runs a blocking call (the fsync'd write) from the Raft loop: through
 /// `block_in_place` on a multi-threaded runtime, directly on a single-threaded one.

@@ -7,36 +7,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+pub use tranche_proto::peer::{PeerFrame, PeerItem};
 use tranche_proto::{frame, Member, MAX_PEER_FRAME};
-use tranche_state::Command;
 use tranche_tls::{peer_identity, Role, CONTROLLER_SERVER_NAME};
 
 use crate::node::NodeMsg;
-
-/// One item between controllers.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum PeerItem {
-    /// A raft message, protobuf-encoded as raft-rs defines it.
-    Raft(Vec<u8>),
-    /// A client's write received by a follower, for the leader to propose.
-    Forward { id: u64, cmd: Command },
-}
-
-/// What travels on one stream.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct PeerFrame {
-    pub from: u64,
-    /// The sender's peer address, so that a member that joined and does not yet know
-    /// the membership can answer.
-    pub from_addr: String,
-    /// Random per process start. A new value means the sender restarted, so any
-    /// connection to its previous process is dead even if QUIC has not noticed yet.
-    pub incarnation: u64,
-    pub items: Vec<PeerItem>,
-}
 
 /// QUIC application error codes when a connection is refused.
 pub const CLOSE_WRONG_ROLE: u32 = 1;

@@ -2,8 +2,11 @@
 //! environments, scheduling policies, job queues, quota shares, jobs, nodes) and their
 //! validation.
 //!
-//! This crate is the bottom of the dependency graph. It may depend on serde and
-//! thiserror only; it must never do I/O, read the wall clock, or know about the
+//! It also reads the policy file (TOML, [`policy_file`]) and holds the size and nesting
+//! limits of the files admins hand to Tranche ([`text_limits`]).
+//!
+//! This crate is the bottom of the dependency graph. It may depend on serde, thiserror
+//! and toml only; it must never do I/O, read the wall clock, or know about the
 //! network, storage or processes. Every validation error names the field and the rule,
 //! so that the CLI, the controller and the scenario runner can show it as it is.
 
@@ -12,6 +15,8 @@ mod ids;
 mod job;
 mod node;
 mod objects;
+pub mod policy_file;
+pub mod text_limits;
 
 pub use error::ValidationError;
 pub use ids::*;

@@ -98,6 +98,9 @@ pub fn decode<T: DeserializeOwned>(frame: &[u8], limit: usize) -> Result<T, Fram
     decode_payload(&frame[4..])
 }
 
+/// What a reader allocates for a frame before its bytes arrive.
+const READ_CHUNK: usize = 64 << 10;
+
 /// Reads one frame's payload from a stream. `Ok(None)` when the stream ended cleanly
 /// before any byte of a new frame.
 pub async fn read_payload<R: AsyncRead + Unpin>(
@@ -124,14 +127,17 @@ pub async fn read_payload<R: AsyncRead + Unpin>(
     if len > limit {
         return Err(FrameError::TooLarge { len, limit });
     }
-    let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            FrameError::Truncated
-        } else {
-            FrameError::Io(e.to_string())
-        }
-    })?;
+    // The buffer grows as bytes arrive: a header alone cannot make the reader allocate
+    // up to the limit.
+    let mut buf = Vec::with_capacity(len.min(READ_CHUNK));
+    (&mut *r)
+        .take(len as u64)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| FrameError::Io(e.to_string()))?;
+    if buf.len() < len {
+        return Err(FrameError::Truncated);
+    }
     Ok(Some(buf))
 }
 

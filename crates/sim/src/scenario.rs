@@ -164,6 +164,7 @@ fn err(field: impl std::fmt::Display, msg: impl std::fmt::Display) -> ScenarioEr
 
 impl Scenario {
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        tranche_model::text_limits::check_toml("scenario file", text).map_err(ScenarioError)?;
         let sc: Scenario = toml::from_str(text)
             .map_err(|e| ScenarioError(e.to_string().trim_end().to_string()))?;
         sc.check()?;

@@ -12,6 +12,7 @@
 //! argument and effects go out as outcomes.
 
 mod apply;
+pub mod codec;
 mod command;
 mod plan;
 mod state;

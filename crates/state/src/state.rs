@@ -171,21 +171,12 @@ impl State {
 
     /// Encodes the replicated fields (bincode, standard config).
     pub fn snapshot(&self) -> Vec<u8> {
-        bincode::serde::encode_to_vec(self, bincode::config::standard())
-            .expect("state always encodes")
+        crate::codec::encode(self)
     }
 
     /// Decodes a snapshot and rebuilds the indexes.
     pub fn restore(bytes: &[u8]) -> Result<State, SnapshotError> {
-        let (mut s, used): (State, usize) =
-            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-                .map_err(|e| SnapshotError(e.to_string()))?;
-        if used != bytes.len() {
-            return Err(SnapshotError(format!(
-                "{} trailing bytes",
-                bytes.len() - used
-            )));
-        }
+        let mut s: State = crate::codec::decode(bytes).map_err(SnapshotError)?;
         s.rebuild_index();
         Ok(s)
     }

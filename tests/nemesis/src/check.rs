@@ -18,6 +18,8 @@ pub struct FinalJob {
     pub priority: u32,
     /// Why it waits, when it waits.
     pub reason: Option<String>,
+    /// How many times it was preempted (and requeued).
+    pub preemptions: u32,
 }
 
 /// One agent's GPU ledger.
@@ -63,6 +65,8 @@ pub struct Report {
     /// Jobs neither ended nor waiting with a reason.
     pub stuck: usize,
     pub jobs: usize,
+    /// Preemptions of the final jobs, all together (reclaims, in-share, drains).
+    pub preemptions: u64,
     pub jobs_by_status: BTreeMap<String, usize>,
     pub ops_by_kind: BTreeMap<String, [usize; 3]>,
     /// The first violations found, in words.
@@ -99,6 +103,7 @@ pub fn check(input: &Input) -> Report {
         *r.faults_by_kind.entry(f.kind.to_string()).or_default() += 1;
     }
     for j in input.jobs {
+        r.preemptions += u64::from(j.preemptions);
         *r.jobs_by_status.entry(j.status.to_string()).or_default() += 1;
     }
     for op in input.ops {
@@ -346,6 +351,7 @@ mod tests {
             status,
             priority,
             reason: None,
+            preemptions: 0,
         }
     }
 

@@ -275,6 +275,7 @@ async fn all_jobs(client: &Client) -> Result<Vec<FinalJob>, String> {
                 status: j.status,
                 priority: j.priority,
                 reason: j.reason,
+                preemptions: j.preemptions,
             })
             .collect()),
         other => Err(format!("unexpected answer to a job list: {other:?}")),

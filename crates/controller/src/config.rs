@@ -13,8 +13,14 @@ pub struct Config {
     pub id: u64,
     /// This controller's name; its certificate should carry the same.
     pub name: String,
-    /// Where the controller-to-controller port listens.
+    /// The controller-to-controller address: where the other controllers reach this
+    /// one (it is replicated in the membership), and where its port listens unless
+    /// `peer_listen` says otherwise.
     pub peer_addr: String,
+    /// Where the controller-to-controller port listens, when the others reach it at a
+    /// different address (NAT, a relay); absent: `peer_addr`.
+    #[serde(default)]
+    pub peer_listen: Option<String>,
     /// Where the client port listens.
     pub client_addr: String,
     /// Holds `raft.redb`.
@@ -183,6 +189,14 @@ impl Config {
                 ));
             }
         }
+        if let Some(a) = &self.peer_listen {
+            if a.parse::<std::net::SocketAddr>().is_err() {
+                return Err(bad(
+                    "peer_listen",
+                    "must be an IP address and port, e.g. 0.0.0.0:7100",
+                ));
+            }
+        }
         if !self.join {
             if self.peers.is_empty() {
                 return Err(bad(
@@ -243,6 +257,11 @@ impl Config {
             return Err(bad("sched.interval_ms", "must be positive"));
         }
         Ok(())
+    }
+
+    /// Where the peer port listens.
+    pub fn peer_listen(&self) -> &str {
+        self.peer_listen.as_deref().unwrap_or(&self.peer_addr)
     }
 
     /// This controller as a member record.

@@ -29,7 +29,15 @@ fn endpoint(addr: &str, files: &TlsFiles, what: &str) -> Result<quinn::Endpoint,
 pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
     let files = cfg.tls.clone();
     let (storage, shared, conf_state, image_index) = node::open(&cfg)?;
-    let peer_ep = endpoint(&cfg.peer_addr, &files, "peer_addr")?;
+    let peer_ep = endpoint(
+        cfg.peer_listen(),
+        &files,
+        if cfg.peer_listen.is_some() {
+            "peer_listen"
+        } else {
+            "peer_addr"
+        },
+    )?;
     let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);

@@ -4,13 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use tranche_client::Client;
+use tranche_client::{Client, ClientError};
 use tranche_local::{demo, LocalCluster, LocalOptions};
 use tranche_model::{JobId, JobSpec, JobStatus};
-use tranche_proto::{Query, Response};
-use tranche_tls::Role;
+use tranche_proto::{ApiError, Query, Response};
+use tranche_tls::{issue_valid_between, revoke, RevokeTarget, Role};
 
 mod exec_common;
 
@@ -843,4 +843,125 @@ fn operators_drain_and_resume_and_everyone_reads_the_cluster() {
         "{}",
         text(&out)
     );
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// Who may read a job's output from the agent's log port: its owner, admins and
+/// operators; not another user, not an agent, and no certificate that is revoked,
+/// expired or not yet valid.
+#[test]
+fn job_output_is_read_only_by_its_owner_and_by_good_certificates() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    let now = SystemTime::now();
+    let rex = c.issue(Role::User, "rex").unwrap();
+    let crl = revoke(&c.certs, &RevokeTarget::Cert(rex.cert.clone()))
+        .unwrap()
+        .crl;
+    let old = issue_valid_between(
+        &c.certs,
+        &c.certs,
+        Role::User,
+        "old",
+        now - 3 * DAY,
+        now - DAY,
+    )
+    .unwrap();
+    let early = issue_valid_between(
+        &c.certs,
+        &c.certs,
+        Role::Operator,
+        "early",
+        now + DAY,
+        now + 3 * DAY,
+    )
+    .unwrap();
+
+    // The agent, restarted with the revocation list (read at start; `[tls]` is the
+    // last table of its config, so an appended key lands in it).
+    let a = agent(&mut c, "n1", "2 x h100", 30, "");
+    c.kill_agent(a);
+    let mut text = std::fs::read_to_string(&c.agents[a].config).unwrap();
+    assert!(text.contains("\n[tls]\n") && !text.contains("crl ="));
+    text += &format!("crl = \"{}\"\n", crl.display());
+    std::fs::write(&c.agents[a].config, text).unwrap();
+    c.start_agent(&agent_bin(), a).unwrap();
+
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let spec = host_job("lender", "sec1", "echo secret; echo err >&2");
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "success", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Succeeded
+        })
+        .await;
+        let (addr, node) = log_port(&admin, id).await;
+        let req = tranche_proto::LogRequest {
+            job: id,
+            attempt: None,
+            stderr: false,
+            follow: false,
+            offset: 0,
+        };
+        let read = |client: Client, req: tranche_proto::LogRequest| {
+            let node = node.clone();
+            async move {
+                let mut out = Vec::new();
+                client
+                    .logs(addr, &node, &req, |b| out.extend_from_slice(b))
+                    .await
+                    .map(|_| String::from_utf8_lossy(&out).into_owned())
+            }
+        };
+
+        // The owner, an admin and an operator read it.
+        let kim = c.client(Role::User, "kim").unwrap();
+        assert_eq!(read(kim, req.clone()).await.unwrap(), "secret\n");
+        assert_eq!(read(admin, req.clone()).await.unwrap(), "secret\n");
+        let ops = c.client(Role::Operator, "ops").unwrap();
+        assert_eq!(read(ops, req.clone()).await.unwrap(), "secret\n");
+
+        // Another user reads neither stream of any attempt.
+        for r in [
+            req.clone(),
+            tranche_proto::LogRequest {
+                stderr: true,
+                attempt: Some(1),
+                ..req.clone()
+            },
+        ] {
+            let lena = c.client(Role::User, "lena").unwrap();
+            let got = read(lena, r).await;
+            assert!(
+                matches!(&got, Err(ClientError::Api(ApiError::Unauthorized(m))) if m.contains("belongs to kim")),
+                "{got:?}"
+            );
+        }
+        // No agent does, not even the one that ran it.
+        for name in ["n1", "n2"] {
+            let agent = c.client(Role::Agent, name).unwrap();
+            let got = read(agent, req.clone()).await;
+            assert!(
+                matches!(&got, Err(ClientError::Api(ApiError::Unauthorized(m))) if m.contains("may not read jobs' output")),
+                "agent {name}: {got:?}"
+            );
+        }
+        // A revoked, an expired and a not-yet-valid certificate are refused at the
+        // handshake.
+        for (what, files, alert) in [
+            ("revoked", &rex, "certificate_revoked"),
+            ("expired", &old, "certificate_expired"),
+            ("not yet valid", &early, "certificate_expired"),
+        ] {
+            let client = Client::new(c.client_addrs(), files).unwrap();
+            let got = read(client, req.clone()).await;
+            assert!(
+                matches!(&got, Err(ClientError::Refused { reason, .. }) if reason.contains(alert)),
+                "{what}: {got:?}"
+            );
+        }
+    });
 }

@@ -35,3 +35,18 @@ fn bad_configs_name_the_field() {
     let e = refused(base.replace("node = \"gpu01\"", "node = \"GPU 01\""));
     assert!(e.contains("`node`"), "{e}");
 }
+
+#[test]
+fn the_tls_table_takes_an_optional_revocation_list() {
+    let base = example();
+    assert_eq!(AgentConfig::parse(&base, "a.toml").unwrap().tls.crl, None);
+    let cfg = AgentConfig::parse(&base.replace("# crl = ", "crl = "), "a.toml").unwrap();
+    assert_eq!(
+        cfg.tls.crl.as_deref(),
+        Some(std::path::Path::new("/etc/tranche/certs/crl.pem"))
+    );
+    let e = AgentConfig::parse(&base.replace("# crl = ", "crls = "), "a.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown field `crls`"), "{e}");
+}

@@ -202,3 +202,78 @@ fn completions_cover_every_command() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn revoke_writes_the_crl_keeps_entries_and_refuses_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().to_str().unwrap();
+    let crl = tmp.path().join("crl.pem");
+    assert_eq!(tranche(&["certs", "init", "--dir", ca], None).0, 0);
+    for name in ["alice", "bob"] {
+        let (code, _, err) = tranche(
+            &[
+                "certs", "issue", "--dir", ca, "--role", "user", "--name", name,
+            ],
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+    }
+    let alice = tmp.path().join("user-alice.pem");
+    let (code, out, err) = tranche(
+        &[
+            "certs",
+            "revoke",
+            "--ca-dir",
+            ca,
+            "--cert",
+            alice.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), crl.to_str().unwrap());
+    assert!(
+        err.contains("user:alice") && err.contains("1 certificate(s), CRL number 1"),
+        "{err}"
+    );
+    // The second revocation keeps the first; $TRANCHE_CERTS names the CA directory.
+    let bob = tmp.path().join("user-bob.pem");
+    let (code, _, err) = tranche(
+        &["certs", "revoke", "--cert", bob.to_str().unwrap()],
+        Some(tmp.path()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("2 certificate(s), CRL number 2"), "{err}");
+    let (code, _, err) = tranche(
+        &[
+            "certs",
+            "revoke",
+            "--dir",
+            ca,
+            "--cert",
+            alice.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("revoked already"), "{err}");
+
+    // Bad input: exit 2, the field and its rule named, the list untouched.
+    let before = std::fs::read(&crl).unwrap();
+    let (code, out, err) = tranche(&["certs", "revoke", "--dir", ca, "--serial", "xyz"], None);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(
+        err.contains("invalid serial \"xyz\"") && err.contains("hex"),
+        "{err}"
+    );
+    let (code, _, err) = tranche(&["certs", "revoke", "--dir", ca], None);
+    assert_eq!(code, 2);
+    assert!(err.contains("--cert") && err.contains("--serial"), "{err}");
+    let (code, _, err) = tranche(
+        &["certs", "revoke", "--dir", ca, "--cert", "/nonexistent.pem"],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent.pem"), "{err}");
+    assert_eq!(std::fs::read(&crl).unwrap(), before);
+}

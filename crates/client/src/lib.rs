@@ -287,14 +287,25 @@ impl Client {
         let conn = self
             .handshake(addr, &tranche_tls::agent_server_name(node))
             .await?;
-        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| ClientError::Closed {
-            addr,
-            reason: e.to_string(),
+        // The agent checks this client's certificate after the client's side of the
+        // handshake is done, so a refusal shows on the first stream.
+        let closed = |e: ClientError| match conn.close_reason() {
+            Some(reason) => refused(addr, &reason).unwrap_or(e),
+            None => e,
+        };
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| {
+            closed(ClientError::Closed {
+                addr,
+                reason: e.to_string(),
+            })
         })?;
-        frame::write(&mut send, req).await?;
+        frame::write(&mut send, req)
+            .await
+            .map_err(|e| closed(e.into()))?;
         let _ = send.finish();
         loop {
-            match frame::read::<LogFrame, _>(&mut recv, MAX_CLIENT_FRAME).await? {
+            let got = frame::read::<LogFrame, _>(&mut recv, MAX_CLIENT_FRAME).await;
+            match got.map_err(|e| closed(e.into()))? {
                 LogFrame::Chunk(b) => sink(&b),
                 LogFrame::End { attempt, running } => return Ok((attempt, running)),
                 LogFrame::Error(e) => return Err(ClientError::Api(e)),

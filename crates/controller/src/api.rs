@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 use tranche_model::JobId;
 use tranche_proto::{frame, ApiError, Query, Request, Response, MAX_CLIENT_FRAME};
 use tranche_state::{Command, State};
@@ -32,10 +32,18 @@ impl Api {
         while let Some(incoming) = endpoint.accept().await {
             let api = self.clone();
             tokio::spawn(async move {
+                let from = incoming.remote_address();
                 let conn = match incoming.await {
                     Ok(c) => c,
                     Err(e) => {
-                        debug!("client handshake failed: {e}");
+                        // A refused certificate (expired, revoked, another CA's) is
+                        // worth an operator's attention; other failures are noise.
+                        if matches!(&e, quinn::ConnectionError::TransportError(t) if u64::from(t.code) & !0xff == 0x100)
+                        {
+                            info!(client = %from, "refused a client's TLS handshake: {e}");
+                        } else {
+                            debug!(client = %from, "client handshake failed: {e}");
+                        }
                         return;
                     }
                 };
@@ -148,7 +156,7 @@ impl Api {
             Request::Read { query, stale } => {
                 if who.role == Role::Agent && !matches!(query, Query::Job(_) | Query::Controllers) {
                     return Response::Error(ApiError::Unauthorized(format!(
-                        "{who} may read only its jobs and the controllers"
+                        "{who} may read only its node's jobs and the controllers"
                     )));
                 }
                 if !stale && !matches!(query, Query::Controllers) {
@@ -173,7 +181,21 @@ impl Api {
                         }
                     }
                 }
-                self.read(&query)
+                match self.read(&query) {
+                    // An agent needs a job's details only for the jobs it runs (or ran).
+                    Response::Job(j)
+                        if who.role == Role::Agent
+                            && !j.attempts.iter().any(|a| {
+                                a.allocation.iter().any(|n| n.node.as_str() == who.name)
+                            }) =>
+                    {
+                        Response::Error(ApiError::Unauthorized(format!(
+                            "{who} may read only jobs placed on its own node; job {} was not",
+                            j.id
+                        )))
+                    }
+                    r => r,
+                }
             }
             Request::Membership(change) => {
                 if who.role != Role::Admin {

@@ -47,3 +47,17 @@ fn bad_configs_name_the_field() {
     ));
     assert!(e.contains("`peers`"), "{e}");
 }
+
+#[test]
+fn the_tls_table_takes_an_optional_revocation_list() {
+    let base = example();
+    assert_eq!(Config::parse(&base, "c.toml").unwrap().tls.crl, None);
+    let with = base.replace("# crl = ", "crl = ");
+    let cfg = Config::parse(&with, "c.toml").unwrap();
+    assert_eq!(
+        cfg.tls.crl.as_deref(),
+        Some(std::path::Path::new("/etc/tranche/certs/crl.pem"))
+    );
+    let e = refused(&base.replace("# crl = ", "crls = "));
+    assert!(e.contains("unknown field `crls`"), "{e}");
+}

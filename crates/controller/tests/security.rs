@@ -1,0 +1,530 @@
+//! Security against real `tranched` processes on 127.0.0.1: certificates that are
+//! refused at the handshake (none, expired, not yet valid, revoked, from another CA, of
+//! the wrong role), and what each role may not do once it is in.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use tranche_client::{Client, ClientError};
+use tranche_local::{demo, LocalCluster, LocalOptions};
+use tranche_model::{Job, JobId, JobStatus};
+use tranche_proto::{ApiError, JobFilter, MembershipChange, Query, Request, Response, StateDigest};
+use tranche_state::{Command, Progress};
+use tranche_tls::{issue_valid_between, revoke, RevokeTarget, Role, TlsFiles};
+
+/// Cluster tests run one at a time: each starts several processes on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn create(dir: &std::path::Path) -> LocalCluster {
+    let opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
+    LocalCluster::create(dir, 3, opts).unwrap()
+}
+
+/// An admin client once a leader is elected and the demo policy is in place.
+async fn ready(c: &mut LocalCluster) -> Client {
+    let admin = c.client(Role::Admin, "admin").unwrap();
+    c.wait_leader(&admin, Duration::from_secs(15))
+        .await
+        .expect("a leader");
+    for cmd in demo::objects() {
+        let r = admin.command(cmd).await.expect("write answered");
+        assert!(r.is_ok(), "demo object refused: {r:?}");
+    }
+    admin
+}
+
+/// The state digest of every controller, once they agree.
+async fn digest(c: &LocalCluster, admin: &Client) -> StateDigest {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut ds = Vec::new();
+        for i in 0..c.controllers.len() {
+            let addr: std::net::SocketAddr = c.controllers[i].member.client_addr.parse().unwrap();
+            let idx = admin.controllers().iter().position(|a| *a == addr).unwrap();
+            let q = Request::Read {
+                query: Query::Digest,
+                stale: true,
+            };
+            if let Ok(Response::Digest(d)) = admin.request_to(idx, &q).await {
+                ds.push(d);
+            }
+        }
+        if ds.len() == c.controllers.len() && ds.windows(2).all(|w| w[0].digest == w[1].digest) {
+            return ds.swap_remove(0);
+        }
+        assert!(Instant::now() < deadline, "controllers disagree: {ds:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn job(admin: &Client, id: JobId) -> Job {
+    match admin.read(Query::Job(id), false).await {
+        Ok(Response::Job(j)) => *j,
+        other => panic!("job {id}: {other:?}"),
+    }
+}
+
+/// Sends each command; each must be refused as unauthorized, with a message that
+/// contains its text.
+async fn all_unauthorized(client: &Client, cases: Vec<(Command, &str)>) {
+    for (cmd, want) in cases {
+        let what = format!("{cmd:?}");
+        let r = client.command(cmd).await;
+        assert!(
+            matches!(&r, Ok(Err(ApiError::Unauthorized(m))) if m.contains(want)),
+            "{what}: expected unauthorized ({want:?}), got {r:?}"
+        );
+    }
+}
+
+fn read_refused(r: Result<Response, ClientError>, what: &str) {
+    assert!(
+        matches!(&r, Err(ClientError::Api(ApiError::Unauthorized(_)))),
+        "{what}: {r:?}"
+    );
+}
+
+#[test]
+fn refused_certificates_get_a_clear_error_and_change_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = create(dir.path());
+    let now = SystemTime::now();
+    let expired = issue_valid_between(
+        &c.certs,
+        &c.certs,
+        Role::Admin,
+        "expired",
+        now - 3 * DAY,
+        now - DAY,
+    )
+    .unwrap();
+    let early = issue_valid_between(
+        &c.certs,
+        &c.certs,
+        Role::Admin,
+        "early",
+        now + DAY,
+        now + 3 * DAY,
+    )
+    .unwrap();
+    let gone = c.issue(Role::Admin, "gone").unwrap();
+    let crl = revoke(&c.certs, &RevokeTarget::Cert(gone.cert.clone()))
+        .unwrap()
+        .crl;
+    let other = dir.path().join("other-ca");
+    tranche_tls::init_ca(&other, "other", false).unwrap();
+    let stranger = tranche_tls::issue(&other, &other, Role::Admin, "admin", &[], 1).unwrap();
+    let foreign = TlsFiles {
+        ca: c.certs.join("ca.pem"),
+        ..stranger
+    };
+    // Every controller reads the revocation list at start. `[tls]` is the last table
+    // of the configs LocalCluster writes, so an appended key lands in it.
+    for ctl in &c.controllers {
+        let mut text = std::fs::read_to_string(&ctl.config).unwrap();
+        assert!(text.contains("\n[tls]\n") && !text.contains("crl ="));
+        text += &format!("crl = \"{}\"\n", crl.display());
+        std::fs::write(&ctl.config, text).unwrap();
+    }
+    c.start_all().unwrap();
+    rt().block_on(async {
+        let admin = ready(&mut c).await;
+        let before = digest(&c, &admin).await;
+
+        for (what, files, alert, why) in [
+            (
+                "expired",
+                &expired,
+                "certificate_expired",
+                "certificate expired",
+            ),
+            (
+                "not yet valid",
+                &early,
+                "certificate_expired",
+                "not valid yet",
+            ),
+            ("revoked", &gone, "certificate_revoked", "Revoked"),
+            ("from another CA", &foreign, "unknown_ca", "UnknownIssuer"),
+        ] {
+            let client = Client::new(c.client_addrs(), files).unwrap();
+            let started = Instant::now();
+            let r = client.command(Command::DeleteShare("lend".into())).await;
+            match &r {
+                Err(e @ ClientError::Refused { reason, .. }) => {
+                    assert!(
+                        reason.contains("refused this client's certificate")
+                            && reason.contains(alert)
+                            && reason.contains(why),
+                        "{what}: {e}"
+                    );
+                    eprintln!("{what}: {e}");
+                }
+                other => panic!("{what}: expected a refused handshake, got {other:?}"),
+            }
+            // Refused by every controller once, not retried for the client's 15 s.
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{what}: took {:?}",
+                started.elapsed()
+            );
+            let r = client.read(Query::Shares, true).await;
+            assert!(
+                matches!(&r, Err(ClientError::Refused { .. })),
+                "{what}: {r:?}"
+            );
+        }
+
+        // No certificate at all.
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in tranche_tls::load_certs(&c.certs.join("ca.pem")).unwrap() {
+            roots.add(cert).unwrap();
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![tranche_tls::ALPN.to_vec()];
+        let qc = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let anon =
+            Client::with_config(c.client_addrs(), quinn::ClientConfig::new(std::sync::Arc::new(qc)))
+                .unwrap();
+        let r = anon.read(Query::Shares, true).await;
+        assert!(
+            matches!(&r, Err(ClientError::Refused { reason, .. }) if reason.contains("certificate_required")),
+            "{r:?}"
+        );
+
+        // The controllers log each refusal with its reason.
+        let logs: String = c
+            .controllers
+            .iter()
+            .map(|ctl| std::fs::read_to_string(&ctl.log).unwrap_or_default())
+            .collect();
+        for why in [
+            "certificate expired",
+            "not valid yet",
+            "Revoked",
+            "UnknownIssuer",
+        ] {
+            assert!(
+                logs.lines()
+                    .any(|l| l.contains("refused a client's TLS handshake") && l.contains(why)),
+                "no refusal logged for {why}"
+            );
+        }
+
+        // The wrong role on the peer port: only controllers speak raft.
+        let peer_addr = c.controllers[0].member.peer_addr.parse().unwrap();
+        for (role, name) in [
+            (Role::Admin, "admin"),
+            (Role::Agent, "n1"),
+            (Role::User, "alice"),
+        ] {
+            let files = c.issue(role, name).unwrap();
+            let on_peer = Client::new(vec![peer_addr], &files).unwrap();
+            let q = Request::Read {
+                query: Query::Shares,
+                stale: true,
+            };
+            match on_peer.request_to(0, &q).await {
+                Err(ClientError::Closed { reason, .. }) => {
+                    assert!(reason.contains("only controller certificates"), "{reason}")
+                }
+                other => panic!("the peer port accepted {role}:{name}: {other:?}"),
+            }
+        }
+
+        // Nothing changed, on any controller; a good certificate still works.
+        let after = digest(&c, &admin).await;
+        assert_eq!(after.digest, before.digest);
+        let shares = admin.read(Query::Shares, false).await;
+        assert!(matches!(shares, Ok(Response::Shares(s)) if s.len() == 4));
+
+        // A controller whose own certificate is revoked does not start, and says why.
+        // (The running controllers read the list at their start, so revoking c4 now
+        // changes nothing for them.)
+        let j = c.prepare_joiner(4).unwrap();
+        let c4 = TlsFiles::in_dir(&c.certs, Role::Controller, "c4");
+        revoke(&c.certs, &RevokeTarget::Cert(c4.cert.clone())).unwrap();
+        let mut text = std::fs::read_to_string(&c.controllers[j].config).unwrap();
+        text += &format!("crl = \"{}\"\n", crl.display());
+        std::fs::write(&c.controllers[j].config, text).unwrap();
+        c.start(j).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.is_running(j) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !c.is_running(j),
+            "a controller with a revoked certificate runs"
+        );
+        let log = std::fs::read_to_string(&c.controllers[j].log).unwrap();
+        assert!(
+            log.contains("controller-c4.pem") && log.contains("revoked"),
+            "{log}"
+        );
+        let r = admin.read(Query::Shares, false).await;
+        assert!(r.is_ok(), "{r:?}");
+    });
+}
+
+#[test]
+fn users_touch_only_their_own_jobs_and_shares() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = create(dir.path());
+    c.start_all().unwrap();
+    rt().block_on(async {
+        let admin = ready(&mut c).await;
+        let alice = c.client(Role::User, "alice").unwrap();
+        let bob = c.client(Role::User, "bob").unwrap();
+        let mallory = c.client(Role::User, "mallory").unwrap();
+
+        // `private` lists only alice; she may submit there.
+        let (alices, _) = alice
+            .submit(demo::job("private", "alice", "a1"))
+            .await
+            .unwrap();
+        let mut spec = demo::job("lend", "bob", "b1");
+        spec.priority = 5;
+        let (bobs, _) = bob.submit(spec).await.unwrap();
+        let before = digest(&c, &admin).await;
+
+        let cancel = |job| Command::Cancel {
+            job,
+            reason: "mine now".into(),
+        };
+        let priority = |job| Command::UpdatePriority {
+            job,
+            priority: 9_999,
+        };
+        let not_admin = "only an admin";
+        all_unauthorized(
+            &mallory,
+            vec![
+                (
+                    Command::Submit(demo::job("private", "mallory", "m1")),
+                    "not a member of share private",
+                ),
+                (
+                    Command::Submit(demo::job("lend", "bob", "m2")),
+                    "may submit only as itself",
+                ),
+                (cancel(bobs), "belongs to bob"),
+                (priority(bobs), "belongs to bob"),
+                (Command::DeleteShare("lend".into()), not_admin),
+                (
+                    Command::PutShare(demo::share(
+                        "private",
+                        tranche_model::Strategy::Lend,
+                        8,
+                        &["mallory"],
+                    )),
+                    not_admin,
+                ),
+                (
+                    Command::DrainNode {
+                        node: "n1".into(),
+                        reason: "x".into(),
+                        now: true,
+                    },
+                    "only operator and admin",
+                ),
+            ],
+        )
+        .await;
+        all_unauthorized(
+            &bob,
+            vec![
+                (
+                    Command::Submit(demo::job("private", "bob", "b0")),
+                    "not a member of share private",
+                ),
+                (cancel(alices), "belongs to alice"),
+                (priority(alices), "belongs to alice"),
+            ],
+        )
+        .await;
+        // Alice may use a share bob may not, but not bob's job.
+        all_unauthorized(&alice, vec![(cancel(bobs), "belongs to bob")]).await;
+        for req in [
+            Request::Membership(MembershipChange::Remove { id: 1 }),
+            Request::Isolate { from: vec![2] },
+        ] {
+            let r = mallory.request(&req).await;
+            assert!(
+                matches!(&r, Ok(Response::Error(ApiError::Unauthorized(_)))),
+                "{req:?}: {r:?}"
+            );
+        }
+        read_refused(mallory.read(node_work("n1"), false).await, "node work");
+
+        // Nothing changed: bob's job is as he left it.
+        let after = digest(&c, &admin).await;
+        assert_eq!(after.digest, before.digest);
+        let j = job(&admin, bobs).await;
+        assert_eq!(j.spec.priority, 5);
+        assert_ne!(j.status, JobStatus::Cancelled);
+
+        // Bob himself may do both.
+        for cmd in [priority(bobs), cancel(bobs)] {
+            let r = bob.command(cmd).await;
+            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        }
+        let jobs = match admin.read(Query::Jobs(JobFilter::default()), false).await {
+            Ok(Response::Jobs(j)) => j,
+            other => panic!("{other:?}"),
+        };
+        let mut owners: Vec<_> = jobs.iter().map(|j| j.user.as_str().to_string()).collect();
+        owners.sort();
+        assert_eq!(owners, ["alice", "bob"]);
+    });
+}
+
+fn node_work(node: &str) -> Query {
+    Query::NodeWork {
+        node: node.into(),
+        after: None,
+    }
+}
+
+#[test]
+fn an_agent_certificate_speaks_only_for_its_own_node() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = create(dir.path());
+    c.start_all().unwrap();
+    rt().block_on(async {
+        let admin = ready(&mut c).await;
+        let n1 = c.client(Role::Agent, "n1").unwrap();
+        let n2 = c.client(Role::Agent, "n2").unwrap();
+        let bob = c.client(Role::User, "bob").unwrap();
+
+        for (agent, node, gpus) in [(&n1, "n1", 2), (&n2, "n2", 1)] {
+            let r = agent
+                .command(Command::RegisterNode(demo::node(node, gpus)))
+                .await;
+            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        }
+        let r = n1.read(node_work("n1"), false).await;
+        assert!(matches!(r, Ok(Response::NodeWork(_))), "{r:?}");
+
+        // A job lands on n2 (best fit: the node left with the fewest free GPUs; in the
+        // RESERVE share, since the demo policy keeps its 16 GPUs for it).
+        let (id, _) = bob.submit(demo::job("reserve", "bob", "b1")).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let placed = loop {
+            let j = job(&admin, id).await;
+            if !j.attempts.is_empty() {
+                break j;
+            }
+            assert!(Instant::now() < deadline, "job not placed: {j:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(placed.attempts[0].allocation[0].node.as_str(), "n2");
+        let attempt = placed.attempts[0].number;
+
+        // n1 speaks only for n1, and uses no user or admin command.
+        let for_that_node = "only the agent certificate of that node";
+        let not_operator = "only operator and admin";
+        let own_node = "only on attempts placed on its own node";
+        let drain = |node: &str, now| Command::DrainNode {
+            node: node.into(),
+            reason: "x".into(),
+            now,
+        };
+        let progress = |event| Command::JobProgress {
+            job: id,
+            attempt,
+            event,
+        };
+        all_unauthorized(
+            &n1,
+            vec![
+                (Command::RegisterNode(demo::node("n2", 1)), for_that_node),
+                (Command::Heartbeat { node: "n2".into() }, for_that_node),
+                (drain("n2", false), not_operator),
+                (drain("n1", true), not_operator),
+                (Command::ResumeNode { node: "n1".into() }, not_operator),
+                (progress(Progress::Running), own_node),
+                (
+                    progress(Progress::Exited {
+                        code: Some(0),
+                        reason: None,
+                    }),
+                    own_node,
+                ),
+                (
+                    Command::Submit(demo::job("lend", "n1", "n1")),
+                    "only user and admin",
+                ),
+                (
+                    Command::Cancel {
+                        job: id,
+                        reason: "x".into(),
+                    },
+                    "may not cancel",
+                ),
+                (
+                    Command::UpdatePriority {
+                        job: id,
+                        priority: 1,
+                    },
+                    "may not cancel or update",
+                ),
+                (Command::DeleteShare("lend".into()), "only an admin"),
+                (
+                    Command::NodeDown {
+                        node: "n2".into(),
+                        reason: "x".into(),
+                    },
+                    "only by the leader",
+                ),
+            ],
+        )
+        .await;
+        let r = n1
+            .request(&Request::Membership(MembershipChange::Remove { id: 1 }))
+            .await;
+        assert!(
+            matches!(&r, Ok(Response::Error(ApiError::Unauthorized(_)))),
+            "{r:?}"
+        );
+        // It reads only its own node's work and jobs.
+        for q in [
+            node_work("n2"),
+            Query::Job(id),
+            Query::Jobs(JobFilter::default()),
+            Query::Nodes,
+            Query::Shares,
+            Query::Objects,
+            Query::Digest,
+        ] {
+            read_refused(n1.read(q.clone(), false).await, &format!("{q:?}"));
+        }
+
+        // The job is untouched; n2 itself may read it and report on it.
+        let j = job(&admin, id).await;
+        assert_eq!(j.attempts.len(), 1);
+        assert!(j.attempts[0].end.is_none(), "{j:?}");
+        assert_ne!(j.status, JobStatus::Cancelled);
+        let r = n2.read(Query::Job(id), false).await;
+        assert!(matches!(r, Ok(Response::Job(_))), "{r:?}");
+        let r = n2.command(progress(Progress::Running)).await;
+        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+    });
+}

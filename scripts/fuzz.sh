@@ -39,12 +39,14 @@ for t in $targets; do
     work=fuzz/target/corpus/$t
     mkdir -p "$work" "fuzz/regressions/$t"
     log=fuzz/target/fuzz-$t.log
+    dict=""
+    case $t in *_file) dict=-dict=fuzz/dict/toml.dict ;; esac
     echo "== $t: $seconds s" >&2
     # -rss_limit_mb: a decode may claim up to 512 MiB (a peer frame), so allow more
     # than libFuzzer's 2 GiB default only for peak RSS, not for one allocation.
     if cargo +nightly fuzz run --debug-assertions "$t" "$work" "fuzz/corpus/$t" "fuzz/regressions/$t" -- \
         -max_total_time="$seconds" -rss_limit_mb=4096 -malloc_limit_mb=1024 -timeout=10 \
-        -print_final_stats=1 ${FUZZ_FLAGS:-} 2>"$log"; then
+        -print_final_stats=1 $dict ${FUZZ_FLAGS:-} 2>"$log"; then
         status=ok
     else
         status="CRASH (see $log and fuzz/artifacts/$t/)"

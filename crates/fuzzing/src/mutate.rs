@@ -1,6 +1,6 @@
 //! A small deterministic mutator for the stable smoke run: byte flips, truncations,
-//! inserted and deleted runs, hostile length fields, splices of two seeds, and deep
-//! nesting. It is no substitute for libFuzzer's coverage-guided search; it makes sure
+//! inserted and deleted runs, hostile length fields, numbers at the edges of their
+//! types, splices of two seeds, and deep nesting. It is no substitute for libFuzzer's coverage-guided search; it makes sure
 //! that the obvious hostile shapes reach every target on every `cargo test`.
 
 /// SplitMix64: a seeded generator with no dependencies, so a run repeats exactly.
@@ -40,6 +40,16 @@ const HOSTILE_LENGTHS: &[&[u8]] = &[
     &[0x7f, 0xff, 0xff, 0xff],
 ];
 
+/// Numbers at the edges of the integer types, for text inputs.
+const EDGE_NUMBERS: &[&[u8]] = &[
+    b"0",
+    b"4294967295",
+    b"4294967296",
+    b"9223372036854775807",
+    b"18446744073709551615",
+    b"400000000",
+];
+
 /// Openers that nest: TOML arrays, inline tables and dotted keys; a protobuf
 /// length-delimited field (field 1 and field 5).
 const NESTERS: &[&[u8]] = &[
@@ -58,7 +68,7 @@ pub fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], framed: bool, out: &mut Vec<u8>)
     out.extend_from_slice(&seeds[rng.below(seeds.len())]);
     for _ in 0..1 + rng.below(4) {
         let pos = rng.below(out.len() + 1);
-        match rng.below(9) {
+        match rng.below(10) {
             0 if !out.is_empty() => {
                 let i = pos.min(out.len() - 1);
                 out[i] ^= 1 << rng.below(8);
@@ -92,6 +102,16 @@ pub fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], framed: bool, out: &mut Vec<u8>)
                 let from = rng.below(other.len() + 1);
                 out.truncate(pos);
                 out.extend_from_slice(&other[from..]);
+            }
+            8 if rng.below(2) == 0 => {
+                // A number in text at the edge of its type.
+                if let Some(start) = (pos..out.len()).find(|&i| out[i].is_ascii_digit()) {
+                    let end = (start..out.len())
+                        .find(|&i| !out[i].is_ascii_digit())
+                        .unwrap_or(out.len());
+                    let edge = EDGE_NUMBERS[rng.below(EDGE_NUMBERS.len())];
+                    out.splice(start..end, edge.iter().copied());
+                }
             }
             _ => {
                 let nester = NESTERS[rng.below(NESTERS.len())];

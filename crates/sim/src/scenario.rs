@@ -4,6 +4,14 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use tranche_model::{ObjState, Strategy};
 
+/// The latest instant and the longest duration a scenario may state, in seconds (about
+/// 31 years): far beyond any real policy question, and far from overflowing the
+/// millisecond clock.
+pub const MAX_SECONDS: u64 = 1_000_000_000;
+
+/// The most nodes a scenario may define (with `count`).
+pub const MAX_NODES: u64 = 10_000;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
@@ -180,6 +188,7 @@ impl Scenario {
                 "a scenario needs at least one [[nodes]] entry",
             ));
         }
+        self.check_bounds()?;
         let mut node_names = BTreeSet::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if n.count == Some(0) {
@@ -346,10 +355,95 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// Every time within [`MAX_SECONDS`] and at most [`MAX_NODES`] nodes, before
+    /// anything is expanded or scheduled.
+    fn check_bounds(&self) -> Result<(), ScenarioError> {
+        let nodes: u64 = self
+            .nodes
+            .iter()
+            .map(|n| u64::from(n.count.unwrap_or(1)))
+            .sum();
+        if nodes > MAX_NODES {
+            return Err(err(
+                "nodes",
+                format!("at most {MAX_NODES} nodes in all, got {nodes}"),
+            ));
+        }
+        let mut times: Vec<(String, Option<u64>)> = vec![];
+        for (i, s) in self.shares.iter().enumerate() {
+            times.push((format!("shares[{i}].default_grace_s"), s.default_grace_s));
+            times.push((format!("shares[{i}].max_grace_s"), s.max_grace_s));
+            times.push((format!("shares[{i}].min_runtime_s"), s.min_runtime_s));
+        }
+        for (i, e) in self.events.iter().enumerate() {
+            times.push((format!("events[{i}].at"), Some(e.at)));
+            if let Some(sub) = &e.submit {
+                times.push((format!("events[{i}].submit.runtime_s"), sub.runtime_s));
+                times.push((format!("events[{i}].submit.grace_s"), sub.grace_s));
+                if let Ok(OnSignal::ExitAfter(n)) = sub.on_signal() {
+                    times.push((format!("events[{i}].submit.on_signal"), Some(n)));
+                }
+            }
+            if let Some(u) = &e.update_share {
+                times.push((
+                    format!("events[{i}].update_share.default_grace_s"),
+                    u.default_grace_s,
+                ));
+                times.push((
+                    format!("events[{i}].update_share.min_runtime_s"),
+                    u.min_runtime_s,
+                ));
+            }
+        }
+        for (i, x) in self.expect.iter().enumerate() {
+            times.push((format!("expect[{i}].at"), Some(x.at)));
+        }
+        for (field, t) in times {
+            if let Some(t) = t.filter(|t| *t > MAX_SECONDS) {
+                return Err(err(
+                    field,
+                    format!("at most {MAX_SECONDS} seconds, got {t}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `count > 1` makes name1..nameN.
 pub fn expand_names(n: &NodeSpec) -> Vec<String> {
     match n.count.unwrap_or(1) {
         1 => vec![n.name.clone()],
         c => (1..=c).map(|i| format!("{}{i}", n.name)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "[[nodes]]\nname = \"n\"\nunit = \"h100\"\ngpus = 8\n";
+
+    #[test]
+    fn times_and_node_counts_are_bounded() {
+        assert!(Scenario::parse(BASE).is_ok());
+        let many = BASE.replace("gpus = 8", "gpus = 8\ncount = 4000000000");
+        assert_eq!(
+            Scenario::parse(&many).unwrap_err().0,
+            "invalid `nodes`: at most 10000 nodes in all, got 4000000000"
+        );
+        let late = format!("{BASE}[[expect]]\nat = 18446744073709551\nshare = \"s\"\n");
+        assert_eq!(
+            Scenario::parse(&late).unwrap_err().0,
+            "invalid `expect[0].at`: at most 1000000000 seconds, got 18446744073709551"
+        );
+        let long = format!(
+            "{BASE}[[events]]\nat = 0\nsubmit = {{ name = \"j\", share = \"s\", unit = \"h100\", gpus = 1, on_signal = \"exit_after:18446744073709551615\" }}\n"
+        );
+        assert!(Scenario::parse(&long)
+            .unwrap_err()
+            .0
+            .starts_with("invalid `events[0].submit.on_signal`: at most"));
     }
 }

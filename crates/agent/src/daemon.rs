@@ -537,10 +537,13 @@ impl Agent {
                     )
                     .await;
                 if delivered {
+                    // Forgotten first, then cleared: nothing may look at an attempt
+                    // whose directory is going away (it would seem to have vanished
+                    // without an exit, and be stopped as an orphan).
+                    self.local.lock().unwrap().remove(&key);
                     if let Err(e) = a.acknowledge() {
                         warn!(job = key.0, "cannot clear the attempt dir: {e}");
                     }
-                    self.local.lock().unwrap().remove(&key);
                 }
             }
             let overdue: Vec<Key> = {

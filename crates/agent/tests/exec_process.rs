@@ -378,3 +378,71 @@ fn a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped() {
     a.acknowledge().unwrap();
     assert!(ex.adopt().unwrap().is_empty());
 }
+
+/// The daemon holds more than one handle of an attempt (its table, a stop in progress):
+/// once one handle acknowledges the exit and clears the directory, the others see an
+/// ended attempt at once, and do not wait for an exit status that will never come.
+#[test]
+fn an_attempt_acknowledged_through_another_handle_has_ended() {
+    init();
+    let spool = tempfile::tempdir().unwrap();
+    let ex = Executors::new(spool.path()).unwrap();
+    let a = ex.start(&spec("host", &["true"])).unwrap();
+    let other = a.clone();
+    wait_exit(&a, LONG);
+    a.acknowledge().unwrap();
+    assert!(!a.dir().exists());
+    assert!(other.exit().is_some(), "a cleared attempt reads as ended");
+    let t0 = Instant::now();
+    let outcome = other.stop(15, Duration::from_secs(5));
+    assert!(
+        matches!(outcome, StopOutcome::ExitedInGrace { .. }),
+        "{outcome:?}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "stop took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        !other.dir().exists(),
+        "nothing is written into a cleared attempt"
+    );
+}
+
+/// Each attempt with GPUs leaves a bind and a free line in the spool's GPU ledger, the
+/// free after the job's end.
+#[test]
+fn the_gpu_ledger_pairs_bind_and_free() {
+    init();
+    let spool = tempfile::tempdir().unwrap();
+    let ex = Executors::new(spool.path()).unwrap();
+    let mut s = spec("host", &["sleep", "0.2"]);
+    s.gpus = gpus(&[1, 3]);
+    let a = ex.start(&s).unwrap();
+    let st = wait_exit(&a, LONG);
+    let (entries, bad) = tranche_agent::exec::ledger::read(spool.path()).unwrap();
+    assert_eq!(bad, 0);
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let (bind, free) = (&entries[0], &entries[1]);
+    assert!(bind.bind && !free.bind);
+    assert_eq!((bind.job, bind.attempt), (s.job, s.attempt));
+    assert_eq!(bind.gpus, vec![1, 3]);
+    assert_eq!(free.gpus, vec![1, 3]);
+    assert!(free.t_us >= bind.t_us + 200_000, "{bind:?} {free:?}");
+    assert!(
+        free.t_us / 1000 <= st.at_ms,
+        "free is written before the exit"
+    );
+    a.acknowledge().unwrap();
+    // An attempt without GPUs writes nothing.
+    let b = ex.start(&spec("host", &["true"])).unwrap();
+    wait_exit(&b, LONG);
+    assert_eq!(
+        tranche_agent::exec::ledger::read(spool.path())
+            .unwrap()
+            .0
+            .len(),
+        2
+    );
+}

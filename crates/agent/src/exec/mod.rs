@@ -922,7 +922,8 @@ impl Attempt {
     /// How the attempt ended; `None` while some process of it may be left.
     /// Non-blocking. If the shim has vanished (killed, or the node rebooted) and no
     /// process of the job is left, the attempt is settled as lost (neither code nor
-    /// signal).
+    /// signal). An attempt whose directory is gone was acknowledged by another handle
+    /// of it: it has ended, and its status is no longer known here.
     pub fn exit(&self) -> Option<ExitStatus> {
         let path = self.dir.join(files::EXIT);
         if let Some(st) = read_exit(&path) {
@@ -940,6 +941,11 @@ impl Attempt {
             signal: None,
             at_ms: fsutil::now_ms(),
         };
+        if !self.dir.exists() {
+            // Acknowledged and cleared by another handle of the attempt: it ended, and
+            // the controllers have its exit.
+            return Some(st);
+        }
         cleanup_attempt(&self.dir, &self.plan);
         match fsutil::write_json(&path, &st) {
             Ok(()) => Some(st),

@@ -42,8 +42,9 @@ pub struct Args {
     /// Concurrent user clients (besides one admin/operator client).
     #[arg(long, default_value_t = 3)]
     pub clients: usize,
-    /// Seconds to wait after the faults for every job to end or wait with a reason.
-    #[arg(long, default_value_t = 180)]
+    /// At most this many seconds after the faults for every job to end or wait with a
+    /// reason (settling stops sooner when no job has ended for 60 s).
+    #[arg(long, default_value_t = 600)]
     pub settle: u64,
 }
 

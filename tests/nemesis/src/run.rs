@@ -289,7 +289,7 @@ fn settled(jobs: &[FinalJob]) -> bool {
                 j.status,
                 JobStatus::Submitted | JobStatus::Pending | JobStatus::Runnable
             ) && j.reason.is_some())
-    }) && jobs.iter().any(|j| j.status.is_terminal())
+    })
 }
 
 async fn digests(probes: &[Client]) -> check::Digests {
@@ -463,12 +463,20 @@ pub async fn run(args: Args, seed: u64) -> Result<RunOutput, String> {
     for cmd in workload::policy(AGENTS, 0) {
         must(&admin, cmd).await?;
     }
+    // Settling ends when every job has ended or waits with a reason; it gives up when no
+    // job has ended for `STALL` (something is stuck), or after `--settle` seconds.
+    const STALL: Duration = Duration::from_secs(60);
     let deadline = settle_start + Duration::from_secs(args.settle);
     let mut jobs = all_jobs(&admin).await?;
-    while !settled(&jobs) && Instant::now() < deadline {
+    let ended = |js: &[FinalJob]| js.iter().filter(|j| j.status.is_terminal()).count();
+    let (mut last_ended, mut last_progress) = (ended(&jobs), Instant::now());
+    while !settled(&jobs) && Instant::now() < deadline && last_progress.elapsed() < STALL {
         tokio::time::sleep(Duration::from_millis(500)).await;
         if let Ok(j) = all_jobs(&admin).await {
             jobs = j;
+        }
+        if ended(&jobs) > last_ended {
+            (last_ended, last_progress) = (ended(&jobs), Instant::now());
         }
     }
     let settle_s = settle_start.elapsed().as_secs_f64();

@@ -11,8 +11,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tranche_client::{Client, ClientError};
 use tranche_local::demo;
-use tranche_model::{CapacityLimit, JobId, JobSpec, ObjState, ServiceEnvironment, Strategy};
-use tranche_proto::ApiError;
+use tranche_model::{
+    CapacityLimit, JobId, JobSpec, JobStatus, ObjState, ServiceEnvironment, Strategy,
+};
+use tranche_proto::{ApiError, JobFilter, Query, Response};
 use tranche_state::{Command, Outcome as Applied};
 
 use crate::history::{now_us, History, Op, OpKind, Outcome};
@@ -90,16 +92,43 @@ async fn pause(rng: &mut StdRng, lo: u64, hi: u64) {
     tokio::time::sleep(Duration::from_millis(rng.gen_range(lo..hi))).await;
 }
 
+/// A user keeps at most this many jobs unfinished, as a researcher with a quota on a
+/// shared cluster does: the load stays at what the cluster can run, so that every job
+/// can be expected to end once the faults stop.
+const MAX_OPEN_PER_USER: usize = 8;
+
+/// How many of `user`'s jobs have not ended (`None` when no controller answered).
+async fn open_jobs(client: &Client, user: &str) -> Option<usize> {
+    let filter = JobFilter {
+        user: Some(user.into()),
+        status: JobStatus::ALL
+            .into_iter()
+            .filter(|s| !s.is_terminal())
+            .collect(),
+        ..JobFilter::default()
+    };
+    match client.read(Query::Jobs(filter), true).await {
+        Ok(Response::Jobs(js)) => Some(js.len()),
+        _ => None,
+    }
+}
+
 /// A user: submits short jobs (sleeps of 0.3–2.5 s on one or two GPUs) to the three
 /// shares, cancels some, reprioritizes some.
 pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut mine: Vec<u64> = Vec::new();
     let mut seq = 0u32;
+    let mut open = 0usize;
     while !ctx.stop.load(Ordering::Relaxed) {
         let p = rng.gen_range(0..10);
+        let mut submit = p < 6 || mine.is_empty();
+        if submit && open >= MAX_OPEN_PER_USER {
+            open = open_jobs(&client, &user).await.unwrap_or(open);
+            submit = open < MAX_OPEN_PER_USER || mine.is_empty();
+        }
         let invoke_us = now_us();
-        if p < 6 || mine.is_empty() {
+        if submit {
             seq += 1;
             let name = format!("nem-{n}-{seq}");
             let share = ["reserve", "lend", "borrow"][rng.gen_range(0..3)];
@@ -116,6 +145,7 @@ pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u
             };
             if let Some(id) = job {
                 mine.push(id);
+                open += 1;
             }
             ctx.history.op(Op {
                 client: n,
@@ -129,7 +159,9 @@ pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u
                 detail,
             });
         } else {
-            let id = mine[rng.gen_range(0..mine.len())];
+            // One of the user's latest jobs: most of them have not ended yet.
+            let recent = mine.len().saturating_sub(MAX_OPEN_PER_USER);
+            let id = mine[rng.gen_range(recent..mine.len())];
             let (kind, value, cmd) = if p < 8 {
                 let cmd = Command::Cancel {
                     job: JobId(id),

@@ -329,9 +329,11 @@ impl Agent {
                     self.progress(
                         item.job,
                         item.attempt,
-                        Progress::Exited {
-                            code: None,
-                            reason: Some("the agent has no record of this attempt".into()),
+                        Progress::Lost {
+                            reason: format!(
+                                "the agent on {} has no record of this attempt",
+                                self.inventory.name
+                            ),
                         },
                     )
                     .await;
@@ -526,16 +528,26 @@ impl Agent {
                     (Some(why), None) => Some(why),
                     (None, k) => k,
                 };
-                let delivered = self
-                    .progress(
-                        JobId(key.0),
-                        key.1,
+                // Neither code nor signal, and no launch error: the agent lost the
+                // attempt (it died before the shim started, or the shim vanished). The
+                // job did not fail; the controllers requeue it.
+                let event =
+                    if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
+                        Progress::Lost {
+                            reason: reason.unwrap_or_else(|| {
+                                format!(
+                                    "the agent on {} lost track of the attempt (no exit status)",
+                                    self.inventory.name
+                                )
+                            }),
+                        }
+                    } else {
                         Progress::Exited {
                             code: st.code,
                             reason,
-                        },
-                    )
-                    .await;
+                        }
+                    };
+                let delivered = self.progress(JobId(key.0), key.1, event).await;
                 if delivered {
                     // Forgotten first, then cleared: nothing may look at an attempt
                     // whose directory is going away (it would seem to have vanished

@@ -525,8 +525,31 @@ impl State {
             Progress::Exited { code, reason } => {
                 self.attempt_ended(id, *code, reason.as_deref(), nodes, now)
             }
+            Progress::Lost { reason } => self.attempt_lost(id, reason, nodes, now),
         }
         Ok(())
+    }
+
+    /// An attempt lost with its node or by its agent: the job is requeued (neither a
+    /// failure nor a preemption), or ends as its stop meant.
+    fn attempt_lost(&mut self, id: JobId, why: &str, nodes: Vec<NodeName>, now: Millis) {
+        let job = self.jobs.get_mut(&id).expect("job exists");
+        if job.stop.is_some() {
+            // It was being stopped anyway: end it as its stop meant, killed.
+            self.attempt_ended(id, None, Some(why), nodes, now);
+            return;
+        }
+        if let Some(a) = job.attempts.last_mut() {
+            a.ended_at = Some(now);
+            a.end = Some(AttemptEnd::Lost);
+        }
+        self.set_status(
+            id,
+            JobStatus::Runnable,
+            &format!("{why}; attempt lost, requeued"),
+            nodes,
+            now,
+        );
     }
 
     /// The attempt's process is gone: decide what the job becomes.
@@ -726,24 +749,14 @@ impl State {
         }
         self.nodes.get_mut(name).expect("exists").down = Some(reason.to_string());
         for id in self.jobs_on(name) {
-            let job = self.jobs.get_mut(&id).expect("job exists");
+            let job = &self.jobs[&id];
             let nodes: Vec<NodeName> = job.allocation().iter().map(|a| a.node.clone()).collect();
-            if job.stop.is_some() {
-                // It was being stopped anyway: end it as its stop meant, killed.
-                self.attempt_ended(id, None, Some("node down"), nodes, now);
-                continue;
-            }
-            if let Some(a) = job.attempts.last_mut() {
-                a.ended_at = Some(now);
-                a.end = Some(AttemptEnd::Lost);
-            }
-            self.set_status(
-                id,
-                JobStatus::Runnable,
-                &format!("node {name} DOWN ({reason}); attempt lost, requeued"),
-                nodes,
-                now,
-            );
+            let why = if job.stop.is_some() {
+                "node down".to_string()
+            } else {
+                format!("node {name} DOWN ({reason})")
+            };
+            self.attempt_lost(id, &why, nodes, now);
         }
         Ok(())
     }

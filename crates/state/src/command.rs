@@ -70,6 +70,11 @@ pub enum Progress {
         code: Option<i32>,
         reason: Option<String>,
     },
+    /// No process of the attempt is left, and the agent cannot tell how it ended: it
+    /// lost the attempt (the agent died before the job started, or the shim that
+    /// watched the job vanished). Like an attempt on a DOWN node, the job is requeued;
+    /// this is not the job's failure.
+    Lost { reason: String },
 }
 
 /// What an accepted command did.

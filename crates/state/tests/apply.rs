@@ -472,6 +472,56 @@ fn cancelling_a_running_job_waits_for_its_exit() {
     assert!(e.to_string().contains("already ended"));
 }
 
+/// An attempt its agent lost (no exit status) requeues the job: it is not the job's
+/// failure. One lost while being cancelled ends CANCELLED.
+#[test]
+fn a_lost_attempt_requeues_and_a_cancel_still_ends_it() {
+    let mut st = cluster();
+    let job = submit(&mut st, "a", 2, 1, 1);
+    place_and_run(&mut st, 3);
+    let lost = |st: &mut State, now| {
+        let attempt = st.jobs[&job].attempts.len() as u32;
+        ok(
+            st,
+            Command::JobProgress {
+                job,
+                attempt,
+                event: Progress::Lost {
+                    reason: "the agent on n1 has no record of this attempt".into(),
+                },
+            },
+            now,
+        );
+    };
+    lost(&mut st, 4);
+    let j = &st.jobs[&job];
+    assert_eq!(
+        (j.status, j.failures, j.preemptions),
+        (JobStatus::Runnable, 0, 0)
+    );
+    assert_eq!(j.attempts[0].end, Some(AttemptEnd::Lost));
+    assert!(j
+        .transitions
+        .last()
+        .unwrap()
+        .reason
+        .contains("no record of this attempt; attempt lost, requeued"));
+    assert_eq!(st.share_used(&"a".into(), &"h100".into()), 0);
+    st.check_index().unwrap();
+    place_and_run(&mut st, 5);
+    assert_eq!(st.jobs[&job].attempts.len(), 2);
+    ok(
+        &mut st,
+        Command::Cancel {
+            job,
+            reason: "user".into(),
+        },
+        6,
+    );
+    lost(&mut st, 7);
+    assert_eq!(st.jobs[&job].status, JobStatus::Cancelled);
+}
+
 /// Random command streams against a small cluster.
 fn command() -> impl Gen<Value = Command> {
     let share_name = prop_oneof![Just("a"), Just("b"), Just("c")];
@@ -490,6 +540,7 @@ fn command() -> impl Gen<Value = Command> {
             event: Progress::Exited { code: if killed { None } else { Some(0) }, reason: None }
         }),
         1 => (1u64..30).prop_map(|j| Command::JobProgress { job: JobId(j), attempt: 1, event: Progress::Running }),
+        1 => (1u64..30).prop_map(|j| Command::JobProgress { job: JobId(j), attempt: 1, event: Progress::Lost { reason: "lost".into() } }),
         1 => (1u64..30).prop_map(|j| Command::Cancel { job: JobId(j), reason: "x".into() }),
         1 => (1u64..30, 0u32..10_001).prop_map(|(j, p)| Command::UpdatePriority { job: JobId(j), priority: p }),
         1 => (node_name.clone(), any::<bool>()).prop_map(|(n, now)| Command::DrainNode { node: n.into(), reason: "r".into(), now }),

@@ -64,6 +64,9 @@ pub struct Report {
     pub converged: bool,
     /// Jobs neither ended nor waiting with a reason.
     pub stuck: usize,
+    /// Jobs that ended FAILED. Every job of the run exits 0 when left alone and may be
+    /// preempted without limit, so a failure is Tranche's, not the job's.
+    pub failed: usize,
     pub jobs: usize,
     /// Preemptions of the final jobs, all together (reclaims, in-share, drains).
     pub preemptions: u64,
@@ -83,6 +86,7 @@ impl Report {
             && self.ledger_errors == 0
             && self.converged
             && self.stuck == 0
+            && self.failed == 0
     }
 
     fn violation(&mut self, msg: String) {
@@ -221,6 +225,10 @@ fn check_jobs(input: &Input, r: &mut Report) {
                 ));
             }
         }
+    }
+    for j in input.jobs.iter().filter(|j| j.status == JobStatus::Failed) {
+        r.failed += 1;
+        r.violation(format!("job {} ({}) ended FAILED", j.id, j.name));
     }
     for j in input.jobs {
         let waiting = matches!(
@@ -412,7 +420,11 @@ mod tests {
         ];
         let mut waiting = job(3, "dup", JobStatus::Runnable, 4);
         waiting.reason = None;
-        let jobs = [job(2, "dup", JobStatus::Running, 4), waiting];
+        let jobs = [
+            job(2, "dup", JobStatus::Running, 4),
+            waiting,
+            job(4, "other", JobStatus::Failed, 0),
+        ];
         let ledger = vec![
             entry(10, true, 1, &[0, 1]),
             entry(30, false, 1, &[0, 1]),
@@ -426,6 +438,7 @@ mod tests {
         assert_eq!(r.cancels_undone, 1);
         assert_eq!(r.priorities_undone, 1);
         assert_eq!(r.stuck, 2);
+        assert_eq!(r.failed, 1);
         assert_eq!(r.gpu_overlaps, 1);
         assert_eq!(r.ledger_errors, 1);
     }

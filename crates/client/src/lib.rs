@@ -62,6 +62,12 @@ pub struct Client {
     /// controller (a controller killed mid-request is otherwise noticed only when the
     /// connection's idle timeout ends).
     pub attempt_timeout: Duration,
+    /// This client's session: its writes are numbered, so that the controllers apply
+    /// each once however often it is retried.
+    session: u64,
+    next_seq: std::sync::atomic::AtomicU64,
+    /// Writes sent and not yet answered.
+    outstanding: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl Client {
@@ -90,6 +96,9 @@ impl Client {
             current: Mutex::new((start, None)),
             retry_for: Duration::from_secs(15),
             attempt_timeout: Duration::from_secs(5),
+            session: rand::random(),
+            next_seq: std::sync::atomic::AtomicU64::new(1),
+            outstanding: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -243,7 +252,28 @@ impl Client {
 
     /// A write; `Ok(Err(..))` when the state machine refused it (nothing changed).
     pub async fn command(&self, cmd: Command) -> Result<Result<Outcome, ApiError>, ClientError> {
-        match self.request(&Request::Command(cmd)).await? {
+        let seq = self
+            .next_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let first_incomplete = {
+            let mut o = self.outstanding.lock().unwrap();
+            o.insert(seq);
+            *o.first().expect("just inserted")
+        };
+        let request = tranche_state::RequestId {
+            client: self.session,
+            seq,
+            first_incomplete,
+        };
+        let r = self
+            .request(&Request::Write {
+                request,
+                command: cmd,
+            })
+            .await;
+        // Answered, or given up on: either way this client will not send it again.
+        self.outstanding.lock().unwrap().remove(&seq);
+        match r? {
             Response::Applied(o) => Ok(Ok(o)),
             Response::Error(e) => Ok(Err(e)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),

@@ -101,11 +101,17 @@ impl Api {
 
     pub async fn handle(&self, who: &Identity, req: Request) -> Response {
         match req {
-            Request::Command(cmd) => {
+            Request::Command(_) | Request::Write { .. } => {
+                let (cmd, request) = match req {
+                    Request::Command(cmd) => (cmd, None),
+                    Request::Write { request, command } => (command, Some(request)),
+                    _ => unreachable!("matched above"),
+                };
                 let (tx, rx) = oneshot::channel();
                 let msg = NodeMsg::Write {
                     who: who.clone(),
                     cmd,
+                    request,
                     reply: tx,
                 };
                 if self.node.send(msg).await.is_err() {

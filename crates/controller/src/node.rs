@@ -39,6 +39,7 @@ pub enum NodeMsg {
     Write {
         who: tranche_tls::Identity,
         cmd: Command,
+        request: Option<tranche_state::RequestId>,
         reply: oneshot::Sender<WriteResult>,
     },
     /// A linearizable read barrier: answered once this controller has applied at least
@@ -353,9 +354,9 @@ impl Node {
                             }
                             Err(e) => warn!(from, "undecodable raft message: {e}"),
                         },
-                        PeerItem::Forward { id, cmd } => {
+                        PeerItem::Forward { id, cmd, request } => {
                             if self.is_leader() {
-                                self.propose(from, id, cmd);
+                                self.propose(from, id, cmd, request);
                             }
                             // Not the leader any more: the forwarder notices the new
                             // leader and answers its client `Unavailable` (retry).
@@ -363,7 +364,12 @@ impl Node {
                     }
                 }
             }
-            NodeMsg::Write { who, cmd, reply } => {
+            NodeMsg::Write {
+                who,
+                cmd,
+                request,
+                reply,
+            } => {
                 let denied = {
                     let sh = self.shared.read().unwrap();
                     crate::api::authorize(&who, &cmd, &sh.state).err()
@@ -376,7 +382,7 @@ impl Node {
                 let deadline =
                     Instant::now() + Duration::from_millis(self.cfg.raft.proposal_timeout_ms);
                 if self.is_leader() {
-                    if self.propose(self.id, id, cmd) {
+                    if self.propose(self.id, id, cmd, request) {
                         self.writes.insert(id, Pending { reply, deadline });
                     } else {
                         let _ = reply.send(Err(ApiError::Unavailable(
@@ -385,7 +391,8 @@ impl Node {
                     }
                 } else if self.raw.raft.leader_id != 0 {
                     let leader = self.raw.raft.leader_id;
-                    self.net.send(leader, PeerItem::Forward { id, cmd });
+                    self.net
+                        .send(leader, PeerItem::Forward { id, cmd, request });
                     self.writes.insert(id, Pending { reply, deadline });
                 } else {
                     let _ = reply.send(Err(ApiError::Unavailable(
@@ -412,12 +419,19 @@ impl Node {
     }
 
     /// Proposes a command with the leader's time. False when raft refused it.
-    fn propose(&mut self, origin: u64, id: u64, cmd: Command) -> bool {
+    fn propose(
+        &mut self,
+        origin: u64,
+        id: u64,
+        cmd: Command,
+        request: Option<tranche_state::RequestId>,
+    ) -> bool {
         let p = Proposal {
             origin,
             id,
             now: wall_ms(),
             cmd,
+            request,
         };
         match self.raw.propose(vec![], encode(&p)) {
             Ok(()) => true,
@@ -630,7 +644,7 @@ impl Node {
             "proposing a plan"
         );
         let id = self.new_id();
-        if self.propose(self.id, id, Command::ApplyPlan(plan)) {
+        if self.propose(self.id, id, Command::ApplyPlan(plan), None) {
             self.plan_inflight = Some((id, Instant::now()));
         }
     }
@@ -686,7 +700,7 @@ impl Node {
             }
             info!(node = %name, command = ?cmd, "agent liveness");
             let id = self.new_id();
-            self.propose(self.id, id, cmd);
+            self.propose(self.id, id, cmd, None);
             self.liveness_sent.insert(name, Instant::now());
         }
     }
@@ -907,8 +921,11 @@ impl Node {
                         let now = p.now.max(sh.last_now);
                         sh.last_now = now;
                         let cmd = Arc::new(p.cmd);
-                        let r = sh.state.apply(&cmd, now);
-                        if self.planner.active {
+                        let applied = sh.state.apply_request(p.request.as_ref(), &cmd, now);
+                        let r = applied.result;
+                        // A copy of a request applied before changed nothing: the
+                        // scheduler's replica must not apply it either.
+                        if self.planner.active && applied.fresh {
                             self.planner.send(PlannerMsg::Apply(cmd.clone(), now));
                         }
                         match (&*cmd, &r) {

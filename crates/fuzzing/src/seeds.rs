@@ -89,6 +89,14 @@ impl World {
 
     fn requests(&self) -> Vec<Request> {
         let mut out: Vec<Request> = self.commands().into_iter().map(Request::Command).collect();
+        out.push(Request::Write {
+            request: tranche_state::RequestId {
+                client: 0xfeed,
+                seq: 3,
+                first_incomplete: 2,
+            },
+            command: self.commands().swap_remove(0),
+        });
         out.extend([
             Request::Read {
                 query: Query::Jobs(JobFilter {
@@ -192,6 +200,11 @@ impl World {
                     id: i as u64,
                     now: self.now,
                     cmd,
+                    request: (i % 2 == 0).then_some(tranche_state::RequestId {
+                        client: 0xfeed,
+                        seq: i as u64 + 1,
+                        first_incomplete: 1,
+                    }),
                 })
                 .into();
                 e
@@ -242,6 +255,11 @@ impl World {
         items.push(PeerItem::Forward {
             id: 4,
             cmd: self.commands().swap_remove(2),
+            request: Some(tranche_state::RequestId {
+                client: 0xfeed,
+                seq: 9,
+                first_incomplete: 8,
+            }),
         });
         PeerFrame {
             from: 1,

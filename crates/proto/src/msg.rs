@@ -33,6 +33,13 @@ pub enum Request {
     /// controllers (admin only, and only where the controller's config enables
     /// `fault_injection`). An empty list heals.
     Isolate { from: Vec<u64> },
+    /// A write with the client's request id: however often it is retried, and whichever
+    /// copy commits first, it is applied once, and every copy gets the first answer
+    /// (see [`tranche_state::RequestId`]).
+    Write {
+        request: tranche_state::RequestId,
+        command: Command,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use tranche_model::Millis;
-use tranche_state::Command;
+use tranche_state::{Command, RequestId};
 
 use crate::Member;
 
@@ -18,7 +18,11 @@ pub enum PeerItem {
     /// A raft message, protobuf-encoded as raft-rs defines it.
     Raft(Vec<u8>),
     /// A client's write received by a follower, for the leader to propose.
-    Forward { id: u64, cmd: Command },
+    Forward {
+        id: u64,
+        cmd: Command,
+        request: Option<RequestId>,
+    },
 }
 
 /// What travels on one stream.
@@ -42,6 +46,8 @@ pub struct Proposal {
     pub id: u64,
     pub now: Millis,
     pub cmd: Command,
+    /// The client's request id, which makes retries of the write apply once.
+    pub request: Option<RequestId>,
 }
 
 /// The state-machine image stored in a Raft snapshot: the state's own snapshot

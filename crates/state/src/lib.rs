@@ -15,8 +15,10 @@ mod apply;
 pub mod codec;
 mod command;
 mod plan;
+mod session;
 mod state;
 
 pub use command::*;
 pub use plan::*;
+pub use session::*;
 pub use state::*;

@@ -136,6 +136,10 @@ pub struct State {
     /// (user, client token) → the job the first submit created.
     pub tokens: BTreeMap<(UserName, String), JobId>,
     pub next_job_id: u64,
+    /// Client sessions: the answers to requests a client may still retry.
+    pub sessions: BTreeMap<u64, crate::session::Session>,
+    /// When idle sessions were last looked for (entry time).
+    pub sessions_swept_at: Millis,
     #[serde(skip)]
     pub(crate) index: Index,
 }
@@ -152,6 +156,8 @@ impl PartialEq for State {
             && self.jobs == o.jobs
             && self.tokens == o.tokens
             && self.next_job_id == o.next_job_id
+            && self.sessions == o.sessions
+            && self.sessions_swept_at == o.sessions_swept_at
     }
 }
 impl Eq for State {}

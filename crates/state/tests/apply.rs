@@ -598,3 +598,63 @@ fn a_truncated_snapshot_is_an_error_not_a_panic() {
     extra.push(0);
     assert!(State::restore(&extra).is_err());
 }
+
+/// A write retried after a controller did not answer in time can commit twice, the
+/// late copy after the client's next write. With request ids each is applied once, and
+/// every copy gets the first answer.
+#[test]
+fn a_request_applies_once_however_often_it_is_retried() {
+    let mut st = cluster();
+    let job = submit(&mut st, "a", 1, 1, 1);
+    let req = |seq, first_incomplete| RequestId {
+        client: 7,
+        seq,
+        first_incomplete,
+    };
+    let prio = |p| Command::UpdatePriority { job, priority: p };
+    // Request 1 (priority 68) commits; a retry of it commits too; request 2 (97) commits;
+    // then another late copy of request 1.
+    let a = st.apply_request(Some(&req(1, 1)), &prio(68), 2);
+    assert!(a.fresh && a.result.is_ok());
+    let again = st.apply_request(Some(&req(1, 1)), &prio(68), 3);
+    assert_eq!((again.fresh, again.result), (false, a.result.clone()));
+    let b = st.apply_request(Some(&req(2, 2)), &prio(97), 4);
+    assert!(b.fresh && b.result.is_ok());
+    let late = st.apply_request(Some(&req(1, 1)), &prio(68), 5);
+    assert!(!late.fresh);
+    assert_eq!(
+        st.jobs[&job].spec.priority, 97,
+        "a late copy undid an acknowledged write"
+    );
+    // A refusal is remembered as such: its copies are refused alike, and change nothing.
+    let bad = st.apply_request(Some(&req(3, 3)), &prio(99_999), 6);
+    assert!(bad.fresh && bad.result.is_err());
+    let bad_again = st.apply_request(Some(&req(3, 3)), &prio(99_999), 7);
+    assert_eq!((bad_again.fresh, bad_again.result), (false, bad.result));
+    // Answers the client has (below first_incomplete) are forgotten, and a copy of such a
+    // request is ignored, not applied.
+    let c = st.apply_request(Some(&req(4, 4)), &prio(10), 8);
+    assert!(c.fresh);
+    assert_eq!(
+        st.sessions[&7].answers.keys().copied().collect::<Vec<_>>(),
+        vec![4]
+    );
+    let ghost = st.apply_request(Some(&req(2, 2)), &prio(97), 9);
+    assert!(!ghost.fresh && ghost.result.is_err());
+    assert_eq!(st.jobs[&job].spec.priority, 10);
+    // Sessions are replicated state: in the snapshot, and gone when long idle.
+    let back = State::restore(&st.snapshot()).unwrap();
+    assert_eq!(back, st);
+    assert!(back.sessions.contains_key(&7));
+    let other = RequestId {
+        client: 8,
+        seq: 1,
+        first_incomplete: 1,
+    };
+    st.apply_request(Some(&other), &prio(11), 9 + SESSION_IDLE_MS + 60_000);
+    assert!(
+        !st.sessions.contains_key(&7),
+        "an idle session is forgotten"
+    );
+    assert!(st.sessions.contains_key(&8));
+}

@@ -233,6 +233,22 @@ fn trim_zeros(b: &[u8]) -> &[u8] {
     &b[first..]
 }
 
+/// Lower-case hex without leading zeros (a first byte below 0x10 has one digit).
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let s: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    match s.trim_start_matches('0') {
+        "" => "0".to_string(),
+        t => t.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn serials_print_without_leading_zeros() {
+        assert_eq!(super::hex(&[0x06, 0x74, 0xa5]), "674a5");
+        assert_eq!(super::hex(&[0x00, 0x10]), "10");
+        assert_eq!(super::hex(&[0xab]), "ab");
+        assert_eq!(super::hex(&[0x00]), "0");
+    }
 }

@@ -61,3 +61,23 @@ fn the_tls_table_takes_an_optional_revocation_list() {
     let e = refused(&base.replace("# crl = ", "crls = "));
     assert!(e.contains("unknown field `crls`"), "{e}");
 }
+
+#[test]
+fn the_peer_port_may_listen_apart_from_its_advertised_address() {
+    let base = example();
+    let cfg = Config::parse(&base, "c.toml").unwrap();
+    assert_eq!(cfg.peer_listen(), "10.0.0.11:7101", "defaults to peer_addr");
+    let with = base.replace("# peer_listen = ", "peer_listen = ");
+    let cfg = Config::parse(&with, "c.toml").unwrap();
+    assert_eq!(cfg.peer_listen(), "0.0.0.0:7101");
+    assert_eq!(
+        cfg.me().peer_addr,
+        "10.0.0.11:7101",
+        "the others still dial peer_addr"
+    );
+    let e = refused(&base.replace(
+        "# peer_listen = \"0.0.0.0:7101\"",
+        "peer_listen = \"anywhere\"",
+    ));
+    assert!(e.contains("`peer_listen`"), "{e}");
+}

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use tranche_client::{Client, ClientError};
 use tranche_model::{JobId, JobStatus, NodeInventory};
 use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
@@ -319,6 +319,24 @@ impl Agent {
     async fn reconcile(self: Arc<Self>, w: NodeWork) {
         let listed: HashMap<Key, &WorkItem> =
             w.items.iter().map(|i| ((i.job.0, i.attempt), i)).collect();
+        // Attempts the controllers no longer place here (cancelled, or requeued while
+        // this node was DOWN) are stopped first: their GPUs may be placed anew below.
+        let orphans: Vec<Key> = self
+            .local
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, l)| !listed.contains_key(k) && !l.stopping && l.attempt.exit().is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        for key in orphans {
+            info!(
+                job = key.0,
+                attempt = key.1,
+                "attempt no longer placed here; stopping it"
+            );
+            self.clone().stop(key, None, ORPHAN_GRACE);
+        }
         for item in &w.items {
             let key = (item.job.0, item.attempt);
             let present = self.local.lock().unwrap().contains_key(&key);
@@ -355,6 +373,19 @@ impl Agent {
                 if self.fenced.load(Ordering::Relaxed) {
                     continue;
                 }
+                // A GPU is never held by two running jobs: an attempt placed on GPUs
+                // that an earlier attempt here still holds (one the controllers gave up
+                // while this node was DOWN) starts once that one has exited.
+                let holders = self.holders_of(item);
+                if !holders.is_empty() {
+                    debug!(
+                        job = item.job.0,
+                        attempt = item.attempt,
+                        ?holders,
+                        "waiting for earlier attempts to give back the GPUs"
+                    );
+                    continue;
+                }
                 self.clone().start(item.clone()).await;
                 continue;
             }
@@ -386,22 +417,24 @@ impl Agent {
                 }
             }
         }
-        let orphans: Vec<Key> = self
-            .local
+    }
+
+    /// Attempts on this node, not yet ended, that hold any of the item's GPUs.
+    fn holders_of(&self, item: &WorkItem) -> Vec<Key> {
+        self.local
             .lock()
             .unwrap()
             .iter()
-            .filter(|(k, l)| !listed.contains_key(k) && !l.stopping && l.attempt.exit().is_none())
+            .filter(|(_, l)| {
+                l.attempt
+                    .spec()
+                    .gpus
+                    .iter()
+                    .any(|g| item.gpus.iter().any(|(i, _)| *i == g.index))
+                    && l.attempt.exit().is_none()
+            })
             .map(|(k, _)| *k)
-            .collect();
-        for key in orphans {
-            info!(
-                job = key.0,
-                attempt = key.1,
-                "attempt no longer placed here; stopping it"
-            );
-            self.clone().stop(key, None, ORPHAN_GRACE);
-        }
+            .collect()
     }
 
     async fn start(self: Arc<Self>, item: WorkItem) {

@@ -965,3 +965,61 @@ fn job_output_is_read_only_by_its_owner_and_by_good_certificates() {
         }
     });
 }
+
+/// An agent frozen (SIGSTOP) past `down_after_s`: its node goes DOWN and its job is
+/// requeued, while the job goes on. When the agent wakes, the job's new attempt is placed
+/// on the same GPU; it starts only once the old attempt, which ignores its checkpoint
+/// signal, has been killed. The GPU ledger shows the two never overlap.
+#[test]
+fn a_gpu_is_not_given_to_a_new_attempt_while_a_requeued_one_still_runs() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    let a = agent(&mut c, "n1", "1 x h100", 30, "");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let spec = host_job("lender", "frozen1", "trap '' TERM; sleep 60");
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        let pid = Pid::from_raw(c.agents[a].child.as_ref().unwrap().id() as i32);
+        kill(pid, Signal::SIGSTOP).unwrap();
+        let j = wait_for(&admin, id, "requeued", Duration::from_secs(30), |j| {
+            j.attempts.len() >= 2 || j.status == JobStatus::Runnable
+        })
+        .await;
+        assert!(
+            j.transitions.iter().any(|t| t.reason.contains("DOWN")),
+            "{:?}",
+            j.transitions
+        );
+        kill(pid, Signal::SIGCONT).unwrap();
+        let j = wait_for(&admin, id, "running again", Duration::from_secs(60), |j| {
+            j.status == JobStatus::Running && j.attempts.len() == 2
+        })
+        .await;
+        assert_eq!(j.attempts[1].allocation[0].node.as_str(), "n1");
+        let (entries, bad) = tranche_agent::exec::ledger::read(&c.agents[a].spool).unwrap();
+        assert_eq!(bad, 0);
+        let at = |attempt: u32, bind: bool| {
+            entries
+                .iter()
+                .find(|e| e.job == id.0 && e.attempt == attempt && e.bind == bind)
+                .map(|e| e.t_us)
+        };
+        let freed = at(1, false).expect("the first attempt gave the GPU back");
+        let bound = at(2, true).expect("the second attempt took it");
+        assert!(
+            bound >= freed,
+            "GPU held twice for {} µs: {entries:?}",
+            freed - bound
+        );
+        // The first attempt ignored SIGTERM: it was killed when its grace ended.
+        assert!(bound - at(1, true).unwrap() > 5_000_000, "{entries:?}");
+    });
+}

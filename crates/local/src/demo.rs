@@ -63,6 +63,25 @@ pub fn objects() -> Vec<Command> {
     ]
 }
 
+/// The demo's environment `gpu` with these capacity limits, policy `fifo` and queue
+/// `q`: everything but the shares.
+pub fn base(capacity_limits: Vec<CapacityLimit>) -> Vec<Command> {
+    let mut cmds: Vec<Command> = objects()
+        .into_iter()
+        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
+        .collect();
+    cmds.insert(
+        0,
+        Command::PutEnvironment(ServiceEnvironment {
+            name: "gpu".into(),
+            selector: BTreeMap::new(),
+            capacity_limits,
+            state: ObjState::Enabled,
+        }),
+    );
+    cmds
+}
+
 /// A one-GPU job in `share` for `user`, with a client token.
 pub fn job(share: &str, user: &str, token: &str) -> JobSpec {
     let mut spec = JobSpec::new("demo", "q", share, user, "h100", 1, 1);
@@ -95,22 +114,10 @@ pub fn node(name: &str, gpus: u32) -> NodeInventory {
 /// GPUs) and `borrower` (LEND_AND_BORROW, the other half, no borrow cap, grace
 /// `borrower_grace_s`).
 pub fn lend_borrow(gpus: u32, borrower_grace_s: u64) -> Vec<Command> {
-    let mut cmds: Vec<Command> = objects()
-        .into_iter()
-        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
-        .collect();
-    cmds.insert(
-        0,
-        Command::PutEnvironment(ServiceEnvironment {
-            name: "gpu".into(),
-            selector: BTreeMap::new(),
-            capacity_limits: vec![CapacityLimit {
-                unit: "h100".into(),
-                max: gpus,
-            }],
-            state: ObjState::Enabled,
-        }),
-    );
+    let mut cmds = base(vec![CapacityLimit {
+        unit: "h100".into(),
+        max: gpus,
+    }]);
     cmds.push(Command::PutShare(share(
         "lender",
         Strategy::Lend,
@@ -145,19 +152,7 @@ pub fn dev_objects() -> Vec<Command> {
         }
         v
     };
-    let mut cmds: Vec<Command> = objects()
-        .into_iter()
-        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
-        .collect();
-    cmds.insert(
-        0,
-        Command::PutEnvironment(ServiceEnvironment {
-            name: "gpu".into(),
-            selector: BTreeMap::new(),
-            capacity_limits: limits(8, 8),
-            state: ObjState::Enabled,
-        }),
-    );
+    let mut cmds = base(limits(8, 8));
     let mut research = share("research", Strategy::Reserve, 4, &[]);
     research.capacity_limits = limits(4, 0);
     let mut vision = share("vision", Strategy::Lend, 4, &[]);

@@ -2,7 +2,6 @@
 //! an operator who move capacity between shares and drain and resume nodes. Every
 //! operation goes into the history with its times and outcome.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tranche_client::{Client, ClientError};
 use tranche_local::demo;
-use tranche_model::{
-    CapacityLimit, JobId, JobSpec, JobStatus, ObjState, ServiceEnvironment, Strategy,
-};
+use tranche_model::{CapacityLimit, JobId, JobSpec, JobStatus, Strategy};
 use tranche_proto::{ApiError, JobFilter, Query, Response};
 use tranche_state::{Command, Outcome as Applied};
 
@@ -34,22 +31,10 @@ pub fn policy(nodes: usize, variant: u32) -> Vec<Command> {
     } else {
         (third / 2, third + third - third / 2)
     };
-    let mut cmds: Vec<Command> = demo::objects()
-        .into_iter()
-        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
-        .collect();
-    cmds.insert(
-        0,
-        Command::PutEnvironment(ServiceEnvironment {
-            name: "gpu".into(),
-            selector: BTreeMap::new(),
-            capacity_limits: vec![CapacityLimit {
-                unit: "h100".into(),
-                max: total,
-            }],
-            state: ObjState::Enabled,
-        }),
-    );
+    let mut cmds = demo::base(vec![CapacityLimit {
+        unit: "h100".into(),
+        max: total,
+    }]);
     let mut shares = vec![
         demo::share("reserve", Strategy::Reserve, reserve, &[]),
         demo::share("lend", Strategy::Lend, lend, &[]),

@@ -87,7 +87,11 @@ fn job_runs_in_its_cgroup_with_limits() {
     s.memory_mb = 96;
     s.cpus = 1;
     let a = ex.start(&s).unwrap();
-    let name = format!("{}.{}", a.job(), a.attempt());
+    let name = a.cgroup_name();
+    assert!(
+        name.ends_with(&format!("-{}.{}", a.job(), a.attempt())),
+        "{name}"
+    );
     let t0 = Instant::now();
     while !stdout(&a).contains("pids") && t0.elapsed() < LONG {
         std::thread::sleep(Duration::from_millis(10));

@@ -1,7 +1,7 @@
 //! Cgroups of attempts: detection of the usable hierarchies, creation with limits,
 //! listing and signalling every process, removal.
 //!
-//! The attempt's cgroup is `tranche/<job>.<attempt>` below the root of each hierarchy
+//! The attempt's cgroup is `tranche/<spool>-<job>.<attempt>` below the root of each hierarchy
 //! used. Tracking (finding every process of a job) uses the v1 `pids` hierarchy, else
 //! the v1 `freezer` one, else the v2 hierarchy; limits use the v1 `memory` and `cpu`
 //! hierarchies, or the v2 one on a pure v2 node.
@@ -174,7 +174,7 @@ impl Cgroups {
         )
     }
 
-    /// The cgroups of a process-executor attempt named `name` (`<job>.<attempt>`),
+    /// The cgroups of a process-executor attempt named `name` (`<spool>-<job>.<attempt>`),
     /// or `None` without a usable tracking hierarchy. Memory and CPU directories are
     /// included only when those limits are asked for.
     pub(crate) fn plan_for(&self, name: &str, cpus: u32, memory_mb: u64) -> Option<CgroupPlan> {

@@ -491,12 +491,13 @@ pub(crate) mod files {
 /// The executors of one node: the spool directory, the OCI runtime found on the node
 /// and the cgroup support detected.
 ///
-/// Cgroups: the attempt's cgroup is `tranche/<job>.<attempt>` below the root of each
+/// Cgroups: the attempt's cgroup is `tranche/<spool>-<job>.<attempt>` (see
+/// [`Attempt::cgroup_name`]) below the root of each
 /// hierarchy used. Processes are tracked (found, signalled, counted) in the v1 `pids`
 /// hierarchy, else the v1 `freezer` one, else the v2 hierarchy (the unified mount of a
 /// hybrid layout, or `/sys/fs/cgroup` itself on a pure v2 node); memory and CPU limits
 /// go into the v1 `memory` and `cpu` hierarchies, or into the v2 one where it has those
-/// controllers. Runc is given the same cgroup path (`/tranche/<job>.<attempt>`).
+/// controllers. Runc is given the same cgroup path (`/tranche/<spool>-<job>.<attempt>`).
 #[derive(Debug)]
 pub struct Executors {
     spool: PathBuf,
@@ -605,7 +606,7 @@ impl Executors {
             container_id: None,
             rootfs_mount: None,
         };
-        match self.launch(spec, &dir, &name, &mut plan, prepared) {
+        match self.launch(spec, &dir, &mut plan, prepared) {
             Ok(()) => Ok(Attempt {
                 job: spec.job,
                 attempt: spec.attempt,
@@ -643,14 +644,14 @@ impl Executors {
         &self,
         spec: &LaunchSpec,
         dir: &Path,
-        name: &str,
         plan: &mut Plan,
         prepared: Option<(PathBuf, image::Prepared, Vec<oci::Device>)>,
     ) -> Result<(), ExecError> {
         fsutil::write_json(&dir.join(files::SPEC), spec)?;
         match prepared {
             None => {
-                if let Some(cg) = self.cgroups.plan_for(name, spec.cpus, spec.memory_mb) {
+                let cg_name = cgroup_name(&self.spool, spec.job, spec.attempt);
+                if let Some(cg) = self.cgroups.plan_for(&cg_name, spec.cpus, spec.memory_mb) {
                     if (spec.memory_mb > 0 && cg.memory.is_none())
                         || (spec.cpus > 0 && cg.cpu.is_none())
                     {
@@ -688,7 +689,8 @@ impl Executors {
                 plan.runtime = Some(runtime);
                 plan.runtime_root = Some(self.runtime_root.clone());
                 plan.container_id = Some(id);
-                plan.cgroup = self.cgroups.runtime_plan_for(name);
+                let cg_name = cgroup_name(&self.spool, spec.job, spec.attempt);
+                plan.cgroup = self.cgroups.runtime_plan_for(&cg_name);
                 oci::clear_leftover(plan);
                 let bundle = dir.join(files::BUNDLE);
                 std::fs::create_dir(&bundle)
@@ -713,8 +715,13 @@ impl Executors {
                 } else {
                     rootfs.path.clone()
                 };
-                let config =
-                    oci::config(spec, &root, &rootfs, &devices, &cgroup::runtime_path(name));
+                let config = oci::config(
+                    spec,
+                    &root,
+                    &rootfs,
+                    &devices,
+                    &cgroup::runtime_path(&cg_name),
+                );
                 fsutil::write_json(&bundle.join("config.json"), &config)?;
             }
         }
@@ -895,6 +902,13 @@ impl Attempt {
     }
 
     /// The attempt directory.
+    /// The attempt's cgroup name, below `tranche/` in each hierarchy used.
+    pub fn cgroup_name(&self) -> String {
+        let attempts = self.dir.parent().unwrap_or(Path::new("/"));
+        let spool = attempts.parent().unwrap_or(attempts);
+        cgroup_name(spool, self.job, self.attempt)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -1280,6 +1294,16 @@ fn validate(spec: &LaunchSpec) -> Result<(), ExecError> {
         }
     }
     Ok(())
+}
+
+/// The attempt's cgroup name, below `tranche/` in each hierarchy:
+/// `<spool>-<job>.<attempt>`, where `<spool>` is 8 hex digits of a hash of the agent's
+/// spool path. Job ids are unique only within a cluster, so agents of different clusters
+/// on one host (a development cluster beside a test run) must not share cgroups: one's
+/// leftover cleanup would kill the other's job.
+fn cgroup_name(spool: &Path, job: u64, attempt: u32) -> String {
+    let scope = tranche_proto::fnv1a(spool.as_os_str().as_encoded_bytes()) as u32;
+    format!("{scope:08x}-{}", attempt_name(job, attempt))
 }
 
 fn attempt_name(job: u64, attempt: u32) -> String {

@@ -111,10 +111,9 @@ pub fn env_lines(text: &str) -> BTreeMap<String, String> {
 /// The attempt's directory in the v1 pids hierarchy, where the node has one.
 pub fn pids_cgroup(a: &Attempt) -> Option<PathBuf> {
     let root = Path::new("/sys/fs/cgroup/pids");
-    root.join("tranche").is_dir().then(|| {
-        root.join("tranche")
-            .join(format!("{}.{}", a.job(), a.attempt()))
-    })
+    root.join("tranche")
+        .is_dir()
+        .then(|| root.join("tranche").join(a.cgroup_name()))
 }
 
 /// True if no process with this pid is left (a zombie counts as gone).

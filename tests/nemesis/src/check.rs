@@ -22,6 +22,21 @@ pub struct FinalJob {
     pub preemptions: u32,
 }
 
+impl FinalJob {
+    fn waiting(&self) -> bool {
+        matches!(
+            self.status,
+            JobStatus::Submitted | JobStatus::Pending | JobStatus::Runnable
+        )
+    }
+
+    /// Ended, or waiting with a reason: what every job must be once the faults stop.
+    pub fn settled(&self) -> bool {
+        let explained = self.reason.as_deref().is_some_and(|s| !s.trim().is_empty());
+        self.status.is_terminal() || (self.waiting() && explained)
+    }
+}
+
 /// One agent's GPU ledger.
 #[derive(Debug, Clone)]
 pub struct NodeLedger {
@@ -230,22 +245,15 @@ fn check_jobs(input: &Input, r: &mut Report) {
         r.failed += 1;
         r.violation(format!("job {} ({}) ended FAILED", j.id, j.name));
     }
-    for j in input.jobs {
-        let waiting = matches!(
+    for j in input.jobs.iter().filter(|j| !j.settled()) {
+        r.stuck += 1;
+        r.violation(format!(
+            "job {} ({}) is {} at the end{}",
+            j.id,
+            j.name,
             j.status,
-            JobStatus::Submitted | JobStatus::Pending | JobStatus::Runnable
-        );
-        let explained = j.reason.as_deref().is_some_and(|s| !s.trim().is_empty());
-        if !j.status.is_terminal() && !(waiting && explained) {
-            r.stuck += 1;
-            r.violation(format!(
-                "job {} ({}) is {} at the end{}",
-                j.id,
-                j.name,
-                j.status,
-                if waiting { " with no reason" } else { "" }
-            ));
-        }
+            if j.waiting() { " with no reason" } else { "" }
+        ));
     }
 }
 

@@ -13,7 +13,6 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tranche_client::Client;
 use tranche_local::{free_port, LocalCluster, LocalOptions};
-use tranche_model::JobStatus;
 use tranche_proto::{JobFilter, Query, Request, Response};
 use tranche_state::Command;
 use tranche_tls::Role;
@@ -283,13 +282,7 @@ async fn all_jobs(client: &Client) -> Result<Vec<FinalJob>, String> {
 }
 
 fn settled(jobs: &[FinalJob]) -> bool {
-    jobs.iter().all(|j| {
-        j.status.is_terminal()
-            || (matches!(
-                j.status,
-                JobStatus::Submitted | JobStatus::Pending | JobStatus::Runnable
-            ) && j.reason.is_some())
-    })
+    jobs.iter().all(FinalJob::settled)
 }
 
 async fn digests(probes: &[Client]) -> check::Digests {

@@ -13,4 +13,4 @@
 
 mod pass;
 
-pub use pass::plan;
+pub use pass::{plan, INSHARE_LOOK_LIMIT};

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tranche_model::*;
 use tranche_state::*;
 
-pub const QUEUE: &str = "default";
+pub use crate::scenario::DEFAULT_QUEUE as QUEUE;
 pub const POLICY: &str = "fifo";
 pub const USER: &str = "sim";
 
@@ -74,6 +74,10 @@ pub struct Sim {
     pub placements: u64,
     pub preemptions: u64,
     pub passes: u64,
+    /// Each share's queue, for submits.
+    share_queue: HashMap<String, String>,
+    /// The queue a submit to an unknown share names (it is refused anyway).
+    first_queue: String,
 }
 
 /// A settle loop that does not settle is a scheduler bug, not a scenario property.
@@ -97,16 +101,29 @@ impl Sim {
             placements: 0,
             preemptions: 0,
             passes: 0,
+            share_queue: (0..sc.shares.len())
+                .map(|i| (sc.shares[i].name.clone(), sc.share_queue(i)))
+                .collect(),
+            first_queue: sc.queue_names().remove(0),
         };
         let env_name = sc
             .environment
             .as_ref()
             .and_then(|e| e.name.clone())
             .unwrap_or_else(|| "default".into());
-        // Without a cap, the environment's limit per unit is every GPU of that unit.
+        let selector = sc
+            .environment
+            .as_ref()
+            .and_then(|e| e.selector.clone())
+            .unwrap_or_default();
+        // Without a cap, the environment's limit per unit is every GPU of that unit on
+        // the nodes its selector takes.
         let mut totals: BTreeMap<String, u32> = BTreeMap::new();
         for n in &sc.nodes {
-            *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
+            let labels = n.labels.clone().unwrap_or_default();
+            if selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
+            }
         }
         let limits = match sc
             .environment
@@ -139,7 +156,7 @@ impl Sim {
             "environment",
             Command::PutEnvironment(ServiceEnvironment {
                 name: EnvName(env_name.clone()),
-                selector: BTreeMap::new(),
+                selector,
                 capacity_limits: limits,
                 state: ObjState::Enabled,
             }),
@@ -152,21 +169,31 @@ impl Sim {
                 idle_resource_assignment: IdleAssignment::Fifo,
             }),
         )?;
-        setup(
-            &mut sim,
-            "queue",
-            Command::PutQueue(JobQueue {
-                name: QUEUE.into(),
-                priority: 0,
-                state: ObjState::Enabled,
-                environment: EnvName(env_name),
-                policy: POLICY.into(),
-            }),
-        )?;
+        let priorities: Vec<(String, u32)> = if sc.queues.is_empty() {
+            vec![(QUEUE.to_string(), 0)]
+        } else {
+            sc.queues
+                .iter()
+                .map(|q| (q.name.clone(), q.priority.unwrap_or(0)))
+                .collect()
+        };
+        for (i, (name, priority)) in priorities.into_iter().enumerate() {
+            setup(
+                &mut sim,
+                &format!("queues[{i}]"),
+                Command::PutQueue(JobQueue {
+                    name: name.as_str().into(),
+                    priority,
+                    state: ObjState::Enabled,
+                    environment: EnvName(env_name.clone()),
+                    policy: POLICY.into(),
+                }),
+            )?;
+        }
         for (i, s) in sc.shares.iter().enumerate() {
             let share = QuotaShare {
                 name: ShareName(s.name.clone()),
-                queue: QUEUE.into(),
+                queue: sc.share_queue(i).as_str().into(),
                 capacity_limits: s
                     .capacity_limits
                     .iter()
@@ -255,9 +282,14 @@ impl Sim {
     /// Applies one scenario event at the current time.
     pub fn event(&mut self, e: &EventSpec) {
         if let Some(s) = &e.submit {
+            let queue = self
+                .share_queue
+                .get(&s.share)
+                .unwrap_or(&self.first_queue)
+                .clone();
             let mut spec = JobSpec::new(
                 &s.name,
-                QUEUE,
+                &queue,
                 &s.share,
                 USER,
                 &s.unit,

@@ -12,10 +12,16 @@ pub const MAX_SECONDS: u64 = 1_000_000_000;
 /// The most nodes a scenario may define (with `count`).
 pub const MAX_NODES: u64 = 10_000;
 
+/// The queue of a scenario that defines none.
+pub const DEFAULT_QUEUE: &str = "default";
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     pub environment: Option<EnvSpec>,
+    /// Job queues on the environment (Tranche's addition; absent: one queue `default`).
+    #[serde(default)]
+    pub queues: Vec<QueueSpec>,
     #[serde(default)]
     pub nodes: Vec<NodeSpec>,
     #[serde(default)]
@@ -38,6 +44,18 @@ pub struct LimitSpec {
 pub struct EnvSpec {
     pub name: Option<String>,
     pub capacity_limits: Option<Vec<LimitSpec>>,
+    /// Node labels a node must carry to be in the environment (Tranche's addition;
+    /// absent or empty: every node).
+    pub selector: Option<BTreeMap<String, String>>,
+}
+
+/// One job queue on the scenario's environment.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSpec {
+    pub name: String,
+    /// 0-1000; queues are scheduled in descending priority (default 0).
+    pub priority: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -54,6 +72,10 @@ pub struct NodeSpec {
 #[serde(deny_unknown_fields)]
 pub struct ShareSpec {
     pub name: String,
+    /// The share's queue (Tranche's addition): required when `[[queues]]` are given,
+    /// else the one queue `default`.
+    #[serde(default)]
+    pub queue: Option<String>,
     pub capacity_limits: Vec<LimitSpec>,
     pub strategy: Strategy,
     pub borrow_limit: Option<i64>,
@@ -209,6 +231,7 @@ impl Scenario {
                 }
             }
         }
+        self.check_queues()?;
         let share_names: BTreeSet<&str> = self.shares.iter().map(|s| s.name.as_str()).collect();
         let mut jobs = BTreeSet::new();
         let mut last_at = 0;
@@ -356,6 +379,66 @@ impl Scenario {
 }
 
 impl Scenario {
+    /// The queue names, in file order (one `default` queue when none are given).
+    pub fn queue_names(&self) -> Vec<String> {
+        if self.queues.is_empty() {
+            vec![DEFAULT_QUEUE.to_string()]
+        } else {
+            self.queues.iter().map(|q| q.name.clone()).collect()
+        }
+    }
+
+    /// The queue of share `i`.
+    pub fn share_queue(&self, i: usize) -> String {
+        self.shares[i]
+            .queue
+            .clone()
+            .unwrap_or_else(|| DEFAULT_QUEUE.to_string())
+    }
+
+    /// Queue names are unique, and every share names a queue the file defines.
+    fn check_queues(&self) -> Result<(), ScenarioError> {
+        let mut names = BTreeSet::new();
+        for (i, q) in self.queues.iter().enumerate() {
+            if !names.insert(q.name.as_str()) {
+                return Err(err(
+                    format!("queues[{i}].name"),
+                    format!("queue {} is defined twice", q.name),
+                ));
+            }
+            if let Some(p) = q.priority.filter(|p| *p > 1000) {
+                return Err(err(
+                    format!("queues[{i}].priority"),
+                    format!("must be 0-1000, got {p}"),
+                ));
+            }
+        }
+        for (i, s) in self.shares.iter().enumerate() {
+            match (&s.queue, self.queues.is_empty()) {
+                (None, false) => {
+                    return Err(err(
+                        format!("shares[{i}].queue"),
+                        "required when [[queues]] are given",
+                    ))
+                }
+                (Some(q), true) if q != DEFAULT_QUEUE => {
+                    return Err(err(
+                        format!("shares[{i}].queue"),
+                        format!("no queue named {q} (without [[queues]] the one queue is `{DEFAULT_QUEUE}`)"),
+                    ))
+                }
+                (Some(q), false) if !names.contains(q.as_str()) => {
+                    return Err(err(
+                        format!("shares[{i}].queue"),
+                        format!("no queue named {q}"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Every time within [`MAX_SECONDS`] and at most [`MAX_NODES`] nodes, before
     /// anything is expanded or scheduled.
     fn check_bounds(&self) -> Result<(), ScenarioError> {

@@ -39,6 +39,7 @@ fn shares() -> impl Gen<Value = Vec<ShareSpec>> {
             .enumerate()
             .map(|(i, (strategy, max, bl, in_share, min_rt))| ShareSpec {
                 name: format!("s{i}"),
+                queue: None,
                 capacity_limits: limit(max),
                 strategy,
                 borrow_limit: if strategy == Strategy::LendAndBorrow {
@@ -350,6 +351,7 @@ proptest! {
     fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4) {
         let sc = Scenario {
             environment: None,
+            queues: vec![],
             nodes: vec![NodeSpec { name: "n".into(), count: Some(node_count), unit: "h100".into(), gpus: 8, labels: None }],
             shares: shares.clone(),
             events: vec![],

@@ -125,3 +125,74 @@ fn an_invalid_share_is_reported_with_its_field() {
     let e = parse_err(&BASE.replace("\"LEND\"", "\"SHARE_ALIKE\""));
     assert!(e.contains("unknown variant `SHARE_ALIKE`"), "{e}");
 }
+
+#[test]
+fn queues_and_the_shares_that_name_them_are_checked() {
+    let queues = "[[queues]]\nname = \"prod\"\npriority = 10\n";
+    // With [[queues]], every share names one.
+    let e = parse_err(&format!("{queues}{BASE}"));
+    assert_eq!(
+        e,
+        "invalid `shares[0].queue`: required when [[queues]] are given"
+    );
+    let named = BASE.replace("name = \"s\"", "name = \"s\"\nqueue = \"prod\"");
+    assert!(tranche_sim::Scenario::parse(&format!("{queues}{named}")).is_ok());
+    let e = parse_err(&format!("{queues}{}", named.replace("\"prod\"", "\"dev\"")));
+    assert_eq!(e, "invalid `shares[0].queue`: no queue named dev");
+    // Without [[queues]], the one queue is `default`.
+    let e = parse_err(&named);
+    assert!(e.starts_with("invalid `shares[0].queue`: no queue named prod"), "{e}");
+    let e = parse_err(&format!("{queues}{queues}{named}"));
+    assert_eq!(e, "invalid `queues[1].name`: queue prod is defined twice");
+    let e = parse_err(&format!(
+        "{}{named}",
+        queues.replace("priority = 10", "priority = 1001")
+    ));
+    assert_eq!(e, "invalid `queues[0].priority`: must be 0-1000, got 1001");
+}
+
+#[test]
+fn an_environment_selector_keeps_jobs_on_its_nodes() {
+    // Two nodes, only one labelled for the environment; the job waits rather than use
+    // the other, and the reason counts only the environment's GPUs.
+    let text = r#"
+[environment]
+selector = { pool = "train" }
+[[nodes]]
+name = "t1"
+unit = "h100"
+gpus = 8
+labels = { pool = "train" }
+[[nodes]]
+name = "x1"
+unit = "h100"
+gpus = 8
+[[shares]]
+name = "s"
+capacity_limits = [ { unit = "h100", max = 16 } ]
+strategy = "LEND"
+[[events]]
+at = 0
+submit = { name = "a", share = "s", unit = "h100", gpus = 8 }
+[[events]]
+at = 0
+submit = { name = "b", share = "s", unit = "h100", gpus = 8 }
+[[expect]]
+at = 0
+job = "a"
+state = "RUNNING"
+node = "t1"
+[[expect]]
+at = 0
+job = "b"
+state = "RUNNABLE"
+reason = "0 free"
+"#;
+    let sc = tranche_sim::Scenario::parse(text).unwrap();
+    let report = tranche_sim::run(&sc).unwrap();
+    assert!(report.passed(), "{}", tranche_sim::render_text(&report));
+    // The same cluster without the selector runs both.
+    let open = text.replace("selector = { pool = \"train\" }", "");
+    let report = tranche_sim::run(&tranche_sim::Scenario::parse(&open).unwrap()).unwrap();
+    assert!(!report.passed(), "without a selector b must start on x1");
+}

@@ -1,4 +1,4 @@
-//! Tranche's object model: the typed ids and objects of DESIGN.md §2 (service
+//! Tranche's object model: the typed ids and objects of `docs/design.md` §2 (service
 //! environments, scheduling policies, job queues, quota shares, jobs, nodes) and their
 //! validation.
 //!

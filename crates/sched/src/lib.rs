@@ -1,5 +1,5 @@
 //! Tranche's quota-share scheduler: `plan(&state, now) -> Plan`, the rules of
-//! DESIGN.md §3 as one pure function.
+//! `docs/design.md` §3 as one pure function.
 //!
 //! A pass visits queues by priority. Inside a queue it runs the own-capacity pass
 //! (with reclaim and in-share preemption for jobs that cannot start), then the FIFO

@@ -1,5 +1,5 @@
 //! One scheduling pass. See the crate docs for the order of work; each rule of
-//! DESIGN.md §3 is marked where it lives.
+//! `docs/design.md` §3 is marked where it lives.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};

@@ -1,5 +1,5 @@
 //! Property tests over random clusters, policies and event streams. After every settled
-//! step they check the scheduling invariants of DESIGN.md §3.
+//! step they check the scheduling invariants of `docs/design.md` §3.
 
 use proptest::prelude::{
     prop_oneof, proptest, Just, ProptestConfig, Strategy as Gen, TestCaseError,

@@ -1,0 +1,129 @@
+//! One scheduling pass. See the crate docs for the order of work; each rule of
+//! `docs/design.md` §3 is marked where it lives.
+//!
+//! - `view`: the pass's views of nodes, pools, environments and shares, and the
+//!   indexes that keep best fit cheap, built once per pass from the state;
+//! - `order`: the order of work (queues, the own-capacity pass, the borrow pass,
+//!   holders) and the pending reasons;
+//! - `place`: placement (the share's limit, RESERVE shares' idle GPUs, best fit,
+//!   gangs whole, the environment's cap);
+//! - `victims`: victim selection for reclaim and in-share preemption (ordering,
+//!   eligibility, the search and its pruning) and the holds it leaves.
+
+mod order;
+mod place;
+mod victims;
+mod view;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use tranche_model::*;
+use tranche_state::*;
+
+use std::collections::BTreeSet;
+
+use victims::{Cand, Mode};
+use view::{EnvView, NodeView, Pool, ShareView};
+
+type Ux = usize;
+
+/// Most victims in-share preemption examines for one job in one pass.
+pub const INSHARE_LOOK_LIMIT: usize = 512;
+type Nx = u32;
+
+/// Computes the plan for `st` at time `now`.
+pub fn plan(st: &State, now: Millis) -> Plan {
+    let mut pass = Pass::new(st, now);
+    let mut queues: Vec<&JobQueue> = st.queues.values().collect();
+    queues.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
+    for q in queues {
+        pass.queue(q);
+    }
+    pass.plan.next_wakeup = pass.wakeup;
+    let mut plan = pass.plan;
+    drop_noop_holds(&mut plan, st);
+    plan
+}
+
+/// A holder whose hold the pass released and then took again, unchanged, has nothing
+/// to apply: its hold actions are dropped, so that a settled cluster gets an empty plan
+/// (and a plan that changes nothing is never proposed again and again).
+fn drop_noop_holds(plan: &mut Plan, st: &State) {
+    use std::collections::BTreeMap;
+    let mut last: BTreeMap<JobId, Option<&tranche_model::Hold>> = BTreeMap::new();
+    let mut other: BTreeSet<JobId> = BTreeSet::new();
+    for a in &plan.actions {
+        match a {
+            Action::Hold { job, hold } => {
+                last.insert(*job, hold.as_ref());
+            }
+            Action::Place { job, .. } => {
+                other.insert(*job);
+            }
+            Action::Preempt { .. } => {}
+        }
+    }
+    let noop: BTreeSet<JobId> = last
+        .into_iter()
+        .filter(|(job, hold)| {
+            !other.contains(job) && st.job(*job).is_some_and(|j| j.hold.as_ref() == *hold)
+        })
+        .map(|(job, _)| job)
+        .collect();
+    if !noop.is_empty() {
+        plan.actions
+            .retain(|a| !matches!(a, Action::Hold { job, .. } if noop.contains(job)));
+    }
+}
+
+/// The job being scheduled.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    id: JobId,
+    w: &'a Waiting,
+    s: usize,
+    u: Ux,
+    prio: u32,
+}
+
+impl Ask<'_> {
+    fn need(&self) -> u32 {
+        self.w.gpus_per_node * self.w.nodes
+    }
+}
+
+/// Why a placement attempt failed, as a reason borrowed from the state.
+type Why<'a> = PendingReasonOf<&'a str>;
+
+struct Pass<'a> {
+    st: &'a State,
+    now: Millis,
+    units: Vec<&'a str>,
+    unit_ix: HashMap<&'a str, Ux>,
+    nodes: Vec<NodeView<'a>>,
+    node_ix: HashMap<&'a str, Nx>,
+    pools: Vec<Pool>,
+    envs: Vec<EnvView<'a>>,
+    env_ix: HashMap<&'a str, usize>,
+    shares: Vec<ShareView<'a>>,
+    share_ix: HashMap<&'a str, usize>,
+    queue_ix: HashMap<&'a str, usize>,
+    /// Preemptor → (victims still stopping, latest kill deadline).
+    victims_of: HashMap<JobId, (u32, Millis)>,
+    taken: HashSet<JobId>,
+    /// Victim lists, built once per pass when first needed, with the index of the
+    /// first victim not yet taken (victims are taken front to back).
+    reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
+    inshare_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
+    reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
+    inshare_failed: HashMap<(usize, Ux), Vec<(u32, u32, u32)>>,
+    wakeup: Option<Millis>,
+    plan: Plan,
+}
+
+fn strategy_str(s: Strategy) -> &'static str {
+    match s {
+        Strategy::Reserve => "RESERVE",
+        Strategy::Lend => "LEND",
+        Strategy::LendAndBorrow => "LEND_AND_BORROW",
+    }
+}

@@ -1,0 +1,296 @@
+//! The order of work in one queue: shares take turns in the own-capacity pass (rules 1
+//! and 2, with reclaim and in-share preemption for jobs that cannot start), then the
+//! FIFO borrow pass (rule 5); holders are placed once their GPUs are free.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::*;
+
+impl<'a> Pass<'a> {
+    pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why<'_>) {
+        if w.reason.as_ref().map(|r| r.borrowed()) != Some(why.clone()) {
+            self.plan.reasons.push((id, why.to_owned_reason()));
+        }
+    }
+
+    // ---- one queue -----------------------------------------------------------------
+
+    pub(super) fn queue(&mut self, q: &'a JobQueue) {
+        let st = self.st;
+        let shares: Vec<usize> = st
+            .shares
+            .values()
+            .enumerate()
+            .filter(|(_, s)| s.queue == q.name)
+            .map(|(i, _)| i)
+            .collect();
+        let env = self.env_ix.get(q.environment.as_str()).copied();
+        let blocked: Option<Why<'a>> = if q.state != ObjState::Enabled {
+            Some(PendingReasonOf::QueueDisabled {
+                queue: q.name.as_str(),
+            })
+        } else {
+            match env {
+                Some(e) if self.envs[e].enabled => None,
+                _ => Some(PendingReasonOf::EnvironmentDisabled {
+                    env: q.environment.as_str(),
+                }),
+            }
+        };
+        // Rule 1 and 2: the own-capacity pass, visiting shares by their head job's
+        // priority, then lowest usage ratio, then the head's age.
+        let mut iters = vec![];
+        let mut heap = BinaryHeap::new();
+        for &s in &shares {
+            let sv = &self.shares[s];
+            let mut it = st.runnable_in(&sv.q.name).peekable();
+            let why = blocked.clone().or_else(|| {
+                (!sv.enabled()).then_some(PendingReasonOf::ShareDisabled {
+                    share: sv.q.name.as_str(),
+                })
+            });
+            if let Some(why) = why {
+                for (k, w) in it {
+                    self.reason(k.id, w, why.clone());
+                }
+                continue;
+            }
+            if let Some((k, w)) = it.peek() {
+                heap.push((self.heap_key(s, k, w), iters.len()));
+            }
+            iters.push((s, it));
+        }
+        let mut deferred: Vec<(Millis, JobId, &'a Waiting, usize, u32)> = vec![];
+        while let Some((_, i)) = heap.pop() {
+            let s = iters[i].0;
+            let (k, w) = iters[i].1.next().expect("peeked");
+            self.own(k, w, s, &mut deferred);
+            if let Some((k, w)) = iters[i].1.peek() {
+                heap.push((self.heap_key(s, k, w), i));
+            }
+        }
+        // Rule 5: the borrow pass, FIFO by submit time across shares.
+        deferred.sort_by_key(|d| (d.0, d.1));
+        for (_, id, w, s, prio) in deferred {
+            self.borrow(id, w, s, prio);
+        }
+    }
+
+    pub(super) fn heap_key(
+        &self,
+        s: usize,
+        k: &RunKey,
+        w: &Waiting,
+    ) -> (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>) {
+        let sv = &self.shares[s];
+        let ratio = match self.unit_ix.get(w.unit.as_str()) {
+            Some(&u) if sv.max[u] > 0 => {
+                (sv.used[u] + sv.held[u]) as u64 * 1_000_000 / sv.max[u] as u64
+            }
+            _ => u64::MAX,
+        };
+        (
+            k.priority.0,
+            Reverse(ratio),
+            Reverse(k.submitted_at),
+            Reverse(s),
+        )
+    }
+
+    /// The own-capacity pass for one job (rules 2, 3, 4).
+    pub(super) fn own(
+        &mut self,
+        k: &RunKey,
+        w: &'a Waiting,
+        s: usize,
+        deferred: &mut Vec<(Millis, JobId, &'a Waiting, usize, u32)>,
+    ) {
+        let Some(&u) = self.unit_ix.get(w.unit.as_str()) else {
+            let env = self.shares[s]
+                .env
+                .map(|e| self.envs[e].name.as_str())
+                .unwrap_or("");
+            self.reason(
+                k.id,
+                w,
+                PendingReasonOf::NoNodes {
+                    unit: w.unit.as_str(),
+                    env,
+                },
+            );
+            return;
+        };
+        let ask = Ask {
+            id: k.id,
+            w,
+            s,
+            u,
+            prio: k.priority.0,
+        };
+        if w.has_hold && self.holder(ask) {
+            return;
+        }
+        let sv = &self.shares[s];
+        let need = ask.need();
+        if sv.used[u] + sv.held[u] + need <= sv.max[u] {
+            let why = match self.try_place(ask, false, None) {
+                Ok(()) => return,
+                Err(why) => why,
+            };
+            // Rule 3: reclaim from over-max shares; rule 4: in-share preemption.
+            let mut protect = None;
+            if self.try_preempt(ask, Mode::Reclaim, &mut protect) {
+                return;
+            }
+            if self.shares[s].q.in_share_preemption
+                && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect)
+            {
+                return;
+            }
+            let why = match protect {
+                Some(until) => PendingReasonOf::MinRuntime { until },
+                None => why,
+            };
+            self.reason(k.id, w, why);
+        } else if sv.q.borrows() {
+            deferred.push((k.submitted_at, k.id, w, s, k.priority.0));
+        } else {
+            let mut protect = None;
+            if sv.q.in_share_preemption
+                && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect)
+            {
+                return;
+            }
+            let sv = &self.shares[s];
+            let why = match protect {
+                Some(until) => PendingReasonOf::MinRuntime { until },
+                None => PendingReasonOf::AtMaxNoBorrow {
+                    share: sv.q.name.as_str(),
+                    used: sv.used[u] + sv.held[u],
+                    max: sv.max[u],
+                    need,
+                    unit: w.unit.as_str(),
+                    strategy: strategy_str(sv.q.resource_sharing.strategy),
+                },
+            };
+            self.reason(k.id, w, why);
+        }
+    }
+
+    /// The borrow pass for one job (rule 5): up to the share's ceiling, on idle GPUs,
+    /// never by preempting another share.
+    pub(super) fn borrow(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32) {
+        let u = self.unit_ix[w.unit.as_str()];
+        let ask = Ask { id, w, s, u, prio };
+        let sv = &self.shares[s];
+        let need = ask.need();
+        let have = sv.used[u] + sv.held[u];
+        let why = match sv.ceiling[u] {
+            Some(limit) if (have + need) as u64 > limit => PendingReasonOf::BorrowLimit {
+                used: have,
+                limit,
+                need,
+                unit: w.unit.as_str(),
+            },
+            _ => match self.try_place(ask, true, None) {
+                Ok(()) => return,
+                Err(why) => why,
+            },
+        };
+        let mut protect = None;
+        if self.shares[s].q.in_share_preemption
+            && self.try_preempt(ask, Mode::InShare(prio), &mut protect)
+        {
+            return;
+        }
+        self.reason(id, w, why);
+    }
+
+    /// A job that holds GPUs while its victims exit. Returns true when it is dealt with
+    /// (placed, or still waiting); false when its hold was released and it should be
+    /// scheduled like any other job.
+    pub(super) fn holder(&mut self, ask: Ask<'a>) -> bool {
+        let st = self.st;
+        let Some(hold) = st.jobs.get(&ask.id).and_then(|j| j.hold.as_ref()) else {
+            return false;
+        };
+        let u = ask.u;
+        let mut valid = true;
+        let mut ready = true;
+        let mut targets = vec![];
+        for (node, count) in &hold.nodes {
+            let nu = self.node_ix.get(node.as_str()).and_then(|&n| {
+                let nv = &self.nodes[n as usize];
+                nv.nu(u)
+                    .filter(|nu| nv.usable && !nu.pools.is_empty())
+                    .map(|nu| (n, nu))
+            });
+            match nu {
+                None => valid = false,
+                Some((n, nu)) => {
+                    // Our own hold is part of `held`; the rest belongs to others.
+                    let others = nu.held.saturating_sub(*count);
+                    if (nu.free.len() as u32).saturating_sub(others) < *count {
+                        ready = false;
+                    }
+                    targets.push((n, *count));
+                }
+            }
+        }
+        let victims = self.victims_of.get(&ask.id).copied();
+        if valid && ready {
+            // A hold won by in-share preemption in the borrow pass may start above max.
+            let sv = &self.shares[ask.s];
+            let borrowed = sv.used[u] + ask.need() > sv.max[u];
+            match self.try_place(ask, borrowed, Some(&targets)) {
+                Ok(()) => return true,
+                // Blocked by the cap or a reserve with no victim left to wait for: keep
+                // the hold and say why.
+                Err(why) if victims.is_none() && Self::waits_on_cap_or_reserve(&why) => {
+                    self.reason(ask.id, ask.w, why);
+                    return true;
+                }
+                Err(_) => {}
+            }
+        }
+        // Still waiting for victims (say, its own share's, to get under max).
+        if let (true, Some((jobs, grace_ends_at))) = (valid, victims) {
+            self.reason(
+                ask.id,
+                ask.w,
+                PendingReasonOf::WaitingForPreempted {
+                    jobs,
+                    grace_ends_at,
+                },
+            );
+            return true;
+        }
+        // The hold no longer leads anywhere: give its GPUs back.
+        self.plan.actions.push(Action::Hold {
+            job: ask.id,
+            hold: None,
+        });
+        self.release_hold(ask.s, u, ask.need(), &targets);
+        false
+    }
+
+    /// The job waits on the environment's cap or a RESERVE share's idle GPUs, which a
+    /// hold keeps covering, rather than on GPUs that will not come.
+    pub(super) fn waits_on_cap_or_reserve(why: &Why<'_>) -> bool {
+        matches!(
+            why,
+            PendingReasonOf::EnvironmentCap { .. } | PendingReasonOf::ReserveHeld { .. }
+        )
+    }
+
+    pub(super) fn release_hold(&mut self, s: usize, u: Ux, need: u32, targets: &[(Nx, u32)]) {
+        self.shares[s].held[u] -= need.min(self.shares[s].held[u]);
+        if let Some(e) = self.shares[s].env {
+            self.envs[e].holds[u] -= need.min(self.envs[e].holds[u]);
+        }
+        for &(n, c) in targets {
+            self.touch(n, u, |nu| nu.held -= c.min(nu.held));
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Placement: the share's limit, RESERVE shares' idle GPUs, best fit on the
+//! environment's usable nodes, gangs whole or not at all, and the environment's cap
+//! (rules 2, 5, 7 and 8).
+
+use super::*;
+
+impl Pool {
+    pub(super) fn fitting_nodes(&self, g: u32) -> u32 {
+        self.buckets
+            .iter()
+            .skip(g as usize)
+            .map(|b| b.len() as u32)
+            .sum()
+    }
+    /// Best fit: `k` nodes with at least `g` available, fewest left over, then by name.
+    pub(super) fn find(&self, g: u32, k: u32, exclude: &[Nx]) -> Option<Vec<Nx>> {
+        let mut out = Vec::with_capacity(k as usize);
+        for b in self.buckets.iter().skip(g as usize) {
+            for &n in b {
+                if !exclude.contains(&n) {
+                    out.push(n);
+                    if out.len() == k as usize {
+                        return Some(out);
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+impl<'a> Pass<'a> {
+    /// Reserve idle GPUs of RESERVE shares other than `s` in environment `e`, and the
+    /// share holding the most of them (for the reason).
+    pub(super) fn reserve_others(&self, e: usize, u: Ux, s: usize) -> (u32, Option<usize>) {
+        let mut total = 0;
+        let mut top: Option<(u32, usize)> = None;
+        for (t, sv) in self.shares.iter().enumerate() {
+            if t == s || sv.env != Some(e) {
+                continue;
+            }
+            let r = sv.reserve_idle(u);
+            if r > 0 {
+                total += r;
+                if top.is_none_or(|(m, _)| r > m) {
+                    top = Some((r, t));
+                }
+            }
+        }
+        (total, top.map(|(_, t)| t))
+    }
+
+    /// Places the job now if it fits: environment cap (rule 7), RESERVE shares' idle
+    /// GPUs (rule 2/5), best-fit nodes, gangs whole (rule 8). `held` places a holder on
+    /// its held GPUs.
+    pub(super) fn try_place(
+        &mut self,
+        ask: Ask<'a>,
+        borrowed: bool,
+        held: Option<&[(Nx, u32)]>,
+    ) -> Result<(), Why<'a>> {
+        let (s, u, w) = (ask.s, ask.u, ask.w);
+        let need = ask.need();
+        let unit = w.unit.as_str();
+        // The share's own limit, counted as the state machine will re-verify it: GPUs of
+        // jobs still stopping count until they have exited.
+        let sv = &self.shares[s];
+        let limit = if borrowed {
+            sv.ceiling[u]
+        } else {
+            Some(sv.max[u] as u64)
+        };
+        if let Some(limit) = limit.filter(|l| (sv.used[u] + need) as u64 > *l) {
+            return Err(if borrowed {
+                PendingReasonOf::BorrowLimit {
+                    used: sv.used[u],
+                    limit,
+                    need,
+                    unit,
+                }
+            } else {
+                PendingReasonOf::AtMaxNoBorrow {
+                    share: sv.q.name.as_str(),
+                    used: sv.used[u],
+                    max: sv.max[u],
+                    need,
+                    unit,
+                    strategy: strategy_str(sv.q.resource_sharing.strategy),
+                }
+            });
+        }
+        let Some(e) = self.shares[s].env else {
+            return Err(PendingReasonOf::EnvironmentDisabled { env: "" });
+        };
+        let env = &self.envs[e];
+        let Some(pi) = env.pool[u] else {
+            return Err(PendingReasonOf::NoNodes {
+                unit,
+                env: env.name.as_str(),
+            });
+        };
+        let pool = &self.pools[pi];
+        let (reserved, rshare) = self.reserve_others(e, u, s);
+        let from_pool = if held.is_some() { 0 } else { need };
+        if reserved > 0 && pool.total_avail >= from_pool && pool.total_avail < from_pool + reserved
+        {
+            let r = rshare.expect("a share holds the reserve");
+            return Err(PendingReasonOf::ReserveHeld {
+                share: self.shares[r].q.name.as_str(),
+                idle: reserved,
+                unit,
+            });
+        }
+        let targets: Vec<(Nx, u32)> = match held {
+            Some(t) => t.to_vec(),
+            None => match pool.find(w.gpus_per_node, w.nodes, &[]) {
+                Some(ns) => ns.into_iter().map(|n| (n, w.gpus_per_node)).collect(),
+                None => {
+                    return Err(PendingReasonOf::NoCapacity {
+                        need_per_node: w.gpus_per_node,
+                        nodes: w.nodes,
+                        unit,
+                        free: pool.total_avail,
+                        fitting_nodes: pool.fitting_nodes(w.gpus_per_node),
+                    })
+                }
+            },
+        };
+        // The cap is checked last, so that a full cluster reads as "no node has room"
+        // and the cap is named only when it is what stops the job.
+        let env = &self.envs[e];
+        let own_hold = if held.is_some() { need } else { 0 };
+        if let Some(cap) = env.cap[u] {
+            let committed = env.used[u] + env.holds[u] - own_hold;
+            if committed + need > cap {
+                return Err(PendingReasonOf::EnvironmentCap {
+                    env: env.name.as_str(),
+                    used: committed,
+                    cap,
+                    need,
+                    unit,
+                });
+            }
+        }
+        // Commit in the pass's view.
+        let mut allocation = Vec::with_capacity(targets.len());
+        for &(n, c) in &targets {
+            let mut gpus = vec![];
+            let is_holder = held.is_some();
+            self.touch(n, u, |nu| {
+                gpus = nu.free.drain(..c as usize).collect();
+                if is_holder {
+                    nu.held -= c.min(nu.held);
+                }
+            });
+            allocation.push(NodeAlloc {
+                node: self.nodes[n as usize].name.clone(),
+                gpus,
+            });
+        }
+        if held.is_some() {
+            self.shares[s].held[u] -= need.min(self.shares[s].held[u]);
+            self.envs[e].holds[u] -= need.min(self.envs[e].holds[u]);
+        }
+        let sv = &mut self.shares[s];
+        sv.used[u] += need;
+        self.envs[e].used[u] += need;
+        let reason = if borrowed {
+            format!(
+                "borrowed: share {} at {}/{} {unit}",
+                sv.q.name, sv.used[u], sv.max[u]
+            )
+        } else {
+            format!(
+                "within max: share {} at {}/{} {unit}",
+                sv.q.name, sv.used[u], sv.max[u]
+            )
+        };
+        self.plan.actions.push(Action::Place {
+            job: ask.id,
+            allocation,
+            borrowed,
+            reason,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,456 @@
+//! Victim selection for reclaim (rule 3) and in-share preemption (rule 4): which jobs
+//! are eligible and in what order, the search for the smallest set that lets the
+//! preemptor fit, and the hold that keeps the freed GPUs for it.
+
+use std::cmp::Reverse;
+
+use super::*;
+
+/// A running job that may be chosen as a victim.
+#[derive(Clone)]
+pub(super) struct Cand {
+    pub(super) id: JobId,
+    pub(super) share: usize,
+    pub(super) prio: u32,
+    pub(super) total: u32,
+    pub(super) nodes: Vec<(Nx, u32)>,
+    pub(super) protected_until: Millis,
+    pub(super) grace: Millis,
+}
+
+pub(super) enum Mode {
+    /// Cross-share reclaim: victims' shares must still be over max when picked.
+    Reclaim,
+    /// In-share: victims of strictly lower priority than this.
+    InShare(u32),
+}
+
+impl<'a> Pass<'a> {
+    /// Victims for reclaim in queue `qi`: running jobs of shares over their max, lowest
+    /// priority first, then most recently started.
+    pub(super) fn candidates(
+        &mut self,
+        key: (usize, Ux),
+        mode_reclaim: bool,
+    ) -> (Vec<Cand>, usize) {
+        let cache = if mode_reclaim {
+            &mut self.reclaim_cands
+        } else {
+            &mut self.inshare_cands
+        };
+        if let Some(c) = cache.remove(&key) {
+            return c;
+        }
+        let st = self.st;
+        let (qi_or_s, u) = key;
+        let mut out = vec![];
+        for (t, sv) in self.shares.iter().enumerate() {
+            let relevant = if mode_reclaim {
+                sv.queue == qi_or_s && sv.excess(u) > 0
+            } else {
+                t == qi_or_s
+            };
+            if !relevant {
+                continue;
+            }
+            for job in st.active_in(&sv.q.name) {
+                if job.stop.is_some() || job.spec.request.unit.as_str() != self.units[u] {
+                    continue;
+                }
+                let started = job.started_at().unwrap_or(0);
+                let nodes = job
+                    .allocation()
+                    .iter()
+                    .filter_map(|a| {
+                        self.node_ix
+                            .get(a.node.as_str())
+                            .map(|&n| (n, a.gpus.len() as u32))
+                    })
+                    .collect();
+                out.push((
+                    (job.spec.priority, Reverse(started), Reverse(job.id)),
+                    Cand {
+                        id: job.id,
+                        share: t,
+                        prio: job.spec.priority,
+                        total: job.spec.request.total_gpus(),
+                        nodes,
+                        protected_until: started + sv.q.min_runtime_s * SECOND,
+                        grace: job.spec.grace_s(Some(sv.q)) * SECOND,
+                    },
+                ));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        (out.into_iter().map(|(_, c)| c).collect(), 0)
+    }
+
+    /// Rules 3 and 4: picks victims in order until the job would fit, keeps the
+    /// smallest subset that still fits, marks them preempting and holds their GPUs for
+    /// the job. Records in `protect` when victims were passed over for `min_runtime_s`.
+    pub(super) fn try_preempt(
+        &mut self,
+        ask: Ask<'a>,
+        mode: Mode,
+        protect: &mut Option<Millis>,
+    ) -> bool {
+        let (s, u) = (ask.s, ask.u);
+        let (g, k) = (ask.w.gpus_per_node, ask.w.nodes);
+        let Some(e) = self.shares[s].env else {
+            return false;
+        };
+        let Some(pi) = self.envs[e].pool[u] else {
+            return false;
+        };
+        let reclaim = matches!(mode, Mode::Reclaim);
+        let key = if reclaim {
+            (self.shares[s].queue, u)
+        } else {
+            (s, u)
+        };
+        // A failure for a smaller request (and, in-share, a higher priority) means this
+        // one fails too: victims only become fewer during a pass.
+        let failed = if reclaim {
+            self.reclaim_failed
+                .get(&key)
+                .is_some_and(|f| f.iter().any(|&(k0, g0)| k >= k0 && g >= g0))
+        } else {
+            self.inshare_failed.get(&key).is_some_and(|f| {
+                f.iter()
+                    .any(|&(k0, g0, p0)| k >= k0 && g >= g0 && ask.prio <= p0)
+            })
+        };
+        if failed {
+            return false;
+        }
+        if reclaim
+            && !self
+                .shares
+                .iter()
+                .any(|sv| sv.queue == key.0 && sv.excess(u) > 0)
+        {
+            return false;
+        }
+        let (cands, mut start) = self.candidates(key, reclaim);
+        let need = ask.need();
+        let env = &self.envs[e];
+        let (reserved, _) = self.reserve_others(e, u, s);
+        let free_allowance = self.pools[pi].total_avail.saturating_sub(reserved);
+        let mut deficit: i64 = 0;
+        if let Some(cap) = env.cap[u] {
+            deficit = deficit
+                .max((env.used[u] - env.stopping[u] + env.holds[u] + need) as i64 - cap as i64);
+        }
+        if !reclaim {
+            let sv = &self.shares[s];
+            let limit = if sv.used[u] + sv.held[u] + need <= sv.max[u] {
+                Some(sv.max[u] as u64)
+            } else {
+                sv.ceiling[u]
+            };
+            if let Some(limit) = limit {
+                deficit = deficit
+                    .max((sv.used[u] - sv.stopping[u] + sv.held[u] + need) as i64 - limit as i64);
+            }
+        }
+        let local = k == 1;
+        let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
+        let mut excess: HashMap<usize, i64> = HashMap::default();
+        let mut freed: HashMap<Nx, u32> = HashMap::default();
+        let mut fitting: Vec<Nx> = vec![];
+        let mut picked: Vec<usize> = vec![];
+        let mut total: i64 = 0;
+        let mut found = None;
+        while start < cands.len() && self.taken.contains(&cands[start].id) {
+            start += 1;
+        }
+        let mut looked = 0usize;
+        for (ci, c) in cands.iter().enumerate().skip(start) {
+            if self.taken.contains(&c.id) {
+                continue;
+            }
+            // In-share preemption looks at a bounded number of victims per job and pass,
+            // lowest priority first, as Slurm's schedulers bound their looks; reclaim is
+            // never bounded, so lent capacity always comes back.
+            looked += 1;
+            if !reclaim && looked > INSHARE_LOOK_LIMIT {
+                break;
+            }
+            match mode {
+                // A single-node job needs room on one node, so a share's excess is
+                // counted per node: victims elsewhere must not use up the excess that
+                // would have made a victim on the right node eligible.
+                Mode::Reclaim if local => {
+                    let share_ex = self.shares[c.share].excess(u);
+                    if !c
+                        .nodes
+                        .iter()
+                        .any(|&(n, _)| *node_excess.entry((n, c.share)).or_insert(share_ex) > 0)
+                    {
+                        continue;
+                    }
+                }
+                Mode::Reclaim => {
+                    let ex = *excess
+                        .entry(c.share)
+                        .or_insert_with(|| self.shares[c.share].excess(u));
+                    if ex <= 0 {
+                        continue;
+                    }
+                }
+                Mode::InShare(p) => {
+                    if c.prio >= p {
+                        break;
+                    }
+                }
+            }
+            if c.protected_until > self.now {
+                *protect =
+                    Some(protect.map_or(c.protected_until, |p: Millis| p.min(c.protected_until)));
+                continue;
+            }
+            picked.push(ci);
+            total += c.total as i64;
+            if let Some(ex) = excess.get_mut(&c.share) {
+                *ex -= c.total as i64;
+            }
+            for &(n, cnt) in &c.nodes {
+                if local && reclaim {
+                    let share_ex = self.shares[c.share].excess(u);
+                    let ex = node_excess.entry((n, c.share)).or_insert(share_ex);
+                    if *ex <= 0 {
+                        continue;
+                    }
+                    *ex -= c.total as i64;
+                }
+                let f = freed.entry(n).or_default();
+                let before = *f;
+                *f += cnt;
+                // Track the nodes where the job would now fit, so each check looks only
+                // at those and stays cheap however many small victims the walk passes.
+                let fits = |f: u32| {
+                    self.nodes[n as usize].nu(u).is_some_and(|nu| {
+                        nu.pools.contains(&pi) && g.saturating_sub(f) <= nu.avail()
+                    })
+                };
+                // A node enters the list when first touched (it may have fit on free
+                // GPUs alone, which a reserve or the cap did not allow) or when it starts
+                // to fit.
+                if fits(before + cnt) && (before == 0 || !fits(before)) {
+                    fitting.push(n);
+                }
+            }
+            if total >= deficit
+                && fitting.len() + self.pools[pi].fitting_nodes(g) as usize >= k as usize
+            {
+                if let Some(t) = self.fit(pi, g, k, free_allowance, &freed, &fitting) {
+                    found = Some(t);
+                    break;
+                }
+            }
+        }
+        if let Some(until) = *protect {
+            self.wakeup = Some(self.wakeup.map_or(until, |w| w.min(until)));
+        }
+        let Some(targets) = found else {
+            // Remember the failure unless an earlier one already covers it, and forget the
+            // ones it covers, so the list stays as short as the distinct request shapes.
+            if reclaim {
+                let f = self.reclaim_failed.entry(key).or_default();
+                f.retain(|&(k0, g0)| !(k0 >= k && g0 >= g));
+                f.push((k, g));
+            } else {
+                let f = self.inshare_failed.entry(key).or_default();
+                f.retain(|&(k0, g0, p0)| !(k0 >= k && g0 >= g && p0 <= ask.prio));
+                f.push((k, g, ask.prio));
+            }
+            let cache = if reclaim {
+                &mut self.reclaim_cands
+            } else {
+                &mut self.inshare_cands
+            };
+            cache.insert(key, (cands, start));
+            return false;
+        };
+        *protect = None;
+        // Keep only victims on the target nodes, plus (in pick order) any needed to meet
+        // the count deficit; then drop the highest-priority ones that are not needed.
+        let on_target = |c: &Cand| c.nodes.iter().any(|(n, _)| targets.contains(n));
+        let mut kept: Vec<usize> = picked
+            .iter()
+            .copied()
+            .filter(|&ci| on_target(&cands[ci]))
+            .collect();
+        let mut kept_total: i64 = kept.iter().map(|&ci| cands[ci].total as i64).sum();
+        for &ci in &picked {
+            if kept_total >= deficit {
+                break;
+            }
+            let c = &cands[ci];
+            // Added only while its share is still over max counting what is kept.
+            let share_kept: i64 = kept
+                .iter()
+                .filter(|&&k| cands[k].share == c.share)
+                .map(|&k| cands[k].total as i64)
+                .sum();
+            if reclaim && self.shares[c.share].excess(u) - share_kept <= 0 {
+                continue;
+            }
+            if !kept.contains(&ci) {
+                kept.push(ci);
+                kept_total += c.total as i64;
+            }
+        }
+        kept.sort();
+        for i in (0..kept.len()).rev() {
+            let mut trial = kept.clone();
+            let removed = trial.remove(i);
+            let trial_total = kept_total - cands[removed].total as i64;
+            if trial_total >= deficit
+                && self.fits_on(u, g, free_allowance, &targets, &trial, &cands)
+            {
+                kept = trial;
+                kept_total = trial_total;
+            }
+        }
+        self.commit_preemption(ask, mode, e, &targets, &kept, &cands);
+        let cache = if reclaim {
+            &mut self.reclaim_cands
+        } else {
+            &mut self.inshare_cands
+        };
+        cache.insert(key, (cands, start));
+        true
+    }
+
+    /// Whether the victims `set` free enough on `targets` (each needs `g`), taking at most
+    /// `allowance` GPUs that are free now.
+    pub(super) fn fits_on(
+        &self,
+        u: Ux,
+        g: u32,
+        allowance: u32,
+        targets: &[Nx],
+        set: &[usize],
+        cands: &[Cand],
+    ) -> bool {
+        let mut from_free = 0;
+        for &n in targets {
+            let freed: u32 = set
+                .iter()
+                .flat_map(|&ci| cands[ci].nodes.iter())
+                .filter(|(m, _)| *m == n)
+                .map(|(_, c)| c)
+                .sum();
+            let avail = self.nodes[n as usize].nu(u).map_or(0, |nu| nu.avail());
+            let take = g.saturating_sub(freed);
+            if take > avail {
+                return false;
+            }
+            from_free += take;
+        }
+        from_free <= allowance
+    }
+
+    /// Chooses `k` target nodes given GPUs `freed` by victims so far, or None.
+    /// `fitting` lists the nodes where the victims in `freed` make room for `g`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fit(
+        &self,
+        pi: usize,
+        g: u32,
+        k: u32,
+        allowance: u32,
+        freed: &HashMap<Nx, u32>,
+        fitting: &[Nx],
+    ) -> Option<Vec<Nx>> {
+        let mut opts: Vec<(u32, Nx)> = fitting
+            .iter()
+            .map(|&n| (g.saturating_sub(freed[&n]), n))
+            .collect();
+        opts.sort();
+        opts.truncate(k as usize);
+        let mut chosen: Vec<Nx> = opts.iter().map(|o| o.1).collect();
+        let mut from_free: u32 = opts.iter().map(|o| o.0).sum();
+        if chosen.len() < k as usize {
+            let more = self.pools[pi].find(g, k - chosen.len() as u32, &chosen)?;
+            from_free += g * more.len() as u32;
+            chosen.extend(more);
+        }
+        (from_free <= allowance).then_some(chosen)
+    }
+
+    pub(super) fn commit_preemption(
+        &mut self,
+        ask: Ask<'a>,
+        mode: Mode,
+        e: usize,
+        targets: &[Nx],
+        kept: &[usize],
+        cands: &[Cand],
+    ) {
+        let (s, u) = (ask.s, ask.u);
+        let need = ask.need();
+        let sname = self.shares[s].q.name.as_str();
+        let unit = self.units[u];
+        let mut deadline = 0;
+        for &ci in kept {
+            let c = &cands[ci];
+            self.taken.insert(c.id);
+            let vs = &self.shares[c.share];
+            let (kind, reason) = match mode {
+                Mode::Reclaim => (
+                    StopKind::Reclaim { for_job: ask.id },
+                    format!(
+                        "reclaim: share {} over max {}/{} {unit}; job {} of share {sname} is within max",
+                        vs.q.name,
+                        vs.used[u] - vs.stopping[u],
+                        vs.max[u],
+                        ask.id
+                    ),
+                ),
+                Mode::InShare(p) => (
+                    StopKind::InShare { for_job: ask.id },
+                    format!("in-share preemption by job {} (priority {p} > {})", ask.id, c.prio),
+                ),
+            };
+            self.plan.actions.push(Action::Preempt {
+                job: c.id,
+                kind,
+                reason,
+            });
+            self.shares[c.share].stopping[u] += c.total;
+            self.envs[e].stopping[u] += c.total;
+            deadline = deadline.max(self.now + c.grace);
+        }
+        let g = ask.w.gpus_per_node;
+        for &n in targets {
+            self.touch(n, u, |nu| nu.held += g);
+        }
+        self.shares[s].held[u] += need;
+        self.envs[e].holds[u] += need;
+        let hold = Hold {
+            nodes: targets
+                .iter()
+                .map(|&n| (self.nodes[n as usize].name.clone(), g))
+                .collect(),
+            since: self.now,
+        };
+        self.plan.actions.push(Action::Hold {
+            job: ask.id,
+            hold: Some(hold),
+        });
+        self.victims_of
+            .insert(ask.id, (kept.len() as u32, deadline));
+        let why = if kept.is_empty() {
+            // The held GPUs are free already; the job starts on the next pass.
+            PendingReasonOf::NotYetScheduled
+        } else {
+            PendingReasonOf::WaitingForPreempted {
+                jobs: kept.len() as u32,
+                grace_ends_at: deadline,
+            }
+        };
+        self.reason(ask.id, ask.w, why);
+    }
+}

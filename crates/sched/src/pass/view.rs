@@ -1,0 +1,327 @@
+//! The pass's views: nodes, pools (environment × unit, bucketed by available GPUs),
+//! environments and shares, built once per pass from the state and kept current as
+//! the pass places, preempts and holds.
+
+use std::collections::BTreeSet;
+
+use super::*;
+
+/// GPUs of one unit on one node, as the pass sees them.
+pub(super) struct NodeUnit {
+    pub(super) unit: Ux,
+    /// Free GPUs, lowest index first; placements take from the front.
+    pub(super) free: Vec<GpuIndex>,
+    /// GPUs of this node held for preemptors (a count: any free GPU will do).
+    pub(super) held: u32,
+    /// Pools (environment × unit) this node is in.
+    pub(super) pools: Vec<usize>,
+}
+
+impl NodeUnit {
+    /// Free GPUs others may take: free minus held.
+    pub(super) fn avail(&self) -> u32 {
+        (self.free.len() as u32).saturating_sub(self.held)
+    }
+}
+
+pub(super) struct NodeView<'a> {
+    pub(super) name: &'a NodeName,
+    pub(super) usable: bool,
+    pub(super) units: Vec<NodeUnit>,
+}
+
+impl NodeView<'_> {
+    pub(super) fn nu(&self, u: Ux) -> Option<&NodeUnit> {
+        self.units.iter().find(|x| x.unit == u)
+    }
+    pub(super) fn nu_mut(&mut self, u: Ux) -> Option<&mut NodeUnit> {
+        self.units.iter_mut().find(|x| x.unit == u)
+    }
+}
+
+/// The usable nodes of one environment that have GPUs of one unit, bucketed by how many
+/// GPUs each has available, so best-fit is the first node of the first bucket that fits.
+pub(super) struct Pool {
+    pub(super) buckets: Vec<BTreeSet<Nx>>,
+    pub(super) total_avail: u32,
+}
+
+pub(super) struct EnvView<'a> {
+    pub(super) name: &'a EnvName,
+    pub(super) enabled: bool,
+    /// Per unit: the environment's cap, GPUs in use, GPUs being stopped, GPUs held.
+    pub(super) cap: Vec<Option<u32>>,
+    pub(super) used: Vec<u32>,
+    pub(super) stopping: Vec<u32>,
+    pub(super) holds: Vec<u32>,
+    pub(super) pool: Vec<Option<usize>>,
+}
+
+pub(super) struct ShareView<'a> {
+    pub(super) q: &'a QuotaShare,
+    pub(super) queue: usize,
+    pub(super) env: Option<usize>,
+    pub(super) max: Vec<u32>,
+    pub(super) ceiling: Vec<Option<u64>>,
+    pub(super) used: Vec<u32>,
+    /// GPUs of jobs being stopped (they still count in `used` until they exit).
+    pub(super) stopping: Vec<u32>,
+    /// GPUs held for this share's waiting preemptors.
+    pub(super) held: Vec<u32>,
+}
+
+impl ShareView<'_> {
+    pub(super) fn enabled(&self) -> bool {
+        self.q.state == ObjState::Enabled
+    }
+    /// Idle GPUs a RESERVE share keeps for itself.
+    pub(super) fn reserve_idle(&self, u: Ux) -> u32 {
+        if self.q.resource_sharing.strategy == Strategy::Reserve && self.enabled() {
+            self.max[u].saturating_sub(self.used[u] + self.held[u])
+        } else {
+            0
+        }
+    }
+    /// GPUs over max that are not already being given back (negative: room left).
+    pub(super) fn excess(&self, u: Ux) -> i64 {
+        self.used[u] as i64 - self.stopping[u] as i64 - self.max[u] as i64
+    }
+}
+
+impl<'a> Pass<'a> {
+    pub(super) fn new(st: &'a State, now: Millis) -> Pass<'a> {
+        let mut units: Vec<&'a str> = vec![];
+        let mut unit_ix: HashMap<&'a str, Ux> = HashMap::default();
+        let mut intern = |u: &'a Unit| -> Ux {
+            *unit_ix.entry(u.as_str()).or_insert_with(|| {
+                units.push(u.as_str());
+                units.len() - 1
+            })
+        };
+        for s in st.shares.values() {
+            for l in &s.capacity_limits {
+                intern(&l.unit);
+            }
+        }
+        for e in st.environments.values() {
+            for l in &e.capacity_limits {
+                intern(&l.unit);
+            }
+        }
+        let mut nodes = Vec::with_capacity(st.nodes.len());
+        for n in st.nodes.values() {
+            let mut nus: Vec<NodeUnit> = vec![];
+            for (g, a) in n.inventory.gpus.iter().zip(&n.allocated) {
+                let u = intern(&g.unit);
+                let pos = match nus.iter().position(|x| x.unit == u) {
+                    Some(p) => p,
+                    None => {
+                        nus.push(NodeUnit {
+                            unit: u,
+                            free: vec![],
+                            held: 0,
+                            pools: vec![],
+                        });
+                        nus.len() - 1
+                    }
+                };
+                if a.is_none() && g.healthy {
+                    nus[pos].free.push(g.index);
+                }
+            }
+            for nu in &mut nus {
+                nu.free.sort();
+            }
+            nodes.push(NodeView {
+                name: n.name(),
+                usable: n.schedulable(),
+                units: nus,
+            });
+        }
+        let nu_count = units.len();
+        let node_ix = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i as Nx))
+            .collect();
+        let queue_ix = st
+            .queues
+            .keys()
+            .enumerate()
+            .map(|(i, q)| (q.as_str(), i))
+            .collect();
+        let mut envs = vec![];
+        let mut env_ix = HashMap::default();
+        for (i, e) in st.environments.values().enumerate() {
+            env_ix.insert(e.name.as_str(), i);
+            let mut cap = vec![None; nu_count];
+            for l in &e.capacity_limits {
+                cap[unit_ix[l.unit.as_str()]] = Some(l.max);
+            }
+            let used = (0..nu_count)
+                .map(|u| st.env_used(&e.name, &Unit::new(units[u])))
+                .collect();
+            envs.push(EnvView {
+                name: &e.name,
+                enabled: e.state == ObjState::Enabled,
+                cap,
+                used,
+                stopping: vec![0; nu_count],
+                holds: vec![0; nu_count],
+                pool: vec![None; nu_count],
+            });
+        }
+        let mut pass = Pass {
+            st,
+            now,
+            units,
+            unit_ix,
+            nodes,
+            node_ix,
+            pools: vec![],
+            envs,
+            env_ix,
+            shares: vec![],
+            share_ix: HashMap::default(),
+            queue_ix,
+            victims_of: HashMap::default(),
+            taken: HashSet::default(),
+            reclaim_cands: HashMap::default(),
+            inshare_cands: HashMap::default(),
+            reclaim_failed: HashMap::default(),
+            inshare_failed: HashMap::default(),
+            wakeup: None,
+            plan: Plan::default(),
+        };
+        for (i, s) in st.shares.values().enumerate() {
+            pass.share_ix.insert(s.name.as_str(), i);
+            let env = st
+                .queues
+                .get(&s.queue)
+                .and_then(|q| pass.env_ix.get(q.environment.as_str()).copied());
+            let mut max = vec![0; nu_count];
+            let mut ceiling = vec![Some(0); nu_count];
+            let mut used = vec![0; nu_count];
+            for u in 0..nu_count {
+                let unit = Unit::new(pass.units[u]);
+                max[u] = s.max_for(&unit);
+                ceiling[u] = s.ceiling_for(&unit);
+                used[u] = st.share_used(&s.name, &unit);
+            }
+            pass.shares.push(ShareView {
+                q: s,
+                queue: pass
+                    .queue_ix
+                    .get(s.queue.as_str())
+                    .copied()
+                    .unwrap_or(usize::MAX),
+                env,
+                max,
+                ceiling,
+                used,
+                stopping: vec![0; nu_count],
+                held: vec![0; nu_count],
+            });
+        }
+        pass.build_pools();
+        pass.account_stopping_and_holds();
+        pass
+    }
+
+    pub(super) fn build_pools(&mut self) {
+        let st = self.st;
+        for (ei, e) in st.environments.values().enumerate() {
+            for (ni, n) in st.nodes.values().enumerate() {
+                if !self.nodes[ni].usable || !e.selects(&n.inventory.labels) {
+                    continue;
+                }
+                for k in 0..self.nodes[ni].units.len() {
+                    let u = self.nodes[ni].units[k].unit;
+                    let pi = match self.envs[ei].pool[u] {
+                        Some(p) => p,
+                        None => {
+                            self.pools.push(Pool {
+                                buckets: vec![BTreeSet::new(); MAX_GPUS_PER_NODE_INVENTORY + 1],
+                                total_avail: 0,
+                            });
+                            self.envs[ei].pool[u] = Some(self.pools.len() - 1);
+                            self.pools.len() - 1
+                        }
+                    };
+                    self.nodes[ni].units[k].pools.push(pi);
+                }
+            }
+        }
+        for ni in 0..self.nodes.len() {
+            for k in 0..self.nodes[ni].units.len() {
+                let a = self.nodes[ni].units[k].avail();
+                for &pi in &self.nodes[ni].units[k].pools {
+                    self.pools[pi].buckets[a as usize].insert(ni as Nx);
+                    self.pools[pi].total_avail += a;
+                }
+            }
+        }
+    }
+
+    /// Moves node `n`'s entry for unit `u` after `f` changed its free or held GPUs.
+    pub(super) fn touch(&mut self, n: Nx, u: Ux, f: impl FnOnce(&mut NodeUnit)) {
+        let Some(nu) = self.nodes[n as usize].nu_mut(u) else {
+            return;
+        };
+        let before = nu.avail();
+        f(nu);
+        let after = nu.avail();
+        if before != after {
+            for &pi in &nu.pools {
+                let p = &mut self.pools[pi];
+                p.buckets[before as usize].remove(&n);
+                p.buckets[after as usize].insert(n);
+                p.total_avail = p.total_avail + after - before;
+            }
+        }
+    }
+
+    pub(super) fn account_stopping_and_holds(&mut self) {
+        let st = self.st;
+        for job in st.stopping_jobs() {
+            let Some(&s) = self.share_ix.get(job.spec.share.as_str()) else {
+                continue;
+            };
+            let Some(&u) = self.unit_ix.get(job.spec.request.unit.as_str()) else {
+                continue;
+            };
+            let total = job.spec.request.total_gpus();
+            self.shares[s].stopping[u] += total;
+            if let Some(e) = self.shares[s].env {
+                self.envs[e].stopping[u] += total;
+            }
+            if let Some(stop) = &job.stop {
+                if let Some(f) = stop.kind.for_job() {
+                    let v = self.victims_of.entry(f).or_insert((0, 0));
+                    v.0 += 1;
+                    v.1 = v.1.max(stop.deadline);
+                }
+            }
+        }
+        for job in st.holding_jobs() {
+            let (Some(&s), Some(&u), Some(hold)) = (
+                self.share_ix.get(job.spec.share.as_str()),
+                self.unit_ix.get(job.spec.request.unit.as_str()),
+                &job.hold,
+            ) else {
+                continue;
+            };
+            let need = job.spec.request.total_gpus();
+            self.shares[s].held[u] += need;
+            if let Some(e) = self.shares[s].env {
+                self.envs[e].holds[u] += need;
+            }
+            for (node, count) in &hold.nodes {
+                if let Some(&n) = self.node_ix.get(node.as_str()) {
+                    let c = *count;
+                    self.touch(n, u, |nu| nu.held += c);
+                }
+            }
+        }
+    }
+}

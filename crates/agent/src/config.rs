@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::exec::CgroupMode;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
@@ -46,10 +48,16 @@ pub struct AgentConfig {
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
     /// Without a controller quorum for this long, the agent stops its jobs itself, so a
-    /// later DOWN and requeue can never double-book a GPU. Must be less than the
-    /// controllers' `down_after_s` minus the longest grace period.
+    /// later DOWN and requeue can never double-book a GPU: each job gets its checkpoint
+    /// signal and, after a fixed grace of [`crate::daemon::ORPHAN_GRACE`] (10 s, not the
+    /// job's own grace, which the agent learns only with a stop order), SIGKILL.
+    /// `fence_after_s` plus those 10 s must stay below the controllers' `down_after_s`.
     #[serde(default = "default_fence_after_s")]
     pub fence_after_s: u64,
+    /// The cgroup hierarchy that tracks process jobs: `auto` (the default: v1 `pids`,
+    /// else v1 `freezer`, else v2), `v1` or `v2` (see [`CgroupMode`]).
+    #[serde(default = "default_cgroup")]
+    pub cgroup: String,
     /// `ca`, `cert`, `key` and the optional `crl` (see [`tranche_tls::TlsFiles`]).
     pub tls: tranche_tls::TlsFiles,
     /// GPU product name → capacity unit, e.g. `"NVIDIA H100 80GB HBM3" = "h100"`.
@@ -68,6 +76,9 @@ fn default_heartbeat_ms() -> u64 {
 }
 fn default_fence_after_s() -> u64 {
     30
+}
+fn default_cgroup() -> String {
+    "auto".into()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +162,15 @@ impl AgentConfig {
         if cfg.fence_after_s * 1000 <= cfg.heartbeat_ms * 2 {
             return Err(bad("fence_after_s", "must be longer than two heartbeats"));
         }
+        if let Err(e) = cfg.cgroup.parse::<CgroupMode>() {
+            return Err(bad("cgroup", &e));
+        }
         Ok(cfg)
+    }
+
+    /// The `cgroup` setting (validated by [`AgentConfig::parse`]).
+    pub fn cgroup_mode(&self) -> CgroupMode {
+        self.cgroup.parse().unwrap_or_default()
     }
 
     pub fn controller_addrs(&self) -> Vec<SocketAddr> {

@@ -19,8 +19,9 @@ use crate::config::AgentConfig;
 use crate::exec::{signal_number, Attempt, BoundGpu, Executors, LaunchSpec, StopOutcome};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
 
-/// The grace given to an attempt the controllers no longer list, or to every attempt
-/// when the agent fences itself (the job's own grace is known only with a stop order).
+/// The grace given to an attempt the controllers no longer list, to an attempt past its
+/// time limit, and to every attempt when the agent fences itself: a job's own grace
+/// reaches the agent only with a stop order.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +123,8 @@ fn host_memory_mb() -> u64 {
 impl Agent {
     pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
         let (mut inventory, fake_devices, gpus) = node_inventory(&cfg)?;
-        let execs = Arc::new(Executors::new(&cfg.spool_dir)?);
+        let execs = Arc::new(Executors::with_cgroups(&cfg.spool_dir, cfg.cgroup_mode())?);
+        info!(cgroups = %execs.cgroup_summary(), "executors ready");
         let tls = cfg.tls.clone();
         let mut client = Client::new(cfg.controller_addrs(), &tls)
             .map_err(|e| AgentError::Client(e.to_string()))?;
@@ -524,10 +526,10 @@ impl Agent {
             let outcome = attempt.stop(sig, grace);
             match outcome {
                 StopOutcome::ExitedInGrace { status } => {
-                    info!(job = key.0, code = ?status.code, "exited within its grace period")
+                    info!(job = key.0, attempt = key.1, code = ?status.code, "exited within its grace period")
                 }
-                StopOutcome::Killed { .. } => {
-                    info!(job = key.0, "killed when its grace period ended")
+                StopOutcome::Killed { via, .. } => {
+                    info!(job = key.0, attempt = key.1, via = %via, "killed when its grace period ended")
                 }
             }
         });

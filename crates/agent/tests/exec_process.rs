@@ -1,35 +1,78 @@
 //! The process executor (`image = "host"`), with real processes and shims.
+//!
+//! The tests of how a job is tracked (every process signalled and killed, nothing left
+//! behind, the cgroup removed) run twice, `<test>::v1` and `<test>::v2`, with the
+//! cgroup v1 and then the v2 hierarchy forced to track the job; a hybrid node has both.
+//! What a machine cannot run is said through `exec_common::not_run`.
 
 mod exec_common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use exec_common::*;
-use tranche_agent::exec::{signal_number, ExecError, ExecKind, Executors, StopOutcome};
+use tranche_agent::exec::{
+    signal_number, CgroupMode, ExecError, ExecKind, Executors, KillMethod, StopOutcome,
+};
 
-const LONG: Duration = Duration::from_secs(20);
+/// The deadline of every wait for something that takes milliseconds on an idle machine.
+const LONG: Duration = Duration::from_secs(30);
 
-#[test]
-fn output_and_exit_code() {
+/// Runs `$name(test, mode)` as two tests, `$name::v1` and `$name::v2`: one per cgroup
+/// hierarchy forced to track the job's processes.
+macro_rules! on_v1_and_v2 {
+    ($name:ident) => {
+        mod $name {
+            use tranche_agent::exec::CgroupMode;
+
+            #[test]
+            fn v1() {
+                super::$name(concat!(stringify!($name), "::v1"), CgroupMode::V1);
+            }
+
+            #[test]
+            fn v2() {
+                super::$name(concat!(stringify!($name), "::v2"), CgroupMode::V2);
+            }
+        }
+    };
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The job's main pid, from the attempt's `pid` file.
+fn main_pid(a: &tranche_agent::exec::Attempt) -> i32 {
+    wait_pid_file(&a.dir().join("pid"), LONG)
+}
+
+on_v1_and_v2!(output_and_exit_code);
+fn output_and_exit_code(test: &str, mode: CgroupMode) {
     init();
     let spool = tempfile::tempdir().unwrap();
-    let ex = Executors::new(spool.path()).unwrap();
-    eprintln!("cgroups: {}", ex.cgroup_summary());
+    let Some(ex) = executors_on(test, spool.path(), mode) else {
+        return;
+    };
     let a = ex
         .start(&spec("host", &["sh", "-c", "echo hello; exit 3"]))
         .unwrap();
     assert_eq!(a.kind(), ExecKind::Process);
+    let dirs = a.cgroup_dirs().expect("a cgroup");
+    assert_eq!(dirs.v2, mode == CgroupMode::V2, "{}", ex.cgroup_summary());
+    let pid = main_pid(&a);
     let st = wait_exit(&a, LONG);
     assert_eq!(st.code, Some(3), "{st:?}");
     assert_eq!(st.signal, None);
     assert_eq!(stdout(&a), "hello\n");
-    assert!(!a.alive());
-    if let Some(cg) = pids_cgroup(&a) {
-        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
-    }
+    // The exit is recorded only once the cgroup is gone.
+    assert_nothing_left(test, &a, &[pid]);
     a.acknowledge().unwrap();
     assert!(!a.dir().exists());
 }
@@ -78,12 +121,26 @@ fn env_holds_exactly_the_gpu_binding() {
     assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], "void");
 }
 
-#[test]
-fn job_runs_in_its_cgroup_with_limits() {
+/// The file a limit is written to in `dir`: v2's name, or v1's.
+fn limit_file(dir: &(PathBuf, bool), v2: &str, v1: &str) -> String {
+    let file = dir.0.join(if dir.1 { v2 } else { v1 });
+    std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        .trim()
+        .to_string()
+}
+
+on_v1_and_v2!(job_runs_in_its_cgroup_with_limits);
+fn job_runs_in_its_cgroup_with_limits(test: &str, mode: CgroupMode) {
     init();
     let spool = tempfile::tempdir().unwrap();
-    let ex = Executors::new(spool.path()).unwrap();
-    let mut s = spec("host", &["sh", "-c", "cat /proc/self/cgroup; sleep 30"]);
+    let Some(ex) = executors_on(test, spool.path(), mode) else {
+        return;
+    };
+    let mut s = spec(
+        "host",
+        &["sh", "-c", "cat /proc/self/cgroup; echo end; sleep 30"],
+    );
     s.memory_mb = 96;
     s.cpus = 1;
     let a = ex.start(&s).unwrap();
@@ -92,35 +149,167 @@ fn job_runs_in_its_cgroup_with_limits() {
         name.ends_with(&format!("-{}.{}", a.job(), a.attempt())),
         "{name}"
     );
-    let t0 = Instant::now();
-    while !stdout(&a).contains("pids") && t0.elapsed() < LONG {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let dirs = a.cgroup_dirs().expect("a cgroup");
+    wait_until("the job's /proc/self/cgroup", LONG, || {
+        stdout(&a).contains("end\n")
+    });
     let out = stdout(&a);
-    let mem = Path::new("/sys/fs/cgroup/memory/tranche").join(&name);
-    let cpu = Path::new("/sys/fs/cgroup/cpu/tranche").join(&name);
-    if ex.cgroup_summary().contains("track=v1 pids") {
-        assert!(
-            out.lines()
-                .any(|l| l.contains(":pids:") && l.ends_with(&format!("/tranche/{name}"))),
-            "{out}"
-        );
-        assert!(a.alive());
+    // `<id>:<controllers>:<path>`: v2's line has no controllers.
+    let member = |v2: bool| {
+        out.lines().any(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctls, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+            ctls.is_empty() == v2 && path == format!("/tranche/{name}")
+        })
+    };
+    assert!(member(mode == CgroupMode::V2), "{out}");
+    assert!(a.alive());
+    assert!(cgroup_procs(&dirs.track).contains(&main_pid(&a)));
+    match &dirs.memory {
+        Some(d) => assert_eq!(
+            limit_file(d, "memory.max", "memory.limit_in_bytes"),
+            (96u64 << 20).to_string()
+        ),
+        None => not_run(
+            test,
+            "no writable memory controller here, so the memory limit is not checked",
+            "run the tests as root on a node with the memory controller",
+        ),
     }
-    if mem.is_dir() {
-        let limit = std::fs::read_to_string(mem.join("memory.limit_in_bytes")).unwrap();
-        assert_eq!(limit.trim(), (96u64 << 20).to_string());
-    }
-    if cpu.is_dir() {
-        let quota = std::fs::read_to_string(cpu.join("cpu.cfs_quota_us")).unwrap();
-        assert_eq!(quota.trim(), "100000");
+    match &dirs.cpu {
+        Some(d) => {
+            let v = limit_file(d, "cpu.max", "cpu.cfs_quota_us");
+            assert_eq!(v, if d.1 { "100000 100000" } else { "100000" });
+        }
+        None => not_run(
+            test,
+            "no writable cpu controller here, so the CPU limit is not checked",
+            "run the tests as root on a node with the cpu controller",
+        ),
     }
     // A generous grace: on a loaded machine the shim may be slow to reap; a job that
     // dies of SIGTERM must still be seen to exit within it.
     let out = a.stop(signal_number("TERM").unwrap(), Duration::from_secs(20));
     assert!(matches!(out, StopOutcome::ExitedInGrace { .. }), "{out:?}");
     assert_eq!(out.status().signal, Some(15));
-    assert!(!mem.exists() && !cpu.exists(), "cgroups left behind");
+    assert_nothing_left(test, &a, &[]);
+}
+
+/// True if the node has swap, where a job over its memory limit swaps instead of dying.
+fn swap_on() -> bool {
+    std::fs::read_to_string("/proc/swaps")
+        .map(|s| s.lines().count() > 1)
+        .unwrap_or(false)
+}
+
+/// A job that holds more memory than its limit is killed by the kernel; the same job
+/// without a limit runs to its end.
+#[test]
+fn the_kernel_enforces_the_memory_limit() {
+    let test = "the_kernel_enforces_the_memory_limit";
+    init();
+    let spool = tempfile::tempdir().unwrap();
+    let Some(ex) = executors_on(test, spool.path(), CgroupMode::Auto) else {
+        return;
+    };
+    if swap_on() {
+        not_run_unless_ci(
+            test,
+            "this node has swap, where a job over its memory limit swaps instead of dying",
+            "run the tests on a node without swap",
+            false,
+        );
+        return;
+    }
+    // The shell holds the 100 MB string it reads: three times its 32 MiB limit.
+    let script = "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo survived ${#x}";
+    let mut s = spec("host", &["sh", "-c", script]);
+    s.memory_mb = 32;
+    let a = ex.start(&s).unwrap();
+    if cgroup_dirs(test, &a).and_then(|d| d.memory).is_none() {
+        not_run(
+            test,
+            "no writable memory controller here, so the memory limit cannot be enforced",
+            "run the tests as root on a node with the memory controller",
+        );
+        wait_exit(&a, LONG);
+        return;
+    }
+    let st = wait_exit(&a, LONG);
+    assert_eq!(
+        (st.code, st.signal),
+        (None, Some(9)),
+        "not killed by the kernel: {}",
+        stdout(&a)
+    );
+    assert_nothing_left(test, &a, &[]);
+    s.job = job_id();
+    s.memory_mb = 0;
+    let a = ex.start(&s).unwrap();
+    assert_eq!(wait_exit(&a, LONG).code, Some(0), "{}", stderr(&a));
+    assert_eq!(stdout(&a), "survived 100000000\n");
+}
+
+/// A job that would use more CPUs than its limit is throttled by the kernel.
+#[test]
+fn the_kernel_enforces_the_cpu_limit() {
+    let test = "the_kernel_enforces_the_cpu_limit";
+    init();
+    let spool = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let Some(ex) = executors_on(test, spool.path(), CgroupMode::Auto) else {
+        return;
+    };
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        not_run_unless_ci(
+            test,
+            "this node has one CPU: a job limited to one is never throttled",
+            "run the tests on a node with two CPUs or more",
+            false,
+        );
+        return;
+    }
+    // Three busy loops want more than the one CPU the job may use.
+    let mut s = spec(
+        "host",
+        &[
+            "sh",
+            "-c",
+            "for i in 1 2 3; do (while :; do :; done) & done; echo ready > ready; wait",
+        ],
+    );
+    s.cpus = 1;
+    s.cwd = Some(work.path().to_string_lossy().into_owned());
+    let a = ex.start(&s).unwrap();
+    let cpu = cgroup_dirs(test, &a).and_then(|d| d.cpu);
+    match cpu {
+        None => not_run(
+            test,
+            "no writable cpu controller here, so the CPU limit cannot be enforced",
+            "run the tests as root on a node with the cpu controller",
+        ),
+        Some((dir, _)) => {
+            wait_file(&work.path().join("ready"), LONG);
+            let throttled = || {
+                std::fs::read_to_string(dir.join("cpu.stat"))
+                    .unwrap_or_default()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("nr_throttled "))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            // Any period in which the loops got more than one CPU is throttled; on a
+            // machine busy with other tests that may take a few periods.
+            wait_until(
+                "the kernel to throttle the job (cpu.stat nr_throttled)",
+                LONG,
+                || throttled() > 0,
+            );
+        }
+    }
+    let out = a.stop(15, Duration::from_secs(20));
+    assert!(matches!(out, StopOutcome::ExitedInGrace { .. }), "{out:?}");
+    assert_nothing_left(test, &a, &[]);
 }
 
 #[test]
@@ -140,15 +329,13 @@ fn stop_lets_a_checkpointing_job_exit_in_grace() {
     s.cwd = Some(work.path().to_string_lossy().into_owned());
     let a = ex.start(&s).unwrap();
     wait_file(&work.path().join("ready"), LONG);
-    let t0 = Instant::now();
-    let out = a.stop(signal_number("SIGTERM").unwrap(), Duration::from_secs(5));
-    let took = t0.elapsed();
-    eprintln!("process executor: checkpointing job ended {took:?} after SIGTERM");
+    // The job needs milliseconds of its grace; a long one keeps a slow machine from
+    // turning the exit into a kill.
+    let out = a.stop(signal_number("SIGTERM").unwrap(), Duration::from_secs(60));
     match out {
         StopOutcome::ExitedInGrace { status } => assert_eq!(status.code, Some(0)),
         other => panic!("expected ExitedInGrace, got {other:?}"),
     }
-    assert!(took < Duration::from_secs(5));
     assert_eq!(
         std::fs::read_to_string(work.path().join("ckpt")).unwrap(),
         "saved\n"
@@ -156,60 +343,70 @@ fn stop_lets_a_checkpointing_job_exit_in_grace() {
     assert!(!a.alive());
 }
 
-#[test]
-fn stop_kills_every_process_after_the_grace() {
+on_v1_and_v2!(stop_signals_then_kills_every_process_after_the_grace);
+fn stop_signals_then_kills_every_process_after_the_grace(test: &str, mode: CgroupMode) {
     init();
     let spool = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let ex = Executors::new(spool.path()).unwrap();
-    // The job ignores SIGTERM and starts a child in a session of its own (so neither
-    // its parent nor its process group lead to it) that ignores SIGTERM too.
+    let Some(ex) = executors_on(test, spool.path(), mode) else {
+        return;
+    };
+    // The job notes SIGTERM and goes on; it starts a child in a session of its own (so
+    // neither its parent nor its process group lead to it) that ignores SIGTERM.
     let mut s = spec(
         "host",
         &[
             "sh",
             "-c",
-            "trap '' TERM; setsid sh -c 'echo $$ > child; exec sleep 1000' & \
-             echo ready > ready; while :; do sleep 1; done",
+            "trap 'echo term >> got_term' TERM; \
+             setsid sh -c 'trap \"\" TERM; echo $$ > child; exec sleep 1000' & \
+             echo ready > ready; while :; do sleep 1000 & wait $!; done",
         ],
     );
     s.cwd = Some(work.path().to_string_lossy().into_owned());
     let a = ex.start(&s).unwrap();
     wait_file(&work.path().join("ready"), LONG);
-    wait_file(&work.path().join("child"), LONG);
-    std::thread::sleep(Duration::from_millis(50));
-    let child: i32 = std::fs::read_to_string(work.path().join("child"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let child = wait_pid_file(&work.path().join("child"), LONG);
+    let pid = main_pid(&a);
     assert!(!pid_gone(child));
-    let grace = Duration::from_millis(1500);
+    // Long enough for the shell to run its trap on a loaded machine.
+    let grace = Duration::from_secs(3);
+    let sent_ms = now_ms();
     let t0 = Instant::now();
     let out = a.stop(15, grace);
     let took = t0.elapsed();
-    eprintln!(
-        "process executor: SIGTERM-ignoring job killed {took:?} after SIGTERM (grace {grace:?})"
-    );
-    match out {
-        StopOutcome::Killed { status } => assert_eq!(status.signal, Some(9), "{status:?}"),
+    let (status, via) = match out {
+        StopOutcome::Killed { status, via } => (status, via),
         other => panic!("expected Killed, got {other:?}"),
-    }
-    assert!(
-        took >= grace - Duration::from_millis(500) && took <= grace + Duration::from_millis(500),
-        "took {took:?} for a grace of {grace:?}"
+    };
+    // TERM first (the job saw it and went on), SIGKILL only once the grace was over,
+    // and the exit after both.
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("got_term")).unwrap_or_default(),
+        "term\n"
     );
-    assert!(!a.alive());
+    assert!(
+        took >= grace,
+        "killed {took:?} after TERM, before the grace of {grace:?}"
+    );
+    assert_eq!(status.signal, Some(9), "{status:?}");
+    assert!(
+        status.at_ms >= sent_ms,
+        "{status:?} ended before the stop at {sent_ms}"
+    );
+    // v2 kills the whole cgroup at once.
+    let expected = match mode {
+        CgroupMode::V2 => KillMethod::CgroupKill,
+        _ => KillMethod::Signals,
+    };
+    assert_eq!(via, expected);
     assert!(pid_gone(child), "the job's child {child} survived");
-    if let Some(cg) = pids_cgroup(&a) {
-        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
-    }
+    assert_nothing_left(test, &a, &[pid, child]);
 }
 
 #[test]
 fn runs_as_the_given_user() {
-    if !is_root() {
-        eprintln!("SKIPPED (needs root): runs_as_the_given_user");
+    if lacks("runs_as_the_given_user", Need::Root) {
         return;
     }
     init();
@@ -255,53 +452,96 @@ fn an_attempt_cannot_be_started_twice() {
     ex.start(&s).unwrap();
 }
 
-/// Runs as the "agent" in a child process of `jobs_survive_the_agent_being_killed`.
+/// A job that runs until a file `go` appears in `dir`, then prints `done`.
+fn job_waiting_for_go(dir: &Path) -> tranche_agent::exec::LaunchSpec {
+    let mut s = spec(
+        "host",
+        &[
+            "sh",
+            "-c",
+            "while [ ! -e go ]; do sleep 0.01; done; echo done",
+        ],
+    );
+    s.cwd = Some(dir.to_string_lossy().into_owned());
+    s
+}
+
+const AGENT_SPOOL_ENV: &str = "TRANCHE_TEST_AGENT_SPOOL";
+const AGENT_WORK_ENV: &str = "TRANCHE_TEST_AGENT_WORK";
+const AGENT_JOB_ENV: &str = "TRANCHE_TEST_AGENT_JOB";
+
+/// The "agent" of `jobs_survive_the_agent_being_killed`, which runs it in a child process
+/// of this test binary (`--ignored --exact`): starts a job, says so, and waits to be
+/// killed. It is no test by itself.
 #[test]
+#[ignore = "the agent process of jobs_survive_the_agent_being_killed, which runs it"]
 fn agent_role_for_restart_test() {
-    let Some(spool) = std::env::var_os("TRANCHE_TEST_AGENT_SPOOL") else {
-        return;
+    let env = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("{k} unset: this is run by jobs_survive_the_agent_being_killed; run that")
+        })
     };
     init();
-    let ex = Executors::new(Path::new(&spool)).unwrap();
-    let mut s = spec("host", &["sh", "-c", "sleep 2; echo done"]);
-    s.job = std::env::var("TRANCHE_TEST_AGENT_JOB")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let ex = Executors::new(Path::new(&env(AGENT_SPOOL_ENV))).unwrap();
+    let mut s = job_waiting_for_go(Path::new(&env(AGENT_WORK_ENV)));
+    s.job = env(AGENT_JOB_ENV).parse().unwrap();
     ex.start(&s).unwrap();
-    println!("STARTED");
-    std::thread::sleep(Duration::from_secs(60));
+    let mut out = std::io::stdout();
+    out.write_all(b"STARTED\n").unwrap();
+    out.flush().unwrap();
+    // Blocks until the parent kills this process (or, had the parent died, until its
+    // end of the pipe closes).
+    let _ = std::io::stdin().read_line(&mut String::new());
 }
 
 #[test]
 fn jobs_survive_the_agent_being_killed() {
     init();
     let spool = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
     let job = job_id();
     // The agent: this test binary again, running only `agent_role_for_restart_test`.
     let mut agent = Command::new(std::env::current_exe().unwrap())
         .args([
+            "--ignored",
             "--exact",
             "agent_role_for_restart_test",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("TRANCHE_TEST_AGENT_SPOOL", spool.path())
-        .env("TRANCHE_TEST_AGENT_JOB", job.to_string())
+        .env(AGENT_SPOOL_ENV, spool.path())
+        .env(AGENT_WORK_ENV, work.path())
+        .env(AGENT_JOB_ENV, job.to_string())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
-    let t0 = Instant::now();
-    loop {
-        let line = lines
-            .next()
-            .expect("agent exited before starting the job")
-            .unwrap();
-        if line.contains("STARTED") {
-            break;
+    let (tx, rx) = mpsc::channel();
+    let lines = BufReader::new(agent.stdout.take().unwrap()).lines();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
         }
-        assert!(t0.elapsed() < LONG);
+    });
+    let deadline = Instant::now() + LONG;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("STARTED") => break,
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = agent.kill();
+                panic!("the agent did not start the job within {LONG:?}");
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!(
+                    "the agent exited before starting the job: {:?}",
+                    agent.wait()
+                )
+            }
+        }
     }
     // kill -9 the agent.
     agent.kill().unwrap();
@@ -315,8 +555,10 @@ fn jobs_survive_the_agent_being_killed() {
         (a.job(), a.attempt(), a.kind()),
         (job, 0, ExecKind::Process)
     );
+    // The job waits for `go`: it can only have ended with the agent.
     assert!(a.exit().is_none(), "the job died with the agent");
     assert!(a.alive());
+    std::fs::write(work.path().join("go"), "").unwrap();
     let st = wait_exit(a, LONG);
     assert_eq!(st.code, Some(0), "{st:?}");
     assert_eq!(stdout(a), "done\n");
@@ -332,18 +574,17 @@ fn jobs_survive_the_agent_being_killed() {
 fn adopt_in_process_after_dropping_the_executors() {
     init();
     let spool = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
     let job = {
         let ex = Executors::new(spool.path()).unwrap();
-        let a = ex
-            .start(&spec("host", &["sh", "-c", "sleep 2; echo done"]))
-            .unwrap();
-        a.job()
+        ex.start(&job_waiting_for_go(work.path())).unwrap().job()
     };
     let ex = Executors::new(spool.path()).unwrap();
     let found = ex.adopt().unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].job(), job);
-    assert!(found[0].alive());
+    assert!(found[0].alive() && found[0].exit().is_none());
+    std::fs::write(work.path().join("go"), "").unwrap();
     assert_eq!(wait_exit(&found[0], LONG).code, Some(0));
     assert_eq!(stdout(&found[0]), "done\n");
     found[0].acknowledge().unwrap();
@@ -352,10 +593,12 @@ fn adopt_in_process_after_dropping_the_executors() {
 
 #[test]
 fn a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped() {
+    let test = "a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped";
     init();
     let spool = tempfile::tempdir().unwrap();
     let ex = Executors::new(spool.path()).unwrap();
-    let a = ex.start(&spec("host", &["sleep", "30"])).unwrap();
+    let a = ex.start(&spec("host", &["sleep", "1000"])).unwrap();
+    let pid = main_pid(&a);
     let shim: i32 = std::fs::read_to_string(a.dir().join("shim.pid"))
         .unwrap()
         .split_whitespace()
@@ -365,22 +608,18 @@ fn a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped() {
         .unwrap();
     // SAFETY: kill(2) on the shim this test started.
     assert_eq!(unsafe { nix::libc::kill(shim, nix::libc::SIGKILL) }, 0);
-    let t0 = Instant::now();
-    while !pid_gone(shim) {
-        assert!(t0.elapsed() < LONG);
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until("the shim to go", LONG, || pid_gone(shim));
     // The job outlives its shim, and is still found.
     assert!(a.alive());
     assert_eq!(a.exit(), None);
-    let out = a.stop(15, Duration::from_secs(5));
+    // `sleep` dies of SIGTERM at once; the grace only keeps a slow machine from
+    // turning that into a kill.
+    let out = a.stop(15, Duration::from_secs(30));
     assert!(matches!(out, StopOutcome::ExitedInGrace { .. }), "{out:?}");
     // Nobody reaped the job, so its status is unknown: the attempt is settled as lost.
     assert_eq!((out.status().code, out.status().signal), (None, None));
     assert_eq!(a.exit(), Some(*out.status()));
-    if let Some(cg) = pids_cgroup(&a) {
-        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
-    }
+    assert_nothing_left(test, &a, &[pid]);
     a.acknowledge().unwrap();
     assert!(ex.adopt().unwrap().is_empty());
 }
@@ -399,16 +638,19 @@ fn an_attempt_acknowledged_through_another_handle_has_ended() {
     a.acknowledge().unwrap();
     assert!(!a.dir().exists());
     assert!(other.exit().is_some(), "a cleared attempt reads as ended");
-    let t0 = Instant::now();
-    let outcome = other.stop(15, Duration::from_secs(5));
+    let (tx, rx) = mpsc::channel();
+    let stopping = other.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(stopping.stop(15, Duration::from_secs(5)));
+    });
+    // A stop that waited for the shim's exit status would give up only after 30 s
+    // and record the attempt as lost; this one has nothing to wait for.
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the stop waited for an exit status that never comes");
     assert!(
         matches!(outcome, StopOutcome::ExitedInGrace { .. }),
         "{outcome:?}"
-    );
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "stop took {:?}",
-        t0.elapsed()
     );
     assert!(
         !other.dir().exists(),
@@ -416,17 +658,20 @@ fn an_attempt_acknowledged_through_another_handle_has_ended() {
     );
 }
 
-/// Each attempt with GPUs leaves a bind and a free line in the spool's GPU ledger, the
-/// free after the job's end.
+/// Each attempt with GPUs leaves a bind and a free line in the spool's GPU ledger,
+/// around every instant the job ran.
 #[test]
 fn the_gpu_ledger_pairs_bind_and_free() {
     init();
     let spool = tempfile::tempdir().unwrap();
     let ex = Executors::new(spool.path()).unwrap();
-    let mut s = spec("host", &["sleep", "0.2"]);
+    // The job's first and last instants, in µs since the epoch.
+    let mut s = spec("host", &["sh", "-c", "date +%s%6N; sleep 0.2; date +%s%6N"]);
     s.gpus = gpus(&[1, 3]);
     let a = ex.start(&s).unwrap();
     let st = wait_exit(&a, LONG);
+    assert_eq!(st.code, Some(0), "{}", stderr(&a));
+    let ran: Vec<u64> = stdout(&a).lines().map(|l| l.parse().unwrap()).collect();
     let (entries, bad) = tranche_agent::exec::ledger::read(spool.path()).unwrap();
     assert_eq!(bad, 0);
     assert_eq!(entries.len(), 2, "{entries:?}");
@@ -435,7 +680,10 @@ fn the_gpu_ledger_pairs_bind_and_free() {
     assert_eq!((bind.job, bind.attempt), (s.job, s.attempt));
     assert_eq!(bind.gpus, vec![1, 3]);
     assert_eq!(free.gpus, vec![1, 3]);
-    assert!(free.t_us >= bind.t_us + 200_000, "{bind:?} {free:?}");
+    assert!(
+        bind.t_us <= ran[0] && ran[1] <= free.t_us,
+        "the job ran {ran:?} outside {bind:?} .. {free:?}"
+    );
     // Read right after the exit status appeared: the free line was written before it,
     // and after the job's last process was gone.
     assert!(
@@ -453,4 +701,62 @@ fn the_gpu_ledger_pairs_bind_and_free() {
             .len(),
         2
     );
+}
+
+on_v1_and_v2!(two_spools_run_the_same_attempt_side_by_side);
+/// Two agents on one host (two clusters, so job ids collide): the same job and attempt
+/// runs from both spools at once, each in its own cgroup, and neither the end nor the
+/// restart of one touches the other.
+fn two_spools_run_the_same_attempt_side_by_side(test: &str, mode: CgroupMode) {
+    init();
+    let (spool1, spool2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let work = tempfile::tempdir().unwrap();
+    let Some(ex1) = executors_on(test, spool1.path(), mode) else {
+        return;
+    };
+    let ex2 = Executors::with_cgroups(spool2.path(), mode).unwrap();
+    let job = job_id();
+    // Prints `from <who>` and runs until the file `go-<who>` appears.
+    let start = |ex: &Executors, who: &str| {
+        let script = format!("echo from {who}; while [ ! -e go-{who} ]; do sleep 0.01; done");
+        let mut s = spec("host", &["sh", "-c", &script]);
+        s.job = job;
+        s.cwd = Some(work.path().to_string_lossy().into_owned());
+        ex.start(&s).unwrap()
+    };
+    let go = |who: &str| std::fs::write(work.path().join(format!("go-{who}")), "").unwrap();
+    let a1 = start(&ex1, "one");
+    let a2 = start(&ex2, "two");
+    assert_eq!((a1.job(), a1.attempt()), (a2.job(), a2.attempt()));
+    assert_ne!(a1.cgroup_name(), a2.cgroup_name());
+    let (d1, d2) = (a1.cgroup_dirs().unwrap(), a2.cgroup_dirs().unwrap());
+    assert_ne!(d1.track, d2.track);
+    let p2 = main_pid(&a2);
+    assert!(cgroup_procs(&d1.track).contains(&main_pid(&a1)));
+    assert!(!cgroup_procs(&d1.track).contains(&p2));
+    assert!(cgroup_procs(&d2.track).contains(&p2));
+
+    // The first ends; its cgroup goes, the other's stays with its job in it.
+    go("one");
+    assert_eq!(wait_exit(&a1, LONG).code, Some(0));
+    assert_eq!(stdout(&a1), "from one\n");
+    assert!(!d1.track.exists(), "{} left behind", d1.track.display());
+    assert!(a2.alive() && cgroup_procs(&d2.track).contains(&p2));
+    a1.acknowledge().unwrap();
+
+    // The first spool starts the same attempt again: clearing what an earlier
+    // incarnation left in its cgroup kills nothing of the other spool's job.
+    let again = start(&ex1, "again");
+    assert_eq!(again.cgroup_dirs().unwrap().track, d1.track);
+    assert!(a2.alive() && cgroup_procs(&d2.track).contains(&p2));
+
+    go("two");
+    assert_eq!(wait_exit(&a2, LONG).code, Some(0));
+    assert_eq!(stdout(&a2), "from two\n");
+    assert!(!d2.track.exists(), "{} left behind", d2.track.display());
+    assert!(again.alive() && d1.track.exists());
+    go("again");
+    assert_eq!(wait_exit(&again, LONG).code, Some(0));
+    assert_eq!(stdout(&again), "from again\n");
+    assert_nothing_left(test, &again, &[p2]);
 }

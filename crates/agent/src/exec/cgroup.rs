@@ -2,9 +2,12 @@
 //! listing and signalling every process, removal.
 //!
 //! The attempt's cgroup is `tranche/<spool>-<job>.<attempt>` below the root of each hierarchy
-//! used. Tracking (finding every process of a job) uses the v1 `pids` hierarchy, else
-//! the v1 `freezer` one, else the v2 hierarchy; limits use the v1 `memory` and `cpu`
-//! hierarchies, or the v2 one on a pure v2 node.
+//! used. Which hierarchy tracks a process job (finds every process of it) follows the
+//! agent's `cgroup` setting ([`CgroupMode`]): `auto` uses the v1 `pids` hierarchy, else
+//! the v1 `freezer` one, else the v2 hierarchy; `v1` and `v2` force one. Limits use the
+//! v1 `memory` and `cpu` hierarchies where they are mounted, else the v2 one where it has
+//! those controllers. Containers are tracked where their runtime puts them, as `auto`
+//! would choose, whatever the setting.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -27,8 +30,53 @@ pub(crate) fn runtime_path(name: &str) -> String {
     format!("/{PARENT}/{name}")
 }
 
+/// Which cgroup hierarchy tracks the processes of a process job: the agent's `cgroup`
+/// setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CgroupMode {
+    /// The v1 `pids` hierarchy, else the v1 `freezer` one, else the v2 hierarchy (the
+    /// unified mount of a hybrid node, or `/sys/fs/cgroup` on a pure v2 node).
+    #[default]
+    Auto,
+    /// The v1 `pids` hierarchy, else the v1 `freezer` one; refused where neither is
+    /// writable.
+    V1,
+    /// The v2 hierarchy (the job is killed at once with `cgroup.kill`); refused where
+    /// no v2 hierarchy is writable.
+    V2,
+}
+
+impl CgroupMode {
+    /// The setting's value: `auto`, `v1` or `v2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupMode::Auto => "auto",
+            CgroupMode::V1 => "v1",
+            CgroupMode::V2 => "v2",
+        }
+    }
+}
+
+impl std::str::FromStr for CgroupMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CgroupMode, String> {
+        match s {
+            "auto" => Ok(CgroupMode::Auto),
+            "v1" => Ok(CgroupMode::V1),
+            "v2" => Ok(CgroupMode::V2),
+            _ => Err(format!("`{s}`: must be \"auto\", \"v1\" or \"v2\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for CgroupMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One usable hierarchy.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Hier {
     /// Where it is mounted.
     pub mount: PathBuf,
@@ -45,19 +93,25 @@ impl Hier {
 }
 
 /// The hierarchies this node lets the agent use.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Cgroups {
+    /// Tracks process jobs (per [`CgroupMode`]).
     track: Option<Hier>,
+    /// Where the OCI runtime puts containers (what `auto` tracks in).
+    runtime: Option<Hier>,
     memory: Option<Hier>,
     cpu: Option<Hier>,
 }
 
-/// Cgroup mounts from `/proc/self/mountinfo`: v1 controllers to mount points, and the
-/// v2 mount point.
-fn mounts() -> (BTreeMap<String, PathBuf>, Option<PathBuf>) {
+/// Cgroup mounts from `/proc/self/mountinfo`: v1 controllers (`pids`, `freezer`,
+/// `memory`, `cpu`) to mount points, and the v2 mount point.
+pub(crate) fn mounts() -> (BTreeMap<String, PathBuf>, Option<PathBuf>) {
+    parse_mounts(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+fn parse_mounts(text: &str) -> (BTreeMap<String, PathBuf>, Option<PathBuf>) {
     let mut v1 = BTreeMap::new();
     let mut v2 = None;
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     for line in text.lines() {
         let Some((left, right)) = line.split_once(" - ") else {
             continue;
@@ -99,55 +153,133 @@ fn usable(mount: &Path) -> bool {
     std::fs::remove_dir(&probe).is_ok()
 }
 
+/// Enables the pids, memory and cpu controllers for the agent's subtree of the v2
+/// hierarchy at `mount` (where the node lets it: on a hybrid node they belong to v1);
+/// returns the controllers enabled below `<mount>/tranche`.
+fn enable_v2_controllers(mount: &Path) -> Vec<String> {
+    for ctl in ["+pids", "+memory", "+cpu"] {
+        let _ = std::fs::write(mount.join("cgroup.subtree_control"), ctl);
+        let _ = std::fs::write(mount.join(PARENT).join("cgroup.subtree_control"), ctl);
+    }
+    std::fs::read_to_string(mount.join(PARENT).join("cgroup.subtree_control"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// What the node offers, as [`Cgroups::select`] sees it.
+pub(crate) struct Offer<'a> {
+    /// v1 controllers (`pids`, `freezer`, `memory`, `cpu`) and where they are mounted.
+    pub v1: &'a BTreeMap<String, PathBuf>,
+    /// The v2 mount, if any.
+    pub v2: Option<&'a Path>,
+    /// Whether the agent may create cgroups below a mount's `tranche/`.
+    pub usable: &'a dyn Fn(&Path) -> bool,
+    /// Enables the v2 controllers for the agent's subtree; returns those enabled.
+    pub enable_v2: &'a dyn Fn(&Path) -> Vec<String>,
+}
+
 impl Cgroups {
-    /// Detects the hierarchies this node offers and the agent may write.
-    pub(crate) fn detect() -> Cgroups {
+    /// Detects the hierarchies this node offers and the agent may write, tracking
+    /// process jobs as `mode` says. `Err` says why the hierarchy `mode` forces cannot
+    /// be used.
+    pub(crate) fn detect(mode: CgroupMode) -> Result<Cgroups, String> {
         let (v1, v2) = mounts();
-        let mut cg = Cgroups::default();
-        let hier = |what: &'static str| -> Option<Hier> {
-            let m = v1.get(what)?;
-            usable(m).then(|| Hier {
+        Cgroups::select(
+            mode,
+            &Offer {
+                v1: &v1,
+                v2: v2.as_deref(),
+                usable: &usable,
+                enable_v2: &enable_v2_controllers,
+            },
+        )
+    }
+
+    /// The choice of [`Cgroups::detect`], from what the node offers.
+    pub(crate) fn select(mode: CgroupMode, offer: &Offer<'_>) -> Result<Cgroups, String> {
+        let v1_hier = |what: &'static str| -> Option<Hier> {
+            let m = offer.v1.get(what)?;
+            (offer.usable)(m).then(|| Hier {
                 mount: m.clone(),
                 v2: false,
                 what,
             })
         };
-        if v1.is_empty() {
+        let v2_hier = || -> Option<Hier> {
+            let m = offer.v2.filter(|m| (offer.usable)(m))?;
+            Some(Hier {
+                mount: m.to_path_buf(),
+                v2: true,
+                what: "v2",
+            })
+        };
+        let mut cg = Cgroups::default();
+        if offer.v1.is_empty() {
             // Pure v2: one hierarchy, with the controllers enabled for our subtree.
-            if let Some(m) = v2.filter(|m| usable(m)) {
-                for ctl in ["+pids", "+memory", "+cpu"] {
-                    let _ = std::fs::write(m.join("cgroup.subtree_control"), ctl);
-                    let _ = std::fs::write(m.join(PARENT).join("cgroup.subtree_control"), ctl);
-                }
-                let enabled =
-                    std::fs::read_to_string(m.join(PARENT).join("cgroup.subtree_control"))
-                        .unwrap_or_default();
-                let has = |c: &str| enabled.split_whitespace().any(|x| x == c);
-                let h = Hier {
-                    mount: m.clone(),
-                    v2: true,
-                    what: "v2",
-                };
+            if let Some(h) = v2_hier() {
+                let enabled = (offer.enable_v2)(&h.mount);
+                let has = |c: &str| enabled.iter().any(|x| x == c);
                 if has("memory") {
                     cg.memory = Some(h.clone());
                 }
                 if has("cpu") {
                     cg.cpu = Some(h.clone());
                 }
+                cg.runtime = Some(h.clone());
                 cg.track = Some(h);
             }
-            return cg;
+        } else {
+            cg.runtime = v1_hier("pids")
+                .or_else(|| v1_hier("freezer"))
+                .or_else(v2_hier);
+            cg.memory = v1_hier("memory");
+            cg.cpu = v1_hier("cpu");
+            cg.track = cg.runtime.clone();
         }
-        cg.track = hier("pids").or_else(|| hier("freezer")).or_else(|| {
-            v2.filter(|m| usable(m)).map(|m| Hier {
-                mount: m,
-                v2: true,
-                what: "v2",
-            })
-        });
-        cg.memory = hier("memory");
-        cg.cpu = hier("cpu");
-        cg
+        match mode {
+            CgroupMode::Auto => {}
+            CgroupMode::V1 => {
+                cg.track = v1_hier("pids").or_else(|| v1_hier("freezer"));
+                if cg.track.is_none() {
+                    let mounted: Vec<&str> = offer.v1.keys().map(String::as_str).collect();
+                    return Err(if mounted.is_empty() {
+                        "this node mounts no cgroup v1 hierarchy".to_string()
+                    } else {
+                        format!(
+                            "no writable cgroup v1 pids or freezer hierarchy (v1 controllers \
+                             mounted: {})",
+                            mounted.join(", ")
+                        )
+                    });
+                }
+            }
+            CgroupMode::V2 => {
+                let Some(h) = v2_hier() else {
+                    return Err(match offer.v2 {
+                        None => "this node mounts no cgroup v2 hierarchy".to_string(),
+                        Some(m) => {
+                            format!("the cgroup v2 hierarchy at {} is not writable", m.display())
+                        }
+                    });
+                };
+                if !offer.v1.is_empty() {
+                    // A hybrid node: limits stay in v1 where its controllers are mounted,
+                    // else in v2 where the node lets the agent enable them.
+                    let enabled = (offer.enable_v2)(&h.mount);
+                    let has = |c: &str| enabled.iter().any(|x| x == c);
+                    if cg.memory.is_none() && has("memory") {
+                        cg.memory = Some(h.clone());
+                    }
+                    if cg.cpu.is_none() && has("cpu") {
+                        cg.cpu = Some(h.clone());
+                    }
+                }
+                cg.track = Some(h);
+            }
+        }
+        Ok(cg)
     }
 
     /// The hierarchy processes are tracked in, if any.
@@ -167,10 +299,11 @@ impl Cgroups {
             None => "none".to_string(),
         };
         format!(
-            "track={}, memory={}, cpu={}",
+            "track={}, memory={}, cpu={}, containers={}",
             one(&self.track),
             one(&self.memory),
-            one(&self.cpu)
+            one(&self.cpu),
+            one(&self.runtime)
         )
     }
 
@@ -204,7 +337,7 @@ impl Cgroups {
     /// Where the OCI runtime puts the processes of the container of attempt `name`
     /// (it is given `linux.cgroupsPath = /tranche/<name>`); the agent only reads it.
     pub(crate) fn runtime_plan_for(&self, name: &str) -> Option<CgroupPlan> {
-        let track = self.track.as_ref()?;
+        let track = self.runtime.as_ref()?;
         Some(CgroupPlan {
             track: track.dir(name),
             v2: track.v2,
@@ -361,5 +494,239 @@ impl CgroupPlan {
             }
         }
         self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    const PURE_V2: &str = "\
+30 23 0:27 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate
+";
+
+    fn hier(mount: &str, v2: bool, what: &'static str) -> Option<Hier> {
+        Some(Hier {
+            mount: PathBuf::from(mount),
+            v2,
+            what,
+        })
+    }
+
+    /// The choice on a node with these mounts, every mount writable, and `enabled` the
+    /// controllers the v2 hierarchy lets the agent enable.
+    fn select(mountinfo: &str, mode: CgroupMode, enabled: &[&str]) -> Result<Cgroups, String> {
+        let (v1, v2) = parse_mounts(mountinfo);
+        let enabled: Vec<String> = enabled.iter().map(|c| c.to_string()).collect();
+        Cgroups::select(
+            mode,
+            &Offer {
+                v1: &v1,
+                v2: v2.as_deref(),
+                usable: &|_| true,
+                enable_v2: &|_| enabled.clone(),
+            },
+        )
+    }
+
+    #[test]
+    fn mountinfo_names_the_v1_controllers_and_the_v2_mount() {
+        let (v1, v2) = parse_mounts(HYBRID);
+        let names: Vec<&str> = v1.keys().map(String::as_str).collect();
+        assert_eq!(names, ["cpu", "freezer", "memory", "pids"]);
+        assert_eq!(v1["pids"], Path::new("/sys/fs/cgroup/pids"));
+        assert_eq!(v2.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        let (v1, v2) = parse_mounts(PURE_V2);
+        assert!(v1.is_empty());
+        assert_eq!(v2.as_deref(), Some(Path::new("/sys/fs/cgroup")));
+    }
+
+    #[test]
+    fn a_hybrid_node_tracks_in_v1_unless_v2_is_asked_for() {
+        let v1_limits = (
+            hier("/sys/fs/cgroup/memory", false, "memory"),
+            hier("/sys/fs/cgroup/cpu", false, "cpu"),
+        );
+        for mode in [CgroupMode::Auto, CgroupMode::V1] {
+            let cg = select(HYBRID, mode, &[]).unwrap();
+            assert_eq!(
+                cg.track,
+                hier("/sys/fs/cgroup/pids", false, "pids"),
+                "{mode}"
+            );
+            assert_eq!((cg.memory.clone(), cg.cpu.clone()), v1_limits, "{mode}");
+            assert_eq!(cg.runtime, cg.track, "{mode}");
+        }
+        let cg = select(HYBRID, CgroupMode::V2, &[]).unwrap();
+        assert_eq!(cg.track, hier("/sys/fs/cgroup/unified", true, "v2"));
+        // Limits stay where the controllers are; containers where runc puts them.
+        assert_eq!((cg.memory.clone(), cg.cpu.clone()), v1_limits);
+        assert_eq!(cg.runtime, hier("/sys/fs/cgroup/pids", false, "pids"));
+        assert!(cg
+            .describe()
+            .starts_with("track=v2 v2 /sys/fs/cgroup/unified, memory=v1 memory"));
+    }
+
+    #[test]
+    fn a_pure_v2_node_uses_v2_for_everything_it_enables() {
+        for mode in [CgroupMode::Auto, CgroupMode::V2] {
+            let cg = select(PURE_V2, mode, &["pids", "memory", "cpu"]).unwrap();
+            let v2 = hier("/sys/fs/cgroup", true, "v2");
+            assert_eq!(
+                (&cg.track, &cg.memory, &cg.cpu, &cg.runtime),
+                (&v2, &v2, &v2, &v2)
+            );
+        }
+        let cg = select(PURE_V2, CgroupMode::Auto, &["pids"]).unwrap();
+        assert_eq!((cg.memory, cg.cpu), (None, None));
+        let e = select(PURE_V2, CgroupMode::V1, &[]).unwrap_err();
+        assert!(e.contains("no cgroup v1 hierarchy"), "{e}");
+    }
+
+    #[test]
+    fn a_forced_hierarchy_that_is_missing_or_read_only_is_refused() {
+        let e = select(
+            HYBRID
+                .lines()
+                .filter(|l| !l.contains("cgroup2"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .as_str(),
+            CgroupMode::V2,
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("no cgroup v2 hierarchy"), "{e}");
+        let (v1, v2) = parse_mounts(HYBRID);
+        let offer = Offer {
+            v1: &v1,
+            v2: v2.as_deref(),
+            usable: &|_| false,
+            enable_v2: &|_| Vec::new(),
+        };
+        let e = Cgroups::select(CgroupMode::V2, &offer).unwrap_err();
+        assert!(e.contains("/sys/fs/cgroup/unified is not writable"), "{e}");
+        let e = Cgroups::select(CgroupMode::V1, &offer).unwrap_err();
+        assert!(e.contains("no writable cgroup v1 pids or freezer"), "{e}");
+        // Auto settles for no cgroup at all (process group tracking).
+        assert_eq!(
+            Cgroups::select(CgroupMode::Auto, &offer).unwrap().track,
+            None
+        );
+    }
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [CgroupMode::Auto, CgroupMode::V1, CgroupMode::V2] {
+            assert_eq!(m.as_str().parse::<CgroupMode>(), Ok(m));
+        }
+        let e = "v3".parse::<CgroupMode>().unwrap_err();
+        assert!(e.contains("`v3`") && e.contains("\"v2\""), "{e}");
+    }
+
+    fn read(p: &Path) -> String {
+        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// Three v1 hierarchies as plain directories: the job's directory in each, the
+    /// limits in v1's files.
+    #[test]
+    fn create_writes_v1_limits() {
+        let t = tempfile::tempdir().unwrap();
+        let cg = Cgroups {
+            track: hier(t.path().join("pids").to_str().unwrap(), false, "pids"),
+            runtime: None,
+            memory: hier(t.path().join("memory").to_str().unwrap(), false, "memory"),
+            cpu: hier(t.path().join("cpu").to_str().unwrap(), false, "cpu"),
+        };
+        for h in ["pids", "memory", "cpu"] {
+            std::fs::create_dir_all(t.path().join(h).join(PARENT)).unwrap();
+        }
+        let plan = cg.plan_for("abcd0123-7.1", 2, 96).unwrap();
+        let dir = |h: &str| t.path().join(h).join(PARENT).join("abcd0123-7.1");
+        assert_eq!(plan.dirs(), [dir("pids"), dir("memory"), dir("cpu")]);
+        assert!(!plan.v2);
+        plan.create(2, 96).unwrap();
+        assert_eq!(
+            read(&dir("memory").join("memory.limit_in_bytes")),
+            (96u64 << 20).to_string()
+        );
+        assert_eq!(read(&dir("cpu").join("cpu.cfs_period_us")), "100000");
+        assert_eq!(read(&dir("cpu").join("cpu.cfs_quota_us")), "200000");
+        assert!(!dir("memory").join("memory.max").exists());
+        assert!(!dir("cpu").join("cpu.max").exists());
+        // v1 has no cgroup.kill: killing goes process by process.
+        assert!(!plan.kill_all_fast());
+        // No limit asked for: only the tracking directory.
+        let plan = cg.plan_for("abcd0123-8.1", 0, 0).unwrap();
+        assert_eq!(
+            plan.dirs(),
+            [t.path().join("pids").join(PARENT).join("abcd0123-8.1")]
+        );
+    }
+
+    /// One v2 hierarchy as a plain directory: one directory for the job, the limits in
+    /// v2's files, and `cgroup.kill` used to kill.
+    #[test]
+    fn create_writes_v2_limits() {
+        let t = tempfile::tempdir().unwrap();
+        let v2 = hier(t.path().to_str().unwrap(), true, "v2");
+        let cg = Cgroups {
+            track: v2.clone(),
+            runtime: v2.clone(),
+            memory: v2.clone(),
+            cpu: v2,
+        };
+        std::fs::create_dir_all(t.path().join(PARENT)).unwrap();
+        let plan = cg.plan_for("abcd0123-7.1", 3, 64).unwrap();
+        let dir = t.path().join(PARENT).join("abcd0123-7.1");
+        assert_eq!(plan.dirs(), [dir.clone()]);
+        assert!(plan.v2);
+        plan.create(3, 64).unwrap();
+        assert_eq!(read(&dir.join("memory.max")), (64u64 << 20).to_string());
+        assert_eq!(read(&dir.join("cpu.max")), "300000 100000");
+        assert!(!dir.join("memory.limit_in_bytes").exists());
+        assert!(plan.kill_all_fast());
+        assert_eq!(read(&dir.join("cgroup.kill")), "1");
+    }
+
+    /// A hybrid node tracking in v2: the job joins the v2 directory and the v1 memory
+    /// and cpu ones, whose files take the limits.
+    #[test]
+    fn create_on_a_hybrid_node_tracking_in_v2() {
+        let t = tempfile::tempdir().unwrap();
+        let p = |h: &str| t.path().join(h).to_str().unwrap().to_string();
+        let cg = Cgroups {
+            track: hier(&p("unified"), true, "v2"),
+            runtime: hier(&p("pids"), false, "pids"),
+            memory: hier(&p("memory"), false, "memory"),
+            cpu: hier(&p("cpu"), false, "cpu"),
+        };
+        for h in ["unified", "memory", "cpu"] {
+            std::fs::create_dir_all(t.path().join(h).join(PARENT)).unwrap();
+        }
+        let plan = cg.plan_for("x-1.0", 1, 32).unwrap();
+        let dir = |h: &str| t.path().join(h).join(PARENT).join("x-1.0");
+        assert_eq!(plan.dirs(), [dir("unified"), dir("memory"), dir("cpu")]);
+        plan.create(1, 32).unwrap();
+        assert_eq!(
+            read(&dir("memory").join("memory.limit_in_bytes")),
+            (32u64 << 20).to_string()
+        );
+        assert_eq!(read(&dir("cpu").join("cpu.cfs_quota_us")), "100000");
+        assert!(plan.kill_all_fast());
+        // Containers go where the runtime puts them.
+        let rt = cg.runtime_plan_for("x-1.0").unwrap();
+        assert_eq!((rt.track, rt.v2), (dir("pids"), false));
     }
 }

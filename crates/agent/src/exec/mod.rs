@@ -58,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use cgroup::CgroupMode;
 pub use shim::shim_main;
 
 use cgroup::{CgroupPlan, Cgroups};
@@ -167,6 +168,25 @@ impl fmt::Display for ExitStatus {
     }
 }
 
+/// How [`Attempt::kill_all`] killed the processes of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillMethod {
+    /// cgroup v2's `cgroup.kill`: the kernel killed every process of the cgroup at once,
+    /// including any forked meanwhile.
+    CgroupKill,
+    /// SIGKILL sent to each process of the job.
+    Signals,
+}
+
+impl fmt::Display for KillMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KillMethod::CgroupKill => "cgroup.kill",
+            KillMethod::Signals => "SIGKILL to each process",
+        })
+    }
+}
+
 /// What [`Attempt::stop`] had to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopOutcome {
@@ -180,6 +200,8 @@ pub enum StopOutcome {
     Killed {
         /// How the attempt ended.
         status: ExitStatus,
+        /// How the processes were killed (`cgroup.kill` if it was used at all).
+        via: KillMethod,
     },
 }
 
@@ -187,9 +209,25 @@ impl StopOutcome {
     /// The exit status, whichever way the attempt ended.
     pub fn status(&self) -> &ExitStatus {
         match self {
-            StopOutcome::ExitedInGrace { status } | StopOutcome::Killed { status } => status,
+            StopOutcome::ExitedInGrace { status } | StopOutcome::Killed { status, .. } => status,
         }
     }
+}
+
+/// The node's cgroup mounts, whether or not the agent may write them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupMounts {
+    /// v1 controllers the executors use (`pids`, `freezer`, `memory`, `cpu`) and where
+    /// each is mounted.
+    pub v1: BTreeMap<String, PathBuf>,
+    /// Where the v2 hierarchy is mounted (the unified mount of a hybrid node).
+    pub v2: Option<PathBuf>,
+}
+
+/// The node's cgroup mounts, from `/proc/self/mountinfo`.
+pub fn cgroup_mounts() -> CgroupMounts {
+    let (v1, v2) = cgroup::mounts();
+    CgroupMounts { v1, v2 }
 }
 
 /// Errors of the executors. Messages name the field, file, image or command at fault.
@@ -295,6 +333,14 @@ pub enum ExecError {
         /// Which processes.
         target: String,
         /// What went wrong.
+        reason: String,
+    },
+    /// The cgroup hierarchy the agent's `cgroup` setting asks for cannot be used.
+    #[error("cgroup = \"{mode}\": {reason}")]
+    Cgroups {
+        /// The setting.
+        mode: CgroupMode,
+        /// Why it cannot be used.
         reason: String,
     },
     /// The attempt has not ended yet.
@@ -493,11 +539,13 @@ pub(crate) mod files {
 ///
 /// Cgroups: the attempt's cgroup is `tranche/<spool>-<job>.<attempt>` (see
 /// [`Attempt::cgroup_name`]) below the root of each
-/// hierarchy used. Processes are tracked (found, signalled, counted) in the v1 `pids`
-/// hierarchy, else the v1 `freezer` one, else the v2 hierarchy (the unified mount of a
-/// hybrid layout, or `/sys/fs/cgroup` itself on a pure v2 node); memory and CPU limits
-/// go into the v1 `memory` and `cpu` hierarchies, or into the v2 one where it has those
-/// controllers. Runc is given the same cgroup path (`/tranche/<spool>-<job>.<attempt>`).
+/// hierarchy used. A process job's processes are tracked (found, signalled, counted) as
+/// [`CgroupMode`] says: by default in the v1 `pids` hierarchy, else the v1 `freezer`
+/// one, else the v2 hierarchy (the unified mount of a hybrid layout, or `/sys/fs/cgroup`
+/// itself on a pure v2 node). Memory and CPU limits go into the v1 `memory` and `cpu`
+/// hierarchies, or into the v2 one where it has those controllers. Runc is given the
+/// same cgroup path (`/tranche/<spool>-<job>.<attempt>`) and chooses its hierarchies
+/// itself; a container is tracked where the default would track it.
 #[derive(Debug)]
 pub struct Executors {
     spool: PathBuf,
@@ -510,8 +558,15 @@ pub struct Executors {
 
 impl Executors {
     /// Executors spooling under `spool` (created with `attempts/`, `images/` and the
-    /// runtime's state directory `runc/` if missing).
+    /// runtime's state directory `runc/` if missing), tracking process jobs in the
+    /// cgroup hierarchy [`CgroupMode::Auto`] chooses.
     pub fn new(spool: &Path) -> Result<Executors, ExecError> {
+        Executors::with_cgroups(spool, CgroupMode::Auto)
+    }
+
+    /// Executors as [`Executors::new`], tracking process jobs in the cgroup hierarchy
+    /// `mode` asks for; refused where that hierarchy cannot be used.
+    pub fn with_cgroups(spool: &Path, mode: CgroupMode) -> Result<Executors, ExecError> {
         let spool = if spool.is_absolute() {
             spool.to_path_buf()
         } else {
@@ -527,7 +582,8 @@ impl Executors {
                 .map_err(|e| ExecError::io("creating spool directory", d, e))?;
         }
         let runtime = oci::find_runtime();
-        let cgroups = Cgroups::detect();
+        let cgroups =
+            Cgroups::detect(mode).map_err(|reason| ExecError::Cgroups { mode, reason })?;
         if cgroups.track().is_none() {
             tracing::warn!(
                 "no writable cgroup hierarchy: process jobs are tracked by process group and \
@@ -555,7 +611,7 @@ impl Executors {
     }
 
     /// A one-line description of the cgroup hierarchies in use, e.g.
-    /// `track=v1 pids /sys/fs/cgroup/pids, memory=v1 ..., cpu=v1 ...`.
+    /// `track=v1 pids /sys/fs/cgroup/pids, memory=v1 ..., cpu=v1 ..., containers=v1 ...`.
     pub fn cgroup_summary(&self) -> String {
         self.cgroups.describe()
     }
@@ -878,6 +934,21 @@ impl Executors {
     }
 }
 
+/// The cgroup directories of an attempt ([`Attempt::cgroup_dirs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupDirs {
+    /// The directory whose `cgroup.procs` lists every process of the job.
+    pub track: PathBuf,
+    /// `track` is in a cgroup v2 hierarchy.
+    pub v2: bool,
+    /// Every directory the job joined, `track` first.
+    pub all: Vec<PathBuf>,
+    /// Where its memory limit is written, and whether that is a v2 directory.
+    pub memory: Option<(PathBuf, bool)>,
+    /// Where its CPU limit is written, and whether that is a v2 directory.
+    pub cpu: Option<(PathBuf, bool)>,
+}
+
 /// One attempt of a job on this node, started by [`Executors::start`] or found again by
 /// [`Executors::adopt`]. Dropping it changes nothing: the job keeps running under its
 /// shim.
@@ -901,7 +972,6 @@ impl Attempt {
         self.attempt
     }
 
-    /// The attempt directory.
     /// The attempt's cgroup name, below `tranche/` in each hierarchy used.
     pub fn cgroup_name(&self) -> String {
         let attempts = self.dir.parent().unwrap_or(Path::new("/"));
@@ -909,6 +979,20 @@ impl Attempt {
         cgroup_name(spool, self.job, self.attempt)
     }
 
+    /// The attempt's cgroup directories, as decided when it started; `None` for an
+    /// attempt tracked without a cgroup (by process group and shim descendants).
+    pub fn cgroup_dirs(&self) -> Option<CgroupDirs> {
+        let cg = self.plan.cgroup.as_ref()?;
+        Some(CgroupDirs {
+            track: cg.track.clone(),
+            v2: cg.v2,
+            all: cg.dirs(),
+            memory: cg.memory.clone(),
+            cpu: cg.cpu.clone(),
+        })
+    }
+
+    /// The attempt directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -1056,14 +1140,16 @@ impl Attempt {
         }
     }
 
-    /// Sends SIGKILL to every process of the job.
-    pub fn kill_all(&self) -> Result<(), ExecError> {
+    /// Sends SIGKILL to every process of the job: with `cgroup.kill` where its cgroup
+    /// is a v2 one, else to each process.
+    pub fn kill_all(&self) -> Result<KillMethod, ExecError> {
         if let Some(cg) = &self.plan.cgroup {
             if cg.exists() && cg.kill_all_fast() {
-                return Ok(());
+                return Ok(KillMethod::CgroupKill);
             }
         }
-        self.signal(nix::libc::SIGKILL)
+        self.signal(nix::libc::SIGKILL)?;
+        Ok(KillMethod::Signals)
     }
 
     /// Stops the attempt: sends `sig` to every process of the job, waits up to `grace`
@@ -1091,10 +1177,13 @@ impl Attempt {
             sleep((deadline - now).min(Duration::from_millis(10)));
         }
         let mut last_kill: Option<Instant> = None;
+        let mut via = KillMethod::Signals;
         while self.alive() {
             if last_kill.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
-                if let Err(e) = self.kill_all() {
-                    tracing::warn!("{e}");
+                match self.kill_all() {
+                    Ok(KillMethod::CgroupKill) => via = KillMethod::CgroupKill,
+                    Ok(KillMethod::Signals) => {}
+                    Err(e) => tracing::warn!("{e}"),
                 }
                 last_kill = Some(Instant::now());
             }
@@ -1102,6 +1191,7 @@ impl Attempt {
         }
         StopOutcome::Killed {
             status: self.wait_exit(),
+            via,
         }
     }
 

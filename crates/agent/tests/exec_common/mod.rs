@@ -1,16 +1,20 @@
 //! Shared helpers of the executor tests: the agent binary that shims run from, unique
-//! job ids, launch specs, and for the container tests runc plus a busybox rootfs.
+//! job ids, launch specs, waits with deadlines, the one policy for tests the machine
+//! cannot run ([`not_run`]), and for the container tests a busybox rootfs.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
-use tranche_agent::exec::{Attempt, BoundGpu, ExitStatus, LaunchSpec};
+use tranche_agent::exec::{
+    Attempt, BoundGpu, CgroupDirs, CgroupMode, Executors, ExitStatus, LaunchSpec,
+};
 
 /// Makes shims run from the `tranche-agent` binary built for these tests.
 pub fn init() {
@@ -62,16 +66,26 @@ pub fn gpus(indices: &[u32]) -> Vec<BoundGpu> {
 
 /// Polls [`Attempt::exit`] until it is there.
 pub fn wait_exit(a: &Attempt, timeout: Duration) -> ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = a.exit() {
-            return s;
-        }
+    let mut status = None;
+    wait_until(
+        &format!("job {} attempt {} to end", a.job(), a.attempt()),
+        timeout,
+        || {
+            status = a.exit();
+            status.is_some()
+        },
+    );
+    status.expect("ended")
+}
+
+/// Polls `done` every 10 ms until it is true; panics, naming `what`, after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
         assert!(
-            t0.elapsed() < timeout,
-            "job {} attempt {} did not end within {timeout:?}",
-            a.job(),
-            a.attempt()
+            Instant::now() < deadline,
+            "waited {} s for {what}",
+            timeout.as_secs_f64()
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -79,15 +93,19 @@ pub fn wait_exit(a: &Attempt, timeout: Duration) -> ExitStatus {
 
 /// Waits until `path` exists.
 pub fn wait_file(path: &Path, timeout: Duration) {
-    let t0 = Instant::now();
-    while !path.exists() {
-        assert!(
-            t0.elapsed() < timeout,
-            "{} did not appear within {timeout:?}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(&path.display().to_string(), timeout, || path.exists());
+}
+
+/// Waits until `path` holds a pid (a shell writes it in more than one step).
+pub fn wait_pid_file(path: &Path, timeout: Duration) -> i32 {
+    let mut pid = None;
+    wait_until(&format!("a pid in {}", path.display()), timeout, || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        pid.is_some()
+    });
+    pid.expect("a pid")
 }
 
 /// The job's stdout.
@@ -108,14 +126,6 @@ pub fn env_lines(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The attempt's directory in the v1 pids hierarchy, where the node has one.
-pub fn pids_cgroup(a: &Attempt) -> Option<PathBuf> {
-    let root = Path::new("/sys/fs/cgroup/pids");
-    root.join("tranche")
-        .is_dir()
-        .then(|| root.join("tranche").join(a.cgroup_name()))
-}
-
 /// True if no process with this pid is left (a zombie counts as gone).
 pub fn pid_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -127,9 +137,153 @@ pub fn pid_gone(pid: i32) -> bool {
     }
 }
 
+/// The pids listed in a cgroup directory's `cgroup.procs`.
+pub fn cgroup_procs(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { nix::libc::geteuid() == 0 }
+}
+
+/// True when the tests run under CI (`CI=true` or `CI=1`).
+pub fn in_ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
+}
+
+/// What the container tests need installed, and how.
+pub const INSTALL: &str = "as root, `apt-get install -y runc busybox-static`";
+
+/// The one skip policy of the agent's tests. `test` cannot do what it is for because
+/// of `why`; `remedy` says what would let it.
+///
+/// Under CI (`CI=true` or `1`) as root, where a missing tool or hierarchy is the
+/// machine's fault rather than the test's, it panics, so that CI fails. Otherwise it
+/// writes a `SKIPPED` line straight to the process's stderr, past the test harness's
+/// capture of `eprintln!` (a skipped test still reads `ok`, so the line is what shows
+/// it did not run), and returns.
+pub fn not_run(test: &str, why: &str, remedy: &str) {
+    not_run_unless_ci(test, why, remedy, true)
+}
+
+/// [`not_run`], where `fatal_in_ci` says whether CI as root fails instead: false for
+/// what the machine does not have at all (a cgroup v1 test on a pure v2 node).
+pub fn not_run_unless_ci(test: &str, why: &str, remedy: &str, fatal_in_ci: bool) {
+    if fatal_in_ci && in_ci() && is_root() {
+        panic!(
+            "{test}: {why}. CI is set and the tests run as root, so this test fails \
+             instead of skipping. To run it: {remedy}."
+        );
+    }
+    let line = format!("SKIPPED {test}: {why}. To run it: {remedy}.\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// What a test needs that the machine may lack.
+#[derive(Debug, Clone, Copy)]
+pub enum Need {
+    /// Running as root.
+    Root,
+    /// Root, an OCI runtime (runc, or crun) and a static busybox for a rootfs.
+    Containers,
+}
+
+/// True if `test` must return early because the machine lacks `need` (see
+/// [`not_run`], which has said so).
+pub fn lacks(test: &str, need: Need) -> bool {
+    if !is_root() {
+        let remedy = match need {
+            Need::Root => "run the tests as root".to_string(),
+            Need::Containers => format!("{INSTALL}, then run the tests as root"),
+        };
+        not_run(
+            test,
+            "needs root, and the tests do not run as root",
+            &remedy,
+        );
+        return true;
+    }
+    match need {
+        Need::Root => false,
+        Need::Containers => match container_tools() {
+            Ok(_) => false,
+            Err(why) => {
+                not_run(test, &why, INSTALL);
+                true
+            }
+        },
+    }
+}
+
+/// Executors on `spool` that track process jobs in the cgroup hierarchy `mode` forces,
+/// or `None` where this machine cannot give them (having said so through
+/// [`not_run`]; a hierarchy the machine does not mount at all is no failure in CI).
+pub fn executors_on(test: &str, spool: &Path, mode: CgroupMode) -> Option<Executors> {
+    let remedy = format!("run the tests as root on a node with a writable cgroup {mode} hierarchy");
+    if !is_root() {
+        not_run(
+            test,
+            "needs root to create cgroups, and the tests do not run as root",
+            &remedy,
+        );
+        return None;
+    }
+    let mounts = tranche_agent::exec::cgroup_mounts();
+    let mounted = match mode {
+        CgroupMode::V1 => !mounts.v1.is_empty(),
+        CgroupMode::V2 => mounts.v2.is_some(),
+        CgroupMode::Auto => !mounts.v1.is_empty() || mounts.v2.is_some(),
+    };
+    match Executors::with_cgroups(spool, mode) {
+        Ok(ex) if ex.cgroup_summary().starts_with("track=none") => {
+            not_run(test, "no writable cgroup hierarchy on this node", &remedy);
+            None
+        }
+        Ok(ex) => Some(ex),
+        Err(e) => {
+            not_run_unless_ci(test, &e.to_string(), &remedy, mounted);
+            None
+        }
+    }
+}
+
+/// The attempt's cgroup directories; `None` (said through [`not_run`]) where it has
+/// none, so that what only its cgroup shows cannot be checked.
+pub fn cgroup_dirs(test: &str, a: &Attempt) -> Option<CgroupDirs> {
+    let dirs = a.cgroup_dirs();
+    if dirs.is_none() {
+        not_run(
+            test,
+            "the job has no cgroup here (no writable hierarchy, or not root), so that no \
+             cgroup of it is left behind is not checked",
+            "run the tests as root on a node with a writable cgroup hierarchy",
+        );
+    }
+    dirs
+}
+
+/// Asserts that nothing of the ended attempt `a` is left: none of `pids`, and no cgroup
+/// directory of it (said loudly where it has none to check).
+pub fn assert_nothing_left(test: &str, a: &Attempt, pids: &[i32]) {
+    assert!(
+        !a.alive(),
+        "job {} attempt {} still has processes",
+        a.job(),
+        a.attempt()
+    );
+    for &p in pids {
+        assert!(pid_gone(p), "process {p} of job {} survived", a.job());
+    }
+    if let Some(dirs) = cgroup_dirs(test, a) {
+        for d in dirs.all {
+            assert!(!d.exists(), "cgroup {} left behind", d.display());
+        }
+    }
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -164,68 +318,23 @@ fn static_busybox() -> Option<PathBuf> {
         .find(|p| is_static_elf(p))
 }
 
-fn apt_install() -> Result<(), String> {
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "runc", "busybox-static"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-    };
-    let out = install().map_err(|e| format!("apt-get: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let _ = Command::new("apt-get")
-        .arg("update")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output();
-    let out = install().map_err(|e| format!("apt-get: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "apt-get install -y runc busybox-static failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Ensures runc and a static busybox, installing them with apt-get when missing and
-/// running as root. `Err` says why the container tests cannot run.
+/// The static busybox for a rootfs, once runc (or crun) is there too; `Err` names what
+/// is missing. Nothing is installed here: the test command installs them.
 pub fn container_tools() -> Result<PathBuf, String> {
     static TOOLS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     TOOLS
         .get_or_init(|| {
-            if which("runc").is_some() {
-                if let Some(bb) = static_busybox() {
-                    return Ok(bb);
+            let runtime = which("runc").or_else(|| which("crun"));
+            match (runtime, static_busybox()) {
+                (Some(_), Some(bb)) => Ok(bb),
+                (None, Some(_)) => Err("no OCI runtime (runc or crun) found".into()),
+                (Some(_), None) => Err("no static busybox (/bin/busybox) found".into()),
+                (None, None) => {
+                    Err("neither an OCI runtime (runc or crun) nor a static busybox found".into())
                 }
             }
-            if !is_root() {
-                return Err("not root, and runc or a static busybox is missing".into());
-            }
-            apt_install()?;
-            if which("runc").is_none() {
-                return Err("runc still missing after apt-get install".into());
-            }
-            static_busybox().ok_or_else(|| "no static busybox after apt-get install".into())
         })
         .clone()
-}
-
-/// Says loudly why a container test did not run; true if it must return early.
-pub fn skip_containers(test: &str) -> bool {
-    if !is_root() {
-        eprintln!("SKIPPED (needs root and runc): {test}: not running as root");
-        return true;
-    }
-    match container_tools() {
-        Ok(_) => false,
-        Err(why) => {
-            eprintln!("SKIPPED (needs root and runc): {test}: {why}");
-            true
-        }
-    }
 }
 
 /// Builds a busybox rootfs in `dir/rootfs`: `/bin/busybox`, a relative symlink per

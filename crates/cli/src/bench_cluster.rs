@@ -34,9 +34,27 @@ pub struct SubmitArgs {
     /// TOML appended to every controller's config, e.g. "[raft]\ntick_ms = 20".
     #[arg(long, default_value = "")]
     controller_config: String,
+    /// UNSAFE, to measure what the disk costs: the controllers run with
+    /// `raft.unsafe_no_fsync = true` and never fsync their logs, so the submits are not
+    /// durable writes.
+    #[arg(long)]
+    no_fsync: bool,
     /// One JSON object instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// `extra` (controller TOML) with `unsafe_no_fsync = true` in its `[raft]` table, which
+/// is added when it has none.
+fn with_no_fsync(extra: &str) -> String {
+    let extra = extra.replace("\\n", "\n");
+    let key = "unsafe_no_fsync = true";
+    let mut lines: Vec<String> = extra.lines().map(str::to_string).collect();
+    match lines.iter().position(|l| l.trim() == "[raft]") {
+        Some(i) => lines.insert(i + 1, key.to_string()),
+        None => lines.extend(["[raft]".to_string(), key.to_string()]),
+    }
+    lines.join("\n") + "\n"
 }
 
 #[derive(clap::Args, Debug)]
@@ -178,7 +196,14 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
     if args.clients == 0 || args.duration == 0 || args.controllers == 0 || args.conns == 0 {
         return Err("--clients, --conns, --duration and --controllers must be positive".into());
     }
-    let (_tmp, mut c) = start_cluster(args.controllers, &args.dir, &args.controller_config)?;
+    let extra = match args.no_fsync {
+        true => {
+            eprintln!("tranche bench submit: --no-fsync: the controllers never fsync their logs; these are not durable writes");
+            with_no_fsync(&args.controller_config)
+        }
+        false => args.controller_config.clone(),
+    };
+    let (_tmp, mut c) = start_cluster(args.controllers, &args.dir, &extra)?;
     let (_admin, leader) = prepare(&mut c).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let seq = Arc::new(AtomicU64::new(0));
@@ -239,6 +264,7 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
             "{}",
             serde_json::json!({
                 "controllers": args.controllers,
+                "fsync": !args.no_fsync,
                 "clients": args.clients,
                 "conns": conns.len(),
                 "duration_s": elapsed,
@@ -252,6 +278,9 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
         );
     } else {
         println!("controllers        {}", args.controllers);
+        if args.no_fsync {
+            println!("fsync              off (unsafe_no_fsync: not durable writes)");
+        }
         println!(
             "clients            {} over {} connections",
             args.clients,
@@ -384,4 +413,22 @@ async fn failover_run(args: &FailoverArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_no_fsync;
+
+    #[test]
+    fn no_fsync_goes_into_the_raft_table() {
+        assert_eq!(with_no_fsync(""), "[raft]\nunsafe_no_fsync = true\n");
+        assert_eq!(
+            with_no_fsync("threads = 2\\n[raft]\\ntick_ms = 20"),
+            "threads = 2\n[raft]\nunsafe_no_fsync = true\ntick_ms = 20\n"
+        );
+        assert_eq!(
+            with_no_fsync("[sched]\nmin_gap_ms = 5\n"),
+            "[sched]\nmin_gap_ms = 5\n[raft]\nunsafe_no_fsync = true\n"
+        );
+    }
 }

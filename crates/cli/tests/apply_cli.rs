@@ -3,7 +3,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tranche_local::wait_until_blocking;
 
 use common::{tranche, Dev};
 
@@ -60,19 +62,18 @@ fn apply_is_idempotent_and_dry_run_names_what_would_be_preempted() {
         );
         assert!(out.status.success(), "{out:?}");
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until_blocking("both jobs RUNNING", Duration::from_secs(60), || {
         let out = tranche(
             &user,
             &["jobs", "--share", "vision", "--state", "RUNNING", "--json"],
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        if v.as_array().unwrap().len() == 2 {
-            break;
+        match v.as_array().unwrap().len() == 2 {
+            true => Ok(()),
+            false => Err(v.to_string()),
         }
-        assert!(Instant::now() < deadline, "jobs never ran: {v}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
+    .unwrap();
     // Shrinking `vision` to 2 H100 would leave one of them over max.
     let smaller = dir.join("smaller.toml");
     std::fs::write(

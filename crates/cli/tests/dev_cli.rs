@@ -2,7 +2,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tranche_local::wait_until_blocking;
 
 use common::{tranche, Dev};
 
@@ -29,8 +31,7 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
     );
     assert!(out.status.success(), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let job = wait_until_blocking("the job SUCCEEDED", Duration::from_secs(60), || {
         let out = tranche(&config, &["jobs", "--json"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let job = v
@@ -40,13 +41,13 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
             .find(|j| j["id"].to_string() == id)
             .cloned()
             .unwrap();
-        if job["state"] == "SUCCEEDED" {
-            assert_eq!(job["user"], "tester");
-            break;
+        match job["state"] == "SUCCEEDED" {
+            true => Ok(job),
+            false => Err(job.to_string()),
         }
-        assert!(Instant::now() < deadline, "job never succeeded: {job}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
+    .unwrap();
+    assert_eq!(job["user"], "tester");
     let out = tranche(&config, &["logs", &id]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -107,14 +108,13 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
 
     // Ctrl-C: everything stops and the temporary dir goes away.
     tranche_local::interrupt(dev.child.id());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = dev.child.try_wait().unwrap() {
-            break st;
+    let status = wait_until_blocking("tranche dev stops", Duration::from_secs(30), || {
+        match dev.child.try_wait().unwrap() {
+            Some(st) => Ok(st),
+            None => Err("still running".into()),
         }
-        assert!(Instant::now() < deadline, "tranche dev did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    })
+    .unwrap();
     assert!(status.success(), "{status:?}");
     assert!(!dir.exists(), "{} is left behind", dir.display());
     let left = tranche_local::processes_matching(dir.to_str().unwrap());

@@ -4,9 +4,10 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{tranche, Dev};
+use tranche_local::wait_until_blocking;
 
 fn job(config: &str, id: &str) -> serde_json::Value {
     let out = tranche(config, &["show", id, "--json"]);
@@ -20,18 +21,35 @@ fn wait(
     what: &str,
     f: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        let j = job(config, id);
-        if f(&j) {
-            return j;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id}: {what} never happened: {j}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_blocking(
+        &format!("job {id}: {what}"),
+        Duration::from_secs(60),
+        || {
+            let j = job(config, id);
+            match f(&j) {
+                true => Ok(j),
+                false => Err(j.to_string()),
+            }
+        },
+    )
+    .unwrap()
+}
+
+/// `tranche explain` of a job, once one of its lines contains every one of `needles`.
+fn explain_until(config: &str, id: &str, needles: &[&str]) -> String {
+    wait_until_blocking(
+        &format!("explain {id}: {needles:?}"),
+        Duration::from_secs(60),
+        || {
+            let out = tranche(config, &["explain", id]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            match text.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
+                true => Ok(text),
+                false => Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr))),
+            }
+        },
+    )
+    .unwrap()
 }
 
 fn submit(config: &str, args: &[&str]) -> String {
@@ -157,20 +175,18 @@ fn in_share_preemption_after_a_priority_update() {
             "1",
         ],
     );
-    std::thread::sleep(Duration::from_millis(1000));
-    assert_eq!(
-        job(&dev.user, &high)["status"],
-        "RUNNABLE",
-        "equal priority does not preempt"
+    // explain names the real cause, with numbers, and what would let it start, once
+    // a pass has looked at the job: the pass that gave this reason did not preempt,
+    // since equal priority does not preempt.
+    let text = explain_until(
+        &dev.user,
+        &high,
+        &["starts when: share research has 4 h100 GPU(s) free"],
     );
-    // explain names the real cause, with numbers, and what would let it start.
-    let out = tranche(&dev.user, &["explain", &high]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(text.contains("research") && text.contains("4/4"), "{text}");
-    assert!(
-        text.contains("starts when: share research has 4 h100 GPU(s) free"),
-        "{text}"
-    );
+    assert_eq!(job(&dev.user, &high)["status"], "RUNNABLE");
+    let l = job(&dev.user, &low);
+    assert!(l["status"] == "RUNNING" && l["preemptions"] == 0, "{l}");
     let out = tranche(&dev.user, &["update", &high, "--priority", "9"]);
     assert!(out.status.success(), "{out:?}");
     wait(&dev.user, &high, "success", |j| j["status"] == "SUCCEEDED");
@@ -306,14 +322,10 @@ fn drain_then_resume_on_the_dev_cluster() {
         "{out:?}"
     );
     let id = submit(&dev.user, &["--share", "nlp", "--gpus", "1", "--", "true"]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Once a pass has looked at it, the reason it waits names the drained unit.
+    explain_until(&dev.user, &id, &["waiting: ", "a100"]);
     let j = job(&dev.user, &id);
     assert_eq!(j["status"], "RUNNABLE", "{j}");
-    let out = tranche(&dev.user, &["explain", &id]);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("a100"),
-        "{out:?}"
-    );
     for n in ["n3", "n4"] {
         assert!(tranche(&ops, &["resume", n]).status.success());
     }

@@ -77,6 +77,10 @@ pub struct RaftConfig {
     pub proposal_timeout_ms: u64,
     /// Most entries in one append message.
     pub max_inflight_msgs: usize,
+    /// Unsafe, for benchmarks only: never fsync the Raft log. Writes survive a crash of
+    /// the process but not of the machine or its power, so acknowledged writes can be
+    /// lost and a member can forget its vote. The controller warns at start.
+    pub unsafe_no_fsync: bool,
 }
 
 impl Default for RaftConfig {
@@ -89,6 +93,7 @@ impl Default for RaftConfig {
             keep_entries: 2_000,
             proposal_timeout_ms: 5_000,
             max_inflight_msgs: 256,
+            unsafe_no_fsync: false,
         }
     }
 }
@@ -96,12 +101,17 @@ impl Default for RaftConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedConfig {
-    /// The leader runs a scheduling pass at least this often.
+    /// The leader starts a pass at least this long after the previous one started,
+    /// unless the busy cap holds it back.
     pub interval_ms: u64,
-    /// And no more often than this after commits that change demand or capacity.
+    /// After commits that change demand or capacity, a pass starts once this long has
+    /// passed since the previous one ended (and the busy cap allows).
     pub min_gap_ms: u64,
-    /// After a pass, wait long enough that passes take at most this share of the
-    /// leader's time (at 10%, a 40 ms pass is followed by at least 360 ms without one).
+    /// The busy cap, for every reason to schedule (changes, `interval_ms`, a plan's
+    /// wake-up): a pass starts no sooner than `100 / max_busy_percent` times the
+    /// previous pass's duration after the previous pass started. So between the
+    /// starts of consecutive passes the scheduler is busy at most this share of the
+    /// time (at 10%, a 40 ms pass is followed by 360 ms without one).
     pub max_busy_percent: u8,
 }
 

@@ -3,6 +3,7 @@
 //! schedules.
 
 pub mod api;
+pub mod cadence;
 pub mod cli;
 pub mod config;
 pub mod metrics;

@@ -59,8 +59,8 @@ pub fn render(shared: &SharedRef) -> String {
     );
     g(
         "tranche_sched_pass_seconds",
-        "Duration of the latest scheduling pass (leader).",
-        vec![(String::new(), sh.last_pass_ms as f64 / 1000.0)],
+        "Duration of the latest scheduling pass (leader), from the scheduler taking the request to its answer.",
+        vec![(String::new(), sh.last_pass.as_secs_f64())],
     );
     let shares = views::shares(&sh.state);
     g(
@@ -133,6 +133,18 @@ pub fn render(shared: &SharedRef) -> String {
     {
         let _ = writeln!(out, "tranche_stops_total{{kind=\"{k}\"}} {}", by_kind[i]);
     }
+    // Counters: `rate(busy) / rate(passes)` is the mean pass, and `rate(busy)` the
+    // share of time that the busy cap (`max_busy_percent`) bounds.
+    let _ = writeln!(
+        out,
+        "# HELP tranche_sched_passes_total Scheduling passes run on this controller.\n# TYPE tranche_sched_passes_total counter\ntranche_sched_passes_total {}",
+        sh.passes
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tranche_sched_busy_seconds_total Time the scheduler spent on passes, counted as tranche_sched_pass_seconds.\n# TYPE tranche_sched_busy_seconds_total counter\ntranche_sched_busy_seconds_total {}",
+        sh.pass_busy.as_secs_f64()
+    );
     out
 }
 

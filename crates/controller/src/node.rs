@@ -18,10 +18,11 @@ use tracing::{debug, error, info, warn};
 use tranche_model::Millis;
 use tranche_proto::peer::{ImageData, Proposal};
 use tranche_proto::{ApiError, ClusterStatus, Member, MemberStatus, MembershipChange};
-use tranche_raftlog::{DiskStorage, Image, PersistBatch};
+use tranche_raftlog::{DiskStorage, Fsync, Image, PersistBatch};
 use tranche_state::codec::{decode, encode};
 use tranche_state::{ApplyError, Command, Outcome, State};
 
+use crate::cadence::{Cadence, LastPass};
 use crate::config::Config;
 use crate::peer::{PeerItem, PeerNet};
 use crate::planner::{Planner, PlannerMsg};
@@ -52,9 +53,14 @@ pub enum NodeMsg {
         reply: oneshot::Sender<Result<(), ApiError>>,
     },
     /// A scheduling pass finished on the planner thread (`None`: it had no replica).
+    /// `took` is the pass itself; `busy` the planner's whole work for it from taking
+    /// the request at `started` (the commands queued behind it included), which the
+    /// busy cap counts.
     Plan {
         plan: Option<tranche_state::Plan>,
         took: Duration,
+        started: Instant,
+        busy: Duration,
     },
 }
 
@@ -66,8 +72,12 @@ pub struct Shared {
     pub last_now: Millis,
     pub members: BTreeMap<u64, Member>,
     pub status: ClusterStatus,
-    /// How long the latest scheduling pass took (leader), for the metrics.
-    pub last_pass_ms: u64,
+    /// Scheduling passes run on this controller, the latest one's duration and their
+    /// durations summed, each as the busy cap counts it (the planner's whole work for
+    /// the pass, from taking the request to answering it).
+    pub passes: u64,
+    pub last_pass: Duration,
+    pub pass_busy: Duration,
 }
 
 pub type SharedRef = Arc<RwLock<Shared>>;
@@ -123,9 +133,9 @@ pub struct Node {
     reads_waiting: Vec<(u64, Pending<Result<(), ApiError>>)>,
     leader: u64,
     sched_dirty: bool,
-    last_plan: Instant,
-    /// How long the latest scheduling pass took.
-    last_pass: Duration,
+    /// When the latest scheduling pass was asked for and how long it took.
+    last_pass: Option<LastPass>,
+    cadence: Cadence,
     planner: Planner,
     /// Since when this controller leads (liveness judgements wait a while after it).
     leader_since: Option<Instant>,
@@ -162,7 +172,11 @@ pub fn open(cfg: &Config) -> Result<(DiskStorage, Shared, ConfState, u64), NodeE
             cfg.data_dir.display()
         ))
     })?;
-    let storage = DiskStorage::open(&cfg.data_dir.join("raft.redb"))?;
+    let fsync = match cfg.raft.unsafe_no_fsync {
+        false => Fsync::Always,
+        true => Fsync::UnsafeNever,
+    };
+    let storage = DiskStorage::open_with(&cfg.data_dir.join("raft.redb"), fsync)?;
     if !storage.is_initialized() && !cfg.join {
         // A founding member: every founder starts from the same image at index 1 that
         // holds the voters and their addresses, so a member added later must be sent a
@@ -200,7 +214,9 @@ pub fn open(cfg: &Config) -> Result<(DiskStorage, Shared, ConfState, u64), NodeE
             first_index: 0,
             members: vec![],
         },
-        last_pass_ms: 0,
+        passes: 0,
+        last_pass: Duration::ZERO,
+        pass_busy: Duration::ZERO,
     };
     let mut image_index = 0;
     if let Some(img) = storage.image() {
@@ -253,6 +269,7 @@ impl Node {
         let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
         let raw = RawNode::new(&rcfg, storage.clone(), &logger)?;
         let hard_state = storage.hard_state();
+        let cadence = Cadence::new(&cfg.sched);
         Ok(Node {
             id: cfg.id,
             raw,
@@ -271,8 +288,8 @@ impl Node {
             reads_waiting: Vec::new(),
             leader: 0,
             sched_dirty: true,
-            last_plan: Instant::now(),
-            last_pass: Duration::ZERO,
+            last_pass: None,
+            cadence,
             planner,
             pass_running: None,
             applied_tx,
@@ -414,7 +431,19 @@ impl Node {
                 self.reads.insert(id, Pending { reply, deadline });
             }
             NodeMsg::Membership { change, reply } => self.change_membership(change, reply),
-            NodeMsg::Plan { plan, took } => self.plan_done(plan, took),
+            NodeMsg::Plan {
+                plan,
+                took,
+                started,
+                busy,
+            } => self.plan_done(
+                plan,
+                took,
+                LastPass {
+                    start: started,
+                    took: busy,
+                },
+            ),
         }
     }
 
@@ -603,32 +632,35 @@ impl Node {
         if self.applied_term != self.raw.raft.term {
             return;
         }
+        // The busy cap holds whatever asks for the pass (see `cadence`).
+        let now = Instant::now();
         let now_wall = wall_ms();
-        let since = self.last_plan.elapsed();
-        // Passes on a large queue are long; the gap after a pass grows with it so that
-        // scheduling takes at most about `max_busy_percent` of the leader's time.
-        let busy = self.cfg.sched.max_busy_percent.clamp(1, 100) as u32;
-        let gap = Duration::from_millis(self.cfg.sched.min_gap_ms)
-            .max(self.last_pass * (100 - busy) / busy);
-        let due = (self.sched_dirty && since >= gap)
-            || since >= Duration::from_millis(self.cfg.sched.interval_ms)
-            || self.next_wakeup.is_some_and(|w| w <= now_wall);
-        if !due {
+        let wakeup = self
+            .next_wakeup
+            .map(|w| now + Duration::from_millis(w.saturating_sub(now_wall)));
+        if !self
+            .cadence
+            .due(now, self.last_pass, self.sched_dirty, wakeup)
+        {
             return;
         }
-        let now = now_wall.max(self.shared.read().unwrap().last_now);
+        let entry_now = now_wall.max(self.shared.read().unwrap().last_now);
         self.sched_dirty = false;
-        self.pass_running = Some((self.raw.raft.term, Instant::now()));
-        self.planner.send(PlannerMsg::Run(now));
+        self.pass_running = Some((self.raw.raft.term, now));
+        self.planner.send(PlannerMsg::Run(entry_now));
     }
 
-    fn plan_done(&mut self, plan: Option<tranche_state::Plan>, took: Duration) {
+    fn plan_done(&mut self, plan: Option<tranche_state::Plan>, took: Duration, last: LastPass) {
         let Some((term, _)) = self.pass_running.take() else {
             return;
         };
-        self.last_pass = took;
-        self.last_plan = Instant::now();
-        self.shared.write().unwrap().last_pass_ms = took.as_millis() as u64;
+        self.last_pass = Some(last);
+        {
+            let mut sh = self.shared.write().unwrap();
+            sh.passes += 1;
+            sh.last_pass = last.took;
+            sh.pass_busy += last.took;
+        }
         let Some(plan) = plan else { return };
         if !self.is_leader() || self.raw.raft.term != term {
             return;

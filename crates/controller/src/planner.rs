@@ -39,8 +39,10 @@ impl Planner {
             .spawn(move || {
                 let mut replica: Option<State> = None;
                 while let Ok(first) = rx.recv() {
-                    let mut run = None;
-                    let mut handle = |m: PlannerMsg, run: &mut Option<Millis>| match m {
+                    // A pass's work starts when its request is taken: then the replica
+                    // takes the commands queued behind it, and the pass runs.
+                    let mut run: Option<(Millis, Instant)> = None;
+                    let mut handle = |m: PlannerMsg, run: &mut Option<(Millis, Instant)>| match m {
                         PlannerMsg::Reset(st) => replica = Some(*st),
                         PlannerMsg::Drop => replica = None,
                         PlannerMsg::Apply(cmd, now) => {
@@ -48,30 +50,31 @@ impl Planner {
                                 let _ = st.apply(&cmd, now);
                             }
                         }
-                        PlannerMsg::Run(now) => *run = Some(now),
+                        PlannerMsg::Run(now) => {
+                            let started = run.map_or_else(Instant::now, |(_, s)| s);
+                            *run = Some((now, started));
+                        }
                     };
                     handle(first, &mut run);
                     while let Ok(m) = rx.try_recv() {
                         handle(m, &mut run);
                     }
-                    let Some(now) = run else { continue };
-                    let Some(st) = replica.as_ref() else {
-                        let _ = node.blocking_send(NodeMsg::Plan {
-                            plan: None,
-                            took: Duration::ZERO,
-                        });
-                        continue;
+                    let Some((now, started)) = run else { continue };
+                    let (plan, took) = match replica.as_ref() {
+                        Some(st) => {
+                            let t = Instant::now();
+                            let plan = tranche_sched::plan(st, now);
+                            (Some(plan), t.elapsed())
+                        }
+                        None => (None, Duration::ZERO),
                     };
-                    let t = Instant::now();
-                    let plan = tranche_sched::plan(st, now);
-                    let took = t.elapsed();
-                    if node
-                        .blocking_send(NodeMsg::Plan {
-                            plan: Some(plan),
-                            took,
-                        })
-                        .is_err()
-                    {
+                    let answer = NodeMsg::Plan {
+                        plan,
+                        took,
+                        started,
+                        busy: started.elapsed(),
+                    };
+                    if node.blocking_send(answer).is_err() {
                         return;
                     }
                 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::{mpsc, watch};
-use tracing::info;
+use tracing::{info, warn};
 use tranche_tls::TlsFiles;
 
 use crate::api::Api;
@@ -28,6 +28,13 @@ fn endpoint(addr: &str, files: &TlsFiles, what: &str) -> Result<quinn::Endpoint,
 /// Runs a controller until `shutdown` turns true (or the node fails).
 pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
     let files = cfg.tls.clone();
+    if cfg.raft.unsafe_no_fsync {
+        warn!(
+            "UNSAFE: raft.unsafe_no_fsync = true: the Raft log is never fsync'd. A crash of \
+             this machine or its power can lose acknowledged writes and break Raft's \
+             guarantees. For benchmarks only; never in production."
+        );
+    }
     let (storage, shared, conf_state, image_index) = node::open(&cfg)?;
     let peer_ep = endpoint(
         cfg.peer_listen(),

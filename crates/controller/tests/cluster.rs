@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tranche_client::{Client, ClientError};
-use tranche_local::{demo, LocalCluster, LocalOptions};
+use tranche_local::{demo, wait_until, wait_until_blocking, LocalCluster, LocalOptions};
 use tranche_proto::{ApiError, JobFilter, MembershipChange, Query, Request, Response, StateDigest};
 use tranche_state::Command;
 use tranche_tls::Role;
@@ -19,10 +19,15 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn cluster(extra: &str) -> (tempfile::TempDir, LocalCluster) {
+    cluster_of(3, extra)
+}
+
+/// `n` controllers, started, with `extra` in their configs.
+fn cluster_of(n: usize, extra: &str) -> (tempfile::TempDir, LocalCluster) {
     let dir = tempfile::tempdir().unwrap();
     let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
     opts.extra_config = extra.to_string();
-    let mut c = LocalCluster::create(dir.path(), 3, opts).unwrap();
+    let mut c = LocalCluster::create(dir.path(), n, opts).unwrap();
     c.start_all().unwrap();
     (dir, c)
 }
@@ -72,49 +77,65 @@ async fn digest_of(c: &LocalCluster, admin: &Client, i: usize) -> Option<StateDi
     }
 }
 
-/// Waits until the given controllers report the same state digest; returns it.
+/// Waits until the given controllers have applied the same index and report the same
+/// state digest there; returns it.
 async fn converge(
     c: &LocalCluster,
     admin: &Client,
     which: &[usize],
     timeout: Duration,
 ) -> StateDigest {
-    let deadline = Instant::now() + timeout;
-    let mut last = Vec::new();
-    while Instant::now() < deadline {
+    let agreed = wait_until("the same applied index and digest", timeout, async || {
         let mut ds = Vec::new();
         for &i in which {
             ds.push(digest_of(c, admin, i).await);
         }
-        if ds.iter().all(|d| d.is_some())
-            && ds.windows(2).all(|w| {
-                let (a, b) = (w[0].as_ref().unwrap(), w[1].as_ref().unwrap());
-                a.digest == b.digest
-            })
-        {
-            return ds[0].clone().unwrap();
+        match ds.iter().cloned().collect::<Option<Vec<_>>>() {
+            Some(d)
+                if d.windows(2)
+                    .all(|w| w[0].applied == w[1].applied && w[0].digest == w[1].digest) =>
+            {
+                Ok(d[0].clone())
+            }
+            _ => Err(format!("{ds:?}")),
         }
-        last = ds;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for &i in which {
-        let log = std::fs::read_to_string(&c.controllers[i].log).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
-        eprintln!("--- log of controller {i} (last lines) ---");
-        for l in tail.into_iter().rev() {
-            eprintln!("{l}");
+    })
+    .await;
+    agreed.unwrap_or_else(|e| {
+        for &i in which {
+            let log = std::fs::read_to_string(&c.controllers[i].log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- log of controller {i} (last lines) ---");
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
         }
-    }
-    panic!("controllers {which:?} did not converge: {last:?}");
+        panic!("controllers {which:?} did not converge: {e}");
+    })
+}
+
+/// Waits until `acked` has counted at least `n` acknowledged submits.
+async fn wait_acked(acked: &AtomicU64, n: u64, what: &str) {
+    wait_until(what, Duration::from_secs(60), async || {
+        let now = acked.load(Ordering::Relaxed);
+        if now >= n {
+            Ok(())
+        } else {
+            Err(format!("{now} of {n} acknowledged"))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Submits from `clients` concurrent tasks until `stop`, each submit with its own
-/// token and retried until answered. Returns token → job id of every acknowledged
-/// submit.
+/// token and retried until answered, counting acknowledgements in `count`. Returns
+/// token → job id of every acknowledged submit.
 fn submitters(
     admin: Arc<Client>,
     clients: usize,
     stop: Arc<AtomicBool>,
+    count: Arc<AtomicU64>,
 ) -> Vec<tokio::task::JoinHandle<Vec<(String, u64)>>> {
     let seq = Arc::new(AtomicU64::new(0));
     (0..clients)
@@ -122,6 +143,7 @@ fn submitters(
             let admin = admin.clone();
             let stop = stop.clone();
             let seq = seq.clone();
+            let count = count.clone();
             tokio::spawn(async move {
                 let mut acked = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
@@ -130,6 +152,7 @@ fn submitters(
                         Ok((id, _)) => acked.push((token, id.0)),
                         Err(e) => panic!("submit {token} not answered after retries: {e}"),
                     }
+                    count.fetch_add(1, Ordering::Relaxed);
                 }
                 acked
             })
@@ -166,29 +189,27 @@ fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
         };
         assert_eq!(objs.shares.len(), 4);
 
-        // Kill -9 the leader while 8 clients keep submitting.
+        // Kill -9 the leader while 8 clients keep submitting: some submits are
+        // acknowledged before the kill, and more once a new leader is elected.
         let stop = Arc::new(AtomicBool::new(false));
-        let tasks = submitters(admin.clone(), 8, stop.clone());
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        let count = Arc::new(AtomicU64::new(0));
+        let tasks = submitters(admin.clone(), 8, stop.clone(), count.clone());
+        wait_acked(&count, 20, "submits before the kill").await;
         c.kill(leader);
         let killed_at = Instant::now();
         let new_leader = c
-            .wait_leader(&admin, Duration::from_secs(10))
+            .wait_leader(&admin, Duration::from_secs(30))
             .await
             .expect("a new leader");
         assert_ne!(new_leader, leader);
         let failover = killed_at.elapsed();
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        let at_failover = count.load(Ordering::Relaxed);
+        wait_acked(&count, at_failover + 20, "submits after the failover").await;
         stop.store(true, Ordering::Relaxed);
         let mut acked = Vec::new();
         for t in tasks {
             acked.extend(t.await.unwrap());
         }
-        assert!(
-            acked.len() > 20,
-            "only {} submits acknowledged",
-            acked.len()
-        );
 
         // Every acknowledged submit is there exactly once, with its token.
         let jobs = all_jobs(&admin).await;
@@ -249,8 +270,29 @@ fn restart_from_data_dirs_reproduces_the_state() {
             .await
             .unwrap();
         assert!(cancel.is_ok(), "{cancel:?}");
-        // Let the scheduler's reasons settle, then take the digest.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Once the scheduler has given every waiting job its reason (the cluster has
+        // no nodes), its passes change nothing more: take the digest then.
+        wait_until(
+            "a reason for every waiting job",
+            Duration::from_secs(30),
+            async || {
+                let not_yet = tranche_model::PendingReason::NotYetScheduled.render(0);
+                let jobs = all_jobs(&admin).await;
+                let bare: Vec<u64> = jobs
+                    .iter()
+                    .filter(|j| j.status == tranche_model::JobStatus::Runnable)
+                    .filter(|j| j.reason.as_ref().is_none_or(|r| *r == not_yet))
+                    .map(|j| j.id.0)
+                    .collect();
+                if bare.is_empty() && jobs.len() == 40 {
+                    Ok(())
+                } else {
+                    Err(format!("{} jobs, without a reason: {bare:?}", jobs.len()))
+                }
+            },
+        )
+        .await
+        .unwrap();
         let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
         for i in 0..3 {
             assert_eq!(
@@ -370,9 +412,13 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
             .expect("a leader");
         setup(&admin).await;
         let stop = Arc::new(AtomicBool::new(false));
-        let tasks = submitters(admin.clone(), 4, stop.clone());
+        let count = Arc::new(AtomicU64::new(0));
+        let tasks = submitters(admin.clone(), 4, stop.clone(), count.clone());
+        wait_acked(&count, 5, "submits before the changes").await;
 
         let j = c.prepare_joiner(4).unwrap();
+        // A client that knows the new member's address too.
+        let all = c.client(Role::Admin, "admin").unwrap();
         c.start(j).unwrap();
         let member = c.controllers[j].member.clone();
         let r = admin
@@ -380,7 +426,25 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
             .await
             .unwrap();
         assert_eq!(r, Response::Done);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The new member catches up with what was committed when it was added, while
+        // the submits go on.
+        let added_at = c
+            .status_of(&all, leader)
+            .await
+            .expect("leader status")
+            .commit;
+        wait_until(
+            "the new member caught up",
+            Duration::from_secs(30),
+            async || match c.status_of(&all, j).await {
+                Some(st) if st.applied >= added_at => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await
+        .unwrap();
+        let n = count.load(Ordering::Relaxed);
+        wait_acked(&count, n + 5, "submits after the addition").await;
         let victim = (leader + 1) % 3;
         let vid = c.controllers[victim].member.id;
         let r = admin
@@ -388,19 +452,15 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
             .await
             .unwrap();
         assert_eq!(r, Response::Done);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let n = count.load(Ordering::Relaxed);
+        wait_acked(&count, n + 5, "submits after the removal").await;
         stop.store(true, Ordering::Relaxed);
         let mut acked = 0;
         for t in tasks {
             acked += t.await.unwrap().len();
         }
-        assert!(
-            acked > 10,
-            "only {acked} submits during the membership changes"
-        );
         let rest: Vec<usize> = (0..4).filter(|&i| i != victim).collect();
-        // A client that knows the new member's address too.
-        let admin = c.client(Role::Admin, "admin").unwrap();
+        let admin = all;
         let d = converge(&c, &admin, &rest, Duration::from_secs(20)).await;
         assert!(d.jobs as usize >= acked);
         let st = c.status_of(&admin, j).await.unwrap();
@@ -415,14 +475,16 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
             "voters {voters:?}"
         );
         // The removed controller stops by itself.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while c.is_running(victim) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(
-            !c.is_running(victim),
-            "the removed controller is still running"
-        );
+        wait_until(
+            "the removed controller stops",
+            Duration::from_secs(30),
+            async || match c.is_running(victim) {
+                false => Ok(()),
+                true => Err("still running".into()),
+            },
+        )
+        .await
+        .unwrap();
     });
 }
 
@@ -466,22 +528,20 @@ fn malformed_frames_get_an_error_and_change_nothing() {
     });
 }
 
+/// Waits until the job has status `want`; every path ends by the deadline, also when
+/// reads keep failing.
 async fn wait_status(admin: &Client, job: tranche_model::JobId, want: tranche_model::JobStatus) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(Response::Job(j)) = admin.read(Query::Job(job), false).await {
-            if j.status == want {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "job {job} is {:?}, not {want:?}: {:?}",
-                    j.status, j.pending_reason
-                );
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let r = wait_until(
+        &format!("job {job} {want:?}"),
+        Duration::from_secs(30),
+        async || match admin.read(Query::Job(job), false).await {
+            Ok(Response::Job(j)) if j.status == want => Ok(()),
+            Ok(Response::Job(j)) => Err(format!("{:?}: {:?}", j.status, j.pending_reason)),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    r.unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -519,22 +579,27 @@ fn the_leader_schedules_and_a_new_leader_carries_on() {
             .submit(demo::job("reserve", "gina", "g3"))
             .await
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let r = admin.read(Query::Job(x), false).await.unwrap();
-            let Response::Job(j) = r else { panic!("{r:?}") };
-            if let Some(reason) = &j.pending_reason {
-                if !matches!(reason, tranche_model::PendingReason::NotYetScheduled) {
-                    assert_eq!(j.status, tranche_model::JobStatus::Runnable);
-                    break;
+        wait_until(
+            "a reason for the waiting job",
+            Duration::from_secs(30),
+            async || {
+                let r = admin.read(Query::Job(x), false).await;
+                let Ok(Response::Job(j)) = r else {
+                    return Err(format!("{r:?}"));
+                };
+                match &j.pending_reason {
+                    Some(reason)
+                        if !matches!(reason, tranche_model::PendingReason::NotYetScheduled) =>
+                    {
+                        assert_eq!(j.status, tranche_model::JobStatus::Runnable);
+                        Ok(())
+                    }
+                    _ => Err(format!("{j:?}")),
                 }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no reason for the waiting job: {j:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            },
+        )
+        .await
+        .unwrap();
     });
 }
 
@@ -589,13 +654,20 @@ fn an_agent_learns_its_work_and_reports_progress() {
         let (job, _) = admin.submit(spec).await.unwrap();
         // Long-poll until the placement shows up.
         let mut seen = 0;
-        let item = loop {
-            let w = node_work(&agent, "n1", Some(seen)).await;
-            seen = w.applied;
-            if let Some(i) = w.items.iter().find(|i| i.job == job) {
-                break i.clone();
-            }
-        };
+        let item = wait_until(
+            "the placement in the node's work",
+            Duration::from_secs(30),
+            async || {
+                let w = node_work(&agent, "n1", Some(seen)).await;
+                seen = w.applied;
+                match w.items.iter().find(|i| i.job == job) {
+                    Some(i) => Ok(i.clone()),
+                    None => Err(format!("{:?}", w.items)),
+                }
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(item.attempt, 1);
         assert_eq!(item.gpus.len(), 2);
         assert!(item.gpus.iter().all(|(i, u)| u == &format!("GPU-n1-{i}")));
@@ -655,22 +727,24 @@ fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
             .unwrap();
         wait_status(&admin, job, tranche_model::JobStatus::Scheduled).await;
         // The agent goes silent.
-        let deadline = Instant::now() + Duration::from_secs(15);
         let mut was_unreachable = false;
-        loop {
-            let nodes = match admin.read(Query::Nodes, false).await.unwrap() {
-                Response::Nodes(n) => n,
-                other => panic!("{other:?}"),
+        wait_until("the node DOWN", Duration::from_secs(30), async || {
+            let nodes = match admin.read(Query::Nodes, false).await {
+                Ok(Response::Nodes(n)) => n,
+                other => return Err(format!("{other:?}")),
             };
             let n = &nodes[0];
             was_unreachable |= n.unreachable;
-            if let Some(reason) = &n.down {
-                assert!(reason.contains("no heartbeat"), "{reason}");
-                break;
+            match &n.down {
+                Some(reason) => {
+                    assert!(reason.contains("no heartbeat"), "{reason}");
+                    Ok(())
+                }
+                None => Err(format!("{n:?}")),
             }
-            assert!(Instant::now() < deadline, "node never went DOWN: {n:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
+        .unwrap();
         assert!(
             was_unreachable,
             "the node was never seen UNREACHABLE before DOWN"
@@ -682,62 +756,46 @@ fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
             "job still holds GPUs on a DOWN node: {:?}",
             j.status
         );
-        // Heartbeats return: the node comes back UP.
-        agent
-            .command(Command::Heartbeat { node: "n1".into() })
-            .await
-            .unwrap()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let Response::Nodes(nodes) = admin.read(Query::Nodes, false).await.unwrap() else {
-                panic!()
-            };
-            if nodes[0].down.is_none() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "node never came back UP");
+        // Heartbeats return (one before each look): the node comes back UP.
+        wait_until("the node UP again", Duration::from_secs(30), async || {
             agent
                 .command(Command::Heartbeat { node: "n1".into() })
                 .await
-                .unwrap()
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            match admin.read(Query::Nodes, false).await {
+                Ok(Response::Nodes(nodes)) if nodes[0].down.is_none() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+        .unwrap();
     });
 }
 
 #[test]
 fn metrics_are_served_for_prometheus() {
     let _g = serial();
-    let dir = tempfile::tempdir().unwrap();
     let port = tranche_local::free_port();
     // One controller: metrics_addr is per controller, and one is a valid cluster.
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = format!("metrics_addr = \"127.0.0.1:{port}\"\n");
-    let mut c = LocalCluster::create(dir.path(), 1, opts).unwrap();
-    c.start_all().unwrap();
+    let (_dir, mut c) = cluster_of(1, &format!("metrics_addr = \"127.0.0.1:{port}\"\n"));
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         admin.submit(demo::job("lend", "mia", "m1")).await.unwrap();
     });
-    let get = |path: &str| -> String {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        text
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let body = loop {
-        let t = get("/metrics");
-        if t.contains("tranche_share_waiting_jobs{share=\"lend\"} 1") {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "{t}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let get = |path: &str| http_get(port, path);
+    let body = wait_until_blocking(
+        "the waiting job in the metrics",
+        Duration::from_secs(30),
+        || {
+            let t = get("/metrics");
+            match t.contains("tranche_share_waiting_jobs{share=\"lend\"} 1") {
+                true => Ok(t),
+                false => Err(t),
+            }
+        },
+    )
+    .unwrap();
     assert!(
         body.starts_with("HTTP/1.") && body.contains(" 200 "),
         "{body}"
@@ -752,4 +810,112 @@ fn metrics_are_served_for_prometheus() {
         "{body}"
     );
     assert!(get("/other").contains(" 404 "));
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// The busy cap on a running leader, from its counters. Passes are asked for every
+/// millisecond (the Raft loop looks every 2 ms); only the cap (1%) spaces them. Every
+/// pass starts at least 100 times the previous one's duration after the previous one
+/// started, so all passes but the latest fit in 1% of the time since the controller
+/// was started, however long a loaded machine makes them.
+#[test]
+fn the_busy_cap_bounds_the_leaders_time_in_passes() {
+    let _g = serial();
+    let port = tranche_local::free_port();
+    let started = Instant::now();
+    let (_dir, mut c) = cluster_of(
+        1,
+        &format!(
+            "metrics_addr = \"127.0.0.1:{port}\"\n[raft]\ntick_ms = 2\n[sched]\ninterval_ms = 1\nmin_gap_ms = 0\nmax_busy_percent = 1\n"
+        ),
+    );
+    rt().block_on(async {
+        let (admin, _) = ready(&mut c).await;
+        // Work for every pass: 400 two-GPU jobs that no node (one GPU each) fits.
+        for n in 0..20 {
+            let name = format!("n{n}");
+            let agent = c.client(Role::Agent, &name).unwrap();
+            let r = agent
+                .command(Command::RegisterNode(demo::node(&name, 1)))
+                .await;
+            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        }
+        let admin = Arc::new(admin);
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let admin = admin.clone();
+                tokio::spawn(async move {
+                    for i in 0..50 {
+                        let mut job = demo::job("lend", "noa", &format!("q{t}-{i}"));
+                        job.request.gpus_per_node = 2;
+                        admin.submit(job).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    // Then 30 passes over that queue.
+    let setup = metric(&http_get(port, "/metrics"), "tranche_sched_passes_total");
+    let sample = wait_until_blocking("30 passes over the queue", Duration::from_secs(120), || {
+        let t = http_get(port, "/metrics");
+        match metric(&t, "tranche_sched_passes_total") {
+            n if n >= setup + 30.0 => Ok(t),
+            n => Err(format!("{n} passes")),
+        }
+    })
+    .unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    let busy = metric(&sample, "tranche_sched_busy_seconds_total");
+    let latest = metric(&sample, "tranche_sched_pass_seconds");
+    assert!(busy > 0.0 && latest > 0.0, "{sample}");
+    assert!(
+        (busy - latest) * 100.0 <= elapsed,
+        "passes took {busy:.4} s (the latest {latest:.4} s) in {elapsed:.3} s"
+    );
+    eprintln!("passes took {busy:.4} s (the latest {latest:.4} s) in {elapsed:.3} s");
+}
+
+/// The benchmarks' `unsafe_no_fsync`: the controller says loudly that it is on, and
+/// serves and restarts as usual (the writes reach the file, only never the platter).
+#[test]
+fn unsafe_no_fsync_warns_at_start_and_keeps_the_state_across_a_restart() {
+    let _g = serial();
+    let (_dir, mut c) = cluster_of(1, "[raft]\nunsafe_no_fsync = true\n");
+    rt().block_on(async {
+        let (admin, _) = ready(&mut c).await;
+        let (job, _) = admin.submit(demo::job("lend", "olga", "u1")).await.unwrap();
+        let before = converge(&c, &admin, &[0], Duration::from_secs(30)).await;
+        assert_eq!(c.stop(0), Some(0));
+        c.start(0).unwrap();
+        c.wait_leader(&admin, Duration::from_secs(30))
+            .await
+            .expect("a leader after the restart");
+        let after = converge(&c, &admin, &[0], Duration::from_secs(30)).await;
+        assert_eq!(after.jobs, before.jobs);
+        let r = admin.read(Query::Job(job), false).await;
+        assert!(matches!(r, Ok(Response::Job(_))), "{r:?}");
+    });
+    let log = std::fs::read_to_string(&c.controllers[0].log).unwrap();
+    assert_eq!(
+        log.matches("UNSAFE: raft.unsafe_no_fsync = true").count(),
+        2,
+        "one warning per start: {log}"
+    );
 }

@@ -15,6 +15,13 @@ fn the_example_config_parses() {
     assert_eq!(cfg.peers.len(), 3);
     assert_eq!(cfg.raft.snapshot_entries, 100_000);
     assert_eq!(cfg.sched.max_busy_percent, 10);
+    assert!(
+        !cfg.raft.unsafe_no_fsync,
+        "fsync is on unless asked otherwise"
+    );
+    let unsafe_cfg = example().replace("unsafe_no_fsync = false", "unsafe_no_fsync = true");
+    let cfg = Config::parse(&unsafe_cfg, "controller.toml").unwrap();
+    assert!(cfg.raft.unsafe_no_fsync);
 }
 
 fn refused(text: &str) -> String {

@@ -75,6 +75,54 @@ pub fn free_port() -> u16 {
         .expect("a free UDP port")
 }
 
+/// How often the waits below look again.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Calls `check` until it returns `Ok`, for at most `timeout`; a check still running
+/// at the deadline is abandoned. `Err` from `check` means "not yet" and says what it
+/// saw; the error returned at the deadline names `what` and that last sight.
+pub async fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = String::from("not checked yet");
+    loop {
+        match tokio::time::timeout_at(deadline, check()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(seen)) => last = seen,
+            Err(_) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("{what}: not within {timeout:?}; last seen: {last}"));
+        }
+        // The poll interval; the deadline above bounds the whole wait.
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// [`wait_until`] for blocking checks (a command run to completion, a child process).
+/// The deadline is looked at between checks, so each check must end by itself.
+pub fn wait_until_blocking<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check() {
+            Ok(v) => return Ok(v),
+            Err(seen) => seen,
+        };
+        if Instant::now() >= deadline {
+            return Err(format!("{what}: not within {timeout:?}; last seen: {last}"));
+        }
+        // The poll interval; the deadline above bounds the whole wait.
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
 pub struct LocalController {
     pub member: Member,
     pub config: PathBuf,
@@ -243,17 +291,20 @@ impl LocalCluster {
     pub fn stop(&mut self, i: usize) -> Option<i32> {
         self.signal(i, 15);
         let mut ch = self.controllers[i].child.take()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Some(st)) = ch.try_wait() {
-                return st.code();
-            }
-            if Instant::now() > deadline {
+        let exited =
+            wait_until_blocking("exit after SIGTERM", Duration::from_secs(10), || {
+                match ch.try_wait() {
+                    Ok(Some(st)) => Ok(st.code()),
+                    other => Err(format!("{other:?}")),
+                }
+            });
+        match exited {
+            Ok(code) => code,
+            Err(_) => {
                 let _ = ch.kill();
                 let _ = ch.wait();
-                return None;
+                None
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -311,21 +362,21 @@ impl LocalCluster {
 
     /// Waits until some running controller reports itself leader; returns its position.
     pub async fn wait_leader(&mut self, admin: &Client, timeout: Duration) -> Option<usize> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        wait_until("a leader", timeout, async || {
             for i in 0..self.controllers.len() {
                 if !self.is_running(i) {
                     continue;
                 }
                 if let Some(s) = self.status_of(admin, i).await {
                     if s.leader == Some(s.id) {
-                        return Some(i);
+                        return Ok(i);
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        None
+            Err("no running controller reports itself leader".into())
+        })
+        .await
+        .ok()
     }
 }
 

@@ -9,7 +9,9 @@
 //!
 //! * Every change goes through [`DiskStorage::persist`] with a [`PersistBatch`]: one redb write
 //!   transaction, committed with [`redb::Durability::Immediate`] (fsync) before `persist` returns.
-//!   A batch is atomic: after a crash either all of it is on disk or none of it. The in-memory view
+//!   (Unless the file was opened with [`Fsync::UnsafeNever`], for benchmarks only: then nothing
+//!   is fsync'd.) A batch is atomic: after a crash either all of it is on disk or none of it. The
+//!   in-memory view
 //!   served to Raft is updated only after the commit succeeded; a batch that fails validation or
 //!   fails to commit changes nothing.
 //! * All log entries that have not been compacted are also kept in memory, so
@@ -86,6 +88,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -511,8 +514,64 @@ struct Plan {
     image: Option<Arc<Image>>,
 }
 
+/// Whether a persisted batch waits for the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Fsync {
+    /// Every batch is fsync'd before [`DiskStorage::persist`] returns (the default).
+    #[default]
+    Always,
+    /// Unsafe, for benchmarks only: batches are written to the file (the operating system's page
+    /// cache) with the same commit protocol, but never fsync'd. They survive a crash of the
+    /// process, not one of the machine or its power: acknowledged writes can then be lost, and a
+    /// Raft member can forget its vote.
+    UnsafeNever,
+}
+
+/// The file under a database opened with [`Fsync::UnsafeNever`]: redb's syncs do nothing.
+#[derive(Debug)]
+struct UnsyncedFile(redb::backends::FileBackend);
+
+impl redb::StorageBackend for UnsyncedFile {
+    fn len(&self) -> Result<u64, io::Error> {
+        self.0.len()
+    }
+
+    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, io::Error> {
+        self.0.read(offset, len)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&self, _eventual: bool) -> Result<(), io::Error> {
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        self.0.write(offset, data)
+    }
+}
+
+fn create_db(path: &Path, fsync: Fsync) -> Result<Database, redb::DatabaseError> {
+    match fsync {
+        Fsync::Always => Database::create(path),
+        Fsync::UnsafeNever => {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)?;
+            let backend = UnsyncedFile(redb::backends::FileBackend::new(file)?);
+            Database::builder().create_with_backend(backend)
+        }
+    }
+}
+
 struct Shared {
     path: PathBuf,
+    fsync: Fsync,
     db: Database,
     core: RwLock<Core>,
     /// Serializes `persist` calls so that planning, writing and applying see one state.
@@ -536,6 +595,7 @@ impl fmt::Debug for DiskStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DiskStorage")
             .field("path", &self.shared.path)
+            .field("fsync", &self.shared.fsync)
             .field("stats", &self.stats())
             .finish()
     }
@@ -587,8 +647,13 @@ impl DiskStorage {
     /// in this or another process), and with [`LogError::Decode`] or [`LogError::Corrupt`] if the
     /// stored records are unreadable or inconsistent (for example a gap in the log).
     pub fn open(path: &Path) -> Result<DiskStorage, LogError> {
+        DiskStorage::open_with(path, Fsync::Always)
+    }
+
+    /// [`open`](DiskStorage::open), with batches fsync'd or (unsafe, for benchmarks only) not.
+    pub fn open_with(path: &Path, fsync: Fsync) -> Result<DiskStorage, LogError> {
         let started = Instant::now();
-        let db = Database::create(path).map_err(|source| LogError::Open {
+        let db = create_db(path, fsync).map_err(|source| LogError::Open {
             path: path.to_path_buf(),
             source,
         })?;
@@ -618,6 +683,7 @@ impl DiskStorage {
         Ok(DiskStorage {
             shared: Arc::new(Shared {
                 path: path.to_path_buf(),
+                fsync,
                 db,
                 core: RwLock::new(core),
                 writer: Mutex::new(()),
@@ -629,6 +695,11 @@ impl DiskStorage {
     /// The file this storage was opened from.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// Whether batches are fsync'd.
+    pub fn fsync(&self) -> Fsync {
+        self.shared.fsync
     }
 
     fn rl(&self) -> RwLockReadGuard<'_, Core> {
@@ -679,8 +750,8 @@ impl DiskStorage {
     ///
     /// The batch is first validated against the stored state (see the fields of
     /// [`PersistBatch`]); an invalid batch is rejected and nothing changes. It is then written in
-    /// one redb write transaction committed with [`Durability::Immediate`] (fsync) before this
-    /// returns. The in-memory view used by the [`Storage`] methods is updated only after the
+    /// one redb write transaction committed with [`Durability::Immediate`] (fsync, unless opened
+    /// with [`Fsync::UnsafeNever`]) before this returns. The in-memory view used by the [`Storage`] methods is updated only after the
     /// commit succeeded. An empty batch does nothing. Concurrent calls are serialized.
     pub fn persist(&self, batch: &PersistBatch) -> Result<(), LogError> {
         self.persist_inner(batch, false)

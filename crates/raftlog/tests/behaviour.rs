@@ -1,12 +1,13 @@
 //! Deterministic checks of `DiskStorage`: bootstrap, appends, received snapshots, images and
-//! compaction, `Storage::snapshot`, reopening, atomicity of rejected batches and a large batch.
+//! compaction, `Storage::snapshot`, reopening, atomicity of rejected batches, a large batch, and
+//! the benchmarks' unsynced mode.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, Storage, StorageError};
-use tranche_raftlog::{DiskStorage, Image, LogError, PersistBatch};
+use tranche_raftlog::{DiskStorage, Fsync, Image, LogError, PersistBatch};
 
 fn entry(index: u64, term: u64) -> Entry {
     Entry {
@@ -860,4 +861,43 @@ fn a_long_compaction_leaves_the_file_gradually_and_survives_reopen_midway() {
     let last = s.last_index().unwrap();
     drop(s);
     assert_eq!(records_in_file(&f.path), last - 9_000 + 1);
+}
+
+/// `Fsync::UnsafeNever` (benchmarks only) changes only whether the disk is waited for: the
+/// same file format and commit protocol, so what was persisted is there when the file is
+/// reopened, in either mode, and an image and compaction work as with fsync.
+#[test]
+fn an_unsynced_log_is_the_same_file_without_the_waits() {
+    let f = Fixture::new();
+    let s = DiskStorage::open_with(&f.path, Fsync::UnsafeNever).unwrap();
+    assert_eq!(s.fsync(), Fsync::UnsafeNever);
+    s.initialize(&[1, 2, 3]).unwrap();
+    for i in 1..=50 {
+        s.persist(&PersistBatch {
+            entries: &[entry(i, 1)],
+            hard_state: Some(hard_state(1, 1, i - 1)),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    s.persist(&PersistBatch {
+        applied: Some(40),
+        image: Some(image(40, 1, b"state at 40")),
+        compact_to: Some(30),
+        ..Default::default()
+    })
+    .unwrap();
+    let before = all_entries(&s);
+    drop(s);
+
+    let s = f.open();
+    assert_eq!(s.fsync(), Fsync::Always);
+    assert_eq!(all_entries(&s), before);
+    assert_eq!(s.first_index(), Ok(30));
+    assert_eq!(s.last_index(), Ok(50));
+    assert_eq!(s.hard_state(), hard_state(1, 1, 49));
+    assert_eq!(s.image().unwrap().data, b"state at 40");
+    drop(s);
+    let s = DiskStorage::open_with(&f.path, Fsync::UnsafeNever).unwrap();
+    assert_eq!(all_entries(&s), before);
 }

@@ -40,11 +40,21 @@ impl Dev {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let export = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .next()
-            .expect("a line")
-            .unwrap();
+        // The first line comes once the cluster is up; a reader thread lets the wait
+        // for it end at a deadline.
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(BufReader::new(stdout).lines().next());
+        });
+        let export = match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(Some(Ok(line))) => line,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tranche dev printed no export line within 120 s: {other:?}");
+            }
+        };
         let user = export
             .strip_prefix("export TRANCHE_CONFIG=")
             .unwrap_or_else(|| panic!("first line is not the export line: {export}"))

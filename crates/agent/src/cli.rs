@@ -86,7 +86,12 @@ fn run(config: &std::path::Path, json_logs: bool) -> ExitCode {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        // Colours only on a terminal: a log file or journal gets plain text.
+        use std::io::IsTerminal;
+        tracing_subscriber::fmt()
+            .with_ansi(std::io::stdout().is_terminal())
+            .with_env_filter(filter)
+            .init();
     }
     let cfg = match crate::config::AgentConfig::load(config) {
         Ok(c) => c,

@@ -50,3 +50,29 @@ fn the_tls_table_takes_an_optional_revocation_list() {
         .to_string();
     assert!(e.contains("unknown field `crls`"), "{e}");
 }
+
+#[test]
+fn the_cgroup_setting_picks_the_tracking_hierarchy() {
+    use tranche_agent::exec::CgroupMode;
+    let base = example();
+    let cfg = AgentConfig::parse(&base, "a.toml").unwrap();
+    assert_eq!(cfg.cgroup_mode(), CgroupMode::Auto);
+    for (value, mode) in [
+        ("auto", CgroupMode::Auto),
+        ("v1", CgroupMode::V1),
+        ("v2", CgroupMode::V2),
+    ] {
+        let text = base.replace("# cgroup = \"auto\"", &format!("cgroup = \"{value}\""));
+        assert_eq!(
+            AgentConfig::parse(&text, "a.toml").unwrap().cgroup_mode(),
+            mode
+        );
+    }
+    let e = AgentConfig::parse(
+        &base.replace("# cgroup = \"auto\"", "cgroup = \"v3\""),
+        "a.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("`cgroup`") && e.contains("\"v2\""), "{e}");
+}

@@ -1,8 +1,9 @@
 //! The OCI executor with runc: a busybox rootfs directory, an OCI image layout (and an
 //! archive of it) with whiteouts, GPU device nodes, stop, and adoption.
 //!
-//! These tests need root and runc; where the helper cannot provide them they print
-//! `SKIPPED (needs root and runc): ...` and return.
+//! These tests need root, runc (or crun) and a static busybox (as root, `apt-get
+//! install -y runc busybox-static`); without them each says so through
+//! `exec_common::not_run` and returns, or fails under CI as root.
 
 mod exec_common;
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use exec_common::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tranche_agent::exec::{ExecError, ExecKind, Executors, StopOutcome};
+use tranche_agent::exec::{ExecError, ExecKind, Executors, KillMethod, StopOutcome};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -24,7 +25,7 @@ fn config_json(a: &tranche_agent::exec::Attempt) -> Value {
 
 #[test]
 fn busybox_rootfs_runs_with_its_gpu_devices() {
-    if skip_containers("busybox_rootfs_runs_with_its_gpu_devices") {
+    if lacks("busybox_rootfs_runs_with_its_gpu_devices", Need::Containers) {
         return;
     }
     init();
@@ -105,19 +106,22 @@ fn busybox_rootfs_runs_with_its_gpu_devices() {
 
 #[test]
 fn oci_user_cwd_and_limits() {
-    if skip_containers("oci_user_cwd_and_limits") {
+    if lacks("oci_user_cwd_and_limits", Need::Containers) {
         return;
     }
     init();
     let t = tempfile::tempdir().unwrap();
     let rootfs = busybox_rootfs(t.path());
     let ex = Executors::new(&t.path().join("spool")).unwrap();
+    // The container sees its own cgroup at /sys/fs/cgroup: v1's memory hierarchy, or
+    // v2's single one.
     let mut s = spec(
         rootfs.to_str().unwrap(),
         &[
             "sh",
             "-c",
-            "id -u; id -g; pwd; cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "id -u; id -g; pwd; cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null \
+             || cat /sys/fs/cgroup/memory.max",
         ],
     );
     s.user = Some((1000, 1001));
@@ -128,18 +132,24 @@ fn oci_user_cwd_and_limits() {
     let out = stdout(&a);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..3], ["1000", "1001", "/tmp"], "{out}");
-    if ex.cgroup_summary().contains("memory=v1") {
+    if memory_limit_file(&a.cgroup_name()).is_some() {
         assert_eq!(
             lines.get(3).copied(),
             Some((80u64 << 20).to_string().as_str()),
             "{out}"
+        );
+    } else {
+        not_run(
+            "oci_user_cwd_and_limits",
+            "no hierarchy here has the memory controller, so the memory limit is not checked",
+            "run the tests as root on a node with the memory controller",
         );
     }
 }
 
 #[test]
 fn runtime_errors_name_the_command() {
-    if skip_containers("runtime_errors_name_the_command") {
+    if lacks("runtime_errors_name_the_command", Need::Containers) {
         return;
     }
     init();
@@ -278,7 +288,7 @@ fn cache_entries(spool: &Path) -> Vec<String> {
 
 #[test]
 fn oci_image_layout_with_whiteouts() {
-    if skip_containers("oci_image_layout_with_whiteouts") {
+    if lacks("oci_image_layout_with_whiteouts", Need::Containers) {
         return;
     }
     init();
@@ -299,7 +309,12 @@ fn oci_image_layout_with_whiteouts() {
     let root = a.dir().join("bundle/rootfs");
     let overlay = config_json(&a)["root"]["path"] == root.to_str().unwrap();
     if !overlay {
-        eprintln!("NOTE: no overlay here; the job ran on the image cache directly");
+        not_run_unless_ci(
+            "oci_image_layout_with_whiteouts (its overlay part)",
+            "no overlay could be mounted here; the job ran on the image cache directly",
+            "run the tests on a spool that is not itself on overlayfs",
+            false,
+        );
     }
     let st = wait_exit(&a, LONG);
     assert_eq!(st.code, Some(0), "{st:?}; stderr: {}", stderr(&a));
@@ -371,7 +386,10 @@ fn oci_image_layout_with_whiteouts() {
 
 #[test]
 fn oci_stop_lets_a_checkpointing_job_exit_in_grace() {
-    if skip_containers("oci_stop_lets_a_checkpointing_job_exit_in_grace") {
+    if lacks(
+        "oci_stop_lets_a_checkpointing_job_exit_in_grace",
+        Need::Containers,
+    ) {
         return;
     }
     init();
@@ -389,17 +407,15 @@ fn oci_stop_lets_a_checkpointing_job_exit_in_grace() {
         ))
         .unwrap();
     wait_file(&rootfs.join("ready"), LONG);
-    let t0 = Instant::now();
-    let out = a.stop(15, Duration::from_secs(5));
-    let took = t0.elapsed();
-    eprintln!("oci: checkpointing job ended {took:?} after SIGTERM");
+    // The job needs milliseconds of its grace; a long one keeps a slow machine from
+    // turning the exit into a kill.
+    let out = a.stop(15, Duration::from_secs(60));
     match out {
         StopOutcome::ExitedInGrace { status } => {
             assert_eq!(status.code, Some(0), "{status:?}")
         }
         other => panic!("expected ExitedInGrace, got {other:?}"),
     }
-    assert!(took < Duration::from_secs(5));
     assert_eq!(
         std::fs::read_to_string(rootfs.join("ckpt")).unwrap(),
         "saved\n"
@@ -408,92 +424,90 @@ fn oci_stop_lets_a_checkpointing_job_exit_in_grace() {
 }
 
 #[test]
-fn oci_stop_kills_every_process_after_the_grace() {
-    if skip_containers("oci_stop_kills_every_process_after_the_grace") {
+fn oci_stop_signals_then_kills_every_process_after_the_grace() {
+    let test = "oci_stop_signals_then_kills_every_process_after_the_grace";
+    if lacks(test, Need::Containers) {
         return;
     }
     init();
     let t = tempfile::tempdir().unwrap();
     let rootfs = busybox_rootfs(t.path());
     let ex = Executors::new(&t.path().join("spool")).unwrap();
+    // The container's init notes SIGTERM and goes on; its child, in a session of its
+    // own, ignores SIGTERM.
     let a = ex
         .start(&spec(
             rootfs.to_str().unwrap(),
             &[
                 "sh",
                 "-c",
-                "trap '' TERM; setsid sh -c 'exec sleep 1000' & echo ready > /ready; \
-                 while :; do sleep 1; done",
+                "trap 'echo term >> /got_term' TERM; \
+                 setsid sh -c 'trap \"\" TERM; exec sleep 1000' & echo ready > /ready; \
+                 while :; do sleep 1000 & wait $!; done",
             ],
         ))
         .unwrap();
     wait_file(&rootfs.join("ready"), LONG);
-    std::thread::sleep(Duration::from_millis(100));
-    let cg = pids_cgroup(&a);
-    let pids: Vec<i32> = cg
-        .as_ref()
-        .map(|cg| {
-            std::fs::read_to_string(cg.join("cgroup.procs"))
-                .unwrap()
-                .lines()
-                .map(|l| l.parse().unwrap())
-                .collect()
-        })
-        .unwrap_or_default();
-    if cg.is_some() {
-        assert!(
-            pids.len() >= 3,
-            "expected sh, its child and a sleep: {pids:?}"
+    let dirs = cgroup_dirs(test, &a);
+    let mut pids = Vec::new();
+    if let Some(d) = &dirs {
+        wait_until(
+            "sh, its child and a sleep in the container's cgroup",
+            LONG,
+            || {
+                pids = cgroup_procs(&d.track);
+                pids.len() >= 3
+            },
         );
     }
-    let grace = Duration::from_millis(1500);
-    let t0 = Instant::now();
-    let out = a.stop(15, grace);
-    let took = t0.elapsed();
-    eprintln!(
-        "oci: SIGTERM-ignoring job killed {took:?} after SIGTERM (grace {grace:?}), {} processes",
-        pids.len()
-    );
-    match out {
-        StopOutcome::Killed { status } => assert_eq!(status.signal, Some(9), "{status:?}"),
-        other => panic!("expected Killed, got {other:?}"),
+    // Long enough for the shell to run its trap on a loaded machine.
+    let grace = Duration::from_secs(3);
+    let via = stop_a_job_that_outlives_term(&a, grace, &rootfs.join("got_term"));
+    if let Some(d) = &dirs {
+        let expected = if d.v2 {
+            KillMethod::CgroupKill
+        } else {
+            KillMethod::Signals
+        };
+        assert_eq!(via, expected);
     }
-    assert!(
-        took >= grace - Duration::from_millis(500) && took <= grace + Duration::from_millis(500),
-        "took {took:?} for a grace of {grace:?}"
-    );
-    assert!(!a.alive());
-    for p in pids {
-        assert!(pid_gone(p), "process {p} of the container survived");
-    }
-    if let Some(cg) = cg {
-        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
-    }
+    assert_nothing_left(test, &a, &pids);
 }
 
 #[test]
 fn oci_jobs_are_adopted_by_a_new_agent() {
-    if skip_containers("oci_jobs_are_adopted_by_a_new_agent") {
+    if lacks("oci_jobs_are_adopted_by_a_new_agent", Need::Containers) {
         return;
     }
     init();
     let t = tempfile::tempdir().unwrap();
     let rootfs = busybox_rootfs(t.path());
     let spool = t.path().join("spool");
+    // Runs until the test creates `/go` in its rootfs.
     let mut s = spec(
         rootfs.to_str().unwrap(),
-        &["sh", "-c", "sleep 2; echo done"],
+        &[
+            "sh",
+            "-c",
+            "while [ ! -e /go ]; do sleep 0.01; done; echo done",
+        ],
     );
     s.memory_mb = 64;
     s.cpus = 1;
     {
         let ex = Executors::new(&spool).unwrap();
         let a = ex.start(&s).unwrap();
-        let mem =
-            Path::new("/sys/fs/cgroup/memory/tranche").join(format!("{}.{}", a.job(), a.attempt()));
-        if mem.is_dir() {
-            let limit = std::fs::read_to_string(mem.join("memory.limit_in_bytes")).unwrap();
-            assert_eq!(limit.trim(), (64u64 << 20).to_string());
+        match memory_limit_file(&a.cgroup_name()) {
+            Some(f) => {
+                let limit =
+                    std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                assert_eq!(limit.trim(), (64u64 << 20).to_string());
+            }
+            None => not_run(
+                "oci_jobs_are_adopted_by_a_new_agent",
+                "no hierarchy here has the memory controller, so the memory limit is not checked",
+                "run the tests as root on a node with the memory controller",
+            ),
         }
     }
     let ex = Executors::new(&spool).unwrap();
@@ -502,6 +516,7 @@ fn oci_jobs_are_adopted_by_a_new_agent() {
     let a = &found[0];
     assert_eq!((a.job(), a.kind()), (s.job, ExecKind::Oci));
     assert!(a.alive() && a.exit().is_none());
+    std::fs::write(rootfs.join("go"), "").unwrap();
     let st = wait_exit(a, LONG);
     assert_eq!(st.code, Some(0), "{st:?}; stderr: {}", stderr(a));
     assert_eq!(stdout(a), "done\n");

@@ -13,7 +13,8 @@ use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use tranche_agent::exec::{
-    Attempt, BoundGpu, CgroupDirs, CgroupMode, Executors, ExitStatus, LaunchSpec,
+    Attempt, BoundGpu, CgroupDirs, CgroupMode, Executors, ExitStatus, KillMethod, LaunchSpec,
+    StopOutcome,
 };
 
 /// Makes shims run from the `tranche-agent` binary built for these tests.
@@ -362,4 +363,50 @@ pub fn busybox_rootfs(dir: &Path) -> PathBuf {
         }
     }
     root
+}
+
+/// The file holding the memory limit of the cgroup `name` (below `tranche/`) in the
+/// hierarchy with the memory controller: v1's `memory.limit_in_bytes`, or v2's
+/// `memory.max`; `None` where no hierarchy has it.
+pub fn memory_limit_file(name: &str) -> Option<PathBuf> {
+    let mounts = tranche_agent::exec::cgroup_mounts();
+    if let Some(m) = mounts.v1.get("memory") {
+        return Some(m.join("tranche").join(name).join("memory.limit_in_bytes"));
+    }
+    let v2 = mounts.v2?;
+    let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+    controllers
+        .split_whitespace()
+        .any(|c| c == "memory")
+        .then(|| v2.join("tranche").join(name).join("memory.max"))
+}
+
+/// Stops `a` (SIGTERM, `grace`), a job that notes SIGTERM by appending `term` to
+/// `term_note` and goes on, and asserts the order: SIGTERM first (the job saw it),
+/// SIGKILL only once the grace was over, the exit after both. Returns how it was killed.
+pub fn stop_a_job_that_outlives_term(a: &Attempt, grace: Duration, term_note: &Path) -> KillMethod {
+    let sent_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let t0 = Instant::now();
+    let out = a.stop(15, grace);
+    let took = t0.elapsed();
+    let StopOutcome::Killed { status, via } = out else {
+        panic!("expected Killed, got {out:?}");
+    };
+    assert_eq!(
+        std::fs::read_to_string(term_note).unwrap_or_default(),
+        "term\n"
+    );
+    assert!(
+        took >= grace,
+        "killed {took:?} after TERM, before the grace of {grace:?}"
+    );
+    assert_eq!(status.signal, Some(9), "{status:?}");
+    assert!(
+        status.at_ms >= sent_ms,
+        "{status:?} ended before the stop at {sent_ms}"
+    );
+    via
 }

@@ -245,6 +245,8 @@ impl Client {
             if started.elapsed() >= self.retry_for {
                 return Err(ClientError::Timeout(self.retry_for, err.to_string()));
             }
+            // Paces the retries (20 ms doubling to 200 ms) while an election or a
+            // restart runs its course; `retry_for` above bounds them.
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(200));
         }

@@ -29,7 +29,7 @@ fn busybox_rootfs_runs_with_its_gpu_devices() {
         return;
     }
     init();
-    let t = tempfile::tempdir().unwrap();
+    let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
     let ex = Executors::new(&t.path().join("spool")).unwrap();
     let mut s = spec(
@@ -110,7 +110,7 @@ fn oci_user_cwd_and_limits() {
         return;
     }
     init();
-    let t = tempfile::tempdir().unwrap();
+    let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
     let ex = Executors::new(&t.path().join("spool")).unwrap();
     // The container sees its own cgroup at /sys/fs/cgroup: v1's memory hierarchy, or
@@ -153,7 +153,7 @@ fn runtime_errors_name_the_command() {
         return;
     }
     init();
-    let t = tempfile::tempdir().unwrap();
+    let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
     let ex = Executors::new(&t.path().join("spool")).unwrap();
     let s = spec(
@@ -292,7 +292,7 @@ fn oci_image_layout_with_whiteouts() {
         return;
     }
     init();
-    let t = tempfile::tempdir().unwrap();
+    let t = test_dir();
     let layout = build_layout(t.path());
     let spool = t.path().join("spool");
     let ex = Executors::new(&spool).unwrap();
@@ -393,7 +393,7 @@ fn oci_stop_lets_a_checkpointing_job_exit_in_grace() {
         return;
     }
     init();
-    let t = tempfile::tempdir().unwrap();
+    let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
     let ex = Executors::new(&t.path().join("spool")).unwrap();
     let a = ex
@@ -430,7 +430,7 @@ fn oci_stop_signals_then_kills_every_process_after_the_grace() {
         return;
     }
     init();
-    let t = tempfile::tempdir().unwrap();
+    let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
     let ex = Executors::new(&t.path().join("spool")).unwrap();
     // The container's init notes SIGTERM and goes on; its child, in a session of its
@@ -480,7 +480,7 @@ fn oci_jobs_are_adopted_by_a_new_agent() {
         return;
     }
     init();
-    let t = tempfile::tempdir().unwrap();
+    let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
     let spool = t.path().join("spool");
     // Runs until the test creates `/go` in its rootfs.

@@ -49,7 +49,7 @@ fn main_pid(a: &tranche_agent::exec::Attempt) -> i32 {
 on_v1_and_v2!(output_and_exit_code);
 fn output_and_exit_code(test: &str, mode: CgroupMode) {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let Some(ex) = executors_on(test, spool.path(), mode) else {
         return;
     };
@@ -73,7 +73,7 @@ fn output_and_exit_code(test: &str, mode: CgroupMode) {
 #[test]
 fn env_holds_exactly_the_gpu_binding() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let ex = Executors::new(spool.path()).unwrap();
     let mut s = spec("host", &["env"]);
     s.gpus = gpus(&[2, 5]);
@@ -126,7 +126,7 @@ fn limit_file(dir: &(PathBuf, bool), v2: &str, v1: &str) -> String {
 on_v1_and_v2!(job_runs_in_its_cgroup_with_limits);
 fn job_runs_in_its_cgroup_with_limits(test: &str, mode: CgroupMode) {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let Some(ex) = executors_on(test, spool.path(), mode) else {
         return;
     };
@@ -201,7 +201,7 @@ fn swap_on() -> bool {
 fn the_kernel_enforces_the_memory_limit() {
     let test = "the_kernel_enforces_the_memory_limit";
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let Some(ex) = executors_on(test, spool.path(), CgroupMode::Auto) else {
         return;
     };
@@ -248,7 +248,7 @@ fn the_kernel_enforces_the_memory_limit() {
 fn the_kernel_enforces_the_cpu_limit() {
     let test = "the_kernel_enforces_the_cpu_limit";
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let work = tempfile::tempdir().unwrap();
     let Some(ex) = executors_on(test, spool.path(), CgroupMode::Auto) else {
         return;
@@ -281,7 +281,16 @@ fn the_kernel_enforces_the_cpu_limit() {
             "no writable cpu controller here, so the CPU limit cannot be enforced",
             "run the tests as root on a node with the cpu controller",
         ),
-        Some((dir, _)) => {
+        Some((dir, v2)) => {
+            // On a machine busy with other tests the job's cgroup, weighted as one
+            // process, would never get more than one CPU and so never meet its quota:
+            // the largest weight lets it want more (and its quota keeps it to one).
+            let (file, weight) = if v2 {
+                ("cpu.weight", "10000")
+            } else {
+                ("cpu.shares", "262144")
+            };
+            std::fs::write(dir.join(file), weight).unwrap();
             wait_file(&work.path().join("ready"), LONG);
             let throttled = || {
                 std::fs::read_to_string(dir.join("cpu.stat"))
@@ -291,8 +300,7 @@ fn the_kernel_enforces_the_cpu_limit() {
                     .and_then(|n| n.trim().parse::<u64>().ok())
                     .unwrap_or(0)
             };
-            // Any period in which the loops got more than one CPU is throttled; on a
-            // machine busy with other tests that may take a few periods.
+            // Any period in which the loops got more than one CPU is throttled.
             wait_until(
                 "the kernel to throttle the job (cpu.stat nr_throttled)",
                 LONG,
@@ -308,7 +316,7 @@ fn the_kernel_enforces_the_cpu_limit() {
 #[test]
 fn stop_lets_a_checkpointing_job_exit_in_grace() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let work = tempfile::tempdir().unwrap();
     let ex = Executors::new(spool.path()).unwrap();
     let mut s = spec(
@@ -339,7 +347,7 @@ fn stop_lets_a_checkpointing_job_exit_in_grace() {
 on_v1_and_v2!(stop_signals_then_kills_every_process_after_the_grace);
 fn stop_signals_then_kills_every_process_after_the_grace(test: &str, mode: CgroupMode) {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let work = tempfile::tempdir().unwrap();
     let Some(ex) = executors_on(test, spool.path(), mode) else {
         return;
@@ -381,7 +389,7 @@ fn runs_as_the_given_user() {
         return;
     }
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let ex = Executors::new(spool.path()).unwrap();
     let mut s = spec("host", &["sh", "-c", "id -u; id -g; id -G; pwd"]);
     s.user = Some((65534, 65533));
@@ -394,7 +402,7 @@ fn runs_as_the_given_user() {
 #[test]
 fn a_missing_program_is_a_clear_error_and_leaves_nothing() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let ex = Executors::new(spool.path()).unwrap();
     let s = spec("host", &["/nonexistent/train.py", "--epochs", "3"]);
     let err = ex.start(&s).unwrap_err();
@@ -412,7 +420,7 @@ fn a_missing_program_is_a_clear_error_and_leaves_nothing() {
 #[test]
 fn an_attempt_cannot_be_started_twice() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let ex = Executors::new(spool.path()).unwrap();
     let s = spec("host", &["true"]);
     let a = ex.start(&s).unwrap();
@@ -468,7 +476,7 @@ fn agent_role_for_restart_test() {
 #[test]
 fn jobs_survive_the_agent_being_killed() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let work = tempfile::tempdir().unwrap();
     let job = job_id();
     // The agent: this test binary again, running only `agent_role_for_restart_test`.
@@ -544,7 +552,7 @@ fn jobs_survive_the_agent_being_killed() {
 #[test]
 fn adopt_in_process_after_dropping_the_executors() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let work = tempfile::tempdir().unwrap();
     let job = {
         let ex = Executors::new(spool.path()).unwrap();
@@ -566,7 +574,7 @@ fn adopt_in_process_after_dropping_the_executors() {
 fn a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped() {
     let test = "a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped";
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let ex = Executors::new(spool.path()).unwrap();
     let a = ex.start(&spec("host", &["sleep", "1000"])).unwrap();
     let pid = main_pid(&a);
@@ -601,7 +609,7 @@ fn a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped() {
 #[test]
 fn an_attempt_acknowledged_through_another_handle_has_ended() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let ex = Executors::new(spool.path()).unwrap();
     let a = ex.start(&spec("host", &["true"])).unwrap();
     let other = a.clone();
@@ -634,7 +642,7 @@ fn an_attempt_acknowledged_through_another_handle_has_ended() {
 #[test]
 fn the_gpu_ledger_pairs_bind_and_free() {
     init();
-    let spool = tempfile::tempdir().unwrap();
+    let spool = test_dir();
     let ex = Executors::new(spool.path()).unwrap();
     // The job's first and last instants, in µs since the epoch.
     let mut s = spec("host", &["sh", "-c", "date +%s%6N; sleep 0.2; date +%s%6N"]);
@@ -680,7 +688,7 @@ on_v1_and_v2!(two_spools_run_the_same_attempt_side_by_side);
 /// restart of one touches the other.
 fn two_spools_run_the_same_attempt_side_by_side(test: &str, mode: CgroupMode) {
     init();
-    let (spool1, spool2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (spool1, spool2) = (test_dir(), test_dir());
     let work = tempfile::tempdir().unwrap();
     let Some(ex1) = executors_on(test, spool1.path(), mode) else {
         return;

@@ -225,7 +225,11 @@ pub fn lacks(test: &str, need: Need) -> bool {
 /// or `None` where this machine cannot give them (having said so through
 /// [`not_run`]; a hierarchy the machine does not mount at all is no failure in CI).
 pub fn executors_on(test: &str, spool: &Path, mode: CgroupMode) -> Option<Executors> {
-    let remedy = format!("run the tests as root on a node with a writable cgroup {mode} hierarchy");
+    let hierarchy = match mode {
+        CgroupMode::Auto => "cgroup".to_string(),
+        forced => format!("cgroup {forced}"),
+    };
+    let remedy = format!("run the tests as root on a node with a writable {hierarchy} hierarchy");
     if !is_root() {
         not_run(
             test,
@@ -409,4 +413,41 @@ pub fn stop_a_job_that_outlives_term(a: &Attempt, grace: Duration, term_note: &P
         "{status:?} ended before the stop at {sent_ms}"
     );
     via
+}
+
+/// A temporary directory for a spool (the directory itself, or its `spool/`): when
+/// dropped, every job still running from it is killed before the directory goes.
+/// Jobs outlive their handles by design; a test that fails midway leaves none behind.
+pub struct TestDir(tempfile::TempDir);
+
+/// A new [`TestDir`].
+pub fn test_dir() -> TestDir {
+    TestDir(tempfile::tempdir().unwrap())
+}
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        for spool in [self.path().to_path_buf(), self.path().join("spool")] {
+            if !spool.join("attempts").is_dir() {
+                continue;
+            }
+            let Ok(ex) = Executors::new(&spool) else {
+                continue;
+            };
+            let attempts = ex.adopt().unwrap_or_default();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            for a in &attempts {
+                while a.alive() && Instant::now() < deadline {
+                    let _ = a.kill_all();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
 }

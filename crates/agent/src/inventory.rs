@@ -393,7 +393,7 @@ mod tests {
         let mut f = FakeInventory::parse("2 x h100", "n1").unwrap();
         f.set_unhealthy(1, "Xid 79: GPU has fallen off the bus");
         let g = f.gpus().unwrap();
-        assert!(g[1].to_model("h100".into()).healthy == false);
+        assert!(!g[1].to_model("h100".into()).healthy);
         assert!(g[0].to_model("h100".into()).healthy);
     }
 }

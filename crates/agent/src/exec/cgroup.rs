@@ -690,7 +690,7 @@ mod tests {
         std::fs::create_dir_all(t.path().join(PARENT)).unwrap();
         let plan = cg.plan_for("abcd0123-7.1", 3, 64).unwrap();
         let dir = t.path().join(PARENT).join("abcd0123-7.1");
-        assert_eq!(plan.dirs(), [dir.clone()]);
+        assert_eq!(plan.dirs(), std::slice::from_ref(&dir));
         assert!(plan.v2);
         plan.create(3, 64).unwrap();
         assert_eq!(read(&dir.join("memory.max")), (64u64 << 20).to_string());

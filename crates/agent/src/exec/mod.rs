@@ -943,9 +943,10 @@ pub struct CgroupDirs {
     pub v2: bool,
     /// Every directory the job joined, `track` first.
     pub all: Vec<PathBuf>,
-    /// Where its memory limit is written, and whether that is a v2 directory.
+    /// Where the agent wrote its memory limit, and whether that is a v2 directory
+    /// (process jobs only: a container's limits are its runtime's).
     pub memory: Option<(PathBuf, bool)>,
-    /// Where its CPU limit is written, and whether that is a v2 directory.
+    /// Where the agent wrote its CPU limit, and whether that is a v2 directory.
     pub cpu: Option<(PathBuf, bool)>,
 }
 

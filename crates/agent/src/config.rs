@@ -50,8 +50,9 @@ pub struct AgentConfig {
     /// Without a controller quorum for this long, the agent stops its jobs itself, so a
     /// later DOWN and requeue can never double-book a GPU: each job gets its checkpoint
     /// signal and, after a fixed grace of [`crate::daemon::ORPHAN_GRACE`] (10 s, not the
-    /// job's own grace, which the agent learns only with a stop order), SIGKILL.
-    /// `fence_after_s` plus those 10 s must stay below the controllers' `down_after_s`.
+    /// job's own grace, which the agent learns only with a stop order), SIGKILL; a stop
+    /// already under way keeps its own grace. The controllers' `down_after_s` must exceed
+    /// `fence_after_s` plus those 10 s, and the longest grace of such a stop.
     #[serde(default = "default_fence_after_s")]
     pub fence_after_s: u64,
     /// The cgroup hierarchy that tracks process jobs: `auto` (the default: v1 `pids`,

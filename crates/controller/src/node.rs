@@ -133,7 +133,7 @@ pub struct Node {
     reads_waiting: Vec<(u64, Pending<Result<(), ApiError>>)>,
     leader: u64,
     sched_dirty: bool,
-    /// When the latest scheduling pass was asked for and how long it took.
+    /// The latest scheduling pass: when the planner took it up and how long it took.
     last_pass: Option<LastPass>,
     cadence: Cadence,
     planner: Planner,

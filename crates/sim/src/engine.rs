@@ -81,7 +81,7 @@ pub struct Sim {
 }
 
 /// A settle loop that does not settle is a scheduler bug, not a scenario property.
-const MAX_PASSES_PER_INSTANT: usize = 10_000;
+const MAX_PASSES_PER_INSTANT: usize = 1_000;
 
 impl Sim {
     /// Builds the cluster the scenario describes at time 0.

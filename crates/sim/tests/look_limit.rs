@@ -31,7 +31,15 @@ in_share_preemption = true
 }
 
 fn submit(sim: &mut Sim, name: &str, gpus: u32, priority: u32) -> JobId {
-    let mut spec = JobSpec::new(name, tranche_sim::engine::QUEUE, "s", "sim", "h100", gpus, 1);
+    let mut spec = JobSpec::new(
+        name,
+        tranche_sim::engine::QUEUE,
+        "s",
+        "sim",
+        "h100",
+        gpus,
+        1,
+    );
     spec.priority = priority;
     match sim.state.apply(&Command::Submit(spec), 0).unwrap() {
         Outcome::Submitted { job, .. } => job,

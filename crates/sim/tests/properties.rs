@@ -4,10 +4,11 @@
 use proptest::prelude::{
     prop_oneof, proptest, Just, ProptestConfig, Strategy as Gen, TestCaseError,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tranche_model::*;
 use tranche_sim::scenario::*;
 use tranche_sim::Sim;
+use tranche_state::State;
 
 fn limit(max: u32) -> Vec<LimitSpec> {
     vec![LimitSpec {
@@ -166,7 +167,12 @@ fn to_event(
 }
 
 /// The invariants, checked on the settled state at time `now`.
-fn check(sim: &Sim, capacity_lost_now: bool, reprioritized_now: bool) -> Result<(), String> {
+fn check(
+    sim: &Sim,
+    capacity_lost_now: bool,
+    reprioritized_now: bool,
+    stopping_before: &BTreeSet<JobId>,
+) -> Result<(), String> {
     let st = &sim.state;
     let now = sim.now;
     let unit = Unit::from("h100");
@@ -235,7 +241,26 @@ fn check(sim: &Sim, capacity_lost_now: bool, reprioritized_now: bool) -> Result<
                             j.id, p.id
                         ));
                     }
-                    let have = st.share_used(&ps.name, &unit) + held_by(&ps.name);
+                    // The share's own jobs that borrowed in the same pass, after the
+                    // decision, do not count against it.
+                    let borrowed_now: u32 = st
+                        .active_in(&ps.name)
+                        .filter(|b| {
+                            b.current_attempt()
+                                .is_some_and(|a| a.borrowed && a.scheduled_at == now)
+                        })
+                        .map(|b| b.spec.request.total_gpus())
+                        .sum();
+                    // GPUs of the share's own jobs being stopped (for its in-share
+                    // preemptors, whose holds are counted) are counted once.
+                    let stopping: u32 = st
+                        .active_in(&ps.name)
+                        .filter(|x| x.stop.is_some())
+                        .map(|x| x.spec.request.total_gpus())
+                        .sum();
+                    let have = st.share_used(&ps.name, &unit) + held_by(&ps.name)
+                        - borrowed_now
+                        - stopping;
                     if have > ps.max_for(&unit) {
                         return Err(format!(
                             "job {} reclaimed for job {} whose share is over max ({have})",
@@ -341,6 +366,292 @@ fn check(sim: &Sim, capacity_lost_now: bool, reprioritized_now: bool) -> Result<
             }
         }
     }
+    work_conservation(sim)?;
+    no_needless_preemption(sim, stopping_before)?;
+    gangs_get_whole_nodes(sim)?;
+    Ok(())
+}
+
+/// Jobs being stopped now.
+fn stopping(sim: &Sim) -> BTreeSet<JobId> {
+    sim.state.stopping_jobs().map(|j| j.id).collect()
+}
+
+fn reason_of(j: &Job, now: Millis) -> String {
+    j.pending_reason
+        .as_ref()
+        .map(|r| r.render(now))
+        .unwrap_or_default()
+}
+
+/// What a job may use now, as `docs/design.md` §3 defines it: per schedulable node, the
+/// free GPUs no hold covers; and whether the share's limit (max, or the borrowing
+/// ceiling), RESERVE shares' idle GPUs and the environment's cap let it take `need`.
+struct Room {
+    /// Free GPUs per schedulable node that no hold covers.
+    free: Vec<u32>,
+    unit: Unit,
+}
+
+impl Room {
+    fn of(st: &State) -> Room {
+        let unit = Unit::from("h100");
+        let free = st
+            .nodes
+            .values()
+            .filter(|n| n.schedulable())
+            .map(|n| {
+                let held: u32 = st
+                    .holding_jobs()
+                    .filter_map(|h| h.hold.as_ref())
+                    .flat_map(|h| h.nodes.iter())
+                    .filter(|(name, _)| name == n.name())
+                    .map(|(_, c)| c)
+                    .sum();
+                (n.free_gpus(&unit).count() as u32).saturating_sub(held)
+            })
+            .collect();
+        Room { free, unit }
+    }
+
+    /// Whether `k` nodes each have `g` of these free GPUs.
+    fn fits(&self, g: u32, k: u32) -> bool {
+        self.free.iter().filter(|&&f| f >= g).count() >= k as usize
+    }
+
+    /// Whether the share's limits let job `j` start now with `other_held` GPUs held for
+    /// the share's other jobs.
+    fn share_allows(&self, st: &State, j: &Job, other_held: u32) -> bool {
+        let Some(s) = st.shares.get(&j.spec.share) else {
+            return false;
+        };
+        if s.state != ObjState::Enabled {
+            return false;
+        }
+        let need = j.spec.request.total_gpus();
+        let have = st.share_used(&s.name, &self.unit) + other_held;
+        let limit = if have + need <= s.max_for(&self.unit) {
+            return self.reserve_allows(st, &s.name, need) && self.cap_allows(st, need);
+        } else if s.borrows() {
+            s.ceiling_for(&self.unit)
+        } else {
+            return false;
+        };
+        limit.is_none_or(|c| (have + need) as u64 <= c)
+            && self.reserve_allows(st, &s.name, need)
+            && self.cap_allows(st, need)
+    }
+
+    /// Taking `need` free GPUs leaves the idle GPUs of RESERVE shares other than `own`.
+    fn reserve_allows(&self, st: &State, own: &ShareName, need: u32) -> bool {
+        let idle: u32 = st
+            .shares
+            .values()
+            .filter(|s| {
+                &s.name != own
+                    && s.state == ObjState::Enabled
+                    && s.resource_sharing.strategy == Strategy::Reserve
+            })
+            .map(|s| {
+                s.max_for(&self.unit)
+                    .saturating_sub(st.share_used(&s.name, &self.unit) + held_for(st, &s.name))
+            })
+            .sum();
+        self.free.iter().sum::<u32>() >= need + idle
+    }
+
+    /// The environment's cap: GPUs in use, plus holds beyond the GPUs being stopped.
+    fn cap_allows(&self, st: &State, need: u32) -> bool {
+        let Some(cap) = st
+            .environments
+            .values()
+            .next()
+            .and_then(|e| e.capacity_limits.iter().find(|l| l.unit == self.unit))
+            .map(|l| l.max)
+        else {
+            return true;
+        };
+        let used: u32 = st
+            .shares
+            .values()
+            .map(|s| st.share_used(&s.name, &self.unit))
+            .sum();
+        let stopping: u32 = st
+            .stopping_jobs()
+            .map(|j| j.spec.request.total_gpus())
+            .sum();
+        let held: u32 = st.holding_jobs().map(|j| j.spec.request.total_gpus()).sum();
+        used + held.saturating_sub(stopping) + need <= cap
+    }
+}
+
+fn held_for(st: &State, share: &ShareName) -> u32 {
+    st.holding_jobs()
+        .filter(|j| &j.spec.share == share)
+        .map(|j| j.spec.request.total_gpus())
+        .sum()
+}
+
+/// Work conservation: no job waits (with or without a hold) while free GPUs that no hold
+/// covers would fit it, its share's limit, RESERVE shares and the cap allowing.
+fn work_conservation(sim: &Sim) -> Result<(), String> {
+    let st = &sim.state;
+    let room = Room::of(st);
+    for j in st.jobs.values().filter(|j| j.status == JobStatus::Runnable) {
+        let r = &j.spec.request;
+        let own = if j.hold.is_some() { r.total_gpus() } else { 0 };
+        if room.fits(r.gpus_per_node, r.nodes)
+            && room.share_allows(st, j, held_for(st, &j.spec.share) - own)
+        {
+            return Err(format!(
+                "job {} of share {} ({} × {} GPUs) waits ({}) while free GPUs would fit it: {:?}",
+                j.id,
+                j.spec.share,
+                r.nodes,
+                r.gpus_per_node,
+                reason_of(j, sim.now),
+                room.free
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// No job preempts anyone while free GPUs it may use would fit it now: checked for the
+/// preemptors of this instant's preemptions.
+fn no_needless_preemption(sim: &Sim, stopping_before: &BTreeSet<JobId>) -> Result<(), String> {
+    let st = &sim.state;
+    let room = Room::of(st);
+    for v in st.active_jobs() {
+        // Only this step's preemptions: one made earlier at the same instant may have
+        // been right before a later event (a resume) freed GPUs.
+        let Some(stop) = v
+            .stop
+            .as_ref()
+            .filter(|s| s.signalled_at == sim.now && !stopping_before.contains(&v.id))
+        else {
+            continue;
+        };
+        let Some(p) = stop.kind.for_job().and_then(|p| st.jobs.get(&p)) else {
+            continue;
+        };
+        if p.status != JobStatus::Runnable || p.hold.is_none() {
+            continue;
+        }
+        let r = &p.spec.request;
+        let own_held = p.spec.request.total_gpus();
+        if room.fits(r.gpus_per_node, r.nodes)
+            && room.share_allows(st, p, held_for(st, &p.spec.share) - own_held)
+        {
+            return Err(format!(
+                "job {} preempted job {} while free GPUs would fit it: {:?}",
+                p.id, v.id, room.free
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The quota guarantee for gangs: a gang with room in its share (its share's usage,
+/// holds and the jobs ahead of it, plus its need, within max) does not wait without a
+/// hold while `nodes` whole nodes hold nothing but over-max work that could be
+/// reclaimed (unprotected, single-node jobs of shares over max, within their excess).
+fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
+    let st = &sim.state;
+    let now = sim.now;
+    let unit = Unit::from("h100");
+    let excess_of = |share: &ShareName| -> i64 {
+        let Some(s) = st.shares.get(share) else {
+            return 0;
+        };
+        let stopping: u32 = st
+            .active_in(share)
+            .filter(|x| x.stop.is_some())
+            .map(|x| x.spec.request.total_gpus())
+            .sum();
+        st.share_used(share, &unit) as i64 - stopping as i64 - s.max_for(&unit) as i64
+    };
+    for j in st
+        .jobs
+        .values()
+        .filter(|j| j.status == JobStatus::Runnable && j.hold.is_none() && j.spec.request.nodes > 1)
+    {
+        let Some(s) = st
+            .shares
+            .get(&j.spec.share)
+            .filter(|s| s.state == ObjState::Enabled)
+        else {
+            continue;
+        };
+        let (g, k) = (j.spec.request.gpus_per_node, j.spec.request.nodes);
+        let ahead: u32 = st
+            .runnable_in(&s.name)
+            .take_while(|(key, _)| key.id != j.id)
+            .map(|(_, w)| w.gpus_per_node * w.nodes)
+            .sum();
+        let have = st.share_used(&s.name, &unit) + held_for(st, &s.name) + ahead;
+        if have + g * k > s.max_for(&unit) {
+            continue;
+        }
+        // Clean nodes: every busy GPU belongs to a reclaimable job, which alone frees g.
+        let mut clean: Vec<(u32, String, BTreeMap<ShareName, i64>)> = vec![];
+        for n in st.nodes.values().filter(|n| n.schedulable()) {
+            let holds_here = st
+                .holding_jobs()
+                .filter_map(|h| h.hold.as_ref())
+                .any(|h| h.nodes.iter().any(|(name, _)| name == n.name()));
+            if holds_here || n.inventory.gpus.len() < g as usize {
+                continue;
+            }
+            let on_node: Vec<&Job> = st
+                .active_jobs()
+                .filter(|v| v.allocation().iter().any(|a| a.node == *n.name()))
+                .collect();
+            let ok = on_node.iter().all(|v| {
+                let young = st
+                    .shares
+                    .get(&v.spec.share)
+                    .is_none_or(|ts| v.started_at().unwrap_or(0) + ts.min_runtime_s * SECOND > now);
+                v.stop.is_none()
+                    && v.spec.request.nodes == 1
+                    && v.spec.share != s.name
+                    && excess_of(&v.spec.share) > 0
+                    && !young
+            });
+            let freed: u32 = on_node.iter().map(|v| v.spec.request.total_gpus()).sum();
+            if !ok || freed < g || on_node.is_empty() {
+                continue;
+            }
+            let mut cost: BTreeMap<ShareName, i64> = BTreeMap::new();
+            for v in &on_node {
+                *cost.entry(v.spec.share.clone()).or_default() +=
+                    v.spec.request.total_gpus() as i64;
+            }
+            clean.push((freed, n.name().to_string(), cost));
+        }
+        clean.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut spent: BTreeMap<ShareName, i64> = BTreeMap::new();
+        let mut found = vec![];
+        for (_, name, cost) in &clean {
+            if cost
+                .iter()
+                .all(|(sh, c)| spent.get(sh).copied().unwrap_or(0) + c <= excess_of(sh))
+            {
+                for (sh, c) in cost {
+                    *spent.entry(sh.clone()).or_default() += c;
+                }
+                found.push(name.clone());
+            }
+        }
+        if found.len() >= k as usize {
+            return Err(format!(
+                "gang {} of share {} ({k} × {g} GPUs, room in its share) waits ({}) while nodes {found:?} hold only reclaimable over-max work",
+                j.id,
+                s.name,
+                reason_of(j, now)
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -348,9 +659,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
-    fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4) {
+    fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))]) {
         let sc = Scenario {
-            environment: None,
+            environment: cap.map(|max| EnvSpec {
+                name: None,
+                capacity_limits: Some(vec![LimitSpec { unit: "h100".into(), max }]),
+                selector: None,
+            }),
             queues: vec![],
             nodes: vec![NodeSpec { name: "n".into(), count: Some(node_count), unit: "h100".into(), gpus: 8, labels: None }],
             shares: shares.clone(),
@@ -371,15 +686,17 @@ proptest! {
                 reprioritized_at = Some(*at);
             }
             let Some(ev) = to_event(*at, e, &mut submitted, shares.len(), &node_names) else { continue };
+            let before = stopping(&sim);
             sim.advance_to(at * SECOND).map_err(TestCaseError::fail)?;
             sim.event(&ev);
             sim.settle().map_err(TestCaseError::fail)?;
-            check(&sim, lost_at == Some(*at), reprioritized_at == Some(*at)).map_err(|m| TestCaseError::fail(format!("t={at}: {m}")))?;
+            check(&sim, lost_at == Some(*at), reprioritized_at == Some(*at), &before).map_err(|m| TestCaseError::fail(format!("t={at}: {m}")))?;
         }
         // Let everything that can finish, finish; the invariants still hold.
         let end = evs.last().map_or(0, |e| e.0) + 400;
+        let before = stopping(&sim);
         sim.advance_to(end * SECOND).map_err(TestCaseError::fail)?;
         sim.settle().map_err(TestCaseError::fail)?;
-        check(&sim, false, false).map_err(|m| TestCaseError::fail(format!("end: {m}")))?;
+        check(&sim, false, false, &before).map_err(|m| TestCaseError::fail(format!("end: {m}")))?;
     }
 }

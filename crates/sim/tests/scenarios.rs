@@ -141,7 +141,10 @@ fn queues_and_the_shares_that_name_them_are_checked() {
     assert_eq!(e, "invalid `shares[0].queue`: no queue named dev");
     // Without [[queues]], the one queue is `default`.
     let e = parse_err(&named);
-    assert!(e.starts_with("invalid `shares[0].queue`: no queue named prod"), "{e}");
+    assert!(
+        e.starts_with("invalid `shares[0].queue`: no queue named prod"),
+        "{e}"
+    );
     let e = parse_err(&format!("{queues}{queues}{named}"));
     assert_eq!(e, "invalid `queues[1].name`: queue prod is defined twice");
     let e = parse_err(&format!(

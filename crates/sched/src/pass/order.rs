@@ -70,10 +70,29 @@ impl<'a> Pass<'a> {
                 heap.push((self.heap_key(s, k, w), i));
             }
         }
-        // Rule 5: the borrow pass, FIFO by submit time across shares.
-        deferred.sort_by_key(|d| (d.0, d.1));
-        for (_, id, w, s, prio) in deferred {
+        // Rule 5: the borrow pass, FIFO by submit time across shares. Inside a share
+        // the order of rule 1 holds (`deferred` is in it, share by share), so shares'
+        // lists are merged by their head's submit time.
+        let mut lists: Vec<std::collections::VecDeque<_>> = vec![];
+        let mut list_of: HashMap<usize, usize> = HashMap::default();
+        for d in deferred {
+            let i = *list_of.entry(d.3).or_insert_with(|| {
+                lists.push(std::collections::VecDeque::new());
+                lists.len() - 1
+            });
+            lists[i].push_back(d);
+        }
+        let mut heads: BinaryHeap<Reverse<(Millis, JobId, usize)>> = lists
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Reverse((l[0].0, l[0].1, i)))
+            .collect();
+        while let Some(Reverse((_, _, i))) = heads.pop() {
+            let (_, id, w, s, prio) = lists[i].pop_front().expect("a head");
             self.borrow(id, w, s, prio);
+            if let Some(d) = lists[i].front() {
+                heads.push(Reverse((d.0, d.1, i)));
+            }
         }
     }
 
@@ -254,6 +273,24 @@ impl<'a> Pass<'a> {
                 Err(_) => {}
             }
         }
+        // Work conservation: while its victims are still stopping, a holder starts at
+        // once where free GPUs fit it (its hold is given back), so that it never waits
+        // while GPUs it may use are free, say on a node that was resumed since.
+        if valid {
+            let mark = self.plan.actions.len();
+            self.plan.actions.push(Action::Hold {
+                job: ask.id,
+                hold: None,
+            });
+            self.release_hold(ask.s, u, ask.need(), &targets);
+            let sv = &self.shares[ask.s];
+            let borrowed = sv.used[u] + ask.need() > sv.max[u];
+            if self.try_place(ask, borrowed, None).is_ok() {
+                return true;
+            }
+            self.plan.actions.truncate(mark);
+            self.take_hold(ask.s, u, ask.need(), &targets);
+        }
         // Still waiting for victims (say, its own share's, to get under max).
         if let (true, Some((jobs, grace_ends_at))) = (valid, victims) {
             self.reason(
@@ -282,6 +319,17 @@ impl<'a> Pass<'a> {
             why,
             PendingReasonOf::EnvironmentCap { .. } | PendingReasonOf::ReserveHeld { .. }
         )
+    }
+
+    /// Counts a hold of `need` GPUs (`targets` per node) for share `s` in the views.
+    pub(super) fn take_hold(&mut self, s: usize, u: Ux, need: u32, targets: &[(Nx, u32)]) {
+        self.shares[s].held[u] += need;
+        if let Some(e) = self.shares[s].env {
+            self.envs[e].holds[u] += need;
+        }
+        for &(n, c) in targets {
+            self.touch(n, u, |nu| nu.held += c);
+        }
     }
 
     pub(super) fn release_hold(&mut self, s: usize, u: Ux, need: u32, targets: &[(Nx, u32)]) {

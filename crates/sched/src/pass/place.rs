@@ -14,18 +14,24 @@ impl Pool {
     }
     /// Best fit: `k` nodes with at least `g` available, fewest left over, then by name.
     pub(super) fn find(&self, g: u32, k: u32, exclude: &[Nx]) -> Option<Vec<Nx>> {
+        let out = self.find_up_to(g, k, exclude);
+        (out.len() == k as usize).then_some(out)
+    }
+
+    /// Up to `k` nodes with at least `g` available, in best-fit order.
+    pub(super) fn find_up_to(&self, g: u32, k: u32, exclude: &[Nx]) -> Vec<Nx> {
         let mut out = Vec::with_capacity(k as usize);
         for b in self.buckets.iter().skip(g as usize) {
             for &n in b {
+                if out.len() == k as usize {
+                    return out;
+                }
                 if !exclude.contains(&n) {
                     out.push(n);
-                    if out.len() == k as usize {
-                        return Some(out);
-                    }
                 }
             }
         }
-        None
+        out
     }
 }
 
@@ -131,7 +137,10 @@ impl<'a> Pass<'a> {
         let env = &self.envs[e];
         let own_hold = if held.is_some() { need } else { 0 };
         if let Some(cap) = env.cap[u] {
-            let committed = env.used[u] + env.holds[u] - own_hold;
+            // GPUs in use now, plus what other holders will take beyond the GPUs being
+            // given back: a hold on a stopping victim's GPUs is counted once, in `used`.
+            // So the job fits now, and every holder still fits once its victims exit.
+            let committed = env.used[u] + (env.holds[u] - own_hold).saturating_sub(env.stopping[u]);
             if committed + need > cap {
                 return Err(PendingReasonOf::EnvironmentCap {
                     env: env.name.as_str(),

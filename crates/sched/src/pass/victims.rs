@@ -18,6 +18,17 @@ pub(super) struct Cand {
     pub(super) grace: Millis,
 }
 
+/// The shape of a gang's request, for [`Pass::gang_victims`].
+#[derive(Clone, Copy)]
+pub(super) struct GangAsk {
+    pub(super) u: Ux,
+    pub(super) g: u32,
+    pub(super) k: u32,
+    pub(super) pi: usize,
+    pub(super) allowance: u32,
+    pub(super) deficit: i64,
+}
+
 pub(super) enum Mode {
     /// Cross-share reclaim: victims' shares must still be over max when picked.
     Reclaim,
@@ -164,8 +175,26 @@ impl<'a> Pass<'a> {
         while start < cands.len() && self.taken.contains(&cands[start].id) {
             start += 1;
         }
+        if k > 1 {
+            let (f, p) = self.gang_victims(
+                GangAsk {
+                    u,
+                    g,
+                    k,
+                    pi,
+                    allowance: free_allowance,
+                    deficit,
+                },
+                &mode,
+                &cands,
+                start,
+                protect,
+            );
+            found = f;
+            picked = p;
+        }
         let mut looked = 0usize;
-        for (ci, c) in cands.iter().enumerate().skip(start) {
+        for (ci, c) in cands.iter().enumerate().skip(start).filter(|_| k == 1) {
             if self.taken.contains(&c.id) {
                 continue;
             }
@@ -323,6 +352,161 @@ impl<'a> Pass<'a> {
         true
     }
 
+    /// Victims that free `k` whole nodes for a gang (each with room for `g`), so that
+    /// over-max work spread over many nodes still yields whole nodes. Per node, the
+    /// shortest run of its eligible victims (in victim order) that makes room; nodes are
+    /// taken cheapest first: free ones, then by their dearest victim's priority, then
+    /// by the GPUs preempted, then by name. A node is taken only while each of its
+    /// victims' shares is still over its max (reclaim). Victims are then added in
+    /// victim order while the environment's cap or the share's limit needs more room.
+    /// Returns the target nodes, or `None`, and the victims picked.
+    fn gang_victims(
+        &self,
+        a: GangAsk,
+        mode: &Mode,
+        cands: &[Cand],
+        start: usize,
+        protect: &mut Option<Millis>,
+    ) -> (Option<Vec<Nx>>, Vec<usize>) {
+        let GangAsk {
+            u,
+            g,
+            k,
+            pi,
+            allowance,
+            deficit,
+        } = a;
+        let reclaim = matches!(mode, Mode::Reclaim);
+        let mut order: Vec<usize> = vec![];
+        let mut per_node: HashMap<Nx, Vec<usize>> = HashMap::default();
+        let mut looked = 0usize;
+        for (ci, c) in cands.iter().enumerate().skip(start) {
+            if self.taken.contains(&c.id) {
+                continue;
+            }
+            looked += 1;
+            if !reclaim && looked > INSHARE_LOOK_LIMIT {
+                break;
+            }
+            match mode {
+                Mode::Reclaim => {
+                    if self.shares[c.share].excess(u) <= 0 {
+                        continue;
+                    }
+                }
+                Mode::InShare(p) => {
+                    if c.prio >= *p {
+                        break;
+                    }
+                }
+            }
+            if c.protected_until > self.now {
+                *protect =
+                    Some(protect.map_or(c.protected_until, |p: Millis| p.min(c.protected_until)));
+                continue;
+            }
+            order.push(ci);
+            for &(n, _) in &c.nodes {
+                per_node.entry(n).or_default().push(ci);
+            }
+        }
+        // (dearest victim's priority, GPUs preempted, node) → victims, GPUs from free.
+        let mut opts: Vec<((u32, u32, Nx), Vec<usize>, u32)> = vec![];
+        for (&n, list) in &per_node {
+            let Some(nu) = self.nodes[n as usize].nu(u) else {
+                continue;
+            };
+            let avail = nu.avail();
+            if !nu.pools.contains(&pi) || avail >= g {
+                continue;
+            }
+            let (mut freed, mut dearest, mut gpus, mut vs) = (0u32, 0u32, 0u32, vec![]);
+            for &ci in list {
+                let c = &cands[ci];
+                freed += c
+                    .nodes
+                    .iter()
+                    .filter(|(m, _)| *m == n)
+                    .map(|(_, x)| x)
+                    .sum::<u32>();
+                dearest = dearest.max(c.prio);
+                gpus += c.total;
+                vs.push(ci);
+                if avail + freed >= g {
+                    break;
+                }
+            }
+            if avail + freed >= g {
+                opts.push(((dearest, gpus, n), vs, g.saturating_sub(freed)));
+            }
+        }
+        opts.sort_by_key(|o| o.0);
+        let mut chosen: Vec<Nx> = vec![];
+        let mut picked: Vec<usize> = vec![];
+        let mut from_free = 0u32;
+        let mut left: HashMap<usize, i64> = HashMap::default();
+        // Takes victim `ci` if its share is still over max counting what is taken.
+        let take = |ci: usize, left: &mut HashMap<usize, i64>| -> bool {
+            let c = &cands[ci];
+            if !reclaim {
+                return true;
+            }
+            let l = left
+                .entry(c.share)
+                .or_insert_with(|| self.shares[c.share].excess(u));
+            if *l <= 0 {
+                return false;
+            }
+            *l -= c.total as i64;
+            true
+        };
+        for n in self.pools[pi].find_up_to(g, k, &[]) {
+            if from_free + g > allowance {
+                break;
+            }
+            chosen.push(n);
+            from_free += g;
+        }
+        for (key, vs, free_part) in &opts {
+            if chosen.len() == k as usize {
+                break;
+            }
+            if from_free + free_part > allowance {
+                continue;
+            }
+            let mut trial = left.clone();
+            let new: Vec<usize> = vs
+                .iter()
+                .copied()
+                .filter(|ci| !picked.contains(ci))
+                .collect();
+            if !new.iter().all(|&ci| take(ci, &mut trial)) {
+                continue;
+            }
+            left = trial;
+            picked.extend(new);
+            chosen.push(key.2);
+            from_free += free_part;
+        }
+        if chosen.len() < k as usize {
+            return (None, picked);
+        }
+        let mut total: i64 = picked.iter().map(|&ci| cands[ci].total as i64).sum();
+        for &ci in &order {
+            if total >= deficit {
+                break;
+            }
+            if !picked.contains(&ci) && take(ci, &mut left) {
+                picked.push(ci);
+                total += cands[ci].total as i64;
+            }
+        }
+        if total < deficit {
+            return (None, picked);
+        }
+        (Some(chosen), picked)
+    }
+
     /// Whether the victims `set` free enough on `targets` (each needs `g`), taking at most
     /// `allowance` GPUs that are free now.
     pub(super) fn fits_on(
@@ -424,11 +608,8 @@ impl<'a> Pass<'a> {
             deadline = deadline.max(self.now + c.grace);
         }
         let g = ask.w.gpus_per_node;
-        for &n in targets {
-            self.touch(n, u, |nu| nu.held += g);
-        }
-        self.shares[s].held[u] += need;
-        self.envs[e].holds[u] += need;
+        let per_node: Vec<(Nx, u32)> = targets.iter().map(|&n| (n, g)).collect();
+        self.take_hold(s, u, need, &per_node);
         let hold = Hold {
             nodes: targets
                 .iter()

@@ -1,0 +1,312 @@
+//! Plan tests: hand-built states and the exact plan one pass makes, one group per rule
+//! of `docs/design.md` §3, then work conservation and the quota guarantee.
+
+mod harness;
+
+use harness::{share, H};
+use tranche_model::Strategy::{Lend, LendAndBorrow, Reserve};
+use tranche_model::*;
+use tranche_state::Command;
+
+fn nodes(n: u32, gpus: u32) -> Vec<(String, &'static str, u32)> {
+    (1..=n).map(|i| (format!("n{i}"), "g", gpus)).collect()
+}
+
+fn cluster(n: u32, gpus: u32) -> H {
+    let v = nodes(n, gpus);
+    let refs: Vec<(&str, &str, u32)> = v.iter().map(|(a, b, c)| (a.as_str(), *b, *c)).collect();
+    H::new(&refs)
+}
+
+fn in_share(mut s: QuotaShare) -> QuotaShare {
+    s.in_share_preemption = true;
+    s
+}
+
+// ---- rule 1: order inside a share ------------------------------------------------------
+
+#[test]
+fn rule1_higher_priority_first_then_older() {
+    let mut h = cluster(1, 2);
+    h.share(share("a", Lend, 2));
+    h.waiting("old", "a", 1, 1, 1);
+    h.waiting("young", "a", 1, 1, 1);
+    h.waiting("urgent", "a", 1, 1, 7);
+    assert_eq!(h.plan(), ["place urgent n1[0]", "place old n1[1]"]);
+    assert_eq!(
+        h.reasons()["young"],
+        "share a at max 2/2 g (needs 1 more), strategy LEND does not borrow"
+    );
+}
+
+// ---- rule 2: the own-capacity pass -----------------------------------------------------
+
+#[test]
+fn rule2_a_big_job_that_does_not_fit_does_not_block_a_small_one() {
+    let mut h = cluster(2, 4);
+    h.share(share("a", Lend, 8));
+    h.running("r", "a", 0, &[("n1", &[0, 1])]);
+    h.waiting("big", "a", 4, 2, 5);
+    h.waiting("small", "a", 2, 1, 1);
+    assert_eq!(h.plan(), ["place small n1[2,3]"]);
+}
+
+#[test]
+fn rule2_shares_take_turns_by_head_priority() {
+    let mut h = cluster(1, 1);
+    h.share(share("a", Lend, 1));
+    h.share(share("b", Lend, 1));
+    h.waiting("a1", "a", 1, 1, 1);
+    h.waiting("b1", "b", 1, 1, 9);
+    assert_eq!(h.plan(), ["place b1 n1[0]"]);
+}
+
+#[test]
+fn rule2_a_reserve_shares_idle_gpus_are_kept_for_it() {
+    let mut h = cluster(2, 1);
+    h.share(share("infra", Reserve, 1));
+    h.share(share("a", LendAndBorrow, 1));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.waiting("a2", "a", 1, 1, 0);
+    assert!(h.plan().is_empty());
+    assert_eq!(h.reasons()["a2"], "RESERVE share infra holds 1 idle g");
+    h.waiting("i1", "infra", 1, 1, 0);
+    assert_eq!(h.plan(), ["place i1 n2[0]"]);
+}
+
+// ---- rule 3: reclaim -------------------------------------------------------------------
+
+#[test]
+fn rule3_reclaim_takes_the_lowest_priority_then_newest_over_max_job_and_holds_its_gpus() {
+    let mut h = cluster(3, 1);
+    h.share(share("a", LendAndBorrow, 1));
+    h.share(share("b", Lend, 2));
+    h.running("a1", "a", 1, &[("n1", &[0])]);
+    h.running("a2", "a", 1, &[("n2", &[0])]);
+    h.running("a3", "a", 2, &[("n3", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    assert_eq!(h.plan(), ["preempt a2 reclaim for b1", "hold b1 n2:1"]);
+    assert_eq!(
+        h.reasons()["b1"],
+        "waiting for 1 preempted job to exit, grace ends in 10 s"
+    );
+    h.commit();
+    // While a2 stops, a is at 3 - 1 = 2 > 1 still, but b1 needs only one GPU.
+    assert!(h.plan().is_empty());
+    h.exit("a2");
+    assert_eq!(h.plan(), ["place b1 n2[0]"]);
+}
+
+#[test]
+fn rule3_young_jobs_are_protected_by_min_runtime() {
+    let mut h = cluster(1, 1);
+    let mut a = share("a", LendAndBorrow, 0);
+    a.min_runtime_s = 60;
+    h.share(a);
+    h.share(share("b", Lend, 1));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    assert!(h.plan().is_empty());
+    assert!(
+        h.reasons()["b1"].contains("min_runtime"),
+        "{:?}",
+        h.reasons()
+    );
+    h.tick(60);
+    assert_eq!(h.plan(), ["preempt a1 reclaim for b1", "hold b1 n1:1"]);
+}
+
+#[test]
+fn rule3_no_reclaim_from_a_share_within_its_max() {
+    let mut h = cluster(2, 1);
+    h.share(share("a", LendAndBorrow, 2));
+    h.share(share("b", Lend, 1));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.running("a2", "a", 0, &[("n2", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    // a uses its own max; the cluster is simply full.
+    assert!(h.plan().is_empty());
+}
+
+// ---- rule 4: in-share preemption -------------------------------------------------------
+
+#[test]
+fn rule4_only_strictly_lower_priority_jobs_of_the_same_share() {
+    let mut h = cluster(2, 1);
+    h.share(in_share(share("a", Lend, 2)));
+    h.running("low", "a", 1, &[("n1", &[0])]);
+    h.running("same", "a", 5, &[("n2", &[0])]);
+    h.waiting("w", "a", 1, 1, 5);
+    // The share is at max: w may only preempt `low`.
+    assert_eq!(h.plan(), ["preempt low in-share for w", "hold w n1:1"]);
+}
+
+#[test]
+fn rule4_disabled_in_share_preemption_preempts_nobody() {
+    let mut h = cluster(1, 1);
+    h.share(share("a", Lend, 1));
+    h.running("low", "a", 1, &[("n1", &[0])]);
+    h.waiting("w", "a", 1, 1, 9);
+    assert!(h.plan().is_empty());
+    assert!(h.reasons()["w"].starts_with("share a at max 1/1 g"));
+}
+
+// ---- rule 5: the borrow pass -----------------------------------------------------------
+
+#[test]
+fn rule5_borrowers_go_fifo_across_shares_up_to_their_ceiling() {
+    let mut h = cluster(1, 3);
+    h.share(share("idle", Lend, 3));
+    let mut a = share("a", LendAndBorrow, 0);
+    a.capacity_limits[0].max = 1;
+    a.resource_sharing.borrow_limit = Some(100);
+    h.share(a);
+    h.share(share("b", LendAndBorrow, 0));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    h.waiting("a2", "a", 1, 1, 0);
+    h.waiting("a3", "a", 1, 1, 9);
+    // b1 is older than a2; a's ceiling is 2, so only one of a's jobs borrows, and the
+    // higher priority one goes first inside a.
+    assert_eq!(
+        h.plan(),
+        ["place b1 n1[1] borrowed", "place a3 n1[2] borrowed"]
+    );
+    assert_eq!(
+        h.reasons()["a2"],
+        "borrow limit reached: 2/2 g (needs 1 more)"
+    );
+}
+
+#[test]
+fn rule5_lend_never_borrows() {
+    let mut h = cluster(1, 2);
+    h.share(share("a", Lend, 1));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.waiting("a2", "a", 1, 1, 0);
+    assert!(h.plan().is_empty());
+    assert_eq!(
+        h.reasons()["a2"],
+        "share a at max 1/1 g (needs 1 more), strategy LEND does not borrow"
+    );
+}
+
+// ---- rule 6: lowered limits ------------------------------------------------------------
+
+#[test]
+fn rule6_a_reserve_share_whose_max_was_lowered_is_reclaimable() {
+    let mut h = cluster(2, 1);
+    h.share(share("r", Reserve, 2));
+    h.share(share("b", Lend, 0));
+    h.running("r1", "r", 0, &[("n1", &[0])]);
+    h.running("r2", "r", 0, &[("n2", &[0])]);
+    h.share(share("r", Reserve, 1));
+    h.share(share("b", Lend, 1));
+    h.waiting("b1", "b", 1, 1, 0);
+    assert_eq!(h.plan(), ["preempt r2 reclaim for b1", "hold b1 n2:1"]);
+}
+
+// ---- rule 7: the environment's cap -----------------------------------------------------
+
+#[test]
+fn rule7_the_environment_cap_is_never_exceeded() {
+    let mut h = cluster(2, 2);
+    h.cap("g", 3);
+    h.share(share("a", Lend, 4));
+    h.running("a1", "a", 0, &[("n1", &[0, 1])]);
+    h.waiting("a2", "a", 2, 1, 0);
+    h.waiting("a3", "a", 1, 1, 0);
+    assert_eq!(h.plan(), ["place a3 n2[0]"]);
+    assert_eq!(
+        h.reasons()["a2"],
+        "environment env at cap 2/3 g (needs 2 more)"
+    );
+}
+
+// ---- rule 8: placement -----------------------------------------------------------------
+
+#[test]
+fn rule8_best_fit_and_never_on_a_draining_node() {
+    let mut h = cluster(3, 4);
+    h.share(share("a", Lend, 12));
+    h.running("r", "a", 0, &[("n2", &[0, 1])]);
+    h.apply(Command::DrainNode {
+        node: NodeName("n3".into()),
+        reason: "repair".into(),
+        now: false,
+    });
+    h.waiting("small", "a", 2, 1, 0);
+    // n2 is left with 0 free, n1 would be left with 2: n2 wins; n3 is draining.
+    assert_eq!(h.plan(), ["place small n2[2,3]"]);
+}
+
+#[test]
+fn rule8_a_gang_is_placed_whole_or_not_at_all() {
+    let mut h = cluster(2, 2);
+    h.share(share("a", Lend, 4));
+    h.running("r", "a", 0, &[("n1", &[0])]);
+    h.waiting("gang", "a", 2, 2, 5);
+    h.waiting("one", "a", 1, 1, 0);
+    assert_eq!(h.plan(), ["place one n1[1]"]);
+    h.exit("r");
+    h.commit();
+    h.exit("one");
+    assert_eq!(h.plan(), ["place gang n1[0,1] n2[0,1]"]);
+}
+
+// ---- work conservation -----------------------------------------------------------------
+
+/// DESIGN's first case: a preemptor's hold must not keep a free GPU from a within-max
+/// job, and that job must not preempt anyone while the free GPU would fit it.
+#[test]
+fn a_hold_keeps_no_free_gpu_idle_and_nobody_preempts_needlessly() {
+    let mut h = cluster(3, 1);
+    h.share(in_share(share("a", Lend, 1)));
+    h.share(in_share(share("b", Lend, 2)));
+    h.running("a1", "a", 1, &[("n1", &[0])]);
+    h.running("b1", "b", 1, &[("n2", &[0])]);
+    h.waiting("a2", "a", 1, 1, 5);
+    assert_eq!(h.plan(), ["preempt a1 in-share for a2", "hold a2 n1:1"]);
+    h.commit();
+    h.waiting("b2", "b", 1, 1, 5);
+    assert_eq!(h.plan(), ["place b2 n3[0]"]);
+}
+
+#[test]
+fn no_preemption_while_free_gpus_would_fit_the_job() {
+    let mut h = cluster(2, 2);
+    h.share(in_share(share("a", Lend, 4)));
+    h.running("low", "a", 0, &[("n1", &[0, 1])]);
+    h.waiting("w", "a", 2, 1, 9);
+    assert_eq!(h.plan(), ["place w n2[0,1]"]);
+}
+
+// ---- the quota guarantee: gangs --------------------------------------------------------
+
+/// Reclaim frees whole nodes for a gang: over-max work is spread over four nodes, two
+/// of which hold nothing else; the gang's victims are those two nodes' jobs.
+#[test]
+fn reclaim_frees_whole_nodes_for_a_gang() {
+    let mut h = cluster(4, 2);
+    h.share(share("own", Lend, 4));
+    h.share(share("over", LendAndBorrow, 2));
+    h.share(share("kept", Lend, 2));
+    // n1, n2: one GPU of `kept` (within its max) and one borrowed GPU of `over` each.
+    h.running("k1", "kept", 0, &[("n1", &[0])]);
+    h.running("k2", "kept", 0, &[("n2", &[0])]);
+    h.running("o1", "over", 0, &[("n1", &[1])]);
+    h.running("o2", "over", 0, &[("n2", &[1])]);
+    // n3, n4: only `over`'s jobs.
+    h.running("o3", "over", 5, &[("n3", &[0, 1])]);
+    h.running("o4", "over", 5, &[("n4", &[0, 1])]);
+    // over uses 6 of max 2: 4 GPUs are reclaimable, exactly n3 and n4.
+    h.waiting("gang", "own", 2, 2, 0);
+    assert_eq!(
+        h.plan(),
+        [
+            "preempt o4 reclaim for gang",
+            "preempt o3 reclaim for gang",
+            "hold gang n3:2 n4:2"
+        ]
+    );
+}

@@ -29,6 +29,8 @@ type Ux = usize;
 /// Most victims in-share preemption examines for one job in one pass.
 pub const INSHARE_LOOK_LIMIT: usize = 512;
 type Nx = u32;
+/// An in-share search that failed: (nodes, GPUs per node, priority).
+type InShareFailure = (u32, u32, u32);
 
 /// Computes the plan for `st` at time `now`.
 pub fn plan(st: &State, now: Millis) -> Plan {
@@ -115,7 +117,7 @@ struct Pass<'a> {
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
     inshare_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
     reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
-    inshare_failed: HashMap<(usize, Ux), Vec<(u32, u32, u32)>>,
+    inshare_failed: HashMap<(usize, Ux), Vec<InShareFailure>>,
     wakeup: Option<Millis>,
     plan: Plan,
 }

@@ -29,6 +29,13 @@ pub(super) struct GangAsk {
     pub(super) deficit: i64,
 }
 
+/// What [`Pass::look`] says of one victim.
+pub(super) enum Look {
+    Take,
+    Skip,
+    Stop,
+}
+
 pub(super) enum Mode {
     /// Cross-share reclaim: victims' shares must still be over max when picked.
     Reclaim,
@@ -92,7 +99,7 @@ impl<'a> Pass<'a> {
                 ));
             }
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by_key(|a| a.0);
         (out.into_iter().map(|(_, c)| c).collect(), 0)
     }
 
@@ -164,9 +171,7 @@ impl<'a> Pass<'a> {
                     .max((sv.used[u] - sv.stopping[u] + sv.held[u] + need) as i64 - limit as i64);
             }
         }
-        let local = k == 1;
         let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
-        let mut excess: HashMap<usize, i64> = HashMap::default();
         let mut freed: HashMap<Nx, u32> = HashMap::default();
         let mut fitting: Vec<Nx> = vec![];
         let mut picked: Vec<usize> = vec![];
@@ -195,56 +200,24 @@ impl<'a> Pass<'a> {
         }
         let mut looked = 0usize;
         for (ci, c) in cands.iter().enumerate().skip(start).filter(|_| k == 1) {
-            if self.taken.contains(&c.id) {
-                continue;
-            }
-            // In-share preemption looks at a bounded number of victims per job and pass,
-            // lowest priority first, as Slurm's schedulers bound their looks; reclaim is
-            // never bounded, so lent capacity always comes back.
-            looked += 1;
-            if !reclaim && looked > INSHARE_LOOK_LIMIT {
-                break;
-            }
-            match mode {
-                // A single-node job needs room on one node, so a share's excess is
-                // counted per node: victims elsewhere must not use up the excess that
-                // would have made a victim on the right node eligible.
-                Mode::Reclaim if local => {
-                    let share_ex = self.shares[c.share].excess(u);
-                    if !c
-                        .nodes
-                        .iter()
-                        .any(|&(n, _)| *node_excess.entry((n, c.share)).or_insert(share_ex) > 0)
-                    {
-                        continue;
-                    }
-                }
-                Mode::Reclaim => {
-                    let ex = *excess
-                        .entry(c.share)
-                        .or_insert_with(|| self.shares[c.share].excess(u));
-                    if ex <= 0 {
-                        continue;
-                    }
-                }
-                Mode::InShare(p) => {
-                    if c.prio >= p {
-                        break;
-                    }
-                }
-            }
-            if c.protected_until > self.now {
-                *protect =
-                    Some(protect.map_or(c.protected_until, |p: Millis| p.min(c.protected_until)));
-                continue;
+            // A single-node job needs room on one node, so a share's excess is counted per
+            // node: victims elsewhere must not use up the excess that would have made a
+            // victim on the right node eligible.
+            let over_max = |c: &Cand| {
+                let share_ex = self.shares[c.share].excess(u);
+                c.nodes
+                    .iter()
+                    .any(|&(n, _)| *node_excess.entry((n, c.share)).or_insert(share_ex) > 0)
+            };
+            match self.look(c, &mode, &mut looked, protect, over_max) {
+                Look::Stop => break,
+                Look::Skip => continue,
+                Look::Take => {}
             }
             picked.push(ci);
             total += c.total as i64;
-            if let Some(ex) = excess.get_mut(&c.share) {
-                *ex -= c.total as i64;
-            }
             for &(n, cnt) in &c.nodes {
-                if local && reclaim {
+                if reclaim {
                     let share_ex = self.shares[c.share].excess(u);
                     let ex = node_excess.entry((n, c.share)).or_insert(share_ex);
                     if *ex <= 0 {
@@ -352,6 +325,43 @@ impl<'a> Pass<'a> {
         true
     }
 
+    /// One step of a walk over victims in victim order (lowest priority, then most
+    /// recently started): the one place where eligibility is decided. `Stop` ends the
+    /// walk: in-share preemption looks at no more than [`INSHARE_LOOK_LIMIT`] victims
+    /// per job and pass (as Slurm's schedulers bound their looks; reclaim is never
+    /// bounded, so lent capacity always comes back), and takes only strictly lower
+    /// priorities. `Skip` passes over a victim already taken, one whose share is no
+    /// longer over its max (reclaim; `over_max` decides), or one younger than its
+    /// share's `min_runtime_s` (recorded in `protect`).
+    fn look(
+        &self,
+        c: &Cand,
+        mode: &Mode,
+        looked: &mut usize,
+        protect: &mut Option<Millis>,
+        over_max: impl FnOnce(&Cand) -> bool,
+    ) -> Look {
+        if self.taken.contains(&c.id) {
+            return Look::Skip;
+        }
+        *looked += 1;
+        match mode {
+            Mode::InShare(_) if *looked > INSHARE_LOOK_LIMIT => return Look::Stop,
+            Mode::InShare(p) if c.prio >= *p => return Look::Stop,
+            Mode::InShare(_) => {}
+            Mode::Reclaim => {
+                if !over_max(c) {
+                    return Look::Skip;
+                }
+            }
+        }
+        if c.protected_until > self.now {
+            *protect = Some(protect.map_or(c.protected_until, |p| p.min(c.protected_until)));
+            return Look::Skip;
+        }
+        Look::Take
+    }
+
     /// Victims that free `k` whole nodes for a gang (each with room for `g`), so that
     /// over-max work spread over many nodes still yields whole nodes. Per node, the
     /// shortest run of its eligible victims (in victim order) that makes room; nodes are
@@ -381,29 +391,11 @@ impl<'a> Pass<'a> {
         let mut per_node: HashMap<Nx, Vec<usize>> = HashMap::default();
         let mut looked = 0usize;
         for (ci, c) in cands.iter().enumerate().skip(start) {
-            if self.taken.contains(&c.id) {
-                continue;
-            }
-            looked += 1;
-            if !reclaim && looked > INSHARE_LOOK_LIMIT {
-                break;
-            }
-            match mode {
-                Mode::Reclaim => {
-                    if self.shares[c.share].excess(u) <= 0 {
-                        continue;
-                    }
-                }
-                Mode::InShare(p) => {
-                    if c.prio >= *p {
-                        break;
-                    }
-                }
-            }
-            if c.protected_until > self.now {
-                *protect =
-                    Some(protect.map_or(c.protected_until, |p: Millis| p.min(c.protected_until)));
-                continue;
+            let over_max = |c: &Cand| self.shares[c.share].excess(u) > 0;
+            match self.look(c, mode, &mut looked, protect, over_max) {
+                Look::Stop => break,
+                Look::Skip => continue,
+                Look::Take => {}
             }
             order.push(ci);
             for &(n, _) in &c.nodes {
@@ -411,7 +403,8 @@ impl<'a> Pass<'a> {
             }
         }
         // (dearest victim's priority, GPUs preempted, node) → victims, GPUs from free.
-        let mut opts: Vec<((u32, u32, Nx), Vec<usize>, u32)> = vec![];
+        type NodeOption = ((u32, u32, Nx), Vec<usize>, u32);
+        let mut opts: Vec<NodeOption> = vec![];
         for (&n, list) in &per_node {
             let Some(nu) = self.nodes[n as usize].nu(u) else {
                 continue;

@@ -122,6 +122,9 @@ fn would_start(r: &tranche_model::PendingReason) -> String {
         MinRuntime { until } => format!(
             "the jobs it would preempt pass their share's min_runtime_s, at {until} ms"
         ),
+        AboveCeiling { share, need, unit, .. } => format!(
+            "an admin raises share {share}'s max (or lets it borrow more) to at least {need} {unit}"
+        ),
     }
 }
 

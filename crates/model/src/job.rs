@@ -499,6 +499,15 @@ pub enum PendingReasonOf<S> {
     MinRuntime {
         until: Millis,
     },
+    /// The job needs more than its share may ever hold (its max, or its borrowing
+    /// ceiling): it waits until an admin changes the share's limits.
+    AboveCeiling {
+        share: S,
+        need: u32,
+        ceiling: u64,
+        unit: S,
+        strategy: S,
+    },
 }
 
 /// The stored form.
@@ -588,6 +597,19 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
                 env: f(env.as_ref()),
             },
             MinRuntime { until } => MinRuntime { until: *until },
+            AboveCeiling {
+                share,
+                need,
+                ceiling,
+                unit,
+                strategy,
+            } => AboveCeiling {
+                share: f(share.as_ref()),
+                need: *need,
+                ceiling: *ceiling,
+                unit: f(unit.as_ref()),
+                strategy: f(strategy.as_ref()),
+            },
         }
     }
 
@@ -639,6 +661,16 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
                 "over-max jobs that could be reclaimed are protected by min_runtime_s for {} s",
                 secs(until)
             ),
+            P::AboveCeiling { share, need, ceiling, unit, strategy } => {
+                let limit = if strategy == "LEND_AND_BORROW" {
+                    "may hold at most"
+                } else {
+                    "has a max of"
+                };
+                format!(
+                    "needs {need} {unit} but share {share} ({strategy}) {limit} {ceiling} {unit}: it cannot start until the share's limits change"
+                )
+            }
         }
     }
 }

@@ -310,3 +310,38 @@ fn reclaim_frees_whole_nodes_for_a_gang() {
         ]
     );
 }
+
+// ---- requests that can never fit ------------------------------------------------------
+
+#[test]
+fn a_request_no_node_or_cap_could_ever_hold_is_refused_at_submit() {
+    let mut h = cluster(2, 4);
+    h.share(share("a", LendAndBorrow, 8));
+    let wide = h.spec("wide", "a", 8, 1, 0);
+    assert_eq!(
+        h.refuse(Command::Submit(wide)),
+        "invalid `request.gpus_per_node`: needs 8 g on one node, but the largest g node in environment env has 4"
+    );
+    h.cap("g", 6);
+    let big = h.spec("big", "a", 4, 2, 0);
+    assert_eq!(
+        h.refuse(Command::Submit(big)),
+        "invalid `request`: needs 8 g in all (2 node(s) × 4), more than environment env's cap of 6 g"
+    );
+    // Nothing was created.
+    assert!(h.st.jobs.is_empty());
+}
+
+#[test]
+fn a_job_above_its_shares_ceiling_waits_with_a_reason_that_says_so() {
+    let mut h = cluster(2, 4);
+    h.share(in_share(share("a", Lend, 2)));
+    h.running("low", "a", 0, &[("n1", &[0])]);
+    h.waiting("four", "a", 4, 1, 9);
+    // Nothing is preempted for a job that could never start in its share.
+    assert!(h.plan().is_empty());
+    assert_eq!(
+        h.reasons()["four"],
+        "needs 4 g but share a (LEND) has a max of 2 g: it cannot start until the share's limits change"
+    );
+}

@@ -216,6 +216,54 @@ impl State {
 
     // ---- jobs ----------------------------------------------------------------------
 
+    /// Refuses a request that no node of the environment could ever hold: more GPUs
+    /// per node than its largest node of the unit has, or more in all than its cap
+    /// for the unit. (An environment with no node of the unit yet takes the job; it
+    /// waits for one to join.)
+    fn check_can_ever_fit(&self, spec: &JobSpec, env: &EnvName) -> Result<(), ApplyError> {
+        let Some(env) = self.environments.get(env) else {
+            return Ok(());
+        };
+        let req = &spec.request;
+        let largest = self
+            .nodes
+            .values()
+            .filter(|n| env.selects(&n.inventory.labels))
+            .map(|n| {
+                n.inventory
+                    .gpus
+                    .iter()
+                    .filter(|g| g.unit == req.unit)
+                    .count() as u32
+            })
+            .max()
+            .unwrap_or(0);
+        if largest > 0 && req.gpus_per_node > largest {
+            return Err(ValidationError::new(
+                "request.gpus_per_node",
+                format!(
+                    "needs {} {} on one node, but the largest {} node in environment {} has {largest}",
+                    req.gpus_per_node, req.unit, req.unit, env.name
+                ),
+            )
+            .into());
+        }
+        if let Some(cap) = limit_for(&env.capacity_limits, &req.unit) {
+            let total = req.total_gpus();
+            if total > cap {
+                return Err(ValidationError::new(
+                    "request",
+                    format!(
+                        "needs {total} {} in all ({} node(s) × {}), more than environment {}'s cap of {cap} {}",
+                        req.unit, req.nodes, req.gpus_per_node, env.name, req.unit
+                    ),
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+
     fn submit(&mut self, spec: &JobSpec, now: Millis) -> Result<Outcome, ApplyError> {
         if let Some(token) = &spec.client_token {
             if let Some(id) = self.tokens.get(&(spec.user.clone(), token.clone())) {
@@ -273,6 +321,7 @@ impl State {
             .into());
         }
         spec.validate_for_share(share)?;
+        self.check_can_ever_fit(spec, &queue.environment)?;
         let id = JobId(self.next_job_id);
         self.next_job_id += 1;
         if let Some(token) = &spec.client_token {

@@ -152,6 +152,19 @@ impl<'a> Pass<'a> {
         }
         let sv = &self.shares[s];
         let need = ask.need();
+        // More than the share may ever hold: no placement or preemption can help, and
+        // the reason says what would.
+        if let Some(ceiling) = sv.ceiling[u].filter(|c| need as u64 > *c) {
+            let why = PendingReasonOf::AboveCeiling {
+                share: sv.q.name.as_str(),
+                need,
+                ceiling,
+                unit: w.unit.as_str(),
+                strategy: strategy_str(sv.q.resource_sharing.strategy),
+            };
+            self.reason(k.id, w, why);
+            return;
+        }
         if sv.used[u] + sv.held[u] + need <= sv.max[u] {
             let why = match self.try_place(ask, false, None) {
                 Ok(()) => return,

@@ -7,8 +7,31 @@ use std::time::Instant;
 use tranche_model::*;
 use tranche_state::*;
 
+/// The workload a scheduler benchmark times.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    /// A nearly full cluster (60,000 running jobs): most of the pass goes to
+    /// preemptions and their victim searches.
+    Preemption,
+    /// A mostly free cluster (2,000 running jobs): the pass places tens of thousands.
+    Placement,
+}
+
+impl Mix {
+    fn name(self) -> &'static str {
+        match self {
+            Mix::Preemption => "preemption",
+            Mix::Placement => "placement",
+        }
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct SchedArgs {
+    /// The workload: `preemption` (a nearly full cluster) or `placement` (a mostly
+    /// free one).
+    #[arg(long, value_enum, default_value_t = Mix::Preemption)]
+    mix: Mix,
     /// Nodes in the cluster.
     #[arg(long, default_value_t = 10_000)]
     nodes: u32,
@@ -24,9 +47,10 @@ pub struct SchedArgs {
     /// RUNNABLE jobs waiting when the pass runs.
     #[arg(long, default_value_t = 100_000)]
     pending: u32,
-    /// Jobs already running when the pass runs.
-    #[arg(long, default_value_t = 60_000)]
-    running: u32,
+    /// Jobs already running when the pass runs (default: 60,000 for the preemption
+    /// mix, 2,000 for the placement mix).
+    #[arg(long)]
+    running: Option<u32>,
     /// Timed passes; the median is reported.
     #[arg(long, default_value_t = 7)]
     runs: u32,
@@ -61,7 +85,7 @@ fn apply(st: &mut State, cmd: Command, now: Millis) -> Outcome {
 
 /// Builds the cluster, places the running jobs with the scheduler itself, then queues
 /// the pending ones.
-fn build(a: &SchedArgs) -> State {
+fn build(a: &SchedArgs, running: u32) -> State {
     let mut st = State::new();
     let units: Vec<Unit> = ["h100", "a100", "l40s", "h200", "b200", "mi300"]
         .iter()
@@ -213,7 +237,7 @@ fn build(a: &SchedArgs) -> State {
         };
         apply(st, Command::Submit(spec), now);
     };
-    for i in 0..a.running {
+    for i in 0..running {
         submit(&mut st, i, true, 0);
     }
     // The scheduler places the running jobs; they start.
@@ -240,7 +264,7 @@ fn build(a: &SchedArgs) -> State {
         );
     }
     for i in 0..a.pending {
-        submit(&mut st, a.running + i, false, 3 + i as Millis);
+        submit(&mut st, running + i, false, 3 + i as Millis);
     }
     st
 }
@@ -264,7 +288,11 @@ fn time_passes(st: &State, now: Millis, runs: u32) -> (Vec<f64>, Plan) {
 
 pub fn sched(a: &SchedArgs) -> ExitCode {
     let t0 = Instant::now();
-    let mut st = build(a);
+    let running = a.running.unwrap_or(match a.mix {
+        Mix::Preemption => 60_000,
+        Mix::Placement => 2_000,
+    });
+    let mut st = build(a, running);
     let setup_s = t0.elapsed().as_secs_f64();
     let running = st.active_jobs().count();
     let runnable = st.runnable_count();
@@ -282,6 +310,7 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
     let placements_per_s = placements as f64 / (full_pass_ms / 1000.0);
     if a.json {
         let j = serde_json::json!({
+            "mix": a.mix.name(),
             "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "units": a.units, "shares": a.shares,
             "runnable": runnable, "running": running, "runs": a.runs,
             "full_pass_ms": full_pass_ms, "placements": placements, "placements_per_s": placements_per_s,
@@ -292,8 +321,12 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
         println!("{j}");
     } else {
         println!(
-            "cluster: {} nodes x {} GPUs in {} units, {} shares; {runnable} RUNNABLE, {running} running (setup {setup_s:.1} s)",
-            a.nodes, a.gpus_per_node, a.units, a.shares
+            "{} mix: {} nodes x {} GPUs in {} units, {} shares; {runnable} RUNNABLE, {running} running (setup {setup_s:.1} s)",
+            a.mix.name(),
+            a.nodes,
+            a.gpus_per_node,
+            a.units,
+            a.shares
         );
         println!(
             "full pass:   median {full_pass_ms:.1} ms over {} runs (min {:.1}, max {:.1}); {placements} placements, {} preemptions, {} reasons",

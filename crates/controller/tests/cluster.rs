@@ -845,7 +845,8 @@ fn the_busy_cap_bounds_the_leaders_time_in_passes() {
     );
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
-        // Work for every pass: 400 two-GPU jobs that no node (one GPU each) fits.
+        // Work for every pass: 400 one-GPU jobs, of which the 20 one-GPU nodes take 20
+        // (the others wait for room).
         for n in 0..20 {
             let name = format!("n{n}");
             let agent = c.client(Role::Agent, &name).unwrap();
@@ -860,8 +861,7 @@ fn the_busy_cap_bounds_the_leaders_time_in_passes() {
                 let admin = admin.clone();
                 tokio::spawn(async move {
                     for i in 0..50 {
-                        let mut job = demo::job("lend", "noa", &format!("q{t}-{i}"));
-                        job.request.gpus_per_node = 2;
+                        let job = demo::job("lend", "noa", &format!("q{t}-{i}"));
                         admin.submit(job).await.unwrap();
                     }
                 })

@@ -19,8 +19,6 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use tranche_model::*;
 use tranche_state::*;
 
-use std::collections::BTreeSet;
-
 use victims::{Cand, Mode};
 use view::{EnvView, NodeView, Pool, ShareView};
 
@@ -50,9 +48,8 @@ pub fn plan(st: &State, now: Millis) -> Plan {
 /// to apply: its hold actions are dropped, so that a settled cluster gets an empty plan
 /// (and a plan that changes nothing is never proposed again and again).
 fn drop_noop_holds(plan: &mut Plan, st: &State) {
-    use std::collections::BTreeMap;
-    let mut last: BTreeMap<JobId, Option<&tranche_model::Hold>> = BTreeMap::new();
-    let mut other: BTreeSet<JobId> = BTreeSet::new();
+    let mut last: HashMap<JobId, Option<&tranche_model::Hold>> = HashMap::default();
+    let mut other: HashSet<JobId> = HashSet::default();
     for a in &plan.actions {
         match a {
             Action::Hold { job, hold } => {
@@ -64,7 +61,7 @@ fn drop_noop_holds(plan: &mut Plan, st: &State) {
             Action::Preempt { .. } => {}
         }
     }
-    let noop: BTreeSet<JobId> = last
+    let noop: HashSet<JobId> = last
         .into_iter()
         .filter(|(job, hold)| {
             !other.contains(job) && st.job(*job).is_some_and(|j| j.hold.as_ref() == *hold)

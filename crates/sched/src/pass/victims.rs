@@ -18,6 +18,9 @@ pub(super) struct Cand {
     pub(super) grace: Millis,
 }
 
+/// Victim order: priority, then most recently started, then newest id.
+type CandKey = (u32, Reverse<Millis>, Reverse<JobId>);
+
 /// The shape of a gang's request, for [`Pass::gang_victims`].
 #[derive(Clone, Copy)]
 pub(super) struct GangAsk {
@@ -44,37 +47,54 @@ pub(super) enum Mode {
 }
 
 impl<'a> Pass<'a> {
-    /// Victims for reclaim in queue `qi`: running jobs of shares over their max, lowest
-    /// priority first, then most recently started.
+    /// Victims in victim order (lowest priority, then most recently started), with the
+    /// index of the first one not yet taken. For reclaim, `key` is (queue, unit): the
+    /// running jobs of the queue's shares over their max. For in-share preemption it
+    /// is (share, unit): the share's running jobs. One scan of the shares' jobs builds
+    /// the lists of every unit not built yet, so each job is looked at once per pass.
     pub(super) fn candidates(
         &mut self,
         key: (usize, Ux),
         mode_reclaim: bool,
     ) -> (Vec<Cand>, usize) {
-        let cache = if mode_reclaim {
-            &mut self.reclaim_cands
-        } else {
-            &mut self.inshare_cands
-        };
-        if let Some(c) = cache.remove(&key) {
+        if let Some(c) = self.take_cached(key, mode_reclaim) {
             return c;
         }
+        let cache = if mode_reclaim {
+            &self.reclaim_cands
+        } else {
+            &self.inshare_cands
+        };
         let st = self.st;
-        let (qi_or_s, u) = key;
-        let mut out = vec![];
+        let (x, u) = key;
+        let units = self.units.len();
+        let wanted: Vec<bool> = (0..units)
+            .map(|v| v == u || !cache.contains_key(&(x, v)))
+            .collect();
+        let mut out: Vec<Vec<(CandKey, Cand)>> = (0..units).map(|_| vec![]).collect();
         for (t, sv) in self.shares.iter().enumerate() {
-            let relevant = if mode_reclaim {
-                sv.queue == qi_or_s && sv.excess(u) > 0
-            } else {
-                t == qi_or_s
+            let relevant = |v: Ux| {
+                wanted[v]
+                    && if mode_reclaim {
+                        sv.queue == x && sv.excess(v) > 0
+                    } else {
+                        t == x
+                    }
             };
-            if !relevant {
+            if !(0..units).any(relevant) {
                 continue;
             }
             for job in st.active_in(&sv.q.name) {
-                if job.stop.is_some() || job.spec.request.unit.as_str() != self.units[u] {
+                if job.stop.is_some() {
                     continue;
                 }
+                let Some(&v) = self
+                    .unit_ix
+                    .get(job.spec.request.unit.as_str())
+                    .filter(|&&v| relevant(v))
+                else {
+                    continue;
+                };
                 let started = job.started_at().unwrap_or(0);
                 let nodes = job
                     .allocation()
@@ -85,7 +105,7 @@ impl<'a> Pass<'a> {
                             .map(|&n| (n, a.gpus.len() as u32))
                     })
                     .collect();
-                out.push((
+                out[v].push((
                     (job.spec.priority, Reverse(started), Reverse(job.id)),
                     Cand {
                         id: job.id,
@@ -99,8 +119,36 @@ impl<'a> Pass<'a> {
                 ));
             }
         }
-        out.sort_by_key(|a| a.0);
-        (out.into_iter().map(|(_, c)| c).collect(), 0)
+        let mut mine = vec![];
+        for (v, mut list) in out.into_iter().enumerate() {
+            if !wanted[v] {
+                continue;
+            }
+            list.sort_unstable_by_key(|a| a.0);
+            let list: Vec<Cand> = list.into_iter().map(|(_, c)| c).collect();
+            if v == u {
+                mine = list;
+            } else {
+                self.put_cached((x, v), mode_reclaim, (list, 0));
+            }
+        }
+        (mine, 0)
+    }
+
+    fn take_cached(&mut self, key: (usize, Ux), reclaim: bool) -> Option<(Vec<Cand>, usize)> {
+        if reclaim {
+            self.reclaim_cands.remove(&key)
+        } else {
+            self.inshare_cands.remove(&key)
+        }
+    }
+
+    fn put_cached(&mut self, key: (usize, Ux), reclaim: bool, c: (Vec<Cand>, usize)) {
+        if reclaim {
+            self.reclaim_cands.insert(key, c);
+        } else {
+            self.inshare_cands.insert(key, c);
+        }
     }
 
     /// Rules 3 and 4: picks victims in order until the job would fit, keeps the
@@ -266,12 +314,7 @@ impl<'a> Pass<'a> {
                 f.retain(|&(k0, g0, p0)| !(k0 >= k && g0 >= g && p0 <= ask.prio));
                 f.push((k, g, ask.prio));
             }
-            let cache = if reclaim {
-                &mut self.reclaim_cands
-            } else {
-                &mut self.inshare_cands
-            };
-            cache.insert(key, (cands, start));
+            self.put_cached(key, reclaim, (cands, start));
             return false;
         };
         *protect = None;
@@ -316,12 +359,7 @@ impl<'a> Pass<'a> {
             }
         }
         self.commit_preemption(ask, mode, e, &targets, &kept, &cands);
-        let cache = if reclaim {
-            &mut self.reclaim_cands
-        } else {
-            &mut self.inshare_cands
-        };
-        cache.insert(key, (cands, start));
+        self.put_cached(key, reclaim, (cands, start));
         true
     }
 

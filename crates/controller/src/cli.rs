@@ -32,7 +32,12 @@ pub fn main() {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        // Colours only on a terminal: a log file or journal gets plain text.
+        use std::io::IsTerminal;
+        tracing_subscriber::fmt()
+            .with_ansi(std::io::stdout().is_terminal())
+            .with_env_filter(filter)
+            .init();
     }
     let cfg = match crate::Config::load(&args.config) {
         Ok(c) => c,

@@ -74,6 +74,26 @@ fn drop_noop_holds(plan: &mut Plan, st: &State) {
     }
 }
 
+/// A set of job ids as a bitmap: the victim search asks it for every victim it
+/// looks at, and job ids are dense.
+#[derive(Default)]
+struct JobBits(Vec<u64>);
+
+impl JobBits {
+    fn contains(&self, id: &JobId) -> bool {
+        let i = id.0 as usize;
+        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn insert(&mut self, id: JobId) {
+        let i = id.0 as usize;
+        if self.0.len() <= i / 64 {
+            self.0.resize(i / 64 + 1, 0);
+        }
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+}
+
 /// The job being scheduled.
 #[derive(Clone, Copy)]
 struct Ask<'a> {
@@ -108,7 +128,8 @@ struct Pass<'a> {
     queue_ix: HashMap<&'a str, usize>,
     /// Preemptor → (victims still stopping, latest kill deadline).
     victims_of: HashMap<JobId, (u32, Millis)>,
-    taken: HashSet<JobId>,
+    /// Jobs taken as victims in this pass, a bit per job id.
+    taken: JobBits,
     /// Victim lists, built once per pass when first needed, with the index of the
     /// first victim not yet taken (victims are taken front to back).
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,

@@ -13,9 +13,20 @@ pub(super) struct Cand {
     pub(super) share: usize,
     pub(super) prio: u32,
     pub(super) total: u32,
-    pub(super) nodes: Vec<(Nx, u32)>,
+    /// The job's first node and its GPUs there, kept inline: most victims have one node,
+    /// and the victim search reads it for every victim it looks at.
+    pub(super) first: Option<(Nx, u32)>,
+    /// Further nodes of a gang.
+    pub(super) more: Vec<(Nx, u32)>,
     pub(super) protected_until: Millis,
     pub(super) grace: Millis,
+}
+
+impl Cand {
+    /// The job's nodes and its GPUs on each.
+    pub(super) fn nodes(&self) -> impl Iterator<Item = &(Nx, u32)> + '_ {
+        self.first.iter().chain(self.more.iter())
+    }
 }
 
 /// Victim order: priority, then most recently started, then newest id.
@@ -96,15 +107,13 @@ impl<'a> Pass<'a> {
                     continue;
                 };
                 let started = job.started_at().unwrap_or(0);
-                let nodes = job
-                    .allocation()
-                    .iter()
-                    .filter_map(|a| {
-                        self.node_ix
-                            .get(a.node.as_str())
-                            .map(|&n| (n, a.gpus.len() as u32))
-                    })
-                    .collect();
+                let mut nodes = job.allocation().iter().filter_map(|a| {
+                    self.node_ix
+                        .get(a.node.as_str())
+                        .map(|&n| (n, a.gpus.len() as u32))
+                });
+                let first = nodes.next();
+                let more = nodes.collect();
                 out[v].push((
                     (job.spec.priority, Reverse(started), Reverse(job.id)),
                     Cand {
@@ -112,7 +121,8 @@ impl<'a> Pass<'a> {
                         share: t,
                         prio: job.spec.priority,
                         total: job.spec.request.total_gpus(),
-                        nodes,
+                        first,
+                        more,
                         protected_until: started + sv.q.min_runtime_s * SECOND,
                         grace: job.spec.grace_s(Some(sv.q)) * SECOND,
                     },
@@ -253,8 +263,7 @@ impl<'a> Pass<'a> {
             // victim on the right node eligible.
             let over_max = |c: &Cand| {
                 let share_ex = self.shares[c.share].excess(u);
-                c.nodes
-                    .iter()
+                c.nodes()
                     .any(|&(n, _)| *node_excess.entry((n, c.share)).or_insert(share_ex) > 0)
             };
             match self.look(c, &mode, &mut looked, protect, over_max) {
@@ -264,7 +273,7 @@ impl<'a> Pass<'a> {
             }
             picked.push(ci);
             total += c.total as i64;
-            for &(n, cnt) in &c.nodes {
+            for &(n, cnt) in c.nodes() {
                 if reclaim {
                     let share_ex = self.shares[c.share].excess(u);
                     let ex = node_excess.entry((n, c.share)).or_insert(share_ex);
@@ -320,7 +329,7 @@ impl<'a> Pass<'a> {
         *protect = None;
         // Keep only victims on the target nodes, plus (in pick order) any needed to meet
         // the count deficit; then drop the highest-priority ones that are not needed.
-        let on_target = |c: &Cand| c.nodes.iter().any(|(n, _)| targets.contains(n));
+        let on_target = |c: &Cand| c.nodes().any(|(n, _)| targets.contains(n));
         let mut kept: Vec<usize> = picked
             .iter()
             .copied()
@@ -436,7 +445,7 @@ impl<'a> Pass<'a> {
                 Look::Take => {}
             }
             order.push(ci);
-            for &(n, _) in &c.nodes {
+            for &(n, _) in c.nodes() {
                 per_node.entry(n).or_default().push(ci);
             }
         }
@@ -455,8 +464,7 @@ impl<'a> Pass<'a> {
             for &ci in list {
                 let c = &cands[ci];
                 freed += c
-                    .nodes
-                    .iter()
+                    .nodes()
                     .filter(|(m, _)| *m == n)
                     .map(|(_, x)| x)
                     .sum::<u32>();
@@ -553,7 +561,7 @@ impl<'a> Pass<'a> {
         for &n in targets {
             let freed: u32 = set
                 .iter()
-                .flat_map(|&ci| cands[ci].nodes.iter())
+                .flat_map(|&ci| cands[ci].nodes())
                 .filter(|(m, _)| *m == n)
                 .map(|(_, c)| c)
                 .sum();

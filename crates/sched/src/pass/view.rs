@@ -185,7 +185,7 @@ impl<'a> Pass<'a> {
             share_ix: HashMap::default(),
             queue_ix,
             victims_of: HashMap::default(),
-            taken: HashSet::default(),
+            taken: JobBits::default(),
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),
             reclaim_failed: HashMap::default(),

@@ -128,7 +128,6 @@ def check(jobs, share_max, records):
     by_name = {j["name"]: j for j in jobs}
     used = collections.Counter()
     waiting = collections.defaultdict(list)  # share -> names RUNNABLE, in submit order
-    state = {}
     first_start = {}
     room_at_arrival = {}
     for r in records:
@@ -159,7 +158,6 @@ def check(jobs, share_max, records):
             first_start.setdefault(j["name"], r["t"])
         if old in ACTIVE and new not in ACTIVE:
             used[share] -= need
-        state[j["name"]] = new
     report = []
     for name, (room, u, ahead) in sorted(
         room_at_arrival.items(), key=lambda kv: by_name[kv[0]]["at"]

@@ -104,28 +104,32 @@ impl Sim {
             share_queue: (0..sc.shares.len())
                 .map(|i| (sc.shares[i].name.clone(), sc.share_queue(i)))
                 .collect(),
-            first_queue: sc.queue_names().remove(0),
+            first_queue: sc.queue_list().remove(0).name,
         };
         let env_name = sc
             .environment
             .as_ref()
             .and_then(|e| e.name.clone())
             .unwrap_or_else(|| "default".into());
-        let selector = sc
-            .environment
-            .as_ref()
-            .and_then(|e| e.selector.clone())
-            .unwrap_or_default();
+        let mut env = ServiceEnvironment {
+            name: EnvName(env_name.clone()),
+            selector: sc
+                .environment
+                .as_ref()
+                .and_then(|e| e.selector.clone())
+                .unwrap_or_default(),
+            capacity_limits: vec![],
+            state: ObjState::Enabled,
+        };
         // Without a cap, the environment's limit per unit is every GPU of that unit on
         // the nodes its selector takes.
         let mut totals: BTreeMap<String, u32> = BTreeMap::new();
         for n in &sc.nodes {
-            let labels = n.labels.clone().unwrap_or_default();
-            if selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            if env.selects(&n.labels.clone().unwrap_or_default()) {
                 *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
             }
         }
-        let limits = match sc
+        env.capacity_limits = match sc
             .environment
             .as_ref()
             .and_then(|e| e.capacity_limits.clone())
@@ -151,16 +155,7 @@ impl Sim {
                 .map(|_| ())
                 .map_err(|e| format!("{field}: {e}"))
         };
-        setup(
-            &mut sim,
-            "environment",
-            Command::PutEnvironment(ServiceEnvironment {
-                name: EnvName(env_name.clone()),
-                selector,
-                capacity_limits: limits,
-                state: ObjState::Enabled,
-            }),
-        )?;
+        setup(&mut sim, "environment", Command::PutEnvironment(env))?;
         setup(
             &mut sim,
             "policy",
@@ -169,21 +164,13 @@ impl Sim {
                 idle_resource_assignment: IdleAssignment::Fifo,
             }),
         )?;
-        let priorities: Vec<(String, u32)> = if sc.queues.is_empty() {
-            vec![(QUEUE.to_string(), 0)]
-        } else {
-            sc.queues
-                .iter()
-                .map(|q| (q.name.clone(), q.priority.unwrap_or(0)))
-                .collect()
-        };
-        for (i, (name, priority)) in priorities.into_iter().enumerate() {
+        for (i, q) in sc.queue_list().into_iter().enumerate() {
             setup(
                 &mut sim,
                 &format!("queues[{i}]"),
                 Command::PutQueue(JobQueue {
-                    name: name.as_str().into(),
-                    priority,
+                    name: q.name.as_str().into(),
+                    priority: q.priority.unwrap_or(0),
                     state: ObjState::Enabled,
                     environment: EnvName(env_name.clone()),
                     policy: POLICY.into(),

@@ -379,12 +379,15 @@ impl Scenario {
 }
 
 impl Scenario {
-    /// The queue names, in file order (one `default` queue when none are given).
-    pub fn queue_names(&self) -> Vec<String> {
+    /// The queues, in file order (one `default` queue when none are given).
+    pub fn queue_list(&self) -> Vec<QueueSpec> {
         if self.queues.is_empty() {
-            vec![DEFAULT_QUEUE.to_string()]
+            vec![QueueSpec {
+                name: DEFAULT_QUEUE.to_string(),
+                priority: None,
+            }]
         } else {
-            self.queues.iter().map(|q| q.name.clone()).collect()
+            self.queues.clone()
         }
     }
 

@@ -184,15 +184,6 @@ fn check(
         .filter(|n| n.schedulable())
         .map(|n| n.free_gpus(&unit).count() as u32)
         .sum();
-    let held_by = |share: &ShareName| -> u32 {
-        st.jobs
-            .values()
-            .filter(|j| {
-                j.status == JobStatus::Runnable && &j.spec.share == share && j.hold.is_some()
-            })
-            .map(|j| j.spec.request.total_gpus())
-            .sum()
-    };
     let mut reserve_idle = 0;
     for s in st.shares.values() {
         let used = st.share_used(&s.name, &unit);
@@ -206,7 +197,9 @@ fn check(
             }
         }
         if s.resource_sharing.strategy == Strategy::Reserve {
-            reserve_idle += s.max_for(&unit).saturating_sub(used + held_by(&s.name));
+            reserve_idle += s
+                .max_for(&unit)
+                .saturating_sub(used + held_for(st, &s.name));
         }
     }
     // A RESERVE share's idle GPUs are never taken by another share: whenever another
@@ -253,12 +246,8 @@ fn check(
                         .sum();
                     // GPUs of the share's own jobs being stopped (for its in-share
                     // preemptors, whose holds are counted) are counted once.
-                    let stopping: u32 = st
-                        .active_in(&ps.name)
-                        .filter(|x| x.stop.is_some())
-                        .map(|x| x.spec.request.total_gpus())
-                        .sum();
-                    let have = st.share_used(&ps.name, &unit) + held_by(&ps.name)
+                    let stopping = stopping_in(st, &ps.name);
+                    let have = st.share_used(&ps.name, &unit) + held_for(st, &ps.name)
                         - borrowed_now
                         - stopping;
                     if have > ps.max_for(&unit) {
@@ -297,18 +286,11 @@ fn check(
             continue;
         }
         let g = j.spec.request.gpus_per_node;
-        if st.share_used(&s.name, &unit) + held_by(&s.name) + g > s.max_for(&unit) {
+        if st.share_used(&s.name, &unit) + held_for(st, &s.name) + g > s.max_for(&unit) {
             continue;
         }
         for n in st.nodes.values().filter(|n| n.schedulable()) {
-            let held_here: u32 = st
-                .jobs
-                .values()
-                .filter_map(|h| h.hold.as_ref())
-                .flat_map(|h| h.nodes.iter())
-                .filter(|(name, _)| name == n.name())
-                .map(|(_, c)| c)
-                .sum();
+            let held_here = held_on(st, n.name());
             let free = n.free_gpus(&unit).count() as u32;
             // Victims on this node in the designed order (lowest priority, then most
             // recently started), each taken only while its share is still over max.
@@ -333,16 +315,9 @@ fn check(
                 let Some(ts) = st.shares.get(&v.spec.share) else {
                     continue;
                 };
-                let ex = excess.entry(&v.spec.share).or_insert_with(|| {
-                    let stopping: u32 = st
-                        .active_in(&ts.name)
-                        .filter(|x| x.stop.is_some())
-                        .map(|x| x.spec.request.total_gpus())
-                        .sum();
-                    st.share_used(&ts.name, &unit) as i64
-                        - stopping as i64
-                        - ts.max_for(&unit) as i64
-                });
+                let ex = excess
+                    .entry(&v.spec.share)
+                    .or_insert_with(|| excess_of(st, &ts.name));
                 let young = v.started_at().unwrap_or(0) + ts.min_runtime_s * SECOND > now;
                 if *ex <= 0 || young {
                     continue;
@@ -400,16 +375,7 @@ impl Room {
             .nodes
             .values()
             .filter(|n| n.schedulable())
-            .map(|n| {
-                let held: u32 = st
-                    .holding_jobs()
-                    .filter_map(|h| h.hold.as_ref())
-                    .flat_map(|h| h.nodes.iter())
-                    .filter(|(name, _)| name == n.name())
-                    .map(|(_, c)| c)
-                    .sum();
-                (n.free_gpus(&unit).count() as u32).saturating_sub(held)
-            })
+            .map(|n| (n.free_gpus(&unit).count() as u32).saturating_sub(held_on(st, n.name())))
             .collect();
         Room { free, unit }
     }
@@ -485,6 +451,34 @@ impl Room {
     }
 }
 
+/// GPUs of the share's jobs being stopped (they count in its use until they exit).
+fn stopping_in(st: &State, share: &ShareName) -> u32 {
+    st.active_in(share)
+        .filter(|x| x.stop.is_some())
+        .map(|x| x.spec.request.total_gpus())
+        .sum()
+}
+
+/// GPUs the share uses above its max, not counting those being given back.
+fn excess_of(st: &State, share: &ShareName) -> i64 {
+    let unit = Unit::from("h100");
+    let Some(s) = st.shares.get(share) else {
+        return 0;
+    };
+    st.share_used(share, &unit) as i64 - stopping_in(st, share) as i64 - s.max_for(&unit) as i64
+}
+
+/// GPUs held on node `node` for preemptors.
+fn held_on(st: &State, node: &NodeName) -> u32 {
+    st.holding_jobs()
+        .filter_map(|h| h.hold.as_ref())
+        .flat_map(|h| h.nodes.iter())
+        .filter(|(name, _)| name == node)
+        .map(|(_, c)| c)
+        .sum()
+}
+
+/// GPUs held for the share's waiting preemptors.
 fn held_for(st: &State, share: &ShareName) -> u32 {
     st.holding_jobs()
         .filter(|j| &j.spec.share == share)
@@ -560,17 +554,6 @@ fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
     let st = &sim.state;
     let now = sim.now;
     let unit = Unit::from("h100");
-    let excess_of = |share: &ShareName| -> i64 {
-        let Some(s) = st.shares.get(share) else {
-            return 0;
-        };
-        let stopping: u32 = st
-            .active_in(share)
-            .filter(|x| x.stop.is_some())
-            .map(|x| x.spec.request.total_gpus())
-            .sum();
-        st.share_used(share, &unit) as i64 - stopping as i64 - s.max_for(&unit) as i64
-    };
     for j in st
         .jobs
         .values()
@@ -615,7 +598,7 @@ fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
                 v.stop.is_none()
                     && v.spec.request.nodes == 1
                     && v.spec.share != s.name
-                    && excess_of(&v.spec.share) > 0
+                    && excess_of(st, &v.spec.share) > 0
                     && !young
             });
             let freed: u32 = on_node.iter().map(|v| v.spec.request.total_gpus()).sum();
@@ -635,7 +618,7 @@ fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
         for (_, name, cost) in &clean {
             if cost
                 .iter()
-                .all(|(sh, c)| spent.get(sh).copied().unwrap_or(0) + c <= excess_of(sh))
+                .all(|(sh, c)| spent.get(sh).copied().unwrap_or(0) + c <= excess_of(st, sh))
             {
                 for (sh, c) in cost {
                     *spent.entry(sh.clone()).or_default() += c;

@@ -3,7 +3,7 @@
 //! FIFO borrow pass (rule 5); holders are placed once their GPUs are free.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::*;
 
@@ -73,19 +73,14 @@ impl<'a> Pass<'a> {
         // Rule 5: the borrow pass, FIFO by submit time across shares. Inside a share
         // the order of rule 1 holds (`deferred` is in it, share by share), so shares'
         // lists are merged by their head's submit time.
-        let mut lists: Vec<std::collections::VecDeque<_>> = vec![];
-        let mut list_of: HashMap<usize, usize> = HashMap::default();
+        let mut lists: Vec<VecDeque<_>> = self.shares.iter().map(|_| VecDeque::new()).collect();
         for d in deferred {
-            let i = *list_of.entry(d.3).or_insert_with(|| {
-                lists.push(std::collections::VecDeque::new());
-                lists.len() - 1
-            });
-            lists[i].push_back(d);
+            lists[d.3].push_back(d);
         }
         let mut heads: BinaryHeap<Reverse<(Millis, JobId, usize)>> = lists
             .iter()
             .enumerate()
-            .map(|(i, l)| Reverse((l[0].0, l[0].1, i)))
+            .filter_map(|(i, l)| l.front().map(|d| Reverse((d.0, d.1, i))))
             .collect();
         while let Some(Reverse((_, _, i))) = heads.pop() {
             let (_, id, w, s, prio) = lists[i].pop_front().expect("a head");
@@ -271,10 +266,10 @@ impl<'a> Pass<'a> {
             }
         }
         let victims = self.victims_of.get(&ask.id).copied();
+        // A hold won by in-share preemption in the borrow pass may start above max.
+        let sv = &self.shares[ask.s];
+        let borrowed = sv.used[u] + ask.need() > sv.max[u];
         if valid && ready {
-            // A hold won by in-share preemption in the borrow pass may start above max.
-            let sv = &self.shares[ask.s];
-            let borrowed = sv.used[u] + ask.need() > sv.max[u];
             match self.try_place(ask, borrowed, Some(&targets)) {
                 Ok(()) => return true,
                 // Blocked by the cap or a reserve with no victim left to wait for: keep
@@ -291,13 +286,7 @@ impl<'a> Pass<'a> {
         // while GPUs it may use are free, say on a node that was resumed since.
         if valid {
             let mark = self.plan.actions.len();
-            self.plan.actions.push(Action::Hold {
-                job: ask.id,
-                hold: None,
-            });
-            self.release_hold(ask.s, u, ask.need(), &targets);
-            let sv = &self.shares[ask.s];
-            let borrowed = sv.used[u] + ask.need() > sv.max[u];
+            self.give_back_hold(ask, &targets);
             if self.try_place(ask, borrowed, None).is_ok() {
                 return true;
             }
@@ -317,12 +306,17 @@ impl<'a> Pass<'a> {
             return true;
         }
         // The hold no longer leads anywhere: give its GPUs back.
+        self.give_back_hold(ask, &targets);
+        false
+    }
+
+    /// Releases the holder's hold, in the plan and in the pass's views.
+    fn give_back_hold(&mut self, ask: Ask<'a>, targets: &[(Nx, u32)]) {
         self.plan.actions.push(Action::Hold {
             job: ask.id,
             hold: None,
         });
-        self.release_hold(ask.s, u, ask.need(), &targets);
-        false
+        self.release_hold(ask.s, ask.u, ask.need(), targets);
     }
 
     /// The job waits on the environment's cap or a RESERVE share's idle GPUs, which a

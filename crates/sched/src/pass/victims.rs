@@ -32,9 +32,11 @@ impl Cand {
 /// Victim order: priority, then most recently started, then newest id.
 type CandKey = (u32, Reverse<Millis>, Reverse<JobId>);
 
-/// The shape of a gang's request, for [`Pass::gang_victims`].
+/// What a victim search looks for: `k` nodes with room for `g` GPUs of unit `u` each,
+/// in pool `pi`, taking at most `allowance` GPUs that are free now, and victims of at
+/// least `deficit` GPUs in all (for the environment's cap or the share's limit).
 #[derive(Clone, Copy)]
-pub(super) struct GangAsk {
+pub(super) struct Shape {
     pub(super) u: Ux,
     pub(super) g: u32,
     pub(super) k: u32,
@@ -229,85 +231,22 @@ impl<'a> Pass<'a> {
                     .max((sv.used[u] - sv.stopping[u] + sv.held[u] + need) as i64 - limit as i64);
             }
         }
-        let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
-        let mut freed: HashMap<Nx, u32> = HashMap::default();
-        let mut fitting: Vec<Nx> = vec![];
-        let mut picked: Vec<usize> = vec![];
-        let mut total: i64 = 0;
-        let mut found = None;
         while start < cands.len() && self.taken.contains(&cands[start].id) {
             start += 1;
         }
-        if k > 1 {
-            let (f, p) = self.gang_victims(
-                GangAsk {
-                    u,
-                    g,
-                    k,
-                    pi,
-                    allowance: free_allowance,
-                    deficit,
-                },
-                &mode,
-                &cands,
-                start,
-                protect,
-            );
-            found = f;
-            picked = p;
-        }
-        let mut looked = 0usize;
-        for (ci, c) in cands.iter().enumerate().skip(start).filter(|_| k == 1) {
-            // A single-node job needs room on one node, so a share's excess is counted per
-            // node: victims elsewhere must not use up the excess that would have made a
-            // victim on the right node eligible.
-            let over_max = |c: &Cand| {
-                let share_ex = self.shares[c.share].excess(u);
-                c.nodes()
-                    .any(|&(n, _)| *node_excess.entry((n, c.share)).or_insert(share_ex) > 0)
-            };
-            match self.look(c, &mode, &mut looked, protect, over_max) {
-                Look::Stop => break,
-                Look::Skip => continue,
-                Look::Take => {}
-            }
-            picked.push(ci);
-            total += c.total as i64;
-            for &(n, cnt) in c.nodes() {
-                if reclaim {
-                    let share_ex = self.shares[c.share].excess(u);
-                    let ex = node_excess.entry((n, c.share)).or_insert(share_ex);
-                    if *ex <= 0 {
-                        continue;
-                    }
-                    *ex -= c.total as i64;
-                }
-                let f = freed.entry(n).or_default();
-                let before = *f;
-                *f += cnt;
-                // Track the nodes where the job would now fit, so each check looks only
-                // at those and stays cheap however many small victims the walk passes.
-                let fits = |f: u32| {
-                    self.nodes[n as usize].nu(u).is_some_and(|nu| {
-                        nu.pools.contains(&pi) && g.saturating_sub(f) <= nu.avail()
-                    })
-                };
-                // A node enters the list when first touched (it may have fit on free
-                // GPUs alone, which a reserve or the cap did not allow) or when it starts
-                // to fit.
-                if fits(before + cnt) && (before == 0 || !fits(before)) {
-                    fitting.push(n);
-                }
-            }
-            if total >= deficit
-                && fitting.len() + self.pools[pi].fitting_nodes(g) as usize >= k as usize
-            {
-                if let Some(t) = self.fit(pi, g, k, free_allowance, &freed, &fitting) {
-                    found = Some(t);
-                    break;
-                }
-            }
-        }
+        let shape = Shape {
+            u,
+            g,
+            k,
+            pi,
+            allowance: free_allowance,
+            deficit,
+        };
+        let (found, picked) = if k > 1 {
+            self.gang_victims(shape, &mode, &cands, start, protect)
+        } else {
+            self.node_victims(shape, &mode, &cands, start, protect)
+        };
         if let Some(until) = *protect {
             self.wakeup = Some(self.wakeup.map_or(until, |w| w.min(until)));
         }
@@ -409,6 +348,83 @@ impl<'a> Pass<'a> {
         Look::Take
     }
 
+    /// Victims for a single-node job: taken in victim order until the job fits on
+    /// some node. A share's excess is counted per node: victims elsewhere must not use
+    /// up the excess that would have made a victim on the right node eligible. Returns
+    /// the target node, or `None`, and the victims picked.
+    fn node_victims(
+        &self,
+        a: Shape,
+        mode: &Mode,
+        cands: &[Cand],
+        start: usize,
+        protect: &mut Option<Millis>,
+    ) -> (Option<Vec<Nx>>, Vec<usize>) {
+        let Shape {
+            u,
+            g,
+            k,
+            pi,
+            allowance,
+            deficit,
+        } = a;
+        let reclaim = matches!(mode, Mode::Reclaim);
+        let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
+        let mut freed: HashMap<Nx, u32> = HashMap::default();
+        let mut fitting: Vec<Nx> = vec![];
+        let mut picked: Vec<usize> = vec![];
+        let mut total: i64 = 0;
+        let mut looked = 0usize;
+        for (ci, c) in cands.iter().enumerate().skip(start) {
+            let over_max = |c: &Cand| {
+                let share_ex = self.shares[c.share].excess(u);
+                c.nodes()
+                    .any(|&(n, _)| *node_excess.entry((n, c.share)).or_insert(share_ex) > 0)
+            };
+            match self.look(c, mode, &mut looked, protect, over_max) {
+                Look::Stop => break,
+                Look::Skip => continue,
+                Look::Take => {}
+            }
+            picked.push(ci);
+            total += c.total as i64;
+            for &(n, cnt) in c.nodes() {
+                if reclaim {
+                    let share_ex = self.shares[c.share].excess(u);
+                    let ex = node_excess.entry((n, c.share)).or_insert(share_ex);
+                    if *ex <= 0 {
+                        continue;
+                    }
+                    *ex -= c.total as i64;
+                }
+                let f = freed.entry(n).or_default();
+                let before = *f;
+                *f += cnt;
+                // Track the nodes where the job would now fit, so each check looks only
+                // at those and stays cheap however many small victims the walk passes.
+                let fits = |f: u32| {
+                    self.nodes[n as usize].nu(u).is_some_and(|nu| {
+                        nu.pools.contains(&pi) && g.saturating_sub(f) <= nu.avail()
+                    })
+                };
+                // A node enters the list when first touched (it may have fit on free
+                // GPUs alone, which a reserve or the cap did not allow) or when it starts
+                // to fit.
+                if fits(before + cnt) && (before == 0 || !fits(before)) {
+                    fitting.push(n);
+                }
+            }
+            if total >= deficit
+                && fitting.len() + self.pools[pi].fitting_nodes(g) as usize >= k as usize
+            {
+                if let Some(t) = self.fit(pi, g, k, allowance, &freed, &fitting) {
+                    return (Some(t), picked);
+                }
+            }
+        }
+        (None, picked)
+    }
+
     /// Victims that free `k` whole nodes for a gang (each with room for `g`), so that
     /// over-max work spread over many nodes still yields whole nodes. Per node, the
     /// shortest run of its eligible victims (in victim order) that makes room; nodes are
@@ -419,13 +435,13 @@ impl<'a> Pass<'a> {
     /// Returns the target nodes, or `None`, and the victims picked.
     fn gang_victims(
         &self,
-        a: GangAsk,
+        a: Shape,
         mode: &Mode,
         cands: &[Cand],
         start: usize,
         protect: &mut Option<Millis>,
     ) -> (Option<Vec<Nx>>, Vec<usize>) {
-        let GangAsk {
+        let Shape {
             u,
             g,
             k,

@@ -219,15 +219,7 @@ impl H {
             reasons: vec![],
             next_wakeup: None,
         };
-        let Outcome::Plan(out) = self.apply(Command::ApplyPlan(plan)) else {
-            panic!("a plan answers Plan");
-        };
-        assert!(
-            out.rejected.is_empty(),
-            "placement refused: {:?}",
-            out.rejected
-        );
-        self.started(id);
+        self.apply_whole(plan);
     }
 
     fn started(&mut self, id: JobId) {
@@ -243,7 +235,7 @@ impl H {
 
     /// The job's current attempt ends with exit code 0.
     pub fn exit(&mut self, name: &str) {
-        let id = self.id(name);
+        let id = self.ids[name];
         let attempt = self.st.jobs[&id].attempts.len() as u32;
         self.apply(Command::JobProgress {
             job: id,
@@ -253,10 +245,6 @@ impl H {
                 reason: None,
             },
         });
-    }
-
-    pub fn id(&self, name: &str) -> JobId {
-        self.ids[name]
     }
 
     pub fn name(&self, id: JobId) -> String {
@@ -285,10 +273,15 @@ impl H {
             .collect()
     }
 
-    /// Applies the last plan, starts what it placed (reported running) and returns
-    /// nothing; the plan must apply whole.
+    /// Applies the last plan, which must apply whole, and reports what it placed
+    /// running.
     pub fn commit(&mut self) {
         let plan = self.last.take().expect("plan() first");
+        self.apply_whole(plan);
+    }
+
+    /// Applies a plan that must apply whole and reports what it placed running.
+    fn apply_whole(&mut self, plan: Plan) {
         let placed: Vec<JobId> = plan
             .actions
             .iter()
@@ -308,22 +301,6 @@ impl H {
         for id in placed {
             self.started(id);
         }
-    }
-
-    /// Runs passes and commits them until a pass has no action (at most 20).
-    pub fn settle(&mut self) -> Vec<String> {
-        let mut all = vec![];
-        for _ in 0..20 {
-            let lines = self.plan();
-            if lines.is_empty() {
-                // Keep the reasons of this last pass applied too.
-                self.commit();
-                return all;
-            }
-            all.extend(lines);
-            self.commit();
-        }
-        panic!("no settled plan after 20 passes: {all:?}");
     }
 
     fn line(&self, a: &Action) -> String {

@@ -23,6 +23,13 @@ pub struct LocalOptions {
     pub fault_injection: bool,
     /// `TRANCHE_LOG` for the controllers.
     pub log_filter: String,
+    /// Fixed ports instead of free ones: controller `i` (from 1) listens on
+    /// `base_port + 2i` (peers) and `base_port + 2i + 1` (clients). A data dir records
+    /// its members' addresses, so a cluster whose data dirs are kept (a fixture) needs
+    /// the same ports every time.
+    pub base_port: Option<u16>,
+    /// How long issued certificates are valid, in days.
+    pub cert_days: u32,
 }
 
 impl LocalOptions {
@@ -32,6 +39,8 @@ impl LocalOptions {
             extra_config: String::new(),
             fault_injection: true,
             log_filter: std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into()),
+            base_port: None,
+            cert_days: 30,
         }
     }
 }
@@ -162,7 +171,8 @@ impl LocalCluster {
             controllers: Vec::new(),
             agents: Vec::new(),
         };
-        let members: Vec<Member> = (1..=n as u64).map(Self::new_member).collect();
+        let base = cluster.opts.base_port;
+        let members: Vec<Member> = (1..=n as u64).map(|id| Self::new_member(id, base)).collect();
         for m in &members {
             cluster.add_config(m.clone(), &members, false)?;
         }
@@ -170,18 +180,50 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    fn new_member(id: u64) -> Member {
+    /// A cluster whose files already exist under `dir` (certificates in `certs/`,
+    /// configs `c<i>.toml`, data dirs `c<i>/`), as [`create`](Self::create) wrote them
+    /// with `opts.base_port` set: `n` controllers, nothing started.
+    pub fn reopen(dir: &Path, n: usize, opts: LocalOptions) -> Result<LocalCluster, String> {
+        let base = opts
+            .base_port
+            .ok_or("reopen: the cluster's base_port is needed to know its addresses")?;
+        let controllers = (1..=n as u64)
+            .map(|id| {
+                let member = Self::new_member(id, Some(base));
+                LocalController {
+                    config: dir.join(format!("{}.toml", member.name)),
+                    data_dir: dir.join(&member.name),
+                    log: dir.join(format!("{}.log", member.name)),
+                    member,
+                    child: None,
+                }
+            })
+            .collect();
+        Ok(LocalCluster {
+            dir: dir.to_path_buf(),
+            certs: dir.join("certs"),
+            opts,
+            controllers,
+            agents: Vec::new(),
+        })
+    }
+
+    fn new_member(id: u64, base_port: Option<u16>) -> Member {
+        let port = |k: u16| match base_port {
+            Some(b) => b + 2 * id as u16 + k,
+            None => free_port(),
+        };
         Member {
             id,
             name: format!("c{id}"),
-            peer_addr: format!("127.0.0.1:{}", free_port()),
-            client_addr: format!("127.0.0.1:{}", free_port()),
+            peer_addr: format!("127.0.0.1:{}", port(0)),
+            client_addr: format!("127.0.0.1:{}", port(1)),
         }
     }
 
     /// Issues a certificate into the cluster's cert dir.
     pub fn issue(&self, role: Role, name: &str) -> Result<TlsFiles, String> {
-        tranche_tls::issue(&self.certs, &self.certs, role, name, &[], 30).map_err(|e| e.to_string())
+        tranche_tls::issue(&self.certs, &self.certs, role, name, &[], self.opts.cert_days).map_err(|e| e.to_string())
     }
 
     fn add_config(&mut self, m: Member, founders: &[Member], join: bool) -> Result<usize, String> {
@@ -191,7 +233,7 @@ impl LocalCluster {
             Role::Controller,
             &m.name,
             &["127.0.0.1".to_string()],
-            30,
+            self.opts.cert_days,
         )
         .map_err(|e| e.to_string())?;
         let data_dir = self.dir.join(&m.name);
@@ -236,7 +278,7 @@ impl LocalCluster {
     /// Writes the config of a new controller that joins the running cluster; returns
     /// its position. Start it, then add it with a membership change.
     pub fn prepare_joiner(&mut self, id: u64) -> Result<usize, String> {
-        let m = Self::new_member(id);
+        let m = Self::new_member(id, self.opts.base_port);
         self.add_config(m, &[], true)
     }
 

@@ -12,8 +12,9 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use tranche_client::{Client, ClientError};
 use tranche_model::{JobId, JobStatus, NodeInventory};
+use tranche_proto::ClientCommand;
 use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
-use tranche_state::{ApplyError, Command, Progress};
+use tranche_state::{ApplyError, Progress};
 
 use crate::config::AgentConfig;
 use crate::exec::{signal_number, Attempt, BoundGpu, Executors, LaunchSpec, StopOutcome};
@@ -243,7 +244,7 @@ impl Agent {
         loop {
             match self
                 .client
-                .command(Command::RegisterNode(self.inventory.clone()))
+                .command(ClientCommand::RegisterNode(self.inventory.clone()))
                 .await
             {
                 Ok(Ok(_)) => {
@@ -263,16 +264,13 @@ impl Agent {
         let every = Duration::from_millis(self.cfg.heartbeat_ms);
         loop {
             tokio::time::sleep(every).await;
-            let r = self
-                .client
-                .command(Command::Heartbeat {
-                    node: self.inventory.name.clone(),
-                })
-                .await;
-            match r {
-                Ok(Ok(_)) => self.contact(),
-                Ok(Err(ApiError::Rejected(ApplyError::NotFound { .. }))) => self.register().await,
-                Ok(Err(e)) => warn!("heartbeat refused: {e}"),
+            // Answered by the leader from memory (the client follows the leader).
+            match self.client.heartbeat(self.inventory.name.clone()).await {
+                Ok(true) => self.contact(),
+                Ok(false) => {
+                    self.contact();
+                    self.register().await;
+                }
                 Err(e) => warn!("heartbeat not delivered: {e}"),
             }
         }
@@ -299,7 +297,7 @@ impl Agent {
                     warn!(%reason, "draining this node");
                     let r = self
                         .client
-                        .command(Command::DrainNode {
+                        .command(ClientCommand::DrainNode {
                             node: self.inventory.name.clone(),
                             reason: reason.clone(),
                             now: false,
@@ -628,7 +626,7 @@ impl Agent {
     async fn progress(&self, job: JobId, attempt: u32, event: Progress) -> bool {
         match self
             .client
-            .command(Command::JobProgress {
+            .command(ClientCommand::JobProgress {
                 job,
                 attempt,
                 event,

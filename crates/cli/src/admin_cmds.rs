@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tranche_model::{JobId, Node};
-use tranche_proto::{JobSummary, Member, MembershipChange, Query, Request, Response};
-use tranche_state::Command;
+use tranche_proto::ClientCommand;
+use tranche_proto::{ClientRequest, JobSummary, Member, MembershipChange, Query, Response};
 
 use crate::user_cmds::{connect, failed, run, state_code, usage, Fail};
 
@@ -20,7 +20,7 @@ pub struct UpdateArgs {
     config: Option<PathBuf>,
 }
 
-async fn write(client: &tranche_client::Client, cmd: Command) -> Result<(), Fail> {
+async fn write(client: &tranche_client::Client, cmd: ClientCommand) -> Result<(), Fail> {
     match client.command(cmd).await.map_err(failed)? {
         Ok(_) => Ok(()),
         Err(e) => Err((1, e.to_string())),
@@ -32,7 +32,7 @@ pub fn update(args: &UpdateArgs) -> ExitCode {
         let (client, _) = connect(&args.config)?;
         write(
             &client,
-            Command::UpdatePriority {
+            ClientCommand::UpdatePriority {
                 job: JobId(args.job),
                 priority: args.priority,
             },
@@ -197,7 +197,7 @@ pub fn drain(args: &DrainArgs) -> ExitCode {
         for n in &args.nodes {
             write(
                 &client,
-                Command::DrainNode {
+                ClientCommand::DrainNode {
                     node: n.as_str().into(),
                     reason: reason.clone(),
                     now: args.now,
@@ -223,7 +223,7 @@ pub fn resume(args: &ResumeArgs) -> ExitCode {
         for n in &args.nodes {
             write(
                 &client,
-                Command::ResumeNode {
+                ClientCommand::ResumeNode {
                     node: n.as_str().into(),
                 },
             )
@@ -383,7 +383,7 @@ pub fn controllers(args: &ControllersArgs) -> ExitCode {
                 ControllersChange::Remove { id } => MembershipChange::Remove { id: *id },
             };
             return match client
-                .request(&Request::Membership(change))
+                .request(&ClientRequest::Membership(change))
                 .await
                 .map_err(failed)?
             {
@@ -408,7 +408,7 @@ pub fn controllers(args: &ControllersArgs) -> ExitCode {
                         if let Ok(Response::Controllers(s)) = client
                             .request_to(
                                 i,
-                                &Request::Read {
+                                &ClientRequest::Read {
                                     query: Query::Controllers,
                                     stale: true,
                                 },

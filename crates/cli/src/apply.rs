@@ -39,8 +39,8 @@ use std::process::ExitCode;
 
 use tranche_model::policy_file::{self, PolicyObjects};
 use tranche_model::{JobStatus, QuotaShare};
+use tranche_proto::ClientCommand;
 use tranche_proto::{JobFilter, Objects, Query, Response};
-use tranche_state::Command;
 
 use crate::user_cmds::{connect, failed, run, usage, Fail};
 
@@ -58,38 +58,50 @@ pub struct ApplyArgs {
 }
 
 /// The commands the file stands for, in dependency order, each named for the report.
-fn commands(f: PolicyObjects) -> Vec<(String, String, Command)> {
+fn commands(f: PolicyObjects) -> Vec<(String, String, ClientCommand)> {
     let mut out = Vec::new();
     for e in f.environments {
         out.push((
             "environment".into(),
             e.name.to_string(),
-            Command::PutEnvironment(e),
+            ClientCommand::PutEnvironment(e),
         ));
     }
     for p in f.policies {
-        out.push(("policy".into(), p.name.to_string(), Command::PutPolicy(p)));
+        out.push((
+            "policy".into(),
+            p.name.to_string(),
+            ClientCommand::PutPolicy(p),
+        ));
     }
     for q in f.queues {
-        out.push(("queue".into(), q.name.to_string(), Command::PutQueue(q)));
+        out.push((
+            "queue".into(),
+            q.name.to_string(),
+            ClientCommand::PutQueue(q),
+        ));
     }
     for s in f.shares {
-        out.push(("share".into(), s.name.to_string(), Command::PutShare(s)));
+        out.push((
+            "share".into(),
+            s.name.to_string(),
+            ClientCommand::PutShare(s),
+        ));
     }
     out
 }
 
 /// `Some(true)`: exists and equal; `Some(false)`: exists and differs; `None`: new.
-fn compare(cmd: &Command, o: &Objects) -> Option<bool> {
+fn compare(cmd: &ClientCommand, o: &Objects) -> Option<bool> {
     match cmd {
-        Command::PutEnvironment(e) => o
+        ClientCommand::PutEnvironment(e) => o
             .environments
             .iter()
             .find(|x| x.name == e.name)
             .map(|x| x == e),
-        Command::PutPolicy(p) => o.policies.iter().find(|x| x.name == p.name).map(|x| x == p),
-        Command::PutQueue(q) => o.queues.iter().find(|x| x.name == q.name).map(|x| x == q),
-        Command::PutShare(s) => o.shares.iter().find(|x| x.name == s.name).map(|x| x == s),
+        ClientCommand::PutPolicy(p) => o.policies.iter().find(|x| x.name == p.name).map(|x| x == p),
+        ClientCommand::PutQueue(q) => o.queues.iter().find(|x| x.name == q.name).map(|x| x == q),
+        ClientCommand::PutShare(s) => o.shares.iter().find(|x| x.name == s.name).map(|x| x == s),
         _ => None,
     }
 }
@@ -109,7 +121,7 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         // Rules the controllers would refuse half-way are checked first, so that a file
         // that breaks them changes nothing.
         for (_, name, cmd) in &cmds {
-            if let Command::PutShare(s) = cmd {
+            if let ClientCommand::PutShare(s) = cmd {
                 if let Some(old) = objects.shares.iter().find(|x| x.name == s.name) {
                     if old.queue != s.queue {
                         return Err((
@@ -134,7 +146,7 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
                 }
                 Some(false) => {
                     updated += 1;
-                    if let Command::PutShare(s) = cmd {
+                    if let ClientCommand::PutShare(s) = cmd {
                         shrunk.push(s);
                     }
                     "update"

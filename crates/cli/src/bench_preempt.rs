@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use tranche_client::Client;
 use tranche_local::{demo, find_agent, find_tranched, LocalCluster, LocalOptions};
 use tranche_model::{JobId, JobSpec, JobStatus};
+use tranche_proto::ClientCommand;
 use tranche_proto::{Query, Response};
-use tranche_state::Command;
 use tranche_tls::Role;
 
 #[derive(clap::Args, Debug)]
@@ -280,7 +280,7 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
         // Clear the round: cancel what still runs or waits.
         for &id in &borrowers {
             let _ = admin
-                .command(Command::Cancel {
+                .command(ClientCommand::Cancel {
                     job: id,
                     reason: "benchmark round over".into(),
                 })

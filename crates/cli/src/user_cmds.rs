@@ -9,8 +9,9 @@ use std::process::ExitCode;
 
 use tranche_client::{Client, ClientError};
 use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus, Millis};
+use tranche_proto::ClientCommand;
 use tranche_proto::{ApiError, JobFilter, JobSummary, Query, Response};
-use tranche_state::{Command, Outcome};
+use tranche_state::Outcome;
 
 use crate::client_cfg::{self, ClientCfg};
 
@@ -557,7 +558,7 @@ pub fn cancel(args: &CancelArgs) -> ExitCode {
         let mut refused = Vec::new();
         for &id in &args.jobs {
             let r = client
-                .command(Command::Cancel {
+                .command(ClientCommand::Cancel {
                     job: JobId(id),
                     reason: args.reason.clone(),
                 })

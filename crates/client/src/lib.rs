@@ -6,9 +6,13 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tranche_model::{JobId, JobSpec};
-use tranche_proto::{frame, ApiError, FrameError, Query, Request, Response, MAX_CLIENT_FRAME};
-use tranche_state::{Command, Outcome};
+use tranche_model::{JobId, JobSpec, NodeName};
+use tranche_proto::frame::PREVIOUS_PROTOCOL_VERSION;
+use tranche_proto::{
+    frame, ApiError, ClientCommand, ClientRequest, FrameError, Query, Response, MAX_CLIENT_FRAME,
+    PROTOCOL_VERSION,
+};
+use tranche_state::Outcome;
 use tranche_tls::{TlsFiles, CONTROLLER_SERVER_NAME};
 
 /// Why a request failed.
@@ -33,6 +37,14 @@ pub enum ClientError {
     Timeout(Duration, String),
     #[error("unexpected response: {0}")]
     Unexpected(String),
+    /// The controller runs an older release, whose protocol this client no longer
+    /// speaks.
+    #[error(
+        "controller {addr} speaks protocol version {PREVIOUS_PROTOCOL_VERSION}, older than \
+         this client's {PROTOCOL_VERSION}: upgrade the controllers, or use a client of their \
+         release (the controller said: {said})"
+    )]
+    OlderController { addr: SocketAddr, said: String },
 }
 
 impl ClientError {
@@ -144,7 +156,11 @@ impl Client {
 
     /// Sends one request to controller `idx` and waits for its response (at most
     /// `attempt_timeout`); no retry.
-    pub async fn request_to(&self, idx: usize, req: &Request) -> Result<Response, ClientError> {
+    pub async fn request_to(
+        &self,
+        idx: usize,
+        req: &ClientRequest,
+    ) -> Result<Response, ClientError> {
         let bytes = frame::encode(req);
         match tokio::time::timeout(self.attempt_timeout, self.raw_to(idx, &bytes)).await {
             Ok(r) => r,
@@ -191,8 +207,25 @@ impl Client {
             .await
             .map_err(|e| closed(e.to_string()))?;
         let _ = send.finish();
-        match frame::read::<Response, _>(&mut recv, MAX_CLIENT_FRAME).await {
-            Ok(r) => Ok(r),
+        let read = async {
+            let payload = frame::read_payload(&mut recv, MAX_CLIENT_FRAME)
+                .await?
+                .ok_or(FrameError::Truncated)?;
+            // An older controller answers in its version; its `Error` is laid out alike.
+            frame::decode_payload_of::<Response>(
+                &payload,
+                &[PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION],
+            )
+        };
+        match read.await {
+            Ok((PROTOCOL_VERSION, r)) => Ok(r),
+            Ok((_, r)) => Err(ClientError::OlderController {
+                addr,
+                said: match r {
+                    Response::Error(e) => e.to_string(),
+                    _ => "an answer of its own version".into(),
+                },
+            }),
             Err(e @ (FrameError::Io(_) | FrameError::Truncated))
                 if conn.close_reason().is_some() =>
             {
@@ -204,7 +237,7 @@ impl Client {
 
     /// Sends a request, retrying on the controller the answers point to, or the next
     /// one, until it gets an answer that is not "retry" or `retry_for` runs out.
-    pub async fn request(&self, req: &Request) -> Result<Response, ClientError> {
+    pub async fn request(&self, req: &ClientRequest) -> Result<Response, ClientError> {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         let mut refusals = 0;
@@ -253,7 +286,10 @@ impl Client {
     }
 
     /// A write; `Ok(Err(..))` when the state machine refused it (nothing changed).
-    pub async fn command(&self, cmd: Command) -> Result<Result<Outcome, ApiError>, ClientError> {
+    pub async fn command(
+        &self,
+        cmd: ClientCommand,
+    ) -> Result<Result<Outcome, ApiError>, ClientError> {
         let seq = self
             .next_seq
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -268,8 +304,8 @@ impl Client {
             first_incomplete,
         };
         let r = self
-            .request(&Request::Write {
-                request,
+            .request(&ClientRequest::Write {
+                request: Some(request),
                 command: cmd,
             })
             .await;
@@ -288,7 +324,7 @@ impl Client {
         if spec.client_token.is_none() {
             spec.client_token = Some(new_token());
         }
-        match self.command(Command::Submit(spec)).await? {
+        match self.command(ClientCommand::Submit(spec)).await? {
             Ok(Outcome::Submitted { job, existing }) => Ok((job, existing)),
             Ok(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
             Err(e) => Err(ClientError::Api(e)),
@@ -297,9 +333,19 @@ impl Client {
 
     /// A read: linearizable unless `stale`.
     pub async fn read(&self, query: Query, stale: bool) -> Result<Response, ClientError> {
-        match self.request(&Request::Read { query, stale }).await? {
+        match self.request(&ClientRequest::Read { query, stale }).await? {
             Response::Error(e) => Err(ClientError::Api(e)),
             r => Ok(r),
+        }
+    }
+
+    /// An agent's heartbeat for its node, to the leader (followed as `request`
+    /// follows it). Returns whether the leader knows the node.
+    pub async fn heartbeat(&self, node: NodeName) -> Result<bool, ClientError> {
+        match self.request(&ClientRequest::Heartbeat { node }).await? {
+            Response::Heartbeat { registered } => Ok(registered),
+            Response::Error(e) => Err(ClientError::Api(e)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
 }

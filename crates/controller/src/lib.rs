@@ -2,15 +2,18 @@
 //! on disk) serving the client API over QUIC with mutual TLS. Only the leader
 //! schedules.
 
-pub mod api;
 pub mod cadence;
 pub mod cli;
 pub mod config;
+pub mod liveness;
+pub mod mailbox;
 pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod planner;
+pub mod quic;
 pub mod server;
+pub mod service;
 pub mod views;
 
 pub use config::Config;

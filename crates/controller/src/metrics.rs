@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use tranche_model::{AttemptEnd, StopKind};
 
-use crate::node::SharedRef;
+use crate::mailbox::SharedRef;
 use crate::views;
 
 /// Renders every metric of this controller.

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 pub use tranche_proto::peer::{PeerFrame, PeerItem};
-use tranche_proto::{frame, Member, MAX_PEER_FRAME};
+use tranche_proto::{frame, Member, MAX_PEER_FRAME, PROTOCOL_VERSION};
 use tranche_tls::{peer_identity, Role, CONTROLLER_SERVER_NAME};
 
-use crate::node::NodeMsg;
+use crate::mailbox::NodeMsg;
 
 /// QUIC application error codes when a connection is refused.
 pub const CLOSE_WRONG_ROLE: u32 = 1;
@@ -215,7 +215,14 @@ impl PeerNet {
                             continue;
                         }
                     };
-                    let f: PeerFrame = match frame::decode_payload(&payload) {
+                    // A controller of the previous release sends version-1 frames,
+                    // laid out alike.
+                    let f: PeerFrame = match frame::decode_payload_of(
+                        &payload,
+                        &[frame::PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION],
+                    )
+                    .map(|(_, f)| f)
+                    {
                         Ok(f) => f,
                         Err(e) => {
                             warn!(peer = %conn.remote_address(), "bad peer frame: {e}");
@@ -240,5 +247,11 @@ impl PeerNet {
                 }
             });
         }
+    }
+}
+
+impl crate::service::Isolation for PeerNet {
+    fn set_blocked(&self, ids: &[u64]) {
+        PeerNet::set_blocked(self, ids)
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tranche_model::Millis;
 use tranche_state::{Command, State};
 
-use crate::node::NodeMsg;
+use crate::mailbox::NodeMsg;
 
 pub enum PlannerMsg {
     /// Start over from this state (a new leadership, or a snapshot was installed).

@@ -8,10 +8,13 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 use tranche_tls::TlsFiles;
 
-use crate::api::Api;
 use crate::config::Config;
-use crate::node::{self, Node, NodeError};
+use crate::liveness::Beats;
+use crate::mailbox::NodeError;
+use crate::node::{storage, RaftNode};
 use crate::peer::PeerNet;
+use crate::quic::ClientPort;
+use crate::service::{Isolation, Service};
 
 fn endpoint(addr: &str, files: &TlsFiles, what: &str) -> Result<quinn::Endpoint, NodeError> {
     let addr: SocketAddr = addr
@@ -35,7 +38,12 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
              guarantees. For benchmarks only; never in production."
         );
     }
-    let (storage, shared, conf_state, image_index) = node::open(&cfg)?;
+    let storage::Opened {
+        storage,
+        shared,
+        conf_state,
+        image_index,
+    } = storage::open(&cfg)?;
     let peer_ep = endpoint(
         cfg.peer_listen(),
         &files,
@@ -54,7 +62,8 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         crate::metrics::serve(addr, shared.clone()).map_err(NodeError::Other)?;
     }
     let (tx, rx) = mpsc::channel(65_536);
-    let node = Node::new(
+    let beats = Arc::new(Beats::default());
+    let node = RaftNode::new(
         cfg.clone(),
         storage,
         shared.clone(),
@@ -64,16 +73,15 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         net.clone(),
         crate::planner::Planner::spawn(tx.clone()),
         applied_tx,
+        beats.clone(),
     )?;
     tokio::spawn(net.clone().serve(tx.clone()));
-    let api = Arc::new(Api {
-        node: tx,
-        applied: applied_rx,
-        shared,
-        net,
-        fault_injection: cfg.fault_injection,
-    });
-    tokio::spawn(api.serve(client_ep.clone()));
+    let isolation = cfg
+        .fault_injection
+        .then(|| net.clone() as Arc<dyn Isolation>);
+    let service = Arc::new(Service::new(tx, applied_rx, shared, beats, isolation));
+    let port = Arc::new(ClientPort { service });
+    tokio::spawn(port.serve(client_ep.clone()));
     info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");
     tranche_proto::service::notify("READY=1");
     let r = node.run(shutdown).await;

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use tranche_client::{Client, ClientError};
 use tranche_local::{demo, wait_until, wait_until_blocking, LocalCluster, LocalOptions};
-use tranche_proto::{ApiError, JobFilter, MembershipChange, Query, Request, Response, StateDigest};
-use tranche_state::Command;
+use tranche_proto::{
+    ApiError, ClientCommand, ClientRequest, JobFilter, MembershipChange, Query, Response,
+    StateDigest,
+};
 use tranche_tls::Role;
 
 /// Cluster tests run one at a time: each starts several processes on a 2-core machine.
@@ -65,7 +67,7 @@ async fn digest_of(c: &LocalCluster, admin: &Client, i: usize) -> Option<StateDi
     match admin
         .request_to(
             idx,
-            &Request::Read {
+            &ClientRequest::Read {
                 query: Query::Digest,
                 stale: true,
             },
@@ -263,7 +265,7 @@ fn restart_from_data_dirs_reproduces_the_state() {
                 .unwrap();
         }
         let cancel = admin
-            .command(Command::Cancel {
+            .command(ClientCommand::Cancel {
                 job: tranche_model::JobId(3),
                 reason: "test".into(),
             })
@@ -361,7 +363,9 @@ fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
             };
             let cl = c.client_of(i, Role::Admin, "admin").unwrap();
             assert_eq!(
-                cl.request_to(0, &Request::Isolate { from }).await.unwrap(),
+                cl.request_to(0, &ClientRequest::Isolate { from })
+                    .await
+                    .unwrap(),
                 Response::Done
             );
         }
@@ -387,7 +391,7 @@ fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
         // Heal.
         for i in 0..3 {
             let cl = c.client_of(i, Role::Admin, "admin").unwrap();
-            cl.request_to(0, &Request::Isolate { from: vec![] })
+            cl.request_to(0, &ClientRequest::Isolate { from: vec![] })
                 .await
                 .unwrap();
         }
@@ -422,7 +426,7 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
         c.start(j).unwrap();
         let member = c.controllers[j].member.clone();
         let r = admin
-            .request(&Request::Membership(MembershipChange::Add(member)))
+            .request(&ClientRequest::Membership(MembershipChange::Add(member)))
             .await
             .unwrap();
         assert_eq!(r, Response::Done);
@@ -448,7 +452,9 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
         let victim = (leader + 1) % 3;
         let vid = c.controllers[victim].member.id;
         let r = admin
-            .request(&Request::Membership(MembershipChange::Remove { id: vid }))
+            .request(&ClientRequest::Membership(MembershipChange::Remove {
+                id: vid,
+            }))
             .await
             .unwrap();
         assert_eq!(r, Response::Done);
@@ -495,14 +501,27 @@ fn malformed_frames_get_an_error_and_change_nothing() {
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
-        let good =
-            tranche_proto::frame::encode(&Request::Command(Command::DeleteShare("lend".into())));
+        let good = tranche_proto::frame::encode(&ClientRequest::Write {
+            request: None,
+            command: ClientCommand::DeleteShare("lend".into()),
+        });
+        // A client of the previous protocol version is told to upgrade, in a frame of
+        // its own version (which this client reports as an older controller's).
+        let mut old_client = good.clone();
+        old_client[5] = 1;
+        let hostile = c.client_of(0, Role::Admin, "admin").unwrap();
+        match hostile.raw_to(0, &old_client).await {
+            Err(ClientError::OlderController { said, .. }) => {
+                assert!(said.contains("upgrade the client"), "{said}")
+            }
+            other => panic!("old client: {other:?}"),
+        }
         let mut wrong_version = good.clone();
         wrong_version[4] = 0x7f;
         let mut oversize = good.clone();
         oversize[0..4].copy_from_slice(&(1u32 << 30).to_be_bytes());
         let truncated = good[..good.len() - 3].to_vec();
-        let mut garbage = vec![0, 0, 0, 10, 0, 1];
+        let mut garbage = vec![0, 0, 0, 10, 0, 2];
         garbage.extend_from_slice(&[0xff; 8]);
         for (what, bytes) in [
             ("wrong version", wrong_version),
@@ -552,7 +571,7 @@ fn the_leader_schedules_and_a_new_leader_carries_on() {
         let (admin, leader) = ready(&mut c).await;
         let agent = c.client(Role::Agent, "n1").unwrap();
         let r = agent
-            .command(Command::RegisterNode(demo::node("n1", 2)))
+            .command(ClientCommand::RegisterNode(demo::node("n1", 2)))
             .await
             .unwrap();
         assert!(r.is_ok(), "{r:?}");
@@ -629,7 +648,7 @@ fn an_agent_learns_its_work_and_reports_progress() {
         let w = node_work(&agent, "n1", None).await;
         assert!(!w.registered && w.items.is_empty());
         let r = agent
-            .command(Command::RegisterNode(demo::node("n1", 4)))
+            .command(ClientCommand::RegisterNode(demo::node("n1", 4)))
             .await
             .unwrap();
         assert!(r.is_ok(), "{r:?}");
@@ -682,7 +701,7 @@ fn an_agent_learns_its_work_and_reports_progress() {
             },
         ] {
             let r = agent
-                .command(Command::JobProgress {
+                .command(ClientCommand::JobProgress {
                     job,
                     attempt: 1,
                     event,
@@ -698,7 +717,7 @@ fn an_agent_learns_its_work_and_reports_progress() {
         let r = c
             .client(Role::Agent, "n9")
             .unwrap()
-            .command(Command::JobProgress {
+            .command(ClientCommand::JobProgress {
                 job,
                 attempt: 1,
                 event: tranche_state::Progress::Running,
@@ -717,7 +736,7 @@ fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
         let (admin, _) = ready(&mut c).await;
         let agent = c.client(Role::Agent, "n1").unwrap();
         agent
-            .command(Command::RegisterNode(demo::node("n1", 2)))
+            .command(ClientCommand::RegisterNode(demo::node("n1", 2)))
             .await
             .unwrap()
             .unwrap();
@@ -759,9 +778,8 @@ fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
         // Heartbeats return (one before each look): the node comes back UP.
         wait_until("the node UP again", Duration::from_secs(30), async || {
             agent
-                .command(Command::Heartbeat { node: "n1".into() })
+                .heartbeat("n1".into())
                 .await
-                .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
             match admin.read(Query::Nodes, false).await {
                 Ok(Response::Nodes(nodes)) if nodes[0].down.is_none() => Ok(()),
@@ -851,7 +869,7 @@ fn the_busy_cap_bounds_the_leaders_time_in_passes() {
             let name = format!("n{n}");
             let agent = c.client(Role::Agent, &name).unwrap();
             let r = agent
-                .command(Command::RegisterNode(demo::node(&name, 1)))
+                .command(ClientCommand::RegisterNode(demo::node(&name, 1)))
                 .await;
             assert!(matches!(r, Ok(Ok(_))), "{r:?}");
         }

@@ -8,8 +8,11 @@ use std::time::{Duration, SystemTime};
 use tranche_client::{Client, ClientError};
 use tranche_local::{demo, wait_until, LocalCluster, LocalOptions};
 use tranche_model::{Job, JobId, JobStatus};
-use tranche_proto::{ApiError, JobFilter, MembershipChange, Query, Request, Response, StateDigest};
-use tranche_state::{Command, Progress};
+use tranche_proto::{
+    frame, ApiError, ClientCommand, ClientRequest, JobFilter, MembershipChange, Query, Response,
+    StateDigest,
+};
+use tranche_state::Progress;
 use tranche_tls::{issue_valid_between, revoke, RevokeTarget, Role, TlsFiles};
 
 /// Cluster tests run one at a time: each starts several processes on a 2-core machine.
@@ -55,7 +58,7 @@ async fn digest(c: &LocalCluster, admin: &Client) -> StateDigest {
                 let addr: std::net::SocketAddr =
                     c.controllers[i].member.client_addr.parse().unwrap();
                 let idx = admin.controllers().iter().position(|a| *a == addr).unwrap();
-                let q = Request::Read {
+                let q = ClientRequest::Read {
                     query: Query::Digest,
                     stale: true,
                 };
@@ -87,7 +90,7 @@ async fn job(admin: &Client, id: JobId) -> Job {
 
 /// Sends each command; each must be refused as unauthorized, with a message that
 /// contains its text.
-async fn all_unauthorized(client: &Client, cases: Vec<(Command, &str)>) {
+async fn all_unauthorized(client: &Client, cases: Vec<(ClientCommand, &str)>) {
     for (cmd, want) in cases {
         let what = format!("{cmd:?}");
         let r = client.command(cmd).await;
@@ -176,7 +179,7 @@ fn refused_certificates_get_a_clear_error_and_change_nothing() {
             client.retry_for = Duration::from_secs(3600);
             let r = tokio::time::timeout(
                 Duration::from_secs(60),
-                client.command(Command::DeleteShare("lend".into())),
+                client.command(ClientCommand::DeleteShare("lend".into())),
             )
             .await
             .unwrap_or_else(|_| panic!("{what}: a refused handshake is being retried"));
@@ -249,7 +252,7 @@ fn refused_certificates_get_a_clear_error_and_change_nothing() {
         ] {
             let files = c.issue(role, name).unwrap();
             let on_peer = Client::new(vec![peer_addr], &files).unwrap();
-            let q = Request::Read {
+            let q = ClientRequest::Read {
                 query: Query::Shares,
                 stale: true,
             };
@@ -320,11 +323,11 @@ fn users_touch_only_their_own_jobs_and_shares() {
         let objects = || async { format!("{:?}", admin.read(Query::Objects, false).await) };
         let before = objects().await;
 
-        let cancel = |job| Command::Cancel {
+        let cancel = |job| ClientCommand::Cancel {
             job,
             reason: "mine now".into(),
         };
-        let priority = |job| Command::UpdatePriority {
+        let priority = |job| ClientCommand::UpdatePriority {
             job,
             priority: 9_999,
         };
@@ -333,18 +336,18 @@ fn users_touch_only_their_own_jobs_and_shares() {
             &mallory,
             vec![
                 (
-                    Command::Submit(demo::job("private", "mallory", "m1")),
+                    ClientCommand::Submit(demo::job("private", "mallory", "m1")),
                     "not a member of share private",
                 ),
                 (
-                    Command::Submit(demo::job("lend", "bob", "m2")),
+                    ClientCommand::Submit(demo::job("lend", "bob", "m2")),
                     "may submit only as itself",
                 ),
                 (cancel(bobs), "belongs to bob"),
                 (priority(bobs), "belongs to bob"),
-                (Command::DeleteShare("lend".into()), not_admin),
+                (ClientCommand::DeleteShare("lend".into()), not_admin),
                 (
-                    Command::PutShare(demo::share(
+                    ClientCommand::PutShare(demo::share(
                         "private",
                         tranche_model::Strategy::Lend,
                         8,
@@ -353,7 +356,7 @@ fn users_touch_only_their_own_jobs_and_shares() {
                     not_admin,
                 ),
                 (
-                    Command::DrainNode {
+                    ClientCommand::DrainNode {
                         node: "n1".into(),
                         reason: "x".into(),
                         now: true,
@@ -367,7 +370,7 @@ fn users_touch_only_their_own_jobs_and_shares() {
             &bob,
             vec![
                 (
-                    Command::Submit(demo::job("private", "bob", "b0")),
+                    ClientCommand::Submit(demo::job("private", "bob", "b0")),
                     "not a member of share private",
                 ),
                 (cancel(alices), "belongs to alice"),
@@ -378,8 +381,8 @@ fn users_touch_only_their_own_jobs_and_shares() {
         // Alice may use a share bob may not, but not bob's job.
         all_unauthorized(&alice, vec![(cancel(bobs), "belongs to bob")]).await;
         for req in [
-            Request::Membership(MembershipChange::Remove { id: 1 }),
-            Request::Isolate { from: vec![2] },
+            ClientRequest::Membership(MembershipChange::Remove { id: 1 }),
+            ClientRequest::Isolate { from: vec![2] },
         ] {
             let r = mallory.request(&req).await;
             assert!(
@@ -434,7 +437,7 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
 
         for (agent, node, gpus) in [(&n1, "n1", 2), (&n2, "n2", 1)] {
             let r = agent
-                .command(Command::RegisterNode(demo::node(node, gpus)))
+                .command(ClientCommand::RegisterNode(demo::node(node, gpus)))
                 .await;
             assert!(matches!(r, Ok(Ok(_))), "{r:?}");
         }
@@ -460,12 +463,12 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
         let for_that_node = "only the agent certificate of that node";
         let not_operator = "only operator and admin";
         let own_node = "only on attempts placed on its own node";
-        let drain = |node: &str, now| Command::DrainNode {
+        let drain = |node: &str, now| ClientCommand::DrainNode {
             node: node.into(),
             reason: "x".into(),
             now,
         };
-        let progress = |event| Command::JobProgress {
+        let progress = |event| ClientCommand::JobProgress {
             job: id,
             attempt,
             event,
@@ -473,11 +476,10 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
         all_unauthorized(
             &n1,
             vec![
-                (Command::RegisterNode(demo::node("n2", 1)), for_that_node),
-                (Command::Heartbeat { node: "n2".into() }, for_that_node),
+                (ClientCommand::RegisterNode(demo::node("n2", 1)), for_that_node),
                 (drain("n2", false), not_operator),
                 (drain("n1", true), not_operator),
-                (Command::ResumeNode { node: "n1".into() }, not_operator),
+                (ClientCommand::ResumeNode { node: "n1".into() }, not_operator),
                 (progress(Progress::Running), own_node),
                 (
                     progress(Progress::Exited {
@@ -487,36 +489,49 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
                     own_node,
                 ),
                 (
-                    Command::Submit(demo::job("lend", "n1", "n1")),
+                    ClientCommand::Submit(demo::job("lend", "n1", "n1")),
                     "only user and admin",
                 ),
                 (
-                    Command::Cancel {
+                    ClientCommand::Cancel {
                         job: id,
                         reason: "x".into(),
                     },
                     "may not cancel",
                 ),
                 (
-                    Command::UpdatePriority {
+                    ClientCommand::UpdatePriority {
                         job: id,
                         priority: 1,
                     },
                     "may not cancel or update",
                 ),
-                (Command::DeleteShare("lend".into()), "only an admin"),
-                (
-                    Command::NodeDown {
-                        node: "n2".into(),
-                        reason: "x".into(),
-                    },
-                    "only by the leader",
-                ),
+                (ClientCommand::DeleteShare("lend".into()), "only an admin"),
             ],
         )
         .await;
+        // Nor may it heartbeat for another node.
+        let r = n1.heartbeat("n2".into()).await;
+        assert!(
+            matches!(&r, Err(ClientError::Api(ApiError::Unauthorized(m))) if m.contains("may heartbeat for it")),
+            "{r:?}"
+        );
+        // Leader-only commands have no client form: a write whose command tag is past
+        // the client commands (here the log's `NodeDown`) does not decode, and the
+        // controller says so.
+        let mut body = vec![0u8, 0, 17];
+        body.extend(tranche_state::codec::encode(&("n2", "x")));
+        let mut bytes = frame::encode(&());
+        bytes.extend(&body);
+        let n = (bytes.len() - 4) as u32;
+        bytes[0..4].copy_from_slice(&n.to_be_bytes());
+        let r = n1.raw_to(0, &bytes).await;
+        assert!(
+            matches!(&r, Ok(Response::Error(ApiError::BadRequest(m))) if m.contains("does not decode")),
+            "{r:?}"
+        );
         let r = n1
-            .request(&Request::Membership(MembershipChange::Remove { id: 1 }))
+            .request(&ClientRequest::Membership(MembershipChange::Remove { id: 1 }))
             .await;
         assert!(
             matches!(&r, Ok(Response::Error(ApiError::Unauthorized(_)))),

@@ -18,8 +18,8 @@ use serde_json::Value;
 use tranche_client::Client;
 use tranche_local::{demo, find_agent, wait_until, LocalCluster, LocalOptions};
 use tranche_model::{JobId, JobSpec, JobStatus, Strategy};
+use tranche_proto::ClientCommand;
 use tranche_proto::{JobFilter, Query, Response};
-use tranche_state::Command;
 use tranche_tls::Role;
 
 /// The fixture's controllers listen on fixed ports below the ephemeral range (a data
@@ -58,26 +58,34 @@ fn options() -> LocalOptions {
     opts
 }
 
-async fn ok(admin: &Client, cmd: Command) {
+async fn ok(admin: &Client, cmd: ClientCommand) {
     let r = admin.command(cmd).await.expect("write answered");
     assert!(r.is_ok(), "refused: {r:?}");
 }
 
 async fn job(admin: &Client, id: JobId) -> Value {
-    match admin.read(Query::Job(id), false).await.expect("read answered") {
+    match admin
+        .read(Query::Job(id), false)
+        .await
+        .expect("read answered")
+    {
         Response::Job(j) => serde_json::to_value(&*j).unwrap(),
         other => panic!("job {id}: {other:?}"),
     }
 }
 
 async fn wait_status(admin: &Client, id: JobId, want: &str) {
-    wait_until(&format!("job {id} {want}"), Duration::from_secs(60), async || {
-        let j = job(admin, id).await;
-        match j["status"].as_str() == Some(want) {
-            true => Ok(()),
-            false => Err(j["status"].to_string()),
-        }
-    })
+    wait_until(
+        &format!("job {id} {want}"),
+        Duration::from_secs(60),
+        async || {
+            let j = job(admin, id).await;
+            match j["status"].as_str() == Some(want) {
+                true => Ok(()),
+                false => Err(j["status"].to_string()),
+            }
+        },
+    )
     .await
     .unwrap();
 }
@@ -181,8 +189,7 @@ fn fixture_copy(name: &str) -> (tempfile::TempDir, LocalCluster, Value) {
     copy_tree(&src, tmp.path(), &|_| true);
     rebase_configs(tmp.path(), DIR_MARK, &tmp.path().display().to_string());
     let expected: Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("expected.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(src.join("expected.json")).unwrap()).unwrap();
     let cluster = LocalCluster::reopen(tmp.path(), 3, options()).unwrap();
     (tmp, cluster, expected)
 }
@@ -213,13 +220,13 @@ fn write_fixture() {
         }
         ok(
             &admin,
-            Command::PutShare(demo::share("vision", Strategy::Lend, 2, &[])),
+            ClientCommand::PutShare(demo::share("vision", Strategy::Lend, 2, &[])),
         )
         .await;
         let mut nlp = demo::share("nlp", Strategy::LendAndBorrow, 2, &[]);
         nlp.resource_sharing.borrow_limit = Some(-1);
         nlp.default_grace_s = 1;
-        ok(&admin, Command::PutShare(nlp)).await;
+        ok(&admin, ClientCommand::PutShare(nlp)).await;
         for n in ["n1", "n2"] {
             c.add_agent(&agent, n, "2 x h100", "").unwrap();
         }
@@ -252,7 +259,7 @@ fn write_fixture() {
         let waits = submit(spec("waits", "vision", "carol", 1, "sleep 600")).await;
         ok(
             &admin,
-            Command::UpdatePriority {
+            ClientCommand::UpdatePriority {
                 job: waits,
                 priority: 5,
             },
@@ -261,7 +268,7 @@ fn write_fixture() {
         let gone = submit(spec("cancelled", "vision", "carol", 1, "sleep 600")).await;
         ok(
             &admin,
-            Command::Cancel {
+            ClientCommand::Cancel {
                 job: gone,
                 reason: "not needed".into(),
             },
@@ -272,7 +279,7 @@ fn write_fixture() {
         for n in ["n1", "n2"] {
             ok(
                 &admin,
-                Command::DrainNode {
+                ClientCommand::DrainNode {
                     node: n.into(),
                     reason: "fixture".into(),
                     now: true,
@@ -280,12 +287,14 @@ fn write_fixture() {
             )
             .await;
         }
-        wait_until("no job active", Duration::from_secs(60), async || {
-            match admin.read(Query::Jobs(JobFilter::default()), false).await {
+        wait_until(
+            "no job active",
+            Duration::from_secs(60),
+            async || match admin.read(Query::Jobs(JobFilter::default()), false).await {
                 Ok(Response::Jobs(js)) if js.iter().all(|j| !j.status.is_active()) => Ok(()),
                 other => Err(format!("{other:?}")),
-            }
-        })
+            },
+        )
         .await
         .unwrap();
         let all = contents(&admin).await;
@@ -338,4 +347,167 @@ fn the_previous_release_data_dirs_are_read_unchanged() {
         holds(&expected, &got, "").unwrap_or_else(|e| panic!("format-1 fixture: {e}"));
         assert!(expected["jobs"].as_object().unwrap().len() >= 6);
     });
+}
+
+/// The stored format a data dir records, once its controller has opened it.
+fn data_dir_format(dir: &Path) -> Option<u16> {
+    let s = tranche_raftlog::DiskStorage::open(&dir.join("raft.redb")).unwrap();
+    s.meta("format")
+        .map(|v| u16::from_be_bytes(v.try_into().unwrap()))
+}
+
+/// Waits until controller `i` has applied everything the leader had committed when
+/// asked.
+async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
+    let leader = c
+        .wait_leader(admin, Duration::from_secs(30))
+        .await
+        .expect("a leader");
+    let commit = c
+        .status_of(admin, leader)
+        .await
+        .expect("leader status")
+        .commit;
+    wait_until(
+        &format!("controller {} caught up", i + 1),
+        Duration::from_secs(30),
+        async || match c.status_of(admin, i).await {
+            Some(s) if s.applied >= commit => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[test]
+fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_tmp, mut c, expected) = fixture_copy("format-1");
+    let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
+    assert_eq!(
+        data_dir_format(&dirs[0]),
+        None,
+        "a format-1 data dir records none"
+    );
+    rt().block_on(async {
+        // c2 and c3 start on this build (a majority); c1 still holds format-1 data.
+        c.start(1).unwrap();
+        c.start(2).unwrap();
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        c.wait_leader(&admin, Duration::from_secs(30))
+            .await
+            .expect("a leader of c2 and c3");
+        // A client keeps submitting; what it is told was accepted must survive.
+        let writer = c.client(Role::Admin, "admin").unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let submitter = tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut n = 0;
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let mut spec = JobSpec::new(&format!("w{n}"), "q", "nlp", "dana", "h100", 1, 1);
+                spec.client_token = Some(format!("upgrade-{n}"));
+                if let Ok((id, _)) = writer.submit(spec).await {
+                    acked.push((n, id));
+                }
+            }
+            acked
+        });
+        // Then each controller in turn: c1 starts on its format-1 data dir while the
+        // others serve; then c2 and c3 are restarted, one at a time.
+        c.start(0).unwrap();
+        caught_up(&mut c, &admin, 0).await;
+        for i in [1, 2] {
+            assert_eq!(c.stop(i), Some(0), "controller {} stopped cleanly", i + 1);
+            tokio::time::sleep(Duration::from_millis(300)).await; // writes go on meanwhile
+            c.start(i).unwrap();
+            caught_up(&mut c, &admin, i).await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let acked = submitter.await.unwrap();
+        assert!(
+            acked.len() >= 10,
+            "only {} submits acknowledged",
+            acked.len()
+        );
+        // Every acknowledged submit is there, once; the fixture's contents unchanged.
+        let got = contents(&admin).await;
+        holds(&expected, &got, "").unwrap_or_else(|e| panic!("after the upgrade: {e}"));
+        let jobs = got["jobs"].as_object().unwrap();
+        for (n, id) in &acked {
+            let j = &jobs[&id.to_string()];
+            assert_eq!(j["spec"]["name"], format!("w{n}"), "job {id}");
+        }
+        let names: std::collections::BTreeSet<&str> = jobs
+            .values()
+            .map(|j| j["spec"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.len(), jobs.len(), "a submit made two jobs");
+    });
+    for i in 0..3 {
+        c.stop(i);
+        assert_eq!(
+            data_dir_format(&dirs[i]),
+            Some(tranche_state::codec::FORMAT),
+            "controller {} data dir",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn data_of_an_unknown_format_is_refused_by_name() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_tmp, mut c, _) = fixture_copy("format-1");
+    // c1: its data dir says format 9. c2: its state image is sealed as format 9.
+    {
+        let s = tranche_raftlog::DiskStorage::open(&c.controllers[0].data_dir.join("raft.redb"))
+            .unwrap();
+        s.persist(&tranche_raftlog::PersistBatch {
+            meta: &[("format", 9u16.to_be_bytes().to_vec())],
+            ..Default::default()
+        })
+        .unwrap();
+        let s = tranche_raftlog::DiskStorage::open(&c.controllers[1].data_dir.join("raft.redb"))
+            .unwrap();
+        let mut img = s.image().expect("the fixture holds an image");
+        let mut data = tranche_state::codec::MAGIC.to_vec();
+        data.extend(9u16.to_be_bytes());
+        data.extend(&img.data);
+        img.data = data;
+        s.persist(&tranche_raftlog::PersistBatch {
+            image: Some(img),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    for i in [0, 1] {
+        c.start(i).unwrap();
+        let code = tranche_local::wait_until_blocking(
+            "the controller to refuse its data dir",
+            Duration::from_secs(30),
+            || match c.controllers[i].child.as_mut().unwrap().try_wait() {
+                Ok(Some(st)) => Ok(st.code()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .unwrap();
+        assert_ne!(
+            code,
+            Some(0),
+            "controller {} started on unreadable data",
+            i + 1
+        );
+        let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
+        assert!(
+            log.contains(
+                "stored format version 9 is not readable by this build, which reads versions 1 and 2"
+            ),
+            "controller {} log: {log}",
+            i + 1
+        );
+        c.controllers[i].child = None;
+    }
 }

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tranche_proto::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_proto::{
-    frame, LogFrame, LogRequest, Member, Request, Response, MAX_CLIENT_FRAME, MAX_PEER_FRAME,
+    frame, ClientRequest, LogFrame, LogRequest, Member, Response, MAX_CLIENT_FRAME, MAX_PEER_FRAME,
 };
 use tranche_state::{codec, State};
 
@@ -78,10 +78,10 @@ pub const TARGETS: &[Target] = &[
     },
 ];
 
-/// The client API, both ways: a frame as a controller reads a [`Request`] and as a
+/// The client API, both ways: a frame as a controller reads a [`ClientRequest`] and as a
 /// client (or agent) reads a [`Response`].
 pub fn client_frame(data: &[u8]) {
-    frame_round_trip::<Request>(data, MAX_CLIENT_FRAME);
+    frame_round_trip::<ClientRequest>(data, MAX_CLIENT_FRAME);
     frame_round_trip::<Response>(data, MAX_CLIENT_FRAME);
 }
 
@@ -129,6 +129,15 @@ pub fn raft_proto(data: &[u8]) {
 pub fn state_image(data: &[u8]) {
     if let Some(img) = value_round_trip::<ImageData>(data) {
         state_snapshot(&img.state);
+    }
+    // As a controller reads it: of any readable format, the state migrated.
+    if let Ok(img) = ImageData::open(data) {
+        let again = ImageData::seal(&img.state, img.members.clone(), img.last_now);
+        let back = ImageData::open(&again).expect("a re-sealed image opens");
+        assert!(
+            back.state == img.state,
+            "an image's state differs after a round trip"
+        );
     }
     state_snapshot(data);
 }
@@ -229,15 +238,17 @@ where
     Some(v)
 }
 
-/// A stored or replicated bincode value (see `tranche_state::codec`).
+/// A stored or replicated value in its envelope, of any readable format (see
+/// `tranche_state::codec`).
 fn value_round_trip<T>(data: &[u8]) -> Option<T>
 where
     T: Serialize + DeserializeOwned + PartialEq + Debug,
 {
-    let v: T = codec::decode(data).ok()?;
-    let again = codec::encode(&v);
-    let w: T = codec::decode(&again).expect("a re-encoded value decodes");
+    let v: T = codec::unseal(data).ok()?;
+    let again = codec::seal(&v);
+    let w: T = codec::unseal(&again).expect("a re-sealed value opens");
     assert_eq!(v, w, "a value differs after a round trip");
+    assert_eq!(codec::seal(&w), again, "sealing is not stable");
     Some(v)
 }
 

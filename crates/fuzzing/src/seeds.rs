@@ -13,8 +13,8 @@ use raft::eraftpb::{
 use tranche_model::{JobId, JobSpec, JobStatus, SECOND};
 use tranche_proto::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_proto::{
-    frame, ApiError, ClusterStatus, JobFilter, LogFrame, LogRequest, Member, MemberStatus,
-    MembershipChange, NodeWork, Query, Request, Response, StopOrder, WorkItem,
+    frame, ApiError, ClientCommand, ClientRequest, ClusterStatus, JobFilter, LogFrame, LogRequest,
+    Member, MemberStatus, MembershipChange, NodeWork, Query, Response, StopOrder, WorkItem,
 };
 use tranche_state::{codec, Command, Outcome, State};
 
@@ -34,7 +34,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "log_frame" => log_frames(),
         "peer_frame" => vec![frame::encode(&w.peer_frame())],
         "raft_proto" => w.raft_records(),
-        "state_image" => vec![codec::encode(&w.image()), w.state.snapshot()],
+        "state_image" => vec![codec::seal(&w.image()), w.state.snapshot()],
         "policy_file" => vec![POLICY.as_bytes().to_vec()],
         "scenario_file" => vec![SCENARIO.as_bytes().to_vec()],
         _ => vec![],
@@ -87,18 +87,39 @@ impl World {
         ]
     }
 
-    fn requests(&self) -> Vec<Request> {
-        let mut out: Vec<Request> = self.commands().into_iter().map(Request::Command).collect();
-        out.push(Request::Write {
-            request: tranche_state::RequestId {
+    fn client_commands(&self) -> Vec<ClientCommand> {
+        let policy = tranche_model::policy_file::parse(POLICY).expect("the example policy");
+        let mut spec = JobSpec::new("train", "q", "vision", "alice", "h100", 4, 2);
+        spec.client_token = Some("tok-1".into());
+        vec![
+            ClientCommand::PutShare(policy.shares[0].clone()),
+            ClientCommand::Submit(spec),
+            ClientCommand::Cancel {
+                job: JobId(1),
+                reason: "user".into(),
+            },
+        ]
+    }
+
+    fn requests(&self) -> Vec<ClientRequest> {
+        let mut out: Vec<ClientRequest> = self
+            .client_commands()
+            .into_iter()
+            .map(|command| ClientRequest::Write {
+                request: None,
+                command,
+            })
+            .collect();
+        out.push(ClientRequest::Write {
+            request: Some(tranche_state::RequestId {
                 client: 0xfeed,
                 seq: 3,
                 first_incomplete: 2,
-            },
-            command: self.commands().swap_remove(0),
+            }),
+            command: self.client_commands().swap_remove(0),
         });
         out.extend([
-            Request::Read {
+            ClientRequest::Read {
                 query: Query::Jobs(JobFilter {
                     share: Some("vision".into()),
                     user: None,
@@ -107,15 +128,16 @@ impl World {
                 }),
                 stale: false,
             },
-            Request::Read {
+            ClientRequest::Read {
                 query: Query::NodeWork {
                     node: "n1".into(),
                     after: Some(42),
                 },
                 stale: true,
             },
-            Request::Membership(MembershipChange::Add(self.member.clone())),
-            Request::Isolate { from: vec![1, 3] },
+            ClientRequest::Membership(MembershipChange::Add(self.member.clone())),
+            ClientRequest::Isolate { from: vec![1, 3] },
+            ClientRequest::Heartbeat { node: "n1".into() },
         ]);
         out
     }
@@ -195,7 +217,7 @@ impl World {
                 e.set_entry_type(EntryType::EntryNormal);
                 e.index = 10 + i as u64;
                 e.term = 2;
-                e.data = codec::encode(&Proposal {
+                e.data = codec::seal(&Proposal {
                     origin: 1,
                     id: i as u64,
                     now: self.now,
@@ -213,13 +235,13 @@ impl World {
         let mut cc = ConfChange::default();
         cc.set_change_type(ConfChangeType::AddNode);
         cc.node_id = 2;
-        cc.context = codec::encode(&self.member).into();
+        cc.context = codec::seal(&self.member).into();
         let mut e = Entry::default();
         e.set_entry_type(EntryType::EntryConfChange);
         e.index = 20;
         e.term = 2;
         e.data = cc.write_to_bytes().expect("encodes").into();
-        e.context = codec::encode(&(1u64, 5u64)).into();
+        e.context = codec::seal(&(1u64, 5u64)).into();
         out.push(e);
         out
     }
@@ -239,7 +261,7 @@ impl World {
         snap.to = 3;
         snap.from = 1;
         snap.term = 2;
-        snap.mut_snapshot().data = codec::encode(&self.image()).into();
+        snap.mut_snapshot().data = codec::seal(&self.image()).into();
         snap.mut_snapshot().mut_metadata().index = 9;
         snap.mut_snapshot().mut_metadata().term = 2;
         snap.mut_snapshot().mut_metadata().mut_conf_state().voters = vec![1, 2, 3];

@@ -7,7 +7,7 @@ use tranche_model::{
     CapacityLimit, Gpu, GpuIndex, IdleAssignment, JobQueue, JobSpec, NodeInventory, ObjState,
     QuotaShare, ResourceSharing, SchedulingPolicy, ServiceEnvironment, Strategy,
 };
-use tranche_state::Command;
+use tranche_proto::ClientCommand;
 
 /// A share of the demo queue `q` with `max` H100s.
 pub fn share(name: &str, strategy: Strategy, max: u32, members: &[&str]) -> QuotaShare {
@@ -34,9 +34,9 @@ pub fn share(name: &str, strategy: Strategy, max: u32, members: &[&str]) -> Quot
 /// Environment `gpu` (64 H100s), policy `fifo`, queue `q`, and shares `reserve`
 /// (RESERVE, 16), `lend` (LEND, 16) and `borrow` (LEND_AND_BORROW, 32) open to every
 /// user, and `private` (LEND, 8) open only to `alice`.
-pub fn objects() -> Vec<Command> {
+pub fn objects() -> Vec<ClientCommand> {
     vec![
-        Command::PutEnvironment(ServiceEnvironment {
+        ClientCommand::PutEnvironment(ServiceEnvironment {
             name: "gpu".into(),
             selector: BTreeMap::new(),
             capacity_limits: vec![CapacityLimit {
@@ -45,34 +45,39 @@ pub fn objects() -> Vec<Command> {
             }],
             state: ObjState::Enabled,
         }),
-        Command::PutPolicy(SchedulingPolicy {
+        ClientCommand::PutPolicy(SchedulingPolicy {
             name: "fifo".into(),
             idle_resource_assignment: IdleAssignment::Fifo,
         }),
-        Command::PutQueue(JobQueue {
+        ClientCommand::PutQueue(JobQueue {
             name: "q".into(),
             priority: 1,
             state: ObjState::Enabled,
             environment: "gpu".into(),
             policy: "fifo".into(),
         }),
-        Command::PutShare(share("reserve", Strategy::Reserve, 16, &[])),
-        Command::PutShare(share("lend", Strategy::Lend, 16, &[])),
-        Command::PutShare(share("borrow", Strategy::LendAndBorrow, 32, &[])),
-        Command::PutShare(share("private", Strategy::Lend, 8, &["alice"])),
+        ClientCommand::PutShare(share("reserve", Strategy::Reserve, 16, &[])),
+        ClientCommand::PutShare(share("lend", Strategy::Lend, 16, &[])),
+        ClientCommand::PutShare(share("borrow", Strategy::LendAndBorrow, 32, &[])),
+        ClientCommand::PutShare(share("private", Strategy::Lend, 8, &["alice"])),
     ]
 }
 
 /// The demo's environment `gpu` with these capacity limits, policy `fifo` and queue
 /// `q`: everything but the shares.
-pub fn base(capacity_limits: Vec<CapacityLimit>) -> Vec<Command> {
-    let mut cmds: Vec<Command> = objects()
+pub fn base(capacity_limits: Vec<CapacityLimit>) -> Vec<ClientCommand> {
+    let mut cmds: Vec<ClientCommand> = objects()
         .into_iter()
-        .filter(|c| !matches!(c, Command::PutShare(_) | Command::PutEnvironment(_)))
+        .filter(|c| {
+            !matches!(
+                c,
+                ClientCommand::PutShare(_) | ClientCommand::PutEnvironment(_)
+            )
+        })
         .collect();
     cmds.insert(
         0,
-        Command::PutEnvironment(ServiceEnvironment {
+        ClientCommand::PutEnvironment(ServiceEnvironment {
             name: "gpu".into(),
             selector: BTreeMap::new(),
             capacity_limits,
@@ -113,12 +118,12 @@ pub fn node(name: &str, gpus: u32) -> NodeInventory {
 /// A one-queue policy on `gpus` H100s for preemption stories: `lender` (LEND, half the
 /// GPUs) and `borrower` (LEND_AND_BORROW, the other half, no borrow cap, grace
 /// `borrower_grace_s`).
-pub fn lend_borrow(gpus: u32, borrower_grace_s: u64) -> Vec<Command> {
+pub fn lend_borrow(gpus: u32, borrower_grace_s: u64) -> Vec<ClientCommand> {
     let mut cmds = base(vec![CapacityLimit {
         unit: "h100".into(),
         max: gpus,
     }]);
-    cmds.push(Command::PutShare(share(
+    cmds.push(ClientCommand::PutShare(share(
         "lender",
         Strategy::Lend,
         gpus / 2,
@@ -127,7 +132,7 @@ pub fn lend_borrow(gpus: u32, borrower_grace_s: u64) -> Vec<Command> {
     let mut b = share("borrower", Strategy::LendAndBorrow, gpus - gpus / 2, &[]);
     b.resource_sharing.borrow_limit = Some(-1);
     b.default_grace_s = borrower_grace_s;
-    cmds.push(Command::PutShare(b));
+    cmds.push(ClientCommand::PutShare(b));
     cmds
 }
 
@@ -135,7 +140,7 @@ pub fn lend_borrow(gpus: u32, borrower_grace_s: u64) -> Vec<Command> {
 /// three shares, one of each strategy, open to every user: `research` (RESERVE, 4 H100),
 /// `vision` (LEND, 4 H100 and 4 A100) and `nlp` (LEND_AND_BORROW, 4 A100, borrowing
 /// without cap).
-pub fn dev_objects() -> Vec<Command> {
+pub fn dev_objects() -> Vec<ClientCommand> {
     let limits = |h: u32, a: u32| {
         let mut v = vec![];
         if h > 0 {
@@ -160,6 +165,6 @@ pub fn dev_objects() -> Vec<Command> {
     let mut nlp = share("nlp", Strategy::LendAndBorrow, 4, &[]);
     nlp.capacity_limits = limits(0, 4);
     nlp.resource_sharing.borrow_limit = Some(-1);
-    cmds.extend([research, vision, nlp].map(Command::PutShare));
+    cmds.extend([research, vision, nlp].map(ClientCommand::PutShare));
     cmds
 }

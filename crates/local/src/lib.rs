@@ -172,7 +172,9 @@ impl LocalCluster {
             agents: Vec::new(),
         };
         let base = cluster.opts.base_port;
-        let members: Vec<Member> = (1..=n as u64).map(|id| Self::new_member(id, base)).collect();
+        let members: Vec<Member> = (1..=n as u64)
+            .map(|id| Self::new_member(id, base))
+            .collect();
         for m in &members {
             cluster.add_config(m.clone(), &members, false)?;
         }
@@ -223,7 +225,15 @@ impl LocalCluster {
 
     /// Issues a certificate into the cluster's cert dir.
     pub fn issue(&self, role: Role, name: &str) -> Result<TlsFiles, String> {
-        tranche_tls::issue(&self.certs, &self.certs, role, name, &[], self.opts.cert_days).map_err(|e| e.to_string())
+        tranche_tls::issue(
+            &self.certs,
+            &self.certs,
+            role,
+            name,
+            &[],
+            self.opts.cert_days,
+        )
+        .map_err(|e| e.to_string())
     }
 
     fn add_config(&mut self, m: Member, founders: &[Member], join: bool) -> Result<usize, String> {
@@ -390,7 +400,7 @@ impl LocalCluster {
         match admin
             .request_to(
                 idx,
-                &tranche_proto::Request::Read {
+                &tranche_proto::ClientRequest::Read {
                     query: Query::Controllers,
                     stale: true,
                 },

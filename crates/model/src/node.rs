@@ -88,10 +88,11 @@ pub struct Node {
     pub allocated: Vec<Option<JobId>>,
     /// Set by an operator's drain, with its mandatory reason.
     pub drain: Option<String>,
-    /// Set when the controller declared the node DOWN, with the reason.
+    /// Set when the leader declared the node DOWN (its agent stopped heartbeating),
+    /// with the reason. Only the leader's liveness judgement sets it, and heartbeats
+    /// coming back clear it.
     pub down: Option<String>,
     pub unreachable: bool,
-    pub last_heartbeat: Millis,
     pub registered_at: Millis,
 }
 

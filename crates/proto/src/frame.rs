@@ -5,13 +5,21 @@
 //! version and the body. A reader refuses a frame longer than its limit before reading
 //! the body, a version it does not speak, a body that does not decode, and a body with
 //! bytes left over.
+//!
+//! Version 2 is this build's. Controllers still read version-1 frames from each other
+//! (a controller of the previous release, during a rolling upgrade); the client port
+//! answers a version-1 request with a version-1 error that tells the user to upgrade the
+//! client; and a client that gets a version-1 answer says the controllers are older.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this build speaks on every stream.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// The previous release's protocol version, still read between controllers.
+pub const PREVIOUS_PROTOCOL_VERSION: u16 = 1;
 
 /// The largest client request or response frame (16 MiB).
 pub const MAX_CLIENT_FRAME: usize = 16 << 20;
@@ -47,22 +55,43 @@ fn config() -> bincode::config::Configuration {
 
 /// Encodes `msg` as a whole frame (header included).
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    encode_as(msg, PROTOCOL_VERSION)
+}
+
+/// Encodes `msg` as a whole frame of protocol `version` (the body is the caller's to
+/// lay out as that version does).
+pub fn encode_as<T: Serialize>(msg: &T, version: u16) -> Vec<u8> {
     let mut out = vec![0u8; 6];
     bincode::serde::encode_into_std_write(msg, &mut out, config())
         .expect("writing to a Vec cannot fail");
     let len = (out.len() - 4) as u32;
     out[0..4].copy_from_slice(&len.to_be_bytes());
-    out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    out[4..6].copy_from_slice(&version.to_be_bytes());
     out
 }
 
-/// Decodes the part of a frame after its length prefix: version and body.
-pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
+/// The protocol version of a frame's payload (the part after its length prefix).
+pub fn payload_version(payload: &[u8]) -> Result<u16, FrameError> {
     if payload.len() < 2 {
         return Err(FrameError::TooShort { len: payload.len() });
     }
-    let version = u16::from_be_bytes([payload[0], payload[1]]);
-    if version != PROTOCOL_VERSION {
+    Ok(u16::from_be_bytes([payload[0], payload[1]]))
+}
+
+/// Decodes the part of a frame after its length prefix: version and body. Only this
+/// build's version is accepted.
+pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
+    decode_payload_of(payload, &[PROTOCOL_VERSION]).map(|(_, v)| v)
+}
+
+/// Decodes a payload whose version is one of `versions` (whose bodies the caller knows
+/// to lay out alike for `T`); returns the version too.
+pub fn decode_payload_of<T: DeserializeOwned>(
+    payload: &[u8],
+    versions: &[u16],
+) -> Result<(u16, T), FrameError> {
+    let version = payload_version(payload)?;
+    if !versions.contains(&version) {
         return Err(FrameError::Version { got: version });
     }
     let body = &payload[2..];
@@ -77,7 +106,7 @@ pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameErr
     if used != body.len() {
         return Err(FrameError::Trailing(body.len() - used));
     }
-    Ok(msg)
+    Ok((version, msg))
 }
 
 /// Decodes a whole frame held in memory (length prefix included).
@@ -179,6 +208,16 @@ mod tests {
             decode::<(String, u32)>(&f[..f.len() - 1], 1024),
             Err(FrameError::Truncated)
         ));
+        let mut old = f.clone();
+        old[5] = 1;
+        assert!(matches!(
+            decode::<(String, u32)>(&old, 1024),
+            Err(FrameError::Version { got: 1 })
+        ));
+        assert_eq!(
+            decode_payload_of::<(String, u32)>(&old[4..], &[1, 2]).unwrap(),
+            (1, ("hello".to_string(), 7))
+        );
         let mut bad = f.clone();
         bad[5] = 9;
         assert!(matches!(
@@ -193,7 +232,7 @@ mod tests {
             decode::<(String, u32)>(&extra, 1024),
             Err(FrameError::Trailing(1))
         ));
-        let garbage = [0, 0, 0, 4, 0, 1, 0xff, 0xff];
+        let garbage = [0, 0, 0, 4, 0, 2, 0xff, 0xff];
         assert!(matches!(
             decode::<(String, u32)>(&garbage, 1024),
             Err(FrameError::Decode(_))

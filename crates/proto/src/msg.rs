@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 use tranche_model::{
     Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit, UserName,
 };
-use tranche_state::{ApplyError, Command, Outcome};
+use tranche_state::{ApplyError, Outcome};
+
+use crate::ClientCommand;
 
 /// A controller of the cluster, as the membership records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,11 +21,17 @@ pub struct Member {
     pub client_addr: String,
 }
 
-/// What a client asks.
+/// What a client asks (protocol version 2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Request {
-    /// A write, replicated through Raft and applied by every controller.
-    Command(Command),
+pub enum ClientRequest {
+    /// A write, authorized, then replicated through Raft and applied by every
+    /// controller. With the client's request id, however often it is retried and
+    /// whichever copy commits first, it is applied once and every copy gets the first
+    /// answer (see [`tranche_state::RequestId`]).
+    Write {
+        request: Option<tranche_state::RequestId>,
+        command: ClientCommand,
+    },
     /// A read. Linearizable (read index) unless `stale`, which answers from the
     /// local controller's applied state at once.
     Read { query: Query, stale: bool },
@@ -33,13 +41,9 @@ pub enum Request {
     /// controllers (admin only, and only where the controller's config enables
     /// `fault_injection`). An empty list heals.
     Isolate { from: Vec<u64> },
-    /// A write with the client's request id: however often it is retried, and whichever
-    /// copy commits first, it is applied once, and every copy gets the first answer
-    /// (see [`tranche_state::RequestId`]).
-    Write {
-        request: tranche_state::RequestId,
-        command: Command,
-    },
+    /// An agent's heartbeat for its node. Only the leader answers (others answer
+    /// `NotLeader`), from memory: heartbeats are never log entries.
+    Heartbeat { node: NodeName },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -229,7 +233,8 @@ pub struct NodeWork {
     pub items: Vec<WorkItem>,
 }
 
-/// What a controller answers.
+/// What a controller answers. Variants are only appended: a client of the previous
+/// protocol version still reads `Error`, which is how it learns to upgrade.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Response {
     /// A write was committed, durable on a majority, and applied.
@@ -247,6 +252,11 @@ pub enum Response {
     /// A membership change or a test switch took effect.
     Done,
     Error(ApiError),
+    /// The leader noted a heartbeat. `registered`: whether it knows the node (an agent
+    /// whose node is unknown registers).
+    Heartbeat {
+        registered: bool,
+    },
 }
 
 /// Why a request was not carried out. Every error but `Unavailable` and `NotLeader`

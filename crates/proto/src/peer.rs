@@ -3,12 +3,14 @@
 //! one unidirectional stream. Raft messages inside it are protobuf, as raft-rs defines
 //! them; the log entries they carry hold a bincode [`Proposal`] (or, for a membership
 //! change, a [`Member`] and the proposer's `(origin, id)`), and a Raft snapshot holds an
-//! [`ImageData`]. All of these decode through [`tranche_state::codec`], which bounds
-//! what a decoder may allocate.
+//! [`ImageData`]. All of these are sealed in the stored-format envelope and decode
+//! through [`tranche_state::codec`], which bounds what a decoder may allocate and reads
+//! the previous format too (see [`tranche_state::format`]).
 
 use serde::{Deserialize, Serialize};
 use tranche_model::Millis;
-use tranche_state::{Command, RequestId};
+use tranche_state::codec::{self, FormatError};
+use tranche_state::{Command, RequestId, State};
 
 use crate::Member;
 
@@ -57,4 +59,39 @@ pub struct ImageData {
     pub state: Vec<u8>,
     pub members: Vec<Member>,
     pub last_now: Millis,
+}
+
+/// A state image as read back: the state (migrated to today's format), the membership,
+/// the latest entry time, and the format it was stored in.
+pub struct OpenedImage {
+    pub state: State,
+    pub members: Vec<Member>,
+    pub last_now: Millis,
+    pub format: u16,
+}
+
+impl ImageData {
+    /// The image of `state`, in this build's format.
+    pub fn seal(state: &State, members: Vec<Member>, last_now: Millis) -> Vec<u8> {
+        codec::seal(&ImageData {
+            state: state.snapshot(),
+            members,
+            last_now,
+        })
+    }
+
+    /// Reads an image of any format this build reads.
+    pub fn open(bytes: &[u8]) -> Result<OpenedImage, FormatError> {
+        let (format, body) = codec::open(bytes)?;
+        let img: ImageData = codec::decode(body).map_err(|reason| FormatError::Decode {
+            version: format,
+            reason,
+        })?;
+        Ok(OpenedImage {
+            state: tranche_state::format::decode_state(format, &img.state)?,
+            members: img.members,
+            last_now: img.last_now,
+            format,
+        })
+    }
 }

@@ -24,10 +24,9 @@ impl State {
             Command::Cancel { job, reason } => self.cancel(*job, reason, now),
             Command::UpdatePriority { job, priority } => self.update_priority(*job, *priority),
             Command::RegisterNode(inv) => self.register_node(inv, now),
-            Command::Heartbeat { node } => self.with_node(node, |n| {
-                n.last_heartbeat = now;
-                n.unreachable = false;
-            }),
+            // Written only by format-1 controllers (heartbeats are the leader's soft
+            // state now); applied as they did, so that old log entries replay alike.
+            Command::Heartbeat { node } => self.with_node(node, |n| n.unreachable = false),
             Command::DrainNode {
                 node,
                 reason,
@@ -39,7 +38,6 @@ impl State {
             Command::NodeUp { node } => self.with_node(node, |n| {
                 n.down = None;
                 n.unreachable = false;
-                n.last_heartbeat = now;
             }),
             Command::JobProgress {
                 job,
@@ -734,7 +732,6 @@ impl State {
                 drain,
                 down: None,
                 unreachable: false,
-                last_heartbeat: now,
                 registered_at,
             },
         );

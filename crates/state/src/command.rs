@@ -26,6 +26,8 @@ pub enum Command {
         priority: u32,
     },
     RegisterNode(NodeInventory),
+    /// Format 1 only: heartbeats were log entries. No controller proposes it now; it
+    /// stays so that a format-1 log still decodes and replays.
     Heartbeat {
         node: NodeName,
     },

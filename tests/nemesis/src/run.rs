@@ -13,8 +13,8 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tranche_client::Client;
 use tranche_local::{free_port, LocalCluster, LocalOptions};
-use tranche_proto::{JobFilter, Query, Request, Response};
-use tranche_state::Command;
+use tranche_proto::ClientCommand;
+use tranche_proto::{ClientRequest, JobFilter, Query, Response};
 use tranche_tls::Role;
 
 use crate::check::{self, FinalJob, NodeLedger, Report};
@@ -123,7 +123,7 @@ impl Procs {
     async fn leader(&self) -> Option<usize> {
         let mut best: Option<(u64, usize)> = None;
         for (i, p) in self.probes.iter().enumerate() {
-            let req = Request::Read {
+            let req = ClientRequest::Read {
                 query: Query::Controllers,
                 stale: true,
             };
@@ -248,7 +248,7 @@ fn tune(mut c: Client, attempt_ms: u64, retry_s: u64) -> Client {
 }
 
 /// A write that must succeed (setup and healing).
-async fn must(client: &Client, cmd: Command) -> Result<(), String> {
+async fn must(client: &Client, cmd: ClientCommand) -> Result<(), String> {
     let what = format!("{cmd:?}");
     for _ in 0..5 {
         match client.command(cmd.clone()).await {
@@ -288,7 +288,7 @@ fn settled(jobs: &[FinalJob]) -> bool {
 async fn digests(probes: &[Client]) -> check::Digests {
     let mut out = Vec::new();
     for p in probes {
-        let req = Request::Read {
+        let req = ClientRequest::Read {
             query: Query::Digest,
             stale: true,
         };
@@ -447,7 +447,7 @@ pub async fn run(args: Args, seed: u64) -> Result<RunOutput, String> {
     for n in &nodes {
         must(
             &admin,
-            Command::ResumeNode {
+            ClientCommand::ResumeNode {
                 node: n.as_str().into(),
             },
         )

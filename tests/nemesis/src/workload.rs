@@ -11,8 +11,9 @@ use rand::{Rng, SeedableRng};
 use tranche_client::{Client, ClientError};
 use tranche_local::demo;
 use tranche_model::{CapacityLimit, JobId, JobSpec, JobStatus, Strategy};
+use tranche_proto::ClientCommand;
 use tranche_proto::{ApiError, JobFilter, Query, Response};
-use tranche_state::{Command, Outcome as Applied};
+use tranche_state::Outcome as Applied;
 
 use crate::history::{now_us, History, Op, OpKind, Outcome};
 
@@ -23,7 +24,7 @@ pub const GPUS_PER_NODE: u32 = 4;
 /// open to every user: `reserve` (RESERVE), `lend` (LEND) and `borrow`
 /// (LEND_AND_BORROW, no borrow cap). `variant` 0 and 1 split the capacity differently:
 /// switching between them moves GPUs from `lend` to `reserve` and back.
-pub fn policy(nodes: usize, variant: u32) -> Vec<Command> {
+pub fn policy(nodes: usize, variant: u32) -> Vec<ClientCommand> {
     let total = GPUS_PER_NODE * nodes as u32;
     let third = total / 3;
     let (reserve, lend) = if variant == 0 {
@@ -45,15 +46,15 @@ pub fn policy(nodes: usize, variant: u32) -> Vec<Command> {
         s.default_grace_s = 2;
         s.in_share_preemption = true;
     }
-    cmds.extend(shares.into_iter().map(Command::PutShare));
+    cmds.extend(shares.into_iter().map(ClientCommand::PutShare));
     cmds
 }
 
 /// Only the shares of a policy variant (what the admin client changes).
-fn share_updates(nodes: usize, variant: u32) -> Vec<Command> {
+fn share_updates(nodes: usize, variant: u32) -> Vec<ClientCommand> {
     policy(nodes, variant)
         .into_iter()
-        .filter(|c| matches!(c, Command::PutShare(_)))
+        .filter(|c| matches!(c, ClientCommand::PutShare(_)))
         .collect()
 }
 
@@ -148,14 +149,14 @@ pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u
             let recent = mine.len().saturating_sub(MAX_OPEN_PER_USER);
             let id = mine[rng.gen_range(recent..mine.len())];
             let (kind, value, cmd) = if p < 8 {
-                let cmd = Command::Cancel {
+                let cmd = ClientCommand::Cancel {
                     job: JobId(id),
                     reason: "nemesis".into(),
                 };
                 (OpKind::Cancel, None, cmd)
             } else {
                 let priority = rng.gen_range(0..100);
-                let cmd = Command::UpdatePriority {
+                let cmd = ClientCommand::UpdatePriority {
                     job: JobId(id),
                     priority,
                 };
@@ -193,7 +194,7 @@ pub async fn operator(ctx: Arc<Ctx>, admin: Client, operator: Client, n: usize, 
         let invoke_us = now_us();
         let (kind, subject, value, r) = if let Some(node) = drained.take() {
             let r = operator
-                .command(Command::ResumeNode {
+                .command(ClientCommand::ResumeNode {
                     node: node.as_str().into(),
                 })
                 .await;
@@ -218,7 +219,7 @@ pub async fn operator(ctx: Arc<Ctx>, admin: Client, operator: Client, n: usize, 
         } else {
             let node = ctx.nodes[rng.gen_range(0..ctx.nodes.len())].clone();
             let r = operator
-                .command(Command::DrainNode {
+                .command(ClientCommand::DrainNode {
                     node: node.as_str().into(),
                     reason: "nemesis drain".into(),
                     now: rng.gen_bool(0.5),

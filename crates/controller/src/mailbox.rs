@@ -1,0 +1,113 @@
+//! What the parts of a controller share: the messages the Raft node task takes, the
+//! applied state readers see, and the errors that stop a controller. Every other
+//! module depends on this one, and it on none of them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::oneshot;
+use tranche_model::Millis;
+use tranche_proto::peer::PeerItem;
+use tranche_proto::{ApiError, ClusterStatus, Member, MembershipChange};
+use tranche_state::{ApplyError, Command, Outcome, RequestId, State};
+
+/// The result of a write: committed and applied (the state machine's answer), or not
+/// known to be.
+pub type WriteResult = Result<Result<Outcome, ApplyError>, ApiError>;
+
+/// What the rest of the controller asks of the Raft node task.
+pub enum NodeMsg {
+    /// Items from another controller.
+    Peer { from: u64, items: Vec<PeerItem> },
+    /// A write, already authorized by the service layer, to propose (or forward to the
+    /// leader).
+    Write {
+        cmd: Command,
+        request: Option<RequestId>,
+        reply: oneshot::Sender<WriteResult>,
+    },
+    /// A linearizable read barrier: answered once this controller has applied at least
+    /// the leader's commit index as of the request.
+    ReadBarrier {
+        reply: oneshot::Sender<Result<(), ApiError>>,
+    },
+    Membership {
+        change: MembershipChange,
+        reply: oneshot::Sender<Result<(), ApiError>>,
+    },
+    /// A scheduling pass finished on the planner thread (`None`: it had no replica).
+    /// `took` is the pass itself; `busy` the planner's whole work for it from taking
+    /// the request at `started` (the commands queued behind it included), which the
+    /// busy cap counts.
+    Plan {
+        plan: Option<tranche_state::Plan>,
+        took: Duration,
+        started: Instant,
+        busy: Duration,
+    },
+}
+
+/// The applied state, shared with the service layer (readers take the read lock).
+pub struct Shared {
+    pub state: State,
+    pub applied: u64,
+    /// The latest entry time applied; entry times never go backwards.
+    pub last_now: Millis,
+    pub members: BTreeMap<u64, Member>,
+    pub status: ClusterStatus,
+    /// Scheduling passes run on this controller, the latest one's duration and their
+    /// durations summed, each as the busy cap counts it (the planner's whole work for
+    /// the pass, from taking the request to answering it).
+    pub passes: u64,
+    pub last_pass: Duration,
+    pub pass_busy: Duration,
+}
+
+impl Shared {
+    /// Nothing applied yet, for controller `id`.
+    pub fn new(id: u64) -> Shared {
+        Shared {
+            state: State::new(),
+            applied: 0,
+            last_now: 0,
+            members: BTreeMap::new(),
+            status: ClusterStatus {
+                id,
+                leader: None,
+                term: 0,
+                commit: 0,
+                applied: 0,
+                image_index: 0,
+                first_index: 0,
+                members: vec![],
+            },
+            passes: 0,
+            last_pass: Duration::ZERO,
+            pass_busy: Duration::ZERO,
+        }
+    }
+}
+
+pub type SharedRef = Arc<RwLock<Shared>>;
+
+/// The wall clock in milliseconds since the epoch: the time a leader gives its entries
+/// and its liveness judgements.
+pub fn wall_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or(0)
+}
+
+/// An error that stops the controller: it can no longer write its log safely, or its
+/// data cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("raft log: {0}")]
+    Log(#[from] tranche_raftlog::LogError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("{0}")]
+    Other(String),
+}

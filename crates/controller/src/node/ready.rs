@@ -1,0 +1,257 @@
+//! Handling a `Ready`, in the order raft-rs documents (see its `five_mem_node`
+//! example): send what needs no persistence, install a snapshot, apply committed
+//! entries, persist everything new in one fsync'd transaction, send what needed it,
+//! answer clients, and advance.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Snapshot};
+use tracing::{error, info, warn};
+use tranche_proto::peer::Proposal;
+use tranche_proto::Member;
+use tranche_raftlog::PersistBatch;
+use tranche_state::codec::{self, FormatError};
+use tranche_state::{Command, Outcome};
+
+use super::storage::restore_image;
+use super::{blocking, RaftNode};
+use crate::mailbox::NodeError;
+use crate::planner::PlannerMsg;
+
+impl RaftNode {
+    pub(super) fn on_ready(&mut self) -> Result<(), NodeError> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut rd = self.raw.ready();
+        // 1. Messages that need nothing persisted first (a leader's appends and
+        //    heartbeats) go out at once, so followers write in parallel with us.
+        let msgs = rd.take_messages();
+        self.send_messages(msgs);
+
+        // 2. A snapshot from the leader replaces the applied state.
+
+        let mut batch_snapshot: Option<Snapshot> = None;
+        if !rd.snapshot().is_empty() {
+            let snap = rd.snapshot().clone();
+            {
+                let mut sh = self.shared.write().unwrap();
+                restore_image(&mut sh, snap.get_data()).map_err(|e| {
+                    NodeError::Other(format!("the leader's snapshot cannot be read: {e}"))
+                })?;
+                sh.applied = snap.get_metadata().index;
+                if self.planner.active {
+                    self.planner
+                        .send(PlannerMsg::Reset(Box::new(sh.state.clone())));
+                }
+                self.applied_tx.send_replace(sh.applied);
+            }
+            self.conf_state = snap.get_metadata().get_conf_state().clone();
+            self.conf_dirty = true;
+            self.applied_term = snap.get_metadata().term;
+            self.image_index = snap.get_metadata().index;
+            self.sync_addresses();
+            info!(
+                index = snap.get_metadata().index,
+                "restored a snapshot from the leader"
+            );
+            batch_snapshot = Some(snap);
+        }
+
+        // 3. Read barriers learn their index.
+        for rs in rd.take_read_states() {
+            self.requests.read_state(rs);
+        }
+
+        // 4. Entries committed on a majority are applied (their answers wait for the
+        //    batch below, which makes them durable here too).
+        let committed = rd.take_committed_entries();
+        self.apply_entries(committed)?;
+
+        // 5. New entries, hard state, conf state, applied index and a state image
+        //    when one is due: one fsync'd transaction.
+        let image = self.image_due();
+        let mut hs = rd.hs().cloned();
+        // A hard state whose term and vote are unchanged differs only in its commit
+        // index, which need not be synced (Raft recovers it): it rides along with the
+        // next batch that must be. So does the applied index.
+        if let Some(h) = &hs {
+            if h.term == self.synced_term && h.vote == self.synced_vote {
+                self.commit_update = Some(h.commit);
+                hs = None;
+            }
+        }
+        let must_sync = !rd.entries().is_empty()
+            || batch_snapshot.is_some()
+            || image.is_some()
+            || hs.is_some()
+            || self.conf_dirty;
+        if must_sync {
+            let applied = self.shared.read().unwrap().applied;
+            let compact_to = image.as_ref().and_then(|img| {
+                let to = img.index.saturating_sub(self.cfg.raft.keep_entries);
+                let first = raft::Storage::first_index(&self.storage).unwrap_or(0);
+                (to > first).then_some(to)
+            });
+            let conf_state = self.conf_dirty.then(|| self.conf_state.clone());
+            let batch = PersistBatch {
+                entries: rd.entries(),
+                hard_state: hs.clone(),
+                commit: self.commit_update.take(),
+                snapshot: batch_snapshot.as_ref(),
+                image: image.clone(),
+                compact_to,
+                applied: Some(applied),
+                conf_state,
+                meta: &[],
+            };
+            let t = Instant::now();
+            blocking(|| self.storage.persist(&batch))?;
+            if batch.image.is_some() {
+                info!(persist_ms = t.elapsed().as_millis() as u64, compact_to = ?batch.compact_to, "state image stored");
+            }
+            if let Some(h) = &hs {
+                self.synced_term = h.term;
+                self.synced_vote = h.vote;
+            }
+            self.conf_dirty = false;
+            if let Some(img) = image {
+                self.image_index = img.index;
+            }
+        }
+        self.answer_deferred();
+
+        // 6. Messages that needed the batch durable (votes, append answers).
+        let pmsgs = rd.take_persisted_messages();
+        self.send_messages(pmsgs);
+
+        // 7. Advance: raft-rs hands back the commit index and what became committed
+        //    meanwhile, and any further messages.
+        let mut light = self.raw.advance(rd);
+        if let Some(c) = light.commit_index() {
+            self.commit_update = Some(c);
+        }
+        let msgs = light.take_messages();
+        self.send_messages(msgs);
+        let committed = light.take_committed_entries();
+        // These entries are committed on a majority and already durable here.
+        self.apply_entries(committed)?;
+        self.answer_deferred();
+        self.raw.advance_apply();
+        Ok(())
+    }
+
+    fn answer_deferred(&mut self) {
+        let applied = self.shared.read().unwrap().applied;
+        self.requests.answer_deferred(applied);
+    }
+
+    fn apply_entries(&mut self, entries: Vec<Entry>) -> Result<(), NodeError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut sh = self.shared.write().unwrap();
+        for e in entries {
+            if e.index <= sh.applied {
+                continue;
+            }
+            self.applied_term = e.term;
+            match e.get_entry_type() {
+                EntryType::EntryNormal if e.data.is_empty() => {
+                    // A new leader's first entry.
+                    self.sched_dirty = true;
+                }
+                EntryType::EntryNormal => match codec::unseal::<Proposal>(&e.data) {
+                    Ok(p) => {
+                        let now = p.now.max(sh.last_now);
+                        sh.last_now = now;
+                        let cmd = Arc::new(p.cmd);
+                        let applied = sh.state.apply_request(p.request.as_ref(), &cmd, now);
+                        let r = applied.result;
+                        // A copy of a request applied before changed nothing: the
+                        // scheduler's replica must not apply it either.
+                        if self.planner.active && applied.fresh {
+                            self.planner.send(PlannerMsg::Apply(cmd.clone(), now));
+                        }
+                        match (&*cmd, &r) {
+                            (Command::ApplyPlan(_), Ok(Outcome::Plan(o))) => {
+                                if !o.rejected.is_empty() {
+                                    self.sched_dirty = true;
+                                }
+                            }
+                            (_, Ok(_)) => self.sched_dirty = true,
+                            _ => {}
+                        }
+                        if self.plan_inflight.is_some_and(|(id, _)| id == p.id)
+                            && p.origin == self.id
+                        {
+                            self.plan_inflight = None;
+                        }
+                        if p.origin == self.id {
+                            if let Some(w) = self.requests.writes.remove(&p.id) {
+                                self.requests.deferred.push((w.reply, Ok(r)));
+                            }
+                        }
+                    }
+                    Err(err @ FormatError::Unknown { .. }) => {
+                        // Skipping it would make this member's state differ from the
+                        // others': stop instead, and say why.
+                        return Err(NodeError::Other(format!(
+                            "log entry {} cannot be read: {err}; upgrade this controller",
+                            e.index
+                        )));
+                    }
+                    Err(err) => {
+                        // Every member skips it alike; the log stays consistent.
+                        error!(index = e.index, "log entry does not decode: {err}");
+                    }
+                },
+                EntryType::EntryConfChange => {
+                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(|er| {
+                        NodeError::Other(format!("conf change at {}: {er}", e.index))
+                    })?;
+                    let cs = self.raw.apply_conf_change(&cc)?;
+                    self.conf_state = cs;
+                    self.conf_dirty = true;
+                    self.image_for_conf_change = true;
+                    match cc.get_change_type() {
+                        ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                            if let Ok(m) = codec::unseal::<Member>(&cc.context) {
+                                info!(id = m.id, addr = %m.peer_addr, "controller added");
+                                sh.members.insert(m.id, m);
+                            }
+                        }
+                        ConfChangeType::RemoveNode => {
+                            info!(id = cc.node_id, "controller removed");
+                            sh.members.remove(&cc.node_id);
+                            if cc.node_id == self.id {
+                                self.removed = true;
+                            }
+                        }
+                    }
+                    if let Ok((origin, id)) = codec::unseal::<(u64, u64)>(&e.context) {
+                        if origin == self.id {
+                            if let Some(p) = self.requests.changes.remove(&id) {
+                                self.requests.deferred_changes.push((p.reply, Ok(())));
+                            }
+                        }
+                    }
+                }
+                EntryType::EntryConfChangeV2 => {
+                    warn!(
+                        index = e.index,
+                        "ignoring a joint-consensus entry (not used by Tranche)"
+                    );
+                }
+            }
+            sh.applied = e.index;
+        }
+        let applied = sh.applied;
+        drop(sh);
+        self.applied_tx.send_replace(applied);
+        self.sync_addresses();
+        Ok(())
+    }
+}

@@ -1,0 +1,731 @@
+//! The controller's service layer: who may ask what, the reads, and the write path.
+//! It takes an identity and a [`ClientRequest`] and returns a [`Response`]; it knows
+//! nothing of QUIC or HTTP. The client port ([`crate::quic`]) is one adapter on it.
+//!
+//! Writes are authorized here against the applied state, then turned into the
+//! replicated command and handed to the Raft node task; the state machine checks the
+//! rest when it applies them. Heartbeats are answered here, from the leader's memory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tranche_model::JobId;
+use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Response};
+use tranche_state::State;
+use tranche_tls::{Identity, Role};
+
+use crate::liveness::Beats;
+use crate::mailbox::{wall_ms, NodeMsg, SharedRef};
+use crate::views;
+
+/// The test switch that drops controller-to-controller traffic (the peer transport).
+pub trait Isolation: Send + Sync {
+    fn set_blocked(&self, ids: &[u64]);
+}
+
+/// How long a node-work long poll waits for a change at most.
+pub const NODE_WORK_WAIT: Duration = Duration::from_secs(2);
+
+pub struct Service {
+    node: mpsc::Sender<NodeMsg>,
+    /// The applied index, for answers that wait for the next commit.
+    applied: watch::Receiver<u64>,
+    shared: SharedRef,
+    beats: Arc<Beats>,
+    /// Present only where the controller's config enables `fault_injection`.
+    isolation: Option<Arc<dyn Isolation>>,
+}
+
+fn stopping() -> Response {
+    Response::Error(ApiError::Unavailable("the controller is stopping".into()))
+}
+
+impl Service {
+    pub fn new(
+        node: mpsc::Sender<NodeMsg>,
+        applied: watch::Receiver<u64>,
+        shared: SharedRef,
+        beats: Arc<Beats>,
+        isolation: Option<Arc<dyn Isolation>>,
+    ) -> Service {
+        Service {
+            node,
+            applied,
+            shared,
+            beats,
+            isolation,
+        }
+    }
+
+    /// Answers one request of `who`.
+    pub async fn handle(&self, who: &Identity, req: ClientRequest) -> Response {
+        match req {
+            ClientRequest::Write { request, command } => self.write(who, request, command).await,
+            ClientRequest::Read {
+                query: Query::NodeWork { node, after },
+                ..
+            } => self.node_work(who, node, after).await,
+            ClientRequest::Read { query, stale } => self.read(who, query, stale).await,
+            ClientRequest::Membership(change) => {
+                if who.role != Role::Admin {
+                    return Response::Error(ApiError::Unauthorized(format!(
+                        "{who}: only an admin certificate may change the controllers"
+                    )));
+                }
+                let (tx, rx) = oneshot::channel();
+                if self
+                    .node
+                    .send(NodeMsg::Membership { change, reply: tx })
+                    .await
+                    .is_err()
+                {
+                    return stopping();
+                }
+                match rx.await {
+                    Ok(Ok(())) => Response::Done,
+                    Ok(Err(e)) => Response::Error(e),
+                    Err(_) => stopping(),
+                }
+            }
+            ClientRequest::Isolate { from } => {
+                if who.role != Role::Admin {
+                    return Response::Error(ApiError::Unauthorized(format!(
+                        "{who}: only an admin certificate may use the fault-injection switch"
+                    )));
+                }
+                match &self.isolation {
+                    Some(i) => {
+                        i.set_blocked(&from);
+                        Response::Done
+                    }
+                    None => Response::Error(ApiError::Unauthorized(
+                        "fault injection is disabled in this controller's config (fault_injection = false)".into(),
+                    )),
+                }
+            }
+            ClientRequest::Heartbeat { node } => self.heartbeat(who, node),
+        }
+    }
+
+    async fn write(
+        &self,
+        who: &Identity,
+        request: Option<tranche_state::RequestId>,
+        command: ClientCommand,
+    ) -> Response {
+        let denied = {
+            let sh = self.shared.read().unwrap();
+            authorize(who, &command, &sh.state).err()
+        };
+        if let Some(e) = denied {
+            return Response::Error(e);
+        }
+        let (tx, rx) = oneshot::channel();
+        let msg = NodeMsg::Write {
+            cmd: command.into_command(),
+            request,
+            reply: tx,
+        };
+        if self.node.send(msg).await.is_err() {
+            return stopping();
+        }
+        match rx.await {
+            Ok(Ok(Ok(outcome))) => Response::Applied(outcome),
+            Ok(Ok(Err(rejected))) => Response::Error(ApiError::Rejected(rejected)),
+            Ok(Err(e)) => Response::Error(e),
+            Err(_) => stopping(),
+        }
+    }
+
+    fn heartbeat(&self, who: &Identity, node: tranche_model::NodeName) -> Response {
+        if who.role != Role::Agent || node.as_str() != who.name {
+            return Response::Error(ApiError::Unauthorized(format!(
+                "{who}: only the agent certificate of node {node} may heartbeat for it"
+            )));
+        }
+        if !self.beats.note(&node, wall_ms()) {
+            let sh = self.shared.read().unwrap();
+            let leader = sh.status.leader.and_then(|l| sh.members.get(&l).cloned());
+            return Response::Error(ApiError::NotLeader { leader });
+        }
+        let registered = self.shared.read().unwrap().state.nodes.contains_key(&node);
+        Response::Heartbeat { registered }
+    }
+
+    async fn node_work(
+        &self,
+        who: &Identity,
+        node: tranche_model::NodeName,
+        after: Option<u64>,
+    ) -> Response {
+        let allowed = match who.role {
+            Role::Agent => node.as_str() == who.name,
+            Role::Admin | Role::Operator => true,
+            _ => false,
+        };
+        if !allowed {
+            return Response::Error(ApiError::Unauthorized(format!(
+                "{who} may not read the work of node {node}"
+            )));
+        }
+        // Answered from this controller's applied state (which holds only committed
+        // entries), once it is past `after`.
+        if let Some(after) = after {
+            let mut rx = self.applied.clone();
+            let wait = async {
+                while *rx.borrow_and_update() <= after {
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(NODE_WORK_WAIT, wait).await;
+        }
+        let sh = self.shared.read().unwrap();
+        let now = wall_ms().max(sh.last_now);
+        Response::NodeWork(views::node_work(&sh.state, &node, sh.applied, now))
+    }
+
+    async fn read(&self, who: &Identity, query: Query, stale: bool) -> Response {
+        if who.role == Role::Agent && !matches!(query, Query::Job(_) | Query::Controllers) {
+            return Response::Error(ApiError::Unauthorized(format!(
+                "{who} may read only its node's jobs and the controllers"
+            )));
+        }
+        if !stale && !matches!(query, Query::Controllers) {
+            let (tx, rx) = oneshot::channel();
+            if self
+                .node
+                .send(NodeMsg::ReadBarrier { reply: tx })
+                .await
+                .is_err()
+            {
+                return stopping();
+            }
+            match rx.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Response::Error(e),
+                Err(_) => return stopping(),
+            }
+        }
+        match self.answer(&query) {
+            // An agent needs a job's details only for the jobs it runs (or ran).
+            Response::Job(j)
+                if who.role == Role::Agent
+                    && !j
+                        .attempts
+                        .iter()
+                        .any(|a| a.allocation.iter().any(|n| n.node.as_str() == who.name)) =>
+            {
+                Response::Error(ApiError::Unauthorized(format!(
+                    "{who} may read only jobs placed on its own node; job {} was not",
+                    j.id
+                )))
+            }
+            r => r,
+        }
+    }
+
+    fn answer(&self, q: &Query) -> Response {
+        let sh = self.shared.read().unwrap();
+        let now = wall_ms().max(sh.last_now);
+        let st = &sh.state;
+        let missing = |id: &JobId| ApiError::NotFound(format!("job {id} does not exist"));
+        match q {
+            Query::Jobs(f) => Response::Jobs(views::jobs(st, f, now)),
+            Query::Job(id) => match st.job(*id) {
+                Some(j) => Response::Job(Box::new(j.clone())),
+                None => Response::Error(missing(id)),
+            },
+            Query::Explain(id) => match st.job(*id) {
+                Some(j) => Response::Explain(views::explain(st, j, now)),
+                None => Response::Error(missing(id)),
+            },
+            Query::Shares => Response::Shares(views::shares(st)),
+            Query::Queue { limit } => Response::Queue(views::queue(st, *limit, now)),
+            Query::Nodes => Response::Nodes(st.nodes.values().cloned().collect()),
+            Query::Controllers => Response::Controllers(sh.status.clone()),
+            Query::Digest => Response::Digest(views::digest(st, sh.applied)),
+            Query::Objects => Response::Objects(views::objects(st)),
+            Query::NodeWork { node, .. } => {
+                Response::NodeWork(views::node_work(st, node, sh.applied, now))
+            }
+        }
+    }
+}
+
+fn deny(msg: String) -> Result<(), ApiError> {
+    Err(ApiError::Unauthorized(msg))
+}
+
+/// The authorization rules: whether this certificate may send this command, checked
+/// against the applied state (the state machine checks the rest when it applies the
+/// command). Leader-only commands have no client form, so they need no rule.
+pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
+    use ClientCommand::*;
+    let own_job = |job: &JobId| -> Result<(), ApiError> {
+        match state.job(*job) {
+            None => Err(ApiError::NotFound(format!("job {job} does not exist"))),
+            Some(j) if j.spec.user.as_str() == who.name => Ok(()),
+            Some(j) => deny(format!(
+                "{who} may change only its own jobs; job {job} belongs to {}",
+                j.spec.user
+            )),
+        }
+    };
+    match (who.role, cmd) {
+        (
+            Role::Admin,
+            PutEnvironment(_) | DeleteEnvironment(_) | PutPolicy(_) | DeletePolicy(_),
+        )
+        | (Role::Admin, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => Ok(()),
+        (_, PutEnvironment(_) | DeleteEnvironment(_) | PutPolicy(_) | DeletePolicy(_))
+        | (_, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => deny(format!(
+            "{who}: only an admin certificate may manage environments, policies, queues and shares"
+        )),
+        (Role::Admin, Submit(_)) => Ok(()),
+        (Role::User, Submit(spec)) => {
+            if spec.user.as_str() != who.name {
+                return deny(format!(
+                    "{who} may submit only as itself; the job names user `{}`",
+                    spec.user
+                ));
+            }
+            match state.shares.get(&spec.share) {
+                Some(share) if !share.is_member(&spec.user) => {
+                    deny(format!("{who} is not a member of share {}", share.name))
+                }
+                _ => Ok(()),
+            }
+        }
+        (_, Submit(_)) => deny(format!(
+            "{who}: only user and admin certificates may submit jobs"
+        )),
+        (Role::Admin | Role::Operator, Cancel { .. } | UpdatePriority { .. }) => Ok(()),
+        (Role::User, Cancel { job, .. } | UpdatePriority { job, .. }) => own_job(job),
+        (_, Cancel { .. } | UpdatePriority { .. }) => {
+            deny(format!("{who} may not cancel or update jobs"))
+        }
+        (Role::Admin | Role::Operator, DrainNode { .. } | ResumeNode { .. }) => Ok(()),
+        // An agent drains its own node when a GPU turns unhealthy; it never resumes it
+        // (an operator does, after the repair) and never stops its jobs that way.
+        (
+            Role::Agent,
+            DrainNode {
+                node, now: false, ..
+            },
+        ) if node.as_str() == who.name => Ok(()),
+        (_, DrainNode { .. } | ResumeNode { .. }) => deny(format!(
+            "{who}: only operator and admin certificates may drain and resume nodes"
+        )),
+        (Role::Agent, RegisterNode(inv)) if inv.name.as_str() == who.name => Ok(()),
+        (Role::Agent, JobProgress { job, attempt, .. }) => match state.job(*job) {
+            Some(j)
+                if j.attempts.iter().any(|a| {
+                    a.number == *attempt && a.allocation.iter().any(|n| n.node.as_str() == who.name)
+                }) =>
+            {
+                Ok(())
+            }
+            Some(_) => deny(format!(
+                "{who} may report only on attempts placed on its own node"
+            )),
+            None => Err(ApiError::NotFound(format!("job {job} does not exist"))),
+        },
+        (_, RegisterNode(_) | JobProgress { .. }) => deny(format!(
+            "{who}: only the agent certificate of that node may speak for it"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The service layer with no transport and no Raft: a stand-in node task that
+    //! records what reaches it and accepts it.
+
+    use std::sync::{Mutex, RwLock};
+
+    use tranche_model::{JobSpec, NodeName};
+    use tranche_proto::MembershipChange;
+    use tranche_state::{Command, Outcome};
+
+    use super::*;
+    use crate::mailbox::Shared;
+
+    struct Rig {
+        service: Service,
+        /// The commands that reached the node task.
+        written: Arc<Mutex<Vec<Command>>>,
+        beats: Arc<Beats>,
+        isolated: Arc<Mutex<Vec<u64>>>,
+    }
+
+    struct Switch(Arc<Mutex<Vec<u64>>>);
+    impl Isolation for Switch {
+        fn set_blocked(&self, ids: &[u64]) {
+            *self.0.lock().unwrap() = ids.to_vec();
+        }
+    }
+
+    /// A state with the demo policy, node `n1`, and job 1 of `alice` placed on `n1`.
+    fn state() -> State {
+        let mut st = State::new();
+        let objects = [
+            "[[environments]]\nname = \"gpu\"\ncapacity_limits = [ { unit = \"h100\", max = 8 } ]\n",
+            "[[policies]]\nname = \"fifo\"\n",
+            "[[queues]]\nname = \"q\"\nenvironment = \"gpu\"\npolicy = \"fifo\"\n",
+            "[[shares]]\nname = \"lend\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"h100\", max = 8 } ]\nstrategy = \"LEND\"\n",
+            "[[shares]]\nname = \"private\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"h100\", max = 8 } ]\nstrategy = \"LEND\"\nmembers = [\"alice\"]\n",
+        ]
+        .concat();
+        let f = tranche_model::policy_file::parse(&objects).unwrap();
+        for e in f.environments {
+            st.apply(&Command::PutEnvironment(e), 0).unwrap();
+        }
+        for p in f.policies {
+            st.apply(&Command::PutPolicy(p), 0).unwrap();
+        }
+        for q in f.queues {
+            st.apply(&Command::PutQueue(q), 0).unwrap();
+        }
+        for s in f.shares {
+            st.apply(&Command::PutShare(s), 0).unwrap();
+        }
+        let inv = tranche_model::NodeInventory {
+            name: "n1".into(),
+            address: "127.0.0.1".into(),
+            labels: Default::default(),
+            gpus: vec![tranche_model::Gpu {
+                index: tranche_model::GpuIndex(0),
+                uuid: "GPU-0".into(),
+                unit: "h100".into(),
+                memory_mb: 1,
+                healthy: true,
+            }],
+            cpus: 4,
+            memory_mb: 1024,
+        };
+        st.apply(&Command::RegisterNode(inv), 0).unwrap();
+        st.apply(&Command::Submit(spec("alice", "lend")), 1)
+            .unwrap();
+        let plan = tranche_sched::plan(&st, 2);
+        st.apply(&Command::ApplyPlan(plan), 2).unwrap();
+        assert!(st.job(JobId(1)).unwrap().status.is_active());
+        st
+    }
+
+    fn spec(user: &str, share: &str) -> JobSpec {
+        let mut s = JobSpec::new("j", "q", share, user, "h100", 1, 1);
+        s.command = vec!["true".into()];
+        s
+    }
+
+    fn rig(fault_injection: bool) -> Rig {
+        let (tx, mut rx) = mpsc::channel::<NodeMsg>(16);
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let w = written.clone();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                match m {
+                    NodeMsg::Write { cmd, reply, .. } => {
+                        w.lock().unwrap().push(cmd);
+                        let _ = reply.send(Ok(Ok(Outcome::Done)));
+                    }
+                    NodeMsg::ReadBarrier { reply } | NodeMsg::Membership { reply, .. } => {
+                        let _ = reply.send(Ok(()));
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let mut shared = Shared::new(1);
+        shared.state = state();
+        let (_applied_tx, applied) = watch::channel(0);
+        let beats = Arc::new(Beats::default());
+        let isolated = Arc::new(Mutex::new(Vec::new()));
+        let isolation =
+            fault_injection.then(|| Arc::new(Switch(isolated.clone())) as Arc<dyn Isolation>);
+        Rig {
+            service: Service::new(
+                tx,
+                applied,
+                Arc::new(RwLock::new(shared)),
+                beats.clone(),
+                isolation,
+            ),
+            written,
+            beats,
+            isolated,
+        }
+    }
+
+    fn who(role: Role, name: &str) -> Identity {
+        Identity {
+            role,
+            name: name.into(),
+        }
+    }
+
+    fn write(c: ClientCommand) -> ClientRequest {
+        ClientRequest::Write {
+            request: None,
+            command: c,
+        }
+    }
+
+    async fn expect_denied(r: &Rig, id: &Identity, c: ClientCommand, text: &str) {
+        let before = r.written.lock().unwrap().len();
+        match r.service.handle(id, write(c.clone())).await {
+            Response::Error(ApiError::Unauthorized(m)) => assert!(m.contains(text), "{m}"),
+            other => panic!("{id} {c:?}: {other:?}"),
+        }
+        assert_eq!(
+            r.written.lock().unwrap().len(),
+            before,
+            "a denied write went on"
+        );
+    }
+
+    async fn expect_written(r: &Rig, id: &Identity, c: ClientCommand) {
+        match r.service.handle(id, write(c.clone())).await {
+            Response::Applied(Outcome::Done) => {}
+            other => panic!("{id} {c:?}: {other:?}"),
+        }
+        assert_eq!(
+            r.written.lock().unwrap().last(),
+            Some(&c.into_command()),
+            "the write reached the node as its replicated command"
+        );
+    }
+
+    fn share_cmd() -> ClientCommand {
+        ClientCommand::DeleteShare("lend".into())
+    }
+
+    #[tokio::test]
+    async fn admins_manage_objects_and_others_may_not() {
+        let r = rig(false);
+        expect_written(&r, &who(Role::Admin, "root"), share_cmd()).await;
+        for role in [Role::Operator, Role::User, Role::Agent, Role::Controller] {
+            expect_denied(&r, &who(role, "x"), share_cmd(), "only an admin").await;
+        }
+    }
+
+    #[tokio::test]
+    async fn users_submit_as_themselves_into_their_shares_and_touch_only_their_jobs() {
+        let r = rig(false);
+        let alice = who(Role::User, "alice");
+        let bob = who(Role::User, "bob");
+        expect_written(&r, &alice, ClientCommand::Submit(spec("alice", "private"))).await;
+        expect_denied(
+            &r,
+            &alice,
+            ClientCommand::Submit(spec("bob", "lend")),
+            "only as itself",
+        )
+        .await;
+        expect_denied(
+            &r,
+            &bob,
+            ClientCommand::Submit(spec("bob", "private")),
+            "not a member",
+        )
+        .await;
+        let cancel = ClientCommand::Cancel {
+            job: JobId(1),
+            reason: "x".into(),
+        };
+        expect_written(&r, &alice, cancel.clone()).await;
+        expect_denied(&r, &bob, cancel.clone(), "only its own jobs").await;
+        expect_written(&r, &who(Role::Operator, "ops"), cancel.clone()).await;
+        expect_denied(&r, &who(Role::Agent, "n1"), cancel, "may not cancel").await;
+        expect_denied(
+            &r,
+            &who(Role::Operator, "ops"),
+            ClientCommand::Submit(spec("ops", "lend")),
+            "only user and admin",
+        )
+        .await;
+        // A job that does not exist is named.
+        match r
+            .service
+            .handle(
+                &alice,
+                write(ClientCommand::UpdatePriority {
+                    job: JobId(99),
+                    priority: 1,
+                }),
+            )
+            .await
+        {
+            Response::Error(ApiError::NotFound(m)) => assert!(m.contains("job 99"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn operators_drain_and_agents_speak_only_for_their_node() {
+        let r = rig(false);
+        let drain = |node: &str, now| ClientCommand::DrainNode {
+            node: node.into(),
+            reason: "repair".into(),
+            now,
+        };
+        expect_written(&r, &who(Role::Operator, "ops"), drain("n1", true)).await;
+        expect_denied(
+            &r,
+            &who(Role::User, "alice"),
+            drain("n1", false),
+            "only operator",
+        )
+        .await;
+        let n1 = who(Role::Agent, "n1");
+        let n2 = who(Role::Agent, "n2");
+        expect_written(&r, &n1, drain("n1", false)).await;
+        expect_denied(&r, &n1, drain("n1", true), "only operator").await;
+        expect_denied(&r, &n2, drain("n1", false), "only operator").await;
+        let progress = ClientCommand::JobProgress {
+            job: JobId(1),
+            attempt: 1,
+            event: tranche_state::Progress::Running,
+        };
+        expect_written(&r, &n1, progress.clone()).await;
+        expect_denied(&r, &n2, progress, "its own node").await;
+        let inv = |n: &str| {
+            let mut i = r.service.shared.read().unwrap().state.nodes[&NodeName::from("n1")]
+                .inventory
+                .clone();
+            i.name = n.into();
+            ClientCommand::RegisterNode(i)
+        };
+        expect_written(&r, &n1, inv("n1")).await;
+        expect_denied(&r, &n1, inv("n2"), "only the agent certificate").await;
+        expect_denied(&r, &who(Role::Admin, "root"), inv("n1"), "only the agent").await;
+    }
+
+    #[tokio::test]
+    async fn heartbeats_are_answered_by_the_leader_from_memory_and_never_written() {
+        let r = rig(false);
+        let n1 = who(Role::Agent, "n1");
+        let beat = |n: &str| ClientRequest::Heartbeat { node: n.into() };
+        // Not leading: the agent is sent to the leader.
+        assert!(matches!(
+            r.service.handle(&n1, beat("n1")).await,
+            Response::Error(ApiError::NotLeader { .. })
+        ));
+        r.beats.lead(wall_ms());
+        assert_eq!(
+            r.service.handle(&n1, beat("n1")).await,
+            Response::Heartbeat { registered: true }
+        );
+        let n9 = who(Role::Agent, "n9");
+        assert_eq!(
+            r.service.handle(&n9, beat("n9")).await,
+            Response::Heartbeat { registered: false },
+            "an unknown node is told to register"
+        );
+        assert!(r.beats.view().1.contains_key(&NodeName::from("n1")));
+        for (id, node) in [(&n1, "n9"), (&who(Role::Admin, "root"), "n1")] {
+            match r.service.handle(id, beat(node)).await {
+                Response::Error(ApiError::Unauthorized(m)) => {
+                    assert!(m.contains("may heartbeat for it"), "{m}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            r.written.lock().unwrap().is_empty(),
+            "a heartbeat was written"
+        );
+    }
+
+    #[tokio::test]
+    async fn reads_follow_the_role() {
+        let r = rig(false);
+        let read = |q: Query| ClientRequest::Read {
+            query: q,
+            stale: false,
+        };
+        for role in [Role::Admin, Role::Operator, Role::User] {
+            assert!(matches!(
+                r.service.handle(&who(role, "alice"), read(Query::Shares)).await,
+                Response::Shares(ref s) if s.len() == 2
+            ));
+        }
+        let n1 = who(Role::Agent, "n1");
+        let n2 = who(Role::Agent, "n2");
+        assert!(matches!(
+            r.service.handle(&n1, read(Query::Job(JobId(1)))).await,
+            Response::Job(_)
+        ));
+        for (id, q) in [
+            (&n2, Query::Job(JobId(1))),
+            (&n1, Query::Shares),
+            (&n1, Query::Jobs(Default::default())),
+        ] {
+            assert!(
+                matches!(
+                    r.service.handle(id, read(q.clone())).await,
+                    Response::Error(ApiError::Unauthorized(_))
+                ),
+                "{id} {q:?}"
+            );
+        }
+        let work = |n: &str| Query::NodeWork {
+            node: n.into(),
+            after: None,
+        };
+        match r.service.handle(&n1, read(work("n1"))).await {
+            Response::NodeWork(w) => assert_eq!(w.items.len(), 1),
+            other => panic!("{other:?}"),
+        }
+        for id in [&n2, &who(Role::User, "alice")] {
+            assert!(matches!(
+                r.service.handle(id, read(work("n1"))).await,
+                Response::Error(ApiError::Unauthorized(_))
+            ));
+        }
+        assert!(matches!(
+            r.service
+                .handle(&who(Role::Operator, "ops"), read(work("n1")))
+                .await,
+            Response::NodeWork(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn membership_and_the_fault_switch_are_for_admins_where_enabled() {
+        let r = rig(true);
+        let change = ClientRequest::Membership(MembershipChange::Remove { id: 3 });
+        assert_eq!(
+            r.service
+                .handle(&who(Role::Admin, "root"), change.clone())
+                .await,
+            Response::Done
+        );
+        assert!(matches!(
+            r.service.handle(&who(Role::Operator, "ops"), change).await,
+            Response::Error(ApiError::Unauthorized(_))
+        ));
+        let iso = ClientRequest::Isolate { from: vec![2] };
+        assert!(matches!(
+            r.service
+                .handle(&who(Role::User, "alice"), iso.clone())
+                .await,
+            Response::Error(ApiError::Unauthorized(_))
+        ));
+        assert_eq!(
+            r.service
+                .handle(&who(Role::Admin, "root"), iso.clone())
+                .await,
+            Response::Done
+        );
+        assert_eq!(*r.isolated.lock().unwrap(), vec![2]);
+        let off = rig(false);
+        match off.service.handle(&who(Role::Admin, "root"), iso).await {
+            Response::Error(ApiError::Unauthorized(m)) => assert!(m.contains("fault_injection")),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! What clients may ask to change: users, operators and admins through the CLI and the
+//! APIs, agents for their own nodes. The controller authorizes a [`ClientCommand`]
+//! against the caller's identity and then turns it into the replicated
+//! [`tranche_state::Command`]. Commands only the leader issues (scheduling plans, node
+//! liveness) have no client form at all, so no client can express them.
+
+use serde::{Deserialize, Serialize};
+use tranche_model::*;
+use tranche_state::{Command, Progress};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientCommand {
+    // Admins: the quota objects.
+    PutEnvironment(ServiceEnvironment),
+    DeleteEnvironment(EnvName),
+    PutPolicy(SchedulingPolicy),
+    DeletePolicy(PolicyName),
+    PutQueue(JobQueue),
+    DeleteQueue(QueueName),
+    PutShare(QuotaShare),
+    DeleteShare(ShareName),
+    // Users (their own jobs), operators and admins.
+    Submit(JobSpec),
+    Cancel {
+        job: JobId,
+        reason: String,
+    },
+    UpdatePriority {
+        job: JobId,
+        priority: u32,
+    },
+    // Operators and admins; an agent may drain its own node (an unhealthy GPU).
+    DrainNode {
+        node: NodeName,
+        reason: String,
+        now: bool,
+    },
+    ResumeNode {
+        node: NodeName,
+    },
+    // Agents, each for its own node.
+    RegisterNode(NodeInventory),
+    JobProgress {
+        job: JobId,
+        attempt: u32,
+        event: Progress,
+    },
+}
+
+impl ClientCommand {
+    /// The replicated command this becomes once authorized.
+    pub fn into_command(self) -> Command {
+        use ClientCommand as C;
+        match self {
+            C::PutEnvironment(e) => Command::PutEnvironment(e),
+            C::DeleteEnvironment(n) => Command::DeleteEnvironment(n),
+            C::PutPolicy(p) => Command::PutPolicy(p),
+            C::DeletePolicy(n) => Command::DeletePolicy(n),
+            C::PutQueue(q) => Command::PutQueue(q),
+            C::DeleteQueue(n) => Command::DeleteQueue(n),
+            C::PutShare(s) => Command::PutShare(s),
+            C::DeleteShare(n) => Command::DeleteShare(n),
+            C::Submit(spec) => Command::Submit(spec),
+            C::Cancel { job, reason } => Command::Cancel { job, reason },
+            C::UpdatePriority { job, priority } => Command::UpdatePriority { job, priority },
+            C::DrainNode { node, reason, now } => Command::DrainNode { node, reason, now },
+            C::ResumeNode { node } => Command::ResumeNode { node },
+            C::RegisterNode(inv) => Command::RegisterNode(inv),
+            C::JobProgress {
+                job,
+                attempt,
+                event,
+            } => Command::JobProgress {
+                job,
+                attempt,
+                event,
+            },
+        }
+    }
+}

@@ -8,7 +8,9 @@ use tranche_model::{JobId, Node};
 use tranche_proto::{JobSummary, Member, MembershipChange, Query, Request, Response};
 use tranche_state::Command;
 
-use crate::user_cmds::{connect, failed, run, state_code, usage, Fail};
+use crate::client_cfg::connect;
+use crate::fmt::{fit, state_code};
+use crate::output::{failed, run, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct UpdateArgs {
@@ -286,6 +288,7 @@ pub fn shares(args: &ListArgs) -> ExitCode {
     })
 }
 
+/// One row of `tranche queue`, fitting a 100-column terminal.
 fn summary_line(j: &JobSummary) -> String {
     let line = format!(
         "{:>7} {:<10.10} {:<9.9} {:>3} {:>2} {:>4}  {}",
@@ -297,12 +300,7 @@ fn summary_line(j: &JobSummary) -> String {
         j.gpus,
         j.reason.clone().unwrap_or_default()
     );
-    // Rows fit a 100-column terminal; `tranche explain` has the whole reason.
-    if line.chars().count() > 100 {
-        line.chars().take(99).collect::<String>() + "…"
-    } else {
-        line
-    }
+    fit(line, 100)
 }
 
 pub fn queue(args: &ListArgs) -> ExitCode {

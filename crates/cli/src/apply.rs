@@ -42,7 +42,8 @@ use tranche_model::{JobStatus, QuotaShare};
 use tranche_proto::{JobFilter, Objects, Query, Response};
 use tranche_state::Command;
 
-use crate::user_cmds::{connect, failed, run, usage, Fail};
+use crate::client_cfg::connect;
+use crate::output::{failed, run, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {

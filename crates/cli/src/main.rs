@@ -8,7 +8,9 @@ mod bench_cluster;
 mod bench_preempt;
 mod client_cfg;
 mod dev;
+mod fmt;
 mod logs;
+mod output;
 mod user_cmds;
 
 use clap::{Parser, Subcommand};

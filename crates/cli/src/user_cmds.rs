@@ -1,56 +1,17 @@
 //! The users' verbs: `tranche submit`, `tranche jobs`, `tranche show`, `tranche cancel`.
-//!
-//! Exit status: 0 done, 1 refused or not found (the message says why), 2 bad usage or
-//! no usable cluster config.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_client::{Client, ClientError};
+use tranche_client::Client;
 use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus, Millis};
-use tranche_proto::{ApiError, JobFilter, JobSummary, Query, Response};
+use tranche_proto::{ApiError, JobFilter, Query, Response};
 use tranche_state::{Command, Outcome};
 
-use crate::client_cfg::{self, ClientCfg};
-
-pub type Fail = (u8, String);
-
-pub fn usage(m: impl Into<String>) -> Fail {
-    (2, m.into())
-}
-
-pub fn failed(e: ClientError) -> Fail {
-    (1, e.to_string())
-}
-
-pub fn run<F: std::future::Future<Output = Result<(), Fail>>>(what: &str, f: F) -> ExitCode {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match rt.block_on(f) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err((code, msg)) => {
-            eprintln!("tranche {what}: {msg}");
-            ExitCode::from(code)
-        }
-    }
-}
-
-/// The client and the name in its certificate.
-pub fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
-    let cfg = ClientCfg::load(&client_cfg::path(config).map_err(usage)?).map_err(usage)?;
-    let certs = tranche_tls::load_certs(&cfg.tls.cert).map_err(|e| usage(e.to_string()))?;
-    let first = certs.first().ok_or_else(|| {
-        usage(format!(
-            "{}: no certificate in the file",
-            cfg.tls.cert.display()
-        ))
-    })?;
-    let who = tranche_tls::identity_of_cert(first).map_err(|e| usage(e.to_string()))?;
-    Ok((cfg.client().map_err(usage)?, who.name))
-}
+use crate::client_cfg::connect;
+use crate::fmt::{clock_duration, fit, state_code};
+use crate::output::{failed, run, usage, Fail};
 
 /// `4h`, `90m`, `30s`, `2d`, `1-00:00:00`, `HH:MM:SS`, `MM:SS` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
@@ -342,34 +303,6 @@ pub struct JobsArgs {
 /// The room left for NODES(REASON) in a 100-column row of `tranche jobs`.
 const WHERE_WIDTH: usize = 100 - 74;
 
-/// Slurm-like two-letter state codes.
-pub fn state_code(s: JobStatus) -> &'static str {
-    match s {
-        JobStatus::Submitted => "SU",
-        JobStatus::Pending => "PD",
-        JobStatus::Runnable => "PD",
-        JobStatus::Scheduled => "CF",
-        JobStatus::Starting => "CF",
-        JobStatus::Running => "R",
-        JobStatus::Succeeded => "CD",
-        JobStatus::Failed => "F",
-        JobStatus::Cancelled => "CA",
-    }
-}
-
-fn elapsed(j: &JobSummary, now: Millis) -> String {
-    let Some(start) = j.started_at else {
-        return "0:00".into();
-    };
-    let s = now.saturating_sub(start) / 1000;
-    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    match (d, h) {
-        (0, 0) => format!("{m}:{sec:02}"),
-        (0, _) => format!("{h}:{m:02}:{sec:02}"),
-        _ => format!("{d}-{h:02}:{m:02}:{sec:02}"),
-    }
-}
-
 pub fn jobs(args: &JobsArgs) -> ExitCode {
     run("jobs", async {
         loop {
@@ -437,7 +370,7 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
     );
     for j in &jobs {
-        let mut where_ = if j.nodes.is_empty() {
+        let where_ = if j.nodes.is_empty() {
             j.reason
                 .as_ref()
                 .map(|r| format!("({r})"))
@@ -449,10 +382,6 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        // Rows fit a 100-column terminal; `tranche explain` has the whole reason.
-        if where_.chars().count() > WHERE_WIDTH {
-            where_ = where_.chars().take(WHERE_WIDTH - 1).collect::<String>() + "…";
-        }
         println!(
             "{:>7} {:<9.9} {:<10.10} {:<12.12} {:<9.9} {:>2} {:>10} {:>5}  {}",
             j.id.0,
@@ -461,9 +390,11 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
             j.name,
             j.user.as_str(),
             state_code(j.status),
-            elapsed(j, now),
+            j.started_at
+                .map(|t| clock_duration(now.saturating_sub(t)))
+                .unwrap_or_else(|| "0:00".into()),
             j.gpus,
-            where_
+            fit(where_, WHERE_WIDTH)
         );
     }
     Ok(())

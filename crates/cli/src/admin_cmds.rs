@@ -10,7 +10,7 @@ use tranche_state::Command;
 
 use crate::client_cfg::connect;
 use crate::fmt::{fit, state_code};
-use crate::output::{failed, run, usage, Fail};
+use crate::output::{failed, run, unexpected, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct UpdateArgs {
@@ -70,7 +70,7 @@ pub fn explain(args: &JobArg) -> ExitCode {
                 }
                 Ok(())
             }
-            other => Err((1, format!("unexpected answer: {other:?}"))),
+            other => Err(unexpected(&other)),
         }
     })
 }
@@ -111,7 +111,7 @@ pub fn nodes(args: &NodesArgs) -> ExitCode {
         let (client, _) = connect(&args.config)?;
         let nodes = match client.read(Query::Nodes, false).await.map_err(failed)? {
             Response::Nodes(n) => n,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             let rows: Vec<_> = nodes
@@ -248,7 +248,7 @@ pub fn shares(args: &ListArgs) -> ExitCode {
         let (client, _) = connect(&args.config)?;
         let rows = match client.read(Query::Shares, false).await.map_err(failed)? {
             Response::Shares(s) => s,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             println!("{}", serde_json::to_string(&rows).unwrap_or_default());
@@ -263,7 +263,7 @@ pub fn shares(args: &ListArgs) -> ExitCode {
                 let (name, strategy, running, waiting) = if i == 0 {
                     (
                         s.name.to_string(),
-                        format!("{:?}", s.strategy),
+                        s.strategy.to_string(),
                         s.running.to_string(),
                         s.waiting.to_string(),
                     )
@@ -312,7 +312,7 @@ pub fn queue(args: &ListArgs) -> ExitCode {
             .map_err(failed)?
         {
             Response::Queue(q) => q,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             println!("{}", serde_json::to_string(&q).unwrap_or_default());
@@ -387,7 +387,7 @@ pub fn controllers(args: &ControllersArgs) -> ExitCode {
             {
                 Response::Done => Ok(()),
                 Response::Error(e) => Err((1, e.to_string())),
-                other => Err((1, format!("unexpected answer: {other:?}"))),
+                other => Err(unexpected(&other)),
             };
         }
         // The leader's view has every member's progress.
@@ -397,7 +397,7 @@ pub fn controllers(args: &ControllersArgs) -> ExitCode {
             .map_err(failed)?
         {
             Response::Controllers(s) => s,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if let Some(l) = st.leader.filter(|l| *l != st.id) {
             if let Some(m) = st.members.iter().find(|m| m.member.id == l) {

@@ -9,7 +9,7 @@ use tranche_model::JobId;
 use tranche_proto::{LogRequest, Query, Response, LOGS_LABEL};
 
 use crate::client_cfg;
-use crate::output::{failed, run, Fail};
+use crate::output::{failed, run, unexpected, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {
@@ -44,7 +44,7 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
         .map_err(failed)?
     {
         Response::Job(j) => j,
-        other => return Err((1, format!("unexpected answer: {other:?}"))),
+        other => return Err(unexpected(&other)),
     };
     let attempt = match args.attempt {
         Some(n) => job
@@ -78,7 +78,7 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
     };
     let nodes = match client.read(Query::Nodes, true).await.map_err(failed)? {
         Response::Nodes(n) => n,
-        other => return Err((1, format!("unexpected answer: {other:?}"))),
+        other => return Err(unexpected(&other)),
     };
     let addr = nodes
         .iter()

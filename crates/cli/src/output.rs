@@ -7,6 +7,7 @@
 use std::process::ExitCode;
 
 use tranche_client::ClientError;
+use tranche_proto::Response;
 
 /// A failed command: its exit status and its message.
 pub type Fail = (u8, String);
@@ -32,5 +33,20 @@ pub fn run<F: std::future::Future<Output = Result<(), Fail>>>(what: &str, f: F) 
             eprintln!("tranche {what}: {msg}");
             ExitCode::from(code)
         }
+    }
+}
+
+/// A command's failure on an answer of a kind its request does not expect.
+pub fn unexpected(r: &Response) -> Fail {
+    (1, unexpected_text(r))
+}
+
+/// What an answer of a kind the request does not expect says to the user.
+pub fn unexpected_text(r: &Response) -> String {
+    match r {
+        Response::Error(e) => e.to_string(),
+        _ => "the controller answered with another kind of answer than the request expects \
+              (are this CLI and the controllers of one version?)"
+            .into(),
     }
 }

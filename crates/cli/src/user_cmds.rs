@@ -5,13 +5,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tranche_client::Client;
-use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus, Millis};
+use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus};
 use tranche_proto::{ApiError, JobFilter, Query, Response};
 use tranche_state::{Command, Outcome};
 
 use crate::client_cfg::connect;
-use crate::fmt::{clock_duration, fit, state_code};
-use crate::output::{failed, run, usage, Fail};
+use crate::fmt::{
+    attempt_end, clock_duration, command_line, duration, fit, local_time, now_ms, state_code,
+};
+use crate::output::{failed, run, unexpected, usage, Fail};
 
 /// `4h`, `90m`, `30s`, `2d`, `1-00:00:00`, `HH:MM:SS`, `MM:SS` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
@@ -177,7 +179,7 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
         let (client, me) = connect(&args.config)?;
         let objs = match client.read(Query::Objects, false).await.map_err(failed)? {
             Response::Objects(o) => o,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         let share = objs
             .shares
@@ -251,7 +253,7 @@ async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), 
     loop {
         let j = match client.read(Query::Job(job), false).await.map_err(failed)? {
             Response::Job(j) => j,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if last != Some(j.status) {
             if verbose {
@@ -343,7 +345,7 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         .map_err(failed)?
     {
         Response::Jobs(j) => j,
-        other => return Err((1, format!("unexpected answer: {other:?}"))),
+        other => return Err(unexpected(&other)),
     };
     if args.json {
         let rows: Vec<_> = jobs
@@ -361,10 +363,7 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         println!("{}", serde_json::Value::Array(rows));
         return Ok(());
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or(0);
+    let now = now_ms();
     println!(
         "{:>7} {:<9} {:<10} {:<12} {:<9} {:>2} {:>10} {:>5}  NODES(REASON)",
         "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
@@ -419,28 +418,39 @@ pub fn show(args: &ShowArgs) -> ExitCode {
             .map_err(failed)?
         {
             Response::Job(j) => j,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             println!("{}", serde_json::to_string_pretty(&*j).unwrap_or_default());
             return Ok(());
         }
+        let now = now_ms();
         let s = &j.spec;
-        println!("Job {} \"{}\"  {}", j.id, s.name, j.status.as_str());
+        println!("Job {} \"{}\"  {}", j.id, s.name, j.status);
         println!(
             "  user {}  share {}  queue {}  priority {}",
             s.user, s.share, s.queue, s.priority
         );
         println!(
-            "  request {} x {} GPU(s) of {}  image {}  command {:?}",
-            s.request.nodes, s.request.gpus_per_node, s.request.unit, s.image, s.command
+            "  request {} x {} GPU(s) of {}  image {}  command {}",
+            s.request.nodes,
+            s.request.gpus_per_node,
+            s.request.unit,
+            s.image,
+            command_line(&s.command)
         );
+        let grace = s
+            .checkpoint
+            .grace_s
+            .map(|g| format!(" (grace {})", duration(g * 1000)))
+            .unwrap_or_default();
         println!(
-            "  checkpoint {}  preemptions {}  failures {}",
+            "  checkpoint {}{grace}  preemptions {}  failures {}",
             s.checkpoint.signal, j.preemptions, j.failures
         );
+        println!("  submitted {}", local_time(j.submitted_at));
         if let Some(r) = &j.pending_reason {
-            println!("  waiting: {r:?}");
+            println!("  waiting: {}", r.render(now));
         }
         for a in &j.attempts {
             let alloc: Vec<String> = a
@@ -451,20 +461,36 @@ pub fn show(args: &ShowArgs) -> ExitCode {
                     format!("{}[{}]", n.node, g.join(","))
                 })
                 .collect();
+            let mut what = Vec::new();
+            match (a.started_at, a.ended_at) {
+                (Some(st), Some(end)) => {
+                    what.push(format!("started {}", local_time(st)));
+                    what.push(format!("ran {}", duration(end.saturating_sub(st))));
+                }
+                (Some(st), None) => {
+                    what.push(format!("started {}", local_time(st)));
+                    what.push(format!("running for {}", duration(now.saturating_sub(st))));
+                }
+                (None, _) => what.push(format!("scheduled {}", local_time(a.scheduled_at))),
+            }
+            if a.borrowed {
+                what.push("on borrowed GPUs".into());
+            }
+            what.extend(attempt_end(&j, a));
             println!(
-                "  attempt {}: {}  end {:?}",
+                "  attempt {}: {}  {}",
                 a.number,
                 alloc.join(" "),
-                a.end
+                what.join(", ")
             );
         }
         println!("  transitions:");
         for t in &j.transitions {
             println!(
-                "    {} {} -> {}  {}",
-                t.at,
-                t.from.as_str(),
-                t.to.as_str(),
+                "    {}  {} -> {}  {}",
+                local_time(t.at),
+                t.from,
+                t.to,
                 t.reason
             );
         }

@@ -14,6 +14,8 @@ use tranche_tls::Role;
 
 use super::stats::{print_json, Spread};
 use super::KeepDir;
+use crate::client_cfg::apply_all;
+use crate::output::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
@@ -116,12 +118,9 @@ async fn prepare(c: &mut LocalCluster) -> Result<(Client, usize), String> {
         .await
         .ok_or("no leader elected within 15 s")?;
     admin.prefer(leader);
-    for cmd in demo::objects() {
-        match admin.command(cmd).await {
-            Ok(Ok(_)) => {}
-            other => return Err(format!("demo policy refused: {other:?}")),
-        }
-    }
+    apply_all(&admin, demo::objects())
+        .await
+        .map_err(|e| format!("demo policy refused: {e}"))?;
     Ok((admin, leader))
 }
 
@@ -159,10 +158,13 @@ pub async fn submit(args: &SubmitArgs) -> Result<(), String> {
                 let t = Instant::now();
                 let r = client.submit(demo::job("borrow", "bench", &token)).await;
                 if t.elapsed() > Duration::from_secs(1) {
+                    let outcome = match &r {
+                        Ok(_) => "acknowledged".to_string(),
+                        Err(e) => e.to_string(),
+                    };
                     eprintln!(
-                        "slow submit {token}: {:?} -> {:?}",
-                        t.elapsed(),
-                        r.as_ref().map(|_| ())
+                        "slow submit {token}: {} ms, {outcome}",
+                        t.elapsed().as_millis()
                     );
                 }
                 match r {
@@ -287,7 +289,8 @@ pub async fn failover(args: &FailoverArgs) -> Result<(), String> {
     // Every acknowledged submit must be there exactly once.
     let jobs = match admin.read(Query::Jobs(JobFilter::default()), false).await {
         Ok(Response::Jobs(j)) => j,
-        other => return Err(format!("cannot list jobs: {other:?}")),
+        Ok(other) => return Err(format!("cannot list jobs: {}", unexpected_text(&other))),
+        Err(e) => return Err(format!("cannot list jobs: {e}")),
     };
     let mut by_token: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for j in &jobs {

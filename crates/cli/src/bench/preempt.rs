@@ -15,6 +15,8 @@ use tranche_tls::Role;
 
 use super::stats::{print_json, Spread};
 use super::KeepDir;
+use crate::client_cfg::apply_all;
+use crate::output::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct PreemptArgs {
@@ -108,13 +110,9 @@ impl Marks {
 }
 
 async fn policy(admin: &Client) -> Result<(), String> {
-    for cmd in demo::lend_borrow(16, 10) {
-        match admin.command(cmd).await {
-            Ok(Ok(_)) => {}
-            other => return Err(format!("policy refused: {other:?}")),
-        }
-    }
-    Ok(())
+    apply_all(admin, demo::lend_borrow(16, 10))
+        .await
+        .map_err(|e| format!("policy refused: {e}"))
 }
 
 fn job(share: &str, token: &str, image: &str, marks: &Marks, body: &str) -> JobSpec {
@@ -129,7 +127,8 @@ fn job(share: &str, token: &str, image: &str, marks: &Marks, body: &str) -> JobS
 async fn detail(admin: &Client, id: JobId) -> Result<tranche_model::Job, String> {
     match admin.read(Query::Job(id), false).await {
         Ok(Response::Job(j)) => Ok(*j),
-        other => Err(format!("job {id}: {other:?}")),
+        Ok(other) => Err(format!("job {id}: {}", unexpected_text(&other))),
+        Err(e) => Err(format!("job {id}: {e}")),
     }
 }
 

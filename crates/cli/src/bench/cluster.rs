@@ -124,6 +124,21 @@ async fn prepare(c: &mut LocalCluster) -> Result<(Client, usize), String> {
     Ok((admin, leader))
 }
 
+/// Waits for the load clients (told to stop) and puts together what each recorded
+/// and how many of its requests failed.
+async fn gather<T>(
+    tasks: Vec<tokio::task::JoinHandle<(Vec<T>, u64)>>,
+) -> Result<(Vec<T>, u64), String> {
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (got, e) = t.await.map_err(|e| e.to_string())?;
+        all.extend(got);
+        errors += e;
+    }
+    Ok((all, errors))
+}
+
 pub async fn submit(args: &SubmitArgs) -> Result<(), String> {
     if args.clients == 0 || args.duration == 0 || args.controllers == 0 || args.conns == 0 {
         return Err("--clients, --conns, --duration and --controllers must be positive".into());
@@ -178,13 +193,7 @@ pub async fn submit(args: &SubmitArgs) -> Result<(), String> {
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut lat = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (l, e) = t.await.map_err(|e| e.to_string())?;
-        lat.extend(l);
-        errors += e;
-    }
+    let (lat, errors) = gather(tasks).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let n = lat.len();
     let rate = n as f64 / elapsed;
@@ -279,13 +288,7 @@ pub async fn failover(args: &FailoverArgs) -> Result<(), String> {
         c.start(leader)?;
     }
     stop.store(true, Ordering::Relaxed);
-    let mut acked = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (a, e) = t.await.map_err(|e| e.to_string())?;
-        acked.extend(a);
-        errors += e;
-    }
+    let (acked, errors) = gather(tasks).await?;
     // Every acknowledged submit must be there exactly once.
     let jobs = match admin.read(Query::Jobs(JobFilter::default()), false).await {
         Ok(Response::Jobs(j)) => j,

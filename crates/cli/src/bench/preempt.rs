@@ -33,16 +33,16 @@ pub struct PreemptArgs {
     json: bool,
 }
 
+/// When each mark arrived over TCP, in ms since the epoch, by kind, job and attempt.
+type Seen = Arc<Mutex<HashMap<(String, u64, u32), f64>>>;
+
 /// How jobs tell the benchmark when they started and when they got their signal:
 /// plain processes write `date +%s%N` into files; containers, which do not see the
 /// host's files, connect to a TCP listener on 127.0.0.1 (they share the host's
 /// network) and the benchmark stamps the arrival.
 enum Marks {
     Files(PathBuf),
-    Tcp {
-        port: u16,
-        seen: Arc<Mutex<HashMap<(String, u64, u32), f64>>>,
-    },
+    Tcp { port: u16, seen: Seen },
 }
 
 impl Marks {
@@ -83,7 +83,7 @@ impl Marks {
             .await
             .map_err(|e| format!("cannot listen for marks: {e}"))?;
         let port = l.local_addr().map_err(|e| e.to_string())?.port();
-        let seen: Arc<Mutex<HashMap<(String, u64, u32), f64>>> = Default::default();
+        let seen = Seen::default();
         let s = seen.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = l.accept().await {

@@ -8,7 +8,9 @@ use tranche_model::{JobId, Node};
 use tranche_proto::ClientCommand;
 use tranche_proto::{ClientRequest, JobSummary, Member, MembershipChange, Query, Response};
 
-use crate::user_cmds::{connect, failed, run, state_code, usage, Fail};
+use crate::client_cfg::connect;
+use crate::fmt::{fit, state_code};
+use crate::output::{failed, run, unexpected, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct UpdateArgs {
@@ -68,7 +70,7 @@ pub fn explain(args: &JobArg) -> ExitCode {
                 }
                 Ok(())
             }
-            other => Err((1, format!("unexpected answer: {other:?}"))),
+            other => Err(unexpected(&other)),
         }
     })
 }
@@ -109,7 +111,7 @@ pub fn nodes(args: &NodesArgs) -> ExitCode {
         let (client, _) = connect(&args.config)?;
         let nodes = match client.read(Query::Nodes, false).await.map_err(failed)? {
             Response::Nodes(n) => n,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             let rows: Vec<_> = nodes
@@ -246,7 +248,7 @@ pub fn shares(args: &ListArgs) -> ExitCode {
         let (client, _) = connect(&args.config)?;
         let rows = match client.read(Query::Shares, false).await.map_err(failed)? {
             Response::Shares(s) => s,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             println!("{}", serde_json::to_string(&rows).unwrap_or_default());
@@ -261,7 +263,7 @@ pub fn shares(args: &ListArgs) -> ExitCode {
                 let (name, strategy, running, waiting) = if i == 0 {
                     (
                         s.name.to_string(),
-                        format!("{:?}", s.strategy),
+                        s.strategy.to_string(),
                         s.running.to_string(),
                         s.waiting.to_string(),
                     )
@@ -286,6 +288,7 @@ pub fn shares(args: &ListArgs) -> ExitCode {
     })
 }
 
+/// One row of `tranche queue`, fitting a 100-column terminal.
 fn summary_line(j: &JobSummary) -> String {
     let line = format!(
         "{:>7} {:<10.10} {:<9.9} {:>3} {:>2} {:>4}  {}",
@@ -297,12 +300,7 @@ fn summary_line(j: &JobSummary) -> String {
         j.gpus,
         j.reason.clone().unwrap_or_default()
     );
-    // Rows fit a 100-column terminal; `tranche explain` has the whole reason.
-    if line.chars().count() > 100 {
-        line.chars().take(99).collect::<String>() + "…"
-    } else {
-        line
-    }
+    fit(line, 100)
 }
 
 pub fn queue(args: &ListArgs) -> ExitCode {
@@ -314,7 +312,7 @@ pub fn queue(args: &ListArgs) -> ExitCode {
             .map_err(failed)?
         {
             Response::Queue(q) => q,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             println!("{}", serde_json::to_string(&q).unwrap_or_default());
@@ -389,7 +387,7 @@ pub fn controllers(args: &ControllersArgs) -> ExitCode {
             {
                 Response::Done => Ok(()),
                 Response::Error(e) => Err((1, e.to_string())),
-                other => Err((1, format!("unexpected answer: {other:?}"))),
+                other => Err(unexpected(&other)),
             };
         }
         // The leader's view has every member's progress.
@@ -399,7 +397,7 @@ pub fn controllers(args: &ControllersArgs) -> ExitCode {
             .map_err(failed)?
         {
             Response::Controllers(s) => s,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if let Some(l) = st.leader.filter(|l| *l != st.id) {
             if let Some(m) = st.members.iter().find(|m| m.member.id == l) {

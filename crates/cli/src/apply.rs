@@ -42,7 +42,8 @@ use tranche_model::{JobStatus, QuotaShare};
 use tranche_proto::ClientCommand;
 use tranche_proto::{JobFilter, Objects, Query, Response};
 
-use crate::user_cmds::{connect, failed, run, usage, Fail};
+use crate::client_cfg::connect;
+use crate::output::{failed, run, unexpected, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {
@@ -116,7 +117,7 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         let (client, _) = connect(&args.config)?;
         let objects = match client.read(Query::Objects, false).await.map_err(failed)? {
             Response::Objects(o) => o,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         // Rules the controllers would refuse half-way are checked first, so that a file
         // that breaks them changes nothing.
@@ -211,7 +212,7 @@ async fn preemptible(client: &tranche_client::Client, shares: &[&QuotaShare]) ->
             .map_err(failed)?
         {
             Response::Jobs(j) => j,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         jobs.sort_by_key(|j| (j.priority, std::cmp::Reverse(j.started_at)));
         let mut used: BTreeMap<String, u32> = BTreeMap::new();

@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use tranche_client::Client;
+use tranche_proto::ClientCommand;
 use tranche_tls::TlsFiles;
+
+use crate::output::{usage, Fail};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,4 +65,43 @@ impl ClientCfg {
             .collect();
         Client::new(addrs, &self.tls).map_err(|e| e.to_string())
     }
+}
+
+/// The client for `--config` (or `$TRANCHE_CONFIG`).
+pub fn client(config: &Option<PathBuf>) -> Result<Client, Fail> {
+    load(config)?.client().map_err(usage)
+}
+
+/// The client and the name in its certificate.
+pub fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
+    let cfg = load(config)?;
+    let certs = tranche_tls::load_certs(&cfg.tls.cert).map_err(|e| usage(e.to_string()))?;
+    let first = certs.first().ok_or_else(|| {
+        usage(format!(
+            "{}: no certificate in the file",
+            cfg.tls.cert.display()
+        ))
+    })?;
+    let who = tranche_tls::identity_of_cert(first).map_err(|e| usage(e.to_string()))?;
+    Ok((cfg.client().map_err(usage)?, who.name))
+}
+
+fn load(config: &Option<PathBuf>) -> Result<ClientCfg, Fail> {
+    ClientCfg::load(&path(config).map_err(usage)?).map_err(usage)
+}
+
+/// Sends the commands one by one; the first refusal (or failure to reach the cluster)
+/// ends the run with its message.
+pub async fn apply_all(
+    client: &Client,
+    cmds: impl IntoIterator<Item = ClientCommand>,
+) -> Result<(), String> {
+    for cmd in cmds {
+        match client.command(cmd).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
 }

@@ -5,11 +5,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_client::ClientError;
 use tranche_model::JobId;
 use tranche_proto::{LogRequest, Query, Response, LOGS_LABEL};
 
-use crate::client_cfg::{self, ClientCfg};
+use crate::client_cfg;
+use crate::output::{failed, run, unexpected, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {
@@ -33,31 +33,18 @@ pub struct LogsArgs {
 }
 
 pub fn logs(args: &LogsArgs) -> ExitCode {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match rt.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err((code, msg)) => {
-            eprintln!("tranche logs: {msg}");
-            ExitCode::from(code)
-        }
-    }
+    run("logs", fetch(args))
 }
 
-async fn run(args: &LogsArgs) -> Result<(), (u8, String)> {
-    let usage = |m: String| (2u8, m);
-    let cfg = ClientCfg::load(&client_cfg::path(&args.config).map_err(usage)?).map_err(usage)?;
-    let client = cfg.client().map_err(usage)?;
-    let failed = |e: ClientError| (1u8, e.to_string());
+async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
+    let client = client_cfg::client(&args.config)?;
     let job = match client
         .read(Query::Job(JobId(args.job)), false)
         .await
         .map_err(failed)?
     {
         Response::Job(j) => j,
-        other => return Err((1, format!("unexpected answer: {other:?}"))),
+        other => return Err(unexpected(&other)),
     };
     let attempt = match args.attempt {
         Some(n) => job
@@ -91,7 +78,7 @@ async fn run(args: &LogsArgs) -> Result<(), (u8, String)> {
     };
     let nodes = match client.read(Query::Nodes, true).await.map_err(failed)? {
         Response::Nodes(n) => n,
-        other => return Err((1, format!("unexpected answer: {other:?}"))),
+        other => return Err(unexpected(&other)),
     };
     let addr = nodes
         .iter()

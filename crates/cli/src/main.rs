@@ -4,11 +4,11 @@
 mod admin_cmds;
 mod apply;
 mod bench;
-mod bench_cluster;
-mod bench_preempt;
 mod client_cfg;
 mod dev;
+mod fmt;
 mod logs;
+mod output;
 mod user_cmds;
 
 use clap::{Parser, Subcommand};
@@ -33,7 +33,7 @@ enum Cmd {
     Scenario(ScenarioCmd),
     /// Benchmarks.
     #[command(subcommand)]
-    Bench(BenchCmd),
+    Bench(bench::BenchCmd),
     /// The cluster's CA and the certificates of controllers, agents, admins, operators
     /// and users.
     #[command(subcommand)]
@@ -122,29 +122,6 @@ enum ScenarioCmd {
         #[arg(long)]
         json: bool,
     },
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// Time full scheduling passes over a large synthetic cluster.
-    ///
-    /// Example: tranche bench sched --json
-    Sched(bench::SchedArgs),
-    /// Durable submits per second and latency against a local controller trio
-    /// (real `tranched` processes, QUIC with mutual TLS, fsync'd redb storage).
-    ///
-    /// Example: tranche bench submit --clients 64 --duration 10 --json
-    Submit(bench_cluster::SubmitArgs),
-    /// Kill the leader with SIGKILL under load; time until the next write is
-    /// acknowledged, and check that no acknowledged write was lost.
-    ///
-    /// Example: tranche bench failover --rounds 5 --json
-    Failover(bench_cluster::FailoverArgs),
-    /// Preemption on a local cluster with agents: from the committed plan to the
-    /// victim's signal, and from placement to the job's first instruction.
-    ///
-    /// Example: tranche bench preempt --jobs 40 --json
-    Preempt(bench_preempt::PreemptArgs),
 }
 
 #[derive(Subcommand)]
@@ -240,10 +217,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Scenario(ScenarioCmd::Run { file, json }) => scenario_run(&file, json),
-        Cmd::Bench(BenchCmd::Sched(args)) => bench::sched(&args),
-        Cmd::Bench(BenchCmd::Submit(args)) => bench_cluster::submit(&args),
-        Cmd::Bench(BenchCmd::Failover(args)) => bench_cluster::failover(&args),
-        Cmd::Bench(BenchCmd::Preempt(args)) => bench_preempt::preempt(&args),
+        Cmd::Bench(cmd) => bench::bench(cmd),
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),
         Cmd::Dev(args) => dev::dev(&args),

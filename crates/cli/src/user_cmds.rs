@@ -1,57 +1,19 @@
 //! The users' verbs: `tranche submit`, `tranche jobs`, `tranche show`, `tranche cancel`.
-//!
-//! Exit status: 0 done, 1 refused or not found (the message says why), 2 bad usage or
-//! no usable cluster config.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_client::{Client, ClientError};
-use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus, Millis};
-use tranche_proto::ClientCommand;
-use tranche_proto::{ApiError, JobFilter, JobSummary, Query, Response};
+use tranche_client::Client;
+use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus};
+use tranche_proto::{ApiError, ClientCommand, JobFilter, Query, Response};
 use tranche_state::Outcome;
 
-use crate::client_cfg::{self, ClientCfg};
-
-pub type Fail = (u8, String);
-
-pub fn usage(m: impl Into<String>) -> Fail {
-    (2, m.into())
-}
-
-pub fn failed(e: ClientError) -> Fail {
-    (1, e.to_string())
-}
-
-pub fn run<F: std::future::Future<Output = Result<(), Fail>>>(what: &str, f: F) -> ExitCode {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match rt.block_on(f) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err((code, msg)) => {
-            eprintln!("tranche {what}: {msg}");
-            ExitCode::from(code)
-        }
-    }
-}
-
-/// The client and the name in its certificate.
-pub fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
-    let cfg = ClientCfg::load(&client_cfg::path(config).map_err(usage)?).map_err(usage)?;
-    let certs = tranche_tls::load_certs(&cfg.tls.cert).map_err(|e| usage(e.to_string()))?;
-    let first = certs.first().ok_or_else(|| {
-        usage(format!(
-            "{}: no certificate in the file",
-            cfg.tls.cert.display()
-        ))
-    })?;
-    let who = tranche_tls::identity_of_cert(first).map_err(|e| usage(e.to_string()))?;
-    Ok((cfg.client().map_err(usage)?, who.name))
-}
+use crate::client_cfg::connect;
+use crate::fmt::{
+    attempt_end, clock_duration, command_line, duration, fit, local_time, now_ms, state_code,
+};
+use crate::output::{failed, run, unexpected, usage, Fail};
 
 /// `4h`, `90m`, `30s`, `2d`, `1-00:00:00`, `HH:MM:SS`, `MM:SS` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
@@ -217,7 +179,7 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
         let (client, me) = connect(&args.config)?;
         let objs = match client.read(Query::Objects, false).await.map_err(failed)? {
             Response::Objects(o) => o,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         let share = objs
             .shares
@@ -291,7 +253,7 @@ async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), 
     loop {
         let j = match client.read(Query::Job(job), false).await.map_err(failed)? {
             Response::Job(j) => j,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if last != Some(j.status) {
             if verbose {
@@ -343,34 +305,6 @@ pub struct JobsArgs {
 /// The room left for NODES(REASON) in a 100-column row of `tranche jobs`.
 const WHERE_WIDTH: usize = 100 - 74;
 
-/// Slurm-like two-letter state codes.
-pub fn state_code(s: JobStatus) -> &'static str {
-    match s {
-        JobStatus::Submitted => "SU",
-        JobStatus::Pending => "PD",
-        JobStatus::Runnable => "PD",
-        JobStatus::Scheduled => "CF",
-        JobStatus::Starting => "CF",
-        JobStatus::Running => "R",
-        JobStatus::Succeeded => "CD",
-        JobStatus::Failed => "F",
-        JobStatus::Cancelled => "CA",
-    }
-}
-
-fn elapsed(j: &JobSummary, now: Millis) -> String {
-    let Some(start) = j.started_at else {
-        return "0:00".into();
-    };
-    let s = now.saturating_sub(start) / 1000;
-    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    match (d, h) {
-        (0, 0) => format!("{m}:{sec:02}"),
-        (0, _) => format!("{h}:{m:02}:{sec:02}"),
-        _ => format!("{d}-{h:02}:{m:02}:{sec:02}"),
-    }
-}
-
 pub fn jobs(args: &JobsArgs) -> ExitCode {
     run("jobs", async {
         loop {
@@ -411,7 +345,7 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         .map_err(failed)?
     {
         Response::Jobs(j) => j,
-        other => return Err((1, format!("unexpected answer: {other:?}"))),
+        other => return Err(unexpected(&other)),
     };
     if args.json {
         let rows: Vec<_> = jobs
@@ -429,16 +363,13 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         println!("{}", serde_json::Value::Array(rows));
         return Ok(());
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or(0);
+    let now = now_ms();
     println!(
         "{:>7} {:<9} {:<10} {:<12} {:<9} {:>2} {:>10} {:>5}  NODES(REASON)",
         "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
     );
     for j in &jobs {
-        let mut where_ = if j.nodes.is_empty() {
+        let where_ = if j.nodes.is_empty() {
             j.reason
                 .as_ref()
                 .map(|r| format!("({r})"))
@@ -450,10 +381,6 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        // Rows fit a 100-column terminal; `tranche explain` has the whole reason.
-        if where_.chars().count() > WHERE_WIDTH {
-            where_ = where_.chars().take(WHERE_WIDTH - 1).collect::<String>() + "…";
-        }
         println!(
             "{:>7} {:<9.9} {:<10.10} {:<12.12} {:<9.9} {:>2} {:>10} {:>5}  {}",
             j.id.0,
@@ -462,9 +389,11 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
             j.name,
             j.user.as_str(),
             state_code(j.status),
-            elapsed(j, now),
+            j.started_at
+                .map(|t| clock_duration(now.saturating_sub(t)))
+                .unwrap_or_else(|| "0:00".into()),
             j.gpus,
-            where_
+            fit(where_, WHERE_WIDTH)
         );
     }
     Ok(())
@@ -489,28 +418,39 @@ pub fn show(args: &ShowArgs) -> ExitCode {
             .map_err(failed)?
         {
             Response::Job(j) => j,
-            other => return Err((1, format!("unexpected answer: {other:?}"))),
+            other => return Err(unexpected(&other)),
         };
         if args.json {
             println!("{}", serde_json::to_string_pretty(&*j).unwrap_or_default());
             return Ok(());
         }
+        let now = now_ms();
         let s = &j.spec;
-        println!("Job {} \"{}\"  {}", j.id, s.name, j.status.as_str());
+        println!("Job {} \"{}\"  {}", j.id, s.name, j.status);
         println!(
             "  user {}  share {}  queue {}  priority {}",
             s.user, s.share, s.queue, s.priority
         );
         println!(
-            "  request {} x {} GPU(s) of {}  image {}  command {:?}",
-            s.request.nodes, s.request.gpus_per_node, s.request.unit, s.image, s.command
+            "  request {} x {} GPU(s) of {}  image {}  command {}",
+            s.request.nodes,
+            s.request.gpus_per_node,
+            s.request.unit,
+            s.image,
+            command_line(&s.command)
         );
+        let grace = s
+            .checkpoint
+            .grace_s
+            .map(|g| format!(" (grace {})", duration(g * 1000)))
+            .unwrap_or_default();
         println!(
-            "  checkpoint {}  preemptions {}  failures {}",
+            "  checkpoint {}{grace}  preemptions {}  failures {}",
             s.checkpoint.signal, j.preemptions, j.failures
         );
+        println!("  submitted {}", local_time(j.submitted_at));
         if let Some(r) = &j.pending_reason {
-            println!("  waiting: {r:?}");
+            println!("  waiting: {}", r.render(now));
         }
         for a in &j.attempts {
             let alloc: Vec<String> = a
@@ -521,20 +461,36 @@ pub fn show(args: &ShowArgs) -> ExitCode {
                     format!("{}[{}]", n.node, g.join(","))
                 })
                 .collect();
+            let mut what = Vec::new();
+            match (a.started_at, a.ended_at) {
+                (Some(st), Some(end)) => {
+                    what.push(format!("started {}", local_time(st)));
+                    what.push(format!("ran {}", duration(end.saturating_sub(st))));
+                }
+                (Some(st), None) => {
+                    what.push(format!("started {}", local_time(st)));
+                    what.push(format!("running for {}", duration(now.saturating_sub(st))));
+                }
+                (None, _) => what.push(format!("scheduled {}", local_time(a.scheduled_at))),
+            }
+            if a.borrowed {
+                what.push("on borrowed GPUs".into());
+            }
+            what.extend(attempt_end(&j, a));
             println!(
-                "  attempt {}: {}  end {:?}",
+                "  attempt {}: {}  {}",
                 a.number,
                 alloc.join(" "),
-                a.end
+                what.join(", ")
             );
         }
         println!("  transitions:");
         for t in &j.transitions {
             println!(
-                "    {} {} -> {}  {}",
-                t.at,
-                t.from.as_str(),
-                t.to.as_str(),
+                "    {}  {} -> {}  {}",
+                local_time(t.at),
+                t.from,
+                t.to,
                 t.reason
             );
         }

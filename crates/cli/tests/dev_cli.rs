@@ -38,7 +38,7 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|j| j["id"].to_string() == id)
+            .find(|j| j["id"].as_u64() == id.parse().ok())
             .cloned()
             .unwrap();
         match job["state"] == "SUCCEEDED" {
@@ -99,7 +99,7 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|j| j["id"].to_string() == sid)
+        .find(|j| j["id"].as_u64() == sid.parse().ok())
         .unwrap();
     assert_eq!(job["name"], "fromscript");
     assert_eq!(job["share"], "vision");

@@ -117,6 +117,39 @@ fn lend_borrow_reclaim_through_the_cli() {
             j["status"] == "RUNNING" && j["attempts"].as_array().unwrap().len() == 2
         });
     }
+    // The text forms say the same in the design's words.
+    let shown = stdout(&tranche(&dev.user, &["show", preempted[0]]));
+    let first = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with("attempt 1: "))
+        .unwrap_or_default();
+    assert!(
+        first.ends_with(&format!(", reclaimed for job {lender}, exited 0")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("command sh -c 'trap '\\''exit 0'\\'' TERM;"),
+        "{shown}"
+    );
+    assert_no_debug_or_epoch(&shown);
+    let shares = stdout(&tranche(&dev.user, &["shares"]));
+    let nlp = shares
+        .lines()
+        .find(|l| l.starts_with("nlp "))
+        .unwrap_or_default();
+    assert!(nlp.contains(" LEND_AND_BORROW "), "{shares}");
+    assert!(
+        shares.contains(" RESERVE ") && shares.contains(" LEND "),
+        "{shares}"
+    );
+    assert_no_debug_or_epoch(&shares);
+    let explained = stdout(&tranche(&dev.user, &["explain", preempted[0]]));
+    assert!(
+        explained.contains("strategy LEND_AND_BORROW"),
+        "{explained}"
+    );
+    assert_no_debug_or_epoch(&explained);
+    shows_times_in_the_local_zone(&dev.user, &lender);
     let out = tranche(
         &dev.user,
         &["cancel"]
@@ -196,6 +229,12 @@ fn in_share_preemption_after_a_priority_update() {
         l["attempts"][0]["end"]["Stopped"]["kind"]["InShare"].is_object(),
         "{l}"
     );
+    let shown = stdout(&tranche(&dev.user, &["show", &low]));
+    assert!(
+        shown.contains(&format!("preempted by job {high} in its share, exited 0")),
+        "{shown}"
+    );
+    assert_no_debug_or_epoch(&shown);
     let _ = tranche(&dev.user, &["cancel", &low]);
 }
 
@@ -289,6 +328,83 @@ fn every_error_is_one_line_with_a_non_zero_exit() {
         "{out:?}"
     );
     check("/nonexistent/config.toml", &["jobs"], 2, "cannot read");
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// No Rust `Debug` forms (`Some(..)`, `Exited { .. }`, `LendAndBorrow`) and no bare
+/// epoch milliseconds in text meant for people.
+fn assert_no_debug_or_epoch(text: &str) {
+    for debug in [
+        "Some(",
+        "None",
+        "{ ",
+        "JobId(",
+        "LendAndBorrow",
+        "Reserve ",
+        "[\"",
+    ] {
+        assert!(!text.contains(debug), "`{debug}` in:\n{text}");
+    }
+    let longest_number = text
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    assert!(longest_number < 10, "an epoch time in:\n{text}");
+}
+
+/// `tranche show` writes times in the zone of `$TZ`: one instant, two hours apart in
+/// UTC and in UTC+2 (`XYZ-2` in POSIX's spelling), and in UTC exactly as the job record
+/// says.
+fn shows_times_in_the_local_zone(config: &str, id: &str) {
+    let show_in = |tz: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tranche"))
+            .args(["show", id])
+            .env("TRANCHE_CONFIG", config)
+            .env("TZ", tz)
+            .output()
+            .unwrap();
+        let text = stdout(&out);
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("submitted "))
+            .unwrap_or_else(|| panic!("no submitted line:\n{text}"))
+            .to_string()
+    };
+    let submitted_ms = job(config, id)["submitted_at"].as_u64().unwrap();
+    assert_eq!(show_in("UTC"), utc_text(submitted_ms / 1000));
+    assert_eq!(show_in("XYZ-2"), utc_text(submitted_ms / 1000 + 2 * 3600));
+}
+
+/// Seconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC (the proleptic Gregorian
+/// calendar's days from civil, inverted).
+fn utc_text(secs: u64) -> String {
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[test]
+fn utc_text_of_known_instants() {
+    assert_eq!(utc_text(0), "1970-01-01 00:00:00");
+    assert_eq!(utc_text(951_782_400), "2000-02-29 00:00:00");
+    assert_eq!(utc_text(1_796_131_900), "2026-12-01 13:31:40");
 }
 
 fn tranche_free_port() -> u16 {

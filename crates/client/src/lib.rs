@@ -65,6 +65,7 @@ impl ClientError {
 /// A client of one cluster.
 pub struct Client {
     endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
     controllers: Vec<SocketAddr>,
     /// The controller in use and its connection.
     current: Mutex<(usize, Option<quinn::Connection>)>,
@@ -95,15 +96,25 @@ impl Client {
         controllers: Vec<SocketAddr>,
         cfg: quinn::ClientConfig,
     ) -> Result<Client, ClientError> {
+        let endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().unwrap())
+            .map_err(|e| ClientError::Tls(format!("cannot open a UDP socket: {e}")))?;
+        Client::with_endpoint(endpoint, controllers, cfg)
+    }
+
+    /// A client on a QUIC endpoint shared with other clients (one UDP socket for many
+    /// identities, as a simulator of many agents needs), with its own configuration.
+    pub fn with_endpoint(
+        endpoint: quinn::Endpoint,
+        controllers: Vec<SocketAddr>,
+        cfg: quinn::ClientConfig,
+    ) -> Result<Client, ClientError> {
         if controllers.is_empty() {
             return Err(ClientError::Tls("no controller addresses given".into()));
         }
-        let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().unwrap())
-            .map_err(|e| ClientError::Tls(format!("cannot open a UDP socket: {e}")))?;
-        endpoint.set_default_client_config(cfg);
         let start = rand::random::<usize>() % controllers.len();
         Ok(Client {
             endpoint,
+            config: cfg,
             controllers,
             current: Mutex::new((start, None)),
             retry_for: Duration::from_secs(15),
@@ -145,7 +156,7 @@ impl Client {
         let err = |reason: String| ClientError::Connect { addr, reason };
         let connecting = self
             .endpoint
-            .connect(addr, server_name)
+            .connect_with(self.config.clone(), addr, server_name)
             .map_err(|e| err(e.to_string()))?;
         match tokio::time::timeout(Duration::from_secs(3), connecting).await {
             Ok(Ok(c)) => Ok(c),

@@ -111,3 +111,54 @@ pub enum NodeError {
     #[error("{0}")]
     Other(String),
 }
+
+/// Per node, the applied index at which its work (what its agent must run or stop)
+/// last changed. An agent's long poll waits on its own node's value, so applying a
+/// placement wakes only the agents it concerns, however many wait.
+#[derive(Default)]
+pub struct WorkWatch {
+    nodes: std::sync::Mutex<
+        std::collections::HashMap<tranche_model::NodeName, tokio::sync::watch::Sender<u64>>,
+    >,
+}
+
+impl WorkWatch {
+    /// The value for `node`, to wait on.
+    pub fn subscribe(&self, node: &tranche_model::NodeName) -> tokio::sync::watch::Receiver<u64> {
+        let mut m = self.nodes.lock().unwrap();
+        match m.get(node) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = tokio::sync::watch::channel(0);
+                m.insert(node.clone(), tx);
+                rx
+            }
+        }
+    }
+
+    /// The work of these nodes changed as of `applied`.
+    pub fn changed<'a>(
+        &self,
+        nodes: impl IntoIterator<Item = &'a tranche_model::NodeName>,
+        applied: u64,
+    ) {
+        let mut m = self.nodes.lock().unwrap();
+        for n in nodes {
+            match m.get(n) {
+                Some(tx) => {
+                    tx.send_replace(applied);
+                }
+                None => {
+                    m.insert(n.clone(), tokio::sync::watch::channel(applied).0);
+                }
+            }
+        }
+    }
+
+    /// Any node's work may have changed as of `applied`.
+    pub fn all_changed(&self, applied: u64) {
+        for tx in self.nodes.lock().unwrap().values() {
+            tx.send_replace(applied);
+        }
+    }
+}

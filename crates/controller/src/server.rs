@@ -10,7 +10,7 @@ use tranche_tls::TlsFiles;
 
 use crate::config::Config;
 use crate::liveness::Beats;
-use crate::mailbox::NodeError;
+use crate::mailbox::{NodeError, WorkWatch};
 use crate::node::{storage, RaftNode};
 use crate::peer::PeerNet;
 use crate::quic::ClientPort;
@@ -56,7 +56,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
-    let (applied_tx, applied_rx) = watch::channel(shared.applied);
+    let work = Arc::new(WorkWatch::default());
     let shared = Arc::new(RwLock::new(shared));
     if let Some(addr) = &cfg.metrics_addr {
         crate::metrics::serve(addr, shared.clone()).map_err(NodeError::Other)?;
@@ -72,14 +72,14 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         rx,
         net.clone(),
         crate::planner::Planner::spawn(tx.clone()),
-        applied_tx,
+        work.clone(),
         beats.clone(),
     )?;
     tokio::spawn(net.clone().serve(tx.clone()));
     let isolation = cfg
         .fault_injection
         .then(|| net.clone() as Arc<dyn Isolation>);
-    let service = Arc::new(Service::new(tx, applied_rx, shared, beats, isolation));
+    let service = Arc::new(Service::new(tx, work, shared, beats, isolation));
     let port = Arc::new(ClientPort { service });
     tokio::spawn(port.serve(client_ep.clone()));
     info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");

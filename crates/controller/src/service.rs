@@ -9,14 +9,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tranche_model::JobId;
 use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Response};
 use tranche_state::State;
 use tranche_tls::{Identity, Role};
 
 use crate::liveness::Beats;
-use crate::mailbox::{wall_ms, NodeMsg, SharedRef};
+use crate::mailbox::{wall_ms, NodeMsg, SharedRef, WorkWatch};
 use crate::views;
 
 /// The test switch that drops controller-to-controller traffic (the peer transport).
@@ -29,8 +29,8 @@ pub const NODE_WORK_WAIT: Duration = Duration::from_secs(2);
 
 pub struct Service {
     node: mpsc::Sender<NodeMsg>,
-    /// The applied index, for answers that wait for the next commit.
-    applied: watch::Receiver<u64>,
+    /// Per node, when its work last changed, for long polls.
+    work: Arc<WorkWatch>,
     shared: SharedRef,
     beats: Arc<Beats>,
     /// Present only where the controller's config enables `fault_injection`.
@@ -44,14 +44,14 @@ fn stopping() -> Response {
 impl Service {
     pub fn new(
         node: mpsc::Sender<NodeMsg>,
-        applied: watch::Receiver<u64>,
+        work: Arc<WorkWatch>,
         shared: SharedRef,
         beats: Arc<Beats>,
         isolation: Option<Arc<dyn Isolation>>,
     ) -> Service {
         Service {
             node,
-            applied,
+            work,
             shared,
             beats,
             isolation,
@@ -170,9 +170,9 @@ impl Service {
             )));
         }
         // Answered from this controller's applied state (which holds only committed
-        // entries), once it is past `after`.
+        // entries), once this node's work changed after `after` (or the wait ends).
         if let Some(after) = after {
-            let mut rx = self.applied.clone();
+            let mut rx = self.work.subscribe(&node);
             let wait = async {
                 while *rx.borrow_and_update() <= after {
                     if rx.changed().await.is_err() {
@@ -441,7 +441,6 @@ mod tests {
         });
         let mut shared = Shared::new(1);
         shared.state = state();
-        let (_applied_tx, applied) = watch::channel(0);
         let beats = Arc::new(Beats::default());
         let isolated = Arc::new(Mutex::new(Vec::new()));
         let isolation =
@@ -449,7 +448,7 @@ mod tests {
         Rig {
             service: Service::new(
                 tx,
-                applied,
+                Arc::new(WorkWatch::default()),
                 Arc::new(RwLock::new(shared)),
                 beats.clone(),
                 isolation,

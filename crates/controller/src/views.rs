@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use tranche_model::{Job, JobId, JobStatus, Millis, Unit};
+use tranche_model::{Job, JobId, JobStatus, Millis, StopKind, Unit};
 use tranche_proto::{
     Explanation, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, ShareUsage, StateDigest,
     StopOrder, UnitUsage, WorkItem,
@@ -58,14 +58,27 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
                 lines.push("waiting for the next scheduling pass".into());
             }
             if let Some(r) = &job.pending_reason {
-                lines.push(format!("starts when: {}", would_start(r)));
+                lines.push(format!("starts when: {}", would_start(r, now)));
             }
         }
         st if st.is_active() => {
             let nodes: Vec<String> = s.nodes.iter().map(|n| n.to_string()).collect();
             lines.push(format!("holds {} GPU(s) on {}", s.gpus, nodes.join(",")));
             if let Some(stop) = &job.stop {
-                lines.push(format!("being stopped: {stop:?}"));
+                lines.push(format!(
+                    "being stopped: {} ({}); signalled {} ago, {}",
+                    stop_kind_text(&stop.kind),
+                    stop.reason,
+                    duration_text(now.saturating_sub(stop.signalled_at)),
+                    if stop.deadline > now {
+                        format!(
+                            "killed in {} unless it exits",
+                            duration_text(stop.deadline - now)
+                        )
+                    } else {
+                        "its grace is over".to_string()
+                    }
+                ));
             }
         }
         _ => {}
@@ -73,7 +86,7 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
     if let Some(share) = state.shares.get(&job.spec.share) {
         let unit = &job.spec.request.unit;
         lines.push(format!(
-            "share {}: {} of {} {} GPU(s) in use, strategy {:?}",
+            "share {}: {} of {} {} GPU(s) in use, strategy {}",
             share.name,
             state.share_used(&share.name, unit),
             share.max_for(unit),
@@ -84,9 +97,40 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
     Explanation { job: s, lines }
 }
 
-/// What would let a job waiting for this reason start.
-fn would_start(r: &tranche_model::PendingReason) -> String {
+/// A span of `ms` milliseconds in its two largest units, as people write it: `45s`,
+/// `3m 12s`, `2h 5m`, `1d 3h` (a zero second, minute or hour is left out), in whole
+/// seconds rounded down, as clocks count. The CLI writes its durations with this too.
+pub fn duration_text(ms: Millis) -> String {
+    let s = ms / 1000;
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    let two = |a: u64, au: &str, b: u64, bu: &str| match b {
+        0 => format!("{a}{au}"),
+        _ => format!("{a}{au} {b}{bu}"),
+    };
+    match (d, h, m) {
+        (0, 0, 0) => format!("{sec}s"),
+        (0, 0, _) => two(m, "m", sec, "s"),
+        (0, _, _) => two(h, "h", m, "m"),
+        _ => two(d, "d", h, "h"),
+    }
+}
+
+/// Why a job is being stopped, in words: `reclaimed for job 12`, `preempted by job 12
+/// in its share`, `cancelled`, `stopped by a drain`. The CLI writes attempt ends with
+/// this too.
+pub fn stop_kind_text(kind: &StopKind) -> String {
+    match kind {
+        StopKind::Reclaim { for_job } => format!("reclaimed for job {for_job}"),
+        StopKind::InShare { for_job } => format!("preempted by job {for_job} in its share"),
+        StopKind::Cancel => "cancelled".into(),
+        StopKind::Drain => "stopped by a drain".into(),
+    }
+}
+
+/// What would let a job waiting for this reason start; times are spans from `now`.
+fn would_start(r: &tranche_model::PendingReason, now: Millis) -> String {
     use tranche_model::PendingReasonOf::*;
+    let from_now = |t: Millis| duration_text(t.saturating_sub(now));
     match r {
         NotYetScheduled => "the next scheduling pass looks at it (within a second)".into(),
         ShareDisabled { share } => format!("an admin enables share {share}"),
@@ -102,7 +146,8 @@ fn would_start(r: &tranche_model::PendingReason) -> String {
             limit.saturating_sub(*need as u64)
         ),
         WaitingForPreempted { jobs, grace_ends_at } => format!(
-            "its {jobs} preempted job(s) exit; their grace ends at {grace_ends_at} ms"
+            "its {jobs} preempted job(s) exit; their grace ends in {}",
+            from_now(*grace_ends_at)
         ),
         EnvironmentCap { env, used, cap, need, unit } => format!(
             "environment {env} has {need} {unit} GPU(s) under its cap: {} more must finish \
@@ -120,7 +165,8 @@ fn would_start(r: &tranche_model::PendingReason) -> String {
             "a usable node with {unit} GPUs joins environment {env} (or drained ones resume)"
         ),
         MinRuntime { until } => format!(
-            "the jobs it would preempt pass their share's min_runtime_s, at {until} ms"
+            "the jobs it would preempt pass their share's min_runtime_s, in {}",
+            from_now(*until)
         ),
         AboveCeiling { share, need, unit, .. } => format!(
             "an admin raises share {share}'s max (or lets it borrow more) to at least {need} {unit}"
@@ -270,6 +316,7 @@ pub fn node_work(
             memory_mb: spec.memory_mb_per_node,
             gpus,
             time_limit_s: spec.time_limit_s,
+            scheduled_at: att.scheduled_at,
             started_at: att.started_at,
             signal: spec.checkpoint.signal.clone(),
             stop,
@@ -280,5 +327,37 @@ pub fn node_work(
         now,
         registered: true,
         items,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{duration_text, stop_kind_text};
+    use tranche_model::{JobId, StopKind};
+
+    #[test]
+    fn durations_in_their_two_largest_units() {
+        assert_eq!(duration_text(0), "0s");
+        assert_eq!(duration_text(999), "0s");
+        assert_eq!(duration_text(3_999), "3s");
+        assert_eq!(duration_text(45_000), "45s");
+        assert_eq!(duration_text(192_000), "3m 12s");
+        assert_eq!(duration_text(120_000), "2m");
+        assert_eq!(duration_text(7_500_000), "2h 5m");
+        assert_eq!(duration_text(3_600_000), "1h");
+        assert_eq!(duration_text(97_200_000), "1d 3h");
+    }
+
+    #[test]
+    fn stop_kinds_in_words() {
+        assert_eq!(
+            stop_kind_text(&StopKind::Reclaim { for_job: JobId(12) }),
+            "reclaimed for job 12"
+        );
+        assert_eq!(
+            stop_kind_text(&StopKind::InShare { for_job: JobId(3) }),
+            "preempted by job 3 in its share"
+        );
+        assert_eq!(stop_kind_text(&StopKind::Drain), "stopped by a drain");
     }
 }

@@ -157,6 +157,7 @@ impl World {
             memory_mb: 1 << 16,
             gpus: vec![(0, "GPU-0".into()), (1, "GPU-1".into())],
             time_limit_s: Some(3600),
+            scheduled_at: self.now,
             started_at: Some(self.now),
             signal: "SIGTERM".into(),
             stop: Some(StopOrder {

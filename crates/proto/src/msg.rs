@@ -204,6 +204,8 @@ pub struct WorkItem {
     /// This node's GPUs of the allocation: (index, UUID).
     pub gpus: Vec<(u32, String)>,
     pub time_limit_s: Option<u64>,
+    /// When the attempt was placed (the placing entry's time, ms since the epoch).
+    pub scheduled_at: Millis,
     /// When the attempt started running (controller time, ms since the epoch).
     pub started_at: Option<Millis>,
     /// The job's checkpoint signal, e.g. `SIGTERM`.

@@ -18,8 +18,10 @@ pub mod format;
 mod plan;
 mod session;
 mod state;
+mod touch;
 
 pub use command::*;
 pub use plan::*;
 pub use session::*;
 pub use state::*;
+pub use touch::*;

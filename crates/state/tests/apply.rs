@@ -2,7 +2,8 @@
 //! idempotent submits, re-verified plans, exact snapshots.
 
 use proptest::prelude::{
-    any, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig, Strategy as Gen, TestCaseError,
+    any, prop_assert, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig, Strategy as Gen,
+    TestCaseError,
 };
 use std::collections::BTreeMap;
 use tranche_model::*;
@@ -552,6 +553,21 @@ fn command() -> impl Gen<Value = Command> {
     ]
 }
 
+/// What each node's agent must run or stop: its active attempts, their status and
+/// stop orders.
+fn work(st: &State) -> BTreeMap<NodeName, Vec<(JobId, u32, JobStatus, Option<Stop>)>> {
+    let mut out: BTreeMap<NodeName, Vec<_>> = BTreeMap::new();
+    for j in st.jobs.values().filter(|j| j.status.is_active()) {
+        let a = j.current_attempt().expect("an active job has an attempt");
+        for n in &a.allocation {
+            out.entry(n.node.clone())
+                .or_default()
+                .push((j.id, a.number, j.status, j.stop.clone()));
+        }
+    }
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -572,9 +588,20 @@ proptest! {
                 c => c,
             };
             let before = st.snapshot();
+            let touched = st.touched_by(&c);
+            let work_before = work(&st);
             match st.apply(&c, now) {
                 Ok(_) => {}
                 Err(_) => prop_assert_eq!(&st.snapshot(), &before, "a rejected command changed the state"),
+            }
+            // Every node whose work changed was named beforehand.
+            if let Touched::Nodes(named) = &touched {
+                let after = work(&st);
+                for n in work_before.keys().chain(after.keys()) {
+                    if work_before.get(n) != after.get(n) {
+                        prop_assert!(named.contains(n), "{:?} changed node {} unnamed", c, n);
+                    }
+                }
             }
             st.check_index().map_err(TestCaseError::fail)?;
             applied.push((c, now));

@@ -36,7 +36,7 @@ use tranche_state::Command;
 use crate::cadence::{Cadence, LastPass};
 use crate::config::Config;
 use crate::liveness::{Beats, Verdict};
-use crate::mailbox::{wall_ms, NodeError, NodeMsg, SharedRef};
+use crate::mailbox::{wall_ms, NodeError, NodeMsg, SharedRef, WorkWatch};
 use crate::peer::{PeerItem, PeerNet};
 use crate::planner::Planner;
 use pending::{Pending, Requests};
@@ -75,8 +75,8 @@ pub struct RaftNode {
     last_liveness: Instant,
     /// Liveness verdicts proposed recently, per node, so they are not repeated.
     liveness_sent: HashMap<NodeName, (Verdict, Instant)>,
-    /// Tells waiting agents that more has been applied.
-    applied_tx: watch::Sender<u64>,
+    /// Tells waiting agents that their node's work changed.
+    work: Arc<WorkWatch>,
     /// A pass was asked of the planner and has not come back (with the term it was
     /// asked in).
     pass_running: Option<(u64, Instant)>,
@@ -106,7 +106,7 @@ impl RaftNode {
         inbox: mpsc::Receiver<NodeMsg>,
         net: Arc<PeerNet>,
         planner: Planner,
-        applied_tx: watch::Sender<u64>,
+        work: Arc<WorkWatch>,
         beats: Arc<Beats>,
     ) -> Result<RaftNode, NodeError> {
         let applied = shared.read().unwrap().applied;
@@ -145,7 +145,7 @@ impl RaftNode {
             cadence,
             planner,
             pass_running: None,
-            applied_tx,
+            work,
             beats,
             last_liveness: Instant::now(),
             liveness_sent: HashMap::new(),

@@ -3,6 +3,7 @@
 //! entries, persist everything new in one fsync'd transaction, send what needed it,
 //! answer clients, and advance.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use tranche_proto::peer::Proposal;
 use tranche_proto::Member;
 use tranche_raftlog::PersistBatch;
 use tranche_state::codec::{self, FormatError};
-use tranche_state::{Command, Outcome};
+use tranche_state::{Command, Outcome, Touched};
 
 use super::storage::restore_image;
 use super::{blocking, RaftNode};
@@ -46,7 +47,7 @@ impl RaftNode {
                     self.planner
                         .send(PlannerMsg::Reset(Box::new(sh.state.clone())));
                 }
-                self.applied_tx.send_replace(sh.applied);
+                self.work.all_changed(sh.applied);
             }
             self.conf_state = snap.get_metadata().get_conf_state().clone();
             self.conf_dirty = true;
@@ -153,6 +154,8 @@ impl RaftNode {
             return Ok(());
         }
         let mut sh = self.shared.write().unwrap();
+        // The nodes whose agents must hear of this batch (`None`: every node).
+        let mut touched = Some(BTreeSet::new());
         for e in entries {
             if e.index <= sh.applied {
                 continue;
@@ -168,6 +171,11 @@ impl RaftNode {
                         let now = p.now.max(sh.last_now);
                         sh.last_now = now;
                         let cmd = Arc::new(p.cmd);
+                        match (sh.state.touched_by(&cmd), touched.as_mut()) {
+                            (Touched::Nodes(n), Some(t)) => t.extend(n),
+                            (Touched::All, _) => touched = None,
+                            (_, None) => {}
+                        }
                         let applied = sh.state.apply_request(p.request.as_ref(), &cmd, now);
                         let r = applied.result;
                         // A copy of a request applied before changed nothing: the
@@ -250,7 +258,10 @@ impl RaftNode {
         }
         let applied = sh.applied;
         drop(sh);
-        self.applied_tx.send_replace(applied);
+        match &touched {
+            Some(nodes) => self.work.changed(nodes, applied),
+            None => self.work.all_changed(applied),
+        }
         self.sync_addresses();
         Ok(())
     }

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +11,11 @@ use tranche_client::Client;
 use tranche_local::{demo, find_tranched, LocalCluster, LocalOptions};
 use tranche_proto::{JobFilter, Query, Response};
 use tranche_tls::Role;
+
+use super::stats::{print_json, Spread};
+use super::KeepDir;
+use crate::client_cfg::apply_all;
+use crate::output::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
@@ -74,53 +78,7 @@ pub struct FailoverArgs {
     json: bool,
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-/// Keeps the cluster's dir (logs, data) after the run when `TRANCHE_KEEP` is set.
-pub struct KeepDir(Option<tempfile::TempDir>);
-
-impl KeepDir {
-    /// For a temporary dir owned elsewhere: with `TRANCHE_KEEP` set, a copy of its
-    /// contents is left in `<dir>.kept` when this guard drops.
-    pub fn at(dir: &std::path::Path) -> KeptCopy {
-        KeptCopy(dir.to_path_buf())
-    }
-}
-
-/// See [`KeepDir::at`].
-pub struct KeptCopy(PathBuf);
-
-impl Drop for KeptCopy {
-    fn drop(&mut self) {
-        if std::env::var_os("TRANCHE_KEEP").is_some() {
-            let to = self.0.with_extension("kept");
-            let _ = std::process::Command::new("cp")
-                .arg("-a")
-                .arg(&self.0)
-                .arg(&to)
-                .status();
-            eprintln!("kept the cluster's files in {}", to.display());
-        }
-    }
-}
-
-impl Drop for KeepDir {
-    fn drop(&mut self) {
-        if std::env::var_os("TRANCHE_KEEP").is_some() {
-            if let Some(d) = self.0.take() {
-                let _ = d.keep();
-            }
-        }
-    }
-}
-
-fn start_cluster(
+pub(super) fn start_cluster(
     n: usize,
     dir: &Option<PathBuf>,
     extra: &str,
@@ -160,39 +118,28 @@ async fn prepare(c: &mut LocalCluster) -> Result<(Client, usize), String> {
         .await
         .ok_or("no leader elected within 15 s")?;
     admin.prefer(leader);
-    for cmd in demo::objects() {
-        match admin.command(cmd).await {
-            Ok(Ok(_)) => {}
-            other => return Err(format!("demo policy refused: {other:?}")),
-        }
-    }
+    apply_all(&admin, demo::objects())
+        .await
+        .map_err(|e| format!("demo policy refused: {e}"))?;
     Ok((admin, leader))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+/// Waits for the load clients (told to stop) and puts together what each recorded
+/// and how many of its requests failed.
+async fn gather<T>(
+    tasks: Vec<tokio::task::JoinHandle<(Vec<T>, u64)>>,
+) -> Result<(Vec<T>, u64), String> {
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (got, e) = t.await.map_err(|e| e.to_string())?;
+        all.extend(got);
+        errors += e;
     }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
+    Ok((all, errors))
 }
 
-/// Runs a benchmark; its error goes to stderr with exit status 2.
-fn exit_of(what: &str, r: Result<(), String>) -> ExitCode {
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tranche bench {what}: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-pub fn submit(args: &SubmitArgs) -> ExitCode {
-    exit_of("submit", runtime().block_on(submit_run(args)))
-}
-
-async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
+pub async fn submit(args: &SubmitArgs) -> Result<(), String> {
     if args.clients == 0 || args.duration == 0 || args.controllers == 0 || args.conns == 0 {
         return Err("--clients, --conns, --duration and --controllers must be positive".into());
     }
@@ -226,10 +173,13 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
                 let t = Instant::now();
                 let r = client.submit(demo::job("borrow", "bench", &token)).await;
                 if t.elapsed() > Duration::from_secs(1) {
+                    let outcome = match &r {
+                        Ok(_) => "acknowledged".to_string(),
+                        Err(e) => e.to_string(),
+                    };
                     eprintln!(
-                        "slow submit {token}: {:?} -> {:?}",
-                        t.elapsed(),
-                        r.as_ref().map(|_| ())
+                        "slow submit {token}: {} ms, {outcome}",
+                        t.elapsed().as_millis()
                     );
                 }
                 match r {
@@ -243,26 +193,13 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut lat = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (l, e) = t.await.map_err(|e| e.to_string())?;
-        lat.extend(l);
-        errors += e;
-    }
+    let (lat, errors) = gather(tasks).await?;
     let elapsed = started.elapsed().as_secs_f64();
-    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = lat.len();
     let rate = n as f64 / elapsed;
-    let (p50, p99, max) = (
-        percentile(&lat, 0.5),
-        percentile(&lat, 0.99),
-        lat.last().copied().unwrap_or(0.0),
-    );
+    let Spread { p50, p99, max, .. } = Spread::of(&lat);
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
+        print_json(serde_json::json!({
                 "controllers": args.controllers,
                 "fsync": !args.no_fsync,
                 "clients": args.clients,
@@ -273,9 +210,8 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
                 "submits_per_s": rate,
                 "p50_ms": p50,
                 "p99_ms": p99,
-                "max_ms": max,
-            })
-        );
+        "max_ms": max,
+        }));
     } else {
         println!("controllers        {}", args.controllers);
         if args.no_fsync {
@@ -293,11 +229,7 @@ async fn submit_run(args: &SubmitArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub fn failover(args: &FailoverArgs) -> ExitCode {
-    exit_of("failover", runtime().block_on(failover_run(args)))
-}
-
-async fn failover_run(args: &FailoverArgs) -> Result<(), String> {
+pub async fn failover(args: &FailoverArgs) -> Result<(), String> {
     if args.rounds == 0 {
         return Err("--rounds must be positive".into());
     }
@@ -356,17 +288,12 @@ async fn failover_run(args: &FailoverArgs) -> Result<(), String> {
         c.start(leader)?;
     }
     stop.store(true, Ordering::Relaxed);
-    let mut acked = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (a, e) = t.await.map_err(|e| e.to_string())?;
-        acked.extend(a);
-        errors += e;
-    }
+    let (acked, errors) = gather(tasks).await?;
     // Every acknowledged submit must be there exactly once.
     let jobs = match admin.read(Query::Jobs(JobFilter::default()), false).await {
         Ok(Response::Jobs(j)) => j,
-        other => return Err(format!("cannot list jobs: {other:?}")),
+        Ok(other) => return Err(format!("cannot list jobs: {}", unexpected_text(&other))),
+        Err(e) => return Err(format!("cannot list jobs: {e}")),
     };
     let mut by_token: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for j in &jobs {
@@ -379,14 +306,11 @@ async fn failover_run(args: &FailoverArgs) -> Result<(), String> {
         .filter(|(t, id)| by_token.get(t) != Some(&vec![*id]))
         .count();
     let duplicated = by_token.values().filter(|v| v.len() > 1).count();
-    let mut sorted = times.clone();
-    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let median = percentile(&sorted, 0.5);
-    let max = sorted.last().copied().unwrap_or(0.0);
+    let Spread {
+        p50: median, max, ..
+    } = Spread::of(&times);
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
+        print_json(serde_json::json!({
                 "rounds": args.rounds,
                 "failover_ms": times,
                 "failover_ms_median": median,
@@ -394,9 +318,8 @@ async fn failover_run(args: &FailoverArgs) -> Result<(), String> {
                 "acked": acked.len(),
                 "acked_lost": lost,
                 "duplicated": duplicated,
-                "client_errors": errors,
-            })
-        );
+        "client_errors": errors,
+        }));
     } else {
         println!(
             "failover median    {median:.0} ms (max {max:.0} ms) over {} rounds",

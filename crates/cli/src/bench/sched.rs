@@ -7,6 +7,8 @@ use std::time::Instant;
 use tranche_model::*;
 use tranche_state::*;
 
+use super::stats::{print_json, Spread};
+
 /// The workload a scheduler benchmark times.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mix {
@@ -269,11 +271,6 @@ fn build(a: &SchedArgs, running: u32) -> State {
     st
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-    v[v.len() / 2]
-}
-
 fn time_passes(st: &State, now: Millis, runs: u32) -> (Vec<f64>, Plan) {
     let mut times = vec![];
     let mut last = Plan::default();
@@ -304,8 +301,9 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
     reasons_only.actions.clear();
     apply(&mut st, Command::ApplyPlan(reasons_only), now);
     let (steady, steady_plan) = time_passes(&st, now, a.runs);
-    let full_pass_ms = median(cold.clone());
-    let steady_pass_ms = median(steady.clone());
+    let cold_spread = Spread::of(&cold);
+    let full_pass_ms = cold_spread.p50;
+    let steady_pass_ms = Spread::of(&steady).p50;
     let placements = plan.placements();
     let placements_per_s = placements as f64 / (full_pass_ms / 1000.0);
     if a.json {
@@ -318,7 +316,7 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
             "steady_pass_ms": steady_pass_ms, "steady_reasons": steady_plan.reasons.len(),
             "setup_s": setup_s,
         });
-        println!("{j}");
+        print_json(j);
     } else {
         println!(
             "{} mix: {} nodes x {} GPUs in {} units, {} shares; {runnable} RUNNABLE, {running} running (setup {setup_s:.1} s)",
@@ -331,8 +329,8 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
         println!(
             "full pass:   median {full_pass_ms:.1} ms over {} runs (min {:.1}, max {:.1}); {placements} placements, {} preemptions, {} reasons",
             a.runs,
-            cold.iter().cloned().fold(f64::MAX, f64::min),
-            cold.iter().cloned().fold(0.0, f64::max),
+            cold_spread.min,
+            cold_spread.max,
             plan.preemptions(),
             plan.reasons.len()
         );

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,11 @@ use tranche_model::{JobId, JobSpec, JobStatus};
 use tranche_proto::ClientCommand;
 use tranche_proto::{Query, Response};
 use tranche_tls::Role;
+
+use super::stats::{print_json, Spread};
+use super::KeepDir;
+use crate::client_cfg::apply_all;
+use crate::output::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct PreemptArgs {
@@ -29,20 +33,8 @@ pub struct PreemptArgs {
     json: bool,
 }
 
-pub fn preempt(args: &PreemptArgs) -> ExitCode {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match rt.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tranche bench preempt: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
+/// When each mark arrived over TCP, in ms since the epoch, by kind, job and attempt.
+type Seen = Arc<Mutex<HashMap<(String, u64, u32), f64>>>;
 
 /// How jobs tell the benchmark when they started and when they got their signal:
 /// plain processes write `date +%s%N` into files; containers, which do not see the
@@ -50,10 +42,7 @@ pub fn preempt(args: &PreemptArgs) -> ExitCode {
 /// network) and the benchmark stamps the arrival.
 enum Marks {
     Files(PathBuf),
-    Tcp {
-        port: u16,
-        seen: Arc<Mutex<HashMap<(String, u64, u32), f64>>>,
-    },
+    Tcp { port: u16, seen: Seen },
 }
 
 impl Marks {
@@ -94,7 +83,7 @@ impl Marks {
             .await
             .map_err(|e| format!("cannot listen for marks: {e}"))?;
         let port = l.local_addr().map_err(|e| e.to_string())?.port();
-        let seen: Arc<Mutex<HashMap<(String, u64, u32), f64>>> = Default::default();
+        let seen = Seen::default();
         let s = seen.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = l.accept().await {
@@ -120,22 +109,10 @@ impl Marks {
     }
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn policy(admin: &Client) -> Result<(), String> {
-    for cmd in demo::lend_borrow(16, 10) {
-        match admin.command(cmd).await {
-            Ok(Ok(_)) => {}
-            other => return Err(format!("policy refused: {other:?}")),
-        }
-    }
-    Ok(())
+    apply_all(admin, demo::lend_borrow(16, 10))
+        .await
+        .map_err(|e| format!("policy refused: {e}"))
 }
 
 fn job(share: &str, token: &str, image: &str, marks: &Marks, body: &str) -> JobSpec {
@@ -150,7 +127,8 @@ fn job(share: &str, token: &str, image: &str, marks: &Marks, body: &str) -> JobS
 async fn detail(admin: &Client, id: JobId) -> Result<tranche_model::Job, String> {
     match admin.read(Query::Job(id), false).await {
         Ok(Response::Job(j)) => Ok(*j),
-        other => Err(format!("job {id}: {other:?}")),
+        Ok(other) => Err(format!("job {id}: {}", unexpected_text(&other))),
+        Err(e) => Err(format!("job {id}: {e}")),
     }
 }
 
@@ -175,7 +153,7 @@ async fn wait_all(
     Ok(())
 }
 
-async fn run(args: &PreemptArgs) -> Result<(), String> {
+pub async fn preempt(args: &PreemptArgs) -> Result<(), String> {
     let tranched = find_tranched();
     let agent = find_agent();
     for (b, what) in [(&tranched, "tranched"), (&agent, "tranche-agent")] {
@@ -187,7 +165,7 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
         }
     }
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let _keep = crate::bench_cluster::KeepDir::at(tmp.path());
+    let _keep = KeepDir::at(tmp.path());
     let mut opts = LocalOptions::new(tranched);
     if std::env::var("TRANCHE_LOG").is_err() {
         opts.log_filter = "warn".into();
@@ -302,18 +280,19 @@ async fn run(args: &PreemptArgs) -> Result<(), String> {
     }
     let n_sig = signal_ms.len();
     let n_start = start_ms.len();
-    let (s50, s99) = (pct(&mut signal_ms, 0.5), pct(&mut signal_ms, 0.99));
-    let (t50, t99) = (pct(&mut start_ms, 0.5), pct(&mut start_ms, 0.99));
+    let Spread {
+        p50: s50, p99: s99, ..
+    } = Spread::of(&signal_ms);
+    let Spread {
+        p50: t50, p99: t99, ..
+    } = Spread::of(&start_ms);
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
+        print_json(serde_json::json!({
                 "preempted": n_sig, "starts": n_start, "rounds": round,
                 "signal_p50_ms": s50, "signal_p99_ms": s99,
                 "start_p50_ms": t50, "start_p99_ms": t99,
-                "executor": if args.image.is_some() { "runc" } else { "process" },
-            })
-        );
+            "executor": if args.image.is_some() { "runc" } else { "process" },
+        }));
     } else {
         println!("preempted jobs measured   {n_sig} over {round} rounds");
         println!("plan committed -> signal  p50 {s50:.1} ms, p99 {s99:.1} ms");

@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use super::{files, image, job_env, ExecError, LaunchSpec, Plan, DEFAULT_PATH, OCI_RUNTIME_ENV};
+use super::spool::{files, Plan};
+use super::{image, job_env, ExecError, LaunchSpec, DEFAULT_PATH, OCI_RUNTIME_ENV};
 
 /// Major number of the NVIDIA character devices.
 pub(crate) const NVIDIA_MAJOR: u64 = 195;

@@ -16,8 +16,9 @@ use nix::libc;
 use nix::unistd::ForkResult;
 
 use super::ledger::{self, LedgerEntry};
+use super::spool::{files, Plan};
 use super::DEFAULT_PATH;
-use super::{files, fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec, Plan};
+use super::{fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec};
 
 fn log(dir: &Path, msg: &str) {
     eprintln!(

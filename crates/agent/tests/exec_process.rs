@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use exec_common::*;
 use tranche_agent::exec::{
-    signal_number, CgroupMode, ExecError, ExecKind, Executors, KillMethod, StopOutcome,
+    signal_number, AttemptNo, CgroupMode, ExecError, ExecKind, Executors, KillMethod, StopOutcome,
 };
+use tranche_model::JobId;
 
 /// The deadline of every wait for something that takes milliseconds on an idle machine.
 const LONG: Duration = Duration::from_secs(30);
@@ -463,7 +464,7 @@ fn agent_role_for_restart_test() {
     init();
     let ex = Executors::new(Path::new(&env(AGENT_SPOOL_ENV))).unwrap();
     let mut s = job_waiting_for_go(Path::new(&env(AGENT_WORK_ENV)));
-    s.job = env(AGENT_JOB_ENV).parse().unwrap();
+    s.job = JobId(env(AGENT_JOB_ENV).parse().unwrap());
     ex.start(&s).unwrap();
     let mut out = std::io::stdout();
     out.write_all(b"STARTED\n").unwrap();
@@ -532,7 +533,7 @@ fn jobs_survive_the_agent_being_killed() {
     let a = &found[0];
     assert_eq!(
         (a.job(), a.attempt(), a.kind()),
-        (job, 0, ExecKind::Process)
+        (job, AttemptNo(0), ExecKind::Process)
     );
     // The job waits for `go`: it can only have ended with the agent.
     assert!(a.exit().is_none(), "the job died with the agent");

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use tranche_model::JobId;
+
+use super::spec::AttemptNo;
 use super::spool::{
     cgroup_name, files, kept_logs, read_exit, read_pid_file, read_shim_pid, remove_attempt_dir,
     shim_alive, ExecKind, ExitStatus, Plan,
@@ -81,8 +84,8 @@ pub struct CgroupDirs {
 /// keeps running under its shim.
 #[derive(Debug, Clone)]
 pub struct Attempt {
-    pub(super) job: u64,
-    pub(super) attempt: u32,
+    pub(super) job: JobId,
+    pub(super) attempt: AttemptNo,
     pub(super) dir: PathBuf,
     pub(super) spec: LaunchSpec,
     pub(super) plan: Plan,
@@ -90,12 +93,12 @@ pub struct Attempt {
 
 impl Attempt {
     /// The job's id.
-    pub fn job(&self) -> u64 {
+    pub fn job(&self) -> JobId {
         self.job
     }
 
     /// The attempt number.
-    pub fn attempt(&self) -> u32 {
+    pub fn attempt(&self) -> AttemptNo {
         self.attempt
     }
 

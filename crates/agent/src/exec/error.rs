@@ -3,6 +3,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use tranche_model::JobId;
+
+use super::spec::AttemptNo;
 use super::CgroupMode;
 
 /// Errors of the executors. Messages name the field, file, image or command at fault.
@@ -59,9 +62,9 @@ pub enum ExecError {
     #[error("job {job} attempt {attempt}: cannot start `{command}` (image `{image}`): {reason}")]
     Launch {
         /// The job.
-        job: u64,
+        job: JobId,
         /// The attempt.
-        attempt: u32,
+        attempt: AttemptNo,
         /// The image.
         image: String,
         /// The command line.
@@ -76,9 +79,9 @@ pub enum ExecError {
     )]
     AttemptExists {
         /// The job.
-        job: u64,
+        job: JobId,
         /// The attempt.
-        attempt: u32,
+        attempt: AttemptNo,
         /// The attempt directory.
         dir: PathBuf,
     },
@@ -125,9 +128,9 @@ pub enum ExecError {
     )]
     StillRunning {
         /// The job.
-        job: u64,
+        job: JobId,
         /// The attempt.
-        attempt: u32,
+        attempt: AttemptNo,
     },
 }
 

@@ -390,8 +390,8 @@ mod tests {
 
     fn spec() -> LaunchSpec {
         LaunchSpec {
-            job: 1,
-            attempt: 0,
+            job: tranche_model::JobId(1),
+            attempt: crate::exec::AttemptNo(0),
             restart_count: 0,
             share: "s".into(),
             image: "/x".into(),

@@ -14,8 +14,10 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::libc;
 use nix::unistd::ForkResult;
+use tranche_model::JobId;
 
 use super::ledger::{self, LedgerEntry};
+use super::spec::AttemptNo;
 use super::spool::{files, Plan};
 use super::DEFAULT_PATH;
 use super::{fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec};
@@ -115,7 +117,7 @@ fn supervise(dir: &Path) -> Result<(), String> {
 }
 
 /// An attempt's GPU ledger file, job, attempt and GPU indices.
-type LedgerNote = (std::path::PathBuf, u64, u32, Vec<u32>);
+type LedgerNote = (std::path::PathBuf, JobId, AttemptNo, Vec<u32>);
 
 /// Cleans up and records the outcome: `launch_error` (first, so that whoever sees
 /// `exit.json` sees it too) for a job that could not be started, and `exit.json`.

@@ -3,10 +3,24 @@
 //! environment a job gets from it.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use tranche_model::JobId;
 
 use super::ExecError;
+
+/// An attempt's number within its job, as the controllers count attempts; `(job,
+/// attempt)` names one attempt on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AttemptNo(pub u32);
+
+impl fmt::Display for AttemptNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 /// One GPU bound to an attempt: its index on the node (NVML order, which is PCI bus
 /// order) and its UUID.
@@ -22,9 +36,9 @@ pub struct BoundGpu {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
     /// The job's id.
-    pub job: u64,
+    pub job: JobId,
     /// The attempt number; `(job, attempt)` names the attempt on this node.
-    pub attempt: u32,
+    pub attempt: AttemptNo,
     /// How many times the job has been restarted before this attempt.
     pub restart_count: u32,
     /// The quota share the job runs in.
@@ -160,8 +174,8 @@ mod tests {
 
     fn spec() -> LaunchSpec {
         LaunchSpec {
-            job: 7,
-            attempt: 2,
+            job: JobId(7),
+            attempt: AttemptNo(2),
             restart_count: 1,
             share: "vision".into(),
             image: "host".into(),

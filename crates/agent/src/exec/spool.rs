@@ -7,8 +7,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tranche_model::JobId;
 
 use super::cgroup::CgroupPlan;
+use super::spec::AttemptNo;
 use super::{fsutil, procfs};
 
 /// Which executor runs an attempt.
@@ -92,7 +94,7 @@ pub(crate) mod files {
 
 /// Where an acknowledged attempt's stdout and stderr are kept:
 /// `<spool>/logs/<job>.<attempt>.stdout` and `.stderr`.
-pub fn kept_logs(spool: &Path, job: u64, attempt: u32) -> (PathBuf, PathBuf) {
+pub fn kept_logs(spool: &Path, job: JobId, attempt: AttemptNo) -> (PathBuf, PathBuf) {
     let logs = spool.join("logs");
     (
         logs.join(format!("{job}.{attempt}.stdout")),
@@ -158,20 +160,20 @@ pub(super) fn remove_attempt_dir(attempts: &Path, dir: &Path) {
 /// spool path. Job ids are unique only within a cluster, so agents of different clusters
 /// on one host (a development cluster beside a test run) must not share cgroups: one's
 /// leftover cleanup would kill the other's job.
-pub(super) fn cgroup_name(spool: &Path, job: u64, attempt: u32) -> String {
+pub(super) fn cgroup_name(spool: &Path, job: JobId, attempt: AttemptNo) -> String {
     let scope = tranche_proto::fnv1a(spool.as_os_str().as_encoded_bytes()) as u32;
     format!("{scope:08x}-{}", attempt_name(job, attempt))
 }
 
-pub(super) fn attempt_name(job: u64, attempt: u32) -> String {
+pub(super) fn attempt_name(job: JobId, attempt: AttemptNo) -> String {
     format!("{job}.{attempt}")
 }
 
-pub(super) fn container_id(job: u64, attempt: u32) -> String {
+pub(super) fn container_id(job: JobId, attempt: AttemptNo) -> String {
     format!("tranche-{job}-{attempt}")
 }
 
-pub(super) fn parse_attempt_name(name: &str) -> Option<(u64, u32)> {
+pub(super) fn parse_attempt_name(name: &str) -> Option<(JobId, AttemptNo)> {
     let (j, a) = name.split_once('.')?;
     if j.is_empty() || a.is_empty() || !j.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -179,7 +181,7 @@ pub(super) fn parse_attempt_name(name: &str) -> Option<(u64, u32)> {
     if !a.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some((j.parse().ok()?, a.parse().ok()?))
+    Some((JobId(j.parse().ok()?), AttemptNo(a.parse().ok()?)))
 }
 
 #[cfg(test)]
@@ -188,7 +190,7 @@ mod tests {
 
     #[test]
     fn attempt_names() {
-        assert_eq!(parse_attempt_name("12.3"), Some((12, 3)));
+        assert_eq!(parse_attempt_name("12.3"), Some((JobId(12), AttemptNo(3))));
         assert_eq!(parse_attempt_name(".acked-12.3-5"), None);
         assert_eq!(parse_attempt_name("12"), None);
         assert_eq!(parse_attempt_name("a.3"), None);

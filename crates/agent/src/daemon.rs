@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use tranche_client::{Client, ClientError};
-use tranche_model::{JobId, JobStatus, NodeInventory};
+use tranche_model::{GpuIndex, JobId, JobStatus, NodeInventory};
 use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
 use tranche_state::{ApplyError, Command, Progress};
 
@@ -448,7 +448,7 @@ impl Agent {
                     .spec()
                     .gpus
                     .iter()
-                    .any(|g| item.gpus.iter().any(|(i, _)| *i == g.index))
+                    .any(|g| item.gpus.iter().any(|(i, _)| GpuIndex(*i) == g.index))
                     && l.attempt.exit().is_none()
             })
             .map(|(k, _)| *k)
@@ -474,7 +474,7 @@ impl Agent {
                 .gpus
                 .iter()
                 .map(|(index, uuid)| BoundGpu {
-                    index: *index,
+                    index: GpuIndex(*index),
                     uuid: uuid.clone(),
                 })
                 .collect(),

@@ -17,7 +17,7 @@ use exec_common::*;
 use tranche_agent::exec::{
     signal_number, AttemptNo, CgroupMode, ExecError, ExecKind, Executors, KillMethod, StopOutcome,
 };
-use tranche_model::JobId;
+use tranche_model::{GpuIndex, JobId};
 
 /// The deadline of every wait for something that takes milliseconds on an idle machine.
 const LONG: Duration = Duration::from_secs(30);
@@ -658,8 +658,8 @@ fn the_gpu_ledger_pairs_bind_and_free() {
     let (bind, free) = (&entries[0], &entries[1]);
     assert!(bind.bind && !free.bind);
     assert_eq!((bind.job, bind.attempt), (s.job, s.attempt));
-    assert_eq!(bind.gpus, vec![1, 3]);
-    assert_eq!(free.gpus, vec![1, 3]);
+    assert_eq!(bind.gpus, [GpuIndex(1), GpuIndex(3)]);
+    assert_eq!(free.gpus, [GpuIndex(1), GpuIndex(3)]);
     assert!(
         bind.t_us <= ran[0] && ran[1] <= free.t_us,
         "the job ran {ran:?} outside {bind:?} .. {free:?}"

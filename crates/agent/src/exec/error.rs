@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use tranche_model::JobId;
+use tranche_model::{GpuIndex, JobId};
 
 use super::spec::AttemptNo;
 use super::CgroupMode;
@@ -52,7 +52,7 @@ pub enum ExecError {
     #[error("GPU {index} ({uuid}): {reason}")]
     Gpu {
         /// Index of the GPU.
-        index: u32,
+        index: GpuIndex,
         /// UUID of the GPU.
         uuid: String,
         /// What is wrong.

@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use tranche_model::JobId;
+use tranche_model::{GpuIndex, JobId};
 
 use super::AttemptNo;
 
@@ -28,7 +28,7 @@ pub struct LedgerEntry {
     pub job: JobId,
     pub attempt: AttemptNo,
     /// GPU indices on the node.
-    pub gpus: Vec<u32>,
+    pub gpus: Vec<GpuIndex>,
 }
 
 /// The ledger of the spool that holds the attempt directory `attempt_dir`
@@ -45,7 +45,7 @@ fn now_us() -> u64 {
 }
 
 impl LedgerEntry {
-    pub fn now(bind: bool, job: JobId, attempt: AttemptNo, gpus: Vec<u32>) -> LedgerEntry {
+    pub fn now(bind: bool, job: JobId, attempt: AttemptNo, gpus: Vec<GpuIndex>) -> LedgerEntry {
         LedgerEntry {
             t_us: now_us(),
             bind,
@@ -81,8 +81,8 @@ impl LedgerEntry {
         let gpus = f
             .next()?
             .split(',')
-            .map(|g| g.parse().ok())
-            .collect::<Option<Vec<u32>>>()?;
+            .map(|g| g.parse().ok().map(GpuIndex))
+            .collect::<Option<Vec<GpuIndex>>>()?;
         if f.next().is_some() {
             return None;
         }
@@ -136,9 +136,13 @@ mod tests {
             bind: true,
             job: JobId(42),
             attempt: AttemptNo(3),
-            gpus: vec![0, 5],
+            gpus: vec![GpuIndex(0), GpuIndex(5)],
         };
         assert_eq!(LedgerEntry::parse(&e.to_line()), Some(e.clone()));
+        assert_eq!(
+            LedgerEntry::parse("1700000000000001 bind 42 3 0,5"),
+            Some(e.clone())
+        );
         let f = LedgerEntry { bind: false, ..e };
         assert_eq!(LedgerEntry::parse(&f.to_line()), Some(f));
         for bad in [
@@ -162,12 +166,12 @@ mod tests {
         assert_eq!(path, dir.path().join(GPU_LEDGER));
         append(
             &path,
-            &LedgerEntry::now(true, JobId(7), AttemptNo(1), vec![1]),
+            &LedgerEntry::now(true, JobId(7), AttemptNo(1), vec![GpuIndex(1)]),
         )
         .unwrap();
         append(
             &path,
-            &LedgerEntry::now(false, JobId(7), AttemptNo(1), vec![1]),
+            &LedgerEntry::now(false, JobId(7), AttemptNo(1), vec![GpuIndex(1)]),
         )
         .unwrap();
         std::fs::OpenOptions::new()

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
+use tranche_model::GpuIndex;
 
 use super::spool::{files, Plan};
 use super::{image, job_env, ExecError, LaunchSpec, DEFAULT_PATH, OCI_RUNTIME_ENV};
@@ -98,7 +99,7 @@ pub(crate) fn gpu_devices(spec: &LaunchSpec) -> Result<Vec<Device>, ExecError> {
             out.push(Device {
                 path: format!("/dev/nvidia{}", g.index),
                 major: NVIDIA_MAJOR,
-                minor: u64::from(g.index),
+                minor: u64::from(g.index.0),
             });
         }
         out.push(Device {
@@ -146,7 +147,7 @@ pub(crate) fn container_env(spec: &LaunchSpec, image_env: &[String]) -> BTreeMap
         }
     }
     env.extend(job_env(spec));
-    let mut sorted: Vec<u32> = spec.gpus.iter().map(|g| g.index).collect();
+    let mut sorted: Vec<GpuIndex> = spec.gpus.iter().map(|g| g.index).collect();
     sorted.sort_unstable();
     let local: Vec<String> = spec
         .gpus
@@ -403,11 +404,11 @@ mod tests {
             memory_mb: 512,
             gpus: vec![
                 BoundGpu {
-                    index: 5,
+                    index: GpuIndex(5),
                     uuid: "GPU-5".into(),
                 },
                 BoundGpu {
-                    index: 2,
+                    index: GpuIndex(2),
                     uuid: "GPU-2".into(),
                 },
             ],
@@ -461,7 +462,7 @@ mod tests {
     fn real_devices_must_exist() {
         let mut s = spec();
         s.fake_devices = false;
-        s.gpus[0].index = 9999;
+        s.gpus[0].index = GpuIndex(9999);
         let e = gpu_devices(&s).unwrap_err().to_string();
         assert!(e.contains("/dev/nvidia9999"), "{e}");
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use tranche_model::JobId;
+use tranche_model::{GpuIndex, JobId};
 
 use super::ExecError;
 
@@ -27,7 +27,7 @@ impl fmt::Display for AttemptNo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoundGpu {
     /// Index of the GPU on the node (`/dev/nvidia<index>`).
-    pub index: u32,
+    pub index: GpuIndex,
     /// The GPU's UUID, e.g. `GPU-5f1c...`.
     pub uuid: String,
 }
@@ -195,11 +195,11 @@ mod tests {
         let mut s = spec();
         s.gpus = vec![
             BoundGpu {
-                index: 5,
+                index: GpuIndex(5),
                 uuid: "GPU-b".into(),
             },
             BoundGpu {
-                index: 2,
+                index: GpuIndex(2),
                 uuid: "GPU-a".into(),
             },
         ];
@@ -218,6 +218,27 @@ mod tests {
         let e = job_env(&s);
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "");
         assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "void");
+    }
+
+    /// `spec.json` of an attempt in the spool: ids and GPU indices are plain numbers, so
+    /// an attempt directory written by any agent of this format is read back.
+    #[test]
+    fn spec_json_encodes_ids_as_numbers() {
+        let on_disk = serde_json::json!({
+            "job": 7, "attempt": 2, "restart_count": 1, "share": "vision", "image": "host",
+            "command": ["true"], "env": {"A": "1"}, "cwd": null, "user": [1000, 100],
+            "cpus": 0, "memory_mb": 0, "gpus": [{"index": 5, "uuid": "GPU-b"}],
+            "fake_devices": true
+        });
+        let mut want = spec();
+        want.user = Some((1000, 100));
+        want.gpus = vec![BoundGpu {
+            index: GpuIndex(5),
+            uuid: "GPU-b".into(),
+        }];
+        let read: LaunchSpec = serde_json::from_value(on_disk.clone()).unwrap();
+        assert_eq!(read, want);
+        assert_eq!(serde_json::to_value(&want).unwrap(), on_disk);
     }
 
     #[test]

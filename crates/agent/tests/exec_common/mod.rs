@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
-use tranche_model::JobId;
+use tranche_model::{GpuIndex, JobId};
 
 use tranche_agent::exec::{
     Attempt, AttemptNo, BoundGpu, CgroupDirs, CgroupMode, Executors, ExitStatus, KillMethod,
@@ -61,7 +61,7 @@ pub fn gpus(indices: &[u32]) -> Vec<BoundGpu> {
     indices
         .iter()
         .map(|&index| BoundGpu {
-            index,
+            index: GpuIndex(index),
             uuid: format!("GPU-fake-{index}"),
         })
         .collect()

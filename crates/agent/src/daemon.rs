@@ -4,6 +4,7 @@
 //! and fence itself when it has lost the controllers for `fence_after`.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,6 +63,12 @@ impl Key {
             job: item.job,
             attempt: AttemptNo(item.attempt),
         }
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job {} attempt {}", self.job, self.attempt)
     }
 }
 
@@ -241,7 +248,10 @@ impl Agent {
                         }
                         self.clone().reconcile(w).await;
                     }
-                    Ok(other) => warn!("unexpected answer to node work: {other:?}"),
+                    Ok(other) => warn!(
+                        "unexpected answer to node work: {}",
+                        answer_kind(&other)
+                    ),
                     Err(e) => {
                         warn!("cannot reach the controllers: {e}");
                         seen = None;
@@ -400,7 +410,11 @@ impl Agent {
                     debug!(
                         job = item.job.0,
                         attempt = item.attempt,
-                        ?holders,
+                        holders = %holders
+                            .iter()
+                            .map(Key::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         "waiting for earlier attempts to give back the GPUs"
                     );
                     continue;
@@ -539,7 +553,7 @@ impl Agent {
             let outcome = attempt.stop(sig, grace);
             match outcome {
                 StopOutcome::ExitedInGrace { status } => {
-                    info!(job = key.job.0, attempt = key.attempt.0, code = ?status.code, "exited within its grace period")
+                    info!(job = key.job.0, attempt = key.attempt.0, status = %status, "exited within its grace period")
                 }
                 StopOutcome::Killed { via, .. } => {
                     info!(job = key.job.0, attempt = key.attempt.0, via = %via, "killed when its grace period ended")
@@ -673,6 +687,26 @@ impl Agent {
     }
 }
 
+/// What kind of answer a controller gave, for the message about an answer that does
+/// not fit the question.
+fn answer_kind(r: &Response) -> &'static str {
+    match r {
+        Response::Applied(_) => "a committed write",
+        Response::Jobs(_) => "a job list",
+        Response::Job(_) => "a job",
+        Response::Explain(_) => "a job's explanation",
+        Response::Shares(_) => "share usage",
+        Response::Queue(_) => "a queue snapshot",
+        Response::Nodes(_) => "a node list",
+        Response::Controllers(_) => "the controllers' status",
+        Response::Digest(_) => "a state digest",
+        Response::Objects(_) => "the policy objects",
+        Response::NodeWork(_) => "a node's work",
+        Response::Done => "done",
+        Response::Error(_) => "an error",
+    }
+}
+
 fn jitter(d: Duration) -> Duration {
     let ms = d.as_millis() as u64;
     Duration::from_millis(ms / 2 + rand::random::<u64>() % (ms / 2 + 1))
@@ -791,7 +825,8 @@ impl Agent {
                     j.spec.user
                 ))),
                 Ok(other) => Err(ApiError::Unavailable(format!(
-                    "unexpected answer: {other:?}"
+                    "unexpected answer to a job query: {}",
+                    answer_kind(&other)
                 ))),
                 Err(ClientError::Api(e)) => Err(e),
                 Err(e) => Err(ApiError::Unavailable(format!(

@@ -1057,15 +1057,14 @@ fn a_gpu_is_not_given_to_a_new_attempt_while_a_requeued_one_still_runs() {
         assert_eq!(j.attempts[1].allocation[0].node.as_str(), "n1");
         let (entries, bad) = tranche_agent::exec::ledger::read(&c.agents[a].spool).unwrap();
         assert_eq!(bad, 0);
-        let at = |attempt: u32, bind: bool| {
-            let attempt = AttemptNo(attempt);
+        let at = |attempt: AttemptNo, bind: bool| {
             entries
                 .iter()
                 .find(|e| e.job == id && e.attempt == attempt && e.bind == bind)
                 .map(|e| e.t_us)
         };
-        let freed = at(1, false).expect("the first attempt gave the GPU back");
-        let bound = at(2, true).expect("the second attempt took it");
+        let freed = at(AttemptNo(1), false).expect("the first attempt gave the GPU back");
+        let bound = at(AttemptNo(2), true).expect("the second attempt took it");
         assert!(
             bound >= freed,
             "GPU held twice for {} µs: {entries:?}",

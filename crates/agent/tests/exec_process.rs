@@ -325,7 +325,7 @@ fn stop_lets_a_checkpointing_job_exit_in_grace() {
         &[
             "sh",
             "-c",
-            "trap 'echo saved > ckpt; exit 0' TERM; echo ready > ready; sleep 100 & wait",
+            "trap 'echo saved > ckpt; exit 0' TERM; sleep 100 & echo ready > ready; wait",
         ],
     );
     s.cwd = Some(work.path().to_string_lossy().into_owned());

@@ -225,7 +225,7 @@ fn inventory(backend: Backend, fake: &str, node: &str, units: &[String], json: b
         for g in &gpus {
             println!(
                 "{:<4} {:<10} {:<28} {:<14} {:>9}  {:<4} {:<8} {}",
-                g.index,
+                g.index.0,
                 unit_of(g).unwrap_or_else(|_| "?".into()),
                 g.product,
                 g.pci_bus_id,

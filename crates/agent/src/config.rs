@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use tranche_model::GpuIndex;
 
 use crate::exec::CgroupMode;
 
@@ -26,7 +27,7 @@ pub struct AgentConfig {
     /// With `inventory = "fake"`: GPUs (by index) reported unhealthy, to try the drain
     /// that an unhealthy GPU causes.
     #[serde(default)]
-    pub fake_unhealthy: Vec<u32>,
+    pub fake_unhealthy: Vec<GpuIndex>,
     /// Node labels (environments select nodes by them). `tranche.unit` sets the unit of
     /// every GPU of the node.
     #[serde(default)]

@@ -4,6 +4,7 @@
 //! and fence itself when it has lost the controllers for `fence_after`.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,13 +12,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use tranche_client::{Client, ClientError};
-use tranche_model::{JobId, JobStatus, NodeInventory};
+use tranche_model::{GpuIndex, JobId, JobStatus, NodeInventory};
 use tranche_proto::ClientCommand;
 use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
 use tranche_state::{ApplyError, Progress};
 
 use crate::config::AgentConfig;
-use crate::exec::{signal_number, Attempt, BoundGpu, Executors, LaunchSpec, StopOutcome};
+use crate::exec::{
+    signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, StopOutcome,
+};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
 
 /// The grace given to an attempt the controllers no longer list, to an attempt past its
@@ -47,7 +50,28 @@ struct Local {
     stopped_for: Option<String>,
 }
 
-type Key = (u64, u32);
+/// An attempt on this node: its job and attempt number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    job: JobId,
+    attempt: AttemptNo,
+}
+
+impl Key {
+    /// The attempt a work item names.
+    fn of(item: &WorkItem) -> Key {
+        Key {
+            job: item.job,
+            attempt: AttemptNo(item.attempt),
+        }
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job {} attempt {}", self.job, self.attempt)
+    }
+}
 
 pub struct Agent {
     cfg: AgentConfig,
@@ -161,12 +185,15 @@ impl Agent {
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
             info!(
-                job = a.job(),
-                attempt = a.attempt(),
+                job = a.job().0,
+                attempt = a.attempt().0,
                 "re-adopted an attempt"
             );
             agent.local.lock().unwrap().insert(
-                (a.job(), a.attempt()),
+                Key {
+                    job: a.job(),
+                    attempt: a.attempt(),
+                },
                 Local {
                     attempt: Arc::new(a),
                     signal: "SIGTERM".into(),
@@ -222,7 +249,10 @@ impl Agent {
                         }
                         self.clone().reconcile(w).await;
                     }
-                    Ok(other) => warn!("unexpected answer to node work: {other:?}"),
+                    Ok(other) => warn!(
+                        "unexpected answer to node work: {}",
+                        Response::kind(&other)
+                    ),
                     Err(e) => {
                         warn!("cannot reach the controllers: {e}");
                         seen = None;
@@ -317,8 +347,7 @@ impl Agent {
     /// Starts what is placed here, stops what must stop, and stops what is no longer
     /// listed (cancelled, requeued after a DOWN).
     async fn reconcile(self: Arc<Self>, w: NodeWork) {
-        let listed: HashMap<Key, &WorkItem> =
-            w.items.iter().map(|i| ((i.job.0, i.attempt), i)).collect();
+        let listed: HashMap<Key, &WorkItem> = w.items.iter().map(|i| (Key::of(i), i)).collect();
         // Attempts the controllers no longer place here (cancelled, or requeued while
         // this node was DOWN) are stopped first: their GPUs may be placed anew below.
         let orphans: Vec<Key> = self
@@ -331,22 +360,21 @@ impl Agent {
             .collect();
         for key in orphans {
             info!(
-                job = key.0,
-                attempt = key.1,
+                job = key.job.0,
+                attempt = key.attempt.0,
                 "attempt no longer placed here; stopping it"
             );
             self.clone().stop(key, None, ORPHAN_GRACE);
         }
         for item in &w.items {
-            let key = (item.job.0, item.attempt);
+            let key = Key::of(item);
             let present = self.local.lock().unwrap().contains_key(&key);
             if !present {
                 if item.status != JobStatus::Scheduled {
                     // Started by this node, but no trace of it is left here (the spool
                     // was lost): it cannot be running any more.
                     self.progress(
-                        item.job,
-                        item.attempt,
+                        key,
                         Progress::Lost {
                             reason: format!(
                                 "the agent on {} has no record of this attempt",
@@ -360,8 +388,7 @@ impl Agent {
                 if item.stop.is_some() {
                     // Stopped before it ever started here: nothing to signal.
                     self.progress(
-                        item.job,
-                        item.attempt,
+                        key,
                         Progress::Exited {
                             code: None,
                             reason: Some("stopped before it started".into()),
@@ -381,7 +408,11 @@ impl Agent {
                     debug!(
                         job = item.job.0,
                         attempt = item.attempt,
-                        ?holders,
+                        holders = %holders
+                            .iter()
+                            .map(Key::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         "waiting for earlier attempts to give back the GPUs"
                     );
                     continue;
@@ -409,8 +440,7 @@ impl Agent {
                     !e.running_reported && e.attempt.exit().is_none()
                 };
                 if report {
-                    self.progress(item.job, item.attempt, Progress::Running)
-                        .await;
+                    self.progress(key, Progress::Running).await;
                     if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
                         e.running_reported = true;
                     }
@@ -430,7 +460,7 @@ impl Agent {
                     .spec()
                     .gpus
                     .iter()
-                    .any(|g| item.gpus.iter().any(|(i, _)| *i == g.index))
+                    .any(|g| item.gpus.iter().any(|(i, _)| GpuIndex(*i) == g.index))
                     && l.attempt.exit().is_none()
             })
             .map(|(k, _)| *k)
@@ -438,12 +468,11 @@ impl Agent {
     }
 
     async fn start(self: Arc<Self>, item: WorkItem) {
-        let key = (item.job.0, item.attempt);
-        self.progress(item.job, item.attempt, Progress::Starting)
-            .await;
+        let key = Key::of(&item);
+        self.progress(key, Progress::Starting).await;
         let spec = LaunchSpec {
-            job: item.job.0,
-            attempt: item.attempt,
+            job: item.job,
+            attempt: AttemptNo(item.attempt),
             restart_count: item.restarts,
             share: item.share.to_string(),
             image: item.image.clone(),
@@ -457,7 +486,7 @@ impl Agent {
                 .gpus
                 .iter()
                 .map(|(index, uuid)| BoundGpu {
-                    index: *index,
+                    index: GpuIndex(*index),
                     uuid: uuid.clone(),
                 })
                 .collect(),
@@ -483,8 +512,7 @@ impl Agent {
                         stopped_for: None,
                     },
                 );
-                self.progress(item.job, item.attempt, Progress::Running)
-                    .await;
+                self.progress(key, Progress::Running).await;
                 if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
                     e.running_reported = true;
                 }
@@ -492,8 +520,7 @@ impl Agent {
             Err(e) => {
                 warn!(job = item.job.0, "attempt failed to start: {e}");
                 self.progress(
-                    item.job,
-                    item.attempt,
+                    key,
                     Progress::Exited {
                         code: None,
                         reason: Some(format!("failed to start: {e}")),
@@ -519,15 +546,15 @@ impl Agent {
             )
         };
         let sig = signal_number(&sig_name).unwrap_or(15);
-        info!(job = key.0, attempt = key.1, signal = %sig_name, grace_ms = grace.as_millis() as u64, "stopping an attempt");
+        info!(job = key.job.0, attempt = key.attempt.0, signal = %sig_name, grace_ms = grace.as_millis() as u64, "stopping an attempt");
         tokio::task::spawn_blocking(move || {
             let outcome = attempt.stop(sig, grace);
             match outcome {
                 StopOutcome::ExitedInGrace { status } => {
-                    info!(job = key.0, attempt = key.1, code = ?status.code, "exited within its grace period")
+                    info!(job = key.job.0, attempt = key.attempt.0, status = %status, "exited within its grace period")
                 }
                 StopOutcome::Killed { via, .. } => {
-                    info!(job = key.0, attempt = key.1, via = %via, "killed when its grace period ended")
+                    info!(job = key.job.0, attempt = key.attempt.0, via = %via, "killed when its grace period ended")
                 }
             }
         });
@@ -580,14 +607,14 @@ impl Agent {
                             reason,
                         }
                     };
-                let delivered = self.progress(JobId(key.0), key.1, event).await;
+                let delivered = self.progress(key, event).await;
                 if delivered {
                     // Forgotten first, then cleared: nothing may look at an attempt
                     // whose directory is going away (it would seem to have vanished
                     // without an exit, and be stopped as an orphan).
                     self.local.lock().unwrap().remove(&key);
                     if let Err(e) = a.acknowledge() {
-                        warn!(job = key.0, "cannot clear the attempt dir: {e}");
+                        warn!(job = key.job.0, "cannot clear the attempt dir: {e}");
                     }
                 }
             }
@@ -604,7 +631,7 @@ impl Agent {
                     .collect()
             };
             for k in overdue {
-                info!(job = k.0, attempt = k.1, "time limit reached");
+                info!(job = k.job.0, attempt = k.attempt.0, "time limit reached");
                 self.clone().stop(k, None, ORPHAN_GRACE);
             }
             let lost = self.last_contact.lock().unwrap().elapsed();
@@ -623,12 +650,13 @@ impl Agent {
 
     /// Sends a progress report. True when the controllers have it: applied, or refused
     /// because the attempt is already over (a report repeated after a restart).
-    async fn progress(&self, job: JobId, attempt: u32, event: Progress) -> bool {
+    async fn progress(&self, key: Key, event: Progress) -> bool {
+        let job = key.job;
         match self
             .client
             .command(ClientCommand::JobProgress {
                 job,
-                attempt,
+                attempt: key.attempt.0,
                 event,
             })
             .await
@@ -775,7 +803,8 @@ impl Agent {
                     j.spec.user
                 ))),
                 Ok(other) => Err(ApiError::Unavailable(format!(
-                    "unexpected answer: {other:?}"
+                    "unexpected answer to a job query: {}",
+                    Response::kind(&other)
                 ))),
                 Err(ClientError::Api(e)) => Err(e),
                 Err(e) => Err(ApiError::Unavailable(format!(
@@ -797,19 +826,23 @@ impl Agent {
         use tokio::io::{AsyncReadExt, AsyncSeekExt};
         use tranche_proto::{frame, LogFrame};
         self.may_read(who, req.job).await?;
-        let job = req.job.0;
+        let job = req.job;
         // The attempt: the one asked for, else the latest running here, else the
         // latest kept.
-        let running: Vec<u32> = {
+        let running: Vec<AttemptNo> = {
             let l = self.local.lock().unwrap();
-            l.keys().filter(|k| k.0 == job).map(|k| k.1).collect()
+            l.keys()
+                .filter(|k| k.job == job)
+                .map(|k| k.attempt)
+                .collect()
         };
         let attempt = match req.attempt {
-            Some(a) => a,
+            Some(a) => AttemptNo(a),
             None => match running.iter().max() {
                 Some(a) => *a,
                 None => (1..=64)
                     .rev()
+                    .map(AttemptNo)
                     .find(|a| {
                         crate::exec::kept_logs(&self.cfg.spool_dir, job, *a)
                             .0
@@ -822,7 +855,7 @@ impl Agent {
         };
         let path_now = || -> Option<(std::path::PathBuf, bool)> {
             let l = self.local.lock().unwrap();
-            if let Some(e) = l.get(&(job, attempt)) {
+            if let Some(e) = l.get(&Key { job, attempt }) {
                 let (o, er) = e.attempt.log_paths();
                 return Some((if req.stderr { er } else { o }, e.attempt.exit().is_none()));
             }
@@ -862,7 +895,14 @@ impl Agent {
                 }
             }
             if !req.follow || !running {
-                let _ = frame::write(send, &LogFrame::End { attempt, running }).await;
+                let _ = frame::write(
+                    send,
+                    &LogFrame::End {
+                        attempt: attempt.0,
+                        running,
+                    },
+                )
+                .await;
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -11,7 +11,7 @@ use tranche_model::{Gpu, GpuIndex, Unit};
 /// One GPU as the agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuInfo {
-    pub index: u32,
+    pub index: GpuIndex,
     pub uuid: String,
     /// The product name NVML reports, e.g. "NVIDIA H100 80GB HBM3".
     pub product: String,
@@ -29,7 +29,7 @@ impl GpuInfo {
     /// The GPU as the controller's model records it.
     pub fn to_model(&self, unit: Unit) -> Gpu {
         Gpu {
-            index: GpuIndex(self.index),
+            index: self.index,
             uuid: self.uuid.clone(),
             unit,
             memory_mb: self.memory_mb,
@@ -57,7 +57,7 @@ pub enum InventoryError {
          `\"{product}\" = \"<unit>\"` under [units] in the agent config, or set the node \
          label `tranche.unit`"
     )]
-    UnmappedProduct { index: u32, product: String },
+    UnmappedProduct { index: GpuIndex, product: String },
 }
 
 /// Where the agent reads its GPUs from.
@@ -125,7 +125,7 @@ impl FakeInventory {
             for _ in 0..n {
                 let index = gpus.len() as u32;
                 gpus.push(GpuInfo {
-                    index,
+                    index: GpuIndex(index),
                     uuid: format!("GPU-fake-{node}-{index}"),
                     product: unit.to_string(),
                     pci_bus_id: format!("00000000:{:02X}:00.0", 0x10 + index),
@@ -143,7 +143,7 @@ impl FakeInventory {
     }
 
     /// Marks a fake GPU unhealthy (tests of the drain-on-unhealthy path).
-    pub fn set_unhealthy(&mut self, index: u32, why: &str) {
+    pub fn set_unhealthy(&mut self, index: GpuIndex, why: &str) {
         if let Some(g) = self.gpus.iter_mut().find(|g| g.index == index) {
             g.unhealthy = Some(why.to_string());
         }
@@ -177,7 +177,7 @@ impl Inventory for FakeInventory {
 pub struct NvmlInventory {
     nvml: nvml_wrapper::Nvml,
     /// Critical Xid events seen since start, by GPU index (a watcher thread fills it).
-    xids: std::sync::Arc<std::sync::Mutex<BTreeMap<u32, String>>>,
+    xids: std::sync::Arc<std::sync::Mutex<BTreeMap<GpuIndex, String>>>,
     /// Whether the Xid watcher could register for events (`None`: still starting).
     pub xid_watch: std::sync::Arc<std::sync::Mutex<Option<Result<usize, String>>>>,
 }
@@ -273,7 +273,7 @@ impl NvmlInventory {
                         }
                         None => continue,
                     };
-                    xids.lock().unwrap().insert(index, why);
+                    xids.lock().unwrap().insert(GpuIndex(index), why);
                 }
             });
     }
@@ -337,7 +337,7 @@ impl Inventory for NvmlInventory {
                 _ => None,
             };
             out.push(GpuInfo {
-                index: i,
+                index: GpuIndex(i),
                 uuid,
                 product,
                 pci_bus_id,
@@ -363,7 +363,7 @@ mod tests {
         let f = FakeInventory::parse("4 x h100, 2 x a100", "n1").unwrap();
         let g = f.gpus().unwrap();
         assert_eq!(g.len(), 6);
-        assert_eq!(g[5].index, 5);
+        assert_eq!(g[5].index, GpuIndex(5));
         assert_eq!(g[0].product, "h100");
         assert_eq!(g[4].product, "a100");
         assert_eq!(g[5].uuid, "GPU-fake-n1-5");
@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn unhealthy_fake_gpus_are_reported() {
         let mut f = FakeInventory::parse("2 x h100", "n1").unwrap();
-        f.set_unhealthy(1, "Xid 79: GPU has fallen off the bus");
+        f.set_unhealthy(GpuIndex(1), "Xid 79: GPU has fallen off the bus");
         let g = f.gpus().unwrap();
         assert!(!g[1].to_model("h100".into()).healthy);
         assert!(g[0].to_model("h100".into()).healthy);

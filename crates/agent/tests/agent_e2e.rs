@@ -6,6 +6,7 @@ use std::process::Command as Proc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
+use tranche_agent::exec::AttemptNo;
 use tranche_client::{Client, ClientError};
 use tranche_local::{demo, LocalCluster, LocalOptions};
 use tranche_model::{JobId, JobSpec, JobStatus};
@@ -454,7 +455,8 @@ fn a_container_job_gets_its_gpus_env_and_output() {
             .iter()
             .map(|g| format!("GPU-fake-n1-{}", g.0))
             .collect();
-        let (out, err) = tranche_agent::exec::kept_logs(&dir.path().join("spool-n1"), id.0, 1);
+        let (out, err) =
+            tranche_agent::exec::kept_logs(&dir.path().join("spool-n1"), id, AttemptNo(1));
         let out = std::fs::read_to_string(&out).expect("stdout kept after the attempt");
         let lines: Vec<&str> = out.lines().collect();
         // Inside the container the job's GPUs are numbered from 0 in allocation order,
@@ -1055,14 +1057,14 @@ fn a_gpu_is_not_given_to_a_new_attempt_while_a_requeued_one_still_runs() {
         assert_eq!(j.attempts[1].allocation[0].node.as_str(), "n1");
         let (entries, bad) = tranche_agent::exec::ledger::read(&c.agents[a].spool).unwrap();
         assert_eq!(bad, 0);
-        let at = |attempt: u32, bind: bool| {
+        let at = |attempt: AttemptNo, bind: bool| {
             entries
                 .iter()
-                .find(|e| e.job == id.0 && e.attempt == attempt && e.bind == bind)
+                .find(|e| e.job == id && e.attempt == attempt && e.bind == bind)
                 .map(|e| e.t_us)
         };
-        let freed = at(1, false).expect("the first attempt gave the GPU back");
-        let bound = at(2, true).expect("the second attempt took it");
+        let freed = at(AttemptNo(1), false).expect("the first attempt gave the GPU back");
+        let bound = at(AttemptNo(2), true).expect("the second attempt took it");
         assert!(
             bound >= freed,
             "GPU held twice for {} µs: {entries:?}",

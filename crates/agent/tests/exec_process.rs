@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use exec_common::*;
 use tranche_agent::exec::{
-    signal_number, CgroupMode, ExecError, ExecKind, Executors, KillMethod, StopOutcome,
+    signal_number, AttemptNo, CgroupMode, ExecError, ExecKind, Executors, KillMethod, StopOutcome,
 };
+use tranche_model::{GpuIndex, JobId};
 
 /// The deadline of every wait for something that takes milliseconds on an idle machine.
 const LONG: Duration = Duration::from_secs(30);
@@ -324,7 +325,7 @@ fn stop_lets_a_checkpointing_job_exit_in_grace() {
         &[
             "sh",
             "-c",
-            "trap 'echo saved > ckpt; exit 0' TERM; echo ready > ready; sleep 100 & wait",
+            "trap 'echo saved > ckpt; exit 0' TERM; sleep 100 & echo ready > ready; wait",
         ],
     );
     s.cwd = Some(work.path().to_string_lossy().into_owned());
@@ -463,7 +464,7 @@ fn agent_role_for_restart_test() {
     init();
     let ex = Executors::new(Path::new(&env(AGENT_SPOOL_ENV))).unwrap();
     let mut s = job_waiting_for_go(Path::new(&env(AGENT_WORK_ENV)));
-    s.job = env(AGENT_JOB_ENV).parse().unwrap();
+    s.job = JobId(env(AGENT_JOB_ENV).parse().unwrap());
     ex.start(&s).unwrap();
     let mut out = std::io::stdout();
     out.write_all(b"STARTED\n").unwrap();
@@ -532,7 +533,7 @@ fn jobs_survive_the_agent_being_killed() {
     let a = &found[0];
     assert_eq!(
         (a.job(), a.attempt(), a.kind()),
-        (job, 0, ExecKind::Process)
+        (job, AttemptNo(0), ExecKind::Process)
     );
     // The job waits for `go`: it can only have ended with the agent.
     assert!(a.exit().is_none(), "the job died with the agent");
@@ -657,8 +658,8 @@ fn the_gpu_ledger_pairs_bind_and_free() {
     let (bind, free) = (&entries[0], &entries[1]);
     assert!(bind.bind && !free.bind);
     assert_eq!((bind.job, bind.attempt), (s.job, s.attempt));
-    assert_eq!(bind.gpus, vec![1, 3]);
-    assert_eq!(free.gpus, vec![1, 3]);
+    assert_eq!(bind.gpus, [GpuIndex(1), GpuIndex(3)]);
+    assert_eq!(free.gpus, [GpuIndex(1), GpuIndex(3)]);
     assert!(
         bind.t_us <= ran[0] && ran[1] <= free.t_us,
         "the job ran {ran:?} outside {bind:?} .. {free:?}"

@@ -45,8 +45,10 @@ pub fn unexpected(r: &Response) -> Fail {
 pub fn unexpected_text(r: &Response) -> String {
     match r {
         Response::Error(e) => e.to_string(),
-        _ => "the controller answered with another kind of answer than the request expects \
-              (are this CLI and the controllers of one version?)"
-            .into(),
+        other => format!(
+            "the controller answered with {} where this request expects another kind of \
+             answer (are this CLI and the controllers of one release?)",
+            other.kind()
+        ),
     }
 }

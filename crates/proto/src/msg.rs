@@ -261,6 +261,29 @@ pub enum Response {
     },
 }
 
+impl Response {
+    /// What kind of answer this is, for a message about an answer that does not fit
+    /// the question.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Response::Applied(_) => "a committed write",
+            Response::Jobs(_) => "a job list",
+            Response::Job(_) => "a job",
+            Response::Explain(_) => "a job's explanation",
+            Response::Shares(_) => "share usage",
+            Response::Queue(_) => "a queue snapshot",
+            Response::Nodes(_) => "a node list",
+            Response::Controllers(_) => "the controllers' status",
+            Response::Digest(_) => "a state digest",
+            Response::Objects(_) => "the policy objects",
+            Response::NodeWork(_) => "a node's work",
+            Response::Done => "done",
+            Response::Error(_) => "an error",
+            Response::Heartbeat { .. } => "a heartbeat answer",
+        }
+    }
+}
+
 /// Why a request was not carried out. Every error but `Unavailable` and `NotLeader`
 /// means nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -268,14 +268,15 @@ fn check_ledgers(ledgers: &[NodeLedger], r: &mut Report) {
         let mut entries = l.entries.clone();
         entries.sort_by_key(|e| (e.t_us, !e.bind));
         for e in &entries {
-            for &g in &e.gpus {
-                let key = (e.job, e.attempt, g);
+            let (job, attempt) = (e.job.0, e.attempt.0);
+            for g in e.gpus.iter().map(|g| g.0) {
+                let key = (job, attempt, g);
                 if e.bind {
                     if open.insert(key, e.t_us).is_some() {
                         r.ledger_errors += 1;
                         r.violation(format!(
-                            "{}: job {} attempt {} bound GPU {g} twice",
-                            l.node, e.job, e.attempt
+                            "{}: job {job} attempt {attempt} bound GPU {g} twice",
+                            l.node
                         ));
                     }
                 } else {
@@ -283,12 +284,12 @@ fn check_ledgers(ledgers: &[NodeLedger], r: &mut Report) {
                         Some(t0) => intervals
                             .entry(g)
                             .or_default()
-                            .push((t0, e.t_us, e.job, e.attempt)),
+                            .push((t0, e.t_us, job, attempt)),
                         None => {
                             r.ledger_errors += 1;
                             r.violation(format!(
-                                "{}: job {} attempt {} freed GPU {g} it had not bound",
-                                l.node, e.job, e.attempt
+                                "{}: job {job} attempt {attempt} freed GPU {g} it had not bound",
+                                l.node
                             ));
                         }
                     }
@@ -375,9 +376,9 @@ mod tests {
         LedgerEntry {
             t_us: t,
             bind,
-            job,
-            attempt: 1,
-            gpus: gpus.to_vec(),
+            job: tranche_model::JobId(job),
+            attempt: tranche_agent::exec::AttemptNo(1),
+            gpus: gpus.iter().map(|g| tranche_model::GpuIndex(*g)).collect(),
         }
     }
 

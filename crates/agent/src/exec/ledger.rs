@@ -11,6 +11,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use tranche_model::{GpuIndex, JobId};
+
+use super::AttemptNo;
+
 /// The ledger's file name in the spool directory.
 pub const GPU_LEDGER: &str = "gpu-ledger.log";
 
@@ -21,10 +25,10 @@ pub struct LedgerEntry {
     pub t_us: u64,
     /// `true`: the attempt took the GPUs; `false`: it gave them back.
     pub bind: bool,
-    pub job: u64,
-    pub attempt: u32,
+    pub job: JobId,
+    pub attempt: AttemptNo,
     /// GPU indices on the node.
-    pub gpus: Vec<u32>,
+    pub gpus: Vec<GpuIndex>,
 }
 
 /// The ledger of the spool that holds the attempt directory `attempt_dir`
@@ -41,7 +45,7 @@ fn now_us() -> u64 {
 }
 
 impl LedgerEntry {
-    pub fn now(bind: bool, job: u64, attempt: u32, gpus: Vec<u32>) -> LedgerEntry {
+    pub fn now(bind: bool, job: JobId, attempt: AttemptNo, gpus: Vec<GpuIndex>) -> LedgerEntry {
         LedgerEntry {
             t_us: now_us(),
             bind,
@@ -72,13 +76,13 @@ impl LedgerEntry {
             "free" => false,
             _ => return None,
         };
-        let job = f.next()?.parse().ok()?;
-        let attempt = f.next()?.parse().ok()?;
+        let job = JobId(f.next()?.parse().ok()?);
+        let attempt = AttemptNo(f.next()?.parse().ok()?);
         let gpus = f
             .next()?
             .split(',')
-            .map(|g| g.parse().ok())
-            .collect::<Option<Vec<u32>>>()?;
+            .map(|g| g.parse().ok().map(GpuIndex))
+            .collect::<Option<Vec<GpuIndex>>>()?;
         if f.next().is_some() {
             return None;
         }
@@ -130,11 +134,15 @@ mod tests {
         let e = LedgerEntry {
             t_us: 1_700_000_000_000_001,
             bind: true,
-            job: 42,
-            attempt: 3,
-            gpus: vec![0, 5],
+            job: JobId(42),
+            attempt: AttemptNo(3),
+            gpus: vec![GpuIndex(0), GpuIndex(5)],
         };
         assert_eq!(LedgerEntry::parse(&e.to_line()), Some(e.clone()));
+        assert_eq!(
+            LedgerEntry::parse("1700000000000001 bind 42 3 0,5"),
+            Some(e.clone())
+        );
         let f = LedgerEntry { bind: false, ..e };
         assert_eq!(LedgerEntry::parse(&f.to_line()), Some(f));
         for bad in [
@@ -156,8 +164,16 @@ mod tests {
         std::fs::create_dir_all(&attempt).unwrap();
         let path = ledger_of_attempt(&attempt).unwrap();
         assert_eq!(path, dir.path().join(GPU_LEDGER));
-        append(&path, &LedgerEntry::now(true, 7, 1, vec![1])).unwrap();
-        append(&path, &LedgerEntry::now(false, 7, 1, vec![1])).unwrap();
+        append(
+            &path,
+            &LedgerEntry::now(true, JobId(7), AttemptNo(1), vec![GpuIndex(1)]),
+        )
+        .unwrap();
+        append(
+            &path,
+            &LedgerEntry::now(false, JobId(7), AttemptNo(1), vec![GpuIndex(1)]),
+        )
+        .unwrap();
         std::fs::OpenOptions::new()
             .append(true)
             .open(&path)

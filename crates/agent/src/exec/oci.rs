@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
+use tranche_model::GpuIndex;
 
-use super::{files, image, job_env, ExecError, LaunchSpec, Plan, DEFAULT_PATH, OCI_RUNTIME_ENV};
+use super::spool::{files, Plan};
+use super::{image, job_env, ExecError, LaunchSpec, DEFAULT_PATH, OCI_RUNTIME_ENV};
 
 /// Major number of the NVIDIA character devices.
 pub(crate) const NVIDIA_MAJOR: u64 = 195;
@@ -97,7 +99,7 @@ pub(crate) fn gpu_devices(spec: &LaunchSpec) -> Result<Vec<Device>, ExecError> {
             out.push(Device {
                 path: format!("/dev/nvidia{}", g.index),
                 major: NVIDIA_MAJOR,
-                minor: u64::from(g.index),
+                minor: u64::from(g.index.0),
             });
         }
         out.push(Device {
@@ -145,7 +147,7 @@ pub(crate) fn container_env(spec: &LaunchSpec, image_env: &[String]) -> BTreeMap
         }
     }
     env.extend(job_env(spec));
-    let mut sorted: Vec<u32> = spec.gpus.iter().map(|g| g.index).collect();
+    let mut sorted: Vec<GpuIndex> = spec.gpus.iter().map(|g| g.index).collect();
     sorted.sort_unstable();
     let local: Vec<String> = spec
         .gpus
@@ -389,8 +391,8 @@ mod tests {
 
     fn spec() -> LaunchSpec {
         LaunchSpec {
-            job: 1,
-            attempt: 0,
+            job: tranche_model::JobId(1),
+            attempt: crate::exec::AttemptNo(0),
             restart_count: 0,
             share: "s".into(),
             image: "/x".into(),
@@ -402,11 +404,11 @@ mod tests {
             memory_mb: 512,
             gpus: vec![
                 BoundGpu {
-                    index: 5,
+                    index: GpuIndex(5),
                     uuid: "GPU-5".into(),
                 },
                 BoundGpu {
-                    index: 2,
+                    index: GpuIndex(2),
                     uuid: "GPU-2".into(),
                 },
             ],
@@ -460,7 +462,7 @@ mod tests {
     fn real_devices_must_exist() {
         let mut s = spec();
         s.fake_devices = false;
-        s.gpus[0].index = 9999;
+        s.gpus[0].index = GpuIndex(9999);
         let e = gpu_devices(&s).unwrap_err().to_string();
         assert!(e.contains("/dev/nvidia9999"), "{e}");
     }

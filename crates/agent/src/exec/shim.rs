@@ -14,10 +14,13 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::libc;
 use nix::unistd::ForkResult;
+use tranche_model::{GpuIndex, JobId};
 
 use super::ledger::{self, LedgerEntry};
+use super::spec::AttemptNo;
+use super::spool::{files, Plan};
 use super::DEFAULT_PATH;
-use super::{files, fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec, Plan};
+use super::{fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec};
 
 fn log(dir: &Path, msg: &str) {
     eprintln!(
@@ -90,7 +93,7 @@ fn supervise(dir: &Path) -> Result<(), String> {
         .then(|| ledger::ledger_of_attempt(dir))
         .flatten()
         .map(|path| {
-            let gpus: Vec<u32> = spec.gpus.iter().map(|g| g.index).collect();
+            let gpus: Vec<GpuIndex> = spec.gpus.iter().map(|g| g.index).collect();
             (path, spec.job, spec.attempt, gpus)
         });
     if let Some((path, job, attempt, gpus)) = &ledger {
@@ -114,7 +117,7 @@ fn supervise(dir: &Path) -> Result<(), String> {
 }
 
 /// An attempt's GPU ledger file, job, attempt and GPU indices.
-type LedgerNote = (std::path::PathBuf, u64, u32, Vec<u32>);
+type LedgerNote = (std::path::PathBuf, JobId, AttemptNo, Vec<GpuIndex>);
 
 /// Cleans up and records the outcome: `launch_error` (first, so that whoever sees
 /// `exit.json` sees it too) for a job that could not be started, and `exit.json`.

@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
+use tranche_model::{GpuIndex, JobId};
+
 use tranche_agent::exec::{
-    Attempt, BoundGpu, CgroupDirs, CgroupMode, Executors, ExitStatus, KillMethod, LaunchSpec,
-    StopOutcome,
+    Attempt, AttemptNo, BoundGpu, CgroupDirs, CgroupMode, Executors, ExitStatus, KillMethod,
+    LaunchSpec, StopOutcome,
 };
 
 /// Makes shims run from the `tranche-agent` binary built for these tests.
@@ -30,16 +32,16 @@ pub fn init() {
 
 /// A job id unique to this test process and call, so that parallel tests (and test
 /// binaries) never share a cgroup or container name.
-pub fn job_id() -> u64 {
+pub fn job_id() -> JobId {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    (u64::from(std::process::id()) << 16) | NEXT.fetch_add(1, Ordering::Relaxed)
+    JobId((u64::from(std::process::id()) << 16) | NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A spec for `image` running `command`, no GPU, no limit.
 pub fn spec(image: &str, command: &[&str]) -> LaunchSpec {
     LaunchSpec {
         job: job_id(),
-        attempt: 0,
+        attempt: AttemptNo(0),
         restart_count: 0,
         share: "research".into(),
         image: image.into(),
@@ -59,7 +61,7 @@ pub fn gpus(indices: &[u32]) -> Vec<BoundGpu> {
     indices
         .iter()
         .map(|&index| BoundGpu {
-            index,
+            index: GpuIndex(index),
             uuid: format!("GPU-fake-{index}"),
         })
         .collect()

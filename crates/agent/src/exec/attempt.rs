@@ -1,0 +1,403 @@
+//! One attempt on this node once started: watching it (its processes, its exit),
+//! signalling and stopping it within its grace period, and reaping it (undoing what
+//! outlives its processes, acknowledging its exit).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use tranche_model::JobId;
+
+use super::spec::AttemptNo;
+use super::spool::{
+    cgroup_name, files, kept_logs, read_exit, read_pid_file, read_shim_pid, remove_attempt_dir,
+    shim_alive, ExecKind, ExitStatus, Plan,
+};
+use super::{fsutil, oci, procfs, ExecError, LaunchSpec};
+
+/// How [`Attempt::kill_all`] killed the processes of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillMethod {
+    /// cgroup v2's `cgroup.kill`: the kernel killed every process of the cgroup at once,
+    /// including any forked meanwhile.
+    CgroupKill,
+    /// SIGKILL sent to each process of the job.
+    Signals,
+}
+
+impl fmt::Display for KillMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KillMethod::CgroupKill => "cgroup.kill",
+            KillMethod::Signals => "SIGKILL to each process",
+        })
+    }
+}
+
+/// What [`Attempt::stop`] had to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// Every process of the job was gone within the grace period (or before the
+    /// signal was sent).
+    ExitedInGrace {
+        /// How the attempt ended.
+        status: ExitStatus,
+    },
+    /// The grace period ran out; every process of the job was killed with SIGKILL.
+    Killed {
+        /// How the attempt ended.
+        status: ExitStatus,
+        /// How the processes were killed (`cgroup.kill` if it was used at all).
+        via: KillMethod,
+    },
+}
+
+impl StopOutcome {
+    /// The exit status, whichever way the attempt ended.
+    pub fn status(&self) -> &ExitStatus {
+        match self {
+            StopOutcome::ExitedInGrace { status } | StopOutcome::Killed { status, .. } => status,
+        }
+    }
+}
+
+/// The cgroup directories of an attempt ([`Attempt::cgroup_dirs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupDirs {
+    /// The directory whose `cgroup.procs` lists every process of the job.
+    pub track: PathBuf,
+    /// `track` is in a cgroup v2 hierarchy.
+    pub v2: bool,
+    /// Every directory the job joined, `track` first.
+    pub all: Vec<PathBuf>,
+    /// Where the agent wrote its memory limit, and whether that is a v2 directory
+    /// (process jobs only: a container's limits are its runtime's).
+    pub memory: Option<(PathBuf, bool)>,
+    /// Where the agent wrote its CPU limit, and whether that is a v2 directory.
+    pub cpu: Option<(PathBuf, bool)>,
+}
+
+/// One attempt of a job on this node, started by
+/// [`Executors::start`](super::Executors::start) or found again by
+/// [`Executors::adopt`](super::Executors::adopt). Dropping it changes nothing: the job
+/// keeps running under its shim.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub(super) job: JobId,
+    pub(super) attempt: AttemptNo,
+    pub(super) dir: PathBuf,
+    pub(super) spec: LaunchSpec,
+    pub(super) plan: Plan,
+}
+
+impl Attempt {
+    /// The job's id.
+    pub fn job(&self) -> JobId {
+        self.job
+    }
+
+    /// The attempt number.
+    pub fn attempt(&self) -> AttemptNo {
+        self.attempt
+    }
+
+    /// The attempt's cgroup name, below `tranche/` in each hierarchy used.
+    pub fn cgroup_name(&self) -> String {
+        let attempts = self.dir.parent().unwrap_or(Path::new("/"));
+        let spool = attempts.parent().unwrap_or(attempts);
+        cgroup_name(spool, self.job, self.attempt)
+    }
+
+    /// The attempt's cgroup directories, as decided when it started; `None` for an
+    /// attempt tracked without a cgroup (by process group and shim descendants).
+    pub fn cgroup_dirs(&self) -> Option<CgroupDirs> {
+        let cg = self.plan.cgroup.as_ref()?;
+        Some(CgroupDirs {
+            track: cg.track.clone(),
+            v2: cg.v2,
+            all: cg.dirs(),
+            memory: cg.memory.clone(),
+            cpu: cg.cpu.clone(),
+        })
+    }
+
+    /// The attempt directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Which executor runs it.
+    pub fn kind(&self) -> ExecKind {
+        self.plan.kind
+    }
+
+    /// The spec it was started with.
+    pub fn spec(&self) -> &LaunchSpec {
+        &self.spec
+    }
+
+    /// The job's stdout and stderr files.
+    pub fn log_paths(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join(files::STDOUT), self.dir.join(files::STDERR))
+    }
+
+    /// Why the job could not be launched, if it could not.
+    pub fn launch_error(&self) -> Option<String> {
+        fsutil::read_string(&self.dir.join(files::LAUNCH_ERROR)).map(|s| s.trim().to_string())
+    }
+
+    /// How the attempt ended; `None` while some process of it may be left.
+    /// Non-blocking. If the shim has vanished (killed, or the node rebooted) and no
+    /// process of the job is left, the attempt is settled as lost (neither code nor
+    /// signal). An attempt whose directory is gone was acknowledged by another handle
+    /// of it: it has ended, and its status is no longer known here.
+    pub fn exit(&self) -> Option<ExitStatus> {
+        let path = self.dir.join(files::EXIT);
+        if let Some(st) = read_exit(&path) {
+            return Some(st);
+        }
+        if shim_alive(&self.dir) || !self.procs().is_empty() {
+            return None;
+        }
+        // The shim may have written exit.json just before it went away.
+        if let Some(st) = read_exit(&path) {
+            return Some(st);
+        }
+        let st = ExitStatus {
+            code: None,
+            signal: None,
+            at_ms: fsutil::now_ms(),
+        };
+        if !self.dir.exists() {
+            // Acknowledged and cleared by another handle of the attempt: it ended, and
+            // the controllers have its exit.
+            return Some(st);
+        }
+        cleanup_attempt(&self.dir, &self.plan);
+        match fsutil::write_json(&path, &st) {
+            Ok(()) => Some(st),
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
+    }
+
+    /// True while some process of the job is left.
+    pub fn alive(&self) -> bool {
+        if self.dir.join(files::EXIT).exists() {
+            return false;
+        }
+        !self.procs().is_empty()
+    }
+
+    /// Every process of the job (host pids).
+    fn procs(&self) -> Vec<i32> {
+        if let Some(cg) = &self.plan.cgroup {
+            if cg.exists() {
+                return cg.procs();
+            }
+        }
+        match self.plan.kind {
+            ExecKind::Process => {
+                let pgid = read_pid_file(&self.dir).and_then(|(_, p)| p);
+                let shim = read_shim_pid(&self.dir).filter(|&(p, st)| procfs::alive(p, Some(st)));
+                procfs::job_processes(pgid, shim.map(|(p, _)| p))
+            }
+            ExecKind::Oci => {
+                // Without a cgroup: the container's init (its pid namespace dies with it).
+                match read_pid_file(&self.dir).and_then(|(_, p)| p) {
+                    Some(p) if self.plan.cgroup.is_none() && procfs::alive(p, None) => vec![p],
+                    _ => Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// Sends `sig` to every process of the job (the cgroup's processes; for the process
+    /// executor without a cgroup, its process group and every descendant of its shim;
+    /// for OCI `runc kill --all`, falling back to the container's cgroup). A job with no
+    /// process left is not an error.
+    pub fn signal(&self, sig: i32) -> Result<(), ExecError> {
+        if !(1..=64).contains(&sig) {
+            return Err(ExecError::BadSignal {
+                name: sig.to_string(),
+                reason: "out of range".into(),
+            });
+        }
+        if self.dir.join(files::EXIT).exists() {
+            return Ok(());
+        }
+        let target = || format!("job {} attempt {}", self.job, self.attempt);
+        // The attempt's cgroup holds every process of the job, containers included:
+        // signalling its members directly is what `runc kill --all` does, without
+        // starting a runc process first (tens of milliseconds on a busy node).
+        if let Some(cg) = &self.plan.cgroup {
+            if cg.exists() {
+                return cg.signal(sig).map_err(|e| ExecError::Signal {
+                    signal: sig,
+                    target: target(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+        if self.plan.kind == ExecKind::Oci && oci::kill(&self.plan, sig).is_ok() {
+            return Ok(());
+        }
+        let mut first_err = None;
+        if self.plan.kind == ExecKind::Process {
+            if let Some(pgid) = read_pid_file(&self.dir).and_then(|(_, p)| p) {
+                match procfs::kill(-pgid, sig) {
+                    Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                    Err(e) => first_err = Some(e),
+                }
+            }
+        }
+        for p in self.procs() {
+            match procfs::kill(p, sig) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        match first_err {
+            None => Ok(()),
+            Some(e) => Err(ExecError::Signal {
+                signal: sig,
+                target: target(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Sends SIGKILL to every process of the job: with `cgroup.kill` where its cgroup
+    /// is a v2 one, else to each process.
+    pub fn kill_all(&self) -> Result<KillMethod, ExecError> {
+        if let Some(cg) = &self.plan.cgroup {
+            if cg.exists() && cg.kill_all_fast() {
+                return Ok(KillMethod::CgroupKill);
+            }
+        }
+        self.signal(nix::libc::SIGKILL)?;
+        Ok(KillMethod::Signals)
+    }
+
+    /// Stops the attempt: sends `sig` to every process of the job, waits up to `grace`
+    /// for none to be left, then sends SIGKILL to every process until none is left.
+    /// Blocks until the shim has written the exit status too.
+    pub fn stop(&self, sig: i32, grace: Duration) -> StopOutcome {
+        let t0 = Instant::now();
+        if let Some(status) = read_exit(&self.dir.join(files::EXIT)) {
+            return StopOutcome::ExitedInGrace { status };
+        }
+        if let Err(e) = self.signal(sig) {
+            tracing::warn!("{e}");
+        }
+        let deadline = t0 + grace;
+        loop {
+            if !self.alive() {
+                return StopOutcome::ExitedInGrace {
+                    status: self.wait_exit(),
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            sleep((deadline - now).min(Duration::from_millis(10)));
+        }
+        let mut last_kill: Option<Instant> = None;
+        let mut via = KillMethod::Signals;
+        while self.alive() {
+            if last_kill.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+                match self.kill_all() {
+                    Ok(KillMethod::CgroupKill) => via = KillMethod::CgroupKill,
+                    Ok(KillMethod::Signals) => {}
+                    Err(e) => tracing::warn!("{e}"),
+                }
+                last_kill = Some(Instant::now());
+            }
+            sleep(Duration::from_millis(5));
+        }
+        StopOutcome::Killed {
+            status: self.wait_exit(),
+            via,
+        }
+    }
+
+    /// Waits for the exit status once no process is left.
+    fn wait_exit(&self) -> ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.exit() {
+                return st;
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                // The shim is stuck (e.g. in the runtime's delete): settle it here.
+                let st = ExitStatus {
+                    code: None,
+                    signal: None,
+                    at_ms: fsutil::now_ms(),
+                };
+                tracing::warn!(
+                    "job {} attempt {}: no exit status from the shim 30 s after the job's \
+                     processes were gone; recording it as lost",
+                    self.job,
+                    self.attempt
+                );
+                let _ = fsutil::write_json(&self.dir.join(files::EXIT), &st);
+                return st;
+            }
+            sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The controller has the exit: removes the attempt directory, so that
+    /// [`Executors::adopt`](super::Executors::adopt) no longer returns it. Fails while
+    /// the attempt has not ended (its exit status is not there yet).
+    pub fn acknowledge(&self) -> Result<(), ExecError> {
+        if self.exit().is_none() {
+            return Err(ExecError::StillRunning {
+                job: self.job,
+                attempt: self.attempt,
+            });
+        }
+        cleanup_attempt(&self.dir, &self.plan);
+        let parent = self.dir.parent().unwrap_or(Path::new("/"));
+        // The output outlives the attempt dir: it moves to `<spool>/logs`.
+        let spool = parent.parent().unwrap_or(parent);
+        let (out, err) = self.log_paths();
+        let (kept_out, kept_err) = kept_logs(spool, self.job, self.attempt);
+        if let Some(logs) = kept_out.parent() {
+            let _ = std::fs::create_dir_all(logs);
+        }
+        for (from, to) in [(out, kept_out), (err, kept_err)] {
+            if from.exists() {
+                if let Err(e) = std::fs::rename(&from, &to) {
+                    tracing::warn!("cannot keep {}: {e}", from.display());
+                }
+            }
+        }
+        remove_attempt_dir(parent, &self.dir);
+        Ok(())
+    }
+}
+
+/// Undoes what may outlive the job's processes when its shim is gone: the container's
+/// runtime state, the overlay mount and the cgroups.
+pub(super) fn cleanup_attempt(dir: &Path, plan: &Plan) {
+    if shim_alive(dir) {
+        return;
+    }
+    if plan.kind == ExecKind::Oci {
+        oci::delete_stale(plan);
+    }
+    if let Some(m) = &plan.rootfs_mount {
+        oci::unmount(m);
+    }
+    if let Some(cg) = &plan.cgroup {
+        if cg.exists() && cg.procs().is_empty() {
+            cg.remove();
+        }
+    }
+}

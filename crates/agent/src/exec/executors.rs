@@ -1,0 +1,422 @@
+//! The executors of one node: the spool and runtime set-up, starting an attempt (its
+//! plan, cgroup or container bundle, and shim), and adopting the attempts an earlier
+//! agent process left running.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use super::attempt::{cleanup_attempt, Attempt};
+use super::cgroup::{self, Cgroups};
+use super::spec::validate;
+use super::spool::{
+    attempt_name, cgroup_name, container_id, files, parse_attempt_name, remove_attempt_dir,
+    shim_alive, ExecKind, Plan,
+};
+use super::{fsutil, image, oci, CgroupMode, ExecError, LaunchSpec, AGENT_BIN_ENV};
+
+/// How long [`Executors::start`] waits for the shim to report the job running.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The executors of one node: the spool directory, the OCI runtime found on the node
+/// and the cgroup support detected.
+///
+/// Cgroups: the attempt's cgroup is `tranche/<spool>-<job>.<attempt>` (see
+/// [`Attempt::cgroup_name`]) below the root of each
+/// hierarchy used. A process job's processes are tracked (found, signalled, counted) as
+/// [`CgroupMode`] says: by default in the v1 `pids` hierarchy, else the v1 `freezer`
+/// one, else the v2 hierarchy (the unified mount of a hybrid layout, or `/sys/fs/cgroup`
+/// itself on a pure v2 node). Memory and CPU limits go into the v1 `memory` and `cpu`
+/// hierarchies, or into the v2 one where it has those controllers. Runc is given the
+/// same cgroup path (`/tranche/<spool>-<job>.<attempt>`) and chooses its hierarchies
+/// itself; a container is tracked where the default would track it.
+#[derive(Debug)]
+pub struct Executors {
+    spool: PathBuf,
+    attempts: PathBuf,
+    images: PathBuf,
+    runtime: Option<PathBuf>,
+    runtime_root: PathBuf,
+    cgroups: Cgroups,
+}
+
+impl Executors {
+    /// Executors spooling under `spool` (created with `attempts/`, `images/` and the
+    /// runtime's state directory `runc/` if missing), tracking process jobs in the
+    /// cgroup hierarchy [`CgroupMode::Auto`] chooses.
+    pub fn new(spool: &Path) -> Result<Executors, ExecError> {
+        Executors::with_cgroups(spool, CgroupMode::Auto)
+    }
+
+    /// Executors as [`Executors::new`], tracking process jobs in the cgroup hierarchy
+    /// `mode` asks for; refused where that hierarchy cannot be used.
+    pub fn with_cgroups(spool: &Path, mode: CgroupMode) -> Result<Executors, ExecError> {
+        let spool = if spool.is_absolute() {
+            spool.to_path_buf()
+        } else {
+            std::env::current_dir()
+                .map_err(|e| ExecError::io("reading the current directory", spool, e))?
+                .join(spool)
+        };
+        let attempts = spool.join("attempts");
+        let images = spool.join("images");
+        let runtime_root = spool.join("runc");
+        for d in [&attempts, &images, &runtime_root] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| ExecError::io("creating spool directory", d, e))?;
+        }
+        let runtime = oci::find_runtime();
+        let cgroups =
+            Cgroups::detect(mode).map_err(|reason| ExecError::Cgroups { mode, reason })?;
+        if cgroups.track().is_none() {
+            tracing::warn!(
+                "no writable cgroup hierarchy: process jobs are tracked by process group and \
+                 shim descendants, and their cpu/memory limits are not enforced"
+            );
+        }
+        Ok(Executors {
+            spool,
+            attempts,
+            images,
+            runtime,
+            runtime_root,
+            cgroups,
+        })
+    }
+
+    /// The spool directory.
+    pub fn spool(&self) -> &Path {
+        &self.spool
+    }
+
+    /// The OCI runtime binary, if one was found.
+    pub fn runtime(&self) -> Option<&Path> {
+        self.runtime.as_deref()
+    }
+
+    /// A one-line description of the cgroup hierarchies in use, e.g.
+    /// `track=v1 pids /sys/fs/cgroup/pids, memory=v1 ..., cpu=v1 ..., containers=v1 ...`.
+    pub fn cgroup_summary(&self) -> String {
+        self.cgroups.describe()
+    }
+
+    /// Starts an attempt: `image = "host"` with the process executor, anything else
+    /// with the OCI executor. Returns once the job's process is running (or has
+    /// already ended); on failure nothing of the attempt is left behind and the error
+    /// names the image and command.
+    pub fn start(&self, spec: &LaunchSpec) -> Result<Attempt, ExecError> {
+        validate(spec)?;
+        let name = attempt_name(spec.job, spec.attempt);
+        let dir = self.attempts.join(&name);
+        let exists = || ExecError::AttemptExists {
+            job: spec.job,
+            attempt: spec.attempt,
+            dir: dir.clone(),
+        };
+        if dir.exists() {
+            return Err(exists());
+        }
+        let kind = if spec.image == "host" {
+            ExecKind::Process
+        } else {
+            ExecKind::Oci
+        };
+        // Everything that can fail on the image happens before the attempt exists.
+        let prepared = match kind {
+            ExecKind::Process => None,
+            ExecKind::Oci => {
+                let runtime = self.runtime.clone().ok_or_else(|| ExecError::NoRuntime {
+                    image: spec.image.clone(),
+                })?;
+                let rootfs = image::prepare(&self.images, &spec.image)?;
+                let devices = oci::gpu_devices(spec)?;
+                Some((runtime, rootfs, devices))
+            }
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(exists()),
+            Err(e) => return Err(ExecError::io("creating attempt directory", &dir, e)),
+        }
+        let mut plan = Plan {
+            kind,
+            cgroup: None,
+            runtime: None,
+            runtime_root: None,
+            container_id: None,
+            rootfs_mount: None,
+        };
+        match self.launch(spec, &dir, &mut plan, prepared) {
+            Ok(()) => Ok(Attempt {
+                job: spec.job,
+                attempt: spec.attempt,
+                dir,
+                spec: spec.clone(),
+                plan,
+            }),
+            Err(e) => {
+                // Whatever did start (a job slower to come up than the start timeout)
+                // is killed; a shim that reported the failure finishes its cleanup.
+                let partial = Attempt {
+                    job: spec.job,
+                    attempt: spec.attempt,
+                    dir: dir.clone(),
+                    spec: spec.clone(),
+                    plan: plan.clone(),
+                };
+                let t0 = Instant::now();
+                while (partial.alive() || shim_alive(&dir))
+                    && t0.elapsed() < Duration::from_secs(10)
+                {
+                    if partial.alive() {
+                        let _ = partial.kill_all();
+                    }
+                    sleep(Duration::from_millis(10));
+                }
+                cleanup_attempt(&dir, &plan);
+                remove_attempt_dir(&self.attempts, &dir);
+                Err(e)
+            }
+        }
+    }
+
+    fn launch(
+        &self,
+        spec: &LaunchSpec,
+        dir: &Path,
+        plan: &mut Plan,
+        prepared: Option<(PathBuf, image::Prepared, Vec<oci::Device>)>,
+    ) -> Result<(), ExecError> {
+        fsutil::write_json(&dir.join(files::SPEC), spec)?;
+        match prepared {
+            None => {
+                let cg_name = cgroup_name(&self.spool, spec.job, spec.attempt);
+                if let Some(cg) = self.cgroups.plan_for(&cg_name, spec.cpus, spec.memory_mb) {
+                    if (spec.memory_mb > 0 && cg.memory.is_none())
+                        || (spec.cpus > 0 && cg.cpu.is_none())
+                    {
+                        tracing::warn!(
+                            "job {} attempt {}: no writable memory or cpu cgroup, its limits \
+                             are not all enforced ({})",
+                            spec.job,
+                            spec.attempt,
+                            self.cgroups.describe()
+                        );
+                    }
+                    cg.clear_leftover();
+                    match cg.create(spec.cpus, spec.memory_mb) {
+                        Ok(()) => plan.cgroup = Some(cg),
+                        Err(e) => {
+                            tracing::warn!(
+                                "job {} attempt {}: cannot create its cgroup ({e}); tracking it \
+                                 by process group and shim descendants instead",
+                                spec.job,
+                                spec.attempt
+                            );
+                            cg.remove();
+                        }
+                    }
+                } else if spec.cpus > 0 || spec.memory_mb > 0 {
+                    tracing::warn!(
+                        "job {} attempt {}: no writable cgroup, cpu/memory limits not enforced",
+                        spec.job,
+                        spec.attempt
+                    );
+                }
+            }
+            Some((runtime, rootfs, devices)) => {
+                let id = container_id(spec.job, spec.attempt);
+                plan.runtime = Some(runtime);
+                plan.runtime_root = Some(self.runtime_root.clone());
+                plan.container_id = Some(id);
+                let cg_name = cgroup_name(&self.spool, spec.job, spec.attempt);
+                plan.cgroup = self.cgroups.runtime_plan_for(&cg_name);
+                oci::clear_leftover(plan);
+                let bundle = dir.join(files::BUNDLE);
+                std::fs::create_dir(&bundle)
+                    .map_err(|e| ExecError::io("creating bundle directory", &bundle, e))?;
+                let root = if rootfs.shared {
+                    match oci::mount_overlay(&rootfs.path, &bundle) {
+                        Ok(merged) => {
+                            plan.rootfs_mount = Some(merged.clone());
+                            merged
+                        }
+                        Err(e) => {
+                            tracing::warn!(
+                                "job {} attempt {}: cannot mount an overlay over the cached \
+                                 image rootfs ({e}); the container writes into the cache at {}",
+                                spec.job,
+                                spec.attempt,
+                                rootfs.path.display()
+                            );
+                            rootfs.path.clone()
+                        }
+                    }
+                } else {
+                    rootfs.path.clone()
+                };
+                let config = oci::config(
+                    spec,
+                    &root,
+                    &rootfs,
+                    &devices,
+                    &cgroup::runtime_path(&cg_name),
+                );
+                fsutil::write_json(&bundle.join("config.json"), &config)?;
+            }
+        }
+        fsutil::write_json(&dir.join(files::PLAN), plan)?;
+        self.spawn_shim(spec, dir)
+    }
+
+    fn spawn_shim(&self, spec: &LaunchSpec, dir: &Path) -> Result<(), ExecError> {
+        let launch_err = |reason: String| ExecError::Launch {
+            job: spec.job,
+            attempt: spec.attempt,
+            image: spec.image.clone(),
+            command: spec.command_line(),
+            reason,
+        };
+        let bin = match std::env::var_os(AGENT_BIN_ENV) {
+            Some(b) if !b.is_empty() => PathBuf::from(b),
+            _ => std::env::current_exe()
+                .map_err(|e| launch_err(format!("cannot locate the tranche-agent binary: {e}")))?,
+        };
+        let log_path = dir.join(files::SHIM_LOG);
+        let log = fsutil::open_append(&log_path)?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| ExecError::io("duplicating", &log_path, e))?;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("shim")
+            .arg("--dir")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid().map_err(io::Error::from)?;
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            launch_err(format!(
+                "cannot run the shim `{} shim` (set {AGENT_BIN_ENV}?): {e}",
+                bin.display()
+            ))
+        })?;
+        // The shim forks at once and its first process exits: reap it.
+        let st = child
+            .wait()
+            .map_err(|e| launch_err(format!("waiting for the shim: {e}")))?;
+        if !st.success() {
+            return Err(launch_err(format!(
+                "the shim failed ({st}): {}",
+                fsutil::tail(&log_path, 2000)
+            )));
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut nap = Duration::from_millis(1);
+        loop {
+            if let Some(msg) = fsutil::read_string(&dir.join(files::LAUNCH_ERROR)) {
+                return Err(launch_err(msg.trim().to_string()));
+            }
+            if dir.join(files::PID).exists() || dir.join(files::EXIT).exists() {
+                return Ok(());
+            }
+            if !shim_alive(dir) {
+                // Re-check: the shim may have written its files just before exiting.
+                if let Some(msg) = fsutil::read_string(&dir.join(files::LAUNCH_ERROR)) {
+                    return Err(launch_err(msg.trim().to_string()));
+                }
+                if dir.join(files::PID).exists() || dir.join(files::EXIT).exists() {
+                    return Ok(());
+                }
+                return Err(launch_err(format!(
+                    "the shim exited without starting the job: {}",
+                    fsutil::tail(&log_path, 2000)
+                )));
+            }
+            if Instant::now() >= deadline {
+                return Err(launch_err(format!(
+                    "the job was not running after {} s",
+                    START_TIMEOUT.as_secs()
+                )));
+            }
+            sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Every attempt in the spool that has not been acknowledged: running ones, and
+    /// ended ones whose exit the controller has not acknowledged yet, ordered by job
+    /// and attempt. An attempt whose shim and processes are all gone without an
+    /// `exit.json` (the node lost the shim) is given an exit with neither code nor
+    /// signal. Meant for agent start-up, before new attempts are started.
+    pub fn adopt(&self) -> Result<Vec<Attempt>, ExecError> {
+        let rd = std::fs::read_dir(&self.attempts)
+            .map_err(|e| ExecError::io("listing attempts", &self.attempts, e))?;
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| ExecError::io("listing attempts", &self.attempts, e))?;
+            let fname = ent.file_name();
+            let Some(fname) = fname.to_str() else {
+                continue;
+            };
+            let path = ent.path();
+            if fname.starts_with('.') {
+                // An acknowledged attempt whose removal was interrupted.
+                if fname.starts_with(".acked-") {
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                continue;
+            }
+            let Some((job, attempt)) = parse_attempt_name(fname) else {
+                continue;
+            };
+            let spec: LaunchSpec = match fsutil::read_json(&path.join(files::SPEC)) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("skipping attempt directory {}: {e}", path.display());
+                    continue;
+                }
+            };
+            let plan: Plan = match fsutil::read_json(&path.join(files::PLAN)) {
+                Ok(p) => p,
+                Err(_) => {
+                    // The agent died before it started the shim: the job never ran.
+                    let plan = Plan {
+                        kind: if spec.image == "host" {
+                            ExecKind::Process
+                        } else {
+                            ExecKind::Oci
+                        },
+                        cgroup: None,
+                        runtime: None,
+                        runtime_root: None,
+                        container_id: None,
+                        rootfs_mount: None,
+                    };
+                    fsutil::write_json(&path.join(files::PLAN), &plan)?;
+                    plan
+                }
+            };
+            let a = Attempt {
+                job,
+                attempt,
+                dir: path,
+                spec,
+                plan,
+            };
+            a.exit(); // settles lost attempts
+            out.push(a);
+        }
+        out.sort_by_key(|a| (a.job, a.attempt));
+        Ok(out)
+    }
+}

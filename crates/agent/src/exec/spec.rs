@@ -1,0 +1,256 @@
+//! The attempt spec: the typed description of one attempt of a job as the agent runs
+//! it (written to the attempt directory as `spec.json`), its checks, and the
+//! environment a job gets from it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use tranche_model::{GpuIndex, JobId};
+
+use super::ExecError;
+
+/// An attempt's number within its job, as the controllers count attempts; `(job,
+/// attempt)` names one attempt on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AttemptNo(pub u32);
+
+impl fmt::Display for AttemptNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One GPU bound to an attempt: its index on the node (NVML order, which is PCI bus
+/// order) and its UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundGpu {
+    /// Index of the GPU on the node (`/dev/nvidia<index>`).
+    pub index: GpuIndex,
+    /// The GPU's UUID, e.g. `GPU-5f1c...`.
+    pub uuid: String,
+}
+
+/// Everything an executor needs to run one attempt of a job on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    /// The job's id.
+    pub job: JobId,
+    /// The attempt number; `(job, attempt)` names the attempt on this node.
+    pub attempt: AttemptNo,
+    /// How many times the job has been restarted before this attempt.
+    pub restart_count: u32,
+    /// The quota share the job runs in.
+    pub share: String,
+    /// `"host"` runs the command as a plain process on the node; anything else is an
+    /// absolute path to a rootfs directory, an OCI image layout directory, or a
+    /// `.tar`/`.tar.gz` archive of an OCI image layout, run in a container.
+    pub image: String,
+    /// The program and its arguments (no shell is added).
+    pub command: Vec<String>,
+    /// Environment of the job (Tranche adds the variables of [`job_env`]).
+    pub env: BTreeMap<String, String>,
+    /// Working directory; unset: the image's working directory, or `/`.
+    pub cwd: Option<String>,
+    /// `(uid, gid)` the job runs as (inside the container for OCI); unset: root.
+    pub user: Option<(u32, u32)>,
+    /// CPU limit in whole CPUs (CFS quota); 0 = no limit.
+    pub cpus: u32,
+    /// Memory limit in MiB; 0 = no limit.
+    pub memory_mb: u64,
+    /// The GPUs allocated to the attempt, in allocation order.
+    pub gpus: Vec<BoundGpu>,
+    /// The GPUs come from the fake inventory: their device nodes are synthesized
+    /// (major 195, minor = index; `nvidiactl` 195:255) instead of read from `/dev`.
+    pub fake_devices: bool,
+}
+
+impl LaunchSpec {
+    /// The command as one line, for messages.
+    pub(super) fn command_line(&self) -> String {
+        self.command.join(" ")
+    }
+}
+
+/// The environment of an attempt: `spec.env`, then (overriding it)
+///
+/// * `CUDA_VISIBLE_DEVICES`: the GPU indices in allocation order, comma-separated
+///   (`""` with no GPU, so the job sees none),
+/// * `NVIDIA_VISIBLE_DEVICES`: their UUIDs, comma-separated (`"void"` with no GPU),
+/// * `CUDA_DEVICE_ORDER=PCI_BUS_ID` (so CUDA numbers GPUs as NVML and the node do),
+/// * `TRANCHE_JOB_ID`, `TRANCHE_ATTEMPT`, `TRANCHE_RESTART_COUNT`, `TRANCHE_SHARE`.
+///
+/// This is the environment of a process-executor job. Inside an OCI container only the
+/// allocated GPUs' device nodes exist, so CUDA numbers them from 0 in PCI order; the
+/// OCI executor therefore rewrites `CUDA_VISIBLE_DEVICES` to those container ordinals,
+/// still in allocation order (GPUs 5 and 2 become `1,0`), and adds
+/// `TRANCHE_GPU_HOST_INDICES` with the node's indices.
+pub fn job_env(spec: &LaunchSpec) -> BTreeMap<String, String> {
+    let mut env = spec.env.clone();
+    let (cuda, nvidia) = if spec.gpus.is_empty() {
+        (String::new(), "void".to_string())
+    } else {
+        (
+            spec.gpus
+                .iter()
+                .map(|g| g.index.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            spec.gpus
+                .iter()
+                .map(|g| g.uuid.clone())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+    };
+    env.insert("CUDA_VISIBLE_DEVICES".into(), cuda);
+    env.insert("NVIDIA_VISIBLE_DEVICES".into(), nvidia);
+    env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+    env.insert("TRANCHE_JOB_ID".into(), spec.job.to_string());
+    env.insert("TRANCHE_ATTEMPT".into(), spec.attempt.to_string());
+    env.insert(
+        "TRANCHE_RESTART_COUNT".into(),
+        spec.restart_count.to_string(),
+    );
+    env.insert("TRANCHE_SHARE".into(), spec.share.clone());
+    env
+}
+
+pub(super) fn validate(spec: &LaunchSpec) -> Result<(), ExecError> {
+    let bad = |field, reason: &str| ExecError::Spec {
+        field,
+        reason: reason.to_string(),
+    };
+    if spec.command.is_empty() || spec.command[0].is_empty() {
+        return Err(bad("command", "empty: name the program to run"));
+    }
+    if spec.command.iter().any(|a| a.contains('\0')) {
+        return Err(bad("command", "contains a NUL byte"));
+    }
+    if spec.image.is_empty() {
+        return Err(bad(
+            "image",
+            "empty: use \"host\", a rootfs directory, or an OCI image layout or archive",
+        ));
+    }
+    for (k, v) in &spec.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(ExecError::Spec {
+                field: "env",
+                reason: format!("invalid variable name `{k}`"),
+            });
+        }
+        if v.contains('\0') {
+            return Err(ExecError::Spec {
+                field: "env",
+                reason: format!("value of `{k}` contains a NUL byte"),
+            });
+        }
+    }
+    if let Some(cwd) = &spec.cwd {
+        if !cwd.starts_with('/') {
+            return Err(ExecError::Spec {
+                field: "cwd",
+                reason: format!("`{cwd}` is not an absolute path"),
+            });
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for g in &spec.gpus {
+        if !seen.insert(g.index) {
+            return Err(ExecError::Spec {
+                field: "gpus",
+                reason: format!("GPU index {} listed twice", g.index),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> LaunchSpec {
+        LaunchSpec {
+            job: JobId(7),
+            attempt: AttemptNo(2),
+            restart_count: 1,
+            share: "vision".into(),
+            image: "host".into(),
+            command: vec!["true".into()],
+            env: BTreeMap::from([("A".to_string(), "1".to_string())]),
+            cwd: None,
+            user: None,
+            cpus: 0,
+            memory_mb: 0,
+            gpus: vec![],
+            fake_devices: true,
+        }
+    }
+
+    #[test]
+    fn env_binds_gpus_in_allocation_order() {
+        let mut s = spec();
+        s.gpus = vec![
+            BoundGpu {
+                index: GpuIndex(5),
+                uuid: "GPU-b".into(),
+            },
+            BoundGpu {
+                index: GpuIndex(2),
+                uuid: "GPU-a".into(),
+            },
+        ];
+        let e = job_env(&s);
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "5,2");
+        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "GPU-b,GPU-a");
+        assert_eq!(e["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+        assert_eq!(e["TRANCHE_JOB_ID"], "7");
+        assert_eq!(e["TRANCHE_ATTEMPT"], "2");
+        assert_eq!(e["TRANCHE_RESTART_COUNT"], "1");
+        assert_eq!(e["TRANCHE_SHARE"], "vision");
+        assert_eq!(e["A"], "1");
+        s.gpus.clear();
+        s.env
+            .insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into());
+        let e = job_env(&s);
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "");
+        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "void");
+    }
+
+    /// `spec.json` of an attempt in the spool: ids and GPU indices are plain numbers, so
+    /// an attempt directory written by any agent of this format is read back.
+    #[test]
+    fn spec_json_encodes_ids_as_numbers() {
+        let on_disk = serde_json::json!({
+            "job": 7, "attempt": 2, "restart_count": 1, "share": "vision", "image": "host",
+            "command": ["true"], "env": {"A": "1"}, "cwd": null, "user": [1000, 100],
+            "cpus": 0, "memory_mb": 0, "gpus": [{"index": 5, "uuid": "GPU-b"}],
+            "fake_devices": true
+        });
+        let mut want = spec();
+        want.user = Some((1000, 100));
+        want.gpus = vec![BoundGpu {
+            index: GpuIndex(5),
+            uuid: "GPU-b".into(),
+        }];
+        let read: LaunchSpec = serde_json::from_value(on_disk.clone()).unwrap();
+        assert_eq!(read, want);
+        assert_eq!(serde_json::to_value(&want).unwrap(), on_disk);
+    }
+
+    #[test]
+    fn invalid_specs_name_the_field() {
+        let mut s = spec();
+        s.command.clear();
+        assert!(validate(&s).unwrap_err().to_string().contains("`command`"));
+        let mut s = spec();
+        s.cwd = Some("rel".into());
+        assert!(validate(&s).unwrap_err().to_string().contains("`cwd`"));
+        let mut s = spec();
+        s.env.insert("A=B".into(), "x".into());
+        assert!(validate(&s).unwrap_err().to_string().contains("`env`"));
+    }
+}

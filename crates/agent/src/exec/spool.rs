@@ -1,0 +1,198 @@
+//! The spool: the on-disk layout of the attempts (`<spool>/attempts/<job>.<attempt>/`
+//! and the files in it, `<spool>/logs/` for acknowledged attempts' output), the records
+//! kept there (`plan.json`, `exit.json`, `pid`, `shim.pid`), and the names derived from
+//! an attempt (directory, cgroup, container id).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tranche_model::JobId;
+
+use super::cgroup::CgroupPlan;
+use super::spec::AttemptNo;
+use super::{fsutil, procfs};
+
+/// Which executor runs an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecKind {
+    /// A plain process on the node (`image = "host"`).
+    Process,
+    /// An OCI container run by runc (or crun).
+    Oci,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStatus {
+    /// Exit code of the job's main process, if it exited.
+    pub code: Option<i32>,
+    /// Signal that ended the job's main process, if one did. For OCI, runc reports a
+    /// container killed by signal N as exit code 128+N, which is read as signal N.
+    /// Both `code` and `signal` are `None` when the attempt was lost (its shim vanished
+    /// or the job could not be launched).
+    pub signal: Option<i32>,
+    /// When the shim saw the last process of the job gone, in ms since the Unix epoch.
+    pub at_ms: u64,
+}
+
+impl ExitStatus {
+    /// True for exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(c), _) => write!(f, "exit code {c}"),
+            (None, Some(s)) => write!(f, "killed by signal {s}"),
+            (None, None) => write!(f, "lost (no exit status)"),
+        }
+    }
+}
+
+/// What the agent decided for an attempt (`plan.json`); read by the shim and by a
+/// re-adopting agent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Plan {
+    pub kind: ExecKind,
+    /// The attempt's cgroup (process: created by the agent; OCI: where runc puts it).
+    #[serde(default)]
+    pub cgroup: Option<CgroupPlan>,
+    /// OCI: the runtime binary.
+    #[serde(default)]
+    pub runtime: Option<PathBuf>,
+    /// OCI: the runtime's state directory (`--root`).
+    #[serde(default)]
+    pub runtime_root: Option<PathBuf>,
+    /// OCI: the container id.
+    #[serde(default)]
+    pub container_id: Option<String>,
+    /// OCI: an overlay mounted by the agent as the container's rootfs, unmounted by
+    /// the shim when the container is gone.
+    #[serde(default)]
+    pub rootfs_mount: Option<PathBuf>,
+}
+
+/// Names of the files of an attempt directory.
+pub(crate) mod files {
+    pub const SPEC: &str = "spec.json";
+    pub const PLAN: &str = "plan.json";
+    pub const SHIM_PID: &str = "shim.pid";
+    pub const PID: &str = "pid";
+    pub const EXIT: &str = "exit.json";
+    pub const LAUNCH_ERROR: &str = "launch_error";
+    pub const STDOUT: &str = "stdout";
+    pub const STDERR: &str = "stderr";
+    pub const SHIM_LOG: &str = "shim.log";
+    pub const RUNTIME_LOG: &str = "runtime.log";
+    pub const INIT_PID: &str = "init.pid";
+    pub const BUNDLE: &str = "bundle";
+}
+
+/// Where an acknowledged attempt's stdout and stderr are kept:
+/// `<spool>/logs/<job>.<attempt>.stdout` and `.stderr`.
+pub fn kept_logs(spool: &Path, job: JobId, attempt: AttemptNo) -> (PathBuf, PathBuf) {
+    let logs = spool.join("logs");
+    (
+        logs.join(format!("{job}.{attempt}.stdout")),
+        logs.join(format!("{job}.{attempt}.stderr")),
+    )
+}
+
+pub(super) fn read_exit(path: &Path) -> Option<ExitStatus> {
+    let text = fsutil::read_string(path)?;
+    match serde_json::from_str(&text) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("{}: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// `pid`: (first line, the pid on the first or second line).
+pub(super) fn read_pid_file(dir: &Path) -> Option<(String, Option<i32>)> {
+    let text = fsutil::read_string(&dir.join(files::PID))?;
+    let mut lines = text.lines();
+    let first = lines.next()?.trim().to_string();
+    let pid = first
+        .parse()
+        .ok()
+        .or_else(|| lines.next().and_then(|l| l.trim().parse().ok()));
+    Some((first, pid))
+}
+
+pub(super) fn read_shim_pid(dir: &Path) -> Option<(i32, u64)> {
+    let text = fsutil::read_string(&dir.join(files::SHIM_PID))?;
+    let mut it = text.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+pub(super) fn shim_alive(dir: &Path) -> bool {
+    match read_shim_pid(dir) {
+        Some((pid, start)) => procfs::alive(pid, Some(start)),
+        None => false,
+    }
+}
+
+/// Removes an attempt directory: renamed first, so that an interrupted removal is never
+/// mistaken for an attempt.
+pub(super) fn remove_attempt_dir(attempts: &Path, dir: &Path) {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let trash = attempts.join(format!(".acked-{name}-{}", fsutil::now_nanos()));
+    let target = match std::fs::rename(dir, &trash) {
+        Ok(()) => trash,
+        Err(_) => dir.to_path_buf(),
+    };
+    if let Err(e) = std::fs::remove_dir_all(&target) {
+        tracing::warn!("removing {}: {e}", target.display());
+    }
+}
+
+/// The attempt's cgroup name, below `tranche/` in each hierarchy:
+/// `<spool>-<job>.<attempt>`, where `<spool>` is 8 hex digits of a hash of the agent's
+/// spool path. Job ids are unique only within a cluster, so agents of different clusters
+/// on one host (a development cluster beside a test run) must not share cgroups: one's
+/// leftover cleanup would kill the other's job.
+pub(super) fn cgroup_name(spool: &Path, job: JobId, attempt: AttemptNo) -> String {
+    let scope = tranche_proto::fnv1a(spool.as_os_str().as_encoded_bytes()) as u32;
+    format!("{scope:08x}-{}", attempt_name(job, attempt))
+}
+
+pub(super) fn attempt_name(job: JobId, attempt: AttemptNo) -> String {
+    format!("{job}.{attempt}")
+}
+
+pub(super) fn container_id(job: JobId, attempt: AttemptNo) -> String {
+    format!("tranche-{job}-{attempt}")
+}
+
+pub(super) fn parse_attempt_name(name: &str) -> Option<(JobId, AttemptNo)> {
+    let (j, a) = name.split_once('.')?;
+    if j.is_empty() || a.is_empty() || !j.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if !a.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((JobId(j.parse().ok()?), AttemptNo(a.parse().ok()?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempt_names() {
+        assert_eq!(parse_attempt_name("12.3"), Some((JobId(12), AttemptNo(3))));
+        assert_eq!(parse_attempt_name(".acked-12.3-5"), None);
+        assert_eq!(parse_attempt_name("12"), None);
+        assert_eq!(parse_attempt_name("a.3"), None);
+    }
+}

@@ -23,6 +23,11 @@ use crate::exec::{
 };
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
 
+/// How long the agent's long poll for its node's work waits when nothing changes. A
+/// change (a placement, a stop) is answered at once; heartbeats, not this poll, keep the
+/// node alive, so a long wait costs nothing but keeps the requests of an idle node few.
+const LONG_POLL_MS: u32 = 10_000;
+
 /// The grace given to an attempt the controllers no longer list, to an attempt past its
 /// time limit, and to every attempt when the agent fences itself: a job's own grace
 /// reaches the agent only with a stop order.
@@ -235,6 +240,7 @@ impl Agent {
                 Query::NodeWork {
                     node: self.inventory.name.clone(),
                     after: seen,
+                    wait_ms: LONG_POLL_MS,
                 },
                 true,
             );

@@ -10,7 +10,7 @@ use tranche_model::{JobId, JobSpec, NodeName};
 use tranche_proto::frame::PREVIOUS_PROTOCOL_VERSION;
 use tranche_proto::{
     frame, ApiError, ClientCommand, ClientRequest, FrameError, Query, Response, MAX_CLIENT_FRAME,
-    PROTOCOL_VERSION,
+    MAX_NODE_WORK_WAIT_MS, PROTOCOL_VERSION,
 };
 use tranche_state::Outcome;
 use tranche_tls::{TlsFiles, CONTROLLER_SERVER_NAME};
@@ -173,7 +173,21 @@ impl Client {
         req: &ClientRequest,
     ) -> Result<Response, ClientError> {
         let bytes = frame::encode(req);
-        match tokio::time::timeout(self.attempt_timeout, self.raw_to(idx, &bytes)).await {
+        // A long poll is given its wait on top.
+        let limit = self.attempt_timeout
+            + match req {
+                ClientRequest::Read {
+                    query:
+                        Query::NodeWork {
+                            after: Some(_),
+                            wait_ms,
+                            ..
+                        },
+                    ..
+                } => Duration::from_millis((*wait_ms).min(MAX_NODE_WORK_WAIT_MS) as u64),
+                _ => Duration::ZERO,
+            };
+        match tokio::time::timeout(limit, self.raw_to(idx, &bytes)).await {
             Ok(r) => r,
             Err(_) => {
                 // Forget the connection: the controller may be gone.
@@ -183,7 +197,7 @@ impl Client {
                 }
                 Err(ClientError::Closed {
                     addr: self.controllers[idx],
-                    reason: format!("no answer within {:?}", self.attempt_timeout),
+                    reason: format!("no answer within {} ms", limit.as_millis()),
                 })
             }
         }

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tranche_model::JobId;
-use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Response};
+use tranche_proto::{
+    ApiError, ClientCommand, ClientRequest, Query, Response, MAX_NODE_WORK_WAIT_MS,
+};
 use tranche_state::State;
 use tranche_tls::{Identity, Role};
 
@@ -23,9 +25,6 @@ use crate::views;
 pub trait Isolation: Send + Sync {
     fn set_blocked(&self, ids: &[u64]);
 }
-
-/// How long a node-work long poll waits for a change at most.
-pub const NODE_WORK_WAIT: Duration = Duration::from_secs(2);
 
 pub struct Service {
     node: mpsc::Sender<NodeMsg>,
@@ -63,9 +62,14 @@ impl Service {
         match req {
             ClientRequest::Write { request, command } => self.write(who, request, command).await,
             ClientRequest::Read {
-                query: Query::NodeWork { node, after },
+                query:
+                    Query::NodeWork {
+                        node,
+                        after,
+                        wait_ms,
+                    },
                 ..
-            } => self.node_work(who, node, after).await,
+            } => self.node_work(who, node, after, wait_ms).await,
             ClientRequest::Read { query, stale } => self.read(who, query, stale).await,
             ClientRequest::Membership(change) => {
                 if who.role != Role::Admin {
@@ -158,6 +162,7 @@ impl Service {
         who: &Identity,
         node: tranche_model::NodeName,
         after: Option<u64>,
+        wait_ms: u32,
     ) -> Response {
         let allowed = match who.role {
             Role::Agent => node.as_str() == who.name,
@@ -180,7 +185,8 @@ impl Service {
                     }
                 }
             };
-            let _ = tokio::time::timeout(NODE_WORK_WAIT, wait).await;
+            let wait_for = Duration::from_millis(wait_ms.min(MAX_NODE_WORK_WAIT_MS) as u64);
+            let _ = tokio::time::timeout(wait_for, wait).await;
         }
         let sh = self.shared.read().unwrap();
         let now = wall_ms().max(sh.last_now);
@@ -674,6 +680,7 @@ mod tests {
         let work = |n: &str| Query::NodeWork {
             node: n.into(),
             after: None,
+            wait_ms: 0,
         };
         match r.service.handle(&n1, read(work("n1"))).await {
             Response::NodeWork(w) => assert_eq!(w.items.len(), 1),

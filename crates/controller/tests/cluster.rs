@@ -628,6 +628,7 @@ async fn node_work(agent: &Client, node: &str, after: Option<u64>) -> tranche_pr
             Query::NodeWork {
                 node: node.into(),
                 after,
+                wait_ms: 2000,
             },
             true,
         )
@@ -658,6 +659,7 @@ fn an_agent_learns_its_work_and_reports_progress() {
                 Query::NodeWork {
                     node: "n2".into(),
                     after: None,
+                    wait_ms: 0,
                 },
                 true,
             )

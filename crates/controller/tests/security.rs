@@ -420,6 +420,7 @@ fn node_work(node: &str) -> Query {
     Query::NodeWork {
         node: node.into(),
         after: None,
+        wait_ms: 0,
     }
 }
 

@@ -132,6 +132,7 @@ impl World {
                 query: Query::NodeWork {
                     node: "n1".into(),
                     after: Some(42),
+                    wait_ms: 2000,
                 },
                 stale: true,
             },

@@ -52,6 +52,9 @@ pub enum MembershipChange {
     Remove { id: u64 },
 }
 
+/// The longest a node-work long poll may wait.
+pub const MAX_NODE_WORK_WAIT_MS: u32 = 30_000;
+
 /// The reads of the client API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Query {
@@ -70,11 +73,13 @@ pub enum Query {
     /// The state machine's objects: environments, policies, queues, shares.
     Objects,
     /// What should run on this node now (the agent's view). With `after`, the answer
-    /// waits (up to about 2 s) until the controller has applied past that index, so an
-    /// agent learns of a placement or a stop as soon as it is committed.
+    /// waits until this node's work changes after that applied index, or for
+    /// `wait_ms` (at most [`MAX_NODE_WORK_WAIT_MS`]), so an agent learns of a placement
+    /// or a stop as soon as it is committed.
     NodeWork {
         node: NodeName,
         after: Option<u64>,
+        wait_ms: u32,
     },
 }
 

@@ -51,6 +51,9 @@ pub struct ScaleArgs {
     json: bool,
 }
 
+/// Agents started together.
+const WAVE: usize = 250;
+
 /// What the simulated agents record.
 #[derive(Default)]
 struct Marks {
@@ -149,6 +152,7 @@ async fn agent(
         let query = Query::NodeWork {
             node: name.clone(),
             after,
+            wait_ms: 10_000,
         };
         match client.read(query, true).await {
             Ok(Response::NodeWork(w)) => {
@@ -234,9 +238,20 @@ pub async fn scale(args: &ScaleArgs) -> Result<(), String> {
             marks.clone(),
             stop.clone(),
         )));
-        // Registration is a write each: let them through in waves.
-        if i % 200 == 199 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // Agents come up in waves, each once the previous one is registered: a
+        // handshake and a write each, which thousands at once would turn into timeouts
+        // and reconnections.
+        if (i + 1) % WAVE == 0 {
+            let want = i + 1;
+            wait_until(
+                "a wave of agents registered",
+                Duration::from_secs(120),
+                async || match marks.registered.load(Ordering::Relaxed) {
+                    r if r >= want => Ok(()),
+                    r => Err(format!("{r} of {want}")),
+                },
+            )
+            .await?;
         }
     }
     let n = args.nodes;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use tranche_client::{Client, ClientError};
-use tranche_model::{GpuIndex, JobId, JobStatus, NodeInventory};
+use tranche_model::{JobId, JobStatus, NodeInventory};
 use tranche_proto::ClientCommand;
 use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
 use tranche_state::{ApplyError, Progress};
@@ -466,7 +466,7 @@ impl Agent {
                     .spec()
                     .gpus
                     .iter()
-                    .any(|g| item.gpus.iter().any(|(i, _)| GpuIndex(*i) == g.index))
+                    .any(|g| item.gpus.iter().any(|b| b.index == g.index))
                     && l.attempt.exit().is_none()
             })
             .map(|(k, _)| *k)
@@ -491,9 +491,9 @@ impl Agent {
             gpus: item
                 .gpus
                 .iter()
-                .map(|(index, uuid)| BoundGpu {
-                    index: GpuIndex(*index),
-                    uuid: uuid.clone(),
+                .map(|b| BoundGpu {
+                    index: b.index,
+                    uuid: b.uuid.clone(),
                 })
                 .collect(),
             fake_devices: self.fake_devices,

@@ -1,6 +1,6 @@
 //! The controller's service layer: who may ask what, the reads, and the write path.
 //! It takes an identity and a [`ClientRequest`] and returns a [`Response`]; it knows
-//! nothing of QUIC or HTTP. The client port ([`crate::quic`]) is one adapter on it.
+//! nothing of QUIC or HTTP. The client port (`quic.rs`) is one adapter on it.
 //!
 //! Writes are authorized here against the applied state, then turned into the
 //! replicated command and handed to the Raft node task; the state machine checks the

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use tranche_model::{Job, JobId, JobStatus, Millis, StopKind, Unit};
 use tranche_proto::{
-    Explanation, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, ShareUsage, StateDigest,
-    StopOrder, UnitUsage, WorkItem,
+    Explanation, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, ShareUsage,
+    StateDigest, StopOrder, UnitUsage, WorkItem,
 };
 use tranche_state::State;
 
@@ -294,11 +294,11 @@ pub fn node_work(
                     .find(|x| x.index == *g)
                     .map(|x| x.uuid.clone())
                     .unwrap_or_default();
-                (g.0, uuid)
+                GpuBinding { index: *g, uuid }
             })
             .collect();
         let stop = job.stop.as_ref().map(|s| StopOrder {
-            why: format!("{:?}: {}", s.kind, s.reason),
+            why: format!("{}: {}", stop_kind_text(&s.kind), s.reason),
             deadline_ms: s.deadline,
             grace_ms: s.deadline.saturating_sub(s.signalled_at),
         });

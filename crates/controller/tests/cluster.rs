@@ -691,7 +691,10 @@ fn an_agent_learns_its_work_and_reports_progress() {
         .unwrap();
         assert_eq!(item.attempt, 1);
         assert_eq!(item.gpus.len(), 2);
-        assert!(item.gpus.iter().all(|(i, u)| u == &format!("GPU-n1-{i}")));
+        assert!(item
+            .gpus
+            .iter()
+            .all(|b| b.uuid == format!("GPU-n1-{}", b.index.0)));
         assert_eq!(item.env.get("EPOCHS").map(String::as_str), Some("3"));
         assert!(item.stop.is_none());
         for event in [

@@ -13,8 +13,9 @@ use raft::eraftpb::{
 use tranche_model::{JobId, JobSpec, JobStatus, SECOND};
 use tranche_proto::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_proto::{
-    frame, ApiError, ClientCommand, ClientRequest, ClusterStatus, JobFilter, LogFrame, LogRequest,
-    Member, MemberStatus, MembershipChange, NodeWork, Query, Response, StopOrder, WorkItem,
+    frame, ApiError, ClientCommand, ClientRequest, ClusterStatus, GpuBinding, JobFilter, LogFrame,
+    LogRequest, Member, MemberStatus, MembershipChange, NodeWork, Query, Response, StopOrder,
+    WorkItem,
 };
 use tranche_state::{codec, Command, Outcome, State};
 
@@ -156,7 +157,12 @@ impl World {
             env: BTreeMap::from([("A".into(), "1".into())]),
             cpus: 8,
             memory_mb: 1 << 16,
-            gpus: vec![(0, "GPU-0".into()), (1, "GPU-1".into())],
+            gpus: (0..2)
+                .map(|i| GpuBinding {
+                    index: tranche_model::GpuIndex(i),
+                    uuid: format!("GPU-{i}"),
+                })
+                .collect(),
             time_limit_s: Some(3600),
             scheduled_at: self.now,
             started_at: Some(self.now),

@@ -206,8 +206,8 @@ pub struct WorkItem {
     pub env: std::collections::BTreeMap<String, String>,
     pub cpus: u32,
     pub memory_mb: u64,
-    /// This node's GPUs of the allocation: (index, UUID).
-    pub gpus: Vec<(u32, String)>,
+    /// This node's GPUs of the allocation.
+    pub gpus: Vec<GpuBinding>,
     pub time_limit_s: Option<u64>,
     /// When the attempt was placed (the placing entry's time, ms since the epoch).
     pub scheduled_at: Millis,
@@ -217,6 +217,13 @@ pub struct WorkItem {
     pub signal: String,
     /// Set when the attempt must stop: the signal goes out now, SIGKILL at the deadline.
     pub stop: Option<StopOrder>,
+}
+
+/// One GPU of an attempt on its node: the index the agent binds and its UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuBinding {
+    pub index: tranche_model::GpuIndex,
+    pub uuid: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -500,7 +500,7 @@ impl LogView<'_> {
 }
 
 /// What a validated batch does, applied to [`Core`] after the commit.
-struct Plan {
+struct BatchEffect {
     /// Discard all entries (received snapshot).
     clear: bool,
     /// Keep this many (post-`clear`) entries, then append the batch's entries.
@@ -801,7 +801,7 @@ impl DiskStorage {
     fn write(
         &self,
         batch: &PersistBatch,
-        plan: &Plan,
+        plan: &BatchEffect,
         truncated_before: u64,
     ) -> Result<(), LogError> {
         let mut txn = self
@@ -963,7 +963,7 @@ impl DiskStorage {
 }
 
 /// Validates `batch` against `core` and works out its effect.
-fn plan(core: &Core, batch: &PersistBatch) -> Result<Plan, LogError> {
+fn plan(core: &Core, batch: &PersistBatch) -> Result<BatchEffect, LogError> {
     let mut view = LogView {
         truncated_index: core.truncated_index,
         truncated_term: core.truncated_term,
@@ -1100,7 +1100,7 @@ fn plan(core: &Core, batch: &PersistBatch) -> Result<Plan, LogError> {
         }
     }
 
-    Ok(Plan {
+    Ok(BatchEffect {
         clear,
         keep,
         drop_front,
@@ -1113,7 +1113,7 @@ fn plan(core: &Core, batch: &PersistBatch) -> Result<Plan, LogError> {
 }
 
 /// Applies a committed plan to the in-memory state.
-fn apply(core: &mut Core, batch: &PersistBatch, plan: Plan) {
+fn apply(core: &mut Core, batch: &PersistBatch, plan: BatchEffect) {
     if plan.clear {
         core.entries.clear();
     }

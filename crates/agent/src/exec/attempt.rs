@@ -12,7 +12,7 @@ use tranche_model::JobId;
 use super::spec::AttemptNo;
 use super::spool::{
     cgroup_name, files, kept_logs, read_exit, read_pid_file, read_shim_pid, remove_attempt_dir,
-    shim_alive, ExecKind, ExitStatus, Plan,
+    shim_alive, ExecKind, ExitStatus, LaunchRecord,
 };
 use super::{fsutil, oci, procfs, ExecError, LaunchSpec};
 
@@ -88,7 +88,7 @@ pub struct Attempt {
     pub(super) attempt: AttemptNo,
     pub(super) dir: PathBuf,
     pub(super) spec: LaunchSpec,
-    pub(super) plan: Plan,
+    pub(super) plan: LaunchRecord,
 }
 
 impl Attempt {
@@ -385,7 +385,7 @@ impl Attempt {
 
 /// Undoes what may outlive the job's processes when its shim is gone: the container's
 /// runtime state, the overlay mount and the cgroups.
-pub(super) fn cleanup_attempt(dir: &Path, plan: &Plan) {
+pub(super) fn cleanup_attempt(dir: &Path, plan: &LaunchRecord) {
     if shim_alive(dir) {
         return;
     }

@@ -14,7 +14,7 @@ use super::cgroup::{self, Cgroups};
 use super::spec::validate;
 use super::spool::{
     attempt_name, cgroup_name, container_id, files, parse_attempt_name, remove_attempt_dir,
-    shim_alive, ExecKind, Plan,
+    shim_alive, ExecKind, LaunchRecord,
 };
 use super::{fsutil, image, oci, CgroupMode, ExecError, LaunchSpec, AGENT_BIN_ENV};
 
@@ -141,7 +141,7 @@ impl Executors {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(exists()),
             Err(e) => return Err(ExecError::io("creating attempt directory", &dir, e)),
         }
-        let mut plan = Plan {
+        let mut plan = LaunchRecord {
             kind,
             cgroup: None,
             runtime: None,
@@ -187,7 +187,7 @@ impl Executors {
         &self,
         spec: &LaunchSpec,
         dir: &Path,
-        plan: &mut Plan,
+        plan: &mut LaunchRecord,
         prepared: Option<(PathBuf, image::Prepared, Vec<oci::Device>)>,
     ) -> Result<(), ExecError> {
         fsutil::write_json(&dir.join(files::SPEC), spec)?;
@@ -386,11 +386,11 @@ impl Executors {
                     continue;
                 }
             };
-            let plan: Plan = match fsutil::read_json(&path.join(files::PLAN)) {
+            let plan: LaunchRecord = match fsutil::read_json(&path.join(files::PLAN)) {
                 Ok(p) => p,
                 Err(_) => {
                     // The agent died before it started the shim: the job never ran.
-                    let plan = Plan {
+                    let plan = LaunchRecord {
                         kind: if spec.image == "host" {
                             ExecKind::Process
                         } else {

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use serde_json::{json, Value};
 use tranche_model::GpuIndex;
 
-use super::spool::{files, Plan};
+use super::spool::{files, LaunchRecord};
 use super::{image, job_env, ExecError, LaunchSpec, DEFAULT_PATH, OCI_RUNTIME_ENV};
 
 /// Major number of the NVIDIA character devices.
@@ -320,7 +320,7 @@ pub(crate) fn unmount(path: &Path) {
 }
 
 /// The runtime command with its state directory, if the plan has a runtime.
-pub(crate) fn runtime_cmd(plan: &Plan) -> Option<Command> {
+pub(crate) fn runtime_cmd(plan: &LaunchRecord) -> Option<Command> {
     let rt = plan.runtime.as_ref()?;
     let mut c = Command::new(rt);
     if let Some(root) = &plan.runtime_root {
@@ -331,7 +331,7 @@ pub(crate) fn runtime_cmd(plan: &Plan) -> Option<Command> {
 }
 
 /// `runc kill --all <id> <sig>`.
-pub(crate) fn kill(plan: &Plan, sig: i32) -> Result<(), String> {
+pub(crate) fn kill(plan: &LaunchRecord, sig: i32) -> Result<(), String> {
     let (Some(mut c), Some(id)) = (runtime_cmd(plan), plan.container_id.as_ref()) else {
         return Err("no runtime or container id".into());
     };
@@ -350,14 +350,14 @@ pub(crate) fn kill(plan: &Plan, sig: i32) -> Result<(), String> {
 }
 
 /// `runc delete --force <id>`, ignoring the outcome.
-pub(crate) fn delete(plan: &Plan) {
+pub(crate) fn delete(plan: &LaunchRecord) {
     if let (Some(mut c), Some(id)) = (runtime_cmd(plan), plan.container_id.as_ref()) {
         let _ = c.arg("delete").arg("--force").arg(id).output();
     }
 }
 
 /// Deletes the container if the runtime still has state for it.
-pub(crate) fn delete_stale(plan: &Plan) {
+pub(crate) fn delete_stale(plan: &LaunchRecord) {
     if let (Some(root), Some(id)) = (&plan.runtime_root, &plan.container_id) {
         if root.join(id).exists() {
             delete(plan);
@@ -367,7 +367,7 @@ pub(crate) fn delete_stale(plan: &Plan) {
 
 /// Removes a container of the same id, and processes in its cgroup, left by an
 /// earlier incarnation of the attempt.
-pub(crate) fn clear_leftover(plan: &Plan) {
+pub(crate) fn clear_leftover(plan: &LaunchRecord) {
     delete(plan);
     if let Some(cg) = &plan.cgroup {
         cg.clear_leftover();

@@ -18,7 +18,7 @@ use tranche_model::{GpuIndex, JobId};
 
 use super::ledger::{self, LedgerEntry};
 use super::spec::AttemptNo;
-use super::spool::{files, Plan};
+use super::spool::{files, LaunchRecord};
 use super::DEFAULT_PATH;
 use super::{fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec};
 
@@ -75,10 +75,11 @@ pub fn shim_main(dir: &Path) -> ExitCode {
 
 /// Runs the job and records its end; `Err` only when not even that could be recorded.
 fn supervise(dir: &Path) -> Result<(), String> {
-    let loaded = (|| -> Result<(LaunchSpec, Plan), String> {
+    let loaded = (|| -> Result<(LaunchSpec, LaunchRecord), String> {
         let spec: LaunchSpec =
             fsutil::read_json(&dir.join(files::SPEC)).map_err(|e| e.to_string())?;
-        let plan: Plan = fsutil::read_json(&dir.join(files::PLAN)).map_err(|e| e.to_string())?;
+        let plan: LaunchRecord =
+            fsutil::read_json(&dir.join(files::PLAN)).map_err(|e| e.to_string())?;
         Ok((spec, plan))
     })();
     let (spec, plan) = match loaded {
@@ -123,7 +124,7 @@ type LedgerNote = (std::path::PathBuf, JobId, AttemptNo, Vec<GpuIndex>);
 /// `exit.json` sees it too) for a job that could not be started, and `exit.json`.
 fn record(
     dir: &Path,
-    plan: Option<&Plan>,
+    plan: Option<&LaunchRecord>,
     ledger: Option<LedgerNote>,
     outcome: Result<ExitStatus, String>,
 ) -> Result<(), String> {
@@ -220,7 +221,7 @@ fn itoa(mut n: u32, buf: &mut [u8; 16]) -> &[u8] {
 fn run_process(
     dir: &Path,
     spec: &LaunchSpec,
-    plan: &Plan,
+    plan: &LaunchRecord,
     stdout: File,
     stderr: File,
 ) -> Result<ExitStatus, String> {
@@ -308,11 +309,16 @@ fn run_process(
 }
 
 /// True when the attempt has no cgroup, or no process is left in it.
-fn cgroup_empty(plan: &Plan) -> bool {
+fn cgroup_empty(plan: &LaunchRecord) -> bool {
     plan.cgroup.as_ref().is_none_or(|cg| cg.procs().is_empty())
 }
 
-fn run_oci(dir: &Path, plan: &Plan, stdout: File, stderr: File) -> Result<ExitStatus, String> {
+fn run_oci(
+    dir: &Path,
+    plan: &LaunchRecord,
+    stdout: File,
+    stderr: File,
+) -> Result<ExitStatus, String> {
     let id = plan
         .container_id
         .clone()

@@ -53,10 +53,10 @@ impl fmt::Display for ExitStatus {
     }
 }
 
-/// What the agent decided for an attempt (`plan.json`); read by the shim and by a
+/// What the agent decided for an attempt (stored as `plan.json`); read by the shim and by a
 /// re-adopting agent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Plan {
+pub(crate) struct LaunchRecord {
     pub kind: ExecKind,
     /// The attempt's cgroup (process: created by the agent; OCI: where runc puts it).
     #[serde(default)]

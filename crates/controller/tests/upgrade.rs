@@ -166,6 +166,11 @@ fn copy_tree(from: &Path, to: &Path, keep: &dyn Fn(&Path) -> bool) {
             copy_tree(&src, &dst, keep);
         } else {
             std::fs::copy(&src, &dst).unwrap();
+            // A checkout does not keep a key's mode; the copy gets it back.
+            if dst.extension().is_some_and(|x| x == "key") {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o600)).unwrap();
+            }
         }
     }
 }

@@ -49,6 +49,7 @@ pub fn spec(image: &str, command: &[&str]) -> LaunchSpec {
         env: BTreeMap::new(),
         cwd: None,
         user: None,
+        groups: Vec::new(),
         cpus: 0,
         memory_mb: 0,
         gpus: Vec::new(),

@@ -65,6 +65,14 @@ pub struct AgentConfig {
     /// GPU product name → capacity unit, e.g. `"NVIDIA H100 80GB HBM3" = "h100"`.
     #[serde(default)]
     pub units: BTreeMap<String, String>,
+    /// Jobs whose account is root (uid 0) run only when this is true; refused otherwise.
+    #[serde(default)]
+    pub allow_root: bool,
+    /// Certificate name → the node's account for it, where they differ (`alice =
+    /// "asmith"`); a name not listed is its own account. The key `"*"` maps every name
+    /// not listed (a test or single-user cluster whose jobs all run as one account).
+    #[serde(default)]
+    pub users: BTreeMap<String, String>,
 }
 
 fn default_inventory() -> String {
@@ -95,6 +103,28 @@ pub enum ConfigError {
         field: &'static str,
         rule: String,
     },
+}
+
+/// An account name as NSS takes it: not empty, at most 256 bytes, no `-` first (it
+/// would read as an option to tools), no `:` or `/` (they delimit the account
+/// database's fields and paths), no whitespace or control characters.
+fn check_account_name(a: &str) -> Result<(), &'static str> {
+    if a.is_empty() {
+        return Err("must not be empty");
+    }
+    if a.len() > 256 {
+        return Err("must be at most 256 bytes");
+    }
+    if a.starts_with('-') {
+        return Err("must not begin with '-'");
+    }
+    if a
+        .chars()
+        .any(|c| c == ':' || c == '/' || c.is_whitespace() || c.is_control())
+    {
+        return Err("must not contain ':', '/', whitespace or control characters");
+    }
+    Ok(())
 }
 
 impl AgentConfig {
@@ -166,6 +196,30 @@ impl AgentConfig {
         }
         if let Err(e) = cfg.cgroup.parse::<CgroupMode>() {
             return Err(bad("cgroup", &e));
+        }
+        for (name, account) in &cfg.users {
+            if name != "*" {
+                if let Err(e) = tranche_model::UserName::from(name.as_str()).validate("users") {
+                    return Err(bad(
+                        "users",
+                        &format!("key \"{name}\" is not a certificate user name: {}", e.rule),
+                    ));
+                }
+            }
+            if let Err(rule) = check_account_name(account) {
+                return Err(bad(
+                    "users",
+                    &format!("\"{name}\" = \"{account}\": the account {rule}"),
+                ));
+            }
+            if account == "root" && !cfg.allow_root {
+                return Err(bad(
+                    "users",
+                    &format!(
+                        "\"{name}\" = \"root\" runs jobs as root, which needs `allow_root = true`"
+                    ),
+                ));
+            }
         }
         Ok(cfg)
     }

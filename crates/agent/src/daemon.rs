@@ -22,6 +22,7 @@ use crate::exec::{
     signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, StopOutcome,
 };
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
+use crate::users;
 
 /// How long the agent's long poll for its node's work waits when nothing changes. A
 /// change (a placement, a stop) is answered at once; heartbeats, not this poll, keep the
@@ -93,6 +94,14 @@ pub struct Agent {
     logs: quinn::Endpoint,
     last_contact: Mutex<Instant>,
     fenced: AtomicBool,
+}
+
+/// Why an attempt did not start.
+enum StartError {
+    /// The job may not run as its user here (see [`users`]).
+    Refused(users::Refusal),
+    /// The executor could not start it.
+    Exec(crate::exec::ExecError),
 }
 
 /// Reads the node's GPUs through the configured backend and builds its inventory.
@@ -476,7 +485,7 @@ impl Agent {
     async fn start(self: Arc<Self>, item: WorkItem) {
         let key = Key::of(&item);
         self.progress(key, Progress::Starting).await;
-        let spec = LaunchSpec {
+        let mut spec = LaunchSpec {
             job: item.job,
             attempt: AttemptNo(item.attempt),
             restart_count: item.restarts,
@@ -486,6 +495,7 @@ impl Agent {
             env: item.env.clone(),
             cwd: None,
             user: None,
+            groups: Vec::new(),
             cpus: item.cpus,
             memory_mb: item.memory_mb,
             gpus: item
@@ -499,9 +509,19 @@ impl Agent {
             fake_devices: self.fake_devices,
         };
         let execs = self.execs.clone();
-        let started = tokio::task::spawn_blocking(move || execs.start(&spec))
-            .await
-            .expect("start task");
+        let agent = self.clone();
+        let user = item.user.to_string();
+        // The account lookup may ask a directory service (LDAP, SSSD): off the runtime.
+        let started = tokio::task::spawn_blocking(move || {
+            let node = agent.cfg.node.as_str();
+            let account = users::resolve(&agent.cfg, &user).map_err(StartError::Refused)?;
+            account
+                .apply_to(&mut spec, node)
+                .map_err(StartError::Refused)?;
+            execs.start(&spec).map_err(StartError::Exec)
+        })
+        .await
+        .expect("start task");
         match started {
             Ok(a) => {
                 info!(job = item.job.0, attempt = item.attempt, "attempt started");
@@ -524,12 +544,18 @@ impl Agent {
                 }
             }
             Err(e) => {
-                warn!(job = item.job.0, "attempt failed to start: {e}");
+                // A refusal is the user's or the config's doing, not the node's: the
+                // attempt ends with it as its reason and nothing of the job ran.
+                let reason = match e {
+                    StartError::Refused(why) => format!("not started: {why}"),
+                    StartError::Exec(e) => format!("failed to start: {e}"),
+                };
+                warn!(job = item.job.0, "attempt {reason}");
                 self.progress(
                     key,
                     Progress::Exited {
                         code: None,
-                        reason: Some(format!("failed to start: {e}")),
+                        reason: Some(reason),
                     },
                 )
                 .await;

@@ -6,3 +6,4 @@ pub mod config;
 pub mod daemon;
 pub mod exec;
 pub mod inventory;
+pub mod users;

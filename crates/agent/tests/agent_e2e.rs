@@ -1080,3 +1080,83 @@ fn a_gpu_is_not_given_to_a_new_attempt_while_a_requeued_one_still_runs() {
         );
     });
 }
+
+/// A job runs as its user's account (mapped by the agent's `[users]`), owning its
+/// output; a user with no account on the node gets that as the attempt's reason, in
+/// `tranche show`, and the node stays in service.
+#[test]
+fn jobs_run_as_their_users_accounts_and_one_without_is_refused() {
+    let test = "jobs_run_as_their_users_accounts_and_one_without_is_refused";
+    if exec_common::lacks_accounts(test, exec_common::Need::Root) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut accounts = exec_common::TestAccounts::new();
+    let acct = accounts.user("ee", &[], true);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(
+        &mut c,
+        "n1",
+        "4 x h100",
+        30,
+        &format!("[users]\nkim = \"{}\"\n", acct.name),
+    );
+    let spool = c.agents[0].spool.clone();
+    let refused = rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let spec = host_job("lender", "asuser", "id -u; id -g; pwd; echo $USER");
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "success", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Succeeded
+        })
+        .await;
+        let (out, _) = tranche_agent::exec::kept_logs(&spool, id, AttemptNo(1));
+        wait_until_file(&out).await;
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            format!(
+                "{}\n{}\n{}\n{}\n",
+                acct.uid,
+                acct.gid,
+                acct.home.display(),
+                acct.name
+            )
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&out).unwrap().uid(), acct.uid);
+
+        let mut spec = host_job("lender", "nouser", "echo ran");
+        spec.user = "zed".into();
+        let (id, _) = admin.submit(spec).await.unwrap();
+        let j = wait_for(&admin, id, "failure", Duration::from_secs(30), |j| {
+            j.status.is_terminal()
+        })
+        .await;
+        assert_eq!(j.status, JobStatus::Failed, "{:?}", j.transitions);
+        let Response::Nodes(nodes) = admin.read(Query::Nodes, false).await.unwrap() else {
+            panic!("nodes")
+        };
+        let n1 = nodes.iter().find(|n| n.inventory.name.as_str() == "n1").unwrap();
+        assert_eq!(n1.drain, None, "the node is not blamed");
+        id
+    });
+    let out = cli_as(&c, dir.path(), Role::Admin, "admin", &["show", &refused.to_string()]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.contains("user zed has no account on node n1"),
+        "{shown}"
+    );
+    let (out, _) = tranche_agent::exec::kept_logs(&spool, refused, AttemptNo(1));
+    assert!(!out.exists(), "nothing of the refused job ran");
+}
+
+/// Waits (up to 10 s) for a file the agent keeps once it has reported an exit.
+async fn wait_until_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

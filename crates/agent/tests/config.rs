@@ -76,3 +76,35 @@ fn the_cgroup_setting_picks_the_tracking_hierarchy() {
     .to_string();
     assert!(e.contains("`cgroup`") && e.contains("\"v2\""), "{e}");
 }
+
+#[test]
+fn root_jobs_are_refused_unless_allowed_and_users_map_to_accounts() {
+    let base = example();
+    let cfg = AgentConfig::parse(&base, "a.toml").unwrap();
+    assert!(!cfg.allow_root);
+    assert_eq!(cfg.users.get("alice").map(String::as_str), Some("asmith"));
+    let text = base.replace("# allow_root = false", "allow_root = true");
+    assert!(AgentConfig::parse(&text, "a.toml").unwrap().allow_root);
+
+    let refused = |text: String| match AgentConfig::parse(&text, "a.toml") {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    };
+    let e = refused(base.replace("alice = \"asmith\"", "alice = \"root\""));
+    assert!(
+        e.contains("`users`") && e.contains("\"alice\" = \"root\"") && e.contains("allow_root"),
+        "{e}"
+    );
+    let ok = base
+        .replace("alice = \"asmith\"", "alice = \"root\"")
+        .replace("# allow_root = false", "allow_root = true");
+    AgentConfig::parse(&ok, "a.toml").unwrap();
+    let e = refused(base.replace("alice = \"asmith\"", "alice = \"a smith\""));
+    assert!(e.contains("`users`") && e.contains("whitespace"), "{e}");
+    let e = refused(base.replace("alice = \"asmith\"", "alice = \"\""));
+    assert!(e.contains("`users`") && e.contains("empty"), "{e}");
+    let e = refused(base.replace("alice = \"asmith\"", "\"al ice\" = \"asmith\""));
+    assert!(e.contains("`users`") && e.contains("\"al ice\""), "{e}");
+    let e = refused(base.replace("# allow_root = false", "allow_root = \"yes\""));
+    assert!(e.contains("allow_root"), "{e}");
+}

@@ -6,6 +6,9 @@
 //! The controllers and agents are this very binary: invoked through links named
 //! `tranched` and `tranche-agent`, it runs as them, so `cargo run --bin tranche -- dev`
 //! needs nothing else built.
+//!
+//! Its agents run every job as the account that runs `tranche dev` (root included,
+//! then with `allow_root`), whoever submits it: see [`tranche_local::job_account`].
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -118,6 +121,12 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         c.add_agent(&agent, node, gpus, "heartbeat_ms = 1000")?;
     }
     step("4 agents: n1, n2 with 4 H100 each; n3, n4 with 4 A100 each");
+    let account = tranche_local::job_account()?;
+    step(&format!(
+        "jobs run as the account {}, whoever submits them (the agents' [users] maps every name to it{})",
+        account.name,
+        if account.root { "; allow_root = true, as tranche dev runs as root" } else { "" }
+    ));
     let admin_cfg = client_config(&c, Role::Admin, "admin")?;
     let user = std::env::var("USER")
         .ok()

@@ -320,6 +320,7 @@ pub fn node_work(
             started_at: att.started_at,
             signal: spec.checkpoint.signal.clone(),
             stop,
+            user: spec.user.clone(),
         });
     }
     NodeWork {

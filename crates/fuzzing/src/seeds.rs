@@ -172,6 +172,7 @@ impl World {
                 deadline_ms: self.now + 30 * SECOND,
                 grace_ms: 30 * SECOND,
             }),
+            user: job.spec.user.clone(),
         };
         vec![
             Response::Applied(Outcome::Submitted {

@@ -432,9 +432,36 @@ impl LocalCluster {
     }
 }
 
+/// The account a local cluster's jobs run as: the one running this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobAccount {
+    pub name: String,
+    /// It is root (the agents' configs then say `allow_root = true`).
+    pub root: bool,
+}
+
+/// The account running this process, whose jobs a local cluster's agents run as
+/// (`[users]` maps every name to it).
+pub fn job_account() -> Result<JobAccount, String> {
+    let uid = nix::unistd::Uid::effective();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(u)) => Ok(JobAccount {
+            name: u.name,
+            root: uid.is_root(),
+        }),
+        Ok(None) => Err(format!(
+            "this process runs as uid {uid}, which has no account name (no entry in the \
+             account database), so the local cluster's agents cannot run jobs as it"
+        )),
+        Err(e) => Err(format!("cannot look up the account of uid {uid}: {}", e.desc())),
+    }
+}
+
 impl LocalCluster {
     /// Writes an agent config for `node` with fake GPUs (`gpus`, e.g. "8 x h100") and
-    /// `extra` top-level settings, and starts the agent binary `agent` with it.
+    /// `extra` top-level settings, and starts the agent binary `agent` with it. Unless
+    /// `extra` has a `[users]` table (after its top-level settings), every job runs as
+    /// the account running this process ([`job_account`]; root with `allow_root`).
     pub fn add_agent(
         &mut self,
         agent: &Path,
@@ -449,6 +476,21 @@ impl LocalCluster {
             .iter()
             .map(|a| format!("\"{a}\""))
             .collect();
+        // Jobs run as their users' accounts; a local cluster's users (alice, dev, ...)
+        // have none here, so unless told otherwise its jobs all run as whoever runs it.
+        // `[tls]` stays the last table (tests append keys to it).
+        let mut extra = extra.to_string();
+        if !extra.contains("[users]") {
+            let account = job_account()?;
+            if account.root && !extra.contains("allow_root") {
+                extra = format!("allow_root = true  # this local cluster runs as root\n{extra}");
+            }
+            extra.push_str(&format!(
+                "\n# A local cluster: every user's jobs run as the account that started it.\n\
+                 [users]\n\"*\" = \"{}\"\n",
+                account.name
+            ));
+        }
         let text = format!(
             "node = \"{node}\"\ncontrollers = [{}]\nspool_dir = \"{}\"\ninventory = \"fake\"\nfake = \"{gpus}\"\naddress = \"127.0.0.1\"\n{extra}\n\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
             controllers.join(", "),

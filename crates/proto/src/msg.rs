@@ -217,6 +217,8 @@ pub struct WorkItem {
     pub signal: String,
     /// Set when the attempt must stop: the signal goes out now, SIGKILL at the deadline.
     pub stop: Option<StopOrder>,
+    /// The job's user, whose account on the node the job runs as.
+    pub user: UserName,
 }
 
 /// One GPU of an attempt on its node: the index the agent binds and its UUID.

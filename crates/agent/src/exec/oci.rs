@@ -159,6 +159,8 @@ pub(crate) fn container_env(spec: &LaunchSpec, image_env: &[String]) -> BTreeMap
     env.insert("TRANCHE_GPU_HOST_INDICES".into(), host.join(","));
     env.entry("PATH".into())
         .or_insert_with(|| DEFAULT_PATH.into());
+    // The agent sets `HOME` to the job's user's home; a spec without one gets root's,
+    // or `/` for any other uid.
     let home = if spec.user.map_or(0, |u| u.0) == 0 {
         "/root"
     } else {
@@ -166,6 +168,26 @@ pub(crate) fn container_env(spec: &LaunchSpec, image_env: &[String]) -> BTreeMap
     };
     env.entry("HOME".into()).or_insert_with(|| home.into());
     env
+}
+
+/// Whether `dir` (absolute, as the container sees it) is a directory of the rootfs at
+/// `root`; no component may be a symlink.
+fn in_rootfs_dir(root: &Path, dir: &str) -> bool {
+    let mut at = root.to_path_buf();
+    for c in Path::new(dir).components() {
+        match c {
+            std::path::Component::RootDir => {}
+            std::path::Component::Normal(n) => {
+                at.push(n);
+                match std::fs::symlink_metadata(&at) {
+                    Ok(m) if m.is_dir() => {}
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// The runtime bundle's `config.json` (the shape `runc spec` writes, filled in).
@@ -180,9 +202,13 @@ pub(crate) fn config(
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
+    // The spec's directory (the user's home) where the image has it, else the image's
+    // own working directory, else `/`. The home is looked up in the rootfs without
+    // following symlinks, which would resolve on the node, not in the container.
     let cwd = spec
         .cwd
         .clone()
+        .filter(|c| in_rootfs_dir(root, c))
         .or_else(|| rootfs.workdir.clone().filter(|w| w.starts_with('/')))
         .unwrap_or_else(|| "/".into());
     let (uid, gid) = spec.user.unwrap_or((0, 0));
@@ -244,7 +270,7 @@ pub(crate) fn config(
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
-            "user": {"uid": uid, "gid": gid},
+            "user": {"uid": uid, "gid": gid, "additionalGids": spec.groups},
             "args": spec.command,
             "env": env,
             "cwd": cwd,
@@ -400,6 +426,7 @@ mod tests {
             env: BTreeMap::new(),
             cwd: None,
             user: Some((1000, 100)),
+            groups: vec![100, 27],
             cpus: 2,
             memory_mb: 512,
             gpus: vec![
@@ -432,6 +459,11 @@ mod tests {
         };
         let c = config(&s, Path::new("/r"), &prepared, &devs, "/tranche/1.0");
         assert_eq!(c["process"]["user"]["uid"], 1000);
+        assert_eq!(c["process"]["user"]["gid"], 100);
+        assert_eq!(
+            c["process"]["user"]["additionalGids"],
+            serde_json::json!([100, 27])
+        );
         assert_eq!(c["process"]["cwd"], "/work");
         assert_eq!(c["linux"]["resources"]["memory"]["limit"], 512u64 << 20);
         assert_eq!(c["linux"]["resources"]["cpu"]["quota"], 200_000);
@@ -456,6 +488,31 @@ mod tests {
             .map(|n| n["type"].as_str().unwrap())
             .collect();
         assert!(!ns.contains(&"network"));
+    }
+
+    /// The user's home is the container's working directory where the rootfs has it
+    /// (as a directory, not a symlink); elsewhere the image's, or `/`.
+    #[test]
+    fn the_home_is_the_working_directory_where_the_rootfs_has_it() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("home/asmith")).unwrap();
+        std::os::unix::fs::symlink("/tmp", root.path().join("home/link")).unwrap();
+        let mut prepared = image::Prepared {
+            path: root.path().into(),
+            shared: false,
+            env: vec![],
+            workdir: Some("/work".into()),
+        };
+        let cwd = |home: &str, prepared: &image::Prepared| {
+            let mut s = spec();
+            s.cwd = Some(home.into());
+            config(&s, root.path(), prepared, &[], "/t")["process"]["cwd"].clone()
+        };
+        assert_eq!(cwd("/home/asmith", &prepared), "/home/asmith");
+        assert_eq!(cwd("/home/nobody", &prepared), "/work");
+        assert_eq!(cwd("/home/link", &prepared), "/work");
+        prepared.workdir = None;
+        assert_eq!(cwd("/home/nobody", &prepared), "/");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::libc;
-use nix::unistd::ForkResult;
+use nix::unistd::{ForkResult, Gid, Uid};
 use tranche_model::{GpuIndex, JobId};
 
 use super::ledger::{self, LedgerEntry};
@@ -109,6 +109,13 @@ fn supervise(dir: &Path) -> Result<(), String> {
     let outcome = (|| {
         let stdout = fsutil::open_append(&dir.join(files::STDOUT)).map_err(|e| e.to_string())?;
         let stderr = fsutil::open_append(&dir.join(files::STDERR)).map_err(|e| e.to_string())?;
+        // The output is the job's user's, who may read it on the node.
+        if let Some((uid, gid)) = spec.user {
+            for (f, name) in [(&stdout, files::STDOUT), (&stderr, files::STDERR)] {
+                nix::unistd::fchown(f, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
+                    .map_err(|e| format!("cannot give {name} to uid {uid}: {e}"))?;
+            }
+        }
         match plan.kind {
             ExecKind::Process => run_process(dir, &spec, &plan, stdout, stderr),
             ExecKind::Oci => run_oci(dir, &plan, stdout, stderr),
@@ -232,7 +239,6 @@ fn run_process(
     cmd.args(&spec.command[1..])
         .env_clear()
         .envs(&env)
-        .current_dir(spec.cwd.as_deref().unwrap_or("/"))
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
@@ -255,9 +261,19 @@ fn run_process(
         ),
     }
     let fds: Vec<i32> = joins.iter().map(|f| f.as_raw_fd()).collect();
+    let cwd = spec.cwd.as_deref().unwrap_or("/");
     let user = spec.user;
+    if user.is_none() {
+        cmd.current_dir(cwd);
+    }
+    // With a user, the job enters its directory as that user, once it is one: a home
+    // that only its owner may enter (on NFS with root squashed, not even root) works.
+    let cwd_c = std::ffi::CString::new(cwd).map_err(|_| "the cwd has a NUL byte".to_string())?;
+    let groups: Vec<Gid> = spec.groups.iter().map(|&g| Gid::from_raw(g)).collect();
     // SAFETY: the closure runs between fork and exec; it only makes system calls
-    // (getpid, write, setgroups, setgid, setuid) and formats into a stack buffer.
+    // (getpid, write, setgroups, setgid, setuid, chdir) and formats into a stack buffer.
+    // Privileges are dropped in the one order that works: the groups while still root,
+    // then the gid, then the uid (after which neither could change).
     unsafe {
         cmd.pre_exec(move || {
             let mut buf = [0u8; 16];
@@ -268,16 +284,25 @@ fn run_process(
                 }
             }
             if let Some((uid, gid)) = user {
-                nix::unistd::setgroups(&[]).map_err(io::Error::from)?;
-                nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)).map_err(io::Error::from)?;
-                nix::unistd::setuid(nix::unistd::Uid::from_raw(uid)).map_err(io::Error::from)?;
+                nix::unistd::setgroups(&groups).map_err(io::Error::from)?;
+                nix::unistd::setgid(Gid::from_raw(gid)).map_err(io::Error::from)?;
+                nix::unistd::setuid(Uid::from_raw(uid)).map_err(io::Error::from)?;
+                if libc::chdir(cwd_c.as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             Ok(())
         });
     }
     let child = cmd
         .spawn()
-        .map_err(|e| format!("cannot run `{}`: {e}", spec.command[0]))?;
+        .map_err(|e| match user {
+            Some((uid, gid)) => format!(
+                "cannot run `{}` as uid {uid} (gid {gid}) in {cwd}: {e}",
+                spec.command[0]
+            ),
+            None => format!("cannot run `{}`: {e}", spec.command[0]),
+        })?;
     drop(joins);
     let main = child.id() as i32;
     fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())

@@ -51,10 +51,16 @@ pub struct LaunchSpec {
     pub command: Vec<String>,
     /// Environment of the job (Tranche adds the variables of [`job_env`]).
     pub env: BTreeMap<String, String>,
-    /// Working directory; unset: the image's working directory, or `/`.
+    /// Working directory. A process job fails to start where it does not exist; a
+    /// container uses it where it exists in the rootfs, else the image's working
+    /// directory, else `/`. Unset: the image's working directory, or `/`.
     pub cwd: Option<String>,
-    /// `(uid, gid)` the job runs as (inside the container for OCI); unset: root.
+    /// `(uid, gid)` the job runs as (inside the container for OCI); unset: the agent's
+    /// own account (the agent sets it for every job it runs as another account).
     pub user: Option<(u32, u32)>,
+    /// Supplementary groups of `user` (absent from `spec.json` when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<u32>,
     /// CPU limit in whole CPUs (CFS quota); 0 = no limit.
     pub cpus: u32,
     /// Memory limit in MiB; 0 = no limit.
@@ -183,6 +189,7 @@ mod tests {
             env: BTreeMap::from([("A".to_string(), "1".to_string())]),
             cwd: None,
             user: None,
+            groups: vec![],
             cpus: 0,
             memory_mb: 0,
             gpus: vec![],

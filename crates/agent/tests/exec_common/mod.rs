@@ -49,6 +49,7 @@ pub fn spec(image: &str, command: &[&str]) -> LaunchSpec {
         env: BTreeMap::new(),
         cwd: None,
         user: None,
+        groups: Vec::new(),
         cpus: 0,
         memory_mb: 0,
         gpus: Vec::new(),
@@ -452,4 +453,121 @@ impl Drop for TestDir {
             }
         }
     }
+}
+
+/// Accounts made with `useradd` for a test (root only), removed with their homes and
+/// groups when dropped, however the test ends.
+pub struct TestAccounts {
+    users: Vec<String>,
+    groups: Vec<String>,
+}
+
+/// One account of [`TestAccounts`], as `id` reports it.
+#[derive(Debug, Clone)]
+pub struct TestAccount {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// `id -G`: every group, primary first.
+    pub groups: Vec<u32>,
+    pub home: PathBuf,
+}
+
+impl TestAccounts {
+    pub fn new() -> TestAccounts {
+        TestAccounts {
+            users: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// A name unique to this test process and call (at most 16 characters).
+    pub fn unique(tag: &str) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        format!(
+            "t{tag}{}x{}",
+            std::process::id() % 100_000,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// A group for supplementary membership.
+    pub fn group(&mut self, tag: &str) -> String {
+        let name = Self::unique(tag);
+        run_tool("groupadd", &[&name]);
+        self.groups.push(name.clone());
+        name
+    }
+
+    /// An account with its own primary group, a home made by `useradd -m` (or none),
+    /// and the supplementary `groups`.
+    pub fn user(&mut self, tag: &str, groups: &[&str], home: bool) -> TestAccount {
+        let name = Self::unique(tag);
+        let home_dir = format!("/home/{name}");
+        let mut args = vec!["-U", "-s", "/bin/sh", "-d", &home_dir];
+        args.push(if home { "-m" } else { "-M" });
+        let list = groups.join(",");
+        if !groups.is_empty() {
+            args.extend(["-G", &list]);
+        }
+        args.push(&name);
+        self.users.push(name.clone());
+        run_tool("useradd", &args);
+        let id = |flag: &str| -> Vec<u32> {
+            let out = Command::new("id").args([flag, &name]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(|n| n.parse().unwrap())
+                .collect()
+        };
+        TestAccount {
+            uid: id("-u")[0],
+            gid: id("-g")[0],
+            groups: id("-G"),
+            home: PathBuf::from(home_dir),
+            name,
+        }
+    }
+}
+
+impl Drop for TestAccounts {
+    fn drop(&mut self) {
+        for u in &self.users {
+            let _ = Command::new("userdel").args(["-r", u]).output();
+            // `userdel -r` leaves a home it did not make (`-M`) alone; so does this.
+        }
+        for g in &self.groups {
+            let _ = Command::new("groupdel").arg(g).output();
+        }
+    }
+}
+
+fn run_tool(tool: &str, args: &[&str]) {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// True if `test` must return early because the machine cannot make accounts (not
+/// root, or no `useradd`); [`not_run`] has said so.
+pub fn lacks_accounts(test: &str, need: Need) -> bool {
+    if lacks(test, need) {
+        return true;
+    }
+    if which("useradd").is_none() {
+        not_run(
+            test,
+            "no useradd found",
+            "install the passwd package (apt-get install -y passwd), then run the tests as root",
+        );
+        return true;
+    }
+    false
 }

@@ -19,7 +19,7 @@ use tranche_state::{ApplyError, Progress};
 
 use crate::config::AgentConfig;
 use crate::exec::{
-    signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, StopOutcome,
+    signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, Rendezvous, StopOutcome,
 };
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
 
@@ -126,7 +126,7 @@ pub fn node_inventory(
     Ok((
         NodeInventory {
             name: cfg.node.as_str().into(),
-            address: cfg.address.clone().unwrap_or_else(|| cfg.node.clone()),
+            address: cfg.advertised_address(),
             labels: cfg.labels.clone(),
             gpus,
             cpus,
@@ -135,6 +135,22 @@ pub fn node_inventory(
         cfg.inventory == "fake",
         inv,
     ))
+}
+
+/// On a gang's rank 0, whether the attempt's `MASTER_PORT` is free, so that a job
+/// whose rendezvous port another program holds fails at once with a message that says
+/// so, instead of hanging in its launcher. Another attempt of the job gets another port.
+fn rendezvous_port_free(rank: u32, port: u16) -> Result<(), String> {
+    if rank != 0 {
+        return Ok(());
+    }
+    match std::net::TcpListener::bind(("0.0.0.0", port)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "MASTER_PORT {port} is not free on this node (rank 0): {e}; another attempt \
+             gets another port from the agent's rendezvous_ports"
+        )),
+    }
 }
 
 fn host_memory_mb() -> u64 {
@@ -172,6 +188,11 @@ impl Agent {
         inventory
             .labels
             .insert(tranche_proto::LOGS_LABEL.into(), format!("{host}:{port}"));
+        let (lo, hi) = cfg.rendezvous_range();
+        inventory.labels.insert(
+            tranche_proto::RENDEZVOUS_PORTS_LABEL.into(),
+            format!("{lo}-{hi}"),
+        );
         client.attempt_timeout = Duration::from_secs(3);
         client.retry_for = Duration::from_secs(5);
         let agent = Agent {
@@ -476,6 +497,19 @@ impl Agent {
     async fn start(self: Arc<Self>, item: WorkItem) {
         let key = Key::of(&item);
         self.progress(key, Progress::Starting).await;
+        let r = &item.rendezvous;
+        if let Err(why) = rendezvous_port_free(r.rank, r.master_port) {
+            warn!(job = item.job.0, "attempt not started: {why}");
+            self.progress(
+                key,
+                Progress::Exited {
+                    code: None,
+                    reason: Some(format!("failed to start: {why}")),
+                },
+            )
+            .await;
+            return;
+        }
         let spec = LaunchSpec {
             job: item.job,
             attempt: AttemptNo(item.attempt),
@@ -497,6 +531,13 @@ impl Agent {
                 })
                 .collect(),
             fake_devices: self.fake_devices,
+            rendezvous: Some(Rendezvous {
+                nodes: r.nodes.iter().map(|n| n.to_string()).collect(),
+                rank: r.rank,
+                gpus_per_node: r.gpus_per_node,
+                master_addr: r.master_addr.clone(),
+                master_port: r.master_port,
+            }),
         };
         let execs = self.execs.clone();
         let started = tokio::task::spawn_blocking(move || execs.start(&spec))

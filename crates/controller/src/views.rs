@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use tranche_model::{Job, JobId, JobStatus, Millis, StopKind, Unit};
 use tranche_proto::{
-    Explanation, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, ShareUsage,
-    StateDigest, StopOrder, UnitUsage, WorkItem,
+    Explanation, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, Rendezvous,
+    ShareUsage, StateDigest, StopOrder, UnitUsage, WorkItem,
 };
 use tranche_state::State;
 
@@ -303,6 +303,7 @@ pub fn node_work(
             grace_ms: s.deadline.saturating_sub(s.signalled_at),
         });
         let spec = &job.spec;
+        let rendezvous = rendezvous(state, id, att, node);
         items.push(WorkItem {
             job: id,
             attempt: att.number,
@@ -320,6 +321,7 @@ pub fn node_work(
             started_at: att.started_at,
             signal: spec.checkpoint.signal.clone(),
             stop,
+            rendezvous,
         });
     }
     NodeWork {
@@ -327,6 +329,38 @@ pub fn node_work(
         now,
         registered: true,
         items,
+    }
+}
+
+/// Where `node` stands in attempt `att` of job `id`: the members in allocation order,
+/// its rank, and rank 0's address and port. The port comes from the range that rank 0's
+/// agent publishes ([`tranche_proto::RENDEZVOUS_PORTS_LABEL`]), so every member gets
+/// the same one from this one place.
+fn rendezvous(
+    state: &State,
+    id: JobId,
+    att: &tranche_model::Attempt,
+    node: &tranche_model::NodeName,
+) -> Rendezvous {
+    let nodes: Vec<_> = att.allocation.iter().map(|a| a.node.clone()).collect();
+    let rank = nodes.iter().position(|n| n == node).unwrap_or(0) as u32;
+    let first = nodes.first().and_then(|n| state.nodes.get(n));
+    let range = first
+        .and_then(|n| {
+            n.inventory
+                .labels
+                .get(tranche_proto::RENDEZVOUS_PORTS_LABEL)
+        })
+        .and_then(|r| tranche_proto::parse_port_range(r))
+        .unwrap_or(tranche_proto::DEFAULT_RENDEZVOUS_PORTS);
+    Rendezvous {
+        rank,
+        gpus_per_node: att.allocation.first().map_or(0, |a| a.gpus.len() as u32),
+        master_addr: first
+            .map(|n| n.inventory.address.clone())
+            .unwrap_or_default(),
+        master_port: tranche_proto::master_port(id, att.number, range),
+        nodes,
     }
 }
 

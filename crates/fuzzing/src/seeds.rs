@@ -172,6 +172,13 @@ impl World {
                 deadline_ms: self.now + 30 * SECOND,
                 grace_ms: 30 * SECOND,
             }),
+            rendezvous: tranche_proto::Rendezvous {
+                nodes: vec!["n1".into(), "n2".into()],
+                rank: 1,
+                gpus_per_node: 2,
+                master_addr: "10.0.0.1".into(),
+                master_port: 20_417,
+            },
         };
         vec![
             Response::Applied(Outcome::Submitted {

@@ -413,6 +413,7 @@ mod tests {
                 },
             ],
             fake_devices: true,
+            rendezvous: None,
         }
     }
 

@@ -66,9 +66,12 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
             lines.push(format!("holds {} GPU(s) on {}", s.gpus, nodes.join(",")));
             if let Some(stop) = &job.stop {
                 lines.push(format!(
-                    "being stopped: {} ({}); signalled {} ago, {}",
-                    stop_kind_text(&stop.kind),
-                    stop.reason,
+                    "being stopped: {}; signalled {} ago, {}",
+                    if tranche_state::is_gang_stop(stop) {
+                        stop.reason.clone()
+                    } else {
+                        format!("{} ({})", stop_kind_text(&stop.kind), stop.reason)
+                    },
                     duration_text(now.saturating_sub(stop.signalled_at)),
                     if stop.deadline > now {
                         format!(
@@ -124,6 +127,17 @@ pub fn stop_kind_text(kind: &StopKind) -> String {
         StopKind::InShare { for_job } => format!("preempted by job {for_job} in its share"),
         StopKind::Cancel => "cancelled".into(),
         StopKind::Drain => "stopped by a drain".into(),
+    }
+}
+
+/// Why an attempt is being stopped: its kind and reason (`reclaimed for job 12:
+/// share vision needs its GPUs`), or for a gang that one member's failure stops, how
+/// that member ended (`a member of the gang exited with code 1`).
+fn stop_text(stop: &tranche_model::Stop) -> String {
+    if tranche_state::is_gang_stop(stop) {
+        stop.reason.clone()
+    } else {
+        format!("{}: {}", stop_kind_text(&stop.kind), stop.reason)
     }
 }
 
@@ -298,7 +312,7 @@ pub fn node_work(
             })
             .collect();
         let stop = job.stop.as_ref().map(|s| StopOrder {
-            why: format!("{}: {}", stop_kind_text(&s.kind), s.reason),
+            why: stop_text(s),
             deadline_ms: s.deadline,
             grace_ms: s.deadline.saturating_sub(s.signalled_at),
         });

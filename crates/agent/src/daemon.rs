@@ -93,6 +93,10 @@ pub struct Agent {
     logs: quinn::Endpoint,
     last_contact: Mutex<Instant>,
     fenced: AtomicBool,
+    /// Attempts whose end on this node the controllers have: a gang's attempt stays
+    /// placed here until its last member ends, and this node's part of it must be
+    /// neither started again nor reported lost meanwhile.
+    ended_here: Mutex<std::collections::HashSet<Key>>,
 }
 
 /// Reads the node's GPUs through the configured backend and builds its inventory.
@@ -207,6 +211,7 @@ impl Agent {
             logs,
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
+            ended_here: Mutex::new(std::collections::HashSet::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
@@ -393,9 +398,17 @@ impl Agent {
             );
             self.clone().stop(key, None, ORPHAN_GRACE);
         }
+        self.ended_here
+            .lock()
+            .unwrap()
+            .retain(|k| listed.contains_key(k));
         for item in &w.items {
             let key = Key::of(item);
             let present = self.local.lock().unwrap().contains_key(&key);
+            if !present && self.ended_here(key) {
+                // This node's member of a gang has ended; the others have not yet.
+                continue;
+            }
             if !present {
                 if item.status != JobStatus::Scheduled {
                     // Started by this node, but no trace of it is left here (the spool
@@ -697,7 +710,27 @@ impl Agent {
 
     /// Sends a progress report. True when the controllers have it: applied, or refused
     /// because the attempt is already over (a report repeated after a restart).
+    /// Whether this node's part of the attempt has ended and the controllers have
+    /// that: in this agent's memory, or, after a restart, its output kept in the spool
+    /// (which happens only once the end has been reported).
+    fn ended_here(&self, key: Key) -> bool {
+        if self.ended_here.lock().unwrap().contains(&key) {
+            return true;
+        }
+        let (stdout, _) = crate::exec::kept_logs(&self.cfg.spool_dir, key.job, key.attempt);
+        stdout.exists()
+    }
+
     async fn progress(&self, key: Key, event: Progress) -> bool {
+        let delivered = self.report(key, &event).await;
+        if delivered && matches!(event, Progress::Exited { .. } | Progress::Lost { .. }) {
+            self.ended_here.lock().unwrap().insert(key);
+        }
+        delivered
+    }
+
+    async fn report(&self, key: Key, event: &Progress) -> bool {
+        let event = event.clone();
         let job = key.job;
         match self
             .client

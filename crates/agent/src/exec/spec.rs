@@ -65,8 +65,9 @@ pub struct LaunchSpec {
     /// (major 195, minor = index; `nvidiactl` 195:255) instead of read from `/dev`.
     pub fake_devices: bool,
     /// Where this node stands in the attempt's gang; the agent sets it for every job
-    /// (a single-node job is a gang of one). Unset: no rendezvous variables.
-    #[serde(default)]
+    /// (a single-node job is a gang of one). Unset (and absent from the `spec.json` of
+    /// an older agent): no rendezvous variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous: Option<Rendezvous>,
 }
 

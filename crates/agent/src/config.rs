@@ -37,9 +37,16 @@ pub struct AgentConfig {
     pub cpus: Option<u32>,
     #[serde(default)]
     pub memory_mb: Option<u64>,
-    /// The address jobs of other nodes reach this one at (default: the node name).
+    /// The address jobs of other nodes reach this one at: a gang's `MASTER_ADDR` when
+    /// this node is its rank 0 (default: this machine's address on the route to the
+    /// first controller, see [`AgentConfig::advertised_address`]).
     #[serde(default)]
     pub address: Option<String>,
+    /// The range `MASTER_PORT` is drawn from when this node is a gang's rank 0, `LO-HI`
+    /// inclusive (default `20000-29999`). Keep it clear of the node's other services
+    /// and of the ephemeral port range.
+    #[serde(default = "default_rendezvous_ports")]
+    pub rendezvous_ports: String,
     /// Where the agent serves its jobs' output (`tranche logs`); port 0 picks a free one.
     #[serde(default = "default_logs_addr")]
     pub logs_addr: String,
@@ -87,6 +94,10 @@ fn default_heartbeat_ms() -> u64 {
 fn default_fence_after_s() -> u64 {
     30
 }
+fn default_rendezvous_ports() -> String {
+    let (lo, hi) = tranche_proto::DEFAULT_RENDEZVOUS_PORTS;
+    format!("{lo}-{hi}")
+}
 fn default_cgroup() -> String {
     "auto".into()
 }
@@ -118,8 +129,7 @@ fn check_account_name(a: &str) -> Result<(), &'static str> {
     if a.starts_with('-') {
         return Err("must not begin with '-'");
     }
-    if a
-        .chars()
+    if a.chars()
         .any(|c| c == ':' || c == '/' || c.is_whitespace() || c.is_control())
     {
         return Err("must not contain ':', '/', whitespace or control characters");
@@ -188,6 +198,22 @@ impl AgentConfig {
                 "must be an IP address and port, e.g. \"0.0.0.0:9101\"",
             ));
         }
+        if cfg
+            .address
+            .as_ref()
+            .is_some_and(|a| a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == ','))
+        {
+            return Err(bad(
+                "address",
+                "must be a host name or IP address, e.g. \"10.0.0.21\"",
+            ));
+        }
+        if tranche_proto::parse_port_range(&cfg.rendezvous_ports).is_none() {
+            return Err(bad(
+                "rendezvous_ports",
+                "must be a port range LO-HI with 0 < LO <= HI <= 65535, e.g. \"20000-29999\"",
+            ));
+        }
         if cfg.heartbeat_ms == 0 || cfg.heartbeat_ms > 60_000 {
             return Err(bad("heartbeat_ms", "must be 1 to 60000"));
         }
@@ -227,6 +253,38 @@ impl AgentConfig {
     /// The `cgroup` setting (validated by [`AgentConfig::parse`]).
     pub fn cgroup_mode(&self) -> CgroupMode {
         self.cgroup.parse().unwrap_or_default()
+    }
+
+    /// The address other nodes' jobs reach this node at: `address` when set, else the
+    /// local address of this machine's route to the first controller (the address it
+    /// reaches the controllers from; found without sending anything), else the node
+    /// name.
+    pub fn advertised_address(&self) -> String {
+        if let Some(a) = &self.address {
+            return a.clone();
+        }
+        let route = |to: SocketAddr| {
+            let any: SocketAddr = if to.is_ipv4() {
+                "0.0.0.0:0".parse().ok()?
+            } else {
+                "[::]:0".parse().ok()?
+            };
+            let sock = std::net::UdpSocket::bind(any).ok()?;
+            sock.connect(to).ok()?;
+            sock.local_addr().ok().map(|a| a.ip())
+        };
+        self.controller_addrs()
+            .first()
+            .and_then(|&to| route(to))
+            .filter(|ip| !ip.is_unspecified())
+            .map(|ip| ip.to_string())
+            .unwrap_or_else(|| self.node.clone())
+    }
+
+    /// The `rendezvous_ports` range (validated by [`AgentConfig::parse`]).
+    pub fn rendezvous_range(&self) -> (u16, u16) {
+        tranche_proto::parse_port_range(&self.rendezvous_ports)
+            .unwrap_or(tranche_proto::DEFAULT_RENDEZVOUS_PORTS)
     }
 
     pub fn controller_addrs(&self) -> Vec<SocketAddr> {

@@ -19,7 +19,7 @@ use tranche_state::{ApplyError, Progress};
 
 use crate::config::AgentConfig;
 use crate::exec::{
-    signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, StopOutcome,
+    signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, Rendezvous, StopOutcome,
 };
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
 use crate::users;
@@ -94,6 +94,10 @@ pub struct Agent {
     logs: quinn::Endpoint,
     last_contact: Mutex<Instant>,
     fenced: AtomicBool,
+    /// Attempts whose end on this node the controllers have: a gang's attempt stays
+    /// placed here until its last member ends, and this node's part of it must be
+    /// neither started again nor reported lost meanwhile.
+    ended_here: Mutex<std::collections::HashSet<Key>>,
 }
 
 /// Why an attempt did not start.
@@ -135,7 +139,7 @@ pub fn node_inventory(
     Ok((
         NodeInventory {
             name: cfg.node.as_str().into(),
-            address: cfg.address.clone().unwrap_or_else(|| cfg.node.clone()),
+            address: cfg.advertised_address(),
             labels: cfg.labels.clone(),
             gpus,
             cpus,
@@ -144,6 +148,22 @@ pub fn node_inventory(
         cfg.inventory == "fake",
         inv,
     ))
+}
+
+/// On a gang's rank 0, whether the attempt's `MASTER_PORT` is free, so that a job
+/// whose rendezvous port another program holds fails at once with a message that says
+/// so, instead of hanging in its launcher. Another attempt of the job gets another port.
+fn rendezvous_port_free(rank: u32, port: u16) -> Result<(), String> {
+    if rank != 0 {
+        return Ok(());
+    }
+    match std::net::TcpListener::bind(("0.0.0.0", port)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "MASTER_PORT {port} is not free on this node (rank 0): {e}; another attempt \
+             gets another port from the agent's rendezvous_ports"
+        )),
+    }
 }
 
 fn host_memory_mb() -> u64 {
@@ -181,6 +201,11 @@ impl Agent {
         inventory
             .labels
             .insert(tranche_proto::LOGS_LABEL.into(), format!("{host}:{port}"));
+        let (lo, hi) = cfg.rendezvous_range();
+        inventory.labels.insert(
+            tranche_proto::RENDEZVOUS_PORTS_LABEL.into(),
+            format!("{lo}-{hi}"),
+        );
         client.attempt_timeout = Duration::from_secs(3);
         client.retry_for = Duration::from_secs(5);
         let agent = Agent {
@@ -195,6 +220,7 @@ impl Agent {
             logs,
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
+            ended_here: Mutex::new(std::collections::HashSet::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
@@ -381,9 +407,17 @@ impl Agent {
             );
             self.clone().stop(key, None, ORPHAN_GRACE);
         }
+        self.ended_here
+            .lock()
+            .unwrap()
+            .retain(|k| listed.contains_key(k));
         for item in &w.items {
             let key = Key::of(item);
             let present = self.local.lock().unwrap().contains_key(&key);
+            if !present && self.ended_here(key) {
+                // This node's member of a gang has ended; the others have not yet.
+                continue;
+            }
             if !present {
                 if item.status != JobStatus::Scheduled {
                     // Started by this node, but no trace of it is left here (the spool
@@ -485,6 +519,19 @@ impl Agent {
     async fn start(self: Arc<Self>, item: WorkItem) {
         let key = Key::of(&item);
         self.progress(key, Progress::Starting).await;
+        let r = &item.rendezvous;
+        if let Err(why) = rendezvous_port_free(r.rank, r.master_port) {
+            warn!(job = item.job.0, "attempt not started: {why}");
+            self.progress(
+                key,
+                Progress::Exited {
+                    code: None,
+                    reason: Some(format!("failed to start: {why}")),
+                },
+            )
+            .await;
+            return;
+        }
         let mut spec = LaunchSpec {
             job: item.job,
             attempt: AttemptNo(item.attempt),
@@ -507,6 +554,13 @@ impl Agent {
                 })
                 .collect(),
             fake_devices: self.fake_devices,
+            rendezvous: Some(Rendezvous {
+                nodes: r.nodes.iter().map(|n| n.to_string()).collect(),
+                rank: r.rank,
+                gpus_per_node: r.gpus_per_node,
+                master_addr: r.master_addr.clone(),
+                master_port: r.master_port,
+            }),
         };
         let execs = self.execs.clone();
         let agent = self.clone();
@@ -682,7 +736,27 @@ impl Agent {
 
     /// Sends a progress report. True when the controllers have it: applied, or refused
     /// because the attempt is already over (a report repeated after a restart).
+    /// Whether this node's part of the attempt has ended and the controllers have
+    /// that: in this agent's memory, or, after a restart, its output kept in the spool
+    /// (which happens only once the end has been reported).
+    fn ended_here(&self, key: Key) -> bool {
+        if self.ended_here.lock().unwrap().contains(&key) {
+            return true;
+        }
+        let (stdout, _) = crate::exec::kept_logs(&self.cfg.spool_dir, key.job, key.attempt);
+        stdout.exists()
+    }
+
     async fn progress(&self, key: Key, event: Progress) -> bool {
+        let delivered = self.report(key, &event).await;
+        if delivered && matches!(event, Progress::Exited { .. } | Progress::Lost { .. }) {
+            self.ended_here.lock().unwrap().insert(key);
+        }
+        delivered
+    }
+
+    async fn report(&self, key: Key, event: &Progress) -> bool {
+        let event = event.clone();
         let job = key.job;
         match self
             .client

@@ -34,7 +34,10 @@ pub struct Account {
 /// Why a job does not run as its user on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    #[error("user {user} has no account on node {node}{}", mapped_note(user, account))]
+    #[error(
+        "user {user} has no account on node {node}{}",
+        mapped_note(user, account)
+    )]
     NoAccount {
         user: String,
         account: String,

@@ -1138,11 +1138,20 @@ fn jobs_run_as_their_users_accounts_and_one_without_is_refused() {
         let Response::Nodes(nodes) = admin.read(Query::Nodes, false).await.unwrap() else {
             panic!("nodes")
         };
-        let n1 = nodes.iter().find(|n| n.inventory.name.as_str() == "n1").unwrap();
+        let n1 = nodes
+            .iter()
+            .find(|n| n.inventory.name.as_str() == "n1")
+            .unwrap();
         assert_eq!(n1.drain, None, "the node is not blamed");
         id
     });
-    let out = cli_as(&c, dir.path(), Role::Admin, "admin", &["show", &refused.to_string()]);
+    let out = cli_as(
+        &c,
+        dir.path(),
+        Role::Admin,
+        "admin",
+        &["show", &refused.to_string()],
+    );
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         shown.contains("user zed has no account on node n1"),
@@ -1156,7 +1165,181 @@ fn jobs_run_as_their_users_accounts_and_one_without_is_refused() {
 async fn wait_until_file(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !path.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The busybox multi-call binary, whose `nc` the gang jobs below talk through.
+fn busybox() -> String {
+    let found = std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("busybox"))
+                .find(|b| b.exists())
+        })
+        .expect("busybox is not installed: apt-get install busybox-static (scripts/test.sh does)");
+    found.display().to_string()
+}
+
+/// A 2-node job of one GPU per node on agents n1 and n2, running `script` in `sh`.
+fn gang_job(token: &str, out: &Path, script: &str) -> JobSpec {
+    let mut spec = host_job("lender", token, script);
+    spec.request.nodes = 2;
+    spec.request.gpus_per_node = 1;
+    spec.env.insert("OUT".into(), out.display().to_string());
+    spec.env.insert("BUSYBOX".into(), busybox());
+    spec
+}
+
+/// The members of a gang find each other with only the rendezvous variables: rank 1
+/// connects to `MASTER_ADDR:MASTER_PORT`, where rank 0 listens, and says who it is.
+/// Each member's output is kept on its node; `tranche logs --all` shows both.
+#[test]
+fn the_members_of_a_gang_meet_at_master_addr_and_port() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 30, "");
+    agent(&mut c, "n2", "2 x h100", 30, "");
+    let out = dir.path().join("gang");
+    std::fs::create_dir(&out).unwrap();
+    let script = r#"
+        env | grep -E '^(TRANCHE_NODELIST|TRANCHE_NUM_NODES|TRANCHE_NODE_RANK|TRANCHE_GPUS_PER_NODE|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|NODE_RANK)=' | sort > "$OUT/rank$NODE_RANK.env"
+        echo "member rank $NODE_RANK"
+        if [ "$NODE_RANK" = 0 ]; then
+            # The connection, not the job's stdin, feeds the reader (`-e`).
+            "$BUSYBOX" nc -l -p "$MASTER_PORT" -e "$BUSYBOX" sh -c 'cat > "$OUT/heard"'
+        else
+            i=0
+            until echo "rank $NODE_RANK of $TRANCHE_NUM_NODES says hello" | "$BUSYBOX" nc "$MASTER_ADDR" "$MASTER_PORT"; do
+                i=$((i + 1)); [ "$i" -lt 300 ] || exit 9; sleep 0.1
+            done
+        fi
+    "#;
+    let id = rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let (id, _) = admin.submit(gang_job("meet", &out, script)).await.unwrap();
+        let j = wait_for(&admin, id, "the end", Duration::from_secs(60), |j| {
+            j.status.is_terminal()
+        })
+        .await;
+        assert_eq!(j.status, JobStatus::Succeeded, "{:?}", j.transitions);
+        assert_eq!(j.attempts.len(), 1, "{:?}", j.transitions);
+        let nodes: Vec<String> = j.attempts[0]
+            .allocation
+            .iter()
+            .map(|a| a.node.to_string())
+            .collect();
+        assert_eq!(nodes.len(), 2);
+        let port = tranche_proto::master_port(id, 1, (20000, 29999));
+        for rank in 0..2 {
+            let env = std::fs::read_to_string(out.join(format!("rank{rank}.env"))).unwrap();
+            let want = format!(
+                "MASTER_ADDR=127.0.0.1\nMASTER_PORT={port}\nNODE_RANK={rank}\n\
+                 TRANCHE_GPUS_PER_NODE=1\nTRANCHE_NODELIST={}\nTRANCHE_NODE_RANK={rank}\n\
+                 TRANCHE_NUM_NODES=2\nWORLD_SIZE=2\n",
+                nodes.join(",")
+            );
+            assert_eq!(env, want, "rank {rank}");
+        }
+        let heard = std::fs::read_to_string(out.join("heard")).unwrap();
+        assert_eq!(heard, "rank 1 of 2 says hello\n");
+        (id, nodes)
+    });
+    let (id, nodes) = id;
+    let id = id.to_string();
+    let all = cli(&c, dir.path(), "kim", &["logs", &id, "--all"]);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&all.stdout),
+        format!(
+            "==> {} (rank 0) <==\nmember rank 0\n==> {} (rank 1) <==\nmember rank 1\n",
+            nodes[0], nodes[1]
+        )
+    );
+    let first = cli(&c, dir.path(), "kim", &["logs", &id]);
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "member rank 0\n");
+    let by_rank = cli(&c, dir.path(), "kim", &["logs", &id, "--node", "1"]);
+    assert_eq!(String::from_utf8_lossy(&by_rank.stdout), "member rank 1\n");
+    let by_name = cli(&c, dir.path(), "kim", &["logs", &id, "--node", &nodes[1]]);
+    assert_eq!(String::from_utf8_lossy(&by_name.stdout), "member rank 1\n");
+    let bad = cli(&c, dir.path(), "kim", &["logs", &id, "--node", "n9"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("did not run on n9"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+/// One member of a gang fails: the other gets the checkpoint signal (it was still
+/// running), and the job ends FAILED once, as the failed member ended.
+#[test]
+fn a_gang_member_that_fails_gets_the_other_signalled_and_the_job_fails_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 30, "");
+    agent(&mut c, "n2", "2 x h100", 30, "");
+    let out = dir.path().join("gang");
+    std::fs::create_dir(&out).unwrap();
+    let script = r#"
+        if [ "$NODE_RANK" = 0 ]; then
+            trap 'echo TERM > "$OUT/rank0-signalled"; exit 143' TERM
+            touch "$OUT/rank0-ready"
+            while :; do sleep 0.1; done
+        else
+            while [ ! -e "$OUT/rank0-ready" ]; do sleep 0.05; done
+            exit 1
+        fi
+    "#;
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let (id, _) = admin.submit(gang_job("fail", &out, script)).await.unwrap();
+        let j = wait_for(&admin, id, "the end", Duration::from_secs(60), |j| {
+            j.status.is_terminal()
+        })
+        .await;
+        assert_eq!(j.status, JobStatus::Failed, "{:?}", j.transitions);
+        assert_eq!(j.attempts.len(), 1);
+        assert_eq!(j.failures, 1);
+        assert_eq!(
+            j.attempts[0].end,
+            Some(tranche_model::AttemptEnd::Exited { code: 1 })
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.join("rank0-signalled")).unwrap(),
+            "TERM\n"
+        );
+        let reasons: Vec<&str> = j.transitions.iter().map(|t| t.reason.as_str()).collect();
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.starts_with("stopping (a member of the gang exited with code 1)")),
+            "{reasons:?}"
+        );
+        assert_eq!(
+            reasons.last(),
+            Some(&"exited with code 1 (the first member of the gang to fail; the others were stopped)"),
+            "{reasons:?}"
+        );
+        // Its GPUs are free again on both nodes.
+        let Response::Nodes(nodes) = admin.read(Query::Nodes, false).await.unwrap() else {
+            panic!("nodes")
+        };
+        assert!(nodes
+            .iter()
+            .all(|n| n.allocated.iter().all(|a| a.is_none())));
+    });
 }

@@ -156,7 +156,8 @@ fn an_account_that_cannot_be_used_is_refused_with_its_reason() {
     let mut s = spec("host", &["true"]);
     let e = account.apply_to(&mut s, "n3").unwrap_err();
     assert!(
-        matches!(e, Refusal::NoHome { .. }) && e.to_string().contains(&format!("/home/{}", homeless.name)),
+        matches!(e, Refusal::NoHome { .. })
+            && e.to_string().contains(&format!("/home/{}", homeless.name)),
         "{e}"
     );
 }

@@ -1,5 +1,7 @@
-//! `tranche logs JOB [-f] [--attempt N] [--stderr]`: a job's output, streamed from the
-//! agent of the node it ran on.
+//! `tranche logs JOB [-f] [--attempt N] [--stderr] [--node NODE | --all]`: a job's
+//! output, streamed from the agent of the node it ran on. A gang keeps its output per
+//! member: rank 0's by default, one member's with `--node` (its name or its rank), every
+//! member's with `--all`, each headed by its node.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,9 +26,14 @@ pub struct LogsArgs {
     /// stderr instead of stdout.
     #[arg(long)]
     stderr: bool,
-    /// For a job on several nodes: which node's output (default: its first node).
-    #[arg(long)]
+    /// For a job on several nodes: which member's output, by node name or rank
+    /// (default: rank 0, the allocation's first node).
+    #[arg(long, conflicts_with = "all")]
     node: Option<String>,
+    /// For a job on several nodes: every member's output in rank order, each headed by
+    /// `==> NODE (rank R) <==`.
+    #[arg(long, conflicts_with = "follow")]
+    all: bool,
     /// The cluster config (default: $TRANCHE_CONFIG).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -59,52 +66,67 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
             )
         })?,
     };
-    let node = match &args.node {
-        Some(n) => attempt
-            .allocation
-            .iter()
-            .find(|a| a.node.as_str() == n)
-            .map(|a| a.node.clone())
-            .ok_or_else(|| {
+    let members: Vec<_> = attempt.allocation.iter().map(|a| a.node.clone()).collect();
+    let chosen: Vec<(usize, tranche_model::NodeName)> = match &args.node {
+        _ if args.all => members.iter().cloned().enumerate().collect(),
+        Some(n) => {
+            let rank = members
+                .iter()
+                .position(|m| m.as_str() == n)
+                .or_else(|| n.parse::<usize>().ok().filter(|r| *r < members.len()));
+            let r = rank.ok_or_else(|| {
                 (
                     1,
                     format!(
-                        "attempt {} of job {} did not run on {n}",
-                        attempt.number, job.id
+                        "attempt {} of job {} did not run on {n} (its nodes, by rank: {})",
+                        attempt.number,
+                        job.id,
+                        members
+                            .iter()
+                            .map(|m| m.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
                     ),
                 )
-            })?,
-        None => attempt.allocation[0].node.clone(),
+            })?;
+            vec![(r, members[r].clone())]
+        }
+        None => vec![(0, members[0].clone())],
     };
     let nodes = match client.read(Query::Nodes, true).await.map_err(failed)? {
         Response::Nodes(n) => n,
         other => return Err(unexpected(&other)),
     };
-    let addr = nodes
-        .iter()
-        .find(|n| n.inventory.name == node)
-        .and_then(|n| n.inventory.labels.get(LOGS_LABEL))
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| {
-            (
-                1,
-                format!("node {node} publishes no log port (label {LOGS_LABEL})"),
-            )
-        })?;
-    let req = LogRequest {
-        job: job.id,
-        attempt: Some(attempt.number),
-        stderr: args.stderr,
-        follow: args.follow,
-        offset: 0,
-    };
     let mut out = std::io::stdout().lock();
-    client
-        .logs(addr, node.as_str(), &req, |b| {
-            let _ = out.write_all(b);
-            let _ = out.flush();
-        })
-        .await
-        .map_err(failed)?;
+    for (rank, node) in chosen {
+        let addr = nodes
+            .iter()
+            .find(|n| n.inventory.name == node)
+            .and_then(|n| n.inventory.labels.get(LOGS_LABEL))
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| {
+                (
+                    1,
+                    format!("node {node} publishes no log port (label {LOGS_LABEL})"),
+                )
+            })?;
+        if args.all {
+            let _ = writeln!(out, "==> {node} (rank {rank}) <==");
+        }
+        let req = LogRequest {
+            job: job.id,
+            attempt: Some(attempt.number),
+            stderr: args.stderr,
+            follow: args.follow,
+            offset: 0,
+        };
+        client
+            .logs(addr, node.as_str(), &req, |b| {
+                let _ = out.write_all(b);
+                let _ = out.flush();
+            })
+            .await
+            .map_err(failed)?;
+    }
     Ok(())
 }

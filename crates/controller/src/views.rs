@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use tranche_model::{Job, JobId, JobStatus, Millis, StopKind, Unit};
 use tranche_proto::{
-    Explanation, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, ShareUsage,
-    StateDigest, StopOrder, UnitUsage, WorkItem,
+    Explanation, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, Rendezvous,
+    ShareUsage, StateDigest, StopOrder, UnitUsage, WorkItem,
 };
 use tranche_state::State;
 
@@ -66,9 +66,12 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
             lines.push(format!("holds {} GPU(s) on {}", s.gpus, nodes.join(",")));
             if let Some(stop) = &job.stop {
                 lines.push(format!(
-                    "being stopped: {} ({}); signalled {} ago, {}",
-                    stop_kind_text(&stop.kind),
-                    stop.reason,
+                    "being stopped: {}; signalled {} ago, {}",
+                    if tranche_state::is_gang_stop(stop) {
+                        stop.reason.clone()
+                    } else {
+                        format!("{} ({})", stop_kind_text(&stop.kind), stop.reason)
+                    },
                     duration_text(now.saturating_sub(stop.signalled_at)),
                     if stop.deadline > now {
                         format!(
@@ -124,6 +127,17 @@ pub fn stop_kind_text(kind: &StopKind) -> String {
         StopKind::InShare { for_job } => format!("preempted by job {for_job} in its share"),
         StopKind::Cancel => "cancelled".into(),
         StopKind::Drain => "stopped by a drain".into(),
+    }
+}
+
+/// Why an attempt is being stopped: its kind and reason (`reclaimed for job 12:
+/// share vision needs its GPUs`), or for a gang that one member's failure stops, how
+/// that member ended (`a member of the gang exited with code 1`).
+fn stop_text(stop: &tranche_model::Stop) -> String {
+    if tranche_state::is_gang_stop(stop) {
+        stop.reason.clone()
+    } else {
+        format!("{}: {}", stop_kind_text(&stop.kind), stop.reason)
     }
 }
 
@@ -298,11 +312,12 @@ pub fn node_work(
             })
             .collect();
         let stop = job.stop.as_ref().map(|s| StopOrder {
-            why: format!("{}: {}", stop_kind_text(&s.kind), s.reason),
+            why: stop_text(s),
             deadline_ms: s.deadline,
             grace_ms: s.deadline.saturating_sub(s.signalled_at),
         });
         let spec = &job.spec;
+        let rendezvous = rendezvous(state, id, att, node);
         items.push(WorkItem {
             job: id,
             attempt: att.number,
@@ -321,6 +336,7 @@ pub fn node_work(
             signal: spec.checkpoint.signal.clone(),
             stop,
             user: spec.user.clone(),
+            rendezvous,
         });
     }
     NodeWork {
@@ -328,6 +344,38 @@ pub fn node_work(
         now,
         registered: true,
         items,
+    }
+}
+
+/// Where `node` stands in attempt `att` of job `id`: the members in allocation order,
+/// its rank, and rank 0's address and port. The port comes from the range that rank 0's
+/// agent publishes ([`tranche_proto::RENDEZVOUS_PORTS_LABEL`]), so every member gets
+/// the same one from this one place.
+fn rendezvous(
+    state: &State,
+    id: JobId,
+    att: &tranche_model::Attempt,
+    node: &tranche_model::NodeName,
+) -> Rendezvous {
+    let nodes: Vec<_> = att.allocation.iter().map(|a| a.node.clone()).collect();
+    let rank = nodes.iter().position(|n| n == node).unwrap_or(0) as u32;
+    let first = nodes.first().and_then(|n| state.nodes.get(n));
+    let range = first
+        .and_then(|n| {
+            n.inventory
+                .labels
+                .get(tranche_proto::RENDEZVOUS_PORTS_LABEL)
+        })
+        .and_then(|r| tranche_proto::parse_port_range(r))
+        .unwrap_or(tranche_proto::DEFAULT_RENDEZVOUS_PORTS);
+    Rendezvous {
+        rank,
+        gpus_per_node: att.allocation.first().map_or(0, |a| a.gpus.len() as u32),
+        master_addr: first
+            .map(|n| n.inventory.address.clone())
+            .unwrap_or_default(),
+        master_port: tranche_proto::master_port(id, att.number, range),
+        nodes,
     }
 }
 

@@ -173,6 +173,13 @@ impl World {
                 grace_ms: 30 * SECOND,
             }),
             user: job.spec.user.clone(),
+            rendezvous: tranche_proto::Rendezvous {
+                nodes: vec!["n1".into(), "n2".into()],
+                rank: 1,
+                gpus_per_node: 2,
+                master_addr: "10.0.0.1".into(),
+                master_port: 20_417,
+            },
         };
         vec![
             Response::Applied(Outcome::Submitted {

@@ -453,7 +453,10 @@ pub fn job_account() -> Result<JobAccount, String> {
             "this process runs as uid {uid}, which has no account name (no entry in the \
              account database), so the local cluster's agents cannot run jobs as it"
         )),
-        Err(e) => Err(format!("cannot look up the account of uid {uid}: {}", e.desc())),
+        Err(e) => Err(format!(
+            "cannot look up the account of uid {uid}: {}",
+            e.desc()
+        )),
     }
 }
 

@@ -219,6 +219,45 @@ pub struct WorkItem {
     pub stop: Option<StopOrder>,
     /// The job's user, whose account on the node the job runs as.
     pub user: UserName,
+    /// Where this node stands in the attempt's gang (a single-node job is a gang of one).
+    pub rendezvous: Rendezvous,
+}
+
+/// What every member of an attempt needs to find the others without talking to them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rendezvous {
+    /// The attempt's nodes in rank order (the allocation's order).
+    pub nodes: Vec<tranche_model::NodeName>,
+    /// This node's place in `nodes`, from 0.
+    pub rank: u32,
+    pub gpus_per_node: u32,
+    /// Rank 0's address as its agent advertises it (the inventory's `address`).
+    pub master_addr: String,
+    /// One port per attempt, the same for every member: see [`master_port`].
+    pub master_port: u16,
+}
+
+/// The label in which an agent publishes its `rendezvous_ports` range (`20000-29999`).
+pub const RENDEZVOUS_PORTS_LABEL: &str = "tranche.rendezvous_ports";
+
+/// The range of `MASTER_PORT` when rank 0's node publishes none.
+pub const DEFAULT_RENDEZVOUS_PORTS: (u16, u16) = (20000, 29999);
+
+/// Parses a port range `LO-HI` (inclusive, `0 < LO <= HI`).
+pub fn parse_port_range(text: &str) -> Option<(u16, u16)> {
+    let (lo, hi) = text.trim().split_once('-')?;
+    let (lo, hi): (u16, u16) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+    (lo > 0 && lo <= hi).then_some((lo, hi))
+}
+
+/// The rendezvous port of attempt `attempt` of `job` within `range`: a hash of the two,
+/// so every member computes the same port without talking, and the next attempt of a
+/// job (after a port that was taken) gets another one.
+pub fn master_port(job: tranche_model::JobId, attempt: u32, range: (u16, u16)) -> u16 {
+    let mut key = job.0.to_be_bytes().to_vec();
+    key.extend_from_slice(&attempt.to_be_bytes());
+    let span = u64::from(range.1 - range.0) + 1;
+    range.0 + (crate::fnv1a(&key) % span) as u16
 }
 
 /// One GPU of an attempt on its node: the index the agent binds and its UUID.

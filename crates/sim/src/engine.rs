@@ -450,11 +450,16 @@ impl Sim {
         {
             return;
         }
-        let _ = self.cmd(Command::JobProgress {
-            job: id,
-            attempt,
-            event: Progress::Exited { code, reason: None },
-        });
+        // Every member of a gang reports its own end, as the agents do; the simulated
+        // members end together.
+        let members = job.current_attempt().map_or(1, |a| a.allocation.len());
+        for _ in 0..members {
+            let _ = self.cmd(Command::JobProgress {
+                job: id,
+                attempt,
+                event: Progress::Exited { code, reason: None },
+            });
+        }
     }
 
     /// Runs the scheduler until nothing moves, starting every placed job at once.

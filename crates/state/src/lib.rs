@@ -20,6 +20,7 @@ mod session;
 mod state;
 mod touch;
 
+pub use apply::is_gang_stop;
 pub use command::*;
 pub use plan::*;
 pub use session::*;

@@ -70,7 +70,7 @@ pub use error::ExecError;
 pub use executors::Executors;
 pub use shim::shim_main;
 pub use signal::signal_number;
-pub use spec::{job_env, AttemptNo, BoundGpu, LaunchSpec};
+pub use spec::{job_env, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};
 pub use spool::{kept_logs, ExecKind, ExitStatus};
 
 /// Environment variable naming the `tranche-agent` binary whose hidden `shim`

@@ -440,6 +440,7 @@ mod tests {
                 },
             ],
             fake_devices: true,
+            rendezvous: None,
         }
     }
 

@@ -294,15 +294,13 @@ fn run_process(
             Ok(())
         });
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| match user {
-            Some((uid, gid)) => format!(
-                "cannot run `{}` as uid {uid} (gid {gid}) in {cwd}: {e}",
-                spec.command[0]
-            ),
-            None => format!("cannot run `{}`: {e}", spec.command[0]),
-        })?;
+    let child = cmd.spawn().map_err(|e| match user {
+        Some((uid, gid)) => format!(
+            "cannot run `{}` as uid {uid} (gid {gid}) in {cwd}: {e}",
+            spec.command[0]
+        ),
+        None => format!("cannot run `{}`: {e}", spec.command[0]),
+    })?;
     drop(joins);
     let main = child.id() as i32;
     fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())

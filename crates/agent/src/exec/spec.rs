@@ -70,6 +70,25 @@ pub struct LaunchSpec {
     /// The GPUs come from the fake inventory: their device nodes are synthesized
     /// (major 195, minor = index; `nvidiactl` 195:255) instead of read from `/dev`.
     pub fake_devices: bool,
+    /// Where this node stands in the attempt's gang; the agent sets it for every job
+    /// (a single-node job is a gang of one). Unset (and absent from the `spec.json` of
+    /// an older agent): no rendezvous variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous: Option<Rendezvous>,
+}
+
+/// What a member of a gang needs to find the others: see [`job_env`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rendezvous {
+    /// The attempt's node names in rank order.
+    pub nodes: Vec<String>,
+    /// This node's rank, from 0.
+    pub rank: u32,
+    pub gpus_per_node: u32,
+    /// Rank 0's address as its agent advertises it.
+    pub master_addr: String,
+    /// The attempt's rendezvous port on rank 0.
+    pub master_port: u16,
 }
 
 impl LaunchSpec {
@@ -85,7 +104,12 @@ impl LaunchSpec {
 ///   (`""` with no GPU, so the job sees none),
 /// * `NVIDIA_VISIBLE_DEVICES`: their UUIDs, comma-separated (`"void"` with no GPU),
 /// * `CUDA_DEVICE_ORDER=PCI_BUS_ID` (so CUDA numbers GPUs as NVML and the node do),
-/// * `TRANCHE_JOB_ID`, `TRANCHE_ATTEMPT`, `TRANCHE_RESTART_COUNT`, `TRANCHE_SHARE`.
+/// * `TRANCHE_JOB_ID`, `TRANCHE_ATTEMPT`, `TRANCHE_RESTART_COUNT`, `TRANCHE_SHARE`,
+/// * with a [`Rendezvous`], what distributed launchers (torchrun, NCCL, DeepSpeed) read:
+///   `TRANCHE_NODELIST` (node names in rank order, comma-separated),
+///   `TRANCHE_NUM_NODES`, `TRANCHE_NODE_RANK` and `NODE_RANK` (from 0),
+///   `TRANCHE_GPUS_PER_NODE`, `WORLD_SIZE` (nodes × GPUs per node), `MASTER_ADDR` and
+///   `MASTER_PORT` (rank 0's advertised address and the attempt's port).
 ///
 /// This is the environment of a process-executor job. Inside an OCI container only the
 /// allocated GPUs' device nodes exist, so CUDA numbers them from 0 in PCI order; the
@@ -120,6 +144,17 @@ pub fn job_env(spec: &LaunchSpec) -> BTreeMap<String, String> {
         spec.restart_count.to_string(),
     );
     env.insert("TRANCHE_SHARE".into(), spec.share.clone());
+    if let Some(r) = &spec.rendezvous {
+        let n = r.nodes.len() as u32;
+        env.insert("TRANCHE_NODELIST".into(), r.nodes.join(","));
+        env.insert("TRANCHE_NUM_NODES".into(), n.to_string());
+        env.insert("TRANCHE_NODE_RANK".into(), r.rank.to_string());
+        env.insert("NODE_RANK".into(), r.rank.to_string());
+        env.insert("TRANCHE_GPUS_PER_NODE".into(), r.gpus_per_node.to_string());
+        env.insert("WORLD_SIZE".into(), (n * r.gpus_per_node).to_string());
+        env.insert("MASTER_ADDR".into(), r.master_addr.clone());
+        env.insert("MASTER_PORT".into(), r.master_port.to_string());
+    }
     env
 }
 
@@ -194,6 +229,7 @@ mod tests {
             memory_mb: 0,
             gpus: vec![],
             fake_devices: true,
+            rendezvous: None,
         }
     }
 
@@ -225,6 +261,29 @@ mod tests {
         let e = job_env(&s);
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "");
         assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "void");
+        assert!(!e.contains_key("MASTER_ADDR"));
+    }
+
+    #[test]
+    fn env_tells_a_gang_member_where_the_others_are() {
+        let mut s = spec();
+        s.env.insert("WORLD_SIZE".into(), "99".into());
+        s.rendezvous = Some(Rendezvous {
+            nodes: vec!["n3".into(), "n1".into()],
+            rank: 1,
+            gpus_per_node: 4,
+            master_addr: "10.0.0.3".into(),
+            master_port: 23_456,
+        });
+        let e = job_env(&s);
+        assert_eq!(e["TRANCHE_NODELIST"], "n3,n1");
+        assert_eq!(e["TRANCHE_NUM_NODES"], "2");
+        assert_eq!(e["TRANCHE_NODE_RANK"], "1");
+        assert_eq!(e["NODE_RANK"], "1");
+        assert_eq!(e["TRANCHE_GPUS_PER_NODE"], "4");
+        assert_eq!(e["WORLD_SIZE"], "8");
+        assert_eq!(e["MASTER_ADDR"], "10.0.0.3");
+        assert_eq!(e["MASTER_PORT"], "23456");
     }
 
     /// `spec.json` of an attempt in the spool: ids and GPU indices are plain numbers, so

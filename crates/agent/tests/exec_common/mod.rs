@@ -54,6 +54,7 @@ pub fn spec(image: &str, command: &[&str]) -> LaunchSpec {
         memory_mb: 0,
         gpus: Vec::new(),
         fake_devices: true,
+        rendezvous: None,
     }
 }
 

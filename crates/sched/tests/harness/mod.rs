@@ -233,18 +233,23 @@ impl H {
         }
     }
 
-    /// The job's current attempt ends with exit code 0.
+    /// The job's current attempt ends with exit code 0 (every member of a gang).
     pub fn exit(&mut self, name: &str) {
         let id = self.ids[name];
         let attempt = self.st.jobs[&id].attempts.len() as u32;
-        self.apply(Command::JobProgress {
-            job: id,
-            attempt,
-            event: Progress::Exited {
-                code: Some(0),
-                reason: None,
-            },
-        });
+        let members = self.st.jobs[&id]
+            .current_attempt()
+            .map_or(1, |a| a.allocation.len());
+        for _ in 0..members {
+            self.apply(Command::JobProgress {
+                job: id,
+                attempt,
+                event: Progress::Exited {
+                    code: Some(0),
+                    reason: None,
+                },
+            });
+        }
     }
 
     pub fn name(&self, id: JobId) -> String {

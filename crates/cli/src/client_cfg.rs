@@ -18,6 +18,7 @@ use tranche_client::Client;
 use tranche_proto::ClientCommand;
 use tranche_tls::TlsFiles;
 
+use crate::leader_cache::LeaderCache;
 use crate::output::{usage, Fail};
 
 #[derive(Debug, Deserialize)]
@@ -57,13 +58,28 @@ impl ClientCfg {
         Ok(cfg)
     }
 
+    /// A client of the cluster that tries first the controller the leader cache names
+    /// (see [`crate::leader_cache`]).
     pub fn client(&self) -> Result<Client, String> {
         let addrs = self
             .controllers
             .iter()
             .filter_map(|a| a.parse().ok())
             .collect();
-        Client::new(addrs, &self.tls).map_err(|e| e.to_string())
+        let client = Client::new(addrs, &self.tls).map_err(|e| e.to_string())?;
+        if let Some(i) = LeaderCache::for_cluster(client.controllers()).get() {
+            client.prefer(i);
+        }
+        Ok(client)
+    }
+}
+
+/// Asks the controller in use which controller leads, and remembers it in the leader
+/// cache for the next command. Best effort: without an answer the cache is left as it
+/// is.
+pub async fn remember_leader(client: &Client) {
+    if let Ok(Some(i)) = client.leader().await {
+        LeaderCache::for_cluster(client.controllers()).put(i);
     }
 }
 

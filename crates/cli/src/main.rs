@@ -7,8 +7,10 @@ mod bench;
 mod client_cfg;
 mod dev;
 mod fmt;
+mod leader_cache;
 mod logs;
 mod output;
+mod timing;
 mod user_cmds;
 
 use clap::{Parser, Subcommand};
@@ -214,7 +216,9 @@ fn main() -> ExitCode {
         Some("tranche-agent") => return tranche_agent::cli::main(),
         _ => {}
     }
+    timing::mark("main");
     let cli = Cli::parse();
+    timing::mark("args");
     match cli.cmd {
         Cmd::Scenario(ScenarioCmd::Run { file, json }) => scenario_run(&file, json),
         Cmd::Bench(cmd) => bench::bench(cmd),

@@ -4,16 +4,17 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_client::Client;
+use tranche_client::{Client, ClientError};
 use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus};
-use tranche_proto::{ApiError, ClientCommand, JobFilter, Query, Response};
+use tranche_proto::{ApiError, ClientCommand, JobFilter, Objects, Query, Response};
 use tranche_state::Outcome;
 
-use crate::client_cfg::connect;
+use crate::client_cfg::{connect, remember_leader};
 use crate::fmt::{
     attempt_end, clock_duration, command_line, duration, fit, local_time, now_ms, state_code,
 };
 use crate::output::{failed, run, unexpected, usage, Fail};
+use crate::timing;
 
 /// `4h`, `90m`, `30s`, `2d`, `1-00:00:00`, `HH:MM:SS`, `MM:SS` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
@@ -168,7 +169,7 @@ pub fn submit_cmd(args: SubmitArgs) -> ExitCode {
 }
 
 pub fn submit(args: &SubmitArgs) -> ExitCode {
-    run("submit", async {
+    let code = run("submit", async {
         let share_name = args
             .share
             .clone()
@@ -177,73 +178,134 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
             .gpus
             .ok_or_else(|| usage("--gpus is required (on the command line or a #TRANCHE line)"))?;
         let (client, me) = connect(&args.config)?;
-        let objs = match client.read(Query::Objects, false).await.map_err(failed)? {
-            Response::Objects(o) => o,
-            other => return Err(unexpected(&other)),
+        timing::mark("client");
+        if timing::on() {
+            // The handshake alone; the request below would open the connection anyway.
+            let _ = client.connect().await;
+            timing::mark("handshake");
+        }
+        // The share's defaults (queue, unit) come from the state the controller has
+        // applied, read without a Raft round: on the leader, where the leader cache
+        // sends this CLI, that state holds every acknowledged write. The state machine
+        // checks the submit against the current share whatever this CLI read, so a
+        // stale view can only make it refuse; then (or when the share seems missing)
+        // the objects are read again linearizably and the submit is made with what
+        // they say.
+        let stale = read_objects(&client, true).await?;
+        timing::mark("objects");
+        let (mut spec, read_fresh) = match spec_from(args, &stale, &share_name, gpus, &me) {
+            Ok(spec) => (spec, false),
+            Err(_) => {
+                let fresh = read_objects(&client, false).await?;
+                (spec_from(args, &fresh, &share_name, gpus, &me)?, true)
+            }
         };
-        let share = objs
-            .shares
-            .iter()
-            .find(|s| s.name.as_str() == share_name)
-            .ok_or_else(|| (1, format!("--share {share_name}: no such share")))?;
-        let unit = match &args.unit {
-            Some(u) => u.clone(),
-            None => share
-                .capacity_limits
-                .first()
-                .map(|l| l.unit.to_string())
-                .ok_or_else(|| usage("--unit: the share names no unit; give one"))?,
+        // One token for every attempt at this submit: the client's retries, and a
+        // second submit after a refusal (which changed nothing).
+        spec.client_token = Some(tranche_client::new_token());
+        // Meanwhile, on the same connection: which controller leads, for the next
+        // command's cache.
+        let (submitted, ()) = tokio::join!(client.submit(spec.clone()), remember_leader(&client));
+        timing::mark("submit");
+        let job = match submitted {
+            Ok((job, _)) => job,
+            Err(ClientError::Api(ApiError::Rejected(e))) if !read_fresh => {
+                let fresh = read_objects(&client, false).await?;
+                let mut again = spec_from(args, &fresh, &share_name, gpus, &me)?;
+                again.client_token = spec.client_token.clone();
+                if again == spec {
+                    return Err(failed(ClientError::Api(ApiError::Rejected(e))));
+                }
+                client.submit(again).await.map_err(failed)?.0
+            }
+            Err(e) => return Err(failed(e)),
         };
-        let mut spec = JobSpec::new(
-            &args.name,
-            args.queue.as_deref().unwrap_or(share.queue.as_str()),
-            &share_name,
-            &me,
-            &unit,
-            gpus,
-            args.nodes,
-        );
-        spec.priority = args.priority;
-        spec.image = args.image.clone();
-        spec.command = args.command.clone();
-        spec.preemption_retries = args.preemption_retries;
-        if let Some(t) = &args.time {
-            spec.time_limit_s = Some(parse_duration(t).map_err(usage)?);
-        }
-        if let Some(sig) = &args.signal {
-            let (name, grace) = match sig.split_once('@') {
-                Some((n, g)) => (
-                    n,
-                    Some(parse_duration(g).map_err(|_| {
-                        usage(format!("--signal `{sig}`: use SIG@GRACE, e.g. SIGUSR1@120"))
-                    })?),
-                ),
-                None => (sig.as_str(), None),
-            };
-            spec.checkpoint = Checkpoint {
-                signal: name.to_string(),
-                grace_s: grace,
-            };
-        }
-        let mut env = BTreeMap::new();
-        for kv in &args.env {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| usage(format!("--env `{kv}`: must be KEY=VALUE")))?;
-            env.insert(k.to_string(), v.to_string());
-        }
-        spec.env = env;
-        let (job, _) = client.submit(spec).await.map_err(failed)?;
         if args.parsable {
             println!("{job}");
         } else {
             println!("Submitted job {job}");
         }
-        if args.wait {
-            return wait_for_end(&client, job, !args.parsable).await;
-        }
-        Ok(())
-    })
+        let r = if args.wait {
+            wait_for_end(&client, job, !args.parsable).await
+        } else {
+            Ok(())
+        };
+        client.close().await;
+        r
+    });
+    timing::mark("exit");
+    code
+}
+
+async fn read_objects(client: &Client, stale: bool) -> Result<Objects, Fail> {
+    match client.read(Query::Objects, stale).await.map_err(failed)? {
+        Response::Objects(o) => Ok(o),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// The job `args` describe, with its queue and unit defaulted from its share in
+/// `objs`.
+fn spec_from(
+    args: &SubmitArgs,
+    objs: &Objects,
+    share_name: &str,
+    gpus: u32,
+    me: &str,
+) -> Result<JobSpec, Fail> {
+    let share = objs
+        .shares
+        .iter()
+        .find(|s| s.name.as_str() == share_name)
+        .ok_or_else(|| (1, format!("--share {share_name}: no such share")))?;
+    let unit = match &args.unit {
+        Some(u) => u.clone(),
+        None => share
+            .capacity_limits
+            .first()
+            .map(|l| l.unit.to_string())
+            .ok_or_else(|| usage("--unit: the share names no unit; give one"))?,
+    };
+    let mut spec = JobSpec::new(
+        &args.name,
+        args.queue.as_deref().unwrap_or(share.queue.as_str()),
+        share_name,
+        me,
+        &unit,
+        gpus,
+        args.nodes,
+    );
+    spec.priority = args.priority;
+    spec.image = args.image.clone();
+    spec.command = args.command.clone();
+    spec.preemption_retries = args.preemption_retries;
+    if let Some(t) = &args.time {
+        spec.time_limit_s = Some(parse_duration(t).map_err(usage)?);
+    }
+    if let Some(sig) = &args.signal {
+        let (name, grace) = match sig.split_once('@') {
+            Some((n, g)) => (
+                n,
+                Some(parse_duration(g).map_err(|_| {
+                    usage(format!("--signal `{sig}`: use SIG@GRACE, e.g. SIGUSR1@120"))
+                })?),
+            ),
+            None => (sig.as_str(), None),
+        };
+        spec.checkpoint = Checkpoint {
+            signal: name.to_string(),
+            grace_s: grace,
+        };
+    }
+    let mut env = BTreeMap::new();
+    for kv in &args.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| usage(format!("--env `{kv}`: must be KEY=VALUE")))?;
+        env.insert(k.to_string(), v.to_string());
+    }
+    spec.env = env;
+    Ok(spec)
 }
 
 /// Follows a job to its end, printing each new state; the job's own exit code becomes

@@ -203,6 +203,57 @@ impl Client {
         }
     }
 
+    /// Opens the connection to the controller tried first, if it has none: the
+    /// handshake alone, for a caller that times it. Requests open it when needed.
+    pub async fn connect(&self) -> Result<(), ClientError> {
+        let idx = self.current.lock().unwrap().0;
+        self.connection(idx).await.map(drop)
+    }
+
+    /// The position in [`controllers`](Self::controllers) of the leader, as the
+    /// controller in use sees it (a stale read, answered without a Raft round; one
+    /// attempt, no retry); `None` when it knows no leader or the leader's client
+    /// address is not in the list.
+    pub async fn leader(&self) -> Result<Option<usize>, ClientError> {
+        let req = ClientRequest::Read {
+            query: Query::Controllers,
+            stale: true,
+        };
+        let status = match self.request_to(self.current(), &req).await? {
+            Response::Controllers(s) => s,
+            other => return Err(ClientError::Unexpected(format!("{other:?}"))),
+        };
+        let Some(leader) = status.leader else {
+            return Ok(None);
+        };
+        Ok(status
+            .members
+            .iter()
+            .find(|m| m.member.id == leader)
+            .and_then(|m| {
+                self.controllers
+                    .iter()
+                    .position(|a| a.to_string() == m.member.client_addr)
+            }))
+    }
+
+    /// Closes the connection in use, telling its controller at once, for a process
+    /// about to exit: a connection left open would be kept, and sent keep-alives, by
+    /// its controller until the idle timeout.
+    pub async fn close(&self) {
+        let conn = self.current.lock().unwrap().1.take();
+        if let Some(c) = conn {
+            c.close(0u32.into(), b"done");
+            // The close goes out when the connection's driver next runs.
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The position of the controller tried first.
+    pub fn current(&self) -> usize {
+        self.current.lock().unwrap().0
+    }
+
     /// Makes controller `idx` the one tried first.
     pub fn prefer(&self, idx: usize) {
         let mut cur = self.current.lock().unwrap();

@@ -1,5 +1,5 @@
 //! `tranche bench`: the scheduler alone (`sched`), and local clusters of real
-//! processes (`submit`, `failover`, `preempt`, `scale`). Each prints text, or one JSON object
+//! processes (`submit`, `failover`, `preempt`, `scale`, `throughput`). Each prints text, or one JSON object
 //! with `--json`; a benchmark that cannot run prints why and exits with status 2.
 
 mod cluster;
@@ -7,6 +7,7 @@ mod preempt;
 mod scale;
 mod sched;
 mod stats;
+mod throughput;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,12 @@ pub enum BenchCmd {
     ///
     /// Example: tranche bench scale --nodes 10000 --json
     Scale(scale::ScaleArgs),
+    /// A shell loop of `tranche submit --gpus 1 -- true` (separate CLI processes, one
+    /// after another) against 3 controllers and 4 agents with 8 fake GPUs each: submits
+    /// per second, and from the first submit until every job has ended.
+    ///
+    /// Example: tranche bench throughput --submits 1000 --json
+    Throughput(throughput::ThroughputArgs),
 }
 
 pub fn bench(cmd: BenchCmd) -> ExitCode {
@@ -47,6 +54,7 @@ pub fn bench(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Failover(args) => block_on("failover", cluster::failover(&args)),
         BenchCmd::Preempt(args) => block_on("preempt", preempt::preempt(&args)),
         BenchCmd::Scale(args) => block_on("scale", scale::scale(&args)),
+        BenchCmd::Throughput(args) => block_on("throughput", throughput::throughput(&args)),
     }
 }
 
@@ -66,6 +74,53 @@ fn block_on(what: &str, f: impl std::future::Future<Output = Result<(), String>>
             ExitCode::from(2)
         }
     }
+}
+
+/// A local cluster for the benchmarks with agents: three controllers started in a
+/// temporary dir, a leader elected, an admin client, and the agent binary to add
+/// agents with. The controllers log warnings only, unless `TRANCHE_LOG` says more.
+struct AgentCluster {
+    // Dropped in this order: the processes, then the copy kept with `TRANCHE_KEEP`,
+    // then the dir.
+    cluster: tranche_local::LocalCluster,
+    admin: tranche_client::Client,
+    agent: PathBuf,
+    _keep: KeptCopy,
+    tmp: tempfile::TempDir,
+}
+
+async fn agent_cluster() -> Result<AgentCluster, String> {
+    use tranche_local::{find_agent, find_tranched, LocalCluster, LocalOptions};
+    let tranched = find_tranched();
+    let agent = find_agent();
+    for (b, what) in [(&tranched, "tranched"), (&agent, "tranche-agent")] {
+        if !b.exists() {
+            return Err(format!(
+                "`{what}` not found at {}; build the workspace (cargo build --release --workspace)",
+                b.display()
+            ));
+        }
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let keep = KeepDir::at(tmp.path());
+    let mut opts = LocalOptions::new(tranched);
+    if std::env::var("TRANCHE_LOG").is_err() {
+        opts.log_filter = "warn".into();
+    }
+    let mut cluster = LocalCluster::create(tmp.path(), 3, opts)?;
+    cluster.start_all()?;
+    let admin = cluster.client(tranche_tls::Role::Admin, "admin")?;
+    cluster
+        .wait_leader(&admin, std::time::Duration::from_secs(15))
+        .await
+        .ok_or("no leader elected")?;
+    Ok(AgentCluster {
+        cluster,
+        admin,
+        agent,
+        _keep: keep,
+        tmp,
+    })
 }
 
 /// Keeps the cluster's dir (logs, data) after the run when `TRANCHE_KEEP` is set.

@@ -7,14 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tranche_client::Client;
-use tranche_local::{demo, find_agent, find_tranched, LocalCluster, LocalOptions};
+use tranche_local::demo;
 use tranche_model::{JobId, JobSpec, JobStatus};
 use tranche_proto::ClientCommand;
 use tranche_proto::{Query, Response};
-use tranche_tls::Role;
 
 use super::stats::{print_json, Spread};
-use super::KeepDir;
+use super::{agent_cluster, AgentCluster};
 use crate::client_cfg::apply_all;
 use crate::output::unexpected_text;
 
@@ -154,28 +153,14 @@ async fn wait_all(
 }
 
 pub async fn preempt(args: &PreemptArgs) -> Result<(), String> {
-    let tranched = find_tranched();
-    let agent = find_agent();
-    for (b, what) in [(&tranched, "tranched"), (&agent, "tranche-agent")] {
-        if !b.exists() {
-            return Err(format!(
-                "`{what}` not found at {}; build the workspace (cargo build --release --workspace)",
-                b.display()
-            ));
-        }
-    }
-    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let _keep = KeepDir::at(tmp.path());
-    let mut opts = LocalOptions::new(tranched);
-    if std::env::var("TRANCHE_LOG").is_err() {
-        opts.log_filter = "warn".into();
-    }
-    let mut c = LocalCluster::create(tmp.path(), 3, opts)?;
-    c.start_all()?;
-    let admin = c.client(Role::Admin, "admin")?;
-    c.wait_leader(&admin, Duration::from_secs(15))
-        .await
-        .ok_or("no leader elected")?;
+    // Bound in this order, dropped in the reverse: the processes first, the dir last.
+    let AgentCluster {
+        tmp,
+        _keep,
+        agent,
+        admin,
+        cluster: mut c,
+    } = agent_cluster().await?;
     policy(&admin).await?;
     for n in ["n1", "n2"] {
         c.add_agent(&agent, n, "8 x h100", "heartbeat_ms = 1000")?;

@@ -6,13 +6,23 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-/// Runs the `tranche` CLI against the cluster config `config`.
+/// Runs the `tranche` CLI against the cluster config `config`, with its cache (the
+/// leader it last used) in `cache/` beside the config rather than the user's.
 pub fn tranche(config: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tranche"))
         .args(args)
         .env("TRANCHE_CONFIG", config)
+        .env("XDG_CACHE_HOME", cache_dir(config))
         .output()
         .unwrap()
+}
+
+/// The cache dir [`tranche`] gives the CLI for `config`.
+pub fn cache_dir(config: &str) -> PathBuf {
+    std::path::Path::new(config)
+        .parent()
+        .expect("a config file in a dir")
+        .join("cache")
 }
 
 /// One `tranche dev` at a time in a test binary: each is 3 controllers and 4 agents.

@@ -342,16 +342,32 @@ async fn start(c: &mut LocalCluster) -> Client {
     admin
 }
 
-#[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+/// Each fixture this build reads: the previous release's format, and its own.
+fn read_unchanged(name: &str, format: u16) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (_tmp, mut c, expected) = fixture_copy("format-1");
+    let (_tmp, mut c, expected) = fixture_copy(name);
+    let recorded = data_dir_format(&c.controllers[0].data_dir);
+    assert_eq!(
+        recorded,
+        (format > 1).then_some(format),
+        "{name} records its format"
+    );
     rt().block_on(async {
         let admin = start(&mut c).await;
         let got = contents(&admin).await;
-        holds(&expected, &got, "").unwrap_or_else(|e| panic!("format-1 fixture: {e}"));
+        holds(&expected, &got, "").unwrap_or_else(|e| panic!("{name} fixture: {e}"));
         assert!(expected["jobs"].as_object().unwrap().len() >= 6);
     });
+}
+
+#[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged("format-1", 1);
+}
+
+#[test]
+fn this_release_data_dirs_are_read_unchanged() {
+    read_unchanged("format-2", tranche_state::codec::FORMAT);
 }
 
 /// The stored format a data dir records, once its controller has opened it.

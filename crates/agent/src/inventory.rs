@@ -284,6 +284,20 @@ impl NvmlInventory {
     }
 }
 
+/// Why a GPU is unhealthy, if it is: uncorrected ECC errors since the driver loaded, or
+/// a critical Xid (or double-bit ECC) event the watcher saw; both when both.
+fn health(ecc_uncorrected: Option<u64>, xid: Option<&str>) -> Option<String> {
+    let ecc = ecc_uncorrected
+        .filter(|c| *c > 0)
+        .map(|c| format!("{c} uncorrected ECC errors since the driver loaded"));
+    match (ecc, xid) {
+        (Some(e), Some(x)) => Some(format!("{e}; {x}")),
+        (Some(e), None) => Some(e),
+        (None, Some(x)) => Some(x.to_string()),
+        (None, None) => None,
+    }
+}
+
 fn nvml_err(
     what: impl Into<String>,
 ) -> impl FnOnce(nvml_wrapper::error::NvmlError) -> InventoryError {
@@ -330,12 +344,8 @@ impl Inventory for NvmlInventory {
                     Err(NvmlError::NotSupported) => None,
                     Err(e) => return Err(nvml_err(format!("GPU {i} ECC counters"))(e)),
                 };
-            let unhealthy = match ecc_uncorrected {
-                Some(c) if c > 0 => Some(format!(
-                    "{c} uncorrected ECC errors since the driver loaded"
-                )),
-                _ => None,
-            };
+            let xid = self.xids.lock().unwrap().get(&GpuIndex(i)).cloned();
+            let unhealthy = health(ecc_uncorrected, xid.as_deref());
             out.push(GpuInfo {
                 index: GpuIndex(i),
                 uuid,
@@ -357,6 +367,29 @@ impl Inventory for NvmlInventory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_critical_xid_or_uncorrected_ecc_makes_a_gpu_unhealthy() {
+        assert_eq!(health(None, None), None);
+        assert_eq!(
+            health(Some(0), None),
+            None,
+            "no errors, and no counter, are healthy"
+        );
+        assert_eq!(
+            health(Some(0), Some("Xid 79")).as_deref(),
+            Some("Xid 79"),
+            "a critical Xid alone marks the GPU"
+        );
+        assert_eq!(
+            health(Some(2), None).as_deref(),
+            Some("2 uncorrected ECC errors since the driver loaded")
+        );
+        assert_eq!(
+            health(Some(1), Some("Xid 48")).as_deref(),
+            Some("1 uncorrected ECC errors since the driver loaded; Xid 48")
+        );
+    }
 
     #[test]
     fn fake_specs_parse_and_refuse_with_the_rule() {

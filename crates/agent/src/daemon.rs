@@ -565,12 +565,13 @@ impl Agent {
         let execs = self.execs.clone();
         let agent = self.clone();
         let user = item.user.to_string();
+        let submit_dir = item.cwd.clone();
         // The account lookup may ask a directory service (LDAP, SSSD): off the runtime.
         let started = tokio::task::spawn_blocking(move || {
             let node = agent.cfg.node.as_str();
             let account = users::resolve(&agent.cfg, &user).map_err(StartError::Refused)?;
             account
-                .apply_to(&mut spec, node)
+                .apply_to(&mut spec, node, submit_dir.as_deref())
                 .map_err(StartError::Refused)?;
             execs.start(&spec).map_err(StartError::Exec)
         })

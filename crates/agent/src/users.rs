@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Uid, User};
 
@@ -133,10 +133,16 @@ pub fn resolve(cfg: &AgentConfig, user: &str) -> Result<Account, Refusal> {
 
 impl Account {
     /// Makes `spec` run as this account: uid, gid and groups (none to change where the
-    /// agent itself runs as the account), `HOME`, `USER` and `LOGNAME`, and the home as
-    /// the working directory. A process job needs the home on the node; a container
-    /// uses it where its rootfs has it.
-    pub fn apply_to(&self, spec: &mut LaunchSpec, node: &str) -> Result<(), Refusal> {
+    /// agent itself runs as the account), `HOME`, `USER` and `LOGNAME`, and the working
+    /// directory: for a process job the directory it was submitted from where that
+    /// exists on this node (a shared file system), else the home, which must exist; a
+    /// container uses the home where its rootfs has it.
+    pub fn apply_to(
+        &self,
+        spec: &mut LaunchSpec,
+        node: &str,
+        submit_dir: Option<&str>,
+    ) -> Result<(), Refusal> {
         let agent = Uid::effective();
         if !agent.is_root() {
             if agent.as_raw() != self.uid {
@@ -153,7 +159,8 @@ impl Account {
             spec.user = Some((self.uid, self.gid));
             spec.groups = self.groups.clone();
         }
-        if spec.image == "host" && !self.home.is_dir() {
+        let here = submit_dir.filter(|d| spec.image == "host" && Path::new(d).is_dir());
+        if spec.image == "host" && here.is_none() && !self.home.is_dir() {
             return Err(Refusal::NoHome {
                 user: self.user.clone(),
                 home: self.home.clone(),
@@ -164,7 +171,7 @@ impl Account {
         spec.env.insert("HOME".into(), home.clone());
         spec.env.insert("USER".into(), self.name.clone());
         spec.env.insert("LOGNAME".into(), self.name.clone());
-        spec.cwd = Some(home);
+        spec.cwd = Some(here.map(str::to_string).unwrap_or(home));
         Ok(())
     }
 }

@@ -83,7 +83,7 @@ fn run_script(
     account: &Account,
 ) -> tranche_agent::exec::Attempt {
     let mut s = spec(image.as_ref().to_str().unwrap(), &["sh", "-c", SCRIPT]);
-    account.apply_to(&mut s, "n3").unwrap();
+    account.apply_to(&mut s, "n3", None).unwrap();
     let a = ex.start(&s).unwrap();
     let st = wait_exit(&a, LONG);
     assert_eq!(st.code, Some(0), "{st:?}; stderr: {}", stderr(&a));
@@ -115,6 +115,42 @@ fn a_process_job_runs_as_the_mapped_account_in_its_home() {
         let m = std::fs::metadata(&f).unwrap();
         assert_eq!((m.uid(), m.gid()), (acct.uid, acct.gid), "{}", f.display());
     }
+}
+
+/// A process job runs in the directory it was submitted from where that exists on the
+/// node (a shared file system), as its user; where it does not, in the home.
+#[test]
+fn a_process_job_runs_in_its_submit_directory_where_it_exists() {
+    let test = "a_process_job_runs_in_its_submit_directory_where_it_exists";
+    if lacks_accounts(test, Need::Root) {
+        return;
+    }
+    init();
+    let mut accounts = TestAccounts::new();
+    let (acct, account) = alice_in_a_team(&mut accounts, "sd");
+    let t = test_dir();
+    let ex = Executors::new(&t.path().join("spool")).unwrap();
+    let submitted = t.path().join("project");
+    std::fs::create_dir(&submitted).unwrap();
+    std::os::unix::fs::chown(&submitted, Some(acct.uid), Some(acct.gid)).unwrap();
+    let dir = submitted.to_str().unwrap();
+    let mut s = spec("host", &["sh", "-c", SCRIPT]);
+    account.apply_to(&mut s, "n3", Some(dir)).unwrap();
+    let a = ex.start(&s).unwrap();
+    assert_eq!(wait_exit(&a, LONG).code, Some(0), "stderr: {}", stderr(&a));
+    assert_eq!(lines(&stdout(&a)), expected(&acct, dir));
+    // Not on this node: the home.
+    let mut s = spec("host", &["sh", "-c", SCRIPT]);
+    s.attempt = tranche_agent::exec::AttemptNo(2);
+    account
+        .apply_to(&mut s, "n3", Some("/nonexistent/shared/project"))
+        .unwrap();
+    let a = ex.start(&s).unwrap();
+    assert_eq!(wait_exit(&a, LONG).code, Some(0), "stderr: {}", stderr(&a));
+    assert_eq!(
+        lines(&stdout(&a)),
+        expected(&acct, &acct.home.to_string_lossy())
+    );
 }
 
 #[test]
@@ -154,7 +190,7 @@ fn an_account_that_cannot_be_used_is_refused_with_its_reason() {
     // A process job needs its home on the node; nothing is started without one.
     let account = resolve(&cfg, "bob").unwrap();
     let mut s = spec("host", &["true"]);
-    let e = account.apply_to(&mut s, "n3").unwrap_err();
+    let e = account.apply_to(&mut s, "n3", None).unwrap_err();
     assert!(
         matches!(e, Refusal::NoHome { .. })
             && e.to_string().contains(&format!("/home/{}", homeless.name)),

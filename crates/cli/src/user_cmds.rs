@@ -96,12 +96,38 @@ pub struct SubmitArgs {
     /// The cluster config (default: $TRANCHE_CONFIG).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// The job's working directory (default: this directory). Used on a node where it
+    /// exists (a shared file system); elsewhere the job runs in its user's home.
+    #[arg(long, short = 'D', value_name = "DIR")]
+    chdir: Option<PathBuf>,
     /// A batch script instead of a command: it runs under `sh`, and its `#TRANCHE`
     /// lines (before its first command) give default options, as `#SBATCH` does.
     script: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// The working directory a submit sends: `--chdir` made absolute, else this directory;
+/// `None` when this directory cannot be named (deleted, not UTF-8).
+fn working_dir(chdir: Option<&std::path::Path>) -> Result<Option<String>, Fail> {
+    let here = std::env::current_dir().ok();
+    let dir = match (chdir, here) {
+        (Some(d), _) if d.is_absolute() => Some(d.to_path_buf()),
+        (Some(d), Some(h)) => Some(h.join(d)),
+        (Some(d), None) => {
+            return Err(usage(format!(
+                "--chdir {}: a relative directory needs a current directory",
+                d.display()
+            )))
+        }
+        (None, h) => h,
+    };
+    match dir.map(|d| d.to_str().map(str::to_string)) {
+        Some(Some(d)) => Ok(Some(d)),
+        Some(None) if chdir.is_some() => Err(usage("--chdir: the directory's name is not UTF-8")),
+        _ => Ok(None),
+    }
 }
 
 /// `submit`'s options alone, to parse a script's directives with the command line's
@@ -279,6 +305,7 @@ fn spec_from(
     spec.image = args.image.clone();
     spec.command = args.command.clone();
     spec.preemption_retries = args.preemption_retries;
+    spec.cwd = working_dir(args.chdir.as_deref())?;
     if let Some(t) = &args.time {
         spec.time_limit_s = Some(parse_duration(t).map_err(usage)?);
     }

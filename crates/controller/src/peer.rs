@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 pub use tranche_proto::peer::{PeerFrame, PeerItem};
-use tranche_proto::{frame, Member, MAX_PEER_FRAME, PROTOCOL_VERSION};
+use tranche_proto::{frame, Member, MAX_PEER_FRAME};
 use tranche_tls::{peer_identity, Role, CONTROLLER_SERVER_NAME};
 
 use crate::mailbox::NodeMsg;
@@ -215,14 +215,9 @@ impl PeerNet {
                             continue;
                         }
                     };
-                    // A controller of the previous release sends version-1 frames,
-                    // laid out alike.
-                    let f: PeerFrame = match frame::decode_payload_of(
-                        &payload,
-                        &[frame::PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION],
-                    )
-                    .map(|(_, f)| f)
-                    {
+                    // A controller of the previous release sends frames of the
+                    // previous version; they are read too.
+                    let f: PeerFrame = match PeerFrame::decode_payload(&payload) {
                         Ok(f) => f,
                         Err(e) => {
                             warn!(peer = %conn.remote_address(), "bad peer frame: {e}");

@@ -336,6 +336,7 @@ pub fn node_work(
             signal: spec.checkpoint.signal.clone(),
             stop,
             user: spec.user.clone(),
+            cwd: spec.cwd.clone(),
             rendezvous,
         });
     }

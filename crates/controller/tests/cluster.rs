@@ -508,7 +508,7 @@ fn malformed_frames_get_an_error_and_change_nothing() {
         // A client of the previous protocol version is told to upgrade, in a frame of
         // its own version (which this client reports as an older controller's).
         let mut old_client = good.clone();
-        old_client[5] = 1;
+        old_client[5] = tranche_proto::frame::PREVIOUS_PROTOCOL_VERSION as u8;
         let hostile = c.client_of(0, Role::Admin, "admin").unwrap();
         match hostile.raw_to(0, &old_client).await {
             Err(ClientError::OlderController { said, .. }) => {
@@ -521,7 +521,7 @@ fn malformed_frames_get_an_error_and_change_nothing() {
         let mut oversize = good.clone();
         oversize[0..4].copy_from_slice(&(1u32 << 30).to_be_bytes());
         let truncated = good[..good.len() - 3].to_vec();
-        let mut garbage = vec![0, 0, 0, 10, 0, 2];
+        let mut garbage = vec![0, 0, 0, 10, 0, tranche_proto::PROTOCOL_VERSION as u8];
         garbage.extend_from_slice(&[0xff; 8]);
         for (what, bytes) in [
             ("wrong version", wrong_version),

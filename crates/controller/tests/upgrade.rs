@@ -247,6 +247,7 @@ fn write_fixture() {
             let mut s = JobSpec::new(name, "q", share, user, "h100", gpus, 1);
             s.command = vec!["sh".into(), "-c".into(), cmd.into()];
             s.client_token = Some(format!("fixture-{name}"));
+            s.cwd = Some("/tmp".into());
             s
         };
         let submit = async |s: JobSpec| admin.submit(s).await.expect("submitted").0;
@@ -361,13 +362,18 @@ fn read_unchanged(name: &str, format: u16) {
 }
 
 #[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+fn an_older_release_data_dirs_are_read_unchanged() {
     read_unchanged("format-1", 1);
 }
 
 #[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged("format-2", 2);
+}
+
+#[test]
 fn this_release_data_dirs_are_read_unchanged() {
-    read_unchanged("format-2", tranche_state::codec::FORMAT);
+    read_unchanged("format-3", tranche_state::codec::FORMAT);
 }
 
 /// The stored format a data dir records, once its controller has opened it.
@@ -404,15 +410,15 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (_tmp, mut c, expected) = fixture_copy("format-1");
+    let (_tmp, mut c, expected) = fixture_copy("format-2");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
         data_dir_format(&dirs[0]),
-        None,
-        "a format-1 data dir records none"
+        Some(2),
+        "the previous release's data dir"
     );
     rt().block_on(async {
-        // c2 and c3 start on this build (a majority); c1 still holds format-1 data.
+        // c2 and c3 start on this build (a majority); c1 still holds format-2 data.
         c.start(1).unwrap();
         c.start(2).unwrap();
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -436,7 +442,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             }
             acked
         });
-        // Then each controller in turn: c1 starts on its format-1 data dir while the
+        // Then each controller in turn: c1 starts on its format-2 data dir while the
         // others serve; then c2 and c3 are restarted, one at a time.
         c.start(0).unwrap();
         caught_up(&mut c, &admin, 0).await;
@@ -524,7 +530,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1 and 2"
+                "stored format version 9 is not readable by this build, which reads versions 1, 2 and 3"
             ),
             "controller {} log: {log}",
             i + 1

@@ -173,6 +173,7 @@ impl World {
                 grace_ms: 30 * SECOND,
             }),
             user: job.spec.user.clone(),
+            cwd: Some("/home/alice/run".into()),
             rendezvous: tranche_proto::Rendezvous {
                 nodes: vec!["n1".into(), "n2".into()],
                 rank: 1,

@@ -77,6 +77,9 @@ pub struct JobSpec {
     pub preemption_retries: Option<u32>,
     pub client_token: Option<String>,
     pub tags: BTreeMap<String, String>,
+    /// The working directory: the directory the job was submitted from (or `--chdir`),
+    /// used on a node where it exists; else the user's home. Absolute.
+    pub cwd: Option<String>,
 }
 
 impl JobSpec {
@@ -112,6 +115,7 @@ impl JobSpec {
             preemption_retries: None,
             client_token: None,
             tags: BTreeMap::new(),
+            cwd: None,
         }
     }
 
@@ -157,6 +161,14 @@ impl JobSpec {
                 "image",
                 "must be 1-4096 characters (a rootfs path, an OCI layout or archive, or `host`)",
             ));
+        }
+        if let Some(d) = &self.cwd {
+            if !d.starts_with('/') || d.len() > 4096 || d.contains('\0') {
+                return Err(invalid(
+                    "cwd",
+                    "must be an absolute path of at most 4096 characters",
+                ));
+            }
         }
         if self.command.len() > MAX_COMMAND_ARGS {
             return Err(invalid(

@@ -6,20 +6,20 @@
 //! the body, a version it does not speak, a body that does not decode, and a body with
 //! bytes left over.
 //!
-//! Version 2 is this build's. Controllers still read version-1 frames from each other
+//! Version 3 is this build's. Controllers still read version-2 frames from each other
 //! (a controller of the previous release, during a rolling upgrade); the client port
-//! answers a version-1 request with a version-1 error that tells the user to upgrade the
-//! client; and a client that gets a version-1 answer says the controllers are older.
+//! answers a version-2 request with a version-2 error that tells the user to upgrade the
+//! client; and a client that gets a version-2 answer says the controllers are older.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this build speaks on every stream.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The previous release's protocol version, still read between controllers.
-pub const PREVIOUS_PROTOCOL_VERSION: u16 = 1;
+pub const PREVIOUS_PROTOCOL_VERSION: u16 = 2;
 
 /// The largest client request or response frame (16 MiB).
 pub const MAX_CLIENT_FRAME: usize = 16 << 20;
@@ -209,14 +209,20 @@ mod tests {
             Err(FrameError::Truncated)
         ));
         let mut old = f.clone();
-        old[5] = 1;
+        old[5] = PREVIOUS_PROTOCOL_VERSION as u8;
         assert!(matches!(
             decode::<(String, u32)>(&old, 1024),
-            Err(FrameError::Version { got: 1 })
+            Err(FrameError::Version {
+                got: PREVIOUS_PROTOCOL_VERSION
+            })
         ));
         assert_eq!(
-            decode_payload_of::<(String, u32)>(&old[4..], &[1, 2]).unwrap(),
-            (1, ("hello".to_string(), 7))
+            decode_payload_of::<(String, u32)>(
+                &old[4..],
+                &[PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION]
+            )
+            .unwrap(),
+            (PREVIOUS_PROTOCOL_VERSION, ("hello".to_string(), 7))
         );
         let mut bad = f.clone();
         bad[5] = 9;
@@ -232,7 +238,7 @@ mod tests {
             decode::<(String, u32)>(&extra, 1024),
             Err(FrameError::Trailing(1))
         ));
-        let garbage = [0, 0, 0, 4, 0, 2, 0xff, 0xff];
+        let garbage = [0, 0, 0, 4, 0, PROTOCOL_VERSION as u8, 0xff, 0xff];
         assert!(matches!(
             decode::<(String, u32)>(&garbage, 1024),
             Err(FrameError::Decode(_))

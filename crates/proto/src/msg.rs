@@ -219,6 +219,9 @@ pub struct WorkItem {
     pub stop: Option<StopOrder>,
     /// The job's user, whose account on the node the job runs as.
     pub user: UserName,
+    /// The directory the job was submitted from (or `--chdir`): its working directory on
+    /// a node where it exists, else the user's home.
+    pub cwd: Option<String>,
     /// Where this node stands in the attempt's gang (a single-node job is a gang of one).
     pub rendezvous: Rendezvous,
 }

@@ -10,7 +10,10 @@
 use serde::{Deserialize, Serialize};
 use tranche_model::Millis;
 use tranche_state::codec::{self, FormatError};
+use tranche_state::format::v2;
 use tranche_state::{Command, RequestId, State};
+
+use crate::frame::{self, FrameError, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 use crate::Member;
 
@@ -93,5 +96,168 @@ impl ImageData {
             last_now: img.last_now,
             format,
         })
+    }
+}
+
+impl Proposal {
+    /// A log entry's bytes, in this build's format.
+    pub fn seal(&self) -> Vec<u8> {
+        codec::seal(self)
+    }
+
+    /// Reads a log entry of any format this build reads, migrated to today's command.
+    pub fn open(bytes: &[u8]) -> Result<Proposal, FormatError> {
+        let (version, body) = codec::open(bytes)?;
+        let bad = |reason: String| FormatError::Decode { version, reason };
+        if version == codec::FORMAT {
+            return codec::decode(body).map_err(bad);
+        }
+        // Formats 1 and 2 lay their entries out alike.
+        let p: v2::Proposal = codec::decode(body).map_err(bad)?;
+        Ok(Proposal {
+            origin: p.origin,
+            id: p.id,
+            now: p.now,
+            cmd: p.cmd.into(),
+            request: p.request,
+        })
+    }
+}
+
+/// What a controller of the previous protocol version (2) sends: its forwarded writes
+/// carry that format's command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum PreviousItem {
+    Raft(Vec<u8>),
+    Forward {
+        id: u64,
+        cmd: v2::Command,
+        request: Option<RequestId>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PreviousFrame {
+    from: u64,
+    from_addr: String,
+    incarnation: u64,
+    items: Vec<PreviousItem>,
+}
+
+impl PeerFrame {
+    /// Reads a frame's payload from another controller, of this protocol version or
+    /// the previous one (a controller not yet upgraded).
+    pub fn decode_payload(payload: &[u8]) -> Result<PeerFrame, FrameError> {
+        if frame::payload_version(payload)? == PROTOCOL_VERSION {
+            return frame::decode_payload(payload);
+        }
+        let (_, f): (u16, PreviousFrame) =
+            frame::decode_payload_of(payload, &[PREVIOUS_PROTOCOL_VERSION])?;
+        Ok(PeerFrame {
+            from: f.from,
+            from_addr: f.from_addr,
+            incarnation: f.incarnation,
+            items: f
+                .items
+                .into_iter()
+                .map(|i| match i {
+                    PreviousItem::Raft(b) => PeerItem::Raft(b),
+                    PreviousItem::Forward { id, cmd, request } => PeerItem::Forward {
+                        id,
+                        cmd: cmd.into(),
+                        request,
+                    },
+                })
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_frames_of_the_previous_format_read_as_todays() {
+        let spec = v2::JobSpec {
+            name: "j".into(),
+            queue: "q".into(),
+            share: "s".into(),
+            user: "alice".into(),
+            priority: 3,
+            request: tranche_model::Request {
+                unit: "h100".into(),
+                gpus_per_node: 1,
+                nodes: 1,
+            },
+            cpus_per_node: 0,
+            memory_mb_per_node: 0,
+            image: "host".into(),
+            command: vec!["true".into()],
+            env: Default::default(),
+            time_limit_s: None,
+            checkpoint: Default::default(),
+            retry_attempts: 1,
+            preemption_retries: None,
+            client_token: Some("t".into()),
+            tags: Default::default(),
+        };
+        let old = v2::Proposal {
+            origin: 2,
+            id: 7,
+            now: 99,
+            cmd: v2::Command::Submit(spec.clone()),
+            request: None,
+        };
+        // As format 2 wrote it (its envelope), and as format 1 did (bare).
+        let mut sealed = codec::MAGIC.to_vec();
+        sealed.extend(2u16.to_be_bytes());
+        sealed.extend(codec::encode(&old));
+        for bytes in [sealed, codec::encode(&old)] {
+            let p = Proposal::open(&bytes).unwrap();
+            assert_eq!((p.origin, p.id, p.now), (2, 7, 99));
+            match p.cmd {
+                Command::Submit(s) => assert_eq!((s.priority, s.cwd), (3, None)),
+                other => panic!("{other:?}"),
+            }
+        }
+        let today = Proposal::open(&old_as_today(&spec).seal()).unwrap();
+        assert!(matches!(today.cmd, Command::Submit(ref s) if s.cwd.as_deref() == Some("/w")));
+
+        // A peer frame of protocol 2 with a forwarded submit.
+        let f = PreviousFrame {
+            from: 3,
+            from_addr: "127.0.0.1:1".into(),
+            incarnation: 4,
+            items: vec![
+                PreviousItem::Raft(vec![1, 2]),
+                PreviousItem::Forward {
+                    id: 5,
+                    cmd: v2::Command::Submit(spec),
+                    request: None,
+                },
+            ],
+        };
+        let bytes = frame::encode_as(&f, PREVIOUS_PROTOCOL_VERSION);
+        let got = PeerFrame::decode_payload(&bytes[4..]).unwrap();
+        assert_eq!((got.from, got.incarnation, got.items.len()), (3, 4, 2));
+        assert!(
+            matches!(&got.items[1], PeerItem::Forward { id: 5, cmd: Command::Submit(s), .. } if s.cwd.is_none())
+        );
+        let mut older = bytes.clone();
+        older[5] = 1;
+        assert!(PeerFrame::decode_payload(&older[4..]).is_err());
+    }
+
+    fn old_as_today(spec: &v2::JobSpec) -> Proposal {
+        let mut s: tranche_model::JobSpec = spec.clone().into();
+        s.cwd = Some("/w".into());
+        Proposal {
+            origin: 1,
+            id: 1,
+            now: 1,
+            cmd: Command::Submit(s),
+            request: None,
+        }
     }
 }

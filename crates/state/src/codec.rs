@@ -10,7 +10,7 @@
 //! bincode body. Format 1 had no envelope: its values are bare bincode, and no bare value
 //! can begin with `FF` (bincode's varint never starts with it, and every stored value
 //! begins with an integer or a length), so [`open`] tells the two apart. A build reads
-//! the formats in [`FORMATS_READ`] (its own and the one before) and migrates the older
+//! the formats in [`FORMATS_READ`] (its own and the earlier ones) and migrates the older
 //! on load; anything else is refused by [`FormatError::Unknown`], which names the
 //! version found and the versions this build reads.
 
@@ -22,10 +22,11 @@ use serde::Serialize;
 pub const MAX_DECODE_BYTES: usize = 512 << 20;
 
 /// The stored format this build writes.
-pub const FORMAT: u16 = 2;
+pub const FORMAT: u16 = 3;
 
-/// The stored formats this build reads: its own and the previous release's.
-pub const FORMATS_READ: [u16; 2] = [1, 2];
+/// The stored formats this build reads: its own and the earlier releases' (each read
+/// through the newer ones' migrations, see [`crate::format`]).
+pub const FORMATS_READ: [u16; 3] = [1, 2, 3];
 
 /// The envelope's first bytes.
 pub const MAGIC: [u8; 3] = [0xFF, b'T', b'R'];
@@ -149,7 +150,7 @@ mod tests {
         assert_eq!(e, FormatError::Unknown { found: 9 });
         assert_eq!(
             e.to_string(),
-            "stored format version 9 is not readable by this build, which reads versions 1 and 2"
+            "stored format version 9 is not readable by this build, which reads versions 1, 2 and 3"
         );
         assert!(open(&[0xFF, b'T']).is_err());
     }

@@ -4,7 +4,9 @@
 //!
 //! Format 1 kept each node's last heartbeat in the replicated state (heartbeats were
 //! log entries); format 2 keeps liveness as the leader's soft state, so its nodes have
-//! no such field. Everything else is laid out alike in both.
+//! no such field. Format 3 adds a job's working directory (`JobSpec::cwd`), so its job
+//! specs, jobs, commands and states differ from format 2's. Reading an older format
+//! goes through each newer one in turn (1 → 2 → 3).
 
 use std::collections::BTreeMap;
 
@@ -15,7 +17,225 @@ use crate::codec::{self, FormatError};
 use crate::session::Session;
 use crate::state::State;
 
-/// The types of format 1 that differ from today's, frozen as that release wrote them.
+/// The types of format 2 that differ from today's, frozen as that release wrote them.
+pub mod v2 {
+    use super::*;
+    use crate::{Plan, Progress, RequestId};
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct JobSpec {
+        pub name: JobName,
+        pub queue: QueueName,
+        pub share: ShareName,
+        pub user: UserName,
+        pub priority: u32,
+        pub request: Request,
+        pub cpus_per_node: u32,
+        pub memory_mb_per_node: u64,
+        pub image: String,
+        pub command: Vec<String>,
+        pub env: BTreeMap<String, String>,
+        pub time_limit_s: Option<u64>,
+        pub checkpoint: Checkpoint,
+        pub retry_attempts: u32,
+        pub preemption_retries: Option<u32>,
+        pub client_token: Option<String>,
+        pub tags: BTreeMap<String, String>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Job {
+        pub id: JobId,
+        pub spec: JobSpec,
+        pub status: JobStatus,
+        pub submitted_at: Millis,
+        pub attempts: Vec<Attempt>,
+        pub transitions: Vec<Transition>,
+        pub stop: Option<Stop>,
+        pub hold: Option<Hold>,
+        pub pending_reason: Option<PendingReason>,
+        pub preemptions: u32,
+        pub failures: u32,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct State {
+        pub version: u64,
+        pub environments: BTreeMap<EnvName, ServiceEnvironment>,
+        pub policies: BTreeMap<PolicyName, SchedulingPolicy>,
+        pub queues: BTreeMap<QueueName, JobQueue>,
+        pub shares: BTreeMap<ShareName, QuotaShare>,
+        pub nodes: BTreeMap<NodeName, tranche_model::Node>,
+        pub jobs: BTreeMap<JobId, Job>,
+        pub tokens: BTreeMap<(UserName, String), JobId>,
+        pub next_job_id: u64,
+        pub sessions: BTreeMap<u64, Session>,
+        pub sessions_swept_at: Millis,
+    }
+
+    /// Format 2's log command: today's but for its job spec.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum Command {
+        PutEnvironment(ServiceEnvironment),
+        DeleteEnvironment(EnvName),
+        PutPolicy(SchedulingPolicy),
+        DeletePolicy(PolicyName),
+        PutQueue(JobQueue),
+        DeleteQueue(QueueName),
+        PutShare(QuotaShare),
+        DeleteShare(ShareName),
+        Submit(JobSpec),
+        Cancel {
+            job: JobId,
+            reason: String,
+        },
+        UpdatePriority {
+            job: JobId,
+            priority: u32,
+        },
+        RegisterNode(NodeInventory),
+        Heartbeat {
+            node: NodeName,
+        },
+        DrainNode {
+            node: NodeName,
+            reason: String,
+            now: bool,
+        },
+        ResumeNode {
+            node: NodeName,
+        },
+        NodeUnreachable {
+            node: NodeName,
+        },
+        NodeDown {
+            node: NodeName,
+            reason: String,
+        },
+        NodeUp {
+            node: NodeName,
+        },
+        JobProgress {
+            job: JobId,
+            attempt: u32,
+            event: Progress,
+        },
+        ApplyPlan(Plan),
+    }
+
+    /// What a format-2 log entry carries (see `tranche_proto::peer::Proposal`).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Proposal {
+        pub origin: u64,
+        pub id: u64,
+        pub now: Millis,
+        pub cmd: Command,
+        pub request: Option<RequestId>,
+    }
+
+    impl From<JobSpec> for tranche_model::JobSpec {
+        /// A format-2 job has no working directory of its own: it runs in the home.
+        fn from(s: JobSpec) -> Self {
+            tranche_model::JobSpec {
+                name: s.name,
+                queue: s.queue,
+                share: s.share,
+                user: s.user,
+                priority: s.priority,
+                request: s.request,
+                cpus_per_node: s.cpus_per_node,
+                memory_mb_per_node: s.memory_mb_per_node,
+                image: s.image,
+                command: s.command,
+                env: s.env,
+                time_limit_s: s.time_limit_s,
+                checkpoint: s.checkpoint,
+                retry_attempts: s.retry_attempts,
+                preemption_retries: s.preemption_retries,
+                client_token: s.client_token,
+                tags: s.tags,
+                cwd: None,
+            }
+        }
+    }
+
+    impl From<Job> for tranche_model::Job {
+        fn from(j: Job) -> Self {
+            tranche_model::Job {
+                id: j.id,
+                spec: j.spec.into(),
+                status: j.status,
+                submitted_at: j.submitted_at,
+                attempts: j.attempts,
+                transitions: j.transitions,
+                stop: j.stop,
+                hold: j.hold,
+                pending_reason: j.pending_reason,
+                preemptions: j.preemptions,
+                failures: j.failures,
+            }
+        }
+    }
+
+    impl From<State> for crate::State {
+        fn from(s: State) -> Self {
+            let mut st = crate::State {
+                version: s.version,
+                environments: s.environments,
+                policies: s.policies,
+                queues: s.queues,
+                shares: s.shares,
+                nodes: s.nodes,
+                jobs: s.jobs.into_iter().map(|(k, j)| (k, j.into())).collect(),
+                tokens: s.tokens,
+                next_job_id: s.next_job_id,
+                sessions: s.sessions,
+                sessions_swept_at: s.sessions_swept_at,
+                ..Default::default()
+            };
+            st.rebuild_index();
+            st
+        }
+    }
+
+    impl From<Command> for crate::Command {
+        fn from(c: Command) -> Self {
+            use crate::Command as C;
+            match c {
+                Command::PutEnvironment(e) => C::PutEnvironment(e),
+                Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
+                Command::PutPolicy(p) => C::PutPolicy(p),
+                Command::DeletePolicy(n) => C::DeletePolicy(n),
+                Command::PutQueue(q) => C::PutQueue(q),
+                Command::DeleteQueue(n) => C::DeleteQueue(n),
+                Command::PutShare(s) => C::PutShare(s),
+                Command::DeleteShare(n) => C::DeleteShare(n),
+                Command::Submit(spec) => C::Submit(spec.into()),
+                Command::Cancel { job, reason } => C::Cancel { job, reason },
+                Command::UpdatePriority { job, priority } => C::UpdatePriority { job, priority },
+                Command::RegisterNode(inv) => C::RegisterNode(inv),
+                Command::Heartbeat { node } => C::Heartbeat { node },
+                Command::DrainNode { node, reason, now } => C::DrainNode { node, reason, now },
+                Command::ResumeNode { node } => C::ResumeNode { node },
+                Command::NodeUnreachable { node } => C::NodeUnreachable { node },
+                Command::NodeDown { node, reason } => C::NodeDown { node, reason },
+                Command::NodeUp { node } => C::NodeUp { node },
+                Command::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                } => C::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                },
+                Command::ApplyPlan(p) => C::ApplyPlan(p),
+            }
+        }
+    }
+}
+
+/// The types of format 1 that differ from format 2's, frozen as that release wrote them.
 pub mod v1 {
     use super::*;
 
@@ -38,7 +258,7 @@ pub mod v1 {
         pub queues: BTreeMap<QueueName, JobQueue>,
         pub shares: BTreeMap<ShareName, QuotaShare>,
         pub nodes: BTreeMap<NodeName, Node>,
-        pub jobs: BTreeMap<JobId, Job>,
+        pub jobs: BTreeMap<JobId, super::v2::Job>,
         pub tokens: BTreeMap<(UserName, String), JobId>,
         pub next_job_id: u64,
         pub sessions: BTreeMap<u64, Session>,
@@ -60,9 +280,9 @@ pub mod v1 {
         }
     }
 
-    impl From<State> for crate::State {
+    impl From<State> for super::v2::State {
         fn from(s: State) -> Self {
-            let mut st = crate::State {
+            super::v2::State {
                 version: s.version,
                 environments: s.environments,
                 policies: s.policies,
@@ -74,10 +294,7 @@ pub mod v1 {
                 next_job_id: s.next_job_id,
                 sessions: s.sessions,
                 sessions_swept_at: s.sessions_swept_at,
-                ..Default::default()
-            };
-            st.rebuild_index();
-            st
+            }
         }
     }
 }
@@ -87,7 +304,11 @@ pub mod v1 {
 pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
     let bad = |reason: String| FormatError::Decode { version, reason };
     match version {
-        1 => Ok(codec::decode::<v1::State>(bytes).map_err(bad)?.into()),
+        1 => {
+            let v2: v2::State = codec::decode::<v1::State>(bytes).map_err(bad)?.into();
+            Ok(v2.into())
+        }
+        2 => Ok(codec::decode::<v2::State>(bytes).map_err(bad)?.into()),
         codec::FORMAT => State::restore(bytes).map_err(|e| bad(e.to_string())),
         found => Err(FormatError::Unknown { found }),
     }
@@ -97,6 +318,67 @@ pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
 mod tests {
     use super::*;
     use crate::Command;
+
+    /// A RUNNABLE job as format 2 stored it.
+    fn v2_job() -> v2::Job {
+        v2::Job {
+            id: JobId(1),
+            spec: v2::JobSpec {
+                name: "j".into(),
+                queue: "q".into(),
+                share: "s".into(),
+                user: "alice".into(),
+                priority: 0,
+                request: Request {
+                    unit: "h100".into(),
+                    gpus_per_node: 1,
+                    nodes: 1,
+                },
+                cpus_per_node: 0,
+                memory_mb_per_node: 0,
+                image: "host".into(),
+                command: vec!["true".into()],
+                env: BTreeMap::new(),
+                time_limit_s: None,
+                checkpoint: Checkpoint::default(),
+                retry_attempts: 1,
+                preemption_retries: None,
+                client_token: None,
+                tags: BTreeMap::new(),
+            },
+            status: JobStatus::Runnable,
+            submitted_at: 5,
+            attempts: vec![],
+            transitions: vec![],
+            stop: None,
+            hold: None,
+            pending_reason: None,
+            preemptions: 0,
+            failures: 0,
+        }
+    }
+
+    #[test]
+    fn a_format_2_submit_becomes_todays_with_no_working_directory() {
+        let spec = v2_job().spec;
+        let c: Command = v2::Command::Submit(spec).into();
+        match c {
+            Command::Submit(s) => assert_eq!((s.cwd, s.user.as_str()), (None, "alice")),
+            other => panic!("{other:?}"),
+        }
+        let c: Command = v2::Command::NodeDown {
+            node: "n1".into(),
+            reason: "no heartbeat for 9 s".into(),
+        }
+        .into();
+        assert_eq!(
+            c,
+            Command::NodeDown {
+                node: "n1".into(),
+                reason: "no heartbeat for 9 s".into()
+            }
+        );
+    }
 
     #[test]
     fn a_format_1_state_migrates_with_its_nodes_and_jobs() {
@@ -130,7 +412,7 @@ mod tests {
                 },
             )]
             .into(),
-            jobs: st.jobs.clone(),
+            jobs: BTreeMap::new(),
             tokens: st.tokens.clone(),
             next_job_id: st.next_job_id,
             sessions: st.sessions.clone(),
@@ -141,6 +423,28 @@ mod tests {
         assert_eq!(m.drain.as_deref(), Some("repair"));
         assert!(m.unreachable);
         assert_eq!(m.inventory, inv);
+        // Format 2: a job without a working directory gets none.
+        let old2 = v2::State {
+            version: 3,
+            environments: BTreeMap::new(),
+            policies: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            shares: BTreeMap::new(),
+            nodes: st.nodes.clone(),
+            jobs: [(JobId(1), v2_job())].into(),
+            tokens: BTreeMap::new(),
+            next_job_id: 2,
+            sessions: BTreeMap::new(),
+            sessions_swept_at: 0,
+        };
+        let got = decode_state(2, &codec::encode(&old2)).unwrap();
+        let j = &got.jobs[&JobId(1)];
+        assert_eq!((j.spec.name.as_str(), j.spec.cwd.as_deref()), ("j", None));
+        assert_eq!(j.spec.command, vec!["true".to_string()]);
+        assert!(
+            got.runnable_in(&ShareName::from("s")).next().is_some(),
+            "indexes rebuilt"
+        );
         // Today's bytes read as format 1 do not decode: the layouts differ.
         assert!(decode_state(1, &st.snapshot()).is_err());
         assert_eq!(decode_state(codec::FORMAT, &st.snapshot()).unwrap(), st);

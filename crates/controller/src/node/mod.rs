@@ -40,7 +40,6 @@ use crate::mailbox::{wall_ms, NodeError, NodeMsg, SharedRef, WorkWatch};
 use crate::peer::{PeerItem, PeerNet};
 use crate::planner::Planner;
 use pending::{Pending, Requests};
-use storage::seal;
 
 /// Runs a blocking call (the fsync'd write) from the Raft loop: through
 /// `block_in_place` on a multi-threaded runtime, directly on a single-threaded one.
@@ -304,7 +303,7 @@ impl RaftNode {
             cmd,
             request,
         };
-        match self.raw.propose(vec![], seal(&p)) {
+        match self.raw.propose(vec![], p.seal()) {
             Ok(()) => true,
             Err(e) => {
                 debug!("proposal dropped: {e}");

@@ -166,7 +166,7 @@ impl RaftNode {
                     // A new leader's first entry.
                     self.sched_dirty = true;
                 }
-                EntryType::EntryNormal => match codec::unseal::<Proposal>(&e.data) {
+                EntryType::EntryNormal => match Proposal::open(&e.data) {
                     Ok(p) => {
                         let now = p.now.max(sh.last_now);
                         sh.last_now = now;

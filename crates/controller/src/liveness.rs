@@ -123,22 +123,14 @@ pub fn judge(
         let beat = beats.get(name).copied();
         let silent = now.saturating_sub(beat.unwrap_or(since).max(since));
         let recent = beat.is_some() && silent <= t.unreachable_ms;
-        let verdict = if n.down.is_some() || n.unreachable {
+        let verdict = if recent && (n.down.is_some() || n.unreachable) {
             // Back: a heartbeat since this leader took over, and recent.
-            match recent {
-                true => Some(Verdict::Up),
-                false if n.down.is_none() && silent > t.down_ms => {
-                    Some(Verdict::Down(DownReason::NoHeartbeat {
-                        silent_s: silent / 1000,
-                    }))
-                }
-                false => None,
-            }
-        } else if silent > t.down_ms {
+            Some(Verdict::Up)
+        } else if n.down.is_none() && silent > t.down_ms {
             Some(Verdict::Down(DownReason::NoHeartbeat {
                 silent_s: silent / 1000,
             }))
-        } else if silent > t.unreachable_ms {
+        } else if n.down.is_none() && !n.unreachable && silent > t.unreachable_ms {
             Some(Verdict::Unreachable)
         } else {
             None

@@ -2,12 +2,12 @@
 //! applied state readers see, and the errors that stop a controller. Every other
 //! module depends on this one, and it on none of them.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::oneshot;
-use tranche_model::Millis;
+use tokio::sync::{oneshot, watch};
+use tranche_model::{Millis, NodeName};
 use tranche_proto::peer::PeerItem;
 use tranche_proto::{ApiError, ClusterStatus, Member, MembershipChange};
 use tranche_state::{ApplyError, Command, Outcome, RequestId, State};
@@ -117,19 +117,17 @@ pub enum NodeError {
 /// placement wakes only the agents it concerns, however many wait.
 #[derive(Default)]
 pub struct WorkWatch {
-    nodes: std::sync::Mutex<
-        std::collections::HashMap<tranche_model::NodeName, tokio::sync::watch::Sender<u64>>,
-    >,
+    nodes: Mutex<HashMap<NodeName, watch::Sender<u64>>>,
 }
 
 impl WorkWatch {
     /// The value for `node`, to wait on.
-    pub fn subscribe(&self, node: &tranche_model::NodeName) -> tokio::sync::watch::Receiver<u64> {
+    pub fn subscribe(&self, node: &NodeName) -> watch::Receiver<u64> {
         let mut m = self.nodes.lock().unwrap();
         match m.get(node) {
             Some(tx) => tx.subscribe(),
             None => {
-                let (tx, rx) = tokio::sync::watch::channel(0);
+                let (tx, rx) = watch::channel(0);
                 m.insert(node.clone(), tx);
                 rx
             }
@@ -137,11 +135,7 @@ impl WorkWatch {
     }
 
     /// The work of these nodes changed as of `applied`.
-    pub fn changed<'a>(
-        &self,
-        nodes: impl IntoIterator<Item = &'a tranche_model::NodeName>,
-        applied: u64,
-    ) {
+    pub fn changed<'a>(&self, nodes: impl IntoIterator<Item = &'a NodeName>, applied: u64) {
         let mut m = self.nodes.lock().unwrap();
         for n in nodes {
             match m.get(n) {
@@ -149,7 +143,7 @@ impl WorkWatch {
                     tx.send_replace(applied);
                 }
                 None => {
-                    m.insert(n.clone(), tokio::sync::watch::channel(applied).0);
+                    m.insert(n.clone(), watch::channel(applied).0);
                 }
             }
         }

@@ -633,6 +633,12 @@ impl State {
             self.attempt_ended(id, None, Some(why), nodes, now);
             return;
         }
+        self.requeue_lost(id, why, nodes, now);
+    }
+
+    /// Ends the current attempt as lost and requeues the job.
+    fn requeue_lost(&mut self, id: JobId, why: &str, nodes: Vec<NodeName>, now: Millis) {
+        let job = self.jobs.get_mut(&id).expect("job exists");
         if let Some(a) = job.attempts.last_mut() {
             a.ended_at = Some(now);
             a.end = Some(AttemptEnd::Lost);
@@ -667,17 +673,7 @@ impl State {
             let gang_reason = format!("{reason}; the other members were stopped");
             match failure {
                 GangFailure::Lost => {
-                    if let Some(a) = job.attempts.last_mut() {
-                        a.ended_at = Some(now);
-                        a.end = Some(AttemptEnd::Lost);
-                    }
-                    self.set_status(
-                        id,
-                        JobStatus::Runnable,
-                        &format!("{gang_reason}; attempt lost, requeued"),
-                        nodes,
-                        now,
-                    );
+                    self.requeue_lost(id, &gang_reason, nodes, now);
                     return;
                 }
                 GangFailure::Exited(c) => {

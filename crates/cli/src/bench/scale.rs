@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use tranche_client::Client;
 use tranche_local::{demo, wait_until};
-use tranche_model::{
-    CapacityLimit, Gpu, GpuIndex, JobId, JobSpec, Millis, NodeInventory, NodeName, Strategy,
-};
+
+use tranche_model::{CapacityLimit, JobId, JobSpec, NodeName, Strategy};
 use tranche_proto::{ClientCommand, Query, Response};
 use tranche_state::Progress;
 use tranche_tls::{Role, TlsFiles};
@@ -23,6 +22,7 @@ use tranche_tls::{Role, TlsFiles};
 use super::cluster::start_cluster;
 use super::stats::{print_json, Spread};
 use crate::client_cfg::apply_all;
+use crate::fmt::now_ms;
 
 #[derive(clap::Args)]
 pub struct ScaleArgs {
@@ -66,32 +66,6 @@ struct Marks {
     registered: AtomicUsize,
 }
 
-fn wall_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or(0)
-}
-
-fn inventory(name: &str, gpus: u32) -> NodeInventory {
-    NodeInventory {
-        name: name.into(),
-        address: "127.0.0.1".into(),
-        labels: Default::default(),
-        gpus: (0..gpus)
-            .map(|i| Gpu {
-                index: GpuIndex(i),
-                uuid: format!("GPU-{name}-{i}"),
-                unit: "h100".into(),
-                memory_mb: 81_920,
-                healthy: true,
-            })
-            .collect(),
-        cpus: 64,
-        memory_mb: 512_000,
-    }
-}
-
 /// CPU seconds (user + system) a process has used so far, from `/proc/<pid>/stat`.
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -113,7 +87,7 @@ async fn agent(
     marks: Arc<Marks>,
     stop: Arc<AtomicBool>,
 ) {
-    let inv = inventory(name.as_str(), gpus);
+    let inv = demo::node(name.as_str(), gpus);
     loop {
         match client
             .command(ClientCommand::RegisterNode(inv.clone()))
@@ -157,7 +131,7 @@ async fn agent(
         match client.read(query, true).await {
             Ok(Response::NodeWork(w)) => {
                 after = Some(w.applied);
-                let now = wall_ms();
+                let now = now_ms();
                 for item in w.items {
                     if seen.insert((item.job, item.attempt)) {
                         let ms = now.saturating_sub(item.scheduled_at) as f64;

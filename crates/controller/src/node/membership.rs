@@ -8,9 +8,9 @@ use raft::eraftpb::{ConfChange, ConfChangeType};
 use raft::StateRole;
 use tokio::sync::oneshot;
 use tranche_proto::{ApiError, ClusterStatus, Member, MemberStatus, MembershipChange};
+use tranche_state::codec;
 
 use super::pending::Pending;
-use super::storage::seal;
 use super::RaftNode;
 
 impl RaftNode {
@@ -50,7 +50,7 @@ impl RaftNode {
                 }
                 cc.set_change_type(ConfChangeType::AddNode);
                 cc.node_id = m.id;
-                cc.context = seal(m).into();
+                cc.context = codec::seal(m).into();
             }
             MembershipChange::Remove { id } => {
                 if !self.conf_state.voters.contains(id) {
@@ -70,7 +70,7 @@ impl RaftNode {
             }
         }
         let id = self.new_id();
-        let ctx = seal(&(self.id, id));
+        let ctx = codec::seal(&(self.id, id));
         match self.raw.propose_conf_change(ctx, cc) {
             Ok(()) => {
                 let deadline =

@@ -14,7 +14,7 @@ use raft::eraftpb::{ConfState, Snapshot};
 use tracing::info;
 use tranche_proto::peer::ImageData;
 use tranche_raftlog::{DiskStorage, Fsync, Image, PersistBatch};
-use tranche_state::codec::{self, FormatError, FORMAT, FORMATS_READ};
+use tranche_state::codec::{FormatError, FORMAT, FORMATS_READ};
 use tranche_state::State;
 
 use super::RaftNode;
@@ -106,7 +106,8 @@ pub fn open(cfg: &Config) -> Result<Opened, NodeError> {
             );
         }
     }
-    if storage.meta(FORMAT_KEY).is_none() && storage.is_initialized() {
+    let recorded = storage.meta(FORMAT_KEY);
+    if recorded.as_deref() != Some(&FORMAT.to_be_bytes()[..]) && storage.is_initialized() {
         storage.persist(&PersistBatch {
             meta: &[(FORMAT_KEY, FORMAT.to_be_bytes().to_vec())],
             ..Default::default()
@@ -167,9 +168,4 @@ impl RaftNode {
             data,
         })
     }
-}
-
-/// Encodes a membership record or proposal context for the log.
-pub(super) fn seal<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    codec::seal(v)
 }

@@ -903,7 +903,7 @@ impl Agent {
         use tranche_tls::Role;
         match who.role {
             Role::Admin | Role::Operator => Ok(()),
-            Role::User => match self.client.read(Query::Job(job), true).await {
+            Role::User => match self.client.read(Query::Job(tranche_model::JobRef::job(job)), true).await {
                 Ok(Response::Job(j)) if j.spec.user.as_str() == who.name => Ok(()),
                 Ok(Response::Job(j)) => Err(ApiError::Unauthorized(format!(
                     "{who} may read only its own jobs' output; job {job} belongs to {}",

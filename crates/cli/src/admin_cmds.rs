@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_model::{JobId, Node};
+use tranche_model::{JobRef, Node};
 use tranche_proto::ClientCommand;
 use tranche_proto::{ClientRequest, JobSummary, Member, MembershipChange, Query, Response};
 
@@ -14,7 +14,8 @@ use crate::output::{failed, run, unexpected, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct UpdateArgs {
-    job: u64,
+    /// A job, `42_7` for one task of an array, or an array's id for every task.
+    job: JobRef,
     /// The new priority (higher runs first and may preempt within the share).
     #[arg(long)]
     priority: u32,
@@ -35,7 +36,7 @@ pub fn update(args: &UpdateArgs) -> ExitCode {
         write(
             &client,
             ClientCommand::UpdatePriority {
-                job: JobId(args.job),
+                job: args.job,
                 priority: args.priority,
             },
         )
@@ -45,7 +46,8 @@ pub fn update(args: &UpdateArgs) -> ExitCode {
 
 #[derive(clap::Args, Debug)]
 pub struct JobArg {
-    job: u64,
+    /// A job, or `42_7` for one task of an array.
+    job: JobRef,
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -54,14 +56,14 @@ pub fn explain(args: &JobArg) -> ExitCode {
     run("explain", async {
         let (client, _) = connect(&args.config)?;
         match client
-            .read(Query::Explain(JobId(args.job)), false)
+            .read(Query::Explain(args.job), false)
             .await
             .map_err(failed)?
         {
             Response::Explain(e) => {
                 println!(
                     "job {} ({}, {})",
-                    e.job.id,
+                    e.job.job_ref(),
                     e.job.name,
                     e.job.status.as_str()
                 );

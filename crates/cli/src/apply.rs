@@ -205,6 +205,7 @@ async fn preemptible(client: &tranche_client::Client, shares: &[&QuotaShare]) ->
                 JobStatus::Running,
             ],
             limit: None,
+            array: None,
         };
         let mut jobs = match client
             .read(Query::Jobs(filter), false)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tranche_client::{Client, ClientError};
-use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus};
+use tranche_model::{Checkpoint, JobId, JobRef, JobSpec, JobStatus};
 use tranche_proto::{ApiError, ClientCommand, JobFilter, Objects, Query, Response};
 use tranche_state::Outcome;
 
@@ -340,7 +340,7 @@ fn spec_from(
 async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), Fail> {
     let mut last = None;
     loop {
-        let j = match client.read(Query::Job(job), false).await.map_err(failed)? {
+        let j = match client.read(Query::Job(JobRef::job(job)), false).await.map_err(failed)? {
             Response::Job(j) => j,
             other => return Err(unexpected(&other)),
         };
@@ -427,6 +427,7 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         },
         status,
         limit: None,
+        array: None,
     };
     let jobs = match client
         .read(Query::Jobs(filter), false)
@@ -490,7 +491,8 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
 
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
-    job: u64,
+    /// A job, or `42_7` for one task of an array.
+    job: JobRef,
     /// The whole job record as JSON.
     #[arg(long)]
     json: bool,
@@ -502,7 +504,7 @@ pub fn show(args: &ShowArgs) -> ExitCode {
     run("show", async {
         let (client, _) = connect(&args.config)?;
         let j = match client
-            .read(Query::Job(JobId(args.job)), false)
+            .read(Query::Job(args.job), false)
             .await
             .map_err(failed)?
         {
@@ -589,8 +591,9 @@ pub fn show(args: &ShowArgs) -> ExitCode {
 
 #[derive(clap::Args, Debug)]
 pub struct CancelArgs {
+    /// Jobs; `42_7` cancels one task of an array, the array's id every task.
     #[arg(required = true)]
-    jobs: Vec<u64>,
+    jobs: Vec<JobRef>,
     #[arg(long, default_value = "cancelled by its user")]
     reason: String,
     #[arg(long)]
@@ -604,7 +607,7 @@ pub fn cancel(args: &CancelArgs) -> ExitCode {
         for &id in &args.jobs {
             let r = client
                 .command(ClientCommand::Cancel {
-                    job: JobId(id),
+                    job: id,
                     reason: args.reason.clone(),
                 })
                 .await

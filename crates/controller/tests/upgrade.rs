@@ -65,7 +65,7 @@ async fn ok(admin: &Client, cmd: ClientCommand) {
 
 async fn job(admin: &Client, id: JobId) -> Value {
     match admin
-        .read(Query::Job(id), false)
+        .read(Query::Job(id.into()), false)
         .await
         .expect("read answered")
     {
@@ -266,7 +266,7 @@ fn write_fixture() {
         ok(
             &admin,
             ClientCommand::UpdatePriority {
-                job: waits,
+                job: waits.into(),
                 priority: 5,
             },
         )
@@ -275,7 +275,7 @@ fn write_fixture() {
         ok(
             &admin,
             ClientCommand::Cancel {
-                job: gone,
+                job: gone.into(),
                 reason: "not needed".into(),
             },
         )
@@ -530,7 +530,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1, 2 and 3"
+                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3 and 4"
             ),
             "controller {} log: {log}",
             i + 1

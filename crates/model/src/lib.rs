@@ -10,6 +10,7 @@
 //! network, storage or processes. Every validation error names the field and the rule,
 //! so that the CLI, the controller and the scenario runner can show it as it is.
 
+mod array;
 mod error;
 mod ids;
 mod job;
@@ -18,6 +19,7 @@ mod objects;
 pub mod policy_file;
 pub mod text_limits;
 
+pub use array::*;
 pub use error::ValidationError;
 pub use ids::*;
 pub use job::*;

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use tranche_model::{
+    ArrayTask, JobRef,
     Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit, UserName,
 };
 use tranche_state::{ApplyError, Outcome};
@@ -59,8 +60,9 @@ pub const MAX_NODE_WORK_WAIT_MS: u32 = 30_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Query {
     Jobs(JobFilter),
-    Job(JobId),
-    Explain(JobId),
+    /// One job or array task (`42`, `42_7`); for an array's id, its first task.
+    Job(JobRef),
+    Explain(JobRef),
     Shares,
     /// The front of the queue and of each share, at most `limit` jobs each.
     Queue {
@@ -91,6 +93,8 @@ pub struct JobFilter {
     pub status: Vec<JobStatus>,
     /// At most this many jobs, lowest ids first; `None`: all.
     pub limit: Option<u32>,
+    /// Only the tasks of this array.
+    pub array: Option<JobId>,
 }
 
 /// A job as a queue listing shows it.
@@ -113,6 +117,15 @@ pub struct JobSummary {
     pub preemptions: u32,
     /// The submitter's idempotency token.
     pub client_token: Option<String>,
+    /// Set for a task of an array.
+    pub array: Option<ArrayTask>,
+}
+
+impl JobSummary {
+    /// The job as users name it: `42`, or `42_7` for task 7 of array 42.
+    pub fn job_ref(&self) -> JobRef {
+        JobRef::of(self.id, self.array.as_ref())
+    }
 }
 
 /// Why a job is where it is.
@@ -224,6 +237,13 @@ pub struct WorkItem {
     pub cwd: Option<String>,
     /// Where this node stands in the attempt's gang (a single-node job is a gang of one).
     pub rendezvous: Rendezvous,
+    pub name: String,
+    /// Set for a task of an array (`TRANCHE_ARRAY_*`).
+    pub array: Option<ArrayTask>,
+    /// Files for stdout and stderr (Slurm's `--output`/`--error` patterns), relative to
+    /// the working directory; `None`: the spool only.
+    pub output: Option<String>,
+    pub error: Option<String>,
 }
 
 /// What every member of an attempt needs to find the others without talking to them.

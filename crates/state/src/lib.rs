@@ -14,6 +14,7 @@
 mod apply;
 pub mod codec;
 mod command;
+mod depend;
 pub mod format;
 mod plan;
 mod session;

@@ -33,6 +33,8 @@ pub struct Waiting {
     pub nodes: u32,
     pub has_hold: bool,
     pub reason: Option<PendingReason>,
+    /// For a task of an array with a `%` limit: the array and the limit.
+    pub array_limit: Option<(JobId, u32)>,
 }
 
 impl Waiting {
@@ -43,6 +45,10 @@ impl Waiting {
             nodes: job.spec.request.nodes,
             has_hold: job.hold.is_some(),
             reason: job.pending_reason.clone(),
+            array_limit: job
+                .array
+                .as_ref()
+                .and_then(|a| a.max_running.map(|m| (a.array, m))),
         }
     }
 }
@@ -62,6 +68,8 @@ pub(crate) struct Index {
     /// GPUs held by active jobs, per (share, unit) and per (queue, unit).
     pub share_used: BTreeMap<(ShareName, Unit), u32>,
     pub queue_used: BTreeMap<(QueueName, Unit), u32>,
+    /// Job → the PENDING jobs with a dependency on it.
+    pub dependents: BTreeMap<JobId, BTreeSet<JobId>>,
 }
 
 impl Index {
@@ -190,6 +198,9 @@ impl State {
     pub(crate) fn rebuild_index(&mut self) {
         let mut ix = Index::default();
         for job in self.jobs.values() {
+            for d in &job.deps {
+                ix.dependents.entry(d.job).or_default().insert(job.id);
+            }
             if job.status == JobStatus::Runnable {
                 ix.runnable
                     .entry(job.spec.share.clone())
@@ -298,6 +309,9 @@ impl State {
             != (&b.active, &b.active_by_share, &b.stopping, &b.holding)
         {
             return Err("active, stopping or holding index differs".into());
+        }
+        if a.dependents != b.dependents {
+            return Err("dependents index differs".into());
         }
         if a.share_used != b.share_used || a.queue_used != b.queue_used {
             return Err(format!(

@@ -104,6 +104,7 @@ async fn jobs(admin: &Client, status: Vec<JobStatus>, limit: Option<u32>) -> Res
         user: None,
         status,
         limit,
+        array: None,
     });
     match admin.read(q, false).await {
         Ok(Response::Jobs(j)) => Ok(j.len()),

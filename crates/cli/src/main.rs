@@ -7,6 +7,7 @@ mod bench;
 mod client_cfg;
 mod dev;
 mod fmt;
+mod job_list;
 mod leader_cache;
 mod logs;
 mod output;
@@ -56,6 +57,14 @@ enum Cmd {
     ///
     /// Example: tranche cancel 42 43
     Cancel(user_cmds::CancelArgs),
+    /// Keep waiting jobs PENDING until released.
+    ///
+    /// Example: tranche hold 42
+    Hold(user_cmds::JobsRefArgs),
+    /// Let held jobs start (once their dependencies are satisfied).
+    ///
+    /// Example: tranche release 42
+    Release(user_cmds::JobsRefArgs),
     /// Create or update environments, policies, queues and quota shares from a file,
     /// idempotently; prints what changed.
     ///
@@ -239,6 +248,8 @@ fn main() -> ExitCode {
         Cmd::Jobs(args) => user_cmds::jobs(&args),
         Cmd::Show(args) => user_cmds::show(&args),
         Cmd::Cancel(args) => user_cmds::cancel(&args),
+        Cmd::Hold(args) => user_cmds::hold(&args),
+        Cmd::Release(args) => user_cmds::release(&args),
         Cmd::Update(args) => admin_cmds::update(&args),
         Cmd::Apply(args) => apply::apply(&args),
         Cmd::Explain(args) => admin_cmds::explain(&args),

@@ -98,6 +98,9 @@ pub struct Agent {
     /// placed here until its last member ends, and this node's part of it must be
     /// neither started again nor reported lost meanwhile.
     ended_here: Mutex<std::collections::HashSet<Key>>,
+    /// Attempts being started (each on its own task, so that the attempts of one
+    /// placement start side by side): not started again meanwhile.
+    starting: Mutex<std::collections::HashSet<Key>>,
 }
 
 /// Why an attempt did not start.
@@ -221,6 +224,7 @@ impl Agent {
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
             ended_here: Mutex::new(std::collections::HashSet::new()),
+            starting: Mutex::new(std::collections::HashSet::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
@@ -414,6 +418,9 @@ impl Agent {
         for item in &w.items {
             let key = Key::of(item);
             let present = self.local.lock().unwrap().contains_key(&key);
+            if !present && self.starting.lock().unwrap().contains(&key) {
+                continue;
+            }
             if !present && self.ended_here(key) {
                 // This node's member of a gang has ended; the others have not yet.
                 continue;
@@ -466,7 +473,13 @@ impl Agent {
                     );
                     continue;
                 }
-                self.clone().start(item.clone()).await;
+                self.starting.lock().unwrap().insert(key);
+                let agent = self.clone();
+                let item = item.clone();
+                tokio::spawn(async move {
+                    agent.clone().start(item).await;
+                    agent.starting.lock().unwrap().remove(&key);
+                });
                 continue;
             }
             if let Some(stop) = &item.stop {
@@ -518,10 +531,15 @@ impl Agent {
 
     async fn start(self: Arc<Self>, item: WorkItem) {
         let key = Key::of(&item);
-        self.progress(key, Progress::Starting).await;
+        // STARTING is reported while the attempt is set up, RUNNING once both are done.
+        let starting = {
+            let agent = self.clone();
+            tokio::spawn(async move { agent.progress(key, Progress::Starting).await })
+        };
         let r = &item.rendezvous;
         if let Err(why) = rendezvous_port_free(r.rank, r.master_port) {
             warn!(job = item.job.0, "attempt not started: {why}");
+            let _ = starting.await;
             self.progress(
                 key,
                 Progress::Exited {
@@ -577,6 +595,7 @@ impl Agent {
         })
         .await
         .expect("start task");
+        let _ = starting.await;
         match started {
             Ok(a) => {
                 info!(job = item.job.0, attempt = item.attempt, "attempt started");
@@ -652,7 +671,7 @@ impl Agent {
     async fn monitor(self: Arc<Self>) {
         let fence_after = Duration::from_secs(self.cfg.fence_after_s);
         loop {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
             let exited: Vec<(Key, Arc<Attempt>)> = self
                 .local
                 .lock()
@@ -661,50 +680,14 @@ impl Agent {
                 .filter(|(_, l)| l.attempt.exit().is_some())
                 .map(|(k, l)| (*k, l.attempt.clone()))
                 .collect();
+            // Reported side by side, all before the next look: an exit is reported again
+            // only when it was not delivered.
+            let mut reports = tokio::task::JoinSet::new();
             for (key, a) in exited {
-                let st = a.exit().expect("exited");
-                let stopped_for = self
-                    .local
-                    .lock()
-                    .unwrap()
-                    .get(&key)
-                    .and_then(|l| l.stopped_for.clone());
-                let killed = st.signal.map(|s| format!("killed by signal {s}"));
-                let reason = match (stopped_for, killed) {
-                    (Some(why), Some(k)) => Some(format!("{why}; {k}")),
-                    (Some(why), None) => Some(why),
-                    (None, k) => k,
-                };
-                // Neither code nor signal, and no launch error: the agent lost the
-                // attempt (it died before the shim started, or the shim vanished). The
-                // job did not fail; the controllers requeue it.
-                let event =
-                    if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
-                        Progress::Lost {
-                            reason: reason.unwrap_or_else(|| {
-                                format!(
-                                    "the agent on {} lost track of the attempt (no exit status)",
-                                    self.inventory.name
-                                )
-                            }),
-                        }
-                    } else {
-                        Progress::Exited {
-                            code: st.code,
-                            reason,
-                        }
-                    };
-                let delivered = self.progress(key, event).await;
-                if delivered {
-                    // Forgotten first, then cleared: nothing may look at an attempt
-                    // whose directory is going away (it would seem to have vanished
-                    // without an exit, and be stopped as an orphan).
-                    self.local.lock().unwrap().remove(&key);
-                    if let Err(e) = a.acknowledge() {
-                        warn!(job = key.job.0, "cannot clear the attempt dir: {e}");
-                    }
-                }
+                let agent = self.clone();
+                reports.spawn(async move { agent.report_exit(key, a).await });
             }
+            while reports.join_next().await.is_some() {}
             let overdue: Vec<Key> = {
                 let mut l = self.local.lock().unwrap();
                 l.iter_mut()
@@ -735,8 +718,53 @@ impl Agent {
         }
     }
 
-    /// Sends a progress report. True when the controllers have it: applied, or refused
-    /// because the attempt is already over (a report repeated after a restart).
+    /// Reports one attempt's exit; once the controllers have it, the attempt is
+    /// forgotten and its directory cleared.
+    async fn report_exit(&self, key: Key, a: Arc<Attempt>) {
+        let st = a.exit().expect("exited");
+        let stopped_for = self
+            .local
+            .lock()
+            .unwrap()
+            .get(&key)
+            .and_then(|l| l.stopped_for.clone());
+        let killed = st.signal.map(|s| format!("killed by signal {s}"));
+        let reason = match (stopped_for, killed) {
+            (Some(why), Some(k)) => Some(format!("{why}; {k}")),
+            (Some(why), None) => Some(why),
+            (None, k) => k,
+        };
+        // Neither code nor signal, and no launch error: the agent lost the
+        // attempt (it died before the shim started, or the shim vanished). The
+        // job did not fail; the controllers requeue it.
+        let event =
+            if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
+                Progress::Lost {
+                    reason: reason.unwrap_or_else(|| {
+                        format!(
+                            "the agent on {} lost track of the attempt (no exit status)",
+                            self.inventory.name
+                        )
+                    }),
+                }
+            } else {
+                Progress::Exited {
+                    code: st.code,
+                    reason,
+                }
+            };
+        let delivered = self.progress(key, event).await;
+        if delivered {
+            // Forgotten first, then cleared: nothing may look at an attempt
+            // whose directory is going away (it would seem to have vanished
+            // without an exit, and be stopped as an orphan).
+            self.local.lock().unwrap().remove(&key);
+            if let Err(e) = a.acknowledge() {
+                warn!(job = key.job.0, "cannot clear the attempt dir: {e}");
+            }
+        }
+    }
+
     /// Whether this node's part of the attempt has ended and the controllers have
     /// that: in this agent's memory, or, after a restart, its output kept in the spool
     /// (which happens only once the end has been reported).
@@ -748,6 +776,8 @@ impl Agent {
         stdout.exists()
     }
 
+    /// Sends a progress report. True when the controllers have it: applied, or refused
+    /// because the attempt is already over (a report repeated after a restart).
     async fn progress(&self, key: Key, event: Progress) -> bool {
         let delivered = self.report(key, &event).await;
         if delivered && matches!(event, Progress::Exited { .. } | Progress::Lost { .. }) {

@@ -30,6 +30,9 @@ pub struct LocalOptions {
     pub base_port: Option<u16>,
     /// How long issued certificates are valid, in days.
     pub cert_days: u32,
+    /// Where agents keep their spools (`spool-<node>` under it); `None`: the cluster's
+    /// directory.
+    pub spool_root: Option<PathBuf>,
 }
 
 impl LocalOptions {
@@ -41,6 +44,7 @@ impl LocalOptions {
             log_filter: std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into()),
             base_port: None,
             cert_days: 30,
+            spool_root: None,
         }
     }
 }
@@ -473,7 +477,12 @@ impl LocalCluster {
         extra: &str,
     ) -> Result<usize, String> {
         let files = self.issue(Role::Agent, node)?;
-        let spool = self.dir.join(format!("spool-{node}"));
+        let spool = self
+            .opts
+            .spool_root
+            .as_deref()
+            .unwrap_or(&self.dir)
+            .join(format!("spool-{node}"));
         let controllers: Vec<String> = self
             .client_addrs()
             .iter()

@@ -16,7 +16,7 @@ use tranche_proto::{ClientCommand, JobFilter, Query, Response};
 use tranche_tls::{Role, TlsFiles};
 
 use super::stats::{print_json, Spread};
-use super::{agent_cluster, AgentCluster};
+use super::{agent_cluster_spooled, AgentCluster};
 use crate::client_cfg::apply_all;
 use crate::output::unexpected_text;
 use crate::timing;
@@ -34,6 +34,10 @@ pub struct ThroughputArgs {
     /// `tranche submit --gpus 1 -- true` processes to run, one after another.
     #[arg(long, default_value_t = 1000)]
     submits: usize,
+    /// Where the agents keep their spools (each attempt's files and kept output), e.g.
+    /// a tmpfs [default: the cluster's temporary dir, beside the controllers' data].
+    #[arg(long, value_name = "DIR")]
+    spool_dir: Option<PathBuf>,
     /// Tasks of the array submitted after the loop (0: no array).
     #[arg(long, default_value_t = 1000)]
     array_tasks: usize,
@@ -240,7 +244,7 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         agent,
         admin,
         cluster: mut c,
-    } = agent_cluster().await?;
+    } = agent_cluster_spooled(args.spool_dir.clone()).await?;
     apply_all(&admin, policy())
         .await
         .map_err(|e| format!("policy refused: {e}"))?;

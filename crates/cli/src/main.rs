@@ -11,6 +11,7 @@ mod job_list;
 mod leader_cache;
 mod logs;
 mod output;
+mod report;
 mod timing;
 mod user_cmds;
 
@@ -112,6 +113,11 @@ enum Cmd {
     ///
     /// Example: tranche completions bash > /etc/bash_completion.d/tranche
     Completions { shell: clap_complete::Shell },
+    /// Who used the GPUs, and who lent to whom: GPU-hours used, borrowed, lent, kept
+    /// idle by RESERVE and lost to preemption (like sreport).
+    ///
+    /// Example: tranche report --since 2026-11-01 --by user
+    Report(report::ReportArgs),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -233,6 +239,7 @@ fn main() -> ExitCode {
         Cmd::Bench(cmd) => bench::bench(cmd),
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),
+        Cmd::Report(args) => report::report(&args),
         Cmd::Dev(args) => dev::dev(&args),
         Cmd::Completions { shell } => {
             use clap::CommandFactory;

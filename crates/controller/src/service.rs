@@ -262,6 +262,15 @@ impl Service {
             Query::NodeWork { node, .. } => {
                 Response::NodeWork(views::node_work(st, node, sh.applied, now))
             }
+            Query::Report { from, to } => {
+                let to = to.unwrap_or(now);
+                Response::Report(Box::new(tranche_proto::LedgerReport {
+                    from: *from,
+                    to,
+                    counting_since: st.ledger.since,
+                    totals: st.ledger_between(*from, to),
+                }))
+            }
         }
     }
 }

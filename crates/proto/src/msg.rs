@@ -83,6 +83,20 @@ pub enum Query {
         after: Option<u64>,
         wait_ms: u32,
     },
+    /// The accounting ledger over `[from, to)` (ms since the epoch; `to` absent: now),
+    /// whole hours: the hours that overlap the range.
+    Report { from: Millis, to: Option<Millis> },
+}
+
+/// The ledger's figures over a range (see `tranche_state::ledger`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerReport {
+    /// The range asked for, `to` resolved to the controller's time.
+    pub from: Millis,
+    pub to: Millis,
+    /// Since when the ledger counts (0: nothing counted yet).
+    pub counting_since: Millis,
+    pub totals: tranche_state::ledger::Bucket,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -335,6 +349,7 @@ pub enum Response {
     Heartbeat {
         registered: bool,
     },
+    Report(Box<LedgerReport>),
 }
 
 impl Response {
@@ -356,6 +371,7 @@ impl Response {
             Response::Done => "done",
             Response::Error(_) => "an error",
             Response::Heartbeat { .. } => "a heartbeat answer",
+            Response::Report(_) => "an accounting report",
         }
     }
 }

@@ -11,6 +11,36 @@ impl State {
     /// Applies `cmd` at time `now`. Deterministic and total: it never panics on any input,
     /// and an error leaves the state exactly as it was.
     pub fn apply(&mut self, cmd: &Command, now: Millis) -> Result<Outcome, ApplyError> {
+        // The time since the previous entry is counted at the rates before this one.
+        let accrual = self.accrual(now);
+        let node = match cmd {
+            Command::RegisterNode(inv) => Some(inv.name.clone()),
+            Command::NodeDown { node, .. } | Command::NodeUp { node } => Some(node.clone()),
+            _ => None,
+        };
+        let before = node.as_ref().and_then(|n| self.nodes.get(n)).map(node_capacity);
+        let out = self.apply_command(cmd, now);
+        if out.is_ok() {
+            self.book(accrual, now);
+            if let Some(n) = &node {
+                let after = self.nodes.get(n).map(node_capacity);
+                for (u, g) in before.unwrap_or_default() {
+                    if let Some(c) = self.index.capacity.get_mut(&u) {
+                        *c -= g.min(*c);
+                        if *c == 0 {
+                            self.index.capacity.remove(&u);
+                        }
+                    }
+                }
+                for (u, g) in after.unwrap_or_default() {
+                    *self.index.capacity.entry(u).or_default() += g;
+                }
+            }
+        }
+        out
+    }
+
+    fn apply_command(&mut self, cmd: &Command, now: Millis) -> Result<Outcome, ApplyError> {
         let out = match cmd {
             Command::PutEnvironment(e) => self.put_environment(e),
             Command::DeleteEnvironment(n) => self.delete_environment(n),
@@ -26,6 +56,10 @@ impl State {
                 self.update_priority_ref(job, *priority)
             }
             Command::Hold { job } => self.hold_jobs(job, now),
+            Command::PruneLedger { before_hour } => {
+                self.ledger.hours = self.ledger.hours.split_off(before_hour);
+                Ok(())
+            }
             Command::Release { job } => self.release_jobs(job, now),
             Command::RegisterNode(inv) => self.register_node(inv, now),
             // Written only by format-1 controllers (heartbeats are the leader's soft
@@ -572,14 +606,16 @@ impl State {
         }
         let mut freed = vec![];
         if from.is_active() && !to.is_active() {
-            self.index.deactivate(id, &share, &queue, &unit, total);
+            self.index
+                .deactivate(id, &share, &queue, &unit, total, holder_of(job));
             job.stop = None;
             if let Some(a) = job.attempts.last() {
                 freed = a.allocation.clone();
             }
         }
         if !from.is_active() && to.is_active() {
-            self.index.activate(id, share, queue, unit, total);
+            self.index
+                .activate(id, share, queue, unit, total, holder_of(job));
         }
         job.status = to;
         job.transitions.push(Transition {
@@ -780,6 +816,8 @@ impl State {
             a.ended_at = Some(now);
             a.end = Some(end);
         }
+        self.book_lost(id, now);
+        let job = self.jobs.get_mut(&id).expect("job exists");
         let (to, reason) = match stop {
             Some(Stop { kind, reason, .. }) if kind.is_preemption() => {
                 job.preemptions += 1;

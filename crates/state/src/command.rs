@@ -66,6 +66,10 @@ pub enum Command {
     Release {
         job: JobRef,
     },
+    /// Leader only: drops the ledger's hours before this one (its retention).
+    PruneLedger {
+        before_hour: u64,
+    },
 }
 
 /// What an agent reports about an attempt.

@@ -15,6 +15,7 @@ mod apply;
 pub mod codec;
 mod command;
 mod depend;
+pub mod ledger;
 pub mod format;
 mod plan;
 mod session;

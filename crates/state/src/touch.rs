@@ -35,7 +35,7 @@ impl State {
             | Command::DeleteQueue(_)
             | Command::PutShare(_)
             | Command::DeleteShare(_) => return Touched::All,
-            Command::Submit(_) => {}
+            Command::Submit(_) | Command::PruneLedger { .. } => {}
             Command::Cancel { job: r, .. }
             | Command::UpdatePriority { job: r, .. }
             | Command::Hold { job: r }

@@ -206,6 +206,7 @@ async fn preemptible(client: &tranche_client::Client, shares: &[&QuotaShare]) ->
             ],
             limit: None,
             array: None,
+            standing: false,
         };
         let mut jobs = match client
             .read(Query::Jobs(filter), false)

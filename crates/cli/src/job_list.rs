@@ -66,12 +66,16 @@ pub const COLUMNS: &[(&str, &str, usize)] = &[
     ("submitted", "SUBMITTED", 19),
     ("preemptions", "PREEMPT", 7),
     ("nodes", "NODES", 20),
+    ("pos", "POS", 9),
+    ("start", "START", 19),
     ("reason", "REASON", 0),
     ("where", "NODES(REASON)", 0),
 ];
 
 /// The default columns, as squeue's.
 pub const DEFAULT_FORMAT: &str = "id,queue,share,name,user,st,time,gpus,where";
+/// `--long`: with each waiting job's position in its share and estimated start.
+pub const LONG_FORMAT: &str = "id,share,name,user,st,priority,gpus,pos,start,where";
 
 /// Checks a `--format` list: comma-separated column names.
 pub fn parse_format(f: &str) -> Result<Vec<&'static (&'static str, &'static str, usize)>, String> {
@@ -111,6 +115,12 @@ fn cell(col: &str, r: &Row, now: Millis) -> String {
         "preemptions" => j.preemptions.to_string(),
         "nodes" => nodes(),
         "reason" => j.reason.clone().unwrap_or_default(),
+        "pos" => j
+            .standing
+            .as_ref()
+            .map(|s| format!("{}/{}", s.in_share, s.share_waiting))
+            .unwrap_or_default(),
+        "start" => j.standing.as_ref().map(|s| estimate_text(&s.start)).unwrap_or_default(),
         _ => {
             if j.nodes.is_empty() {
                 j.reason.as_ref().map(|r| format!("({r})")).unwrap_or_default()
@@ -118,6 +128,15 @@ fn cell(col: &str, r: &Row, now: Millis) -> String {
                 nodes()
             }
         }
+    }
+}
+
+/// An estimated start as people read it.
+pub fn estimate_text(e: &tranche_model::Estimate) -> String {
+    match e {
+        tranche_model::Estimate::Now => "now".into(),
+        tranche_model::Estimate::At(t) => local_time(*t),
+        tranche_model::Estimate::Unknown => "unknown".into(),
     }
 }
 
@@ -185,6 +204,7 @@ mod tests {
                 count: 1000,
                 max_running: Some(50),
             }),
+            standing: None,
         }
     }
 

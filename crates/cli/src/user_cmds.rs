@@ -509,8 +509,12 @@ pub struct JobsArgs {
     /// Only the tasks of this array.
     #[arg(long)]
     array: Option<u64>,
+    /// Also each waiting job's position in its share and estimated start (the `pos`
+    /// and `start` columns).
+    #[arg(long, short = 'l')]
+    long: bool,
     /// Columns, comma-separated: id, name, queue, share, user, st, state, priority,
-    /// time, gpus, unit, submitted, preemptions, nodes, reason, where.
+    /// time, gpus, unit, submitted, preemptions, nodes, pos, start, reason, where.
     #[arg(long, short = 'o')]
     format: Option<String>,
     #[arg(long)]
@@ -554,6 +558,7 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         status,
         limit: None,
         array: args.array.map(JobId),
+        standing: args.long,
     };
     let jobs = match client
         .read(Query::Jobs(filter), false)
@@ -582,9 +587,12 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         println!("{}", serde_json::Value::Array(rows));
         return Ok(());
     }
-    let cols = crate::job_list::parse_format(
-        args.format.as_deref().unwrap_or(crate::job_list::DEFAULT_FORMAT),
-    )
+    let default = if args.long {
+        crate::job_list::LONG_FORMAT
+    } else {
+        crate::job_list::DEFAULT_FORMAT
+    };
+    let cols = crate::job_list::parse_format(args.format.as_deref().unwrap_or(default))
     .map_err(usage)?;
     let rows = crate::job_list::rows(&jobs);
     for line in crate::job_list::table(&rows, &cols, now_ms(), LINE_WIDTH) {

@@ -31,6 +31,7 @@ pub fn summary(job: &Job, now: Millis) -> JobSummary {
         preemptions: job.preemptions,
         client_token: job.spec.client_token.clone(),
         array: job.array.clone(),
+        standing: None,
     }
 }
 
@@ -43,11 +44,18 @@ pub fn jobs(state: &State, f: &JobFilter, now: Millis) -> Vec<JobSummary> {
         },
         None => Box::new(state.jobs.values()),
     };
+    let standings = f
+        .standing
+        .then(|| tranche_sched::estimate::standings(state, now))
+        .unwrap_or_default();
     all.filter(|j| f.share.as_ref().is_none_or(|s| &j.spec.share == s))
         .filter(|j| f.user.as_ref().is_none_or(|u| &j.spec.user == u))
         .filter(|j| f.status.is_empty() || f.status.contains(&j.status))
         .take(limit)
-        .map(|j| summary(j, now))
+        .map(|j| JobSummary {
+            standing: standings.get(&j.id).cloned(),
+            ..summary(j, now)
+        })
         .collect()
 }
 
@@ -102,7 +110,14 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
             share.resource_sharing.strategy
         ));
     }
-    Explanation { job: s, lines }
+    let standing = (job.status == JobStatus::Runnable)
+        .then(|| tranche_sched::estimate::standings(state, now).remove(&job.id))
+        .flatten();
+    Explanation {
+        job: s,
+        standing,
+        lines,
+    }
 }
 
 /// A span of `ms` milliseconds in its two largest units, as people write it: `45s`,

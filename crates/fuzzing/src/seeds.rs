@@ -127,6 +127,7 @@ impl World {
                     status: vec![JobStatus::Running],
                     limit: Some(10),
                     array: None,
+                    standing: false,
                 }),
                 stale: false,
             },

@@ -16,6 +16,7 @@ mod ids;
 mod job;
 mod node;
 mod objects;
+mod standing;
 pub mod policy_file;
 pub mod text_limits;
 
@@ -25,6 +26,7 @@ pub use ids::*;
 pub use job::*;
 pub use node::*;
 pub use objects::*;
+pub use standing::*;
 
 /// Milliseconds since the Unix epoch (controller) or since the start of a scenario
 /// (virtual time). The pure core never reads a clock: every time comes in as this.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use tranche_model::{
-    ArrayTask, JobRef,
+    ArrayTask, JobRef, Standing,
     Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit, UserName,
 };
 use tranche_state::{ApplyError, Outcome};
@@ -109,6 +109,8 @@ pub struct JobFilter {
     pub limit: Option<u32>,
     /// Only the tasks of this array.
     pub array: Option<JobId>,
+    /// With each waiting job's position and estimated start (`tranche jobs --long`).
+    pub standing: bool,
 }
 
 /// A job as a queue listing shows it.
@@ -133,6 +135,8 @@ pub struct JobSummary {
     pub client_token: Option<String>,
     /// Set for a task of an array.
     pub array: Option<ArrayTask>,
+    /// A RUNNABLE job's position and estimated start, when asked for.
+    pub standing: Option<Standing>,
 }
 
 impl JobSummary {
@@ -146,6 +150,8 @@ impl JobSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explanation {
     pub job: JobSummary,
+    /// Its position and estimated start, while it is RUNNABLE.
+    pub standing: Option<Standing>,
     /// One line per fact, numbers included.
     pub lines: Vec<String>,
 }

@@ -111,6 +111,7 @@ async fn jobs(admin: &Client, status: Vec<JobStatus>, limit: Option<u32>) -> Res
         status,
         limit,
         array: None,
+        standing: false,
     });
     match admin.read(q, false).await {
         Ok(Response::Jobs(j)) => Ok(j.len()),

@@ -77,6 +77,15 @@ struct Setup {
 }
 
 impl Setup {
+    /// The setup of `test`, or `None` where this machine cannot give it what it
+    /// `need`s (having said so through `not_run`).
+    fn of(test: &str, need: Need, tag: &str) -> Option<Setup> {
+        if lacks_accounts(test, need) {
+            return None;
+        }
+        Some(Setup::new(tag))
+    }
+
     fn new(tag: &str) -> Setup {
         init();
         let mut accounts = TestAccounts::new();
@@ -140,13 +149,55 @@ fn read_all(f: &OutputFile) -> String {
     s
 }
 
+/// The spec the agent makes of a work item: its array, name and submit directory, and
+/// its output files expanded for this node and rank, relative to the directory the job
+/// runs in. Needs no account: `alice` is whoever runs the tests.
+#[test]
+fn a_work_item_becomes_a_spec_with_its_array_name_and_output_files() {
+    let me = nix::unistd::User::from_uid(nix::unistd::Uid::effective())
+        .unwrap()
+        .unwrap()
+        .name;
+    let cfg = agent_config(&format!("allow_root = true\n[users]\nalice = \"{me}\"\n"));
+    let dir = test_dir();
+    let cwd = dir.path().to_str().unwrap();
+    let mut item = array_task(JobId(49), dir.path(), "true");
+    item.rendezvous.nodes = vec!["n1".into(), "n3".into()];
+    item.rendezvous.rank = 1;
+    item.output = Some("out-%A_%a-%u-%N-%n.txt".into());
+    let spec = launch_spec(&cfg, &item, false).unwrap();
+    let out = format!("{cwd}/out-42_7-{me}-n3-1.txt");
+    assert_eq!(spec.stdout_file.as_deref(), Some(out.as_str()));
+    assert_eq!(spec.stderr_file.as_deref(), Some(out.as_str()));
+    assert_eq!(spec.cwd.as_deref(), Some(cwd));
+    assert_eq!(spec.submit_dir.as_deref(), Some(cwd));
+    assert_eq!(spec.name, "sweep");
+    let array = spec.array.unwrap();
+    assert_eq!((array.array, array.index, array.count), (JobId(42), 7, 10));
+    // A submit directory not on this node: the files go to the home, as the job does.
+    item.cwd = Some("/nonexistent/shared/project".into());
+    item.error = Some("/abs/err-%j".into());
+    let spec = launch_spec(&cfg, &item, false).unwrap();
+    let out = Path::new(&spec.env["HOME"]).join(format!("out-42_7-{me}-n3-1.txt"));
+    assert_eq!(spec.stdout_file, Some(out.display().to_string()));
+    assert_eq!(spec.stderr_file.as_deref(), Some("/abs/err-49"));
+    assert_eq!(spec.submit_dir.as_deref(), item.cwd.as_deref());
+    // An unknown field: not started, and why.
+    item.error = Some("err-%q".into());
+    let e = launch_spec(&cfg, &item, false).unwrap_err();
+    assert!(matches!(e, NotStarted::Output(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .starts_with("--error pattern `err-%q`: `%q` is not a field"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_task_of_an_array_gets_slurms_variables() {
-    let test = "a_task_of_an_array_gets_slurms_variables";
-    if lacks_accounts(test, Need::Root) {
+    let Some(s) = Setup::of("a_task_of_an_array_gets_slurms_variables", Need::Root, "av") else {
         return;
-    }
-    let s = Setup::new("av");
+    };
     let mut item = array_task(job_id(), &s.submit, "env");
     item.cpus = 2;
     item.memory_mb = 512;
@@ -180,11 +231,13 @@ fn a_task_of_an_array_gets_slurms_variables() {
 /// attempt and, once acknowledged, through the kept record, but not once replaced.
 #[test]
 fn output_alone_takes_stdout_and_stderr_into_the_users_file() {
-    let test = "output_alone_takes_stdout_and_stderr_into_the_users_file";
-    if lacks_accounts(test, Need::Root) {
+    let Some(s) = Setup::of(
+        "output_alone_takes_stdout_and_stderr_into_the_users_file",
+        Need::Root,
+        "oa",
+    ) else {
         return;
-    }
-    let s = Setup::new("oa");
+    };
     let out = s.submit.join("out-42_7.txt");
     std::fs::write(&out, "left from an earlier run\n").unwrap();
     std::os::unix::fs::chown(&out, Some(s.acct.uid), Some(s.acct.gid)).unwrap();
@@ -221,11 +274,9 @@ fn output_alone_takes_stdout_and_stderr_into_the_users_file() {
 /// `--output` and `--error` apart, with every field: each stream in its own file.
 #[test]
 fn output_and_error_go_to_their_own_files() {
-    let test = "output_and_error_go_to_their_own_files";
-    if lacks_accounts(test, Need::Root) {
+    let Some(s) = Setup::of("output_and_error_go_to_their_own_files", Need::Root, "oe") else {
         return;
-    }
-    let s = Setup::new("oe");
+    };
     let id = job_id();
     let mut item = array_task(id, &s.submit, "echo to-out; echo to-err >&2");
     item.output = Some("logs-%x/%j.out".into());
@@ -247,29 +298,20 @@ fn output_and_error_go_to_their_own_files() {
     assert_eq!(a.log_paths().0, a.dir().join("stdout"));
 }
 
-/// A pattern with an unknown field is refused before anything starts; a file the user
-/// cannot create (a directory it may not write, a symlink to a file it may not write)
-/// fails the attempt with a reason naming the path and the user, writes nothing there
-/// and runs nothing.
+/// A file the user cannot create (in a directory it may not write, or through a
+/// symlink to a file it may not write) fails the attempt with a reason naming the path
+/// and the user, writes nothing there and runs nothing.
 #[test]
 fn an_unusable_output_fails_the_attempt_naming_the_path_and_the_user() {
-    let test = "an_unusable_output_fails_the_attempt_naming_the_path_and_the_user";
-    if lacks_accounts(test, Need::Root) {
+    let Some(s) = Setup::of(
+        "an_unusable_output_fails_the_attempt_naming_the_path_and_the_user",
+        Need::Root,
+        "uo",
+    ) else {
         return;
-    }
-    let s = Setup::new("uo");
+    };
     let ran = s.submit.join("ran");
     let script = format!("touch {}", ran.display());
-
-    let mut item = array_task(job_id(), &s.submit, &script);
-    item.output = Some("out-%q.txt".into());
-    let e = launch_spec(&s.cfg, &item, true).unwrap_err();
-    assert!(matches!(e, NotStarted::Output(_)), "{e:?}");
-    assert!(
-        e.to_string()
-            .starts_with("--output pattern `out-%q.txt`: `%q` is not a field"),
-        "{e}"
-    );
 
     // Root's directory, which the user may enter but not write.
     let closed = s.dir.path().join("closed");
@@ -308,11 +350,13 @@ fn an_unusable_output_fails_the_attempt_naming_the_path_and_the_user() {
 /// process job, and the array's variables reach it too.
 #[test]
 fn a_containers_output_file_is_on_the_node_in_the_submit_directory() {
-    let test = "a_containers_output_file_is_on_the_node_in_the_submit_directory";
-    if lacks_accounts(test, Need::Containers) {
+    let Some(s) = Setup::of(
+        "a_containers_output_file_is_on_the_node_in_the_submit_directory",
+        Need::Containers,
+        "co",
+    ) else {
         return;
-    }
-    let s = Setup::new("co");
+    };
     let rootfs = busybox_rootfs(s.dir.path());
     let mut item = array_task(
         job_id(),

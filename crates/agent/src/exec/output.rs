@@ -306,21 +306,21 @@ mod tests {
         }
     }
 
+    /// The fields, and a width zero-padding numbers only, capped at ten digits.
     #[test]
     fn slurm_fields_expand() {
         let f = fields();
-        assert_eq!(expand("out-%A_%a.txt", &f).unwrap(), "out-42_7.txt");
-        assert_eq!(expand("%x-%j-%u@%N.%n", &f).unwrap(), "train-49-kim@n3.1");
-        assert_eq!(expand("100%%-%j", &f).unwrap(), "100%-49");
-        assert_eq!(expand("no fields", &f).unwrap(), "no fields");
-    }
-
-    #[test]
-    fn a_width_zero_pads_numbers_only_and_is_capped_at_ten() {
-        let f = fields();
-        assert_eq!(expand("%4a|%3j|%2n", &f).unwrap(), "0007|049|01");
-        assert_eq!(expand("%5x", &f).unwrap(), "train");
-        assert_eq!(expand("%20j", &f).unwrap(), "0000000049");
+        for (pattern, want) in [
+            ("out-%A_%a.txt", "out-42_7.txt"),
+            ("%x-%j-%u@%N.%n", "train-49-kim@n3.1"),
+            ("100%%-%j", "100%-49"),
+            ("no fields", "no fields"),
+            ("%4a|%3j|%2n", "0007|049|01"),
+            ("%5x", "train"),
+            ("%20j", "0000000049"),
+        ] {
+            assert_eq!(expand(pattern, &f).unwrap(), want, "{pattern}");
+        }
     }
 
     #[test]

@@ -327,6 +327,20 @@ mod tests {
         }
     }
 
+    /// Task 7 of array 42 (of 10), named `sweep`, submitted from `/shared/kim/project`.
+    fn array_task() -> LaunchSpec {
+        LaunchSpec {
+            name: "sweep".into(),
+            array: Some(ArrayTask {
+                array: JobId(42),
+                index: 7,
+                count: 10,
+            }),
+            submit_dir: Some("/shared/kim/project".into()),
+            ..spec()
+        }
+    }
+
     #[test]
     fn env_binds_gpus_in_allocation_order() {
         let mut s = spec();
@@ -340,15 +354,19 @@ mod tests {
                 uuid: "GPU-a".into(),
             },
         ];
-        let e = job_env(&s);
-        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "5,2");
-        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "GPU-b,GPU-a");
-        assert_eq!(e["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
-        assert_eq!(e["TRANCHE_JOB_ID"], "7");
-        assert_eq!(e["TRANCHE_ATTEMPT"], "2");
-        assert_eq!(e["TRANCHE_RESTART_COUNT"], "1");
-        assert_eq!(e["TRANCHE_SHARE"], "vision");
-        assert_eq!(e["A"], "1");
+        assert_env(
+            &job_env(&s),
+            &[
+                ("CUDA_VISIBLE_DEVICES", "5,2"),
+                ("NVIDIA_VISIBLE_DEVICES", "GPU-b,GPU-a"),
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                ("TRANCHE_JOB_ID", "7"),
+                ("TRANCHE_ATTEMPT", "2"),
+                ("TRANCHE_RESTART_COUNT", "1"),
+                ("TRANCHE_SHARE", "vision"),
+                ("A", "1"),
+            ],
+        );
         s.gpus.clear();
         s.env
             .insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into());
@@ -374,23 +392,27 @@ mod tests {
         s.env.insert("TRANCHE_ARRAY_TASK_ID".into(), "3".into());
         let e = job_env(&s);
         assert!(!e.contains_key("TRANCHE_ARRAY_TASK_ID"));
-        s.name = "sweep".into();
-        s.array = Some(ArrayTask {
-            array: JobId(42),
-            index: 7,
-            count: 1000,
-        });
-        s.submit_dir = Some("/shared/kim/project".into());
+        let mut s = array_task();
         s.cpus = 8;
         s.memory_mb = 65_536;
-        let e = job_env(&s);
-        assert_eq!(e["TRANCHE_JOB_NAME"], "sweep");
-        assert_eq!(e["TRANCHE_ARRAY_JOB_ID"], "42");
-        assert_eq!(e["TRANCHE_ARRAY_TASK_ID"], "7");
-        assert_eq!(e["TRANCHE_ARRAY_TASK_COUNT"], "1000");
-        assert_eq!(e["TRANCHE_SUBMIT_DIR"], "/shared/kim/project");
-        assert_eq!(e["TRANCHE_CPUS_PER_NODE"], "8");
-        assert_eq!(e["TRANCHE_MEM_PER_NODE"], "65536");
+        assert_env(
+            &job_env(&s),
+            &[
+                ("TRANCHE_JOB_NAME", "sweep"),
+                ("TRANCHE_ARRAY_JOB_ID", "42"),
+                ("TRANCHE_ARRAY_TASK_ID", "7"),
+                ("TRANCHE_ARRAY_TASK_COUNT", "10"),
+                ("TRANCHE_SUBMIT_DIR", "/shared/kim/project"),
+                ("TRANCHE_CPUS_PER_NODE", "8"),
+                ("TRANCHE_MEM_PER_NODE", "65536"),
+            ],
+        );
+    }
+
+    fn assert_env(env: &BTreeMap<String, String>, want: &[(&str, &str)]) {
+        for (k, v) in want {
+            assert_eq!(env.get(*k).map(String::as_str), Some(*v), "{k} in {env:?}");
+        }
     }
 
     #[test]
@@ -404,15 +426,19 @@ mod tests {
             master_addr: "10.0.0.3".into(),
             master_port: 23_456,
         });
-        let e = job_env(&s);
-        assert_eq!(e["TRANCHE_NODELIST"], "n3,n1");
-        assert_eq!(e["TRANCHE_NUM_NODES"], "2");
-        assert_eq!(e["TRANCHE_NODE_RANK"], "1");
-        assert_eq!(e["NODE_RANK"], "1");
-        assert_eq!(e["TRANCHE_GPUS_PER_NODE"], "4");
-        assert_eq!(e["WORLD_SIZE"], "8");
-        assert_eq!(e["MASTER_ADDR"], "10.0.0.3");
-        assert_eq!(e["MASTER_PORT"], "23456");
+        assert_env(
+            &job_env(&s),
+            &[
+                ("TRANCHE_NODELIST", "n3,n1"),
+                ("TRANCHE_NUM_NODES", "2"),
+                ("TRANCHE_NODE_RANK", "1"),
+                ("NODE_RANK", "1"),
+                ("TRANCHE_GPUS_PER_NODE", "4"),
+                ("WORLD_SIZE", "8"),
+                ("MASTER_ADDR", "10.0.0.3"),
+                ("MASTER_PORT", "23456"),
+            ],
+        );
     }
 
     /// `spec.json` of an attempt in the spool: ids and GPU indices are plain numbers, so
@@ -440,13 +466,7 @@ mod tests {
     /// under these names, and a spec without them writes none of them (above).
     #[test]
     fn spec_json_names_the_array_and_output_fields() {
-        let mut want = spec();
-        want.name = "sweep".into();
-        want.array = Some(ArrayTask {
-            array: JobId(42),
-            index: 7,
-            count: 10,
-        });
+        let mut want = array_task();
         want.submit_dir = Some("/p".into());
         want.stdout_file = Some("/p/out".into());
         want.stderr_file = Some("/p/out".into());

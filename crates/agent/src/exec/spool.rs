@@ -135,20 +135,19 @@ pub fn kept_output(
 
 /// An `outputs.json`, if there is a readable one.
 pub(super) fn read_outputs(path: &Path) -> Option<OutputsRecord> {
-    let text = fsutil::read_string(path)?;
-    match serde_json::from_str(&text) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::warn!("{}: {e}", path.display());
-            None
-        }
-    }
+    read_record(path)
 }
 
 pub(super) fn read_exit(path: &Path) -> Option<ExitStatus> {
+    read_record(path)
+}
+
+/// A JSON record the shim writes, if it is there; one that does not parse is warned
+/// about and taken as absent.
+fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     let text = fsutil::read_string(path)?;
     match serde_json::from_str(&text) {
-        Ok(s) => Some(s),
+        Ok(r) => Some(r),
         Err(e) => {
             tracing::warn!("{}: {e}", path.display());
             None

@@ -18,11 +18,9 @@ use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
 use tranche_state::{ApplyError, Progress};
 
 use crate::config::AgentConfig;
-use crate::exec::{
-    signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, Rendezvous, StopOutcome,
-};
+use crate::exec::{signal_number, Attempt, AttemptNo, Executors, OutputFile, StopOutcome};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
-use crate::users;
+use crate::launch;
 
 /// How long the agent's long poll for its node's work waits when nothing changes. A
 /// change (a placement, a stop) is answered at once; heartbeats, not this poll, keep the
@@ -105,8 +103,9 @@ pub struct Agent {
 
 /// Why an attempt did not start.
 enum StartError {
-    /// The job may not run as its user here (see [`users`]).
-    Refused(users::Refusal),
+    /// The job may not run as its user here, or names output files it cannot have
+    /// (see [`launch`]).
+    Refused(launch::NotStarted),
     /// The executor could not start it.
     Exec(crate::exec::ExecError),
 }
@@ -550,46 +549,12 @@ impl Agent {
             .await;
             return;
         }
-        let mut spec = LaunchSpec {
-            job: item.job,
-            attempt: AttemptNo(item.attempt),
-            restart_count: item.restarts,
-            share: item.share.to_string(),
-            image: item.image.clone(),
-            command: item.command.clone(),
-            env: item.env.clone(),
-            cwd: None,
-            user: None,
-            groups: Vec::new(),
-            cpus: item.cpus,
-            memory_mb: item.memory_mb,
-            gpus: item
-                .gpus
-                .iter()
-                .map(|b| BoundGpu {
-                    index: b.index,
-                    uuid: b.uuid.clone(),
-                })
-                .collect(),
-            fake_devices: self.fake_devices,
-            rendezvous: Some(Rendezvous {
-                nodes: r.nodes.iter().map(|n| n.to_string()).collect(),
-                rank: r.rank,
-                gpus_per_node: r.gpus_per_node,
-                master_addr: r.master_addr.clone(),
-                master_port: r.master_port,
-            }),
-        };
         let execs = self.execs.clone();
         let agent = self.clone();
-        let user = item.user.to_string();
-        let submit_dir = item.cwd.clone();
+        let work = item.clone();
         // The account lookup may ask a directory service (LDAP, SSSD): off the runtime.
         let started = tokio::task::spawn_blocking(move || {
-            let node = agent.cfg.node.as_str();
-            let account = users::resolve(&agent.cfg, &user).map_err(StartError::Refused)?;
-            account
-                .apply_to(&mut spec, node, submit_dir.as_deref())
+            let spec = launch::launch_spec(&agent.cfg, &work, agent.fake_devices)
                 .map_err(StartError::Refused)?;
             execs.start(&spec).map_err(StartError::Exec)
         })
@@ -772,8 +737,7 @@ impl Agent {
         if self.ended_here.lock().unwrap().contains(&key) {
             return true;
         }
-        let (stdout, _) = crate::exec::kept_logs(&self.cfg.spool_dir, key.job, key.attempt);
-        stdout.exists()
+        crate::exec::kept_output(&self.cfg.spool_dir, key.job, key.attempt, false).is_some()
     }
 
     /// Sends a progress report. True when the controllers have it: applied, or refused
@@ -884,7 +848,11 @@ impl Agent {
 impl Agent {
     /// Serves jobs' output: one `LogRequest` per bidirectional stream, answered with
     /// chunks and an end frame. Admins and operators may read any job; a user only its
-    /// own (asked of the controllers); no other role.
+    /// own (asked of the controllers); no other role. The output is read from wherever
+    /// it went: the attempt's spool files, kept in `<spool>/logs` once it has ended, or
+    /// the job's `--output`/`--error` files, found through the record the shim made of
+    /// them (`outputs.json`, kept beside those logs) and read only while each path still
+    /// leads to the file the job was given.
     async fn serve_logs(self: Arc<Self>) {
         while let Some(incoming) = self.logs.accept().await {
             let me = self.clone();
@@ -981,37 +949,40 @@ impl Agent {
                     .rev()
                     .map(AttemptNo)
                     .find(|a| {
-                        crate::exec::kept_logs(&self.cfg.spool_dir, job, *a)
-                            .0
-                            .exists()
+                        crate::exec::kept_output(&self.cfg.spool_dir, job, *a, false).is_some()
                     })
                     .ok_or_else(|| {
                         ApiError::NotFound(format!("no output of job {job} on this node"))
                     })?,
             },
         };
-        let path_now = || -> Option<(std::path::PathBuf, bool)> {
+        let file_now = || -> Option<(OutputFile, bool)> {
             let l = self.local.lock().unwrap();
             if let Some(e) = l.get(&Key { job, attempt }) {
-                let (o, er) = e.attempt.log_paths();
-                return Some((if req.stderr { er } else { o }, e.attempt.exit().is_none()));
+                let running = e.attempt.exit().is_none();
+                return e.attempt.output(req.stderr).map(|f| (f, running));
             }
             drop(l);
-            let (o, er) = crate::exec::kept_logs(&self.cfg.spool_dir, job, attempt);
-            let p = if req.stderr { er } else { o };
-            p.exists().then_some((p, false))
+            crate::exec::kept_output(&self.cfg.spool_dir, job, attempt, req.stderr)
+                .map(|f| (f, false))
         };
         let mut offset = req.offset;
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let Some((path, running)) = path_now() else {
+            let Some((file, running)) = file_now() else {
                 return Err(ApiError::NotFound(format!(
                     "no output of job {job} attempt {attempt} on this node"
                 )));
             };
-            let mut f = tokio::fs::File::open(&path)
-                .await
-                .map_err(|e| ApiError::NotFound(format!("{}: {e}", path.display())))?;
+            // A file outside the spool is read only while it is still the one the job
+            // was given (see `OutputFile::open`).
+            let opened = tokio::task::spawn_blocking(move || {
+                file.open()
+                    .map_err(|e| ApiError::NotFound(format!("{}: {e}", file.path().display())))
+            })
+            .await
+            .map_err(|e| ApiError::Unavailable(e.to_string()))??;
+            let mut f = tokio::fs::File::from_std(opened);
             f.seek(std::io::SeekFrom::Start(offset))
                 .await
                 .map_err(|e| ApiError::Unavailable(e.to_string()))?;

@@ -88,7 +88,7 @@ pub struct JobSpec {
     /// `--hold`: submitted PENDING until `tranche release`.
     pub hold: bool,
     /// `--output` / `--error`: files the node writes the job's stdout and stderr to, as
-    /// Slurm does (`%j`, `%A`, `%a`, `%x`, `%u`, `%N`, `%%`; relative to the working
+    /// Slurm does (`%j`, `%A`, `%a`, `%x`, `%u`, `%N`, `%n`, `%%`; relative to the working
     /// directory). `None`: kept in the agent's spool only.
     pub output: Option<String>,
     pub error: Option<String>,

@@ -11,6 +11,7 @@ mod leader_cache;
 mod logs;
 mod output;
 mod timing;
+mod token;
 mod user_cmds;
 
 use clap::{Parser, Subcommand};
@@ -103,6 +104,11 @@ enum Cmd {
     ///
     /// Example: tranche completions bash > /etc/bash_completion.d/tranche
     Completions { shell: clap_complete::Shell },
+    /// Bearer tokens for the HTTPS API, for this config's certificate.
+    ///
+    /// Example: export TRANCHE_TOKEN=$(tranche token issue --ttl 8h)
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -225,6 +231,7 @@ fn main() -> ExitCode {
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),
         Cmd::Dev(args) => dev::dev(&args),
+        Cmd::Token(cmd) => token::token(cmd),
         Cmd::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

@@ -93,11 +93,17 @@ impl Default for EventLog {
 }
 
 impl EventLog {
-    /// Called before `cmd` is applied at `index`.
-    pub fn before(&mut self, state: &State, cmd: &Command, index: u64) -> Before {
+    /// Called for every entry applied, before it is: the first one tells from which
+    /// index this controller's events are complete.
+    pub fn applying(&mut self, index: u64) {
         if self.floor.is_none() {
             self.floor = Some(index.saturating_sub(1));
         }
+    }
+
+    /// Called before `cmd` is applied at `index`.
+    pub fn before(&mut self, state: &State, cmd: &Command, index: u64) -> Before {
+        self.applying(index);
         let mut ids = BTreeSet::new();
         let all = match cmd {
             Command::Submit(_) => false,

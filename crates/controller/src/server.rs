@@ -93,7 +93,16 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     let shared_for_http = shared.clone();
     let service = Arc::new(Service::new(tx, work, shared, beats, isolation));
     if let Some((listener, tls, certs)) = http {
-        let api = crate::http::Api::new(service.clone(), shared_for_http, certs, files.clone());
+        let client_addr = client_ep
+            .local_addr()
+            .map_err(|e| NodeError::Other(format!("client_addr: {e}")))?;
+        let api = crate::http::Api::new(
+            service.clone(),
+            shared_for_http,
+            certs,
+            files.clone(),
+            client_addr,
+        );
         tokio::spawn(crate::http::serve(listener, tls, api, shutdown.clone()));
     }
     let port = Arc::new(ClientPort { service });

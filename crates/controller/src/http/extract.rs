@@ -76,18 +76,14 @@ fn field_of(path: &serde_path_to_error::Path, message: &str) -> String {
     if field == "." {
         field.clear();
     }
-    for prefix in ["unknown field `", "missing field `"] {
-        if let Some(rest) = message.strip_prefix(prefix) {
-            if let Some(name) = rest.split('`').next() {
-                // An unknown field's path is its container's; a missing one's too.
-                if message.starts_with("unknown") || !field.ends_with(name) {
-                    field = if field.is_empty() {
-                        name.to_string()
-                    } else {
-                        format!("{field}.{name}")
-                    };
-                }
-            }
+    // A missing field's path is its container's; an unknown one's is already its own.
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        if let Some(name) = rest.split('`').next() {
+            field = if field.is_empty() {
+                name.to_string()
+            } else {
+                format!("{field}.{name}")
+            };
         }
     }
     field

@@ -134,7 +134,7 @@ pub async fn logs(
     let client = api
         .logs_client
         .get_or_try_init(|| async {
-            tranche_client::Client::new(vec![], &api.tls).map(Arc::new).map_err(|e| {
+            tranche_client::Client::new(vec![api.client_addr], &api.tls).map(Arc::new).map_err(|e| {
                 HttpError::unavailable(format!("cannot reach the agents' log ports: {e}"))
             })
         })

@@ -50,6 +50,8 @@ pub struct Api {
     pub certs: Arc<CertVerifier>,
     /// This controller's own certificate, to fetch jobs' output from agents.
     pub tls: TlsFiles,
+    /// This controller's client port (the log client needs a controller to name).
+    pub client_addr: SocketAddr,
     logs_client: tokio::sync::OnceCell<Arc<tranche_client::Client>>,
 }
 
@@ -59,12 +61,14 @@ impl Api {
         shared: SharedRef,
         certs: Arc<CertVerifier>,
         tls: TlsFiles,
+        client_addr: SocketAddr,
     ) -> Arc<Api> {
         Arc::new(Api {
             service,
             shared,
             certs,
             tls,
+            client_addr,
             logs_client: tokio::sync::OnceCell::new(),
         })
     }

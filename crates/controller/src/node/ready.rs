@@ -163,6 +163,7 @@ impl RaftNode {
                 continue;
             }
             self.applied_term = e.term;
+            sh.events.applying(e.index);
             match e.get_entry_type() {
                 EntryType::EntryNormal if e.data.is_empty() => {
                     // A new leader's first entry.

@@ -150,13 +150,7 @@ impl EventLog {
     }
 
     /// Called after the entry at `index` was applied with `outcome`.
-    pub fn after(
-        &mut self,
-        state: &State,
-        index: u64,
-        before: Before,
-        outcome: Option<&Outcome>,
-    ) {
+    pub fn after(&mut self, state: &State, index: u64, before: Before, outcome: Option<&Outcome>) {
         let mut touched: BTreeSet<ShareName> = BTreeSet::new();
         let mut emit = |ev: JobEvent, events: &mut VecDeque<Event>| {
             if ev.from.is_some_and(|f| f.is_active()) != ev.to.is_active() {

@@ -47,15 +47,20 @@ struct Reply {
 
 impl Reply {
     fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body))
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
     fn code(&self) -> String {
-        self.json()["error"]["code"].as_str().unwrap_or("").to_string()
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
     }
     fn field(&self) -> String {
-        self.json()["error"]["field"].as_str().unwrap_or("").to_string()
+        self.json()["error"]["field"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
     }
 }
 
@@ -141,9 +146,16 @@ impl Http {
     }
 
     async fn post(&self, addr: &str, auth: &Auth, path: &str, body: Value) -> Reply {
-        self.send(addr, auth, "POST", path, Some(body.to_string().into_bytes()), &[])
-            .await
-            .unwrap()
+        self.send(
+            addr,
+            auth,
+            "POST",
+            path,
+            Some(body.to_string().into_bytes()),
+            &[],
+        )
+        .await
+        .unwrap()
     }
 }
 
@@ -179,7 +191,10 @@ fn submit_body(share: &str) -> Value {
 }
 
 fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 #[test]
@@ -405,16 +420,23 @@ async fn read_events(
     let conn = tokio_rustls::TlsConnector::from(Arc::new(http.tls(auth)));
     let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
     let tls = conn.connect(name, tcp).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
     tokio::spawn(conn);
-    let mut req = hyper::Request::builder().uri(path).header("host", "controller.tranche");
+    let mut req = hyper::Request::builder()
+        .uri(path)
+        .header("host", "controller.tranche");
     if let Auth::Token(t) = auth {
         req = req.header("authorization", format!("Bearer {t}"));
     }
     if let Some(id) = last_id {
         req = req.header("last-event-id", id.to_string());
     }
-    let resp = send.send_request(req.body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+    let resp = send
+        .send_request(req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut body = resp.into_body();
@@ -456,13 +478,18 @@ fn events_stream_job_transitions_and_resume_on_another_controller() {
     let dir = tempfile::tempdir().unwrap();
     let (mut c, addrs) = start(dir.path());
     let alice_files = c.issue(Role::User, "alice").unwrap();
-    let alice = Auth::Token(tranche_tls::token::issue_token(&alice_files, Duration::from_secs(600)).unwrap());
+    let alice = Auth::Token(
+        tranche_tls::token::issue_token(&alice_files, Duration::from_secs(600)).unwrap(),
+    );
     let http = Http {
         ca: c.certs.join("ca.pem"),
     };
     rt().block_on(async {
         let client = c.client(Role::Admin, "admin").unwrap();
-        let leader = c.wait_leader(&client, Duration::from_secs(20)).await.expect("a leader");
+        let leader = c
+            .wait_leader(&client, Duration::from_secs(20))
+            .await
+            .expect("a leader");
         for cmd in demo::objects() {
             assert!(client.command(cmd).await.unwrap().is_ok());
         }
@@ -471,7 +498,14 @@ fn events_stream_job_transitions_and_resume_on_another_controller() {
         let r = http.get(&first, &alice, "/api/v1/health").await;
         let start = r.json()["applied"].as_u64().unwrap();
         // No agents: a submitted job waits RUNNABLE; the cancel ends it.
-        let r = http.post(&first, &alice, "/api/v1/jobs", json!({"share": "lend", "gpus": 1, "command": ["true"]})).await;
+        let r = http
+            .post(
+                &first,
+                &alice,
+                "/api/v1/jobs",
+                json!({"share": "lend", "gpus": 1, "command": ["true"]}),
+            )
+            .await;
         assert_eq!(r.status, 201);
         let job = r.json()["id"].as_u64().unwrap();
         let path = format!("/api/v1/events?after={start}&job={job}");
@@ -479,29 +513,62 @@ fn events_stream_job_transitions_and_resume_on_another_controller() {
             e.iter().any(|(_, d, _)| d["to"] == json!("RUNNABLE"))
         })
         .await;
-        let runnable = got.iter().find(|(_, d, _)| d["to"] == json!("RUNNABLE")).unwrap();
+        let runnable = got
+            .iter()
+            .find(|(_, d, _)| d["to"] == json!("RUNNABLE"))
+            .unwrap();
         assert_eq!(runnable.1["from"], json!("SUBMITTED"));
         assert_eq!(runnable.1["job"], json!(job));
-        let seen = got.iter().filter_map(|(_, _, id)| *id).max().expect("an id");
+        let seen = got
+            .iter()
+            .filter_map(|(_, _, id)| *id)
+            .max()
+            .expect("an id");
         assert_eq!(seen, runnable.1["index"].as_u64().unwrap());
 
         // The first controller goes away; the cancel happens meanwhile; the stream
         // resumes on another controller from the last id, with nothing repeated.
         let first_i = (leader + 1) % 3;
         c.kill(first_i);
-        let r = http.post(&second, &alice, &format!("/api/v1/jobs/{job}/cancel"), json!({"reason": "enough"})).await;
+        let r = http
+            .post(
+                &second,
+                &alice,
+                &format!("/api/v1/jobs/{job}/cancel"),
+                json!({"reason": "enough"}),
+            )
+            .await;
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
         let path = format!("/api/v1/events?job={job}");
         let more = read_events(&http, &second, &alice, &path, Some(seen), |e| {
             e.iter().any(|(_, d, _)| d["to"] == json!("CANCELLED"))
         })
         .await;
-        assert!(more.iter().all(|(k, d, _)| k == "job" && d["index"].as_u64().unwrap() > seen), "{more:?}");
-        let cancelled = more.iter().find(|(_, d, _)| d["to"] == json!("CANCELLED")).unwrap();
+        assert!(
+            more.iter()
+                .all(|(k, d, _)| k == "job" && d["index"].as_u64().unwrap() > seen),
+            "{more:?}"
+        );
+        let cancelled = more
+            .iter()
+            .find(|(_, d, _)| d["to"] == json!("CANCELLED"))
+            .unwrap();
         assert_eq!(cancelled.1["from"], json!("RUNNABLE"));
-        assert!(cancelled.1["reason"].as_str().unwrap().contains("enough"), "{:?}", cancelled.1);
+        assert!(
+            cancelled.1["reason"].as_str().unwrap().contains("enough"),
+            "{:?}",
+            cancelled.1
+        );
         // An index older than any this controller has gets a reset first.
-        let r = read_events(&http, &second, &alice, "/api/v1/events?after=0", None, |e| !e.is_empty()).await;
+        let r = read_events(
+            &http,
+            &second,
+            &alice,
+            "/api/v1/events?after=0",
+            None,
+            |e| !e.is_empty(),
+        )
+        .await;
         assert_eq!(r[0].0, "reset", "{r:?}");
     });
     for i in 0..c.controllers.len() {

@@ -103,7 +103,9 @@ impl CertVerifier {
             if m != cur.crl_mtime {
                 match Self::build(&self.files, self.provider.clone()) {
                     Ok(v) => {
-                        tracing::info!("revocation list changed: reloaded for the HTTPS port and tokens");
+                        tracing::info!(
+                            "revocation list changed: reloaded for the HTTPS port and tokens"
+                        );
                         cur.verifier = v;
                         cur.crl_mtime = m;
                     }
@@ -117,7 +119,9 @@ impl CertVerifier {
     /// Checks a certificate as the handshake does: chained to the CA with the
     /// clientAuth usage, valid at `now`, not revoked.
     pub fn check(&self, cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), rustls::Error> {
-        self.current().verify_client_cert(cert, &[], now).map(|_| ())
+        self.current()
+            .verify_client_cert(cert, &[], now)
+            .map(|_| ())
     }
 }
 

@@ -54,7 +54,9 @@ pub(crate) fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
 }
 
 /// The revocation lists named by `files.crl` (none when it is absent).
-pub(crate) fn crls(files: &TlsFiles) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
+pub(crate) fn crls(
+    files: &TlsFiles,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
     match &files.crl {
         Some(path) => load_crls(path),
         None => Ok(Vec::new()),

@@ -125,7 +125,9 @@ pub fn issue_token_at(files: &TlsFiles, ttl: Duration, now: u64) -> Result<Strin
         detail,
     };
     let PrivateKeyDer::Pkcs8(pkcs8) = key else {
-        return Err(bad_key("tokens are signed with PKCS#8 keys, as `tranche certs issue` writes them".into()));
+        return Err(bad_key(
+            "tokens are signed with PKCS#8 keys, as `tranche certs issue` writes them".into(),
+        ));
     };
     let rng = SystemRandom::new();
     let pair = EcdsaKeyPair::from_pkcs8(
@@ -149,7 +151,11 @@ pub fn issue_token_at(files: &TlsFiles, ttl: Duration, now: u64) -> Result<Strin
         nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
     };
     let claims = serde_json::to_vec(&claims).expect("claims encode");
-    let signed = format!("{TOKEN_PREFIX}.{}.{}", B64.encode(&cert), B64.encode(claims));
+    let signed = format!(
+        "{TOKEN_PREFIX}.{}.{}",
+        B64.encode(&cert),
+        B64.encode(claims)
+    );
     let sig = pair
         .sign(&rng, signed.as_bytes())
         .map_err(|e| bad_key(format!("cannot sign: {e}")))?;
@@ -204,7 +210,10 @@ pub fn verify_token(
         .map_err(|e| TokenError::Malformed(format!("the claims do not read: {e}")))?;
     let cert_der = CertificateDer::from(cert.clone());
     verifier
-        .check(&cert_der, UnixTime::since_unix_epoch(Duration::from_secs(now)))
+        .check(
+            &cert_der,
+            UnixTime::since_unix_epoch(Duration::from_secs(now)),
+        )
         .map_err(|e| TokenError::Certificate(cert_error_text(&e)))?;
     let key = public_key(&cert)
         .ok_or_else(|| TokenError::Certificate("its key is not ECDSA P-256".into()))?;
@@ -223,8 +232,7 @@ pub fn verify_token(
             "it claims a validity longer than 7 days".into(),
         ));
     }
-    let identity =
-        identity_of_cert(&cert).map_err(|e| TokenError::Certificate(e.to_string()))?;
+    let identity = identity_of_cert(&cert).map_err(|e| TokenError::Certificate(e.to_string()))?;
     if !matches!(identity.role, Role::User | Role::Operator | Role::Admin) {
         return Err(TokenError::Certificate(format!(
             "{identity}: only user, operator and admin certificates issue tokens"
@@ -252,7 +260,7 @@ pub fn cert_error_text(e: &rustls::Error) -> String {
                 "the certificate is not for client authentication".into()
             }
             C::UnknownRevocationStatus => "the certificate's revocation status is unknown".into(),
-            other => format!("the certificate is invalid ({other:?})"),
+            _ => "the certificate is not accepted by this cluster's CA".into(),
         },
         other => other.to_string(),
     }

@@ -150,18 +150,22 @@ impl SubmitJob {
             (Some(q), _) => q,
             (None, Some(s)) => s.queue.to_string(),
             (None, None) => {
-                return Err(HttpError::not_found(format!(
-                    "share {} does not exist",
-                    self.share
-                ))
-                .with_field("share"))
+                return Err(
+                    HttpError::not_found(format!("share {} does not exist", self.share))
+                        .with_field("share"),
+                )
             }
         };
         let unit = match (self.unit, share) {
             (Some(u), _) => u,
             (None, Some(s)) => match s.capacity_limits.first() {
                 Some(l) => l.unit.to_string(),
-                None => return Err(HttpError::invalid("unit", "the share names no unit; give one")),
+                None => {
+                    return Err(HttpError::invalid(
+                        "unit",
+                        "the share names no unit; give one",
+                    ))
+                }
             },
             (None, None) => unreachable!("a missing share was refused above"),
         };

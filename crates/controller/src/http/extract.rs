@@ -104,8 +104,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
             HttpError::invalid(field, message)
         }
     })?;
-    de.end()
-        .map_err(|e| HttpError::bad_request(format!("the body has text after its JSON value: {e}")))?;
+    de.end().map_err(|e| {
+        HttpError::bad_request(format!("the body has text after its JSON value: {e}"))
+    })?;
     Ok(value)
 }
 
@@ -132,18 +133,15 @@ async fn body_bytes(req: Request) -> Result<Option<axum::body::Bytes>, HttpError
             return Err(too_large());
         }
     }
-    let json_type = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .map(|v| {
-            v.to_str()
-                .unwrap_or("")
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("application/json")
-        });
+    let json_type = req.headers().get(header::CONTENT_TYPE).map(|v| {
+        v.to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .eq_ignore_ascii_case("application/json")
+    });
     let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
         .await
         .map_err(|_| too_large())?;
@@ -212,7 +210,10 @@ fn form_urlencoded_parse(q: &str) -> form_urlencoded::Parse<'_> {
 
 /// A job id in the path.
 pub fn job_id(text: &str) -> Result<tranche_model::JobId, HttpError> {
-    text.parse::<u64>()
-        .map(tranche_model::JobId)
-        .map_err(|_| HttpError::invalid("id", format!("a job id is a positive integer, not `{text}`")))
+    text.parse::<u64>().map(tranche_model::JobId).map_err(|_| {
+        HttpError::invalid(
+            "id",
+            format!("a job id is a positive integer, not `{text}`"),
+        )
+    })
 }

@@ -89,16 +89,11 @@ pub async fn logs(
         }
     }
     let attempt = match q.attempt {
-        Some(n) => job
-            .attempts
-            .iter()
-            .find(|a| a.number == n)
-            .ok_or_else(|| HttpError::not_found(format!("job {id} has no attempt {n}")).with_field("attempt"))?,
+        Some(n) => job.attempts.iter().find(|a| a.number == n).ok_or_else(|| {
+            HttpError::not_found(format!("job {id} has no attempt {n}")).with_field("attempt")
+        })?,
         None => job.attempts.last().ok_or_else(|| {
-            HttpError::not_found(format!(
-                "job {id} has not run yet: {}",
-                job.status.as_str()
-            ))
+            HttpError::not_found(format!("job {id} has not run yet: {}", job.status.as_str()))
         })?,
     };
     let members: Vec<_> = attempt.allocation.iter().map(|a| a.node.clone()).collect();
@@ -108,7 +103,11 @@ pub async fn logs(
             .iter()
             .find(|m| m.as_str() == n)
             .cloned()
-            .or_else(|| n.parse::<usize>().ok().and_then(|r| members.get(r).cloned())),
+            .or_else(|| {
+                n.parse::<usize>()
+                    .ok()
+                    .and_then(|r| members.get(r).cloned())
+            }),
     }
     .ok_or_else(|| {
         HttpError::not_found(format!(
@@ -134,9 +133,11 @@ pub async fn logs(
     let client = api
         .logs_client
         .get_or_try_init(|| async {
-            tranche_client::Client::new(vec![api.client_addr], &api.tls).map(Arc::new).map_err(|e| {
-                HttpError::unavailable(format!("cannot reach the agents' log ports: {e}"))
-            })
+            tranche_client::Client::new(vec![api.client_addr], &api.tls)
+                .map(Arc::new)
+                .map_err(|e| {
+                    HttpError::unavailable(format!("cannot reach the agents' log ports: {e}"))
+                })
         })
         .await?
         .clone();

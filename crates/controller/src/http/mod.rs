@@ -93,7 +93,8 @@ pub fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
     let a: SocketAddr = addr
         .parse()
         .map_err(|_| format!("http_addr: `{addr}` is not an IP address and port"))?;
-    let l = std::net::TcpListener::bind(a).map_err(|e| format!("cannot listen on http_addr {a}: {e}"))?;
+    let l = std::net::TcpListener::bind(a)
+        .map_err(|e| format!("cannot listen on http_addr {a}: {e}"))?;
     l.set_nonblocking(true)
         .map_err(|e| format!("http_addr {a}: {e}"))?;
     Ok(l)
@@ -152,11 +153,13 @@ pub async fn serve(
                 .and_then(|c| c.first())
                 .and_then(|c| tranche_tls::identity_of_cert(c).ok());
             let peer = Peer { cert, addr };
-            let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(peer.clone());
-                let app = app.clone();
-                async move { app.oneshot(req.map(axum::body::Body::new)).await }
-            });
+            let svc = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(peer.clone());
+                    let app = app.clone();
+                    async move { app.oneshot(req.map(axum::body::Body::new)).await }
+                },
+            );
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)

@@ -79,7 +79,11 @@ pub struct ApiDoc;
 /// The document as JSON text (made once).
 pub fn json() -> &'static str {
     static DOC: OnceLock<String> = OnceLock::new();
-    DOC.get_or_init(|| ApiDoc::openapi().to_pretty_json().expect("the document encodes"))
+    DOC.get_or_init(|| {
+        ApiDoc::openapi()
+            .to_pretty_json()
+            .expect("the document encodes")
+    })
 }
 
 /// `GET /api/v1/openapi.json` (no credentials needed).

@@ -239,9 +239,18 @@ pub async fn submit(
             } else {
                 StatusCode::CREATED
             };
-            Ok((status, Json(Submitted { id: job.0, existing })).into_response())
+            Ok((
+                status,
+                Json(Submitted {
+                    id: job.0,
+                    existing,
+                }),
+            )
+                .into_response())
         }
-        _ => Err(HttpError::unavailable("the submit's answer was not a job id; retry with the same client_token")),
+        _ => Err(HttpError::unavailable(
+            "the submit's answer was not a job id; retry with the same client_token",
+        )),
     }
 }
 
@@ -327,7 +336,8 @@ pub async fn cancel_job(
     if reason.len() > 1024 {
         return Err(HttpError::invalid("reason", "at most 1024 bytes"));
     }
-    api.write(&caller, ClientCommand::Cancel { job, reason }).await?;
+    api.write(&caller, ClientCommand::Cancel { job, reason })
+        .await?;
     Ok(Json(job_view(&api, &caller, job).await?))
 }
 
@@ -417,7 +427,8 @@ pub struct Done {
 
 fn node_name(text: &str) -> Result<NodeName> {
     let n = NodeName::from(text);
-    n.validate("name").map_err(|v| HttpError::invalid(v.field, v.rule))?;
+    n.validate("name")
+        .map_err(|v| HttpError::invalid(v.field, v.rule))?;
     Ok(n)
 }
 
@@ -470,7 +481,8 @@ pub async fn resume(
     Path(name): Path<String>,
 ) -> Result<Json<Done>> {
     let node = node_name(&name)?;
-    api.write(&caller, ClientCommand::ResumeNode { node }).await?;
+    api.write(&caller, ClientCommand::ResumeNode { node })
+        .await?;
     Ok(Json(Done { done: true }))
 }
 
@@ -532,10 +544,28 @@ pub async fn apply_policy(
     }
     let file = policy_file::parse(&body.toml).map_err(|e| HttpError::invalid("toml", e))?;
     let mut cmds: Vec<(&str, String, ClientCommand)> = Vec::new();
-    cmds.extend(file.environments.into_iter().map(|e| ("environment", e.name.to_string(), ClientCommand::PutEnvironment(e))));
-    cmds.extend(file.policies.into_iter().map(|p| ("policy", p.name.to_string(), ClientCommand::PutPolicy(p))));
-    cmds.extend(file.queues.into_iter().map(|q| ("queue", q.name.to_string(), ClientCommand::PutQueue(q))));
-    cmds.extend(file.shares.into_iter().map(|s| ("share", s.name.to_string(), ClientCommand::PutShare(s))));
+    cmds.extend(file.environments.into_iter().map(|e| {
+        (
+            "environment",
+            e.name.to_string(),
+            ClientCommand::PutEnvironment(e),
+        )
+    }));
+    cmds.extend(
+        file.policies
+            .into_iter()
+            .map(|p| ("policy", p.name.to_string(), ClientCommand::PutPolicy(p))),
+    );
+    cmds.extend(
+        file.queues
+            .into_iter()
+            .map(|q| ("queue", q.name.to_string(), ClientCommand::PutQueue(q))),
+    );
+    cmds.extend(
+        file.shares
+            .into_iter()
+            .map(|s| ("share", s.name.to_string(), ClientCommand::PutShare(s))),
+    );
     let objects = match api.read(&caller, Query::Objects).await? {
         Answer::Objects(o) => o,
         other => return Err(unexpected(&other)),
@@ -574,8 +604,10 @@ pub async fn apply_policy(
                 } else {
                     format!("already applied: {}", done.join(", "))
                 };
-                e.body.error.message =
-                    format!("{kind} {name}: {} (stopped here; {before})", e.body.error.message);
+                e.body.error.message = format!(
+                    "{kind} {name}: {} (stopped here; {before})",
+                    e.body.error.message
+                );
                 return Err(e);
             }
             done.push(format!("{kind} {name}"));

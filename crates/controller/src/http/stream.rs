@@ -135,7 +135,11 @@ impl Cursor {
             if let Some(floor) = since.reset {
                 out += &format!("event: reset\ndata: {{\"index\":{floor}}}\nid: {floor}\n\n");
             }
-            let kept: Vec<&Event> = since.events.iter().filter(|e| self.filter.keeps(e)).collect();
+            let kept: Vec<&Event> = since
+                .events
+                .iter()
+                .filter(|e| self.filter.keeps(e))
+                .collect();
             for (i, e) in kept.iter().enumerate() {
                 let (kind, data) = encode(e);
                 out += &format!("event: {kind}\ndata: {data}\n");

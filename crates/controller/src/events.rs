@@ -264,9 +264,18 @@ impl EventLog {
                 .events
                 .get(start + max)
                 .is_none_or(|next| next.index != last);
-            if !complete {
+            if !complete && events.first().is_some_and(|e| e.index != last) {
                 events.retain(|e| e.index != last);
                 upto = last - 1;
+            } else if !complete {
+                // One index with more events than a batch: all of them, whatever `max`.
+                events.extend(
+                    self.events
+                        .range(start + max..)
+                        .take_while(|e| e.index == last)
+                        .cloned(),
+                );
+                upto = last;
             } else {
                 upto = last;
             }
@@ -289,5 +298,67 @@ fn transition(j: &tranche_model::Job, t: &tranche_model::Transition) -> JobEvent
         at: t.at,
         reason: t.reason.clone(),
         nodes: t.nodes.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(index: u64) -> Event {
+        Event {
+            index,
+            kind: EventKind::Share(ShareEvent {
+                share: "s".into(),
+                units: vec![],
+            }),
+        }
+    }
+
+    fn log(indexes: &[u64], floor: u64) -> EventLog {
+        let mut l = EventLog::default();
+        l.floor = Some(floor);
+        l.events.extend(indexes.iter().map(|i| ev(*i)));
+        l
+    }
+
+    #[test]
+    fn since_resumes_after_an_index_and_resets_before_the_floor() {
+        let l = log(&[3, 3, 5, 7], 2);
+        let s = l.since(3, 8, 100);
+        assert_eq!(s.reset, None);
+        assert_eq!(s.events.iter().map(|e| e.index).collect::<Vec<_>>(), [5, 7]);
+        assert_eq!(s.upto, 8);
+        let s = l.since(1, 8, 100);
+        assert_eq!(s.reset, Some(2), "index 1's events are not kept");
+        assert_eq!(s.events.len(), 4);
+    }
+
+    #[test]
+    fn a_batch_never_splits_an_index() {
+        let l = log(&[3, 4, 4, 4, 6], 2);
+        let s = l.since(2, 9, 3);
+        assert_eq!(s.events.iter().map(|e| e.index).collect::<Vec<_>>(), [3]);
+        assert_eq!(s.upto, 3, "the client resumes after 3, then gets all of 4");
+        let s = l.since(3, 9, 3);
+        assert_eq!(s.events.len(), 3);
+        assert_eq!(s.upto, 4);
+    }
+
+    #[test]
+    fn an_index_larger_than_a_batch_comes_whole() {
+        let l = log(&[4, 4, 4, 4, 6], 2);
+        let s = l.since(3, 9, 2);
+        assert_eq!(s.events.len(), 4);
+        assert_eq!(s.upto, 4);
+    }
+
+    #[test]
+    fn a_replaced_state_forgets_its_events() {
+        let mut l = log(&[3, 4], 2);
+        l.replaced(10);
+        let s = l.since(4, 12, 100);
+        assert_eq!(s.reset, Some(10));
+        assert!(s.events.is_empty());
     }
 }

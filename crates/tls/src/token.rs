@@ -265,3 +265,104 @@ pub fn cert_error_text(e: &rustls::Error) -> String {
         other => other.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{init_ca, issue};
+
+    fn ca() -> (tempfile::TempDir, TlsFiles) {
+        let dir = tempfile::tempdir().unwrap();
+        init_ca(dir.path(), "t", false).unwrap();
+        let ctl = issue(dir.path(), dir.path(), Role::Controller, "c1", &[], 1).unwrap();
+        (dir, ctl)
+    }
+
+    #[test]
+    fn a_token_speaks_for_its_certificate_until_it_expires() {
+        let (dir, ctl) = ca();
+        let v = CertVerifier::new(&ctl).unwrap();
+        let alice = issue(dir.path(), dir.path(), Role::User, "alice", &[], 1).unwrap();
+        let now = now_s();
+        let t = issue_token_at(&alice, Duration::from_secs(60), now).unwrap();
+        assert!(t.starts_with("tranche1."));
+        let h = verify_token(&v, &t, now + 1).unwrap();
+        assert_eq!(h.identity.to_string(), "user:alice");
+        assert_eq!(h.expires, now + 60);
+        assert_eq!(
+            verify_token(&v, &t, now + 60),
+            Err(TokenError::Expired(now + 60))
+        );
+        // Two tokens of one second differ.
+        assert_ne!(
+            t,
+            issue_token_at(&alice, Duration::from_secs(60), now).unwrap()
+        );
+    }
+
+    #[test]
+    fn forged_foreign_and_malformed_tokens_are_refused() {
+        let (dir, ctl) = ca();
+        let v = CertVerifier::new(&ctl).unwrap();
+        let alice = issue(dir.path(), dir.path(), Role::User, "alice", &[], 1).unwrap();
+        let bob = issue(dir.path(), dir.path(), Role::User, "bob", &[], 1).unwrap();
+        let now = now_s();
+        let t = issue_token_at(&alice, Duration::from_secs(60), now).unwrap();
+        // Bob's certificate with Alice's signature: the signature does not verify.
+        let parts: Vec<&str> = t.split('.').collect();
+        let b = issue_token_at(&bob, Duration::from_secs(60), now).unwrap();
+        let bparts: Vec<&str> = b.split('.').collect();
+        let swapped = format!("{}.{}.{}.{}", parts[0], bparts[1], parts[2], parts[3]);
+        assert_eq!(verify_token(&v, &swapped, now), Err(TokenError::Signature));
+        // Longer claims than the signature covers.
+        let claims = B64.encode(format!(
+            "{{\"iat\":{now},\"exp\":{},\"nonce\":\"00\"}}",
+            now + 86_400
+        ));
+        let stretched = format!("{}.{}.{claims}.{}", parts[0], parts[1], parts[3]);
+        assert_eq!(
+            verify_token(&v, &stretched, now),
+            Err(TokenError::Signature)
+        );
+        // Another CA's certificate.
+        let other = tempfile::tempdir().unwrap();
+        init_ca(other.path(), "o", false).unwrap();
+        let eve = issue(other.path(), other.path(), Role::Admin, "eve", &[], 1).unwrap();
+        let f = issue_token_at(&eve, Duration::from_secs(60), now).unwrap();
+        match verify_token(&v, &f, now) {
+            Err(TokenError::Certificate(m)) => assert!(m.contains("CA"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "",
+            "tranche1",
+            "tranche2.a.b.c",
+            "tranche1.!!.b.c",
+            "a.b.c.d.e",
+        ] {
+            assert!(
+                matches!(verify_token(&v, bad, now), Err(TokenError::Malformed(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_people_issue_tokens_and_for_at_most_a_week() {
+        let (dir, ctl) = ca();
+        let alice = issue(dir.path(), dir.path(), Role::User, "alice", &[], 1).unwrap();
+        let n1 = issue(dir.path(), dir.path(), Role::Agent, "n1", &[], 1).unwrap();
+        assert!(issue_token(&n1, Duration::from_secs(60)).is_err());
+        assert!(issue_token(&ctl, Duration::from_secs(60)).is_err());
+        assert!(issue_token(&alice, MAX_TOKEN_TTL + Duration::from_secs(1)).is_err());
+        assert!(issue_token(&alice, Duration::ZERO).is_err());
+        assert!(issue_token(&alice, MAX_TOKEN_TTL).is_ok());
+        // A key that is not the certificate's.
+        let mixed = TlsFiles {
+            key: n1.key.clone(),
+            ..alice
+        };
+        let e = issue_token(&mixed, Duration::from_secs(60)).unwrap_err();
+        assert!(e.to_string().contains("does not belong"), "{e}");
+    }
+}

@@ -6,7 +6,7 @@
 #
 # After the Rust tests, the Python SDK's suites (python/tests: the SDK against
 # `tranche dev`, the OpenAPI document, schemathesis) run in a virtualenv this script
-# makes under the cargo target dir and fills from PyPI (httpx, pytest,
+# makes under the cargo target dir and fills from PyPI (pytest,
 # schemathesis, openapi-spec-validator). TRANCHE_SKIP_PYTHON=1 leaves them out.
 #
 # As root, missing Debian packages are installed with apt-get before any test runs:

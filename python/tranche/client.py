@@ -1,24 +1,28 @@
 """The cluster client: one object per cluster, talking HTTPS to any of its controllers.
 
-Every controller answers every call (writes are forwarded to the leader), so the
-client tries the controllers in turn: a refused connection or a 503 (an election)
+It speaks HTTPS with the standard library alone (``http.client`` over ``ssl``, kept-alive
+connections pooled per controller, safe to share between threads). Every controller
+answers every call (writes are forwarded to the leader), so the client tries the
+controllers in turn: a refused connection or a 503 (an election)
 moves it to the next one. Submits always carry a client token, so a retried submit
 never makes a second job.
 """
 
 from __future__ import annotations
 
+import http.client
+import json as _jsonlib
 import os
 import re
+import socket
 import ssl
 import threading
 import time
 import tomllib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
-
-import httpx
+from urllib.parse import urlencode, urlsplit
 
 from .errors import ConnectionFailed, TrancheError, from_response
 
@@ -63,10 +67,65 @@ class Event:
     index: int
 
 
+class _Conn(http.client.HTTPSConnection):
+    """An HTTPS connection to a controller's address that verifies the controller's
+    certificate under its TLS name, whatever the address."""
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self.host, self.port), self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = self._context.wrap_socket(sock, server_hostname=CONTROLLER_NAME)
+
+
+#: Failures of a connection that was idle in the pool: the controller closed it, so
+#: the request never reached it and may be sent again on a new one.
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
 @dataclass
 class _Controller:
     url: str
-    http: httpx.Client
+    host: str
+    port: int
+    idle: list[_Conn] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, ctx: ssl.SSLContext, timeout: float) -> tuple[_Conn, bool]:
+        """A kept-alive connection (True) or a new one (False)."""
+        with self.lock:
+            if self.idle:
+                return self.idle.pop(), True
+        return _Conn(self.host, self.port, context=ctx, timeout=timeout), False
+
+    def give(self, conn: _Conn) -> None:
+        with self.lock:
+            if len(self.idle) < 64:
+                self.idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self.lock:
+            for c in self.idle:
+                c.close()
+            self.idle.clear()
+
+
+class _Answer:
+    """A complete answer: status, headers and body."""
+
+    def __init__(self, status: int, body: bytes):
+        self.status = status
+        self.body = body
+
+    def json(self) -> Any:
+        try:
+            return _jsonlib.loads(self.body) if self.body else None
+        except ValueError:
+            raise TrancheError(
+                self.status, "bad_answer",
+                f"the controller answered with non-JSON text: {self.body[:200]!r}",
+            ) from None
 
 
 class Cluster:
@@ -105,18 +164,12 @@ class Cluster:
         self._ctx = ctx
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout
-        self._controllers = [
-            _Controller(
-                url=u.rstrip("/"),
-                http=httpx.Client(
-                    verify=ctx,
-                    timeout=httpx.Timeout(timeout, connect=5.0),
-                    headers=self._headers,
-                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
-                ),
-            )
-            for u in urls
-        ]
+        self._controllers = []
+        for u in urls:
+            parts = urlsplit(u.rstrip("/"))
+            if not parts.hostname or not parts.port:
+                raise ValueError(f"{u!r}: a controller URL is https://HOST:PORT")
+            self._controllers.append(_Controller(u.rstrip("/"), parts.hostname, parts.port))
         self._current = 0
         self._lock = threading.Lock()
 
@@ -155,7 +208,7 @@ class Cluster:
     def close(self) -> None:
         """Closes the connections."""
         for c in self._controllers:
-            c.http.close()
+            c.close()
 
     def __enter__(self) -> "Cluster":
         return self
@@ -174,6 +227,38 @@ class Cluster:
         with self._lock:
             self._current = self._controllers.index(c)
 
+    @staticmethod
+    def _target(path: str, params: Mapping[str, Any] | None) -> str:
+        q = {k: v for k, v in (params or {}).items() if v is not None}
+        return path + ("?" + urlencode(q) if q else "")
+
+    def _once(self, c: _Controller, method: str, target: str, body: bytes | None) -> _Answer:
+        """One request on a pooled connection to `c`; a stale pooled connection is
+        replaced once. Raises OSError or HTTPException when `c` cannot be reached."""
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        for _ in range(2):
+            conn, reused = c.take(self._ctx, self.timeout)
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+            except _STALE:
+                conn.close()
+                if reused:
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            if r.will_close:
+                conn.close()
+            else:
+                c.give(conn)
+            return _Answer(r.status, data)
+        raise ConnectionResetError("the connection was closed")  # pragma: no cover
+
     def request(
         self,
         method: str,
@@ -184,31 +269,45 @@ class Cluster:
     ) -> Any:
         """One API call; returns the decoded JSON answer or raises :class:`TrancheError`."""
         deadline = time.monotonic() + self.timeout
+        target = self._target(path, params)
+        body = None if json is None else _jsonlib.dumps(json).encode()
         last: TrancheError | None = None
         while True:
             for c in self._order():
                 try:
-                    r = c.http.request(
-                        method,
-                        c.url + path,
-                        json=json,
-                        params={k: v for k, v in (params or {}).items() if v is not None},
-                        extensions={"sni_hostname": CONTROLLER_NAME},
-                    )
-                except httpx.TransportError as e:
+                    r = self._once(c, method, target, body)
+                except (OSError, http.client.HTTPException) as e:
                     last = ConnectionFailed(0, "unreachable", f"{c.url}: {e}")
                     continue
-                if r.status_code == 503:
-                    last = from_response(r.status_code, _json(r))
+                if r.status == 503:
+                    last = from_response(r.status, r.json())
                     continue
                 self._prefer(c)
-                body = _json(r)
-                if r.status_code >= 400:
-                    raise from_response(r.status_code, body)
-                return body
+                answer = r.json()
+                if r.status >= 400:
+                    raise from_response(r.status, answer)
+                return answer
             if time.monotonic() >= deadline:
                 raise last or ConnectionFailed(0, "unreachable", "no controller answered")
             time.sleep(0.2)
+
+    def _stream(self, c: _Controller, target: str, headers: Mapping[str, str],
+                read_timeout: float | None) -> tuple[_Conn, http.client.HTTPResponse]:
+        """Opens a streamed GET on a connection of its own; an error answer is raised."""
+        conn = _Conn(c.host, c.port, context=self._ctx, timeout=5.0)
+        try:
+            conn.connect()
+            conn.sock.settimeout(read_timeout)
+            conn.request("GET", target, headers={**self._headers, **headers})
+            r = conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+        if r.status != 200:
+            data = r.read()
+            conn.close()
+            raise from_response(r.status, _Answer(r.status, data).json())
+        return conn, r
 
     def _applied(self) -> int:
         """An applied index of the cluster, from which events are complete."""
@@ -371,51 +470,43 @@ class Cluster:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError("no matching event in time")
                 read = 30.0 if deadline is None else max(0.1, min(30.0, deadline - time.monotonic()))
+                target = self._target("/api/v1/events", params)
                 try:
-                    with c.http.stream(
-                        "GET",
-                        c.url + "/api/v1/events",
-                        params=params,
-                        headers={"Last-Event-ID": str(last)},
-                        extensions={"sni_hostname": CONTROLLER_NAME},
-                        timeout=httpx.Timeout(read, connect=5.0),
-                    ) as r:
-                        if r.status_code == 503:
-                            continue
-                        if r.status_code >= 400:
-                            r.read()
-                            raise from_response(r.status_code, _json(r))
-                        self._prefer(c)
-                        failures = 0
-                        for ev in _sse(r.iter_lines()):
-                            if ev[2] is not None:
-                                last = ev[2]
-                            yield Event(kind=ev[0], data=ev[1], index=ev[1].get("index", last))
-                except (httpx.TransportError, httpx.StreamError):
-                    failures += 1
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise TimeoutError("no matching event in time") from None
+                    conn, r = self._stream(c, target, {"Last-Event-ID": str(last)}, read)
+                except TrancheError as e:
+                    if e.status == 503:
+                        continue
+                    raise
+                except (OSError, http.client.HTTPException):
                     continue
+                self._prefer(c)
+                failures = 0
+                try:
+                    for kind, data, ident in _sse(r):
+                        if ident is not None:
+                            last = ident
+                        yield Event(kind=kind, data=data, index=int(data.get("index", last)))
+                        if deadline is not None:
+                            conn.sock.settimeout(max(0.1, min(30.0, deadline - time.monotonic())))
+                except (OSError, http.client.HTTPException):
+                    pass
+                finally:
+                    conn.close()
             failures += 1
             time.sleep(min(1.0, 0.1 * failures))
 
 
-def _json(r: httpx.Response) -> Any:
-    try:
-        return r.json()
-    except ValueError:
-        raise TrancheError(r.status_code, "bad_answer", f"the controller answered with non-JSON text: {r.text[:200]}") from None
-
-
-def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any], int | None]]:
-    """(kind, data, id) of each event of a text/event-stream."""
-    import json
-
+def _sse(r: http.client.HTTPResponse) -> Iterator[tuple[str, dict[str, Any], int | None]]:
+    """(kind, data, id) of each event of a text/event-stream, until it ends."""
     kind, data, ident = "", "", None
-    for line in lines:
+    while True:
+        raw = r.readline()
+        if not raw:
+            return
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if line == "":
             if kind and data:
-                yield kind, json.loads(data), ident
+                yield kind, _jsonlib.loads(data), ident
             kind, data, ident = "", "", None
         elif line.startswith(":"):
             continue
@@ -499,33 +590,33 @@ class Job:
         import codecs
 
         dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        target = Cluster._target(f"/api/v1/jobs/{self.id}/logs", params)
         last: TrancheError | None = None
         for c in self.cluster._order():
             try:
-                with c.http.stream(
-                    "GET",
-                    f"{c.url}/api/v1/jobs/{self.id}/logs",
-                    params={k: v for k, v in params.items() if v is not None},
-                    extensions={"sni_hostname": CONTROLLER_NAME},
-                    timeout=httpx.Timeout(None, connect=5.0),
-                ) as r:
-                    if r.status_code == 503:
-                        r.read()
-                        last = from_response(503, _json(r))
-                        continue
-                    if r.status_code >= 400:
-                        r.read()
-                        raise from_response(r.status_code, _json(r))
-                    for chunk in r.iter_bytes():
-                        text = dec.decode(chunk)
-                        if text:
-                            yield text
-                    tail = dec.decode(b"", final=True)
-                    if tail:
-                        yield tail
-                    return
-            except httpx.TransportError as e:
+                conn, r = self.cluster._stream(c, target, {}, None)
+            except TrancheError as e:
+                if e.status == 503:
+                    last = e
+                    continue
+                raise
+            except (OSError, http.client.HTTPException) as e:
                 last = ConnectionFailed(0, "unreachable", f"{c.url}: {e}")
+                continue
+            try:
+                while True:
+                    chunk = r.read1(65536)
+                    if not chunk:
+                        break
+                    text = dec.decode(chunk)
+                    if text:
+                        yield text
+                tail = dec.decode(b"", final=True)
+                if tail:
+                    yield tail
+                return
+            finally:
+                conn.close()
         raise last or ConnectionFailed(0, "unreachable", "no controller answered")
 
     def cancel(self, reason: str | None = None) -> "Job":

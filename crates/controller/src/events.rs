@@ -316,8 +316,10 @@ mod tests {
     }
 
     fn log(indexes: &[u64], floor: u64) -> EventLog {
-        let mut l = EventLog::default();
-        l.floor = Some(floor);
+        let mut l = EventLog {
+            floor: Some(floor),
+            ..Default::default()
+        };
         l.events.extend(indexes.iter().map(|i| ev(*i)));
         l
     }

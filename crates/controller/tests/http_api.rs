@@ -269,6 +269,12 @@ fn roles_forwarding_bad_bodies_and_tokens() {
         assert_eq!(r.status, 403, "bob may not cancel alice's job");
         let r = http.get(&lead, &agent, "/api/v1/jobs").await;
         assert_eq!(r.status, 403, "an agent may not list jobs");
+        let r = http.get(&lead, &agent, "/api/v1/events").await;
+        assert_eq!(r.status, 403, "an agent may not read the event stream");
+        let r = http.get(&lead, &agent, &format!("/api/v1/jobs/{job}")).await;
+        assert_eq!(r.status, 403, "an agent reads only jobs placed on its node");
+        let r = http.get(&lead, &agent, "/api/v1/controllers").await;
+        assert_eq!(r.status, 200, "an agent may read the controllers");
         let r = http
             .post(&lead, &bob, "/api/v1/nodes/n1/drain", json!({"reason": "x"}))
             .await;

@@ -79,7 +79,7 @@ class _Conn(http.client.HTTPSConnection):
 
 #: Failures of a connection that was idle in the pool: the controller closed it, so
 #: the request never reached it and may be sent again on a new one.
-_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
 
 
 @dataclass

@@ -144,7 +144,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         .map_err(|e| format!("a token for {user}: {e}"))?;
     let urls = c.http_urls();
     eprintln!(
-        "  HTTPS API: {} (CA {}); the Python SDK reads the same config:",
+        "  HTTPS API: {} (CA {}); the Python SDK (pip install ./python) reads the same config:",
         urls.join(" "),
         user_files.ca.display()
     );

@@ -7,8 +7,8 @@ never ends; the other streams bytes) and covered by the SDK's tests."""
 
 from __future__ import annotations
 
-import json
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -78,16 +78,35 @@ def api_schema(fuzz_dev):
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
-@schema.parametrize()
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-def test_answers_fit_the_document(case, fuzz_dev):
+def _session(d, admin: bool) -> requests.Session:
     s = requests.Session()
     s.mount("https://", _ControllerName())
-    s.verify = fuzz_dev.ca
-    s.headers["Authorization"] = f"Bearer {fuzz_dev.token}"
-    resp = case.call(base_url=fuzz_dev.urls[0], session=s, timeout=15, verify=fuzz_dev.ca)
-    case.validate_response(
-        resp,
-        checks=[not_a_server_error, status_code_conformance, content_type_conformance,
-                response_schema_conformance],
-    )
+    s.verify = d.ca
+    if admin:
+        # The admin's certificate: every route's success path (policy, drain) too.
+        tls = tomllib.loads(Path(d.config_of("admin", "admin")).read_text())["tls"]
+        s.cert = (tls["cert"], tls["key"])
+    else:
+        s.headers["Authorization"] = f"Bearer {d.token}"
+    return s
+
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_schema_conformance]
+
+
+@schema.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_answers_fit_the_document_for_a_user(case, fuzz_dev):
+    resp = case.call(base_url=fuzz_dev.urls[0], session=_session(fuzz_dev, False),
+                     timeout=15, verify=fuzz_dev.ca)
+    case.validate_response(resp, checks=CHECKS)
+
+
+@schema.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_answers_fit_the_document_for_an_admin(case, fuzz_dev):
+    s = _session(fuzz_dev, True)
+    resp = case.call(base_url=fuzz_dev.urls[1], session=s, timeout=15, verify=fuzz_dev.ca,
+                     cert=s.cert)
+    case.validate_response(resp, checks=CHECKS)

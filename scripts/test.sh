@@ -7,7 +7,7 @@
 # After the Rust tests, the Python SDK's suites (python/tests: the SDK against
 # `tranche dev`, the OpenAPI document, schemathesis) run in a virtualenv this script
 # makes under the cargo target dir and fills from PyPI (pytest,
-# schemathesis, openapi-spec-validator). TRANCHE_SKIP_PYTHON=1 leaves them out.
+# schemathesis, openapi-spec-validator, mypy, which checks the SDK's types first). TRANCHE_SKIP_PYTHON=1 leaves them out.
 #
 # As root, missing Debian packages are installed with apt-get before any test runs:
 # runc and a static busybox for the container tests. Without root nothing is
@@ -55,4 +55,5 @@ if [[ ! -x $venv/bin/python ]]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "python[test]"
+"$venv/bin/python" -m mypy --strict python/tranche
 TRANCHE_BIN=$(cd "$target" && pwd)/debug/tranche "$venv/bin/python" -m pytest -q python/tests

@@ -71,10 +71,14 @@ class _Conn(http.client.HTTPSConnection):
     """An HTTPS connection to a controller's address that verifies the controller's
     certificate under its TLS name, whatever the address."""
 
+    def __init__(self, host: str, port: int, *, context: ssl.SSLContext, timeout: float) -> None:
+        super().__init__(host, port, context=context, timeout=timeout)
+        self._tls = context
+
     def connect(self) -> None:
         sock = socket.create_connection((self.host, self.port), self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock = self._context.wrap_socket(sock, server_hostname=CONTROLLER_NAME)
+        self.sock = self._tls.wrap_socket(sock, server_hostname=CONTROLLER_NAME)
 
 
 #: Failures of a connection that was idle in the pool: the controller closed it, so
@@ -415,15 +419,18 @@ class Cluster:
 
     def shares(self) -> list[dict[str, Any]]:
         """Per quota share: strategy, and per unit max, used, lent and borrowed."""
-        return self.request("GET", "/api/v1/shares")
+        shares: list[dict[str, Any]] = self.request("GET", "/api/v1/shares")
+        return shares
 
     def queue(self, limit: int = 20) -> dict[str, Any]:
         """The front of the queue and of each share."""
-        return self.request("GET", "/api/v1/queue", params={"limit": limit})
+        front: dict[str, Any] = self.request("GET", "/api/v1/queue", params={"limit": limit})
+        return front
 
     def nodes(self) -> list[dict[str, Any]]:
         """Nodes, their state and GPUs."""
-        return self.request("GET", "/api/v1/nodes")
+        nodes: list[dict[str, Any]] = self.request("GET", "/api/v1/nodes")
+        return nodes
 
     def drain(self, node: str, reason: str, now: bool = False) -> None:
         """Drains a node (operators and admins); with ``now`` its jobs stop too."""
@@ -435,17 +442,21 @@ class Cluster:
 
     def controllers(self) -> dict[str, Any]:
         """The controllers: members, leader, term, commit and applied indexes."""
-        return self.request("GET", "/api/v1/controllers")
+        status: dict[str, Any] = self.request("GET", "/api/v1/controllers")
+        return status
 
     def whoami(self) -> dict[str, Any]:
         """The caller's role and name as the cluster sees them."""
-        return self.request("GET", "/api/v1/whoami")
+        who: dict[str, Any] = self.request("GET", "/api/v1/whoami")
+        return who
 
     def apply(self, policy_path: str | os.PathLike[str], dry_run: bool = True) -> dict[str, Any]:
         """Applies a policy file (admins); by default only reports what would change."""
         with open(policy_path, encoding="utf-8") as f:
             text = f.read()
-        return self.request("POST", "/api/v1/policy", json={"toml": text, "dry_run": dry_run})
+        result: dict[str, Any] = self.request(
+            "POST", "/api/v1/policy", json={"toml": text, "dry_run": dry_run})
+        return result
 
     # -- streams --------------------------------------------------------------------
 

@@ -345,6 +345,15 @@ fn roles_forwarding_bad_bodies_and_tokens() {
         let r = http.post(&lead, &alice, &format!("/api/v1/jobs/{job}/cancel"), json!({})).await;
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
         assert_eq!(r.json()["status"], json!("CANCELLED"));
+        // A share that does not exist, with or without a queue named (found by fuzzing:
+        // the queue given and the unit to default once panicked).
+        for body in [
+            json!({"share": "nope", "gpus": 1, "command": ["true"]}),
+            json!({"share": "nope", "queue": "q", "gpus": 1, "command": ["true"]}),
+        ] {
+            let r = http.post(&follower, &alice, "/api/v1/jobs", body).await;
+            assert_eq!((r.status, r.field()), (404, "share".into()), "{}", r.json());
+        }
         let r = http.get(&lead, &alice, "/api/v1/jobs/99999").await;
         assert_eq!((r.status, r.code()), (404, "not_found".into()));
 

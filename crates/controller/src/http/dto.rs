@@ -135,8 +135,9 @@ pub struct SubmitJob {
 }
 
 impl SubmitJob {
-    /// The spec this stands for, submitted by `caller`; the queue and unit default from
-    /// `share` (its queue and first unit) when it exists. The spec is validated here,
+    /// The spec this stands for, submitted by `caller` into `share` (`None`: it does
+    /// not exist, which is refused); the queue and unit default from the share (its
+    /// queue and first unit). The spec is validated here,
     /// so a bad field is refused before anything is proposed.
     pub fn into_spec(
         self,
@@ -146,19 +147,16 @@ impl SubmitJob {
         if self.command.is_empty() {
             return Err(HttpError::invalid("command", "must name a program to run"));
         }
-        let queue = match (self.queue, share) {
-            (Some(q), _) => q,
-            (None, Some(s)) => s.queue.to_string(),
-            (None, None) => {
-                return Err(
-                    HttpError::not_found(format!("share {} does not exist", self.share))
-                        .with_field("share"),
-                )
-            }
+        let Some(share) = share else {
+            return Err(
+                HttpError::not_found(format!("share {} does not exist", self.share))
+                    .with_field("share"),
+            );
         };
-        let unit = match (self.unit, share) {
-            (Some(u), _) => u,
-            (None, Some(s)) => match s.capacity_limits.first() {
+        let queue = self.queue.unwrap_or_else(|| share.queue.to_string());
+        let unit = match self.unit {
+            Some(u) => u,
+            None => match share.capacity_limits.first() {
                 Some(l) => l.unit.to_string(),
                 None => {
                     return Err(HttpError::invalid(
@@ -167,7 +165,6 @@ impl SubmitJob {
                     ))
                 }
             },
-            (None, None) => unreachable!("a missing share was refused above"),
         };
         let user = self.user.unwrap_or_else(|| caller.to_string());
         let mut spec = JobSpec::new(

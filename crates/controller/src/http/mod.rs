@@ -157,7 +157,26 @@ pub async fn serve(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(peer.clone());
                     let app = app.clone();
-                    async move { app.oneshot(req.map(axum::body::Body::new)).await }
+                    async move {
+                        // A handler that panics answers 500 in the API's error shape;
+                        // the connection and the controller carry on.
+                        let call = std::panic::AssertUnwindSafe(
+                            app.oneshot(req.map(axum::body::Body::new)),
+                        );
+                        match futures_util::FutureExt::catch_unwind(call).await {
+                            Ok(r) => r,
+                            Err(_) => {
+                                tracing::error!("an HTTP handler panicked");
+                                Ok(axum::response::IntoResponse::into_response(
+                                    error::HttpError::new(
+                                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                                        "internal",
+                                        "the controller failed on this request; the failure is logged",
+                                    ),
+                                ))
+                            }
+                        }
+                    }
                 },
             );
             let conn = hyper::server::conn::http1::Builder::new()

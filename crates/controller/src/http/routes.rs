@@ -227,10 +227,17 @@ pub async fn submit(
 ) -> Result<Response> {
     // The share's defaults (queue, unit) from this controller's applied state; the
     // state machine checks the submit against the current share whatever was read.
-    let share = {
+    let mut share = {
         let sh = api.shared.read().unwrap();
         sh.state.shares.get(&body.share.as_str().into()).cloned()
     };
+    if share.is_none() {
+        // This controller may not have applied the share's creation yet: ask again,
+        // linearizably, before calling it missing.
+        if let Answer::Objects(o) = api.read(&caller, Query::Objects).await? {
+            share = o.shares.into_iter().find(|s| s.name.as_str() == body.share);
+        }
+    }
     let spec = body.into_spec(&caller.who.name, share.as_ref())?;
     match api.write(&caller, ClientCommand::Submit(spec)).await? {
         Outcome::Submitted { job, existing } => {

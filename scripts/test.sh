@@ -4,6 +4,11 @@
 #
 #   scripts/test.sh [ARGS...]     (ARGS go to `cargo test --workspace`)
 #
+# After the Rust tests, the Python SDK's suites (python/tests: the SDK against
+# `tranche dev`, the OpenAPI document, schemathesis) run in a virtualenv this script
+# makes under the cargo target dir and fills from PyPI (pytest,
+# schemathesis, openapi-spec-validator, mypy, which checks the SDK's types first). TRANCHE_SKIP_PYTHON=1 leaves them out.
+#
 # As root, missing Debian packages are installed with apt-get before any test runs:
 # runc and a static busybox for the container tests. Without root nothing is
 # installed, and the tests that need those tools say so on stderr and are skipped;
@@ -23,6 +28,10 @@ busybox_static() {
   return 1
 }
 busybox_static || need+=(busybox-static)
+# Debian's python3 makes virtualenvs only with python3-venv (ensurepip).
+if [[ ${TRANCHE_SKIP_PYTHON:-0} != 1 ]] && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  need+=(python3-venv)
+fi
 
 if ((${#need[@]})); then
   if [[ $(id -u) -eq 0 ]]; then
@@ -36,4 +45,15 @@ if ((${#need[@]})); then
   fi
 fi
 
-exec cargo test --workspace "$@"
+cargo test --workspace "$@"
+
+[[ ${TRANCHE_SKIP_PYTHON:-0} == 1 ]] && exit 0
+target=${CARGO_TARGET_DIR:-target}
+cargo build -p tranche-cli
+venv=$target/py-venv
+if [[ ! -x $venv/bin/python ]]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e "python[test]"
+"$venv/bin/python" -m mypy --strict python/tranche
+TRANCHE_BIN=$(cd "$target" && pwd)/debug/tranche "$venv/bin/python" -m pytest -q python/tests

@@ -847,12 +847,12 @@ impl Agent {
 
 impl Agent {
     /// Serves jobs' output: one `LogRequest` per bidirectional stream, answered with
-    /// chunks and an end frame. Admins and operators may read any job; a user only its
-    /// own (asked of the controllers); no other role. The output is read from wherever
-    /// it went: the attempt's spool files, kept in `<spool>/logs` once it has ended, or
-    /// the job's `--output`/`--error` files, found through the record the shim made of
-    /// them (`outputs.json`, kept beside those logs) and read only while each path still
-    /// leads to the file the job was given.
+    /// chunks and an end frame. Admins, operators and controllers may read any job; a
+    /// user only its own (asked of the controllers); no other role. The output is read
+    /// from wherever it went: the attempt's spool files, kept in `<spool>/logs` once it
+    /// has ended, or the job's `--output`/`--error` files, found through the record the
+    /// shim made of them (`outputs.json`, kept beside those logs) and read only while
+    /// each path still leads to the file the job was given.
     async fn serve_logs(self: Arc<Self>) {
         while let Some(incoming) = self.logs.accept().await {
             let me = self.clone();
@@ -900,7 +900,9 @@ impl Agent {
     async fn may_read(&self, who: &tranche_tls::Identity, job: JobId) -> Result<(), ApiError> {
         use tranche_tls::Role;
         match who.role {
-            Role::Admin | Role::Operator => Ok(()),
+            // A controller fetches output for its HTTP API's callers, whom it has
+            // checked by this same rule.
+            Role::Admin | Role::Operator | Role::Controller => Ok(()),
             Role::User => match self.client.read(Query::Job(tranche_model::JobRef::job(job)), true).await {
                 Ok(Response::Job(j)) if j.spec.user.as_str() == who.name => Ok(()),
                 Ok(Response::Job(j)) => Err(ApiError::Unauthorized(format!(

@@ -9,6 +9,9 @@
 //! key = "/home/alice/.tranche/user-alice.key"
 //! crl = "/home/alice/.tranche/crl.pem"    # optional: the CA's revocation list
 //! ```
+//!
+//! An optional `http = ["https://10.0.0.11:7443", ...]` lists the controllers' HTTPS
+//! API URLs, which the Python SDK reads from the same file.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,6 +28,10 @@ use crate::output::{usage, Fail};
 #[serde(deny_unknown_fields)]
 pub struct ClientCfg {
     pub controllers: Vec<String>,
+    /// The controllers' HTTPS API URLs (`https://10.0.0.11:7443`), for the Python SDK
+    /// and other HTTP clients; the CLI itself speaks QUIC.
+    #[serde(default)]
+    pub http: Vec<String>,
     /// `ca`, `cert`, `key` and the optional `crl`.
     pub tls: TlsFiles,
 }
@@ -52,6 +59,12 @@ impl ClientCfg {
         {
             return Err(format!(
                 "{}: field `controllers`: must list the controllers' client addresses, e.g. \"10.0.0.11:7100\"",
+                path.display()
+            ));
+        }
+        if let Some(bad) = cfg.http.iter().find(|u| !u.starts_with("https://")) {
+            return Err(format!(
+                "{}: field `http`: `{bad}` must be an https:// URL, e.g. \"https://10.0.0.11:7443\"",
                 path.display()
             ));
         }

@@ -37,12 +37,14 @@ fn client_config(c: &LocalCluster, role: Role, name: &str) -> Result<PathBuf, St
         .iter()
         .map(|a| format!("\"{a}\""))
         .collect();
+    let http: Vec<String> = c.http_urls().iter().map(|u| format!("\"{u}\"")).collect();
     let path = c.dir.join(format!("{role}-{name}.toml"));
     std::fs::write(
         &path,
         format!(
-            "controllers = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            "controllers = [{}]\nhttp = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
             controllers.join(", "),
+            http.join(", "),
             files.ca.display(),
             files.cert.display(),
             files.key.display()
@@ -137,6 +139,22 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     eprintln!();
     eprintln!("Ready. Point the CLI at it (as the user {user}; operator and admin configs are beside it):");
     println!("export TRANCHE_CONFIG={}", user_cfg.display());
+    let user_files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::User, &user);
+    let token = tranche_tls::token::issue_token(&user_files, Duration::from_secs(8 * 3600))
+        .map_err(|e| format!("a token for {user}: {e}"))?;
+    let urls = c.http_urls();
+    eprintln!(
+        "  HTTPS API: {} (CA {}); the Python SDK (pip install ./python) reads the same config:",
+        urls.join(" "),
+        user_files.ca.display()
+    );
+    eprintln!("    python3 -c 'import tranche; print(tranche.Cluster.from_config().shares())'");
+    eprintln!("  or, with no certificate, a bearer token for {user} (8 hours):");
+    eprintln!(
+        "    export TRANCHE_URL={} TRANCHE_CA={} TRANCHE_TOKEN={token}",
+        urls.first().cloned().unwrap_or_default(),
+        user_files.ca.display()
+    );
     eprintln!("  operator: {}", operator_cfg.display());
     eprintln!("  admin:    {}", admin_cfg.display());
     eprintln!("Try: tranche submit --share nlp --gpus 2 -- sh -c 'nvidia-smi || echo $CUDA_VISIBLE_DEVICES'; tranche jobs");

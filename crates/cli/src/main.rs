@@ -13,6 +13,7 @@ mod logs;
 mod output;
 mod report;
 mod timing;
+mod token;
 mod user_cmds;
 
 use clap::{Parser, Subcommand};
@@ -118,6 +119,11 @@ enum Cmd {
     ///
     /// Example: tranche report --since 2026-11-01 --by user
     Report(report::ReportArgs),
+    /// Bearer tokens for the HTTPS API, for this config's certificate.
+    ///
+    /// Example: export TRANCHE_TOKEN=$(tranche token issue --ttl 8h)
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -241,6 +247,7 @@ fn main() -> ExitCode {
         Cmd::Logs(args) => logs::logs(&args),
         Cmd::Report(args) => report::report(&args),
         Cmd::Dev(args) => dev::dev(&args),
+        Cmd::Token(cmd) => token::token(cmd),
         Cmd::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

@@ -45,6 +45,10 @@ pub struct Config {
     /// Accept the `Isolate` test switch from admins. Never enable in production.
     #[serde(default)]
     pub fault_injection: bool,
+    /// Where the HTTPS + JSON API listens (`/api/v1/`, with this controller's
+    /// certificate); absent: not served.
+    #[serde(default)]
+    pub http_addr: Option<String>,
     /// Where Prometheus metrics are served (`GET /metrics`); absent: not served.
     #[serde(default)]
     pub metrics_addr: Option<String>,

@@ -5,6 +5,8 @@
 pub mod cadence;
 pub mod cli;
 pub mod config;
+pub mod events;
+pub mod http;
 pub mod liveness;
 pub mod mailbox;
 pub mod metrics;

@@ -62,6 +62,8 @@ pub struct Shared {
     pub passes: u64,
     pub last_pass: Duration,
     pub pass_busy: Duration,
+    /// Job transitions and share usage by applied index, for the event stream.
+    pub events: crate::events::EventLog,
 }
 
 impl Shared {
@@ -85,6 +87,7 @@ impl Shared {
             passes: 0,
             last_pass: Duration::ZERO,
             pass_busy: Duration::ZERO,
+            events: crate::events::EventLog::default(),
         }
     }
 }

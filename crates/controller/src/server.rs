@@ -54,6 +54,17 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         },
     )?;
     let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;
+    let http = match &cfg.http_addr {
+        Some(addr) => {
+            let listener = crate::http::bind(addr).map_err(NodeError::Other)?;
+            let certs = tranche_tls::CertVerifier::new(&files)
+                .map_err(|e| NodeError::Other(e.to_string()))?;
+            let tls = tranche_tls::https_server_config(&files, certs.clone())
+                .map_err(|e| NodeError::Other(e.to_string()))?;
+            Some((listener, tls, certs))
+        }
+        None => None,
+    };
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
     let work = Arc::new(WorkWatch::default());
@@ -79,7 +90,21 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     let isolation = cfg
         .fault_injection
         .then(|| net.clone() as Arc<dyn Isolation>);
+    let shared_for_http = shared.clone();
     let service = Arc::new(Service::new(tx, work, shared, beats, isolation));
+    if let Some((listener, tls, certs)) = http {
+        let client_addr = client_ep
+            .local_addr()
+            .map_err(|e| NodeError::Other(format!("client_addr: {e}")))?;
+        let api = crate::http::Api::new(
+            service.clone(),
+            shared_for_http,
+            certs,
+            files.clone(),
+            client_addr,
+        );
+        tokio::spawn(crate::http::serve(listener, tls, api, shutdown.clone()));
+    }
     let port = Arc::new(ClientPort { service });
     tokio::spawn(port.serve(client_ep.clone()));
     info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");

@@ -33,6 +33,8 @@ pub struct LocalOptions {
     /// Where agents keep their spools (`spool-<node>` under it); `None`: the cluster's
     /// directory.
     pub spool_root: Option<PathBuf>,
+    /// Serve the HTTPS API on every controller (`http_addr`, a free TCP port).
+    pub http: bool,
 }
 
 impl LocalOptions {
@@ -45,6 +47,7 @@ impl LocalOptions {
             base_port: None,
             cert_days: 30,
             spool_root: None,
+            http: true,
         }
     }
 }
@@ -78,6 +81,14 @@ pub fn find_agent() -> PathBuf {
         }
     }
     PathBuf::from("tranche-agent")
+}
+
+/// A free TCP port on 127.0.0.1 (bound once, then released).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free TCP port")
 }
 
 /// A free UDP port on 127.0.0.1 (bound once, then released).
@@ -142,6 +153,8 @@ pub struct LocalController {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub child: Option<Child>,
+    /// Where its HTTPS API listens, when it serves one.
+    pub http_addr: Option<String>,
 }
 
 /// A `tranche-agent` process with fake GPUs.
@@ -202,6 +215,7 @@ impl LocalCluster {
                     log: dir.join(format!("{}.log", member.name)),
                     member,
                     child: None,
+                    http_addr: None,
                 }
             })
             .collect();
@@ -261,6 +275,13 @@ impl LocalCluster {
             join,
             self.opts.fault_injection
         );
+        let http_addr = self
+            .opts
+            .http
+            .then(|| format!("127.0.0.1:{}", free_tcp_port()));
+        if let Some(a) = &http_addr {
+            text += &format!("http_addr = \"{a}\"\n");
+        }
         // Extra settings go before the tables below, so that top-level keys in them
         // stay top-level.
         text += &self.opts.extra_config;
@@ -285,6 +306,7 @@ impl LocalCluster {
             config,
             data_dir,
             child: None,
+            http_addr,
         });
         Ok(self.controllers.len() - 1)
     }
@@ -369,6 +391,14 @@ impl LocalCluster {
             Some(ch) => ch.try_wait().ok().flatten().is_none(),
             None => false,
         }
+    }
+
+    /// The controllers' HTTPS API URLs (`https://127.0.0.1:PORT`), of those that serve one.
+    pub fn http_urls(&self) -> Vec<String> {
+        self.controllers
+            .iter()
+            .filter_map(|c| c.http_addr.as_ref().map(|a| format!("https://{a}")))
+            .collect()
     }
 
     pub fn client_addrs(&self) -> Vec<SocketAddr> {

@@ -13,6 +13,9 @@
 //!   [`TlsFiles`]; clients connect with the server name [`CONTROLLER_SERVER_NAME`].
 //! - [`peer_identity`] tells a server who is on the other end of a connection.
 //!
+//! - [`https_server_config`] builds the HTTPS API's configuration (client
+//!   certificates optional, a bearer token from [`token`] standing in).
+//!
 //! Both ends of every connection refuse a peer whose certificate is expired, not yet
 //! valid, issued by another CA, or listed in the revocation list named by
 //! [`TlsFiles::crl`].
@@ -25,8 +28,10 @@
 mod certs;
 mod crl;
 mod error;
+mod https;
 mod identity;
 mod quic;
+pub mod token;
 
 pub use certs::{
     init_ca, issue, issue_valid_between, load_certs, load_key, TlsFiles, CA_CERT_FILE, CA_KEY_FILE,
@@ -34,6 +39,7 @@ pub use certs::{
 };
 pub use crl::{load_crls, revoke, Revocation, RevokeTarget, CRL_FILE};
 pub use error::TlsError;
+pub use https::{https_server_config, CertVerifier, HTTP_ALPN};
 pub use identity::{identity_of_cert, peer_identity, validate_name, Identity, Role};
 pub use quic::{client_config, server_config, IDLE_TIMEOUT, KEEP_ALIVE, MAX_CONCURRENT_STREAMS};
 

@@ -26,7 +26,7 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 
 /// The rustls crypto provider Tranche uses: *ring*, always passed explicitly so that
 /// no process-wide default is needed or consulted.
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -42,7 +42,7 @@ fn transport() -> Arc<TransportConfig> {
     Arc::new(t)
 }
 
-fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
+pub(crate) fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in load_certs(&files.ca)? {
         roots.add(cert).map_err(|e| TlsError::Rustls {
@@ -54,7 +54,9 @@ fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
 }
 
 /// The revocation lists named by `files.crl` (none when it is absent).
-fn crls(files: &TlsFiles) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
+pub(crate) fn crls(
+    files: &TlsFiles,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
     match &files.crl {
         Some(path) => load_crls(path),
         None => Ok(Vec::new()),
@@ -76,7 +78,7 @@ fn bad_crl(files: &TlsFiles, detail: String) -> TlsError {
 /// first, so that a list from another CA (which would refuse every peer), a damaged
 /// one, or one that revokes this very process is refused up front with a message
 /// that says so.
-fn client_verifier(
+pub(crate) fn client_verifier(
     files: &TlsFiles,
     own: &[CertificateDer<'static>],
     provider: Arc<CryptoProvider>,
@@ -150,7 +152,7 @@ fn what(files: &TlsFiles) -> String {
 /// [`MAX_CONCURRENT_STREAMS`] concurrent streams of each kind.
 pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> {
     let certs = load_certs(&files.cert)?;
-    check_server_name(files, &certs[0])?;
+    server_name_checked(files, &certs[0])?;
     let key = load_key(&files.key)?;
     let provider = provider();
     let verifier = client_verifier(files, &certs, provider.clone())?;
@@ -223,7 +225,7 @@ pub fn client_config(files: &TlsFiles) -> Result<quinn::ClientConfig, TlsError> 
 
 /// A server certificate no client would accept is refused up front, with a message
 /// that says why, rather than as a handshake failure on every client.
-fn check_server_name(files: &TlsFiles, der: &[u8]) -> Result<(), TlsError> {
+pub(crate) fn server_name_checked(files: &TlsFiles, der: &[u8]) -> Result<(), TlsError> {
     let bad = |detail: String| TlsError::BadFile {
         what: "server certificate",
         path: files.cert.clone(),

@@ -43,6 +43,8 @@ impl RaftNode {
                     NodeError::Other(format!("the leader's snapshot cannot be read: {e}"))
                 })?;
                 sh.applied = snap.get_metadata().index;
+                let index = sh.applied;
+                sh.events.replaced(index);
                 if self.planner.active {
                     self.planner
                         .send(PlannerMsg::Reset(Box::new(sh.state.clone())));
@@ -161,6 +163,7 @@ impl RaftNode {
                 continue;
             }
             self.applied_term = e.term;
+            sh.events.applying(e.index);
             match e.get_entry_type() {
                 EntryType::EntryNormal if e.data.is_empty() => {
                     // A new leader's first entry.
@@ -176,8 +179,12 @@ impl RaftNode {
                             (Touched::All, _) => touched = None,
                             (_, None) => {}
                         }
-                        let applied = sh.state.apply_request(p.request.as_ref(), &cmd, now);
+                        let shr = &mut *sh;
+                        let before = shr.events.before(&shr.state, &cmd, e.index);
+                        let applied = shr.state.apply_request(p.request.as_ref(), &cmd, now);
                         let r = applied.result;
+                        shr.events
+                            .after(&shr.state, e.index, before, r.as_ref().ok());
                         // A copy of a request applied before changed nothing: the
                         // scheduler's replica must not apply it either.
                         if self.planner.active && applied.fresh {
@@ -257,7 +264,9 @@ impl RaftNode {
             sh.applied = e.index;
         }
         let applied = sh.applied;
+        let events = sh.events.notifier();
         drop(sh);
+        events.send_replace(applied);
         match &touched {
             Some(nodes) => self.work.changed(nodes, applied),
             None => self.work.all_changed(applied),

@@ -1,0 +1,208 @@
+"""The SDK against a real `tranche dev` cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+import tranche
+
+
+@pytest.fixture(scope="module")
+def cluster(dev):
+    c = tranche.Cluster.from_config(dev.config)
+    yield c
+    c.close()
+
+
+def test_the_readme_example_submits_waits_and_prints_output(dev, monkeypatch):
+    monkeypatch.setenv("TRANCHE_CONFIG", dev.config)
+    c = tranche.Cluster.from_config()
+    job = c.submit(share="nlp", gpus=1, command=["sh", "-c", "echo hello from tranche"])
+    assert job.wait(timeout=60) == "SUCCEEDED"
+    assert job.logs() == "hello from tranche\n"
+    assert job.exit_code == 0
+    assert job.data["spec"]["user"] == dev.user
+
+
+def test_failure_and_its_exit_code(cluster):
+    job = cluster.submit(share="nlp", gpus=1, command=["sh", "-c", "echo oops >&2; exit 3"])
+    assert job.wait(timeout=60) == "FAILED"
+    assert job.exit_code == 3
+    assert job.logs(stderr=True) == "oops\n"
+
+
+def test_logs_follow_streams_until_the_end(cluster):
+    job = cluster.submit(
+        share="nlp", gpus=1,
+        command=["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.3; done"],
+    )
+    deadline = time.monotonic() + 30
+    while job.refresh().status not in ("RUNNING", "SUCCEEDED") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pieces = list(job.logs(follow=True))
+    assert "".join(pieces) == "line 1\nline 2\nline 3\n"
+    assert job.wait(timeout=30) == "SUCCEEDED"
+
+
+def test_submit_fields_reach_the_job(cluster):
+    job = cluster.submit(
+        share="vision", gpus=2, command=["true"], name="fields", priority=5,
+        env={"A": "1"}, time_limit="2h", checkpoint=("SIGUSR1", 120), tags={"team": "x"},
+        preemption_retries=2, retry_attempts=3, unit="h100",
+    )
+    spec = job.refresh().data["spec"]
+    assert spec["name"] == "fields"
+    assert spec["priority"] == 5
+    assert spec["env"] == {"A": "1"}
+    assert spec["time_limit_s"] == 7200
+    assert spec["checkpoint"] == {"signal": "SIGUSR1", "grace_s": 120}
+    assert spec["tags"] == {"team": "x"}
+    assert (spec["preemption_retries"], spec["retry_attempts"]) == (2, 3)
+    assert (spec["unit"], spec["gpus_per_node"], spec["queue"]) == ("h100", 2, "q")
+    assert job.wait(timeout=60) == "SUCCEEDED"
+
+
+def test_a_retried_submit_with_one_token_makes_one_job(cluster):
+    a = cluster.submit(share="nlp", gpus=1, command=["true"], client_token="same-token-1")
+    b = cluster.submit(share="nlp", gpus=1, command=["true"], client_token="same-token-1")
+    assert a.id == b.id
+
+
+def test_cancel_priority_and_explain(cluster):
+    # More GPUs than the nlp share and the idle ones lent to it: it waits.
+    job = cluster.submit(share="nlp", gpus=4, nodes=2, command=["sleep", "300"])
+    job.set_priority(42)
+    assert job.data["spec"]["priority"] == 42
+    lines = job.explain()
+    assert lines and all(isinstance(x, str) for x in lines)
+    job.cancel("not needed")
+    assert job.wait(timeout=30) == "CANCELLED"
+    assert "not needed" in job.data["transitions"][-1]["reason"]
+
+
+def test_running_job_cancelled(cluster):
+    job = cluster.submit(share="nlp", gpus=1, command=["sleep", "300"])
+    for ev in cluster.events(job=job.id, after=0, timeout=30):
+        if ev.kind == "job" and ev.data["to"] == "RUNNING":
+            break
+    job.cancel()
+    assert job.wait(timeout=60) == "CANCELLED"
+
+
+def test_listing_with_filters(cluster):
+    job = cluster.submit(share="vision", gpus=1, command=["true"], unit="a100")
+    job.wait(timeout=60)
+    mine = cluster.jobs(share="vision", state="SUCCEEDED")
+    assert job in mine
+    assert all(j._data["share"] == "vision" and j._data["status"] == "SUCCEEDED" for j in mine)
+    assert job not in cluster.jobs(share="nlp")
+    two = cluster.jobs(limit=2)
+    assert len(two) == 2 and two[0].id < two[1].id
+    everything = cluster.jobs()
+    assert [j.id for j in everything] == sorted(j.id for j in everything)
+
+
+def test_cluster_views(cluster):
+    names = {s["name"] for s in cluster.shares()}
+    assert names == {"research", "vision", "nlp"}
+    nodes = cluster.nodes()
+    assert {n["name"] for n in nodes} == {"n1", "n2", "n3", "n4"}
+    assert all(len(n["gpus"]) == 4 for n in nodes)
+    ctl = cluster.controllers()
+    assert len(ctl["members"]) == 3 and ctl["leader"] is not None
+    assert "front" in cluster.queue()
+
+
+def test_errors_map_to_exceptions(dev, cluster, tmp_path):
+    with pytest.raises(tranche.NotFound) as e:
+        cluster.submit(share="no-such-share", gpus=1, command=["true"])
+    assert e.value.status == 404 and e.value.field == "share"
+    with pytest.raises(tranche.BadRequest) as e:
+        cluster.submit(share="nlp", gpus=1, command=["true"], priority=12000)
+    assert e.value.code == "invalid" and e.value.field == "priority"
+    with pytest.raises(tranche.BadRequest) as e:
+        cluster.submit(share="nlp", gpus=1, command=["true"], colour="red")
+    assert e.value.field == "colour"
+    with pytest.raises(tranche.NotFound):
+        cluster.job(10**9)
+    ops = tranche.Cluster.from_config(dev.config_of("operator", "ops"))
+    with pytest.raises(tranche.Forbidden) as e:
+        ops.submit(share="nlp", gpus=1, command=["true"])
+    assert "only user and admin" in e.value.message
+    with pytest.raises(tranche.Forbidden):
+        cluster.drain("n1", "no")
+    policy = tmp_path / "p.toml"
+    policy.write_text('[[policies]]\nname = "fifo"\n[[policies]]\nname = "weighted"\n')
+    with pytest.raises(tranche.Forbidden):
+        cluster.apply(policy)
+    admin = tranche.Cluster.from_config(dev.config_of("admin", "admin"))
+    r = admin.apply(policy, dry_run=True)
+    assert r["dry_run"] is True
+    assert {(c["name"], c["action"]) for c in r["changes"]} == {("fifo", "unchanged"), ("weighted", "create")}
+    bad = tranche.Cluster(dev.urls, ca=dev.ca, token="tranche1.x.y.z")
+    with pytest.raises(tranche.Unauthenticated):
+        bad.shares()
+
+
+def test_token_identity(dev):
+    c = tranche.Cluster(dev.urls, ca=dev.ca, token=dev.token)
+    who = c.whoami()
+    assert (who["role"], who["name"], who["via"]) == ("user", dev.user, "token")
+    job = c.submit(share="nlp", gpus=1, command=["true"])
+    assert job.wait(timeout=60) == "SUCCEEDED"
+
+
+def test_training_queue_facade(dev):
+    q = tranche.TrainingQueue("q", tranche.Cluster.from_config(dev.config))
+    job = q.submit(["sh", "-c", "sleep 1"], share_identifier="nlp", job_name="tq-job", priority=3)
+    assert job.wait(timeout=60) == "SUCCEEDED"
+    assert job in q.list_jobs_by_share(status="SUCCEEDED", share_identifier="nlp")
+    assert job not in q.list_jobs_by_share(status="SUCCEEDED", share_identifier="vision")
+    assert q.get_job("tq-job").id == job.id
+    assert q.get_job(str(job.id)).describe()["spec"]["priority"] == 3
+    with pytest.raises(tranche.NotFound):
+        q.get_job("no-such-name")
+
+
+def test_arrays_and_dependencies_are_sent_and_refused_by_name_until_the_cluster_has_them(cluster):
+    # The cluster's job spec has no arrays or dependencies yet: the API refuses the
+    # fields by name, and nothing is submitted.
+    before = len(cluster.jobs())
+    for kw, name in (({"array": "0-3"}, "array"), ({"dependency": "afterok:1"}, "dependency")):
+        with pytest.raises(tranche.BadRequest) as e:
+            cluster.submit(share="nlp", gpus=1, command=["true"], **kw)
+        assert e.value.field == name
+    assert len(cluster.jobs()) == before
+
+
+def test_events_resume_after_the_controller_is_killed(dev):
+    """Runs last in this module: it kills a controller of the session's cluster."""
+    pids = dev.controller_pids()
+    assert len(pids) == 3, pids
+    victim = 1
+    first = dev.http_addr_of(victim)
+    others = [u for u in dev.urls if u != first]
+    # The stream's controller first, so it is the one the stream uses.
+    c = tranche.Cluster([first, *others], ca=dev.ca, token=dev.token)
+    job = c.submit(share="nlp", gpus=1, command=["sleep", "300"])
+    stream = c.events(job=job.id, after=0, timeout=60)
+    seen = []
+    for ev in stream:
+        seen.append(ev)
+        if ev.kind == "job" and ev.data["to"] == "RUNNING":
+            break
+    os.kill(pids[victim], signal.SIGKILL)
+    job.cancel("after the kill")
+    rest = []
+    for ev in stream:
+        rest.append(ev)
+        if ev.kind == "job" and ev.data["to"] == "CANCELLED":
+            break
+    assert rest[-1].data["from"] == "RUNNING"
+    assert min(e.index for e in rest) > max(e.index for e in seen), "an event came twice"
+    assert c._controllers[c._current].url != first, "the stream moved to another controller"
+    assert job.wait(timeout=60) == "CANCELLED"

@@ -132,6 +132,23 @@ pub struct SubmitJob {
     /// Memory per node in MiB; 0: no reservation.
     #[serde(default)]
     pub memory_mb_per_node: u64,
+    /// An array of tasks in Slurm's syntax (`0-999%50`, `1,3,5-7`, `0-15:4`): one job
+    /// per task, named `ID_TASK`; the answer's `id` is the array's.
+    #[serde(default)]
+    pub array: Option<String>,
+    /// Start only after other jobs: `afterok:41:42_3,afterany:40,singleton`.
+    #[serde(default)]
+    pub dependency: Option<String>,
+    /// Submit PENDING, until released.
+    #[serde(default)]
+    pub hold: bool,
+    /// A file on the node for stdout (Slurm's `%j %A %a %x %u %N %n %%` patterns,
+    /// relative to the working directory); with no `error`, stderr too.
+    #[serde(default)]
+    pub output: Option<String>,
+    /// A file on the node for stderr (the same patterns).
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 impl SubmitJob {
@@ -194,6 +211,18 @@ impl SubmitJob {
         spec.cwd = self.cwd;
         spec.cpus_per_node = self.cpus_per_node;
         spec.memory_mb_per_node = self.memory_mb_per_node;
+        if let Some(a) = &self.array {
+            spec.array = Some(
+                tranche_model::ArraySpec::parse(a).map_err(|v| HttpError::invalid(v.field, v.rule))?,
+            );
+        }
+        if let Some(d) = &self.dependency {
+            spec.dependency = tranche_model::Dependency::parse(d)
+                .map_err(|v| HttpError::invalid(v.field, v.rule))?;
+        }
+        spec.hold = self.hold;
+        spec.output = self.output;
+        spec.error = self.error;
         spec.validate()
             .map_err(|v| HttpError::invalid(v.field, v.rule))?;
         Ok(spec)
@@ -339,6 +368,10 @@ pub struct JobSpecView {
     pub client_token: Option<String>,
     pub tags: BTreeMap<String, String>,
     pub cwd: Option<String>,
+    /// The dependency as submitted (empty: none).
+    pub dependency: String,
+    pub output: Option<String>,
+    pub error: Option<String>,
 }
 
 impl From<&JobSpec> for JobSpecView {
@@ -367,8 +400,24 @@ impl From<&JobSpec> for JobSpecView {
             client_token: s.client_token.clone(),
             tags: s.tags.clone(),
             cwd: s.cwd.clone(),
+            dependency: s.dependency.to_string(),
+            output: s.output.clone(),
+            error: s.error.clone(),
         }
     }
+}
+
+/// Where a task stands in its array.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ArrayTaskView {
+    /// The array's id (its first task's job id).
+    pub array: u64,
+    /// This task's index (`TRANCHE_ARRAY_TASK_ID`).
+    pub index: u32,
+    /// Tasks in the array.
+    pub count: u32,
+    /// At most this many of its tasks hold GPUs at once.
+    pub max_running: Option<u32>,
 }
 
 /// The GPUs an attempt holds on one node.
@@ -471,6 +520,14 @@ pub struct StopView {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobView {
     pub id: u64,
+    /// The job as users name it: `42`, or `42_7` for task 7 of array 42.
+    pub job: String,
+    /// For a task of an array.
+    pub array: Option<ArrayTaskView>,
+    /// Held until released.
+    pub held: bool,
+    /// Jobs it still waits for, as `afterok:41` and the like.
+    pub waiting_for: Vec<String>,
     pub status: Status,
     pub spec: JobSpecView,
     pub submitted_at: u64,
@@ -495,6 +552,19 @@ impl JobView {
         });
         JobView {
             id: j.id.0,
+            job: j.job_ref().to_string(),
+            array: j.array.as_ref().map(|a| ArrayTaskView {
+                array: a.array.0,
+                index: a.index,
+                count: a.count,
+                max_running: a.max_running,
+            }),
+            held: j.held,
+            waiting_for: j
+                .deps
+                .iter()
+                .map(|d| format!("{}:{}", d.kind.as_str(), d.job))
+                .collect(),
             status: j.status.into(),
             spec: (&j.spec).into(),
             submitted_at: j.submitted_at,

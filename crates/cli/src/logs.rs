@@ -58,11 +58,11 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
             .attempts
             .iter()
             .find(|a| a.number == n)
-            .ok_or_else(|| (1, format!("job {} has no attempt {n}", job.id)))?,
+            .ok_or_else(|| (1, format!("job {} has no attempt {n}", job.job_ref())))?,
         None => job.attempts.last().ok_or_else(|| {
             (
                 1,
-                format!("job {} has not run yet: {}", job.id, job.status.as_str()),
+                format!("job {} has not run yet: {}", job.job_ref(), job.status.as_str()),
             )
         })?,
     };
@@ -80,7 +80,7 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
                     format!(
                         "attempt {} of job {} did not run on {n} (its nodes, by rank: {})",
                         attempt.number,
-                        job.id,
+                        job.job_ref(),
                         members
                             .iter()
                             .map(|m| m.to_string())

@@ -18,11 +18,9 @@ use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
 use tranche_state::{ApplyError, Progress};
 
 use crate::config::AgentConfig;
-use crate::exec::{
-    signal_number, Attempt, AttemptNo, BoundGpu, Executors, LaunchSpec, Rendezvous, StopOutcome,
-};
+use crate::exec::{signal_number, Attempt, AttemptNo, Executors, OutputFile, StopOutcome};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
-use crate::users;
+use crate::launch;
 
 /// How long the agent's long poll for its node's work waits when nothing changes. A
 /// change (a placement, a stop) is answered at once; heartbeats, not this poll, keep the
@@ -98,12 +96,16 @@ pub struct Agent {
     /// placed here until its last member ends, and this node's part of it must be
     /// neither started again nor reported lost meanwhile.
     ended_here: Mutex<std::collections::HashSet<Key>>,
+    /// Attempts being started (each on its own task, so that the attempts of one
+    /// placement start side by side): not started again meanwhile.
+    starting: Mutex<std::collections::HashSet<Key>>,
 }
 
 /// Why an attempt did not start.
 enum StartError {
-    /// The job may not run as its user here (see [`users`]).
-    Refused(users::Refusal),
+    /// The job may not run as its user here, or names output files it cannot have
+    /// (see [`launch`]).
+    Refused(launch::NotStarted),
     /// The executor could not start it.
     Exec(crate::exec::ExecError),
 }
@@ -221,6 +223,7 @@ impl Agent {
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
             ended_here: Mutex::new(std::collections::HashSet::new()),
+            starting: Mutex::new(std::collections::HashSet::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
@@ -414,6 +417,9 @@ impl Agent {
         for item in &w.items {
             let key = Key::of(item);
             let present = self.local.lock().unwrap().contains_key(&key);
+            if !present && self.starting.lock().unwrap().contains(&key) {
+                continue;
+            }
             if !present && self.ended_here(key) {
                 // This node's member of a gang has ended; the others have not yet.
                 continue;
@@ -466,7 +472,13 @@ impl Agent {
                     );
                     continue;
                 }
-                self.clone().start(item.clone()).await;
+                self.starting.lock().unwrap().insert(key);
+                let agent = self.clone();
+                let item = item.clone();
+                tokio::spawn(async move {
+                    agent.clone().start(item).await;
+                    agent.starting.lock().unwrap().remove(&key);
+                });
                 continue;
             }
             if let Some(stop) = &item.stop {
@@ -518,10 +530,15 @@ impl Agent {
 
     async fn start(self: Arc<Self>, item: WorkItem) {
         let key = Key::of(&item);
-        self.progress(key, Progress::Starting).await;
+        // STARTING is reported while the attempt is set up, RUNNING once both are done.
+        let starting = {
+            let agent = self.clone();
+            tokio::spawn(async move { agent.progress(key, Progress::Starting).await })
+        };
         let r = &item.rendezvous;
         if let Err(why) = rendezvous_port_free(r.rank, r.master_port) {
             warn!(job = item.job.0, "attempt not started: {why}");
+            let _ = starting.await;
             self.progress(
                 key,
                 Progress::Exited {
@@ -532,51 +549,18 @@ impl Agent {
             .await;
             return;
         }
-        let mut spec = LaunchSpec {
-            job: item.job,
-            attempt: AttemptNo(item.attempt),
-            restart_count: item.restarts,
-            share: item.share.to_string(),
-            image: item.image.clone(),
-            command: item.command.clone(),
-            env: item.env.clone(),
-            cwd: None,
-            user: None,
-            groups: Vec::new(),
-            cpus: item.cpus,
-            memory_mb: item.memory_mb,
-            gpus: item
-                .gpus
-                .iter()
-                .map(|b| BoundGpu {
-                    index: b.index,
-                    uuid: b.uuid.clone(),
-                })
-                .collect(),
-            fake_devices: self.fake_devices,
-            rendezvous: Some(Rendezvous {
-                nodes: r.nodes.iter().map(|n| n.to_string()).collect(),
-                rank: r.rank,
-                gpus_per_node: r.gpus_per_node,
-                master_addr: r.master_addr.clone(),
-                master_port: r.master_port,
-            }),
-        };
         let execs = self.execs.clone();
         let agent = self.clone();
-        let user = item.user.to_string();
-        let submit_dir = item.cwd.clone();
+        let work = item.clone();
         // The account lookup may ask a directory service (LDAP, SSSD): off the runtime.
         let started = tokio::task::spawn_blocking(move || {
-            let node = agent.cfg.node.as_str();
-            let account = users::resolve(&agent.cfg, &user).map_err(StartError::Refused)?;
-            account
-                .apply_to(&mut spec, node, submit_dir.as_deref())
+            let spec = launch::launch_spec(&agent.cfg, &work, agent.fake_devices)
                 .map_err(StartError::Refused)?;
             execs.start(&spec).map_err(StartError::Exec)
         })
         .await
         .expect("start task");
+        let _ = starting.await;
         match started {
             Ok(a) => {
                 info!(job = item.job.0, attempt = item.attempt, "attempt started");
@@ -652,7 +636,7 @@ impl Agent {
     async fn monitor(self: Arc<Self>) {
         let fence_after = Duration::from_secs(self.cfg.fence_after_s);
         loop {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
             let exited: Vec<(Key, Arc<Attempt>)> = self
                 .local
                 .lock()
@@ -661,50 +645,14 @@ impl Agent {
                 .filter(|(_, l)| l.attempt.exit().is_some())
                 .map(|(k, l)| (*k, l.attempt.clone()))
                 .collect();
+            // Reported side by side, all before the next look: an exit is reported again
+            // only when it was not delivered.
+            let mut reports = tokio::task::JoinSet::new();
             for (key, a) in exited {
-                let st = a.exit().expect("exited");
-                let stopped_for = self
-                    .local
-                    .lock()
-                    .unwrap()
-                    .get(&key)
-                    .and_then(|l| l.stopped_for.clone());
-                let killed = st.signal.map(|s| format!("killed by signal {s}"));
-                let reason = match (stopped_for, killed) {
-                    (Some(why), Some(k)) => Some(format!("{why}; {k}")),
-                    (Some(why), None) => Some(why),
-                    (None, k) => k,
-                };
-                // Neither code nor signal, and no launch error: the agent lost the
-                // attempt (it died before the shim started, or the shim vanished). The
-                // job did not fail; the controllers requeue it.
-                let event =
-                    if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
-                        Progress::Lost {
-                            reason: reason.unwrap_or_else(|| {
-                                format!(
-                                    "the agent on {} lost track of the attempt (no exit status)",
-                                    self.inventory.name
-                                )
-                            }),
-                        }
-                    } else {
-                        Progress::Exited {
-                            code: st.code,
-                            reason,
-                        }
-                    };
-                let delivered = self.progress(key, event).await;
-                if delivered {
-                    // Forgotten first, then cleared: nothing may look at an attempt
-                    // whose directory is going away (it would seem to have vanished
-                    // without an exit, and be stopped as an orphan).
-                    self.local.lock().unwrap().remove(&key);
-                    if let Err(e) = a.acknowledge() {
-                        warn!(job = key.job.0, "cannot clear the attempt dir: {e}");
-                    }
-                }
+                let agent = self.clone();
+                reports.spawn(async move { agent.report_exit(key, a).await });
             }
+            while reports.join_next().await.is_some() {}
             let overdue: Vec<Key> = {
                 let mut l = self.local.lock().unwrap();
                 l.iter_mut()
@@ -735,8 +683,53 @@ impl Agent {
         }
     }
 
-    /// Sends a progress report. True when the controllers have it: applied, or refused
-    /// because the attempt is already over (a report repeated after a restart).
+    /// Reports one attempt's exit; once the controllers have it, the attempt is
+    /// forgotten and its directory cleared.
+    async fn report_exit(&self, key: Key, a: Arc<Attempt>) {
+        let st = a.exit().expect("exited");
+        let stopped_for = self
+            .local
+            .lock()
+            .unwrap()
+            .get(&key)
+            .and_then(|l| l.stopped_for.clone());
+        let killed = st.signal.map(|s| format!("killed by signal {s}"));
+        let reason = match (stopped_for, killed) {
+            (Some(why), Some(k)) => Some(format!("{why}; {k}")),
+            (Some(why), None) => Some(why),
+            (None, k) => k,
+        };
+        // Neither code nor signal, and no launch error: the agent lost the
+        // attempt (it died before the shim started, or the shim vanished). The
+        // job did not fail; the controllers requeue it.
+        let event =
+            if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
+                Progress::Lost {
+                    reason: reason.unwrap_or_else(|| {
+                        format!(
+                            "the agent on {} lost track of the attempt (no exit status)",
+                            self.inventory.name
+                        )
+                    }),
+                }
+            } else {
+                Progress::Exited {
+                    code: st.code,
+                    reason,
+                }
+            };
+        let delivered = self.progress(key, event).await;
+        if delivered {
+            // Forgotten first, then cleared: nothing may look at an attempt
+            // whose directory is going away (it would seem to have vanished
+            // without an exit, and be stopped as an orphan).
+            self.local.lock().unwrap().remove(&key);
+            if let Err(e) = a.acknowledge() {
+                warn!(job = key.job.0, "cannot clear the attempt dir: {e}");
+            }
+        }
+    }
+
     /// Whether this node's part of the attempt has ended and the controllers have
     /// that: in this agent's memory, or, after a restart, its output kept in the spool
     /// (which happens only once the end has been reported).
@@ -744,10 +737,11 @@ impl Agent {
         if self.ended_here.lock().unwrap().contains(&key) {
             return true;
         }
-        let (stdout, _) = crate::exec::kept_logs(&self.cfg.spool_dir, key.job, key.attempt);
-        stdout.exists()
+        crate::exec::kept_output(&self.cfg.spool_dir, key.job, key.attempt, false).is_some()
     }
 
+    /// Sends a progress report. True when the controllers have it: applied, or refused
+    /// because the attempt is already over (a report repeated after a restart).
     async fn progress(&self, key: Key, event: Progress) -> bool {
         let delivered = self.report(key, &event).await;
         if delivered && matches!(event, Progress::Exited { .. } | Progress::Lost { .. }) {
@@ -853,8 +847,13 @@ impl Agent {
 
 impl Agent {
     /// Serves jobs' output: one `LogRequest` per bidirectional stream, answered with
-    /// chunks and an end frame. Admins, operators and controllers may read any job; a
-    /// user only its own (asked of the controllers); no other role.
+    /// chunks and an end frame. Admins, operators and controllers (for their HTTP API's
+    /// callers) may read any job; a user only its own (asked of the controllers); no
+    /// other role. The output is read from wherever
+    /// it went: the attempt's spool files, kept in `<spool>/logs` once it has ended, or
+    /// the job's `--output`/`--error` files, found through the record the shim made of
+    /// them (`outputs.json`, kept beside those logs) and read only while each path still
+    /// leads to the file the job was given.
     async fn serve_logs(self: Arc<Self>) {
         while let Some(incoming) = self.logs.accept().await {
             let me = self.clone();
@@ -905,7 +904,7 @@ impl Agent {
             // A controller fetches output for its HTTP API's callers, whom it has
             // checked by this same rule.
             Role::Admin | Role::Operator | Role::Controller => Ok(()),
-            Role::User => match self.client.read(Query::Job(job), true).await {
+            Role::User => match self.client.read(Query::Job(tranche_model::JobRef::job(job)), true).await {
                 Ok(Response::Job(j)) if j.spec.user.as_str() == who.name => Ok(()),
                 Ok(Response::Job(j)) => Err(ApiError::Unauthorized(format!(
                     "{who} may read only its own jobs' output; job {job} belongs to {}",
@@ -953,37 +952,40 @@ impl Agent {
                     .rev()
                     .map(AttemptNo)
                     .find(|a| {
-                        crate::exec::kept_logs(&self.cfg.spool_dir, job, *a)
-                            .0
-                            .exists()
+                        crate::exec::kept_output(&self.cfg.spool_dir, job, *a, false).is_some()
                     })
                     .ok_or_else(|| {
                         ApiError::NotFound(format!("no output of job {job} on this node"))
                     })?,
             },
         };
-        let path_now = || -> Option<(std::path::PathBuf, bool)> {
+        let file_now = || -> Option<(OutputFile, bool)> {
             let l = self.local.lock().unwrap();
             if let Some(e) = l.get(&Key { job, attempt }) {
-                let (o, er) = e.attempt.log_paths();
-                return Some((if req.stderr { er } else { o }, e.attempt.exit().is_none()));
+                let running = e.attempt.exit().is_none();
+                return e.attempt.output(req.stderr).map(|f| (f, running));
             }
             drop(l);
-            let (o, er) = crate::exec::kept_logs(&self.cfg.spool_dir, job, attempt);
-            let p = if req.stderr { er } else { o };
-            p.exists().then_some((p, false))
+            crate::exec::kept_output(&self.cfg.spool_dir, job, attempt, req.stderr)
+                .map(|f| (f, false))
         };
         let mut offset = req.offset;
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let Some((path, running)) = path_now() else {
+            let Some((file, running)) = file_now() else {
                 return Err(ApiError::NotFound(format!(
                     "no output of job {job} attempt {attempt} on this node"
                 )));
             };
-            let mut f = tokio::fs::File::open(&path)
-                .await
-                .map_err(|e| ApiError::NotFound(format!("{}: {e}", path.display())))?;
+            // A file outside the spool is read only while it is still the one the job
+            // was given (see `OutputFile::open`).
+            let opened = tokio::task::spawn_blocking(move || {
+                file.open()
+                    .map_err(|e| ApiError::NotFound(format!("{}: {e}", file.path().display())))
+            })
+            .await
+            .map_err(|e| ApiError::Unavailable(e.to_string()))??;
+            let mut f = tokio::fs::File::from_std(opened);
             f.seek(std::io::SeekFrom::Start(offset))
                 .await
                 .map_err(|e| ApiError::Unavailable(e.to_string()))?;

@@ -6,4 +6,5 @@ pub mod config;
 pub mod daemon;
 pub mod exec;
 pub mod inventory;
+pub mod launch;
 pub mod users;

@@ -159,8 +159,8 @@ impl Account {
             spec.user = Some((self.uid, self.gid));
             spec.groups = self.groups.clone();
         }
-        let here = submit_dir.filter(|d| spec.image == "host" && Path::new(d).is_dir());
-        if spec.image == "host" && here.is_none() && !self.home.is_dir() {
+        let here = self.dir_on_node(submit_dir);
+        if spec.image == "host" && !Path::new(&here).is_dir() {
             return Err(Refusal::NoHome {
                 user: self.user.clone(),
                 home: self.home.clone(),
@@ -171,8 +171,16 @@ impl Account {
         spec.env.insert("HOME".into(), home.clone());
         spec.env.insert("USER".into(), self.name.clone());
         spec.env.insert("LOGNAME".into(), self.name.clone());
-        spec.cwd = Some(here.map(str::to_string).unwrap_or(home));
+        spec.cwd = Some(if spec.image == "host" { here } else { home });
         Ok(())
+    }
+
+    /// The directory on this node a process job of this account runs in: the one it
+    /// was submitted from where that exists here, else the home.
+    pub fn dir_on_node(&self, submit_dir: Option<&str>) -> String {
+        submit_dir
+            .filter(|d| Path::new(d).is_dir())
+            .map_or_else(|| self.home.to_string_lossy().into_owned(), str::to_string)
     }
 }
 

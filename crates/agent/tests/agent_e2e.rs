@@ -162,7 +162,7 @@ fn host_job(share: &str, token: &str, script: &str) -> JobSpec {
 }
 
 async fn job(admin: &Client, id: JobId) -> tranche_model::Job {
-    match admin.read(Query::Job(id), false).await.unwrap() {
+    match admin.read(Query::Job(tranche_model::JobRef::job(id)), false).await.unwrap() {
         Response::Job(j) => *j,
         other => panic!("{other:?}"),
     }
@@ -1159,6 +1159,112 @@ fn jobs_run_as_their_users_accounts_and_one_without_is_refused() {
     );
     let (out, _) = tranche_agent::exec::kept_logs(&spool, refused, AttemptNo(1));
     assert!(!out.exists(), "nothing of the refused job ran");
+}
+
+/// `--output` on a real agent: the file in the submit directory is the user's and holds
+/// stdout and stderr; the log port serves it from there, during the attempt's life and
+/// after; a file the user cannot create fails the job with a reason naming the path and
+/// the user, and the node stays in service.
+#[test]
+fn an_output_file_is_the_users_and_the_log_port_serves_it() {
+    let test = "an_output_file_is_the_users_and_the_log_port_serves_it";
+    if exec_common::lacks_accounts(test, exec_common::Need::Root) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut accounts = exec_common::TestAccounts::new();
+    let acct = accounts.user("eo", &[], true);
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let submit = dir.path().join("project");
+    std::fs::create_dir(&submit).unwrap();
+    std::os::unix::fs::chown(&submit, Some(acct.uid), Some(acct.gid)).unwrap();
+    let mut c = cluster(dir.path());
+    agent(
+        &mut c,
+        "n1",
+        "2 x h100",
+        30,
+        &format!(
+            "logs_addr = \"127.0.0.1:0\"\n[users]\nkim = \"{}\"\n",
+            acct.name
+        ),
+    );
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let mut spec = host_job(
+            "lender",
+            "outfile",
+            "echo first; echo oops >&2; echo second",
+        );
+        spec.cwd = Some(submit.display().to_string());
+        spec.output = Some("out-%j-%u.txt".into());
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "success", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Succeeded
+        })
+        .await;
+        let out = submit.join(format!("out-{id}-{}.txt", acct.name));
+        let want = "first\noops\nsecond\n";
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), want);
+        assert_eq!(std::fs::metadata(&out).unwrap().uid(), acct.uid);
+        let (addr, node) = log_port(&admin, id).await;
+        let kim = c.client(Role::User, "kim").unwrap();
+        for stderr in [false, true] {
+            let req = tranche_proto::LogRequest {
+                job: id,
+                attempt: None,
+                stderr,
+                follow: false,
+                offset: 0,
+            };
+            let mut got = Vec::new();
+            // The log port may be asked before the agent has kept the record.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                got.clear();
+                match kim
+                    .logs(addr, &node, &req, |b| got.extend_from_slice(b))
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e) => assert!(Instant::now() < deadline, "{e}"),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(String::from_utf8_lossy(&got), want, "stderr: {stderr}");
+        }
+
+        // A directory the user may not write: the job fails, and says where and who.
+        let closed = dir.path().join("closed");
+        std::fs::create_dir(&closed).unwrap();
+        let mut spec = host_job("lender", "nofile", "echo ran");
+        spec.cwd = Some(submit.display().to_string());
+        spec.output = Some(format!("{}/out-%j", closed.display()));
+        let (id, _) = admin.submit(spec).await.unwrap();
+        let j = wait_for(&admin, id, "failure", Duration::from_secs(30), |j| {
+            j.status.is_terminal()
+        })
+        .await;
+        assert_eq!(j.status, JobStatus::Failed, "{:?}", j.transitions);
+        let want = format!(
+            "cannot create the stdout file {}/out-{id} as user {}",
+            closed.display(),
+            acct.name
+        );
+        assert!(
+            j.transitions.iter().any(|t| t.reason.contains(&want)),
+            "{want} not in {:?}",
+            j.transitions
+        );
+        assert_eq!(std::fs::read_dir(&closed).unwrap().count(), 0);
+        let Response::Nodes(nodes) = admin.read(Query::Nodes, false).await.unwrap() else {
+            panic!("nodes")
+        };
+        assert_eq!(nodes[0].drain, None, "the node is not blamed");
+    });
 }
 
 /// Waits (up to 10 s) for a file the agent keeps once it has reported an exit.

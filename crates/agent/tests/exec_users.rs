@@ -14,21 +14,10 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use exec_common::*;
-use tranche_agent::config::AgentConfig;
 use tranche_agent::exec::Executors;
 use tranche_agent::users::{resolve, Account, Refusal};
 
 const LONG: Duration = Duration::from_secs(30);
-
-/// An agent config for node `n3` with these extra top-level settings and tables.
-fn agent_config(extra: &str) -> AgentConfig {
-    let text = format!(
-        "node = \"n3\"\ncontrollers = [\"127.0.0.1:7100\"]\nspool_dir = \"/x\"\n\
-         inventory = \"fake\"\nfake = \"1 x h100\"\n{extra}\n\
-         [tls]\nca = \"/c\"\ncert = \"/c\"\nkey = \"/c\"\n"
-    );
-    AgentConfig::parse(&text, "agent.toml").unwrap()
-}
 
 const SCRIPT: &str = "id -u; id -g; id -G; pwd; echo \"$HOME $USER $LOGNAME\"";
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_model::{JobId, Node};
+use tranche_model::{JobRef, Node};
 use tranche_proto::ClientCommand;
 use tranche_proto::{ClientRequest, JobSummary, Member, MembershipChange, Query, Response};
 
@@ -14,7 +14,8 @@ use crate::output::{failed, run, unexpected, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct UpdateArgs {
-    job: u64,
+    /// A job, `42_7` for one task of an array, or an array's id for every task.
+    job: JobRef,
     /// The new priority (higher runs first and may preempt within the share).
     #[arg(long)]
     priority: u32,
@@ -35,7 +36,7 @@ pub fn update(args: &UpdateArgs) -> ExitCode {
         write(
             &client,
             ClientCommand::UpdatePriority {
-                job: JobId(args.job),
+                job: args.job,
                 priority: args.priority,
             },
         )
@@ -43,9 +44,33 @@ pub fn update(args: &UpdateArgs) -> ExitCode {
     })
 }
 
+/// A waiting job's position and estimated start, in words.
+pub fn standing_lines(s: &tranche_model::Standing, job: &JobSummary, now: u64) -> Vec<String> {
+    use tranche_model::Estimate;
+    let start = match s.start {
+        Estimate::Now => "now: enough GPUs are free for it and the jobs ahead of it".to_string(),
+        Estimate::At(t) => format!(
+            "{} (in {}), if the running jobs it waits for end at their time limits",
+            crate::fmt::local_time(t),
+            crate::fmt::duration(t.saturating_sub(now))
+        ),
+        Estimate::Unknown => {
+            "unknown: a running job it would wait for has no time limit".to_string()
+        }
+    };
+    vec![
+        format!(
+            "position {} of {} waiting in share {}; {} of {} in queue {} (by priority, then submit time)",
+            s.in_share, s.share_waiting, job.share, s.in_queue, s.queue_waiting, job.queue
+        ),
+        format!("estimated start: {start}"),
+    ]
+}
+
 #[derive(clap::Args, Debug)]
 pub struct JobArg {
-    job: u64,
+    /// A job, or `42_7` for one task of an array.
+    job: JobRef,
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -54,19 +79,24 @@ pub fn explain(args: &JobArg) -> ExitCode {
     run("explain", async {
         let (client, _) = connect(&args.config)?;
         match client
-            .read(Query::Explain(JobId(args.job)), false)
+            .read(Query::Explain(args.job), false)
             .await
             .map_err(failed)?
         {
             Response::Explain(e) => {
                 println!(
                     "job {} ({}, {})",
-                    e.job.id,
+                    e.job.job_ref(),
                     e.job.name,
                     e.job.status.as_str()
                 );
                 for l in e.lines {
                     println!("  {l}");
+                }
+                if let Some(s) = &e.standing {
+                    for l in standing_lines(s, &e.job, crate::fmt::now_ms()) {
+                        println!("  {l}");
+                    }
                 }
                 Ok(())
             }

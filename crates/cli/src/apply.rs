@@ -205,6 +205,8 @@ async fn preemptible(client: &tranche_client::Client, shares: &[&QuotaShare]) ->
                 JobStatus::Running,
             ],
             limit: None,
+            array: None,
+            standing: false,
         };
         let mut jobs = match client
             .read(Query::Jobs(filter), false)

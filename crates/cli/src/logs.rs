@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_model::JobId;
+use tranche_model::JobRef;
 use tranche_proto::{LogRequest, Query, Response, LOGS_LABEL};
 
 use crate::client_cfg;
@@ -15,8 +15,8 @@ use crate::output::{failed, run, unexpected, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {
-    /// The job.
-    job: u64,
+    /// The job, or `42_7` for one task of an array.
+    job: JobRef,
     /// Keep following the output until the attempt ends.
     #[arg(short, long)]
     follow: bool,
@@ -46,7 +46,7 @@ pub fn logs(args: &LogsArgs) -> ExitCode {
 async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
     let client = client_cfg::client(&args.config)?;
     let job = match client
-        .read(Query::Job(JobId(args.job)), false)
+        .read(Query::Job(args.job), false)
         .await
         .map_err(failed)?
     {

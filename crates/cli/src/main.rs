@@ -7,9 +7,11 @@ mod bench;
 mod client_cfg;
 mod dev;
 mod fmt;
+mod job_list;
 mod leader_cache;
 mod logs;
 mod output;
+mod report;
 mod timing;
 mod token;
 mod user_cmds;
@@ -57,6 +59,14 @@ enum Cmd {
     ///
     /// Example: tranche cancel 42 43
     Cancel(user_cmds::CancelArgs),
+    /// Keep waiting jobs PENDING until released.
+    ///
+    /// Example: tranche hold 42
+    Hold(user_cmds::JobsRefArgs),
+    /// Let held jobs start (once their dependencies are satisfied).
+    ///
+    /// Example: tranche release 42
+    Release(user_cmds::JobsRefArgs),
     /// Create or update environments, policies, queues and quota shares from a file,
     /// idempotently; prints what changed.
     ///
@@ -109,6 +119,11 @@ enum Cmd {
     /// Example: export TRANCHE_TOKEN=$(tranche token issue --ttl 8h)
     #[command(subcommand)]
     Token(token::TokenCmd),
+    /// Who used the GPUs, and who lent to whom: GPU-hours used, borrowed, lent, kept
+    /// idle by RESERVE and lost to preemption (like sreport).
+    ///
+    /// Example: tranche report --since 2026-11-01 --by user
+    Report(report::ReportArgs),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -230,6 +245,7 @@ fn main() -> ExitCode {
         Cmd::Bench(cmd) => bench::bench(cmd),
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),
+        Cmd::Report(args) => report::report(&args),
         Cmd::Dev(args) => dev::dev(&args),
         Cmd::Token(cmd) => token::token(cmd),
         Cmd::Completions { shell } => {
@@ -246,6 +262,8 @@ fn main() -> ExitCode {
         Cmd::Jobs(args) => user_cmds::jobs(&args),
         Cmd::Show(args) => user_cmds::show(&args),
         Cmd::Cancel(args) => user_cmds::cancel(&args),
+        Cmd::Hold(args) => user_cmds::hold(&args),
+        Cmd::Release(args) => user_cmds::release(&args),
         Cmd::Update(args) => admin_cmds::update(&args),
         Cmd::Apply(args) => apply::apply(&args),
         Cmd::Explain(args) => admin_cmds::explain(&args),

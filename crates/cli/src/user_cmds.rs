@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tranche_client::{Client, ClientError};
-use tranche_model::{Checkpoint, JobId, JobSpec, JobStatus};
+use tranche_model::{Checkpoint, JobId, JobRef, JobSpec, JobStatus};
 use tranche_proto::{ApiError, ClientCommand, JobFilter, Objects, Query, Response};
 use tranche_state::Outcome;
 
 use crate::client_cfg::{connect, remember_leader};
 use crate::fmt::{
-    attempt_end, clock_duration, command_line, duration, fit, local_time, now_ms, state_code,
+    attempt_end, command_line, duration, local_time, now_ms,
 };
 use crate::output::{failed, run, unexpected, usage, Fail};
 use crate::timing;
@@ -82,8 +82,35 @@ pub struct SubmitArgs {
     /// Requeues allowed after preemption (default: unlimited).
     #[arg(long)]
     preemption_retries: Option<u32>,
-    #[arg(long, default_value = "job")]
+    #[arg(long, short = 'J', default_value = "job")]
     name: String,
+    /// An array of tasks, in Slurm's syntax: 0-999%50 (at most 50 running at once),
+    /// 1,3,5-7, 0-15:4. Each task is a job named ARRAY_TASK (e.g. 42_7).
+    #[arg(long, short = 'a', value_name = "INDICES")]
+    array: Option<String>,
+    /// Start only after other jobs: afterok:ID[:ID...], afterany:..., afternotok:...,
+    /// singleton; clauses joined by `,` must all hold. IDs may be arrays (42) or tasks
+    /// (42_7).
+    #[arg(long, short = 'd', value_name = "DEPENDENCY")]
+    dependency: Option<String>,
+    /// Submit held: the job stays PENDING until `tranche release`.
+    #[arg(long)]
+    hold: bool,
+    /// Write stdout to this file on the node (relative to the working directory):
+    /// %j job id, %A array id, %a task index, %x name, %u user, %N node, %n node rank.
+    /// Without --error, stderr goes there too. Default: kept by the agent for
+    /// `tranche logs`.
+    #[arg(long, short = 'o', value_name = "PATTERN")]
+    output: Option<String>,
+    /// Write stderr to this file (same patterns as --output).
+    #[arg(long, short = 'e', value_name = "PATTERN")]
+    error: Option<String>,
+    /// CPUs per node (a cgroup CPU limit); default: no limit.
+    #[arg(long, value_name = "N")]
+    cpus_per_node: Option<u32>,
+    /// Memory per node: 64G, 4000M, or MiB; default: no limit.
+    #[arg(long, value_name = "SIZE")]
+    mem: Option<String>,
     /// Environment variables, K=V (repeatable).
     #[arg(long = "env")]
     env: Vec<String>,
@@ -246,15 +273,24 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
             }
             Err(e) => return Err(failed(e)),
         };
+        let tasks = spec.array.as_ref().map(|a| a.indices());
         if args.parsable {
             println!("{job}");
         } else {
-            println!("Submitted job {job}");
+            match &tasks {
+                Some(t) => println!(
+                    "Submitted array job {job} with {} task(s) ({job}_{} to {job}_{})",
+                    t.len(),
+                    t.first().copied().unwrap_or(0),
+                    t.last().copied().unwrap_or(0)
+                ),
+                None => println!("Submitted job {job}"),
+            }
         }
-        let r = if args.wait {
-            wait_for_end(&client, job, !args.parsable).await
-        } else {
-            Ok(())
+        let r = match (args.wait, &tasks) {
+            (false, _) => Ok(()),
+            (true, None) => wait_for_end(&client, job, !args.parsable).await,
+            (true, Some(_)) => wait_for_array(&client, job, !args.parsable).await,
         };
         client.close().await;
         r
@@ -332,7 +368,46 @@ fn spec_from(
         env.insert(k.to_string(), v.to_string());
     }
     spec.env = env;
+    if let Some(a) = &args.array {
+        spec.array =
+            Some(tranche_model::ArraySpec::parse(a).map_err(|e| usage(format!("--array {a}: {}", e.rule)))?);
+    }
+    if let Some(d) = &args.dependency {
+        spec.dependency = tranche_model::Dependency::parse(d)
+            .map_err(|e| usage(format!("--dependency {d}: {}", e.rule)))?;
+    }
+    spec.hold = args.hold;
+    spec.output = args.output.clone();
+    spec.error = args.error.clone();
+    spec.cpus_per_node = args.cpus_per_node.unwrap_or(0);
+    if let Some(m) = &args.mem {
+        spec.memory_mb_per_node = parse_mem(m).map_err(usage)?;
+    }
     Ok(spec)
+}
+
+/// `64G`, `4000M`, `1T`, or a plain number of MiB (sbatch's `--mem`).
+pub fn parse_mem(s: &str) -> Result<u64, String> {
+    let bad = || format!("--mem `{s}`: use a size such as 64G, 4000M or 1T (plain numbers are MiB)");
+    let t = s.trim();
+    let (n, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (
+            &t[..i],
+            match c.to_ascii_uppercase() {
+                'K' => return t[..i].parse::<u64>().map(|k| k.div_ceil(1024)).map_err(|_| bad()),
+                'M' => 1,
+                'G' => 1024,
+                'T' => 1024 * 1024,
+                _ => return Err(bad()),
+            },
+        ),
+        _ => (t, 1),
+    };
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    Ok(n * mult)
 }
 
 /// Follows a job to its end, printing each new state; the job's own exit code becomes
@@ -340,7 +415,7 @@ fn spec_from(
 async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), Fail> {
     let mut last = None;
     loop {
-        let j = match client.read(Query::Job(job), false).await.map_err(failed)? {
+        let j = match client.read(Query::Job(JobRef::job(job)), false).await.map_err(failed)? {
             Response::Job(j) => j,
             other => return Err(unexpected(&other)),
         };
@@ -369,6 +444,50 @@ async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), 
     }
 }
 
+/// Follows every task of an array to its end: 0 when all succeeded, else the highest
+/// exit code of a task (1 for a task that ended without one), as `sbatch --wait` does.
+async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<(), Fail> {
+    let filter = JobFilter {
+        array: Some(array),
+        ..Default::default()
+    };
+    let mut last = None;
+    loop {
+        let tasks = match client.read(Query::Jobs(filter.clone()), false).await.map_err(failed)? {
+            Response::Jobs(t) => t,
+            other => return Err(unexpected(&other)),
+        };
+        let ended = tasks.iter().filter(|t| t.status.is_terminal()).count();
+        if verbose && last != Some(ended) {
+            eprintln!("array {array}: {ended} of {} task(s) ended", tasks.len());
+            last = Some(ended);
+        }
+        if ended == tasks.len() {
+            let bad: Vec<_> = tasks.iter().filter(|t| t.status != JobStatus::Succeeded).collect();
+            if bad.is_empty() {
+                return Ok(());
+            }
+            let mut code = 1u8;
+            for t in &bad {
+                if let Response::Job(j) = client.read(Query::Job(t.job_ref()), false).await.map_err(failed)? {
+                    if let Some(tranche_model::AttemptEnd::Exited { code: c }) =
+                        j.attempts.last().and_then(|a| a.end.clone())
+                    {
+                        if (1..256).contains(&c) {
+                            code = code.max(c as u8);
+                        }
+                    }
+                }
+            }
+            return Err((
+                code,
+                format!("array {array}: {} of {} task(s) did not succeed", bad.len(), tasks.len()),
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct JobsArgs {
     #[arg(long)]
@@ -387,12 +506,23 @@ pub struct JobsArgs {
     /// Redraw every 2 seconds until interrupted.
     #[arg(long)]
     watch: bool,
+    /// Only the tasks of this array.
+    #[arg(long)]
+    array: Option<u64>,
+    /// Also each waiting job's position in its share and estimated start (the `pos`
+    /// and `start` columns).
+    #[arg(long, short = 'l')]
+    long: bool,
+    /// Columns, comma-separated: id, name, queue, share, user, st, state, priority,
+    /// time, gpus, unit, submitted, preemptions, nodes, pos, start, reason, where.
+    #[arg(long, short = 'o')]
+    format: Option<String>,
     #[arg(long)]
     config: Option<PathBuf>,
 }
 
-/// The room left for NODES(REASON) in a 100-column row of `tranche jobs`.
-const WHERE_WIDTH: usize = 100 - 74;
+/// The width `tranche jobs` fits its rows to.
+const LINE_WIDTH: usize = 100;
 
 pub fn jobs(args: &JobsArgs) -> ExitCode {
     run("jobs", async {
@@ -427,6 +557,8 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         },
         status,
         limit: None,
+        array: args.array.map(JobId),
+        standing: args.long,
     };
     let jobs = match client
         .read(Query::Jobs(filter), false)
@@ -441,7 +573,10 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
                 .iter()
                 .map(|j| {
                     serde_json::json!({
-                        "id": j.id.0, "name": j.name, "queue": j.queue.as_str(), "share": j.share.as_str(),
+                        "id": j.id.0, "job": j.job_ref().to_string(),
+                        "array_job_id": j.array.as_ref().map(|a| a.array.0),
+                        "array_task_id": j.array.as_ref().map(|a| a.index),
+                        "name": j.name, "queue": j.queue.as_str(), "share": j.share.as_str(),
                         "user": j.user.as_str(), "state": j.status.as_str(), "priority": j.priority,
                         "unit": j.unit.as_str(), "gpus": j.gpus,
                         "nodes": j.nodes.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
@@ -452,45 +587,24 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
         println!("{}", serde_json::Value::Array(rows));
         return Ok(());
     }
-    let now = now_ms();
-    println!(
-        "{:>7} {:<9} {:<10} {:<12} {:<9} {:>2} {:>10} {:>5}  NODES(REASON)",
-        "ID", "QUEUE", "SHARE", "NAME", "USER", "ST", "TIME", "GPUS"
-    );
-    for j in &jobs {
-        let where_ = if j.nodes.is_empty() {
-            j.reason
-                .as_ref()
-                .map(|r| format!("({r})"))
-                .unwrap_or_default()
-        } else {
-            j.nodes
-                .iter()
-                .map(|n| n.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        println!(
-            "{:>7} {:<9.9} {:<10.10} {:<12.12} {:<9.9} {:>2} {:>10} {:>5}  {}",
-            j.id.0,
-            j.queue.as_str(),
-            j.share.as_str(),
-            j.name,
-            j.user.as_str(),
-            state_code(j.status),
-            j.started_at
-                .map(|t| clock_duration(now.saturating_sub(t)))
-                .unwrap_or_else(|| "0:00".into()),
-            j.gpus,
-            fit(where_, WHERE_WIDTH)
-        );
+    let default = if args.long {
+        crate::job_list::LONG_FORMAT
+    } else {
+        crate::job_list::DEFAULT_FORMAT
+    };
+    let cols = crate::job_list::parse_format(args.format.as_deref().unwrap_or(default))
+    .map_err(usage)?;
+    let rows = crate::job_list::rows(&jobs);
+    for line in crate::job_list::table(&rows, &cols, now_ms(), LINE_WIDTH) {
+        println!("{line}");
     }
     Ok(())
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
-    job: u64,
+    /// A job, or `42_7` for one task of an array.
+    job: JobRef,
     /// The whole job record as JSON.
     #[arg(long)]
     json: bool,
@@ -502,7 +616,7 @@ pub fn show(args: &ShowArgs) -> ExitCode {
     run("show", async {
         let (client, _) = connect(&args.config)?;
         let j = match client
-            .read(Query::Job(JobId(args.job)), false)
+            .read(Query::Job(args.job), false)
             .await
             .map_err(failed)?
         {
@@ -515,7 +629,38 @@ pub fn show(args: &ShowArgs) -> ExitCode {
         }
         let now = now_ms();
         let s = &j.spec;
-        println!("Job {} \"{}\"  {}", j.id, s.name, j.status);
+        println!("Job {} \"{}\"  {}", j.job_ref(), s.name, j.status);
+        if let Some(a) = &j.array {
+            let limit = a
+                .max_running
+                .map(|m| format!(", at most {m} running at once"))
+                .unwrap_or_default();
+            println!(
+                "  task {} of array {} ({} task(s){limit}); job id {}",
+                a.index, a.array, a.count, j.id
+            );
+        }
+        if !s.dependency.is_empty() {
+            let left: Vec<String> = j
+                .deps
+                .iter()
+                .map(|d| format!("{}:{}", d.kind.as_str(), d.job))
+                .collect();
+            let left = if left.is_empty() {
+                String::new()
+            } else {
+                format!("  (still waiting on {})", left.join(","))
+            };
+            println!("  dependency {}{left}", s.dependency);
+        }
+        if j.held {
+            println!("  held: it starts only after tranche release {}", j.job_ref());
+        }
+        for (what, p) in [("output", &s.output), ("error", &s.error)] {
+            if let Some(p) = p {
+                println!("  {what} {p}");
+            }
+        }
         println!(
             "  user {}  share {}  queue {}  priority {}",
             s.user, s.share, s.queue, s.priority
@@ -589,8 +734,9 @@ pub fn show(args: &ShowArgs) -> ExitCode {
 
 #[derive(clap::Args, Debug)]
 pub struct CancelArgs {
+    /// Jobs; `42_7` cancels one task of an array, the array's id every task.
     #[arg(required = true)]
-    jobs: Vec<u64>,
+    jobs: Vec<JobRef>,
     #[arg(long, default_value = "cancelled by its user")]
     reason: String,
     #[arg(long)]
@@ -598,18 +744,43 @@ pub struct CancelArgs {
 }
 
 pub fn cancel(args: &CancelArgs) -> ExitCode {
-    run("cancel", async {
-        let (client, _) = connect(&args.config)?;
+    each_job("cancel", &args.config, &args.jobs, |job| ClientCommand::Cancel {
+        job,
+        reason: args.reason.clone(),
+    })
+}
+
+#[derive(clap::Args, Debug)]
+pub struct JobsRefArgs {
+    /// Jobs; `42_7` names one task of an array, the array's id every task.
+    #[arg(required = true)]
+    jobs: Vec<JobRef>,
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// `tranche hold`: waiting jobs stay PENDING until released.
+pub fn hold(args: &JobsRefArgs) -> ExitCode {
+    each_job("hold", &args.config, &args.jobs, |job| ClientCommand::Hold { job })
+}
+
+/// `tranche release`: held jobs may start once their dependencies are satisfied.
+pub fn release(args: &JobsRefArgs) -> ExitCode {
+    each_job("release", &args.config, &args.jobs, |job| ClientCommand::Release { job })
+}
+
+/// Sends one command per job; every refusal is reported, with its job.
+fn each_job(
+    verb: &'static str,
+    config: &Option<PathBuf>,
+    jobs: &[JobRef],
+    cmd: impl Fn(JobRef) -> ClientCommand,
+) -> ExitCode {
+    run(verb, async {
+        let (client, _) = connect(config)?;
         let mut refused = Vec::new();
-        for &id in &args.jobs {
-            let r = client
-                .command(ClientCommand::Cancel {
-                    job: JobId(id),
-                    reason: args.reason.clone(),
-                })
-                .await
-                .map_err(failed)?;
-            match r {
+        for &id in jobs {
+            match client.command(cmd(id)).await.map_err(failed)? {
                 Ok(Outcome::Done) | Ok(_) => {}
                 Err(ApiError::Rejected(e)) => refused.push(format!("job {id}: {e}")),
                 Err(e) => refused.push(format!("job {id}: {e}")),

@@ -40,6 +40,8 @@ pub struct Config {
     pub sched: SchedConfig,
     #[serde(default)]
     pub agents: AgentsConfig,
+    #[serde(default)]
+    pub accounting: AccountingConfig,
     /// Accept the `Isolate` test switch from admins. Never enable in production.
     #[serde(default)]
     pub fault_injection: bool,
@@ -150,6 +152,23 @@ impl Default for AgentsConfig {
     }
 }
 
+/// How long the accounting ledger keeps its hours.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccountingConfig {
+    /// Hours older than this many days are dropped (by the leader, for every
+    /// controller alike).
+    pub retention_days: u32,
+}
+
+impl Default for AccountingConfig {
+    fn default() -> Self {
+        AccountingConfig {
+            retention_days: 400,
+        }
+    }
+}
+
 /// A config file that could not be used; the message names the file and the field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -255,6 +274,9 @@ impl Config {
         }
         if r.snapshot_entries == 0 {
             return Err(bad("raft.snapshot_entries", "must be positive"));
+        }
+        if self.accounting.retention_days == 0 {
+            return Err(bad("accounting.retention_days", "must be at least 1"));
         }
         if self.sched.max_busy_percent == 0 || self.sched.max_busy_percent > 100 {
             return Err(bad("sched.max_busy_percent", "must be 1 to 100"));

@@ -10,8 +10,9 @@
 //! that asks for older ones is told to read the state again (a `reset`).
 //!
 //! Recording costs little per entry: the jobs an entry can change are named by its
-//! command (a submit, a cancel, a plan's jobs, an agent's report), and only entries
-//! that may change any job (deleting a share, a node going down, commands this module
+//! command (a submit's new jobs, a plan's jobs, an agent's report of a start), and
+//! only entries that may change any job (a cancel or release, an attempt's end that may
+//! release its dependents, deleting a share, a node going down, commands this module
 //! does not know) look at every job that has not ended.
 
 use std::collections::{BTreeSet, VecDeque};
@@ -19,7 +20,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tranche_model::{JobId, JobStatus, Millis, NodeName, ShareName, Unit, UserName};
-use tranche_state::{Action, Command, Outcome, State};
+use tranche_state::{Action, Command, Progress, State};
 
 /// How many events a controller keeps for clients that resume.
 pub const KEEP_EVENTS: usize = 50_000;
@@ -72,6 +73,8 @@ pub struct Since {
 /// The jobs an entry may change, and how many transitions each had before it.
 pub struct Before {
     jobs: Vec<(JobId, usize, JobStatus)>,
+    /// The id the next new job gets.
+    next_id: u64,
 }
 
 pub struct EventLog {
@@ -106,8 +109,15 @@ impl EventLog {
         self.applying(index);
         let mut ids = BTreeSet::new();
         let all = match cmd {
+            // The jobs it makes are found after it by their ids.
             Command::Submit(_) => false,
-            Command::Cancel { job, .. } | Command::JobProgress { job, .. } => {
+            // An attempt starting changes only its job; one ending may release or end
+            // the jobs that depend on it.
+            Command::JobProgress {
+                job,
+                event: Progress::Starting | Progress::Running,
+                ..
+            } => {
                 ids.insert(*job);
                 false
             }
@@ -131,7 +141,9 @@ impl EventLog {
             | Command::NodeUp { .. }
             | Command::NodeUnreachable { .. }
             | Command::ResumeNode { .. } => false,
-            // Anything else may change any job that has not ended.
+            // Anything else (a cancel, hold or release of a whole array, an exit that
+            // releases or ends dependents, a share deleted, a node down, commands this
+            // module does not know) may change any job that has not ended.
             _ => true,
         };
         let jobs = if all {
@@ -146,11 +158,14 @@ impl EventLog {
                 .filter_map(|id| state.job(id).map(|j| (id, j.transitions.len(), j.status)))
                 .collect()
         };
-        Before { jobs }
+        Before {
+            jobs,
+            next_id: state.next_job_id,
+        }
     }
 
-    /// Called after the entry at `index` was applied with `outcome`.
-    pub fn after(&mut self, state: &State, index: u64, before: Before, outcome: Option<&Outcome>) {
+    /// Called after the entry at `index` was applied.
+    pub fn after(&mut self, state: &State, index: u64, before: Before) {
         let mut touched: BTreeSet<ShareName> = BTreeSet::new();
         let mut emit = |ev: JobEvent, events: &mut VecDeque<Event>| {
             if ev.from.is_some_and(|f| f.is_active()) != ev.to.is_active() {
@@ -161,12 +176,9 @@ impl EventLog {
                 kind: EventKind::Job(ev),
             });
         };
-        if let Some(Outcome::Submitted {
-            job,
-            existing: false,
-        }) = outcome
-        {
-            if let Some(j) = state.job(*job) {
+        // The jobs the entry made (one, or an array's tasks): ids are never reused.
+        for id in before.next_id..state.next_job_id {
+            if let Some(j) = state.job(JobId(id)) {
                 emit(
                     JobEvent {
                         job: j.id,

@@ -133,6 +133,64 @@ pub fn render(shared: &SharedRef) -> String {
     {
         let _ = writeln!(out, "tranche_stops_total{{kind=\"{k}\"}} {}", by_kind[i]);
     }
+    // The ledger's totals since it began (design §9), in GPU-seconds.
+    let all = sh
+        .state
+        .ledger_all_time(crate::mailbox::wall_ms().max(sh.last_now));
+    let kinds = |t: &tranche_state::ledger::Totals| {
+        [
+            ("used", t.used),
+            ("borrowed", t.borrowed),
+            ("lent", t.lent),
+            ("reserved_idle", t.reserved_idle),
+            ("lost_reclaim", t.lost_reclaim),
+            ("lost_in_share", t.lost_in_share),
+            ("lost_drain", t.lost_drain),
+        ]
+    };
+    let _ = writeln!(
+        out,
+        "# HELP tranche_share_gpu_seconds_total GPU time per share and unit: used within max, borrowed, lent, kept idle by RESERVE, lost to preemption.
+# TYPE tranche_share_gpu_seconds_total counter"
+    );
+    for ((s, u), t) in &all.shares {
+        for (k, v) in kinds(t) {
+            let _ = writeln!(
+                out,
+                "tranche_share_gpu_seconds_total{{share=\"{s}\",unit=\"{u}\",kind=\"{k}\"}} {}",
+                v as f64 / 1000.0
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP tranche_user_gpu_seconds_total GPU time per user and unit: used within max, borrowed, lost to preemption.
+# TYPE tranche_user_gpu_seconds_total counter"
+    );
+    for ((user, u), t) in &all.users {
+        for (k, v) in kinds(t) {
+            if matches!(k, "lent" | "reserved_idle") {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "tranche_user_gpu_seconds_total{{user=\"{user}\",unit=\"{u}\",kind=\"{k}\"}} {}",
+                v as f64 / 1000.0
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP tranche_capacity_gpu_seconds_total GPU time of the nodes that were not DOWN, per unit.
+# TYPE tranche_capacity_gpu_seconds_total counter"
+    );
+    for (u, v) in &all.capacity {
+        let _ = writeln!(
+            out,
+            "tranche_capacity_gpu_seconds_total{{unit=\"{u}\"}} {}",
+            *v as f64 / 1000.0
+        );
+    }
     // Counters: `rate(busy) / rate(passes)` is the mean pass, and `rate(busy)` the
     // share of time that the busy cap (`max_busy_percent`) bounds.
     let _ = writeln!(

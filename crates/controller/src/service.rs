@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tranche_model::JobId;
+use tranche_model::JobRef;
 use tranche_proto::{
     ApiError, ClientCommand, ClientRequest, Query, Response, MAX_NODE_WORK_WAIT_MS,
 };
@@ -237,16 +237,21 @@ impl Service {
         let sh = self.shared.read().unwrap();
         let now = wall_ms().max(sh.last_now);
         let st = &sh.state;
-        let missing = |id: &JobId| ApiError::NotFound(format!("job {id} does not exist"));
+        let find = |r: &JobRef| {
+            st.resolve(r)
+                .ok()
+                .and_then(|ids| ids.first().and_then(|id| st.job(*id)))
+                .ok_or_else(|| ApiError::NotFound(format!("job {r} does not exist")))
+        };
         match q {
             Query::Jobs(f) => Response::Jobs(views::jobs(st, f, now)),
-            Query::Job(id) => match st.job(*id) {
-                Some(j) => Response::Job(Box::new(j.clone())),
-                None => Response::Error(missing(id)),
+            Query::Job(r) => match find(r) {
+                Ok(j) => Response::Job(Box::new(j.clone())),
+                Err(e) => Response::Error(e),
             },
-            Query::Explain(id) => match st.job(*id) {
-                Some(j) => Response::Explain(views::explain(st, j, now)),
-                None => Response::Error(missing(id)),
+            Query::Explain(r) => match find(r) {
+                Ok(j) => Response::Explain(views::explain(st, j, now)),
+                Err(e) => Response::Error(e),
             },
             Query::Shares => Response::Shares(views::shares(st)),
             Query::Queue { limit } => Response::Queue(views::queue(st, *limit, now)),
@@ -256,6 +261,15 @@ impl Service {
             Query::Objects => Response::Objects(views::objects(st)),
             Query::NodeWork { node, .. } => {
                 Response::NodeWork(views::node_work(st, node, sh.applied, now))
+            }
+            Query::Report { from, to } => {
+                let to = to.unwrap_or(now);
+                Response::Report(Box::new(tranche_proto::LedgerReport {
+                    from: *from,
+                    to,
+                    counting_since: st.ledger.since,
+                    totals: st.ledger_between(*from, to),
+                }))
             }
         }
     }
@@ -270,8 +284,9 @@ fn deny(msg: String) -> Result<(), ApiError> {
 /// command). Leader-only commands have no client form, so they need no rule.
 pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
     use ClientCommand::*;
-    let own_job = |job: &JobId| -> Result<(), ApiError> {
-        match state.job(*job) {
+    let own_job = |job: &JobRef| -> Result<(), ApiError> {
+        let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
+        match first.and_then(|id| state.job(id)) {
             None => Err(ApiError::NotFound(format!("job {job} does not exist"))),
             Some(j) if j.spec.user.as_str() == who.name => Ok(()),
             Some(j) => deny(format!(
@@ -308,11 +323,17 @@ pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(
         (_, Submit(_)) => deny(format!(
             "{who}: only user and admin certificates may submit jobs"
         )),
-        (Role::Admin | Role::Operator, Cancel { .. } | UpdatePriority { .. }) => Ok(()),
-        (Role::User, Cancel { job, .. } | UpdatePriority { job, .. }) => own_job(job),
-        (_, Cancel { .. } | UpdatePriority { .. }) => {
-            deny(format!("{who} may not cancel or update jobs"))
-        }
+        (
+            Role::Admin | Role::Operator,
+            Cancel { .. } | UpdatePriority { .. } | Hold { .. } | Release { .. },
+        ) => Ok(()),
+        (
+            Role::User,
+            Cancel { job, .. } | UpdatePriority { job, .. } | Hold { job } | Release { job },
+        ) => own_job(job),
+        (_, Cancel { .. } | UpdatePriority { .. } | Hold { .. } | Release { .. }) => deny(format!(
+            "{who} may not cancel, update, hold or release jobs"
+        )),
         (Role::Admin | Role::Operator, DrainNode { .. } | ResumeNode { .. }) => Ok(()),
         // An agent drains its own node when a GPU turns unhealthy; it never resumes it
         // (an operator does, after the repair) and never stops its jobs that way.
@@ -351,6 +372,7 @@ mod tests {
     //! records what reaches it and accepts it.
 
     use std::sync::{Mutex, RwLock};
+    use tranche_model::JobId;
 
     use tranche_model::{JobSpec, NodeName};
     use tranche_proto::MembershipChange;
@@ -538,7 +560,7 @@ mod tests {
         )
         .await;
         let cancel = ClientCommand::Cancel {
-            job: JobId(1),
+            job: JobId(1).into(),
             reason: "x".into(),
         };
         expect_written(&r, &alice, cancel.clone()).await;
@@ -558,7 +580,7 @@ mod tests {
             .handle(
                 &alice,
                 write(ClientCommand::UpdatePriority {
-                    job: JobId(99),
+                    job: JobId(99).into(),
                     priority: 1,
                 }),
             )
@@ -591,7 +613,7 @@ mod tests {
         expect_denied(&r, &n1, drain("n1", true), "only operator").await;
         expect_denied(&r, &n2, drain("n1", false), "only operator").await;
         let progress = ClientCommand::JobProgress {
-            job: JobId(1),
+            job: JobId(1).into(),
             attempt: 1,
             event: tranche_state::Progress::Running,
         };
@@ -661,11 +683,13 @@ mod tests {
         let n1 = who(Role::Agent, "n1");
         let n2 = who(Role::Agent, "n2");
         assert!(matches!(
-            r.service.handle(&n1, read(Query::Job(JobId(1)))).await,
+            r.service
+                .handle(&n1, read(Query::Job(JobId(1).into())))
+                .await,
             Response::Job(_)
         ));
         for (id, q) in [
-            (&n2, Query::Job(JobId(1))),
+            (&n2, Query::Job(JobId(1).into())),
             (&n1, Query::Shares),
             (&n1, Query::Jobs(Default::default())),
         ] {

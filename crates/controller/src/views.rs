@@ -30,19 +30,32 @@ pub fn summary(job: &Job, now: Millis) -> JobSummary {
             .map(|r| r.render(now)),
         preemptions: job.preemptions,
         client_token: job.spec.client_token.clone(),
+        array: job.array.clone(),
+        standing: None,
     }
 }
 
 pub fn jobs(state: &State, f: &JobFilter, now: Millis) -> Vec<JobSummary> {
     let limit = f.limit.map(|l| l as usize).unwrap_or(usize::MAX);
-    state
-        .jobs
-        .values()
-        .filter(|j| f.share.as_ref().is_none_or(|s| &j.spec.share == s))
+    let all: Box<dyn Iterator<Item = &Job>> = match f.array {
+        Some(a) => match state.job(a).and_then(|j| j.array.as_ref()) {
+            Some(t) if t.array == a => Box::new(state.tasks_of(a, t.count)),
+            _ => Box::new(std::iter::empty()),
+        },
+        None => Box::new(state.jobs.values()),
+    };
+    let standings = f
+        .standing
+        .then(|| tranche_sched::estimate::standings(state, now))
+        .unwrap_or_default();
+    all.filter(|j| f.share.as_ref().is_none_or(|s| &j.spec.share == s))
         .filter(|j| f.user.as_ref().is_none_or(|u| &j.spec.user == u))
         .filter(|j| f.status.is_empty() || f.status.contains(&j.status))
         .take(limit)
-        .map(|j| summary(j, now))
+        .map(|j| JobSummary {
+            standing: standings.get(&j.id).cloned(),
+            ..summary(j, now)
+        })
         .collect()
 }
 
@@ -97,7 +110,14 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
             share.resource_sharing.strategy
         ));
     }
-    Explanation { job: s, lines }
+    let standing = (job.status == JobStatus::Runnable)
+        .then(|| tranche_sched::estimate::standings(state, now).remove(&job.id))
+        .flatten();
+    Explanation {
+        job: s,
+        standing,
+        lines,
+    }
 }
 
 /// A span of `ms` milliseconds in its two largest units, as people write it: `45s`,
@@ -185,6 +205,11 @@ fn would_start(r: &tranche_model::PendingReason, now: Millis) -> String {
         AboveCeiling { share, need, unit, .. } => format!(
             "an admin raises share {share}'s max (or lets it borrow more) to at least {need} {unit}"
         ),
+        Held => "it is released (tranche release)".into(),
+        Dependency { job, .. } => format!(
+            "job {job} ends as its dependency needs (and any other dependencies are satisfied)"
+        ),
+        ArrayLimit { array, .. } => format!("one of array {array}'s running tasks ends"),
     }
 }
 
@@ -338,6 +363,10 @@ pub fn node_work(
             user: spec.user.clone(),
             cwd: spec.cwd.clone(),
             rendezvous,
+            name: spec.name.to_string(),
+            array: job.array.clone(),
+            output: spec.output.clone(),
+            error: spec.error.clone(),
         });
     }
     NodeWork {

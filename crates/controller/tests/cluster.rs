@@ -266,7 +266,7 @@ fn restart_from_data_dirs_reproduces_the_state() {
         }
         let cancel = admin
             .command(ClientCommand::Cancel {
-                job: tranche_model::JobId(3),
+                job: tranche_model::JobId(3).into(),
                 reason: "test".into(),
             })
             .await
@@ -553,7 +553,7 @@ async fn wait_status(admin: &Client, job: tranche_model::JobId, want: tranche_mo
     let r = wait_until(
         &format!("job {job} {want:?}"),
         Duration::from_secs(30),
-        async || match admin.read(Query::Job(job), false).await {
+        async || match admin.read(Query::Job(job.into()), false).await {
             Ok(Response::Job(j)) if j.status == want => Ok(()),
             Ok(Response::Job(j)) => Err(format!("{:?}: {:?}", j.status, j.pending_reason)),
             other => Err(format!("{other:?}")),
@@ -602,7 +602,7 @@ fn the_leader_schedules_and_a_new_leader_carries_on() {
             "a reason for the waiting job",
             Duration::from_secs(30),
             async || {
-                let r = admin.read(Query::Job(x), false).await;
+                let r = admin.read(Query::Job(x.into()), false).await;
                 let Ok(Response::Job(j)) = r else {
                     return Err(format!("{r:?}"));
                 };
@@ -773,7 +773,7 @@ fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
             was_unreachable,
             "the node was never seen UNREACHABLE before DOWN"
         );
-        let r = admin.read(Query::Job(job), false).await.unwrap();
+        let r = admin.read(Query::Job(job.into()), false).await.unwrap();
         let Response::Job(j) = r else { panic!("{r:?}") };
         assert!(
             !j.status.is_active(),
@@ -932,7 +932,7 @@ fn unsafe_no_fsync_warns_at_start_and_keeps_the_state_across_a_restart() {
             .expect("a leader after the restart");
         let after = converge(&c, &admin, &[0], Duration::from_secs(30)).await;
         assert_eq!(after.jobs, before.jobs);
-        let r = admin.read(Query::Job(job), false).await;
+        let r = admin.read(Query::Job(job.into()), false).await;
         assert!(matches!(r, Ok(Response::Job(_))), "{r:?}");
     });
     let log = std::fs::read_to_string(&c.controllers[0].log).unwrap();

@@ -82,7 +82,7 @@ async fn digest(c: &LocalCluster, admin: &Client) -> StateDigest {
 }
 
 async fn job(admin: &Client, id: JobId) -> Job {
-    match admin.read(Query::Job(id), false).await {
+    match admin.read(Query::Job(id.into()), false).await {
         Ok(Response::Job(j)) => *j,
         other => panic!("job {id}: {other:?}"),
     }
@@ -323,12 +323,12 @@ fn users_touch_only_their_own_jobs_and_shares() {
         let objects = || async { format!("{:?}", admin.read(Query::Objects, false).await) };
         let before = objects().await;
 
-        let cancel = |job| ClientCommand::Cancel {
-            job,
+        let cancel = |job: tranche_model::JobId| ClientCommand::Cancel {
+            job: job.into(),
             reason: "mine now".into(),
         };
-        let priority = |job| ClientCommand::UpdatePriority {
-            job,
+        let priority = |job: tranche_model::JobId| ClientCommand::UpdatePriority {
+            job: job.into(),
             priority: 9_999,
         };
         let not_admin = "only an admin";
@@ -495,14 +495,14 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
                 ),
                 (
                     ClientCommand::Cancel {
-                        job: id,
+                        job: id.into(),
                         reason: "x".into(),
                     },
                     "may not cancel",
                 ),
                 (
                     ClientCommand::UpdatePriority {
-                        job: id,
+                        job: id.into(),
                         priority: 1,
                     },
                     "may not cancel or update",
@@ -541,7 +541,7 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
         // It reads only its own node's work and jobs.
         for q in [
             node_work("n2"),
-            Query::Job(id),
+            Query::Job(id.into()),
             Query::Jobs(JobFilter::default()),
             Query::Nodes,
             Query::Shares,
@@ -556,7 +556,7 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
         assert_eq!(j.attempts.len(), 1);
         assert!(j.attempts[0].end.is_none(), "{j:?}");
         assert_ne!(j.status, JobStatus::Cancelled);
-        let r = n2.read(Query::Job(id), false).await;
+        let r = n2.read(Query::Job(id.into()), false).await;
         assert!(matches!(r, Ok(Response::Job(_))), "{r:?}");
         let r = n2.command(progress(Progress::Running)).await;
         assert!(matches!(r, Ok(Ok(_))), "{r:?}");

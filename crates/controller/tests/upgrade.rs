@@ -65,7 +65,7 @@ async fn ok(admin: &Client, cmd: ClientCommand) {
 
 async fn job(admin: &Client, id: JobId) -> Value {
     match admin
-        .read(Query::Job(id), false)
+        .read(Query::Job(id.into()), false)
         .await
         .expect("read answered")
     {
@@ -266,16 +266,28 @@ fn write_fixture() {
         ok(
             &admin,
             ClientCommand::UpdatePriority {
-                job: waits,
+                job: waits.into(),
                 priority: 5,
             },
         )
         .await;
+        // Format 4: an array of held tasks with a % limit, a job waiting on a
+        // dependency, and output paths.
+        let mut sweep = spec("sweep", "nlp", "alice", 1, "echo $TRANCHE_ARRAY_TASK_ID");
+        sweep.array = Some(tranche_model::ArraySpec::parse("0-2%1").unwrap());
+        sweep.hold = true;
+        sweep.output = Some("sweep-%A_%a.out".into());
+        submit(sweep).await;
+        let mut after = spec("after", "vision", "carol", 1, "echo after");
+        after.dependency = tranche_model::Dependency::parse(&format!("afterok:{waits}")).unwrap();
+        after.error = Some("after-%j.err".into());
+        let after = submit(after).await;
+        wait_status(&admin, after, "PENDING").await;
         let gone = submit(spec("cancelled", "vision", "carol", 1, "sleep 600")).await;
         ok(
             &admin,
             ClientCommand::Cancel {
-                job: gone,
+                job: gone.into(),
                 reason: "not needed".into(),
             },
         )
@@ -367,13 +379,18 @@ fn an_older_release_data_dirs_are_read_unchanged() {
 }
 
 #[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+fn an_older_release_data_dirs_of_format_2_are_read_unchanged() {
     read_unchanged("format-2", 2);
 }
 
 #[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged("format-3", 3);
+}
+
+#[test]
 fn this_release_data_dirs_are_read_unchanged() {
-    read_unchanged("format-3", tranche_state::codec::FORMAT);
+    read_unchanged("format-4", tranche_state::codec::FORMAT);
 }
 
 /// The stored format a data dir records, once its controller has opened it.
@@ -410,15 +427,15 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (_tmp, mut c, expected) = fixture_copy("format-2");
+    let (_tmp, mut c, expected) = fixture_copy("format-3");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
         data_dir_format(&dirs[0]),
-        Some(2),
+        Some(3),
         "the previous release's data dir"
     );
     rt().block_on(async {
-        // c2 and c3 start on this build (a majority); c1 still holds format-2 data.
+        // c2 and c3 start on this build (a majority); c1 still holds format-3 data.
         c.start(1).unwrap();
         c.start(2).unwrap();
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -442,7 +459,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             }
             acked
         });
-        // Then each controller in turn: c1 starts on its format-2 data dir while the
+        // Then each controller in turn: c1 starts on its format-3 data dir while the
         // others serve; then c2 and c3 are restarted, one at a time.
         c.start(0).unwrap();
         caught_up(&mut c, &admin, 0).await;
@@ -530,7 +547,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1, 2 and 3"
+                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3 and 4"
             ),
             "controller {} log: {log}",
             i + 1

@@ -10,7 +10,7 @@ use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState, Message, MessageType,
     SnapshotMetadata,
 };
-use tranche_model::{JobId, JobSpec, JobStatus, SECOND};
+use tranche_model::{JobId, JobRef, JobSpec, JobStatus, SECOND};
 use tranche_proto::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_proto::{
     frame, ApiError, ClientCommand, ClientRequest, ClusterStatus, GpuBinding, JobFilter, LogFrame,
@@ -81,7 +81,7 @@ impl World {
             Command::PutEnvironment(policy.environments[0].clone()),
             Command::Submit(spec),
             Command::Cancel {
-                job: JobId(1),
+                job: JobRef::job(JobId(1)),
                 reason: "user".into(),
             },
             Command::ApplyPlan(tranche_sched::plan(&self.state, self.now)),
@@ -96,7 +96,7 @@ impl World {
             ClientCommand::PutShare(policy.shares[0].clone()),
             ClientCommand::Submit(spec),
             ClientCommand::Cancel {
-                job: JobId(1),
+                job: JobRef::job(JobId(1)),
                 reason: "user".into(),
             },
         ]
@@ -126,6 +126,8 @@ impl World {
                     user: None,
                     status: vec![JobStatus::Running],
                     limit: Some(10),
+                    array: None,
+                    standing: false,
                 }),
                 stale: false,
             },
@@ -181,6 +183,15 @@ impl World {
                 master_addr: "10.0.0.1".into(),
                 master_port: 20_417,
             },
+            name: "train".into(),
+            array: Some(tranche_model::ArrayTask {
+                array: job.id,
+                index: 7,
+                count: 100,
+                max_running: Some(10),
+            }),
+            output: Some("out-%A_%a.txt".into()),
+            error: None,
         };
         vec![
             Response::Applied(Outcome::Submitted {

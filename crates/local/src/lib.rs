@@ -32,6 +32,9 @@ pub struct LocalOptions {
     pub cert_days: u32,
     /// Serve the HTTPS API on every controller (`http_addr`, a free TCP port).
     pub http: bool,
+    /// Where agents keep their spools (`spool-<node>` under it); `None`: the cluster's
+    /// directory.
+    pub spool_root: Option<PathBuf>,
 }
 
 impl LocalOptions {
@@ -44,6 +47,7 @@ impl LocalOptions {
             base_port: None,
             cert_days: 30,
             http: true,
+            spool_root: None,
         }
     }
 }
@@ -503,7 +507,12 @@ impl LocalCluster {
         extra: &str,
     ) -> Result<usize, String> {
         let files = self.issue(Role::Agent, node)?;
-        let spool = self.dir.join(format!("spool-{node}"));
+        let spool = self
+            .opts
+            .spool_root
+            .as_deref()
+            .unwrap_or(&self.dir)
+            .join(format!("spool-{node}"));
         let controllers: Vec<String> = self
             .client_addrs()
             .iter()

@@ -1,5 +1,6 @@
 //! Jobs: what a user submits (`JobSpec`), and what Tranche records about it (`Job`).
 
+use crate::array::*;
 use crate::error::{invalid, ValidationError};
 use crate::ids::*;
 use crate::objects::QuotaShare;
@@ -80,6 +81,17 @@ pub struct JobSpec {
     /// The working directory: the directory the job was submitted from (or `--chdir`),
     /// used on a node where it exists; else the user's home. Absolute.
     pub cwd: Option<String>,
+    /// `--array`: one submit makes a job per task index. A task's own spec has none.
+    pub array: Option<ArraySpec>,
+    /// `--dependency`: the jobs this one waits for.
+    pub dependency: Dependency,
+    /// `--hold`: submitted PENDING until `tranche release`.
+    pub hold: bool,
+    /// `--output` / `--error`: files the node writes the job's stdout and stderr to, as
+    /// Slurm does (`%j`, `%A`, `%a`, `%x`, `%u`, `%N`, `%n`, `%%`; relative to the working
+    /// directory). `None`: kept in the agent's spool only.
+    pub output: Option<String>,
+    pub error: Option<String>,
 }
 
 impl JobSpec {
@@ -116,6 +128,11 @@ impl JobSpec {
             client_token: None,
             tags: BTreeMap::new(),
             cwd: None,
+            array: None,
+            dependency: Dependency::default(),
+            hold: false,
+            output: None,
+            error: None,
         }
     }
 
@@ -168,6 +185,17 @@ impl JobSpec {
                     "cwd",
                     "must be an absolute path of at most 4096 characters",
                 ));
+            }
+        }
+        if let Some(a) = &self.array {
+            a.validate()?;
+        }
+        self.dependency.validate()?;
+        for (field, p) in [("output", &self.output), ("error", &self.error)] {
+            if let Some(p) = p {
+                if p.is_empty() || p.len() > 4096 || p.contains('\0') {
+                    return Err(invalid(field, "must be a path of 1-4096 characters"));
+                }
             }
         }
         if self.command.len() > MAX_COMMAND_ARGS {
@@ -520,6 +548,19 @@ pub enum PendingReasonOf<S> {
         unit: S,
         strategy: S,
     },
+    /// PENDING: held at submit (`--hold`) or by `tranche hold`, until released.
+    Held,
+    /// PENDING: a dependency names a job that has not ended as it needs.
+    Dependency {
+        job: S,
+        status: S,
+    },
+    /// The array has `%limit` tasks holding GPUs already.
+    ArrayLimit {
+        array: S,
+        running: u32,
+        limit: u32,
+    },
 }
 
 /// The stored form.
@@ -622,6 +663,20 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
                 unit: f(unit.as_ref()),
                 strategy: f(strategy.as_ref()),
             },
+            Held => Held,
+            Dependency { job, status } => Dependency {
+                job: f(job.as_ref()),
+                status: f(status.as_ref()),
+            },
+            ArrayLimit {
+                array,
+                running,
+                limit,
+            } => ArrayLimit {
+                array: f(array.as_ref()),
+                running: *running,
+                limit: *limit,
+            },
         }
     }
 
@@ -683,6 +738,11 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
                     "needs {need} {unit} but share {share} ({strategy}) {limit} {ceiling} {unit}: it cannot start until the share's limits change"
                 )
             }
+            P::Held => "held: it waits until released (tranche release)".into(),
+            P::Dependency { job, status } => format!("waiting for job {job} ({status})"),
+            P::ArrayLimit { array, running, limit } => format!(
+                "array {array} has {running} of its at most {limit} tasks running"
+            ),
         }
     }
 }
@@ -706,6 +766,12 @@ pub struct Job {
     pub preemptions: u32,
     /// Attempts that failed by themselves (counted against `retry_attempts`).
     pub failures: u32,
+    /// Set on each task of an array.
+    pub array: Option<ArrayTask>,
+    /// Dependencies not yet satisfied; the job is PENDING while any is left.
+    pub deps: Vec<Dep>,
+    /// Held (`--hold`, `tranche hold`): PENDING until released.
+    pub held: bool,
 }
 
 impl Job {
@@ -725,6 +791,11 @@ impl Job {
     pub fn started_at(&self) -> Option<Millis> {
         self.current_attempt()
             .map(|a| a.started_at.unwrap_or(a.scheduled_at))
+    }
+
+    /// The job as users name it: `42`, or `42_7` for task 7 of array 42.
+    pub fn job_ref(&self) -> JobRef {
+        JobRef::of(self.id, self.array.as_ref())
     }
 
     pub fn preempting(&self) -> bool {

@@ -10,19 +10,23 @@
 //! network, storage or processes. Every validation error names the field and the rule,
 //! so that the CLI, the controller and the scenario runner can show it as it is.
 
+mod array;
 mod error;
 mod ids;
 mod job;
 mod node;
 mod objects;
+mod standing;
 pub mod policy_file;
 pub mod text_limits;
 
+pub use array::*;
 pub use error::ValidationError;
 pub use ids::*;
 pub use job::*;
 pub use node::*;
 pub use objects::*;
+pub use standing::*;
 
 /// Milliseconds since the Unix epoch (controller) or since the start of a scenario
 /// (virtual time). The pure core never reads a clock: every time comes in as this.

@@ -21,13 +21,20 @@ pub enum ClientCommand {
     DeleteShare(ShareName),
     // Users (their own jobs), operators and admins.
     Submit(JobSpec),
+    /// `42` (a job, or every task of array 42) or `42_7` (one task).
     Cancel {
-        job: JobId,
+        job: JobRef,
         reason: String,
     },
     UpdatePriority {
-        job: JobId,
+        job: JobRef,
         priority: u32,
+    },
+    Hold {
+        job: JobRef,
+    },
+    Release {
+        job: JobRef,
     },
     // Operators and admins; an agent may drain its own node (an unhealthy GPU).
     DrainNode {
@@ -63,6 +70,8 @@ impl ClientCommand {
             C::Submit(spec) => Command::Submit(spec),
             C::Cancel { job, reason } => Command::Cancel { job, reason },
             C::UpdatePriority { job, priority } => Command::UpdatePriority { job, priority },
+            C::Hold { job } => Command::Hold { job },
+            C::Release { job } => Command::Release { job },
             C::DrainNode { node, reason, now } => Command::DrainNode { node, reason, now },
             C::ResumeNode { node } => Command::ResumeNode { node },
             C::RegisterNode(inv) => Command::RegisterNode(inv),

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use tranche_model::{
+    ArrayTask, JobRef, Standing,
     Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit, UserName,
 };
 use tranche_state::{ApplyError, Outcome};
@@ -59,8 +60,9 @@ pub const MAX_NODE_WORK_WAIT_MS: u32 = 30_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Query {
     Jobs(JobFilter),
-    Job(JobId),
-    Explain(JobId),
+    /// One job or array task (`42`, `42_7`); for an array's id, its first task.
+    Job(JobRef),
+    Explain(JobRef),
     Shares,
     /// The front of the queue and of each share, at most `limit` jobs each.
     Queue {
@@ -81,6 +83,20 @@ pub enum Query {
         after: Option<u64>,
         wait_ms: u32,
     },
+    /// The accounting ledger over `[from, to)` (ms since the epoch; `to` absent: now),
+    /// whole hours: the hours that overlap the range.
+    Report { from: Millis, to: Option<Millis> },
+}
+
+/// The ledger's figures over a range (see `tranche_state::ledger`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerReport {
+    /// The range asked for, `to` resolved to the controller's time.
+    pub from: Millis,
+    pub to: Millis,
+    /// Since when the ledger counts (0: nothing counted yet).
+    pub counting_since: Millis,
+    pub totals: tranche_state::ledger::Bucket,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +107,10 @@ pub struct JobFilter {
     pub status: Vec<JobStatus>,
     /// At most this many jobs, lowest ids first; `None`: all.
     pub limit: Option<u32>,
+    /// Only the tasks of this array.
+    pub array: Option<JobId>,
+    /// With each waiting job's position and estimated start (`tranche jobs --long`).
+    pub standing: bool,
 }
 
 /// A job as a queue listing shows it.
@@ -113,12 +133,25 @@ pub struct JobSummary {
     pub preemptions: u32,
     /// The submitter's idempotency token.
     pub client_token: Option<String>,
+    /// Set for a task of an array.
+    pub array: Option<ArrayTask>,
+    /// A RUNNABLE job's position and estimated start, when asked for.
+    pub standing: Option<Standing>,
+}
+
+impl JobSummary {
+    /// The job as users name it: `42`, or `42_7` for task 7 of array 42.
+    pub fn job_ref(&self) -> JobRef {
+        JobRef::of(self.id, self.array.as_ref())
+    }
 }
 
 /// Why a job is where it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explanation {
     pub job: JobSummary,
+    /// Its position and estimated start, while it is RUNNABLE.
+    pub standing: Option<Standing>,
     /// One line per fact, numbers included.
     pub lines: Vec<String>,
 }
@@ -224,6 +257,13 @@ pub struct WorkItem {
     pub cwd: Option<String>,
     /// Where this node stands in the attempt's gang (a single-node job is a gang of one).
     pub rendezvous: Rendezvous,
+    pub name: String,
+    /// Set for a task of an array (`TRANCHE_ARRAY_*`).
+    pub array: Option<ArrayTask>,
+    /// Files for stdout and stderr (Slurm's `--output`/`--error` patterns), relative to
+    /// the working directory; `None`: the spool only.
+    pub output: Option<String>,
+    pub error: Option<String>,
 }
 
 /// What every member of an attempt needs to find the others without talking to them.
@@ -315,6 +355,7 @@ pub enum Response {
     Heartbeat {
         registered: bool,
     },
+    Report(Box<LedgerReport>),
 }
 
 impl Response {
@@ -336,6 +377,7 @@ impl Response {
             Response::Done => "done",
             Response::Error(_) => "an error",
             Response::Heartbeat { .. } => "a heartbeat answer",
+            Response::Report(_) => "an accounting report",
         }
     }
 }

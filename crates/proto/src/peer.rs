@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use tranche_model::Millis;
 use tranche_state::codec::{self, FormatError};
-use tranche_state::format::v2;
+use tranche_state::format::{v2, v3};
 use tranche_state::{Command, RequestId, State};
 
 use crate::frame::{self, FrameError, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION};
@@ -112,8 +112,12 @@ impl Proposal {
         if version == codec::FORMAT {
             return codec::decode(body).map_err(bad);
         }
-        // Formats 1 and 2 lay their entries out alike.
-        let p: v2::Proposal = codec::decode(body).map_err(bad)?;
+        // Formats 1 and 2 lay their entries out alike; format 3 differs in its commands.
+        let p: v3::Proposal = if version == 3 {
+            codec::decode(body).map_err(bad)?
+        } else {
+            codec::decode::<v2::Proposal>(body).map_err(bad)?.into()
+        };
         Ok(Proposal {
             origin: p.origin,
             id: p.id,
@@ -124,14 +128,14 @@ impl Proposal {
     }
 }
 
-/// What a controller of the previous protocol version (2) sends: its forwarded writes
+/// What a controller of the previous protocol version (3) sends: its forwarded writes
 /// carry that format's command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum PreviousItem {
     Raft(Vec<u8>),
     Forward {
         id: u64,
-        cmd: v2::Command,
+        cmd: v3::Command,
         request: Option<RequestId>,
     },
 }
@@ -224,7 +228,30 @@ mod tests {
         let today = Proposal::open(&old_as_today(&spec).seal()).unwrap();
         assert!(matches!(today.cmd, Command::Submit(ref s) if s.cwd.as_deref() == Some("/w")));
 
-        // A peer frame of protocol 2 with a forwarded submit.
+        // As format 3 wrote it: a cancel named its job by id alone.
+        let v3_entry = v3::Proposal {
+            origin: 1,
+            id: 2,
+            now: 3,
+            cmd: v3::Command::Cancel {
+                job: tranche_model::JobId(9),
+                reason: "r".into(),
+            },
+            request: None,
+        };
+        let mut sealed = codec::MAGIC.to_vec();
+        sealed.extend(3u16.to_be_bytes());
+        sealed.extend(codec::encode(&v3_entry));
+        let p = Proposal::open(&sealed).unwrap();
+        assert_eq!(
+            p.cmd,
+            Command::Cancel {
+                job: tranche_model::JobId(9).into(),
+                reason: "r".into()
+            }
+        );
+
+        // A peer frame of protocol 3 with a forwarded submit.
         let f = PreviousFrame {
             from: 3,
             from_addr: "127.0.0.1:1".into(),
@@ -233,7 +260,7 @@ mod tests {
                 PreviousItem::Raft(vec![1, 2]),
                 PreviousItem::Forward {
                     id: 5,
-                    cmd: v2::Command::Submit(spec),
+                    cmd: v2::Command::Submit(spec).into(),
                     request: None,
                 },
             ],
@@ -250,7 +277,8 @@ mod tests {
     }
 
     fn old_as_today(spec: &v2::JobSpec) -> Proposal {
-        let mut s: tranche_model::JobSpec = spec.clone().into();
+        let s: v3::JobSpec = spec.clone().into();
+        let mut s: tranche_model::JobSpec = s.into();
         s.cwd = Some("/w".into());
         Proposal {
             origin: 1,

@@ -11,6 +11,7 @@
 //! tokio, do I/O or read the wall clock: the same code runs in `tranched`, in the
 //! scenario runner and in the benchmark, and must give the same plan for the same input.
 
+pub mod estimate;
 mod pass;
 
 pub use pass::{plan, INSHARE_LOOK_LIMIT};

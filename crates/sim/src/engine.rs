@@ -314,7 +314,7 @@ impl Sim {
         } else if let Some(name) = &e.cancel {
             if let Some(&id) = self.jobs.get(name) {
                 if let Err(err) = self.cmd(Command::Cancel {
-                    job: id,
+                    job: JobRef::job(id),
                     reason: "cancelled by user".into(),
                 }) {
                     self.refuse(format!("cancel {name}"), err);
@@ -323,7 +323,7 @@ impl Sim {
         } else if let Some(p) = &e.update_priority {
             if let Some(&id) = self.jobs.get(&p.job) {
                 if let Err(err) = self.cmd(Command::UpdatePriority {
-                    job: id,
+                    job: JobRef::job(id),
                     priority: p.priority,
                 }) {
                     self.refuse(format!("update_priority {}", p.job), err);

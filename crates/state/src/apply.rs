@@ -11,6 +11,36 @@ impl State {
     /// Applies `cmd` at time `now`. Deterministic and total: it never panics on any input,
     /// and an error leaves the state exactly as it was.
     pub fn apply(&mut self, cmd: &Command, now: Millis) -> Result<Outcome, ApplyError> {
+        // The time since the previous entry is counted at the rates before this one.
+        let accrual = self.accrual(now);
+        let node = match cmd {
+            Command::RegisterNode(inv) => Some(inv.name.clone()),
+            Command::NodeDown { node, .. } | Command::NodeUp { node } => Some(node.clone()),
+            _ => None,
+        };
+        let before = node.as_ref().and_then(|n| self.nodes.get(n)).map(node_capacity);
+        let out = self.apply_command(cmd, now);
+        if out.is_ok() {
+            self.book(accrual, now);
+            if let Some(n) = &node {
+                let after = self.nodes.get(n).map(node_capacity);
+                for (u, g) in before.unwrap_or_default() {
+                    if let Some(c) = self.index.capacity.get_mut(&u) {
+                        *c -= g.min(*c);
+                        if *c == 0 {
+                            self.index.capacity.remove(&u);
+                        }
+                    }
+                }
+                for (u, g) in after.unwrap_or_default() {
+                    *self.index.capacity.entry(u).or_default() += g;
+                }
+            }
+        }
+        out
+    }
+
+    fn apply_command(&mut self, cmd: &Command, now: Millis) -> Result<Outcome, ApplyError> {
         let out = match cmd {
             Command::PutEnvironment(e) => self.put_environment(e),
             Command::DeleteEnvironment(n) => self.delete_environment(n),
@@ -21,8 +51,16 @@ impl State {
             Command::PutShare(s) => self.put_share(s),
             Command::DeleteShare(n) => self.delete_share(n, now),
             Command::Submit(spec) => return self.submit(spec, now),
-            Command::Cancel { job, reason } => self.cancel(*job, reason, now),
-            Command::UpdatePriority { job, priority } => self.update_priority(*job, *priority),
+            Command::Cancel { job, reason } => self.cancel_ref(job, reason, now),
+            Command::UpdatePriority { job, priority } => {
+                self.update_priority_ref(job, *priority)
+            }
+            Command::Hold { job } => self.hold_jobs(job, now),
+            Command::PruneLedger { before_hour } => {
+                self.ledger.hours = self.ledger.hours.split_off(before_hour);
+                Ok(())
+            }
+            Command::Release { job } => self.release_jobs(job, now),
             Command::RegisterNode(inv) => self.register_node(inv, now),
             // Written only by format-1 controllers (heartbeats are the leader's soft
             // state now); applied as they did, so that old log entries replay alike.
@@ -320,48 +358,96 @@ impl State {
         }
         spec.validate_for_share(share)?;
         self.check_can_ever_fit(spec, &queue.environment)?;
-        let id = JobId(self.next_job_id);
-        self.next_job_id += 1;
+        let deps = self.resolve_dependency(spec)?;
+        let tasks: Vec<Option<ArrayTask>> = match &spec.array {
+            None => vec![None],
+            Some(a) => {
+                let indices = a.indices();
+                let count = indices.len() as u32;
+                let array = JobId(self.next_job_id);
+                indices
+                    .into_iter()
+                    .map(|index| {
+                        Some(ArrayTask {
+                            array,
+                            index,
+                            count,
+                            max_running: a.max_running,
+                        })
+                    })
+                    .collect()
+            }
+        };
+        let first = JobId(self.next_job_id);
         if let Some(token) = &spec.client_token {
-            self.tokens.insert((spec.user.clone(), token.clone()), id);
+            self.tokens.insert((spec.user.clone(), token.clone()), first);
         }
-        let job = Job {
-            id,
-            spec: spec.clone(),
-            status: JobStatus::Runnable,
-            submitted_at: now,
-            attempts: vec![],
-            transitions: vec![Transition {
+        let mut task_spec = spec.clone();
+        task_spec.array = None;
+        let mut never = vec![];
+        for array in tasks {
+            let id = JobId(self.next_job_id);
+            self.next_job_id += 1;
+            let mut job = Job {
+                id,
+                spec: task_spec.clone(),
+                status: JobStatus::Runnable,
+                submitted_at: now,
+                attempts: vec![],
+                transitions: vec![],
+                stop: None,
+                hold: None,
+                pending_reason: Some(PendingReason::NotYetScheduled),
+                preemptions: 0,
+                failures: 0,
+                array,
+                deps: deps.waiting.clone(),
+                held: spec.hold,
+            };
+            let mut reason = format!("submitted by {}", spec.user);
+            if job.held || !job.deps.is_empty() {
+                job.status = JobStatus::Pending;
+                let why = self.pending_why(&job);
+                reason = format!("{reason}; {}", why.render(now));
+                job.pending_reason = Some(why);
+                for d in &job.deps {
+                    self.index.dependents.entry(d.job).or_default().insert(id);
+                }
+            } else {
+                self.index
+                    .runnable
+                    .entry(spec.share.clone())
+                    .or_default()
+                    .insert(RunKey::of(&job), Waiting::of(&job));
+            }
+            job.transitions.push(Transition {
                 at: now,
                 from: JobStatus::Submitted,
-                to: JobStatus::Runnable,
-                reason: format!("submitted by {}", spec.user),
+                to: job.status,
+                reason,
                 nodes: vec![],
-            }],
-            stop: None,
-            hold: None,
-            pending_reason: Some(PendingReason::NotYetScheduled),
-            preemptions: 0,
-            failures: 0,
-        };
-        self.index
-            .runnable
-            .entry(spec.share.clone())
-            .or_default()
-            .insert(RunKey::of(&job), Waiting::of(&job));
-        self.jobs.insert(id, job);
+            });
+            self.jobs.insert(id, job);
+            if let Some(why) = &deps.never {
+                never.push((id, why.clone()));
+            }
+        }
+        for (id, why) in never {
+            self.set_status(id, JobStatus::Cancelled, &why, vec![], now);
+        }
         self.version += 1;
         Ok(Outcome::Submitted {
-            job: id,
+            job: first,
             existing: false,
         })
     }
 
-    fn cancel(&mut self, id: JobId, reason: &str, now: Millis) -> Result<(), ApplyError> {
+    pub(crate) fn cancel(&mut self, id: JobId, reason: &str, now: Millis) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if job.status.is_terminal() {
             return Err(conflict(format!(
-                "job {id} has already ended ({})",
+                "job {} has already ended ({})",
+                job.job_ref(),
                 job.status
             )));
         }
@@ -428,7 +514,7 @@ impl State {
         }
     }
 
-    fn update_priority(&mut self, id: JobId, priority: u32) -> Result<(), ApplyError> {
+    pub(crate) fn update_priority(&mut self, id: JobId, priority: u32) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if priority > MAX_JOB_PRIORITY {
             return Err(ValidationError::new(
@@ -439,7 +525,8 @@ impl State {
         }
         if job.status.is_terminal() {
             return Err(conflict(format!(
-                "job {id} has already ended ({})",
+                "job {} has already ended ({})",
+                job.job_ref(),
                 job.status
             )));
         }
@@ -460,6 +547,7 @@ impl State {
 
     /// Moves a job to `to`, records the transition and keeps the indexes in step.
     /// Leaving an active status frees the job's GPUs and ends its attempt's allocation.
+    /// The jobs that depend on it are judged again (and theirs in turn).
     pub(crate) fn set_status(
         &mut self,
         id: JobId,
@@ -468,10 +556,35 @@ impl State {
         nodes: Vec<NodeName>,
         now: Millis,
     ) {
+        if self.set_status_one(id, to, reason, nodes, now) {
+            self.wake_dependents(id, now);
+        }
+    }
+
+    /// [`State::set_status`] for this job alone; false when it already was `to`.
+    pub(crate) fn set_status_one(
+        &mut self,
+        id: JobId,
+        to: JobStatus,
+        reason: &str,
+        nodes: Vec<NodeName>,
+        now: Millis,
+    ) -> bool {
         let job = self.jobs.get_mut(&id).expect("job exists");
         let from = job.status;
         if from == to {
-            return;
+            return false;
+        }
+        if from == JobStatus::Pending {
+            job.pending_reason = None;
+            for d in std::mem::take(&mut job.deps) {
+                if let Some(set) = self.index.dependents.get_mut(&d.job) {
+                    set.remove(&id);
+                    if set.is_empty() {
+                        self.index.dependents.remove(&d.job);
+                    }
+                }
+            }
         }
         let share = job.spec.share.clone();
         let unit = job.spec.request.unit.clone();
@@ -493,14 +606,16 @@ impl State {
         }
         let mut freed = vec![];
         if from.is_active() && !to.is_active() {
-            self.index.deactivate(id, &share, &queue, &unit, total);
+            self.index
+                .deactivate(id, &share, &queue, &unit, total, holder_of(job));
             job.stop = None;
             if let Some(a) = job.attempts.last() {
                 freed = a.allocation.clone();
             }
         }
         if !from.is_active() && to.is_active() {
-            self.index.activate(id, share, queue, unit, total);
+            self.index
+                .activate(id, share, queue, unit, total, holder_of(job));
         }
         job.status = to;
         job.transitions.push(Transition {
@@ -519,6 +634,7 @@ impl State {
                 }
             }
         }
+        true
     }
 
     fn progress(
@@ -700,6 +816,8 @@ impl State {
             a.ended_at = Some(now);
             a.end = Some(end);
         }
+        self.book_lost(id, now);
+        let job = self.jobs.get_mut(&id).expect("job exists");
         let (to, reason) = match stop {
             Some(Stop { kind, reason, .. }) if kind.is_preemption() => {
                 job.preemptions += 1;

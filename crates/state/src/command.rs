@@ -17,12 +17,13 @@ pub enum Command {
     PutShare(QuotaShare),
     DeleteShare(ShareName),
     Submit(JobSpec),
+    /// Cancels a job, an array task (`42_7`), or every task of an array (`42`).
     Cancel {
-        job: JobId,
+        job: JobRef,
         reason: String,
     },
     UpdatePriority {
-        job: JobId,
+        job: JobRef,
         priority: u32,
     },
     RegisterNode(NodeInventory),
@@ -57,6 +58,18 @@ pub enum Command {
     },
     /// The scheduler's plan, re-verified action by action.
     ApplyPlan(Plan),
+    /// Keeps waiting jobs PENDING until released (`tranche hold`).
+    Hold {
+        job: JobRef,
+    },
+    /// Lets held jobs be scheduled (`tranche release`).
+    Release {
+        job: JobRef,
+    },
+    /// Leader only: drops the ledger's hours before this one (its retention).
+    PruneLedger {
+        before_hour: u64,
+    },
 }
 
 /// What an agent reports about an attempt.

@@ -5,8 +5,11 @@
 //! Format 1 kept each node's last heartbeat in the replicated state (heartbeats were
 //! log entries); format 2 keeps liveness as the leader's soft state, so its nodes have
 //! no such field. Format 3 adds a job's working directory (`JobSpec::cwd`), so its job
-//! specs, jobs, commands and states differ from format 2's. Reading an older format
-//! goes through each newer one in turn (1 → 2 → 3).
+//! specs, jobs, commands and states differ from format 2's. Format 4 adds arrays,
+//! dependencies, holds and output paths (`JobSpec::{array, dependency, hold, output,
+//! error}`, `Job::{array, deps, held}`) and names jobs in commands as `42` or `42_7`
+//! (`JobRef`). Reading an older format goes through each newer one in turn
+//! (1 → 2 → 3 → 4).
 
 use std::collections::BTreeMap;
 
@@ -17,7 +20,241 @@ use crate::codec::{self, FormatError};
 use crate::session::Session;
 use crate::state::State;
 
-/// The types of format 2 that differ from today's, frozen as that release wrote them.
+/// The types of format 3 that differ from today's, frozen as that release wrote them.
+pub mod v3 {
+    use super::*;
+    use crate::{Plan, Progress, RequestId};
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct JobSpec {
+        pub name: JobName,
+        pub queue: QueueName,
+        pub share: ShareName,
+        pub user: UserName,
+        pub priority: u32,
+        pub request: Request,
+        pub cpus_per_node: u32,
+        pub memory_mb_per_node: u64,
+        pub image: String,
+        pub command: Vec<String>,
+        pub env: BTreeMap<String, String>,
+        pub time_limit_s: Option<u64>,
+        pub checkpoint: Checkpoint,
+        pub retry_attempts: u32,
+        pub preemption_retries: Option<u32>,
+        pub client_token: Option<String>,
+        pub tags: BTreeMap<String, String>,
+        pub cwd: Option<String>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Job {
+        pub id: JobId,
+        pub spec: JobSpec,
+        pub status: JobStatus,
+        pub submitted_at: Millis,
+        pub attempts: Vec<Attempt>,
+        pub transitions: Vec<Transition>,
+        pub stop: Option<Stop>,
+        pub hold: Option<Hold>,
+        pub pending_reason: Option<PendingReason>,
+        pub preemptions: u32,
+        pub failures: u32,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct State {
+        pub version: u64,
+        pub environments: BTreeMap<EnvName, ServiceEnvironment>,
+        pub policies: BTreeMap<PolicyName, SchedulingPolicy>,
+        pub queues: BTreeMap<QueueName, JobQueue>,
+        pub shares: BTreeMap<ShareName, QuotaShare>,
+        pub nodes: BTreeMap<NodeName, tranche_model::Node>,
+        pub jobs: BTreeMap<JobId, Job>,
+        pub tokens: BTreeMap<(UserName, String), JobId>,
+        pub next_job_id: u64,
+        pub sessions: BTreeMap<u64, Session>,
+        pub sessions_swept_at: Millis,
+    }
+
+    /// Format 3's log command: its job spec, and jobs named by id alone.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum Command {
+        PutEnvironment(ServiceEnvironment),
+        DeleteEnvironment(EnvName),
+        PutPolicy(SchedulingPolicy),
+        DeletePolicy(PolicyName),
+        PutQueue(JobQueue),
+        DeleteQueue(QueueName),
+        PutShare(QuotaShare),
+        DeleteShare(ShareName),
+        Submit(JobSpec),
+        Cancel {
+            job: JobId,
+            reason: String,
+        },
+        UpdatePriority {
+            job: JobId,
+            priority: u32,
+        },
+        RegisterNode(NodeInventory),
+        Heartbeat {
+            node: NodeName,
+        },
+        DrainNode {
+            node: NodeName,
+            reason: String,
+            now: bool,
+        },
+        ResumeNode {
+            node: NodeName,
+        },
+        NodeUnreachable {
+            node: NodeName,
+        },
+        NodeDown {
+            node: NodeName,
+            reason: String,
+        },
+        NodeUp {
+            node: NodeName,
+        },
+        JobProgress {
+            job: JobId,
+            attempt: u32,
+            event: Progress,
+        },
+        ApplyPlan(Plan),
+    }
+
+    /// What a format-3 log entry carries (see `tranche_proto::peer::Proposal`).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Proposal {
+        pub origin: u64,
+        pub id: u64,
+        pub now: Millis,
+        pub cmd: Command,
+        pub request: Option<RequestId>,
+    }
+
+    impl From<JobSpec> for tranche_model::JobSpec {
+        /// A format-3 job is no array, depends on nothing and is not held; its output
+        /// is kept in the agent's spool only.
+        fn from(s: JobSpec) -> Self {
+            tranche_model::JobSpec {
+                name: s.name,
+                queue: s.queue,
+                share: s.share,
+                user: s.user,
+                priority: s.priority,
+                request: s.request,
+                cpus_per_node: s.cpus_per_node,
+                memory_mb_per_node: s.memory_mb_per_node,
+                image: s.image,
+                command: s.command,
+                env: s.env,
+                time_limit_s: s.time_limit_s,
+                checkpoint: s.checkpoint,
+                retry_attempts: s.retry_attempts,
+                preemption_retries: s.preemption_retries,
+                client_token: s.client_token,
+                tags: s.tags,
+                cwd: s.cwd,
+                array: None,
+                dependency: Default::default(),
+                hold: false,
+                output: None,
+                error: None,
+            }
+        }
+    }
+
+    impl From<Job> for tranche_model::Job {
+        fn from(j: Job) -> Self {
+            tranche_model::Job {
+                id: j.id,
+                spec: j.spec.into(),
+                status: j.status,
+                submitted_at: j.submitted_at,
+                attempts: j.attempts,
+                transitions: j.transitions,
+                stop: j.stop,
+                hold: j.hold,
+                pending_reason: j.pending_reason,
+                preemptions: j.preemptions,
+                failures: j.failures,
+                array: None,
+                deps: vec![],
+                held: false,
+            }
+        }
+    }
+
+    impl From<State> for crate::State {
+        fn from(s: State) -> Self {
+            let mut st = crate::State {
+                version: s.version,
+                environments: s.environments,
+                policies: s.policies,
+                queues: s.queues,
+                shares: s.shares,
+                nodes: s.nodes,
+                jobs: s.jobs.into_iter().map(|(k, j)| (k, j.into())).collect(),
+                tokens: s.tokens,
+                next_job_id: s.next_job_id,
+                sessions: s.sessions,
+                sessions_swept_at: s.sessions_swept_at,
+                ..Default::default()
+            };
+            st.rebuild_index();
+            st
+        }
+    }
+
+    impl From<Command> for crate::Command {
+        fn from(c: Command) -> Self {
+            use crate::Command as C;
+            match c {
+                Command::PutEnvironment(e) => C::PutEnvironment(e),
+                Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
+                Command::PutPolicy(p) => C::PutPolicy(p),
+                Command::DeletePolicy(n) => C::DeletePolicy(n),
+                Command::PutQueue(q) => C::PutQueue(q),
+                Command::DeleteQueue(n) => C::DeleteQueue(n),
+                Command::PutShare(s) => C::PutShare(s),
+                Command::DeleteShare(n) => C::DeleteShare(n),
+                Command::Submit(spec) => C::Submit(spec.into()),
+                Command::Cancel { job, reason } => C::Cancel {
+                    job: JobRef::job(job),
+                    reason,
+                },
+                Command::UpdatePriority { job, priority } => C::UpdatePriority {
+                    job: JobRef::job(job),
+                    priority,
+                },
+                Command::RegisterNode(inv) => C::RegisterNode(inv),
+                Command::Heartbeat { node } => C::Heartbeat { node },
+                Command::DrainNode { node, reason, now } => C::DrainNode { node, reason, now },
+                Command::ResumeNode { node } => C::ResumeNode { node },
+                Command::NodeUnreachable { node } => C::NodeUnreachable { node },
+                Command::NodeDown { node, reason } => C::NodeDown { node, reason },
+                Command::NodeUp { node } => C::NodeUp { node },
+                Command::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                } => C::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                },
+                Command::ApplyPlan(p) => C::ApplyPlan(p),
+            }
+        }
+    }
+}
+
+/// The types of format 2 that differ from format 3's, frozen as that release wrote them.
 pub mod v2 {
     use super::*;
     use crate::{Plan, Progress, RequestId};
@@ -133,10 +370,10 @@ pub mod v2 {
         pub request: Option<RequestId>,
     }
 
-    impl From<JobSpec> for tranche_model::JobSpec {
+    impl From<JobSpec> for super::v3::JobSpec {
         /// A format-2 job has no working directory of its own: it runs in the home.
         fn from(s: JobSpec) -> Self {
-            tranche_model::JobSpec {
+            super::v3::JobSpec {
                 name: s.name,
                 queue: s.queue,
                 share: s.share,
@@ -159,9 +396,9 @@ pub mod v2 {
         }
     }
 
-    impl From<Job> for tranche_model::Job {
+    impl From<Job> for super::v3::Job {
         fn from(j: Job) -> Self {
-            tranche_model::Job {
+            super::v3::Job {
                 id: j.id,
                 spec: j.spec.into(),
                 status: j.status,
@@ -177,9 +414,9 @@ pub mod v2 {
         }
     }
 
-    impl From<State> for crate::State {
+    impl From<State> for super::v3::State {
         fn from(s: State) -> Self {
-            let mut st = crate::State {
+            super::v3::State {
                 version: s.version,
                 environments: s.environments,
                 policies: s.policies,
@@ -191,16 +428,13 @@ pub mod v2 {
                 next_job_id: s.next_job_id,
                 sessions: s.sessions,
                 sessions_swept_at: s.sessions_swept_at,
-                ..Default::default()
-            };
-            st.rebuild_index();
-            st
+            }
         }
     }
 
-    impl From<Command> for crate::Command {
+    impl From<Command> for super::v3::Command {
         fn from(c: Command) -> Self {
-            use crate::Command as C;
+            use super::v3::Command as C;
             match c {
                 Command::PutEnvironment(e) => C::PutEnvironment(e),
                 Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
@@ -230,6 +464,18 @@ pub mod v2 {
                     event,
                 },
                 Command::ApplyPlan(p) => C::ApplyPlan(p),
+            }
+        }
+    }
+
+    impl From<Proposal> for super::v3::Proposal {
+        fn from(p: Proposal) -> Self {
+            super::v3::Proposal {
+                origin: p.origin,
+                id: p.id,
+                now: p.now,
+                cmd: p.cmd.into(),
+                request: p.request,
             }
         }
     }
@@ -306,9 +552,14 @@ pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
     match version {
         1 => {
             let v2: v2::State = codec::decode::<v1::State>(bytes).map_err(bad)?.into();
-            Ok(v2.into())
+            let v3: v3::State = v2.into();
+            Ok(v3.into())
         }
-        2 => Ok(codec::decode::<v2::State>(bytes).map_err(bad)?.into()),
+        2 => {
+            let v3: v3::State = codec::decode::<v2::State>(bytes).map_err(bad)?.into();
+            Ok(v3.into())
+        }
+        3 => Ok(codec::decode::<v3::State>(bytes).map_err(bad)?.into()),
         codec::FORMAT => State::restore(bytes).map_err(|e| bad(e.to_string())),
         found => Err(FormatError::Unknown { found }),
     }
@@ -361,16 +612,18 @@ mod tests {
     #[test]
     fn a_format_2_submit_becomes_todays_with_no_working_directory() {
         let spec = v2_job().spec;
-        let c: Command = v2::Command::Submit(spec).into();
+        let c: v3::Command = v2::Command::Submit(spec).into();
+        let c: Command = c.into();
         match c {
             Command::Submit(s) => assert_eq!((s.cwd, s.user.as_str()), (None, "alice")),
             other => panic!("{other:?}"),
         }
-        let c: Command = v2::Command::NodeDown {
+        let c: v3::Command = v2::Command::NodeDown {
             node: "n1".into(),
             reason: "no heartbeat for 9 s".into(),
         }
         .into();
+        let c: Command = c.into();
         assert_eq!(
             c,
             Command::NodeDown {
@@ -378,6 +631,26 @@ mod tests {
                 reason: "no heartbeat for 9 s".into()
             }
         );
+    }
+
+    #[test]
+    fn a_format_3_command_names_its_job_as_a_plain_reference() {
+        let c: Command = v3::Command::Cancel {
+            job: JobId(7),
+            reason: "x".into(),
+        }
+        .into();
+        assert_eq!(
+            c,
+            Command::Cancel {
+                job: JobRef::job(JobId(7)),
+                reason: "x".into()
+            }
+        );
+        let v3: v3::Job = v2_job().into();
+        let j: Job = v3.into();
+        assert_eq!((j.array, j.deps.len(), j.held), (None, 0, false));
+        assert!(j.spec.dependency.is_empty() && j.spec.output.is_none());
     }
 
     #[test]

@@ -14,6 +14,8 @@
 mod apply;
 pub mod codec;
 mod command;
+mod depend;
+pub mod ledger;
 pub mod format;
 mod plan;
 mod session;

@@ -33,6 +33,8 @@ pub struct Waiting {
     pub nodes: u32,
     pub has_hold: bool,
     pub reason: Option<PendingReason>,
+    /// For a task of an array with a `%` limit: the array and the limit.
+    pub array_limit: Option<(JobId, u32)>,
 }
 
 impl Waiting {
@@ -43,6 +45,10 @@ impl Waiting {
             nodes: job.spec.request.nodes,
             has_hold: job.hold.is_some(),
             reason: job.pending_reason.clone(),
+            array_limit: job
+                .array
+                .as_ref()
+                .and_then(|a| a.max_running.map(|m| (a.array, m))),
         }
     }
 }
@@ -62,6 +68,33 @@ pub(crate) struct Index {
     /// GPUs held by active jobs, per (share, unit) and per (queue, unit).
     pub share_used: BTreeMap<(ShareName, Unit), u32>,
     pub queue_used: BTreeMap<(QueueName, Unit), u32>,
+    /// Job → the PENDING jobs with a dependency on it.
+    pub dependents: BTreeMap<JobId, BTreeSet<JobId>>,
+    /// GPUs held per (user, unit, placed on borrowed GPUs), for the ledger.
+    pub user_used: BTreeMap<(UserName, Unit, bool), u32>,
+    /// GPUs of registered nodes that are not DOWN, per unit.
+    pub capacity: BTreeMap<Unit, u32>,
+}
+
+/// Who holds an active job's GPUs, for the ledger: its user, unit, and whether its
+/// attempt was placed on borrowed GPUs.
+pub(crate) fn holder_of(job: &Job) -> (UserName, Unit, bool) {
+    (
+        job.spec.user.clone(),
+        job.spec.request.unit.clone(),
+        job.attempts.last().is_some_and(|a| a.borrowed),
+    )
+}
+
+/// What a node adds to the capacity: its GPUs per unit, unless it is DOWN.
+pub(crate) fn node_capacity(n: &Node) -> BTreeMap<Unit, u32> {
+    let mut out = BTreeMap::new();
+    if n.down.is_none() {
+        for g in &n.inventory.gpus {
+            *out.entry(g.unit.clone()).or_default() += 1;
+        }
+    }
+    out
 }
 
 impl Index {
@@ -83,7 +116,9 @@ impl Index {
         queue: QueueName,
         unit: Unit,
         gpus: u32,
+        holder: (UserName, Unit, bool),
     ) {
+        *self.user_used.entry(holder).or_default() += gpus;
         self.active.insert(id);
         self.active_by_share
             .entry(share.clone())
@@ -100,6 +135,7 @@ impl Index {
         queue: &QueueName,
         unit: &Unit,
         gpus: u32,
+        holder: (UserName, Unit, bool),
     ) {
         self.active.remove(&id);
         self.stopping.remove(&id);
@@ -118,6 +154,7 @@ impl Index {
             }
         }
         sub(&mut self.share_used, (share.clone(), unit.clone()), gpus);
+        sub(&mut self.user_used, holder, gpus);
         sub(&mut self.queue_used, (queue.clone(), unit.clone()), gpus);
     }
 }
@@ -140,6 +177,8 @@ pub struct State {
     pub sessions: BTreeMap<u64, crate::session::Session>,
     /// When idle sessions were last looked for (entry time).
     pub sessions_swept_at: Millis,
+    /// GPU time per share, user and unit, by hour (see [`crate::ledger`]).
+    pub ledger: crate::ledger::Ledger,
     #[serde(skip)]
     pub(crate) index: Index,
 }
@@ -158,6 +197,7 @@ impl PartialEq for State {
             && self.next_job_id == o.next_job_id
             && self.sessions == o.sessions
             && self.sessions_swept_at == o.sessions_swept_at
+            && self.ledger == o.ledger
     }
 }
 impl Eq for State {}
@@ -189,7 +229,15 @@ impl State {
 
     pub(crate) fn rebuild_index(&mut self) {
         let mut ix = Index::default();
+        for n in self.nodes.values() {
+            for (u, g) in node_capacity(n) {
+                *ix.capacity.entry(u).or_default() += g;
+            }
+        }
         for job in self.jobs.values() {
+            for d in &job.deps {
+                ix.dependents.entry(d.job).or_default().insert(job.id);
+            }
             if job.status == JobStatus::Runnable {
                 ix.runnable
                     .entry(job.spec.share.clone())
@@ -207,6 +255,7 @@ impl State {
                     spec.queue.clone(),
                     req.unit.clone(),
                     req.total_gpus(),
+                    holder_of(job),
                 );
                 if job.stop.is_some() {
                     ix.stopping.insert(job.id);
@@ -298,6 +347,15 @@ impl State {
             != (&b.active, &b.active_by_share, &b.stopping, &b.holding)
         {
             return Err("active, stopping or holding index differs".into());
+        }
+        if a.dependents != b.dependents {
+            return Err("dependents index differs".into());
+        }
+        if a.user_used != b.user_used || a.capacity != b.capacity {
+            return Err(format!(
+                "ledger indexes differ: {:?} vs {:?}, {:?} vs {:?}",
+                a.user_used, b.user_used, a.capacity, b.capacity
+            ));
         }
         if a.share_used != b.share_used || a.queue_used != b.queue_used {
             return Err(format!(

@@ -35,10 +35,16 @@ impl State {
             | Command::DeleteQueue(_)
             | Command::PutShare(_)
             | Command::DeleteShare(_) => return Touched::All,
-            Command::Submit(_) => {}
-            Command::Cancel { job: id, .. }
-            | Command::UpdatePriority { job: id, .. }
-            | Command::JobProgress { job: id, .. } => job(&mut out, id),
+            Command::Submit(_) | Command::PruneLedger { .. } => {}
+            Command::Cancel { job: r, .. }
+            | Command::UpdatePriority { job: r, .. }
+            | Command::Hold { job: r }
+            | Command::Release { job: r } => {
+                for id in self.resolve(r).unwrap_or_default() {
+                    job(&mut out, &id);
+                }
+            }
+            Command::JobProgress { job: id, .. } => job(&mut out, id),
             Command::RegisterNode(inv) => node(self, &mut out, &inv.name, &mut job),
             Command::Heartbeat { node: n }
             | Command::DrainNode { node: n, .. }

@@ -8,6 +8,7 @@ use proptest::prelude::{
 use std::collections::BTreeMap;
 use tranche_model::*;
 use tranche_state::*;
+use tranche_state::ledger;
 
 fn ok(st: &mut State, cmd: Command, now: Millis) -> Outcome {
     st.apply(&cmd, now)
@@ -143,7 +144,7 @@ fn rejected_commands_change_nothing_and_name_the_rule() {
         ),
         (
             Command::Cancel {
-                job: JobId(99),
+                job: JobRef::job(JobId(99)),
                 reason: String::new(),
             },
             "job 99 does not exist",
@@ -449,7 +450,7 @@ fn cancelling_a_running_job_waits_for_its_exit() {
     ok(
         &mut st,
         Command::Cancel {
-            job,
+            job: JobRef::job(job),
             reason: "user".into(),
         },
         4,
@@ -464,7 +465,7 @@ fn cancelling_a_running_job_waits_for_its_exit() {
     let e = st
         .apply(
             &Command::Cancel {
-                job,
+                job: JobRef::job(job),
                 reason: String::new(),
             },
             6,
@@ -514,7 +515,7 @@ fn a_lost_attempt_requeues_and_a_cancel_still_ends_it() {
     ok(
         &mut st,
         Command::Cancel {
-            job,
+            job: JobRef::job(job),
             reason: "user".into(),
         },
         6,
@@ -542,8 +543,22 @@ fn command() -> impl Gen<Value = Command> {
         }),
         1 => (1u64..30).prop_map(|j| Command::JobProgress { job: JobId(j), attempt: 1, event: Progress::Running }),
         1 => (1u64..30).prop_map(|j| Command::JobProgress { job: JobId(j), attempt: 1, event: Progress::Lost { reason: "lost".into() } }),
-        1 => (1u64..30).prop_map(|j| Command::Cancel { job: JobId(j), reason: "x".into() }),
-        1 => (1u64..30, 0u32..10_001).prop_map(|(j, p)| Command::UpdatePriority { job: JobId(j), priority: p }),
+        1 => (1u64..30).prop_map(|j| Command::Cancel { job: JobRef::job(JobId(j)), reason: "x".into() }),
+        1 => (1u64..30, 0u32..4).prop_map(|(j, t)| Command::Cancel { job: JobRef { job: JobId(j), task: Some(t) }, reason: "x".into() }),
+        2 => (1u32..3, 1u32..5, proptest::option::of(1u32..3), proptest::option::of((0u8..3, 1u64..30)), any::<bool>()).prop_map(|(g, n, lim, dep, hold)| {
+            let mut spec = JobSpec::new("arr", "q", "a", "alice", "h100", g, 1);
+            spec.array = Some(ArraySpec { ranges: vec![IndexRange { start: 0, end: n - 1, step: 1 }], max_running: lim });
+            if let Some((k, j)) = dep {
+                let kind = [DepKind::AfterOk, DepKind::AfterAny, DepKind::AfterNotOk][k as usize];
+                spec.dependency.after.push((kind, vec![JobRef::job(JobId(j))]));
+            }
+            spec.dependency.singleton = g == 2;
+            spec.hold = hold;
+            Command::Submit(spec)
+        }),
+        1 => (1u64..30).prop_map(|j| Command::Hold { job: JobRef::job(JobId(j)) }),
+        1 => (1u64..30).prop_map(|j| Command::Release { job: JobRef::job(JobId(j)) }),
+        1 => (1u64..30, 0u32..10_001).prop_map(|(j, p)| Command::UpdatePriority { job: JobRef::job(JobId(j)), priority: p }),
         1 => (node_name.clone(), any::<bool>()).prop_map(|(n, now)| Command::DrainNode { node: n.into(), reason: "r".into(), now }),
         1 => node_name.clone().prop_map(|n| Command::ResumeNode { node: n.into() }),
         1 => node_name.clone().prop_map(|n| Command::NodeDown { node: n.into(), reason: "lost".into() }),
@@ -638,7 +653,7 @@ fn a_request_applies_once_however_often_it_is_retried() {
         seq,
         first_incomplete,
     };
-    let prio = |p| Command::UpdatePriority { job, priority: p };
+    let prio = |p| Command::UpdatePriority { job: JobRef::job(job), priority: p };
     // Request 1 (priority 68) commits; a retry of it commits too; request 2 (97) commits;
     // then another late copy of request 1.
     let a = st.apply_request(Some(&req(1, 1)), &prio(68), 2);
@@ -848,7 +863,7 @@ fn a_lost_gang_member_requeues_the_gang_and_a_cancel_still_ends_it() {
     ok(
         &mut st,
         Command::Cancel {
-            job: gang,
+            job: JobRef::job(gang),
             reason: "user".into(),
         },
         11,
@@ -881,4 +896,326 @@ fn a_gang_member_failing_during_a_preemption_is_still_a_preemption() {
     assert_eq!(j.status, JobStatus::Runnable);
     assert_eq!(j.failures, 0);
     st.check_index().unwrap();
+}
+
+
+// ---- arrays, dependencies, holds ------------------------------------------------------
+
+fn submit_spec(st: &mut State, spec: JobSpec, now: Millis) -> JobId {
+    match ok(st, Command::Submit(spec), now) {
+        Outcome::Submitted { job, .. } => job,
+        o => panic!("{o:?}"),
+    }
+}
+
+fn array_spec(text: &str) -> JobSpec {
+    let mut spec = JobSpec::new("sweep", "q", "a", "alice", "h100", 1, 1);
+    spec.array = Some(ArraySpec::parse(text).unwrap());
+    spec
+}
+
+#[test]
+fn an_array_submit_is_one_command_and_makes_a_job_per_task() {
+    let mut st = cluster();
+    let v = st.version;
+    let a = submit_spec(&mut st, array_spec("0-9:3,20"), 0);
+    assert_eq!(st.version, v + 1, "one command, one state change");
+    let tasks: Vec<(JobId, u32)> = st
+        .tasks_of(a, 5)
+        .map(|j| (j.id, j.array.as_ref().unwrap().index))
+        .collect();
+    assert_eq!(
+        tasks,
+        vec![(a, 0), (JobId(a.0 + 1), 3), (JobId(a.0 + 2), 6), (JobId(a.0 + 3), 9), (JobId(a.0 + 4), 20)]
+    );
+    for (id, _) in &tasks {
+        let j = &st.jobs[id];
+        assert_eq!(j.status, JobStatus::Runnable);
+        assert_eq!(j.array.as_ref().unwrap().count, 5);
+        assert!(j.spec.array.is_none(), "a task's own spec has no array");
+    }
+    assert_eq!(st.jobs[&JobId(a.0 + 3)].job_ref().to_string(), format!("{a}_9"));
+    // Task ids name one task; the array's id names them all.
+    let t9 = JobRef { job: a, task: Some(9) };
+    assert_eq!(st.resolve(&t9).unwrap(), vec![JobId(a.0 + 3)]);
+    assert_eq!(st.resolve(&JobRef::job(a)).unwrap().len(), 5);
+    let e = st.resolve(&JobRef { job: a, task: Some(4) }).unwrap_err();
+    assert!(e.to_string().contains(&format!("{a}_4")), "{e}");
+    // Cancel one task, then the rest at once.
+    ok(&mut st, Command::Cancel { job: t9, reason: "".into() }, 1);
+    assert_eq!(st.jobs[&JobId(a.0 + 3)].status, JobStatus::Cancelled);
+    ok(&mut st, Command::Cancel { job: JobRef::job(a), reason: "".into() }, 2);
+    assert!(st.tasks_of(a, 5).all(|j| j.status == JobStatus::Cancelled));
+    let e = st.apply(&Command::Cancel { job: JobRef::job(a), reason: "".into() }, 3).unwrap_err();
+    assert!(e.to_string().contains("every task of array"), "{e}");
+    st.check_index().unwrap();
+}
+
+#[test]
+fn the_array_limit_caps_running_tasks_and_the_reason_says_so() {
+    let mut st = cluster();
+    let a = submit_spec(&mut st, array_spec("0-9%3"), 0);
+    for round in 0..4u64 {
+        place_and_run(&mut st, 10 + round * 10);
+        let running: Vec<JobId> = st.tasks_of(a, 10).filter(|j| j.status.is_active()).map(|j| j.id).collect();
+        assert!(running.len() <= 3, "round {round}: {} running", running.len());
+        if round < 3 {
+            assert_eq!(running.len(), 3, "round {round}: free GPUs go to the next tasks");
+        }
+        let waiting = st.tasks_of(a, 10).find(|j| j.status == JobStatus::Runnable);
+        if let Some(w) = waiting {
+            let why = w.pending_reason.as_ref().unwrap().render(0);
+            assert_eq!(why, format!("array {a} has 3 of its at most 3 tasks running"));
+        }
+        for id in running {
+            exit(&mut st, id, Some(0), 15 + round * 10);
+        }
+    }
+    assert_eq!(
+        st.tasks_of(a, 10).filter(|j| j.status == JobStatus::Succeeded).count(),
+        10
+    );
+}
+
+#[test]
+fn afterok_chains_run_in_order_and_a_failure_cancels_the_rest() {
+    let mut st = cluster();
+    let pre = submit(&mut st, "a", 1, 1, 0);
+    let mut train = JobSpec::new("train", "q", "a", "alice", "h100", 1, 1);
+    train.dependency = Dependency::parse(&format!("afterok:{pre}")).unwrap();
+    let train = submit_spec(&mut st, train, 0);
+    let mut eval = JobSpec::new("eval", "q", "a", "alice", "h100", 1, 1);
+    eval.dependency = Dependency::parse(&format!("afterok:{train}")).unwrap();
+    let eval = submit_spec(&mut st, eval, 0);
+    let mut cleanup = JobSpec::new("cleanup", "q", "a", "alice", "h100", 1, 1);
+    cleanup.dependency = Dependency::parse(&format!("afterany:{eval}")).unwrap();
+    let cleanup = submit_spec(&mut st, cleanup, 0);
+    let mut alarm = JobSpec::new("alarm", "q", "a", "alice", "h100", 1, 1);
+    alarm.dependency = Dependency::parse(&format!("afternotok:{train}")).unwrap();
+    let alarm = submit_spec(&mut st, alarm, 0);
+    assert_eq!(st.jobs[&train].status, JobStatus::Pending);
+    let why = |st: &State, id: JobId| st.jobs[&id].pending_reason.as_ref().unwrap().render(0);
+    assert_eq!(why(&st, train), format!("waiting for job {pre} (RUNNABLE)"));
+    place_and_run(&mut st, 1);
+    assert_eq!(st.jobs[&pre].status, JobStatus::Running);
+    assert_eq!(st.jobs[&train].status, JobStatus::Pending, "the scheduler leaves it alone");
+    assert_eq!(why(&st, train), format!("waiting for job {pre} (RUNNING)"));
+    exit(&mut st, pre, Some(0), 2);
+    assert_eq!(st.jobs[&train].status, JobStatus::Runnable);
+    place_and_run(&mut st, 3);
+    exit(&mut st, train, Some(1), 4);
+    assert_eq!(st.jobs[&train].status, JobStatus::Failed);
+    // eval can never run; cleanup (afterany on eval) then may; alarm (afternotok) may.
+    let e = &st.jobs[&eval];
+    assert_eq!(e.status, JobStatus::Cancelled);
+    assert_eq!(e.transitions.last().unwrap().reason, format!("dependency job {train} FAILED"));
+    assert_eq!(st.jobs[&cleanup].status, JobStatus::Runnable);
+    assert_eq!(st.jobs[&alarm].status, JobStatus::Runnable);
+    st.check_index().unwrap();
+}
+
+#[test]
+fn dependencies_on_arrays_unknown_jobs_and_ended_jobs() {
+    let mut st = cluster();
+    let a = submit_spec(&mut st, array_spec("0-2"), 0);
+    let mut whole = JobSpec::new("after-all", "q", "a", "alice", "h100", 1, 1);
+    whole.dependency = Dependency::parse(&format!("afterok:{a}")).unwrap();
+    let whole = submit_spec(&mut st, whole, 0);
+    let mut one = JobSpec::new("after-one", "q", "a", "alice", "h100", 1, 1);
+    one.dependency = Dependency::parse(&format!("afterok:{a}_1")).unwrap();
+    let one = submit_spec(&mut st, one, 0);
+    assert_eq!(st.jobs[&whole].deps.len(), 3);
+    assert_eq!(st.jobs[&one].deps.len(), 1);
+    // Unknown jobs and tasks are refused, and nothing changes.
+    let before = st.snapshot();
+    for bad in ["afterok:999", &format!("afterany:{a}_7")] {
+        let mut s = JobSpec::new("x", "q", "a", "alice", "h100", 1, 1);
+        s.dependency = Dependency::parse(bad).unwrap();
+        let e = st.apply(&Command::Submit(s), 1).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{bad}: {e}");
+    }
+    assert_eq!(st.snapshot(), before);
+    place_and_run(&mut st, 2);
+    exit(&mut st, JobId(a.0 + 1), Some(0), 3);
+    assert_eq!(st.jobs[&one].status, JobStatus::Runnable);
+    assert_eq!(st.jobs[&whole].status, JobStatus::Pending);
+    exit(&mut st, a, Some(0), 4);
+    exit(&mut st, JobId(a.0 + 2), Some(0), 5);
+    assert_eq!(st.jobs[&whole].status, JobStatus::Runnable);
+    // On a job that has already failed: cancelled at once, with the reason.
+    let f = submit(&mut st, "a", 1, 1, 6);
+    ok(&mut st, Command::Cancel { job: f.into(), reason: "".into() }, 6);
+    let mut late = JobSpec::new("late", "q", "a", "alice", "h100", 1, 1);
+    late.dependency = Dependency::parse(&format!("afterok:{f}")).unwrap();
+    let late = submit_spec(&mut st, late, 7);
+    assert_eq!(st.jobs[&late].status, JobStatus::Cancelled);
+    assert_eq!(st.jobs[&late].transitions.last().unwrap().reason, format!("dependency job {f} CANCELLED"));
+    st.check_index().unwrap();
+}
+
+#[test]
+fn singleton_waits_for_earlier_jobs_of_the_same_user_and_name() {
+    let mut st = cluster();
+    let first = submit(&mut st, "a", 1, 1, 0);
+    let mut s = JobSpec::new("j", "q", "a", "alice", "h100", 1, 1);
+    s.dependency.singleton = true;
+    let second = submit_spec(&mut st, s, 1);
+    let mut other = JobSpec::new("j", "q", "a", "bob", "h100", 1, 1);
+    other.dependency.singleton = true;
+    let bobs = submit_spec(&mut st, other, 1);
+    assert_eq!(st.jobs[&second].status, JobStatus::Pending);
+    assert_eq!(st.jobs[&bobs].status, JobStatus::Runnable, "another user's job of that name");
+    place_and_run(&mut st, 2);
+    exit(&mut st, first, Some(3), 3);
+    assert_eq!(st.jobs[&second].status, JobStatus::Runnable, "afterany: any end will do");
+}
+
+#[test]
+fn a_held_job_waits_until_released_and_hold_refuses_running_jobs() {
+    let mut st = cluster();
+    let mut s = JobSpec::new("j", "q", "a", "alice", "h100", 1, 1);
+    s.hold = true;
+    let held = submit_spec(&mut st, s, 0);
+    let run = submit(&mut st, "a", 1, 1, 0);
+    assert_eq!(st.jobs[&held].status, JobStatus::Pending);
+    assert_eq!(st.jobs[&held].pending_reason, Some(PendingReason::Held));
+    place_and_run(&mut st, 1);
+    assert_eq!(st.jobs[&held].status, JobStatus::Pending);
+    let e = st.apply(&Command::Hold { job: run.into() }, 2).unwrap_err();
+    assert!(e.to_string().contains("only a waiting job can be held"), "{e}");
+    let e = st.apply(&Command::Release { job: run.into() }, 2).unwrap_err();
+    assert!(e.to_string().contains("is not held"), "{e}");
+    ok(&mut st, Command::Release { job: held.into() }, 3);
+    assert_eq!(st.jobs[&held].status, JobStatus::Runnable);
+    // A RUNNABLE job can be held again; a held job with a dependency left stays PENDING
+    // when released.
+    ok(&mut st, Command::Hold { job: held.into() }, 4);
+    assert_eq!(st.jobs[&held].status, JobStatus::Pending);
+    let mut dep = JobSpec::new("d", "q", "a", "alice", "h100", 1, 1);
+    dep.hold = true;
+    dep.dependency = Dependency::parse(&format!("afterok:{run}")).unwrap();
+    let dep = submit_spec(&mut st, dep, 5);
+    ok(&mut st, Command::Release { job: dep.into() }, 6);
+    assert_eq!(st.jobs[&dep].status, JobStatus::Pending);
+    assert_eq!(
+        st.jobs[&dep].pending_reason.as_ref().unwrap().render(6),
+        format!("waiting for job {run} (RUNNING)")
+    );
+    exit(&mut st, run, Some(0), 7);
+    assert_eq!(st.jobs[&dep].status, JobStatus::Runnable);
+    st.check_index().unwrap();
+}
+
+// ---- the accounting ledger --------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// For any run, with entries minutes to an hour apart (so that hours are crossed):
+    /// each share's used plus borrowed GPU time is the time its jobs' attempts held
+    /// GPUs, each user's likewise, and what was lent (to shares or from no share's max)
+    /// is what was borrowed.
+    #[test]
+    fn the_ledger_counts_what_jobs_held_and_lent_equals_borrowed(
+        cmds in proptest::collection::vec((command(), 1u64..2_400), 1..60)
+    ) {
+        let mut st = cluster();
+        ok(&mut st, Command::RegisterNode(node("n3", 4)), 0);
+        ok(&mut st, Command::PutShare(share("c", Strategy::Reserve, 4)), 0);
+        let start = 1_000;
+        ok(&mut st, Command::ResumeNode { node: "n1".into() }, start);
+        let mut now = start;
+        for (c, gap_s) in cmds {
+            now += gap_s * 1000;
+            let c = match c {
+                Command::ApplyPlan(_) => Command::ApplyPlan(tranche_sched::plan(&st, now)),
+                c => c,
+            };
+            let _ = st.apply(&c, now);
+        }
+        let end = now + 5_000;
+        let got = st.ledger_between(0, end);
+        let mut held: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut by_user: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for j in st.jobs.values() {
+            for a in &j.attempts {
+                let gpus: u64 = a.allocation.iter().map(|n| n.gpus.len() as u64).sum();
+                let ms = (a.ended_at.unwrap_or(end) - a.scheduled_at) * gpus;
+                let unit = j.spec.request.unit.to_string();
+                *held.entry((j.spec.share.to_string(), unit.clone())).or_default() += ms;
+                *by_user.entry((j.spec.user.to_string(), unit)).or_default() += ms;
+            }
+        }
+        let counted = |m: &BTreeMap<(String, String), ledger::Totals>| -> BTreeMap<(String, String), u64> {
+            m.iter()
+                .map(|(k, t)| (k.clone(), t.used + t.borrowed))
+                .filter(|(_, v)| *v > 0)
+                .collect()
+        };
+        held.retain(|_, v| *v > 0);
+        by_user.retain(|_, v| *v > 0);
+        let shares: BTreeMap<(String, String), ledger::Totals> =
+            got.shares.iter().map(|((s, u), t)| ((s.to_string(), u.to_string()), *t)).collect();
+        let users: BTreeMap<(String, String), ledger::Totals> =
+            got.users.iter().map(|((s, u), t)| ((s.to_string(), u.to_string()), *t)).collect();
+        prop_assert_eq!(counted(&shares), held);
+        prop_assert_eq!(counted(&users), by_user);
+        let borrowed: u64 = got.shares.values().map(|t| t.borrowed).sum();
+        let lent: u64 = got.shares.values().map(|t| t.lent).sum::<u64>()
+            + got.unassigned_lent.values().sum::<u64>();
+        prop_assert_eq!(lent, borrowed);
+        let user_borrowed: u64 = got.users.values().map(|t| t.borrowed).sum();
+        let user_used: u64 = got.users.values().map(|t| t.used).sum();
+        let share_used: u64 = got.shares.values().map(|t| t.used).sum();
+        prop_assert_eq!(user_used + user_borrowed, share_used + borrowed);
+        // The hours kept add up to the whole, wherever the range is cut.
+        let cut = (start + (end - start) / 2) / HOUR * HOUR;
+        let mut halves = st.ledger_between(0, cut);
+        halves.add(&st.ledger_between(cut, end));
+        prop_assert_eq!(halves, got);
+    }
+}
+
+const HOUR: u64 = ledger::HOUR_MS;
+
+#[test]
+fn a_hand_counted_hour_of_lending_borrowing_reserve_and_preemption() {
+    // Shares a (LEND_AND_BORROW, max 8) and b (LEND, max 8) on 16 GPUs, and c (RESERVE,
+    // max 4), which uses none.
+    let mut st = cluster();
+    ok(&mut st, Command::PutShare(share("c", Strategy::Reserve, 4)), 0);
+    ok(&mut st, Command::ResumeNode { node: "n1".into() }, HOUR);
+    // a takes 12 GPUs, 4 of them borrowed, for half an hour.
+    let j1 = submit(&mut st, "a", 8, 1, HOUR);
+    let j2 = submit(&mut st, "a", 4, 1, HOUR);
+    place_and_run(&mut st, HOUR);
+    // Then b wants its 8: a job of a is reclaimed at 1.5 h and exits at once.
+    let j3 = submit(&mut st, "b", 8, 1, HOUR + HOUR / 2);
+    schedule(&mut st, HOUR + HOUR / 2);
+    let reclaimed = [j1, j2]
+        .into_iter()
+        .find(|j| st.jobs[j].stop.is_some())
+        .expect("a job of a is reclaimed");
+    exit(&mut st, reclaimed, None, HOUR + HOUR / 2);
+    place_and_run(&mut st, HOUR + HOUR / 2);
+    assert!(st.jobs[&j3].status.is_active(), "{:?}", st.jobs[&j3].pending_reason);
+    let got = st.ledger_between(HOUR, 2 * HOUR);
+    let t = |s: &str| got.shares.get(&(s.into(), "h100".into())).copied().unwrap_or_default();
+    let (a, b, c) = (t("a"), t("b"), t("c"));
+    let gpu_h = |x: u64| x as f64 / HOUR as f64;
+    let r = st.jobs[&reclaimed].spec.request.total_gpus() as f64;
+    // a: 12 GPUs (4 above its max) for the first half hour, then 12 - r for the second.
+    assert_eq!(gpu_h(a.used + a.borrowed), 12.0 * 0.5 + (12.0 - r) * 0.5);
+    assert_eq!(gpu_h(a.borrowed), 4.0 * 0.5);
+    // b lent those 4 for the first half hour (from its idle 8), then used its 8.
+    assert_eq!(gpu_h(b.lent), 4.0 * 0.5);
+    assert_eq!(gpu_h(b.used), 8.0 * 0.5);
+    // c kept its 4 idle the whole hour.
+    assert_eq!(gpu_h(c.reserved_idle), 4.0);
+    assert_eq!(c.used + c.borrowed + c.lent, 0);
+    // The reclaimed attempt had run half an hour: lost to reclaim.
+    assert_eq!(gpu_h(a.lost_reclaim), r * 0.5);
+    assert_eq!(a.lost_in_share + a.lost_drain, 0);
+    // 16 GPUs for the hour.
+    assert_eq!(gpu_h(got.capacity[&Unit::from("h100")]), 16.0);
 }

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tranche_client::{Client, ClientError};
 use tranche_local::demo;
-use tranche_model::{CapacityLimit, JobId, JobSpec, JobStatus, Strategy};
+use tranche_model::{CapacityLimit, JobId, JobRef, JobSpec, JobStatus, Strategy};
 use tranche_proto::ClientCommand;
 use tranche_proto::{ApiError, JobFilter, Query, Response};
 use tranche_state::Outcome as Applied;
@@ -150,14 +150,14 @@ pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u
             let id = mine[rng.gen_range(recent..mine.len())];
             let (kind, value, cmd) = if p < 8 {
                 let cmd = ClientCommand::Cancel {
-                    job: JobId(id),
+                    job: JobRef::job(JobId(id)),
                     reason: "nemesis".into(),
                 };
                 (OpKind::Cancel, None, cmd)
             } else {
                 let priority = rng.gen_range(0..100);
                 let cmd = ClientCommand::UpdatePriority {
-                    job: JobId(id),
+                    job: JobRef::job(JobId(id)),
                     priority,
                 };
                 (OpKind::Priority, Some(priority), cmd)

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use tranche_model::JobId;
 
+use super::output::OutputFile;
 use super::spec::AttemptNo;
 use super::spool::{
-    cgroup_name, files, kept_logs, read_exit, read_pid_file, read_shim_pid, remove_attempt_dir,
-    shim_alive, ExecKind, ExitStatus, LaunchRecord,
+    cgroup_name, files, kept_logs, kept_outputs_record, read_exit, read_outputs, read_pid_file,
+    read_shim_pid, remove_attempt_dir, shim_alive, ExecKind, ExitStatus, LaunchRecord,
 };
 use super::{fsutil, oci, procfs, ExecError, LaunchSpec};
 
@@ -137,9 +138,36 @@ impl Attempt {
         &self.spec
     }
 
-    /// The job's stdout and stderr files.
+    /// The job's stdout and stderr files: its `--output`/`--error` files where it has
+    /// them, else the attempt directory's.
     pub fn log_paths(&self) -> (PathBuf, PathBuf) {
-        (self.dir.join(files::STDOUT), self.dir.join(files::STDERR))
+        let at = |file: &Option<String>, spooled| {
+            file.as_ref()
+                .map_or_else(|| self.dir.join(spooled), PathBuf::from)
+        };
+        (
+            at(&self.spec.stdout_file, files::STDOUT),
+            at(&self.spec.stderr_file, files::STDERR),
+        )
+    }
+
+    /// Where the log port reads the job's stdout (or stderr) while the attempt is not
+    /// acknowledged: the file the shim gave the job for it (see [`OutputFile::open`]
+    /// for how one outside the spool is read), or `None` for an `--output`/`--error`
+    /// file not created (yet, or ever: the attempt failed to start).
+    pub fn output(&self, stderr: bool) -> Option<OutputFile> {
+        let named = if stderr {
+            &self.spec.stderr_file
+        } else {
+            &self.spec.stdout_file
+        };
+        if named.is_none() {
+            let (out, err) = (self.dir.join(files::STDOUT), self.dir.join(files::STDERR));
+            return Some(OutputFile::spool(if stderr { err } else { out }));
+        }
+        read_outputs(&self.dir.join(files::OUTPUTS))
+            .and_then(|r| r.stream(stderr))
+            .map(OutputFile::outside)
     }
 
     /// Why the job could not be launched, if it could not.
@@ -366,12 +394,17 @@ impl Attempt {
         let parent = self.dir.parent().unwrap_or(Path::new("/"));
         // The output outlives the attempt dir: it moves to `<spool>/logs`.
         let spool = parent.parent().unwrap_or(parent);
-        let (out, err) = self.log_paths();
+        // So does the record of its files elsewhere, which the log port reads them by.
+        let (out, err) = (self.dir.join(files::STDOUT), self.dir.join(files::STDERR));
         let (kept_out, kept_err) = kept_logs(spool, self.job, self.attempt);
         if let Some(logs) = kept_out.parent() {
             let _ = std::fs::create_dir_all(logs);
         }
-        for (from, to) in [(out, kept_out), (err, kept_err)] {
+        let outputs = (
+            self.dir.join(files::OUTPUTS),
+            kept_outputs_record(spool, self.job, self.attempt),
+        );
+        for (from, to) in [(out, kept_out), (err, kept_err), outputs] {
             if from.exists() {
                 if let Err(e) = std::fs::rename(&from, &to) {
                     tracing::warn!("cannot keep {}: {e}", from.display());

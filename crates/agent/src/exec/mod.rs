@@ -10,7 +10,8 @@
 //! | `spec.json` | agent | the [`LaunchSpec`] |
 //! | `plan.json` | agent | what the executor decided: kind, cgroup paths, runtime, container id, overlay mount |
 //! | `shim.pid` | shim | the shim's pid and start time (to tell whether it is still there) |
-//! | `stdout`, `stderr` | job | the job's output |
+//! | `stdout`, `stderr` | job | the job's output (a stream with an `--output`/`--error` file goes there instead) |
+//! | `outputs.json` | shim | the files outside the spool given to the job for its output, as opened (see [`output`]) |
 //! | `pid` | shim | the job's main pid (process executor), or the container id and then the container init's host pid on a second line (OCI) |
 //! | `exit.json` | shim | `{"code", "signal", "at_ms"}`, written atomically once no process of the job is left |
 //! | `launch_error` | shim | why the job could not be started (the agent's [`Executors::start`] returns it) |
@@ -44,7 +45,8 @@
 //! `spec` is what an attempt runs ([`LaunchSpec`]), `spool` the attempt directories
 //! and their records, `executors` starts and adopts attempts ([`Executors`]),
 //! `attempt` watches, stops and reaps one ([`Attempt`]), `shim` supervises it on the
-//! node; `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
+//! node; `output` expands `--output`/`--error` patterns and creates and reads those
+//! files; `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
 //! and `cgroup` are the container runtime, the image cache and the cgroup hierarchies.
 
 mod attempt;
@@ -55,6 +57,7 @@ mod fsutil;
 mod image;
 pub mod ledger;
 mod oci;
+pub mod output;
 mod procfs;
 mod shim;
 mod signal;
@@ -68,10 +71,11 @@ pub use attempt::{Attempt, CgroupDirs, KillMethod, StopOutcome};
 pub use cgroup::CgroupMode;
 pub use error::ExecError;
 pub use executors::Executors;
+pub use output::OutputFile;
 pub use shim::shim_main;
 pub use signal::signal_number;
-pub use spec::{job_env, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};
-pub use spool::{kept_logs, ExecKind, ExitStatus};
+pub use spec::{job_env, ArrayTask, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};
+pub use spool::{kept_logs, kept_output, ExecKind, ExitStatus};
 
 /// Environment variable naming the `tranche-agent` binary whose hidden `shim`
 /// subcommand supervises each attempt; unset, the running executable is used.

@@ -441,12 +441,23 @@ mod tests {
             ],
             fake_devices: true,
             rendezvous: None,
+            name: String::new(),
+            array: None,
+            submit_dir: None,
+            stdout_file: None,
+            stderr_file: None,
         }
     }
 
     #[test]
     fn fake_devices_and_config() {
-        let s = spec();
+        let mut s = spec();
+        s.name = "sweep".into();
+        s.array = Some(crate::exec::ArrayTask {
+            array: tranche_model::JobId(42),
+            index: 7,
+            count: 10,
+        });
         let devs = gpu_devices(&s).unwrap();
         let paths: Vec<_> = devs.iter().map(|d| d.path.as_str()).collect();
         assert_eq!(paths, ["/dev/nvidia5", "/dev/nvidia2", "/dev/nvidiactl"]);
@@ -482,6 +493,16 @@ mod tests {
             "{env:?}"
         );
         assert!(env.contains(&"HOME=/"), "{env:?}");
+        for slurmish in [
+            "TRANCHE_JOB_NAME=sweep",
+            "TRANCHE_ARRAY_JOB_ID=42",
+            "TRANCHE_ARRAY_TASK_ID=7",
+            "TRANCHE_ARRAY_TASK_COUNT=10",
+            "TRANCHE_CPUS_PER_NODE=2",
+            "TRANCHE_MEM_PER_NODE=512",
+        ] {
+            assert!(env.contains(&slurmish), "{slurmish} not in {env:?}");
+        }
         let ns: Vec<&str> = c["linux"]["namespaces"]
             .as_array()
             .unwrap()

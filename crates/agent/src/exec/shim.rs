@@ -17,6 +17,7 @@ use nix::unistd::{ForkResult, Gid, Uid};
 use tranche_model::{GpuIndex, JobId};
 
 use super::ledger::{self, LedgerEntry};
+use super::output::{self, As, Opened, OutputsRecord};
 use super::spec::AttemptNo;
 use super::spool::{files, LaunchRecord};
 use super::DEFAULT_PATH;
@@ -107,21 +108,77 @@ fn supervise(dir: &Path) -> Result<(), String> {
         }
     }
     let outcome = (|| {
-        let stdout = fsutil::open_append(&dir.join(files::STDOUT)).map_err(|e| e.to_string())?;
-        let stderr = fsutil::open_append(&dir.join(files::STDERR)).map_err(|e| e.to_string())?;
-        // The output is the job's user's, who may read it on the node.
-        if let Some((uid, gid)) = spec.user {
-            for (f, name) in [(&stdout, files::STDOUT), (&stderr, files::STDERR)] {
-                nix::unistd::fchown(f, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
-                    .map_err(|e| format!("cannot give {name} to uid {uid}: {e}"))?;
-            }
-        }
+        let (stdout, stderr) = open_streams(dir, &spec)?;
         match plan.kind {
             ExecKind::Process => run_process(dir, &spec, &plan, stdout, stderr),
             ExecKind::Oci => run_oci(dir, &plan, stdout, stderr),
         }
     })();
     record(dir, Some(&plan), ledger, outcome)
+}
+
+/// The job's stdout and stderr: each the `--output`/`--error` file of the spec, created
+/// with the job's credentials (recorded in `outputs.json` before the job starts), or
+/// the spool's file, given to the job's user, who may read it on the node. A stream
+/// whose file is the other's shares its descriptor, so a process job's two streams
+/// interleave in the order written (runc copies a container's through a pipe each,
+/// which keeps the order within each stream only).
+fn open_streams(dir: &Path, spec: &LaunchSpec) -> Result<(File, File), String> {
+    let user = spec.user.map(|(uid, gid)| As {
+        uid,
+        gid,
+        groups: &spec.groups,
+    });
+    // Members of a gang that name one file on a shared file system all append to it;
+    // only rank 0 empties it first.
+    let truncate = spec.rendezvous.as_ref().is_none_or(|r| r.rank == 0);
+    let open = |name: &str, file: Option<&String>| -> Result<(File, Option<Opened>), String> {
+        let Some(path) = file else {
+            let f = fsutil::open_append(&dir.join(name)).map_err(|e| e.to_string())?;
+            if let Some((uid, gid)) = spec.user {
+                nix::unistd::fchown(&f, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
+                    .map_err(|e| format!("cannot give {name} to uid {uid}: {e}"))?;
+            }
+            return Ok((f, None));
+        };
+        let path = Path::new(path);
+        let f = output::create_as(path, user, truncate).map_err(|e| {
+            format!(
+                "cannot create the {name} file {}{}: {e}",
+                path.display(),
+                as_whom(spec)
+            )
+        })?;
+        let opened = Opened::of(path, &f).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok((f, Some(opened)))
+    };
+    let (stdout, out_rec) = open(files::STDOUT, spec.stdout_file.as_ref())?;
+    let (stderr, err_rec) = if spec.stderr_file.is_some() && spec.stderr_file == spec.stdout_file {
+        let f = stdout.try_clone().map_err(|e| e.to_string())?;
+        (f, out_rec.clone())
+    } else {
+        open(files::STDERR, spec.stderr_file.as_ref())?
+    };
+    let record = OutputsRecord {
+        stdout: out_rec,
+        stderr: err_rec,
+    };
+    if record != OutputsRecord::default() {
+        fsutil::write_json(&dir.join(files::OUTPUTS), &record).map_err(|e| e.to_string())?;
+    }
+    Ok((stdout, stderr))
+}
+
+/// ` as user NAME (uid U)` for messages about a job's files, or `` when the job runs as
+/// the agent's own account.
+fn as_whom(spec: &LaunchSpec) -> String {
+    match spec.user {
+        Some((uid, _)) => match spec.env.get("USER") {
+            Some(name) => format!(" as user {name} (uid {uid})"),
+            None => format!(" as uid {uid}"),
+        },
+        None => String::new(),
+    }
 }
 
 /// An attempt's GPU ledger file, job, attempt and GPU indices.

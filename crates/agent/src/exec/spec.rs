@@ -75,6 +75,35 @@ pub struct LaunchSpec {
     /// an older agent): no rendezvous variables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous: Option<Rendezvous>,
+    /// The job's name (`TRANCHE_JOB_NAME`; empty and absent from an older `spec.json`:
+    /// none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Set for a task of an array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayTask>,
+    /// The directory the job was submitted from (or `--chdir`), whether or not it
+    /// exists on this node (`TRANCHE_SUBMIT_DIR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_dir: Option<String>,
+    /// An absolute path on the node for the job's stdout, created as the job's user
+    /// (see [`output`](super::output)); unset: `stdout` in the attempt directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_file: Option<String>,
+    /// The same for stderr; it may be `stdout_file` (Slurm's `--output` alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_file: Option<String>,
+}
+
+/// Where a task of an array stands in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTask {
+    /// The array's id (its first task's job id).
+    pub array: JobId,
+    /// This task's index.
+    pub index: u32,
+    /// How many tasks the array has.
+    pub count: u32,
 }
 
 /// What a member of a gang needs to find the others: see [`job_env`].
@@ -105,13 +134,38 @@ impl LaunchSpec {
 /// * `NVIDIA_VISIBLE_DEVICES`: their UUIDs, comma-separated (`"void"` with no GPU),
 /// * `CUDA_DEVICE_ORDER=PCI_BUS_ID` (so CUDA numbers GPUs as NVML and the node do),
 /// * `TRANCHE_JOB_ID`, `TRANCHE_ATTEMPT`, `TRANCHE_RESTART_COUNT`, `TRANCHE_SHARE`,
+///   `TRANCHE_JOB_NAME` (empty for a job without a name),
+/// * for a task of an array, `TRANCHE_ARRAY_JOB_ID` (the array's id),
+///   `TRANCHE_ARRAY_TASK_ID` (this task's index) and `TRANCHE_ARRAY_TASK_COUNT`,
+/// * `TRANCHE_SUBMIT_DIR` where the submit directory is known, and
+///   `TRANCHE_CPUS_PER_NODE` and `TRANCHE_MEM_PER_NODE` (MiB) where the job asks for
+///   CPUs or memory,
 /// * with a [`Rendezvous`], what distributed launchers (torchrun, NCCL, DeepSpeed) read:
 ///   `TRANCHE_NODELIST` (node names in rank order, comma-separated),
 ///   `TRANCHE_NUM_NODES`, `TRANCHE_NODE_RANK` and `NODE_RANK` (from 0),
 ///   `TRANCHE_GPUS_PER_NODE`, `WORLD_SIZE` (nodes × GPUs per node), `MASTER_ADDR` and
 ///   `MASTER_PORT` (rank 0's advertised address and the attempt's port).
 ///
-/// This is the environment of a process-executor job. Inside an OCI container only the
+/// A script ported from `sbatch` finds under these names what it read from Slurm:
+///
+/// | Slurm | Tranche |
+/// |---|---|
+/// | `SLURM_JOB_ID` | `TRANCHE_JOB_ID` |
+/// | `SLURM_JOB_NAME` | `TRANCHE_JOB_NAME` |
+/// | `SLURM_JOB_PARTITION` | `TRANCHE_SHARE` (the quota share) |
+/// | `SLURM_JOB_USER` | `USER` (the job runs as its user) |
+/// | `SLURM_ARRAY_JOB_ID`, `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_COUNT` | `TRANCHE_ARRAY_JOB_ID`, `TRANCHE_ARRAY_TASK_ID`, `TRANCHE_ARRAY_TASK_COUNT` |
+/// | `SLURM_SUBMIT_DIR` | `TRANCHE_SUBMIT_DIR` |
+/// | `SLURM_JOB_NODELIST` | `TRANCHE_NODELIST` (comma-separated, not Slurm's `n[1-2]`) |
+/// | `SLURM_JOB_NUM_NODES`, `SLURM_NNODES` | `TRANCHE_NUM_NODES` |
+/// | `SLURM_NODEID` | `TRANCHE_NODE_RANK` |
+/// | `SLURM_GPUS_PER_NODE`, `SLURM_GPUS_ON_NODE` | `TRANCHE_GPUS_PER_NODE` |
+/// | `SLURM_CPUS_ON_NODE` | `TRANCHE_CPUS_PER_NODE` |
+/// | `SLURM_MEM_PER_NODE` | `TRANCHE_MEM_PER_NODE` (MiB, as Slurm's) |
+/// | `SLURM_RESTART_COUNT` | `TRANCHE_RESTART_COUNT` |
+///
+/// The same variables reach a process job and a container. This is the environment of
+/// a process-executor job. Inside an OCI container only the
 /// allocated GPUs' device nodes exist, so CUDA numbers them from 0 in PCI order; the
 /// OCI executor therefore rewrites `CUDA_VISIBLE_DEVICES` to those container ordinals,
 /// still in allocation order (GPUs 5 and 2 become `1,0`), and adds
@@ -144,6 +198,29 @@ pub fn job_env(spec: &LaunchSpec) -> BTreeMap<String, String> {
         spec.restart_count.to_string(),
     );
     env.insert("TRANCHE_SHARE".into(), spec.share.clone());
+    env.insert("TRANCHE_JOB_NAME".into(), spec.name.clone());
+    // Absent unless they apply: a job submitted from inside an array task, with that
+    // task's environment, is not a task of that array.
+    let mut set = |name: &str, value: Option<String>| match value {
+        Some(v) => env.insert(name.into(), v),
+        None => env.remove(name),
+    };
+    let array = spec.array.as_ref();
+    set("TRANCHE_ARRAY_JOB_ID", array.map(|a| a.array.to_string()));
+    set("TRANCHE_ARRAY_TASK_ID", array.map(|a| a.index.to_string()));
+    set(
+        "TRANCHE_ARRAY_TASK_COUNT",
+        array.map(|a| a.count.to_string()),
+    );
+    set("TRANCHE_SUBMIT_DIR", spec.submit_dir.clone());
+    set(
+        "TRANCHE_CPUS_PER_NODE",
+        (spec.cpus > 0).then(|| spec.cpus.to_string()),
+    );
+    set(
+        "TRANCHE_MEM_PER_NODE",
+        (spec.memory_mb > 0).then(|| spec.memory_mb.to_string()),
+    );
     if let Some(r) = &spec.rendezvous {
         let n = r.nodes.len() as u32;
         env.insert("TRANCHE_NODELIST".into(), r.nodes.join(","));
@@ -197,6 +274,20 @@ pub(super) fn validate(spec: &LaunchSpec) -> Result<(), ExecError> {
             });
         }
     }
+    for (field, path) in [
+        ("stdout_file", &spec.stdout_file),
+        ("stderr_file", &spec.stderr_file),
+    ] {
+        match path {
+            Some(p) if !p.starts_with('/') || p.contains('\0') => {
+                return Err(ExecError::Spec {
+                    field,
+                    reason: format!("`{p}` is not an absolute path"),
+                });
+            }
+            _ => {}
+        }
+    }
     let mut seen = std::collections::BTreeSet::new();
     for g in &spec.gpus {
         if !seen.insert(g.index) {
@@ -230,6 +321,25 @@ mod tests {
             gpus: vec![],
             fake_devices: true,
             rendezvous: None,
+            name: String::new(),
+            array: None,
+            submit_dir: None,
+            stdout_file: None,
+            stderr_file: None,
+        }
+    }
+
+    /// Task 7 of array 42 (of 10), named `sweep`, submitted from `/shared/kim/project`.
+    fn array_task() -> LaunchSpec {
+        LaunchSpec {
+            name: "sweep".into(),
+            array: Some(ArrayTask {
+                array: JobId(42),
+                index: 7,
+                count: 10,
+            }),
+            submit_dir: Some("/shared/kim/project".into()),
+            ..spec()
         }
     }
 
@@ -246,15 +356,19 @@ mod tests {
                 uuid: "GPU-a".into(),
             },
         ];
-        let e = job_env(&s);
-        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "5,2");
-        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "GPU-b,GPU-a");
-        assert_eq!(e["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
-        assert_eq!(e["TRANCHE_JOB_ID"], "7");
-        assert_eq!(e["TRANCHE_ATTEMPT"], "2");
-        assert_eq!(e["TRANCHE_RESTART_COUNT"], "1");
-        assert_eq!(e["TRANCHE_SHARE"], "vision");
-        assert_eq!(e["A"], "1");
+        assert_env(
+            &job_env(&s),
+            &[
+                ("CUDA_VISIBLE_DEVICES", "5,2"),
+                ("NVIDIA_VISIBLE_DEVICES", "GPU-b,GPU-a"),
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                ("TRANCHE_JOB_ID", "7"),
+                ("TRANCHE_ATTEMPT", "2"),
+                ("TRANCHE_RESTART_COUNT", "1"),
+                ("TRANCHE_SHARE", "vision"),
+                ("A", "1"),
+            ],
+        );
         s.gpus.clear();
         s.env
             .insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into());
@@ -262,6 +376,45 @@ mod tests {
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "");
         assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "void");
         assert!(!e.contains_key("MASTER_ADDR"));
+        assert_eq!(e["TRANCHE_JOB_NAME"], "");
+        for absent in [
+            "TRANCHE_ARRAY_JOB_ID",
+            "TRANCHE_SUBMIT_DIR",
+            "TRANCHE_CPUS_PER_NODE",
+            "TRANCHE_MEM_PER_NODE",
+        ] {
+            assert!(!e.contains_key(absent), "{absent}");
+        }
+    }
+
+    #[test]
+    fn env_has_slurms_array_name_dir_and_size_variables() {
+        let mut s = spec();
+        // Inherited from the array task that submitted this job: not this job's.
+        s.env.insert("TRANCHE_ARRAY_TASK_ID".into(), "3".into());
+        let e = job_env(&s);
+        assert!(!e.contains_key("TRANCHE_ARRAY_TASK_ID"));
+        let mut s = array_task();
+        s.cpus = 8;
+        s.memory_mb = 65_536;
+        assert_env(
+            &job_env(&s),
+            &[
+                ("TRANCHE_JOB_NAME", "sweep"),
+                ("TRANCHE_ARRAY_JOB_ID", "42"),
+                ("TRANCHE_ARRAY_TASK_ID", "7"),
+                ("TRANCHE_ARRAY_TASK_COUNT", "10"),
+                ("TRANCHE_SUBMIT_DIR", "/shared/kim/project"),
+                ("TRANCHE_CPUS_PER_NODE", "8"),
+                ("TRANCHE_MEM_PER_NODE", "65536"),
+            ],
+        );
+    }
+
+    fn assert_env(env: &BTreeMap<String, String>, want: &[(&str, &str)]) {
+        for (k, v) in want {
+            assert_eq!(env.get(*k).map(String::as_str), Some(*v), "{k} in {env:?}");
+        }
     }
 
     #[test]
@@ -275,15 +428,19 @@ mod tests {
             master_addr: "10.0.0.3".into(),
             master_port: 23_456,
         });
-        let e = job_env(&s);
-        assert_eq!(e["TRANCHE_NODELIST"], "n3,n1");
-        assert_eq!(e["TRANCHE_NUM_NODES"], "2");
-        assert_eq!(e["TRANCHE_NODE_RANK"], "1");
-        assert_eq!(e["NODE_RANK"], "1");
-        assert_eq!(e["TRANCHE_GPUS_PER_NODE"], "4");
-        assert_eq!(e["WORLD_SIZE"], "8");
-        assert_eq!(e["MASTER_ADDR"], "10.0.0.3");
-        assert_eq!(e["MASTER_PORT"], "23456");
+        assert_env(
+            &job_env(&s),
+            &[
+                ("TRANCHE_NODELIST", "n3,n1"),
+                ("TRANCHE_NUM_NODES", "2"),
+                ("TRANCHE_NODE_RANK", "1"),
+                ("NODE_RANK", "1"),
+                ("TRANCHE_GPUS_PER_NODE", "4"),
+                ("WORLD_SIZE", "8"),
+                ("MASTER_ADDR", "10.0.0.3"),
+                ("MASTER_PORT", "23456"),
+            ],
+        );
     }
 
     /// `spec.json` of an attempt in the spool: ids and GPU indices are plain numbers, so
@@ -307,6 +464,30 @@ mod tests {
         assert_eq!(serde_json::to_value(&want).unwrap(), on_disk);
     }
 
+    /// The fields an older agent did not write are read back from a newer `spec.json`
+    /// under these names, and a spec without them writes none of them (above).
+    #[test]
+    fn spec_json_names_the_array_and_output_fields() {
+        let mut want = array_task();
+        want.submit_dir = Some("/p".into());
+        want.stdout_file = Some("/p/out".into());
+        want.stderr_file = Some("/p/out".into());
+        let v = serde_json::to_value(&want).unwrap();
+        assert_eq!(
+            v["array"],
+            serde_json::json!({"array": 42, "index": 7, "count": 10})
+        );
+        assert_eq!(
+            (&v["name"], &v["submit_dir"]),
+            (&"sweep".into(), &"/p".into())
+        );
+        assert_eq!(
+            (&v["stdout_file"], &v["stderr_file"]),
+            (&"/p/out".into(), &"/p/out".into())
+        );
+        assert_eq!(serde_json::from_value::<LaunchSpec>(v).unwrap(), want);
+    }
+
     #[test]
     fn invalid_specs_name_the_field() {
         let mut s = spec();
@@ -318,5 +499,11 @@ mod tests {
         let mut s = spec();
         s.env.insert("A=B".into(), "x".into());
         assert!(validate(&s).unwrap_err().to_string().contains("`env`"));
+        let mut s = spec();
+        s.stderr_file = Some("err.txt".into());
+        assert!(validate(&s)
+            .unwrap_err()
+            .to_string()
+            .contains("`stderr_file`"));
     }
 }

@@ -1,7 +1,8 @@
 //! The spool: the on-disk layout of the attempts (`<spool>/attempts/<job>.<attempt>/`
-//! and the files in it, `<spool>/logs/` for acknowledged attempts' output), the records
-//! kept there (`plan.json`, `exit.json`, `pid`, `shim.pid`), and the names derived from
-//! an attempt (directory, cgroup, container id).
+//! and the files in it, `<spool>/logs/` for acknowledged attempts' output and the
+//! records of their output files elsewhere), the records kept there (`plan.json`,
+//! `exit.json`, `pid`, `shim.pid`, `outputs.json`), and the names derived from an
+//! attempt (directory, cgroup, container id).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use tranche_model::JobId;
 
 use super::cgroup::CgroupPlan;
+use super::output::{OutputFile, OutputsRecord};
 use super::spec::AttemptNo;
 use super::{fsutil, procfs};
 
@@ -86,6 +88,8 @@ pub(crate) mod files {
     pub const LAUNCH_ERROR: &str = "launch_error";
     pub const STDOUT: &str = "stdout";
     pub const STDERR: &str = "stderr";
+    /// The job's output files outside the spool (`--output`/`--error`), as given to it.
+    pub const OUTPUTS: &str = "outputs.json";
     pub const SHIM_LOG: &str = "shim.log";
     pub const RUNTIME_LOG: &str = "runtime.log";
     pub const INIT_PID: &str = "init.pid";
@@ -102,10 +106,48 @@ pub fn kept_logs(spool: &Path, job: JobId, attempt: AttemptNo) -> (PathBuf, Path
     )
 }
 
+/// Where an acknowledged attempt's record of its output files outside the spool is
+/// kept: `<spool>/logs/<job>.<attempt>.outputs.json`.
+pub(super) fn kept_outputs_record(spool: &Path, job: JobId, attempt: AttemptNo) -> PathBuf {
+    spool
+        .join("logs")
+        .join(format!("{job}.{attempt}.{}", files::OUTPUTS))
+}
+
+/// Where one stream of an acknowledged attempt's output is read from: the file outside
+/// the spool the job wrote it to (`--output`/`--error`), else the one kept in
+/// `<spool>/logs`; `None` when neither is there (the attempt has not ended and been
+/// acknowledged on this node, or never ran here).
+pub fn kept_output(
+    spool: &Path,
+    job: JobId,
+    attempt: AttemptNo,
+    stderr: bool,
+) -> Option<OutputFile> {
+    let record = kept_outputs_record(spool, job, attempt);
+    if let Some(opened) = read_outputs(&record).and_then(|r| r.stream(stderr)) {
+        return Some(OutputFile::outside(opened));
+    }
+    let (out, err) = kept_logs(spool, job, attempt);
+    let path = if stderr { err } else { out };
+    path.exists().then(|| OutputFile::spool(path))
+}
+
+/// An `outputs.json`, if there is a readable one.
+pub(super) fn read_outputs(path: &Path) -> Option<OutputsRecord> {
+    read_record(path)
+}
+
 pub(super) fn read_exit(path: &Path) -> Option<ExitStatus> {
+    read_record(path)
+}
+
+/// A JSON record the shim writes, if it is there; one that does not parse is warned
+/// about and taken as absent.
+fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     let text = fsutil::read_string(path)?;
     match serde_json::from_str(&text) {
-        Ok(s) => Some(s),
+        Ok(r) => Some(r),
         Err(e) => {
             tracing::warn!("{}: {e}", path.display());
             None

@@ -55,7 +55,22 @@ pub fn spec(image: &str, command: &[&str]) -> LaunchSpec {
         gpus: Vec::new(),
         fake_devices: true,
         rendezvous: None,
+        name: String::new(),
+        array: None,
+        submit_dir: None,
+        stdout_file: None,
+        stderr_file: None,
     }
+}
+
+/// An agent config for node `n3` with these extra top-level settings and tables.
+pub fn agent_config(extra: &str) -> tranche_agent::config::AgentConfig {
+    let text = format!(
+        "node = \"n3\"\ncontrollers = [\"127.0.0.1:7100\"]\nspool_dir = \"/x\"\n\
+         inventory = \"fake\"\nfake = \"1 x h100\"\n{extra}\n\
+         [tls]\nca = \"/c\"\ncert = \"/c\"\nkey = \"/c\"\n"
+    );
+    tranche_agent::config::AgentConfig::parse(&text, "agent.toml").unwrap()
 }
 
 /// GPUs with these indices and UUIDs `GPU-fake-<index>`.

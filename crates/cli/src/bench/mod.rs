@@ -90,6 +90,11 @@ struct AgentCluster {
 }
 
 async fn agent_cluster() -> Result<AgentCluster, String> {
+    agent_cluster_spooled(None).await
+}
+
+/// [`agent_cluster`], its agents' spools under `spool_root` when given.
+async fn agent_cluster_spooled(spool_root: Option<std::path::PathBuf>) -> Result<AgentCluster, String> {
     use tranche_local::{find_agent, find_tranched, LocalCluster, LocalOptions};
     let tranched = find_tranched();
     let agent = find_agent();
@@ -104,6 +109,7 @@ async fn agent_cluster() -> Result<AgentCluster, String> {
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let keep = KeepDir::at(tmp.path());
     let mut opts = LocalOptions::new(tranched);
+    opts.spool_root = spool_root;
     if std::env::var("TRANCHE_LOG").is_err() {
         opts.log_filter = "warn".into();
     }

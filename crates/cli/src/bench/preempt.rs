@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tranche_client::Client;
 use tranche_local::demo;
-use tranche_model::{JobId, JobSpec, JobStatus};
+use tranche_model::{JobId, JobRef, JobSpec, JobStatus};
 use tranche_proto::ClientCommand;
 use tranche_proto::{Query, Response};
 
@@ -124,7 +124,7 @@ fn job(share: &str, token: &str, image: &str, marks: &Marks, body: &str) -> JobS
 }
 
 async fn detail(admin: &Client, id: JobId) -> Result<tranche_model::Job, String> {
-    match admin.read(Query::Job(id), false).await {
+    match admin.read(Query::Job(JobRef::job(id)), false).await {
         Ok(Response::Job(j)) => Ok(*j),
         Ok(other) => Err(format!("job {id}: {}", unexpected_text(&other))),
         Err(e) => Err(format!("job {id}: {e}")),
@@ -244,7 +244,7 @@ pub async fn preempt(args: &PreemptArgs) -> Result<(), String> {
         for &id in &borrowers {
             let _ = admin
                 .command(ClientCommand::Cancel {
-                    job: id,
+                    job: JobRef::job(id),
                     reason: "benchmark round over".into(),
                 })
                 .await;

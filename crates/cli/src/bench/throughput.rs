@@ -1,10 +1,9 @@
 //! `tranche bench throughput`: what a user's shell loop of `tranche submit` gets from a
 //! local cluster of real processes (3 controllers, 4 agents with 8 fake GPUs each, the
-//! process executor): separate CLI processes run one after another, then the time from
-//! the first submit until every job has ended.
-//!
-//! Arrays of jobs (one submit for many jobs, part (b) of the comparison with Slurm's
-//! `sbatch --array`) are not measured: Tranche has no job arrays.
+//! process executor): (a) separate CLI processes run one after another, (c) the time
+//! from the first of them until every job has ended, then (b) one array submit of as
+//! many one-GPU tasks (`tranche submit --array 0-999`, Slurm's `sbatch --array`): the
+//! submit process's time, and from its start until every task has ended.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,7 +16,7 @@ use tranche_proto::{ClientCommand, JobFilter, Query, Response};
 use tranche_tls::{Role, TlsFiles};
 
 use super::stats::{print_json, Spread};
-use super::{agent_cluster, AgentCluster};
+use super::{agent_cluster_spooled, AgentCluster};
 use crate::client_cfg::apply_all;
 use crate::output::unexpected_text;
 use crate::timing;
@@ -35,6 +34,13 @@ pub struct ThroughputArgs {
     /// `tranche submit --gpus 1 -- true` processes to run, one after another.
     #[arg(long, default_value_t = 1000)]
     submits: usize,
+    /// Where the agents keep their spools (each attempt's files and kept output), e.g.
+    /// a tmpfs [default: the cluster's temporary dir, beside the controllers' data].
+    #[arg(long, value_name = "DIR")]
+    spool_dir: Option<PathBuf>,
+    /// Tasks of the array submitted after the loop (0: no array).
+    #[arg(long, default_value_t = 1000)]
+    array_tasks: usize,
     /// Have each `tranche submit` mark the end of its phases (`TRANCHE_TIMING`), and
     /// report the median of each phase.
     #[arg(long)]
@@ -104,6 +110,22 @@ async fn jobs(admin: &Client, status: Vec<JobStatus>, limit: Option<u32>) -> Res
         user: None,
         status,
         limit,
+        array: None,
+        standing: false,
+    });
+    match admin.read(q, false).await {
+        Ok(Response::Jobs(j)) => Ok(j.len()),
+        Ok(other) => Err(unexpected_text(&other)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The tasks of array `id` in one of `status`.
+async fn array_jobs(admin: &Client, id: u64, status: Vec<JobStatus>) -> Result<usize, String> {
+    let q = Query::Jobs(JobFilter {
+        status,
+        array: Some(tranche_model::JobId(id)),
+        ..Default::default()
     });
     match admin.read(q, false).await {
         Ok(Response::Jobs(j)) => Ok(j.len()),
@@ -129,6 +151,17 @@ async fn wait_nodes(admin: &Client) -> Result<(), String> {
 
 /// Runs one `tranche submit` to its end.
 fn submit_once(cli: &Path, config: &Path, cache: &Path, timed: bool) -> Result<Run, String> {
+    submit_with(cli, config, cache, timed, &[]).map(|(run, _)| run)
+}
+
+/// Runs one `tranche submit` with `extra` options to its end; its run and stdout.
+fn submit_with(
+    cli: &Path,
+    config: &Path,
+    cache: &Path,
+    timed: bool,
+    extra: &[&str],
+) -> Result<(Run, String), String> {
     let mut cmd = Command::new(cli);
     cmd.args([
         "submit",
@@ -137,8 +170,9 @@ fn submit_once(cli: &Path, config: &Path, cache: &Path, timed: bool) -> Result<R
         "--gpus",
         "1",
         "--parsable",
-        "--config",
     ])
+    .args(extra)
+    .arg("--config")
     .arg(config)
     .args(["--", "true"])
     .env("XDG_CACHE_HOME", cache)
@@ -167,7 +201,7 @@ fn submit_once(cli: &Path, config: &Path, cache: &Path, timed: bool) -> Result<R
         .filter_map(timing::parse)
         .map(|(p, ms)| (p.to_string(), ms))
         .collect();
-    Ok(Run { ms, marks })
+    Ok((Run { ms, marks }, String::from_utf8_lossy(&out.stdout).trim().to_string()))
 }
 
 /// Each phase's median length over the runs, in the order the phases end; the last,
@@ -211,7 +245,7 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         agent,
         admin,
         cluster: mut c,
-    } = agent_cluster().await?;
+    } = agent_cluster_spooled(args.spool_dir.clone()).await?;
     apply_all(&admin, policy())
         .await
         .map_err(|e| format!("policy refused: {e}"))?;
@@ -267,6 +301,39 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         ));
     }
 
+    // (b) One array of as many tasks, on the now idle cluster.
+    let array = if args.array_tasks > 0 {
+        let spec = format!("0-{}", args.array_tasks - 1);
+        let started = Instant::now();
+        let (cli, config, cache) = (cli.clone(), config.clone(), cache.clone());
+        let (run, out) = tokio::task::spawn_blocking(move || {
+            submit_with(&cli, &config, &cache, false, &["--array", &spec])
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        let id: u64 = out
+            .parse()
+            .map_err(|_| format!("the array submit printed {out:?}, not a job id"))?;
+        let open: Vec<JobStatus> = JobStatus::ALL.into_iter().filter(|s| !s.is_terminal()).collect();
+        tranche_local::wait_until(
+            "every task to end",
+            Duration::from_secs(300),
+            async || match array_jobs(&admin, id, open.clone()).await? {
+                0 => Ok(()),
+                n => Err(format!("{n} tasks still waiting or running")),
+            },
+        )
+        .await?;
+        let ended_s = started.elapsed().as_secs_f64();
+        let ok = array_jobs(&admin, id, vec![JobStatus::Succeeded]).await?;
+        if ok != args.array_tasks {
+            return Err(format!("{ok} of the array's {} tasks succeeded", args.array_tasks));
+        }
+        Some((run.ms, ended_s))
+    } else {
+        None
+    };
+
     let rate = n as f64 / loop_s;
     let Spread { p50, p99, max, .. } = Spread::of(&each_ms);
     let phases = if timed { phases(&runs) } else { Vec::new() };
@@ -277,6 +344,11 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
             "submit_p50_ms": p50, "submit_p99_ms": p99, "submit_max_ms": max,
             "all_ended_s": all_ended_s, "succeeded": succeeded,
         });
+        if let Some((ms, s)) = array {
+            v["array_tasks"] = args.array_tasks.into();
+            v["array_submit_ms"] = ms.into();
+            v["array_all_ended_s"] = s.into();
+        }
         if timed {
             v["phases_p50_ms"] = phases
                 .iter()
@@ -292,6 +364,12 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         println!("CLI loop                  {n} submits in {loop_s:.2} s: {rate:.1} submits/s");
         println!("one submit process        p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms");
         println!("first submit -> all ended {all_ended_s:.2} s ({succeeded} SUCCEEDED)");
+        if let Some((ms, s)) = array {
+            println!(
+                "array of {} tasks        submit {ms:.1} ms; submit -> all ended {s:.2} s",
+                args.array_tasks
+            );
+        }
         if timed {
             println!("phases of one submit, median of each:");
             for (p, ms) in &phases {

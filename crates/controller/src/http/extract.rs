@@ -208,12 +208,7 @@ fn form_urlencoded_parse(q: &str) -> form_urlencoded::Parse<'_> {
     form_urlencoded::parse(q.as_bytes())
 }
 
-/// A job id in the path.
-pub fn job_id(text: &str) -> Result<tranche_model::JobId, HttpError> {
-    text.parse::<u64>().map(tranche_model::JobId).map_err(|_| {
-        HttpError::invalid(
-            "id",
-            format!("a job id is a positive integer, not `{text}`"),
-        )
-    })
+/// A job in the path: `42`, or `42_7` for task 7 of array 42.
+pub fn job_ref(text: &str) -> Result<tranche_model::JobRef, HttpError> {
+    tranche_model::JobRef::parse(text).map_err(|e| HttpError::invalid("id", e))
 }

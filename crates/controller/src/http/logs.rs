@@ -19,7 +19,7 @@ use tranche_tls::Role;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ErrorBody, HttpError};
-use super::extract::{job_id, Caller, QueryArgs};
+use super::extract::{job_ref, Caller, QueryArgs};
 use super::routes::unexpected;
 use super::Api;
 
@@ -52,7 +52,7 @@ fn flag(name: &str, v: &Option<String>) -> Result<bool, HttpError> {
 
 /// A job's output as it was written: bytes, not JSON.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
-    params(("id" = u64, Path, description = "The job's id"), LogsQuery),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42"), LogsQuery),
     responses(
         (status = 200, description = "The output; chunked and open until the attempt ends with follow", content_type = "application/octet-stream", body = String),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -65,7 +65,7 @@ pub async fn logs(
     Path(id): Path<String>,
     QueryArgs(q): QueryArgs<LogsQuery>,
 ) -> Result<Response, HttpError> {
-    let id = job_id(&id)?;
+    let id = job_ref(&id)?;
     let follow = flag("follow", &q.follow)?;
     let stderr = flag("stderr", &q.stderr)?;
     let job = match api.read(&caller, Query::Job(id)).await? {
@@ -142,7 +142,7 @@ pub async fn logs(
         .await?
         .clone();
     let req = LogRequest {
-        job: id,
+        job: job.id,
         attempt: Some(attempt.number),
         stderr,
         follow,

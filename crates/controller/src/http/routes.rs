@@ -10,14 +10,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use tranche_model::policy_file;
-use tranche_model::{JobId, JobStatus, NodeName};
+use tranche_model::{JobId, JobRef, JobStatus, NodeName};
 use tranche_proto::{ClientCommand, ClientRequest, JobFilter, Objects, Query, Response as Answer};
 use tranche_state::Outcome;
 use utoipa::{IntoParams, ToSchema};
 
 use super::dto::*;
 use super::error::{ErrorBody, HttpError};
-use super::extract::{job_id, Caller, JsonBody, OptionalJson, QueryArgs, Via};
+use super::extract::{job_ref, Caller, JsonBody, OptionalJson, QueryArgs, Via};
 use super::Api;
 use crate::mailbox::wall_ms;
 
@@ -31,6 +31,8 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/jobs", get(list_jobs).post(submit))
         .route("/api/v1/jobs/{id}", get(get_job).patch(update_job))
         .route("/api/v1/jobs/{id}/cancel", post(cancel_job))
+        .route("/api/v1/jobs/{id}/hold", post(hold_job))
+        .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/jobs/{id}/explain", get(explain_job))
         .route("/api/v1/jobs/{id}/logs", get(super::logs::logs))
         .route("/api/v1/shares", get(shares))
@@ -150,6 +152,8 @@ pub struct JobsQuery {
     pub limit: Option<u32>,
     /// Only jobs with a higher id (the previous page's `next_after`).
     pub after: Option<u64>,
+    /// Only the tasks of this array (its id).
+    pub array: Option<u64>,
 }
 
 fn parse_states(text: &str) -> Result<Vec<JobStatus>> {
@@ -194,6 +198,8 @@ pub async fn list_jobs(
             None => vec![],
         },
         limit: None,
+        array: q.array.map(JobId),
+        standing: false,
     };
     let after = q.after.unwrap_or(0);
     match api.read(&caller, Query::Jobs(filter)).await? {
@@ -261,7 +267,7 @@ pub async fn submit(
     }
 }
 
-async fn job_view(api: &Api, caller: &Caller, id: JobId) -> Result<JobView> {
+async fn job_view(api: &Api, caller: &Caller, id: JobRef) -> Result<JobView> {
     match api.read(caller, Query::Job(id)).await? {
         Answer::Job(j) => {
             let now = wall_ms().max(api.shared.read().unwrap().last_now);
@@ -273,7 +279,7 @@ async fn job_view(api: &Api, caller: &Caller, id: JobId) -> Result<JobView> {
 
 /// Everything about one job: its spec, attempts and transitions with reasons.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -285,12 +291,12 @@ pub async fn get_job(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>> {
-    Ok(Json(job_view(&api, &caller, job_id(&id)?).await?))
+    Ok(Json(job_view(&api, &caller, job_ref(&id)?).await?))
 }
 
 /// Changes a waiting or running job's priority.
 #[utoipa::path(patch, path = "/api/v1/jobs/{id}", tag = "jobs", request_body = JobUpdate,
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, description = "The job after the change", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -303,7 +309,7 @@ pub async fn update_job(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<JobUpdate>,
 ) -> Result<Json<JobView>> {
-    let job = job_id(&id)?;
+    let job = job_ref(&id)?;
     if body.priority > tranche_model::MAX_JOB_PRIORITY {
         return Err(HttpError::invalid(
             "priority",
@@ -323,7 +329,7 @@ pub async fn update_job(
 
 /// Cancels a job; a running one gets its checkpoint signal and grace first.
 #[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs", request_body(content = Option<CancelJob>),
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, description = "The job after the cancel", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -336,7 +342,7 @@ pub async fn cancel_job(
     Path(id): Path<String>,
     OptionalJson(body): OptionalJson<CancelJob>,
 ) -> Result<Json<JobView>> {
-    let job = job_id(&id)?;
+    let job = job_ref(&id)?;
     let reason = body
         .reason
         .unwrap_or_else(|| format!("cancelled by {}", caller.who));
@@ -348,9 +354,48 @@ pub async fn cancel_job(
     Ok(Json(job_view(&api, &caller, job).await?))
 }
 
+/// Holds a waiting job (or every waiting task of an array): it stays PENDING until
+/// released.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/hold", tag = "jobs",
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
+    responses(
+        (status = 200, description = "The job after the hold", body = JobView),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+    ))]
+pub async fn hold_job(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>> {
+    let job = job_ref(&id)?;
+    api.write(&caller, ClientCommand::Hold { job }).await?;
+    Ok(Json(job_view(&api, &caller, job).await?))
+}
+
+/// Releases a held job (or every held task of an array).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/release", tag = "jobs",
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
+    responses(
+        (status = 200, description = "The job after the release", body = JobView),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+    ))]
+pub async fn release_job(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>> {
+    let job = job_ref(&id)?;
+    api.write(&caller, ClientCommand::Release { job }).await?;
+    Ok(Json(job_view(&api, &caller, job).await?))
+}
+
 /// Why a job is where it is, with numbers.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/explain", tag = "jobs",
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, body = ExplanationView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -362,7 +407,7 @@ pub async fn explain_job(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ExplanationView>> {
-    match api.read(&caller, Query::Explain(job_id(&id)?)).await? {
+    match api.read(&caller, Query::Explain(job_ref(&id)?)).await? {
         Answer::Explain(e) => Ok(Json((&e).into())),
         other => Err(unexpected(&other)),
     }

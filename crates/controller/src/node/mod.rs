@@ -72,6 +72,8 @@ pub struct RaftNode {
     /// The leader's soft state of agent heartbeats.
     beats: Arc<Beats>,
     last_liveness: Instant,
+    /// When the leader last looked for ledger hours past their retention.
+    last_prune: Instant,
     /// Liveness verdicts proposed recently, per node, so they are not repeated.
     liveness_sent: HashMap<NodeName, (Verdict, Instant)>,
     /// Tells waiting agents that their node's work changed.
@@ -147,6 +149,7 @@ impl RaftNode {
             work,
             beats,
             last_liveness: Instant::now(),
+            last_prune: Instant::now(),
             liveness_sent: HashMap::new(),
             plan_inflight: None,
             next_wakeup: None,
@@ -179,6 +182,7 @@ impl RaftNode {
                     self.expire();
                     self.publish_status();
                     self.check_agents();
+                    self.prune_ledger();
                 }
                 msg = self.inbox.recv() => {
                     let Some(msg) = msg else { break };

@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
+use tranche_state::ledger::HOUR_MS;
 use tranche_state::Command;
 
 use super::RaftNode;
@@ -90,6 +91,29 @@ impl RaftNode {
         let id = self.new_id();
         if self.propose(self.id, id, Command::ApplyPlan(plan), None) {
             self.plan_inflight = Some((id, Instant::now()));
+        }
+    }
+
+    /// The leader drops the ledger's hours older than `[accounting] retention_days`,
+    /// looking once a minute; every controller applies the same cut.
+    pub(super) fn prune_ledger(&mut self) {
+        if !self.is_leader()
+            || self.applied_term != self.raw.raft.term
+            || self.last_prune.elapsed() < Duration::from_secs(60)
+        {
+            return;
+        }
+        self.last_prune = Instant::now();
+        let keep_ms = u64::from(self.cfg.accounting.retention_days) * 24 * HOUR_MS;
+        let before_hour = wall_ms().saturating_sub(keep_ms) / HOUR_MS;
+        let oldest = {
+            let sh = self.shared.read().unwrap();
+            sh.state.ledger.hours.keys().next().copied()
+        };
+        if oldest.is_some_and(|h| h < before_hour) {
+            info!(before_hour, "dropping ledger hours past their retention");
+            let id = self.new_id();
+            self.propose(self.id, id, Command::PruneLedger { before_hour }, None);
         }
     }
 

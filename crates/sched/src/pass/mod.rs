@@ -136,6 +136,8 @@ struct Pass<'a> {
     inshare_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
     reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
     inshare_failed: HashMap<(usize, Ux), Vec<InShareFailure>>,
+    /// Per array with a `%` limit: its tasks holding or about to hold GPUs.
+    array_taken: HashMap<JobId, u32>,
     wakeup: Option<Millis>,
     plan: Plan,
 }

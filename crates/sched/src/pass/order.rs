@@ -112,8 +112,68 @@ impl<'a> Pass<'a> {
         )
     }
 
+    /// Whether the job is a task of an array with its `%` limit of tasks already
+    /// holding GPUs (then its reason says so).
+    fn array_full(&mut self, id: JobId, w: &'a Waiting) -> bool {
+        let Some((array, limit)) = w.array_limit else {
+            return false;
+        };
+        let st = self.st;
+        let taken = *self.array_taken.entry(array).or_insert_with(|| {
+            let count = st.job(array).and_then(|j| j.array.as_ref()).map_or(0, |a| a.count);
+            st.tasks_of(array, count)
+                .filter(|j| j.status.is_active() || j.hold.is_some())
+                .count() as u32
+        });
+        // A task that holds GPUs already is one of those counted.
+        if taken < limit || w.has_hold {
+            return false;
+        }
+        let name = array.to_string();
+        let why = PendingReasonOf::ArrayLimit {
+            array: name.as_str(),
+            running: taken,
+            limit,
+        };
+        if w.reason.as_ref().map(|r| r.borrowed()) != Some(why.clone()) {
+            self.plan.reasons.push((id, why.to_owned_reason()));
+        }
+        true
+    }
+
+    /// Counts the job against its array's limit when the actions since `mark` place it
+    /// or give it a hold.
+    fn array_count(&mut self, id: JobId, w: &Waiting, mark: usize) {
+        let Some((array, _)) = w.array_limit.filter(|_| !w.has_hold) else {
+            return;
+        };
+        let took = self.plan.actions[mark..].iter().any(|a| match a {
+            Action::Place { job, .. } => *job == id,
+            Action::Hold { job, hold } => *job == id && hold.is_some(),
+            Action::Preempt { .. } => false,
+        });
+        if took {
+            *self.array_taken.entry(array).or_default() += 1;
+        }
+    }
+
     /// The own-capacity pass for one job (rules 2, 3, 4).
     pub(super) fn own(
+        &mut self,
+        k: &RunKey,
+        w: &'a Waiting,
+        s: usize,
+        deferred: &mut Vec<(Millis, JobId, &'a Waiting, usize, u32)>,
+    ) {
+        if self.array_full(k.id, w) {
+            return;
+        }
+        let mark = self.plan.actions.len();
+        self.own_job(k, w, s, deferred);
+        self.array_count(k.id, w, mark);
+    }
+
+    fn own_job(
         &mut self,
         k: &RunKey,
         w: &'a Waiting,
@@ -208,6 +268,15 @@ impl<'a> Pass<'a> {
     /// The borrow pass for one job (rule 5): up to the share's ceiling, on idle GPUs,
     /// never by preempting another share.
     pub(super) fn borrow(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32) {
+        if self.array_full(id, w) {
+            return;
+        }
+        let mark = self.plan.actions.len();
+        self.borrow_job(id, w, s, prio);
+        self.array_count(id, w, mark);
+    }
+
+    fn borrow_job(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32) {
         let u = self.unit_ix[w.unit.as_str()];
         let ask = Ask { id, w, s, u, prio };
         let sv = &self.shares[s];

@@ -190,6 +190,7 @@ impl<'a> Pass<'a> {
             inshare_cands: HashMap::default(),
             reclaim_failed: HashMap::default(),
             inshare_failed: HashMap::default(),
+            array_taken: HashMap::default(),
             wakeup: None,
             plan: Plan::default(),
         };

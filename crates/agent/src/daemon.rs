@@ -847,13 +847,12 @@ impl Agent {
 
 impl Agent {
     /// Serves jobs' output: one `LogRequest` per bidirectional stream, answered with
-    /// chunks and an end frame. Admins, operators and controllers (for their HTTP API's
-    /// callers) may read any job; a user only its own (asked of the controllers); no
-    /// other role. The output is read from wherever
-    /// it went: the attempt's spool files, kept in `<spool>/logs` once it has ended, or
-    /// the job's `--output`/`--error` files, found through the record the shim made of
-    /// them (`outputs.json`, kept beside those logs) and read only while each path still
-    /// leads to the file the job was given.
+    /// chunks and an end frame. Admins, operators and controllers may read any job; a
+    /// user only its own (asked of the controllers); no other role. The output is read
+    /// from wherever it went: the attempt's spool files, kept in `<spool>/logs` once it
+    /// has ended, or the job's `--output`/`--error` files, found through the record the
+    /// shim made of them (`outputs.json`, kept beside those logs) and read only while
+    /// each path still leads to the file the job was given.
     async fn serve_logs(self: Arc<Self>) {
         while let Some(incoming) = self.logs.accept().await {
             let me = self.clone();

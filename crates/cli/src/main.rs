@@ -114,16 +114,16 @@ enum Cmd {
     ///
     /// Example: tranche completions bash > /etc/bash_completion.d/tranche
     Completions { shell: clap_complete::Shell },
-    /// Bearer tokens for the HTTPS API, for this config's certificate.
-    ///
-    /// Example: export TRANCHE_TOKEN=$(tranche token issue --ttl 8h)
-    #[command(subcommand)]
-    Token(token::TokenCmd),
     /// Who used the GPUs, and who lent to whom: GPU-hours used, borrowed, lent, kept
     /// idle by RESERVE and lost to preemption (like sreport).
     ///
     /// Example: tranche report --since 2026-11-01 --by user
     Report(report::ReportArgs),
+    /// Bearer tokens for the HTTPS API, for this config's certificate.
+    ///
+    /// Example: export TRANCHE_TOKEN=$(tranche token issue --ttl 8h)
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f

@@ -10,9 +10,8 @@
 //! that asks for older ones is told to read the state again (a `reset`).
 //!
 //! Recording costs little per entry: the jobs an entry can change are named by its
-//! command (a submit's new jobs, a plan's jobs, an agent's report of a start), and
-//! only entries that may change any job (a cancel or release, an attempt's end that may
-//! release its dependents, deleting a share, a node going down, commands this module
+//! command (a submit, a cancel, a plan's jobs, an agent's report), and only entries
+//! that may change any job (deleting a share, a node going down, commands this module
 //! does not know) look at every job that has not ended.
 
 use std::collections::{BTreeSet, VecDeque};
@@ -20,7 +19,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tranche_model::{JobId, JobStatus, Millis, NodeName, ShareName, Unit, UserName};
-use tranche_state::{Action, Command, Progress, State};
+use tranche_state::{Action, Command, Outcome, State};
 
 /// How many events a controller keeps for clients that resume.
 pub const KEEP_EVENTS: usize = 50_000;
@@ -73,8 +72,6 @@ pub struct Since {
 /// The jobs an entry may change, and how many transitions each had before it.
 pub struct Before {
     jobs: Vec<(JobId, usize, JobStatus)>,
-    /// The id the next new job gets.
-    next_id: u64,
 }
 
 pub struct EventLog {
@@ -109,15 +106,12 @@ impl EventLog {
         self.applying(index);
         let mut ids = BTreeSet::new();
         let all = match cmd {
-            // The jobs it makes are found after it by their ids.
             Command::Submit(_) => false,
-            // An attempt starting changes only its job; one ending may release or end
-            // the jobs that depend on it.
-            Command::JobProgress {
-                job,
-                event: Progress::Starting | Progress::Running,
-                ..
-            } => {
+            Command::Cancel { job, .. } | Command::Hold { job } | Command::Release { job } => {
+                ids.extend(state.resolve(job).unwrap_or_default());
+                false
+            }
+            Command::JobProgress { job, .. } => {
                 ids.insert(*job);
                 false
             }
@@ -133,6 +127,7 @@ impl EventLog {
             }
             // These change no job's status.
             Command::UpdatePriority { .. }
+            | Command::PruneLedger { .. }
             | Command::PutEnvironment(_)
             | Command::PutPolicy(_)
             | Command::PutQueue(_)
@@ -141,11 +136,12 @@ impl EventLog {
             | Command::NodeUp { .. }
             | Command::NodeUnreachable { .. }
             | Command::ResumeNode { .. } => false,
-            // Anything else (a cancel, hold or release of a whole array, an exit that
-            // releases or ends dependents, a share deleted, a node down, commands this
-            // module does not know) may change any job that has not ended.
+            // Anything else may change any job that has not ended.
             _ => true,
         };
+        // A job that ends or is cancelled may release or cancel those that depend on it.
+        let dependents = state.dependents_of(&ids);
+        ids.extend(dependents);
         let jobs = if all {
             state
                 .jobs
@@ -158,14 +154,11 @@ impl EventLog {
                 .filter_map(|id| state.job(id).map(|j| (id, j.transitions.len(), j.status)))
                 .collect()
         };
-        Before {
-            jobs,
-            next_id: state.next_job_id,
-        }
+        Before { jobs }
     }
 
-    /// Called after the entry at `index` was applied.
-    pub fn after(&mut self, state: &State, index: u64, before: Before) {
+    /// Called after the entry at `index` was applied with `outcome`.
+    pub fn after(&mut self, state: &State, index: u64, before: Before, outcome: Option<&Outcome>) {
         let mut touched: BTreeSet<ShareName> = BTreeSet::new();
         let mut emit = |ev: JobEvent, events: &mut VecDeque<Event>| {
             if ev.from.is_some_and(|f| f.is_active()) != ev.to.is_active() {
@@ -176,9 +169,18 @@ impl EventLog {
                 kind: EventKind::Job(ev),
             });
         };
-        // The jobs the entry made (one, or an array's tasks): ids are never reused.
-        for id in before.next_id..state.next_job_id {
-            if let Some(j) = state.job(JobId(id)) {
+        if let Some(Outcome::Submitted {
+            job,
+            existing: false,
+        }) = outcome
+        {
+            // An array's submit makes every task.
+            let tasks: Vec<&tranche_model::Job> =
+                match state.job(*job).and_then(|j| j.array.clone()) {
+                    Some(a) => state.tasks_of(a.array, a.count).collect(),
+                    None => state.job(*job).into_iter().collect(),
+                };
+            for j in tasks {
                 emit(
                     JobEvent {
                         job: j.id,

@@ -505,7 +505,7 @@ fn an_agent_certificate_speaks_only_for_its_own_node() {
                         job: id.into(),
                         priority: 1,
                     },
-                    "may not cancel or update",
+                    "may not cancel, update, hold or release",
                 ),
                 (ClientCommand::DeleteShare("lend".into()), "only an admin"),
             ],

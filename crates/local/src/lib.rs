@@ -30,11 +30,11 @@ pub struct LocalOptions {
     pub base_port: Option<u16>,
     /// How long issued certificates are valid, in days.
     pub cert_days: u32,
-    /// Serve the HTTPS API on every controller (`http_addr`, a free TCP port).
-    pub http: bool,
     /// Where agents keep their spools (`spool-<node>` under it); `None`: the cluster's
     /// directory.
     pub spool_root: Option<PathBuf>,
+    /// Serve the HTTPS API on every controller (`http_addr`, a free TCP port).
+    pub http: bool,
 }
 
 impl LocalOptions {
@@ -46,8 +46,8 @@ impl LocalOptions {
             log_filter: std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into()),
             base_port: None,
             cert_days: 30,
-            http: true,
             spool_root: None,
+            http: true,
         }
     }
 }

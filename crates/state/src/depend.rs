@@ -32,6 +32,21 @@ impl State {
         }
     }
 
+    /// The PENDING jobs that depend on any of `ids`, and those that depend on them in
+    /// turn: the jobs an entry that changes `ids` may change too.
+    pub fn dependents_of(&self, ids: &std::collections::BTreeSet<JobId>) -> Vec<JobId> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut work: Vec<JobId> = ids.iter().copied().collect();
+        while let Some(x) = work.pop() {
+            for d in self.index.dependents.get(&x).into_iter().flatten() {
+                if !ids.contains(d) && seen.insert(*d) {
+                    work.push(*d);
+                }
+            }
+        }
+        seen.into_iter().collect()
+    }
+
     /// The tasks of array `array` (ids `array..array + count`).
     pub fn tasks_of(&self, array: JobId, count: u32) -> impl Iterator<Item = &Job> + '_ {
         self.jobs

@@ -208,7 +208,12 @@ fn form_urlencoded_parse(q: &str) -> form_urlencoded::Parse<'_> {
     form_urlencoded::parse(q.as_bytes())
 }
 
-/// A job in the path: `42`, or `42_7` for task 7 of array 42.
-pub fn job_ref(text: &str) -> Result<tranche_model::JobRef, HttpError> {
-    tranche_model::JobRef::parse(text).map_err(|e| HttpError::invalid("id", e))
+/// A job id in the path: `42`, or `42_7` for task 7 of array 42.
+pub fn job_id(text: &str) -> Result<tranche_model::JobRef, HttpError> {
+    tranche_model::JobRef::parse(text).map_err(|_| {
+        HttpError::invalid(
+            "id",
+            format!("a job id is a positive integer, or ARRAY_TASK such as 42_7, not `{text}`"),
+        )
+    })
 }

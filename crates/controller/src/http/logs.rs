@@ -19,7 +19,7 @@ use tranche_tls::Role;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ErrorBody, HttpError};
-use super::extract::{job_ref, Caller, QueryArgs};
+use super::extract::{job_id, Caller, QueryArgs};
 use super::routes::unexpected;
 use super::Api;
 
@@ -65,7 +65,7 @@ pub async fn logs(
     Path(id): Path<String>,
     QueryArgs(q): QueryArgs<LogsQuery>,
 ) -> Result<Response, HttpError> {
-    let id = job_ref(&id)?;
+    let id = job_id(&id)?;
     let follow = flag("follow", &q.follow)?;
     let stderr = flag("stderr", &q.stderr)?;
     let job = match api.read(&caller, Query::Job(id)).await? {

@@ -17,7 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::dto::*;
 use super::error::{ErrorBody, HttpError};
-use super::extract::{job_ref, Caller, JsonBody, OptionalJson, QueryArgs, Via};
+use super::extract::{job_id, Caller, JsonBody, OptionalJson, QueryArgs, Via};
 use super::Api;
 use crate::mailbox::wall_ms;
 
@@ -291,7 +291,7 @@ pub async fn get_job(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>> {
-    Ok(Json(job_view(&api, &caller, job_ref(&id)?).await?))
+    Ok(Json(job_view(&api, &caller, job_id(&id)?).await?))
 }
 
 /// Changes a waiting or running job's priority.
@@ -309,7 +309,7 @@ pub async fn update_job(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<JobUpdate>,
 ) -> Result<Json<JobView>> {
-    let job = job_ref(&id)?;
+    let job = job_id(&id)?;
     if body.priority > tranche_model::MAX_JOB_PRIORITY {
         return Err(HttpError::invalid(
             "priority",
@@ -342,7 +342,7 @@ pub async fn cancel_job(
     Path(id): Path<String>,
     OptionalJson(body): OptionalJson<CancelJob>,
 ) -> Result<Json<JobView>> {
-    let job = job_ref(&id)?;
+    let job = job_id(&id)?;
     let reason = body
         .reason
         .unwrap_or_else(|| format!("cancelled by {}", caller.who));
@@ -369,7 +369,7 @@ pub async fn hold_job(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>> {
-    let job = job_ref(&id)?;
+    let job = job_id(&id)?;
     api.write(&caller, ClientCommand::Hold { job }).await?;
     Ok(Json(job_view(&api, &caller, job).await?))
 }
@@ -388,7 +388,7 @@ pub async fn release_job(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>> {
-    let job = job_ref(&id)?;
+    let job = job_id(&id)?;
     api.write(&caller, ClientCommand::Release { job }).await?;
     Ok(Json(job_view(&api, &caller, job).await?))
 }
@@ -407,7 +407,7 @@ pub async fn explain_job(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ExplanationView>> {
-    match api.read(&caller, Query::Explain(job_ref(&id)?)).await? {
+    match api.read(&caller, Query::Explain(job_id(&id)?)).await? {
         Answer::Explain(e) => Ok(Json((&e).into())),
         other => Err(unexpected(&other)),
     }

@@ -183,7 +183,8 @@ impl RaftNode {
                         let before = shr.events.before(&shr.state, &cmd, e.index);
                         let applied = shr.state.apply_request(p.request.as_ref(), &cmd, now);
                         let r = applied.result;
-                        shr.events.after(&shr.state, e.index, before);
+                        shr.events
+                            .after(&shr.state, e.index, before, r.as_ref().ok());
                         // A copy of a request applied before changed nothing: the
                         // scheduler's replica must not apply it either.
                         if self.planner.active && applied.fresh {

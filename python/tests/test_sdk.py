@@ -175,7 +175,8 @@ def test_an_array_runs_a_job_per_task(cluster):
     )
     tasks = cluster.array_tasks(first)
     assert [t.id for t in tasks] == [first.id, first.id + 1, first.id + 2]
-    assert [t._data["array"]["name"] for t in tasks] == [f"{first.id}_{i}" for i in range(3)]
+    assert [t._data["array"]["index"] for t in tasks] == [0, 1, 2]
+    assert [t.refresh().data["job"] for t in tasks] == [f"{first.id}_{i}" for i in range(3)]
     for i, t in enumerate(tasks):
         assert t.wait(timeout=60) == "SUCCEEDED"
         assert t.logs() == f"task {i}\n"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlencode, urlsplit
 
-from .errors import ConnectionFailed, TrancheError, from_response
+from .errors import ConnectionFailed, NotFound, TrancheError, from_response
 
 #: The TLS name every controller's certificate carries, whatever address it is dialled at.
 CONTROLLER_NAME = "controller.tranche"
@@ -608,6 +608,16 @@ class Job:
         params = {"follow": "1" if follow else None, "stderr": "1" if stderr else None,
                   "attempt": attempt, "node": node}
         if not follow:
+            # An agent files an ended attempt's output just after it reports the end,
+            # so for a moment after a job ends its node may not find the output: ask
+            # again for up to a second before calling it missing.
+            for _ in range(10):
+                try:
+                    return "".join(self._follow(params))
+                except NotFound as e:
+                    if "no output of job" not in e.message:
+                        raise
+                    time.sleep(0.1)
             return "".join(self._follow(params))
         return self._follow(params)
 

@@ -366,7 +366,8 @@ fn roles_forwarding_bad_bodies_and_tokens() {
         assert_eq!(ids, [a, a + 1, a + 2]);
         let r = http.get(&lead, &alice, &format!("/api/v1/jobs/{a}_2")).await;
         assert_eq!((r.status, r.json()["id"].as_u64()), (200, Some(a + 2)));
-        assert_eq!(r.json()["array"]["name"], json!(format!("{a}_2")));
+        assert_eq!(r.json()["job"], json!(format!("{a}_2")));
+        assert_eq!(r.json()["array"]["index"], json!(2));
         let r = http.post(&lead, &bob, &format!("/api/v1/jobs/{a}/hold"), json!({})).await;
         assert_eq!(r.status, 403, "bob may not hold alice's array");
         let r = http.post(&lead, &alice, &format!("/api/v1/jobs/{a}/hold"), json!({})).await;

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tranche_model::{
-    ArraySpec, ArrayTask, Attempt, AttemptEnd, Checkpoint, Dependency, Job, JobSpec, JobStatus,
-    Millis, Node, StopKind,
+    Attempt, AttemptEnd, Checkpoint, Job, JobSpec, JobStatus, Millis, Node, StopKind,
 };
 use tranche_proto::{ClusterStatus, Explanation, JobSummary, QueueSnapshot, ShareUsage};
 use utoipa::ToSchema;
@@ -133,22 +132,21 @@ pub struct SubmitJob {
     /// Memory per node in MiB; 0: no reservation.
     #[serde(default)]
     pub memory_mb_per_node: u64,
-    /// An array, in Slurm's syntax: `0-999%50`, `1,3,5-7`, `0-15:4`. One submit makes a
-    /// job per task index, with consecutive ids from the array's (the answer's `id`).
+    /// An array of tasks in Slurm's syntax (`0-999%50`, `1,3,5-7`, `0-15:4`): one job
+    /// per task, named `ID_TASK`; the answer's `id` is the array's.
     #[serde(default)]
     pub array: Option<String>,
-    /// What the job waits for, in Slurm's syntax: `afterok:41:42_3,afterany:40`,
-    /// `afternotok:12`, `singleton`.
+    /// Start only after other jobs: `afterok:41:42_3,afterany:40,singleton`.
     #[serde(default)]
     pub dependency: Option<String>,
-    /// Submitted PENDING until released.
+    /// Submit PENDING, until released.
     #[serde(default)]
     pub hold: bool,
-    /// A file for the job's stdout on the node (`%j`, `%A`, `%a`, `%x`, `%u`, `%N`, `%%`),
-    /// relative to its working directory; absent: kept by the agent only.
+    /// A file on the node for stdout (Slurm's `%j %A %a %x %u %N %n %%` patterns,
+    /// relative to the working directory); with no `error`, stderr too.
     #[serde(default)]
     pub output: Option<String>,
-    /// The same for stderr.
+    /// A file on the node for stderr (the same patterns).
     #[serde(default)]
     pub error: Option<String>,
 }
@@ -214,12 +212,13 @@ impl SubmitJob {
         spec.cpus_per_node = self.cpus_per_node;
         spec.memory_mb_per_node = self.memory_mb_per_node;
         if let Some(a) = &self.array {
-            spec.array =
-                Some(ArraySpec::parse(a).map_err(|v| HttpError::invalid(v.field, v.rule))?);
+            spec.array = Some(
+                tranche_model::ArraySpec::parse(a).map_err(|v| HttpError::invalid(v.field, v.rule))?,
+            );
         }
         if let Some(d) = &self.dependency {
-            spec.dependency =
-                Dependency::parse(d).map_err(|v| HttpError::invalid(v.field, v.rule))?;
+            spec.dependency = tranche_model::Dependency::parse(d)
+                .map_err(|v| HttpError::invalid(v.field, v.rule))?;
         }
         spec.hold = self.hold;
         spec.output = self.output;
@@ -314,7 +313,7 @@ pub struct JobSummaryView {
     pub reason: Option<String>,
     pub preemptions: u32,
     pub client_token: Option<String>,
-    /// Set for a task of an array.
+    /// For a task of an array.
     pub array: Option<ArrayTaskView>,
 }
 
@@ -336,7 +335,12 @@ impl From<&JobSummary> for JobSummaryView {
             reason: j.reason.clone(),
             preemptions: j.preemptions,
             client_token: j.client_token.clone(),
-            array: j.array.as_ref().map(Into::into),
+            array: j.array.as_ref().map(|a| ArrayTaskView {
+                array: a.array.0,
+                index: a.index,
+                count: a.count,
+                max_running: a.max_running,
+            }),
         }
     }
 }
@@ -372,11 +376,8 @@ pub struct JobSpecView {
     pub client_token: Option<String>,
     pub tags: BTreeMap<String, String>,
     pub cwd: Option<String>,
-    /// The array's task indices in Slurm's syntax (on the submit; a task's own spec has none).
-    pub array: Option<String>,
-    /// What it waits for, in Slurm's syntax; absent: nothing.
-    pub dependency: Option<String>,
-    pub hold: bool,
+    /// The dependency as submitted (empty: none).
+    pub dependency: String,
     pub output: Option<String>,
     pub error: Option<String>,
 }
@@ -407,40 +408,24 @@ impl From<&JobSpec> for JobSpecView {
             client_token: s.client_token.clone(),
             tags: s.tags.clone(),
             cwd: s.cwd.clone(),
-            array: s.array.as_ref().map(|a| a.to_string()),
-            dependency: (!s.dependency.is_empty()).then(|| s.dependency.to_string()),
-            hold: s.hold,
+            dependency: s.dependency.to_string(),
             output: s.output.clone(),
             error: s.error.clone(),
         }
     }
 }
 
-/// Where a job stands in its array.
+/// Where a task stands in its array.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ArrayTaskView {
     /// The array's id (its first task's job id).
     pub array: u64,
-    /// This task's index.
+    /// This task's index (`TRANCHE_ARRAY_TASK_ID`).
     pub index: u32,
-    /// How many tasks the array has.
+    /// Tasks in the array.
     pub count: u32,
-    /// At most this many tasks hold GPUs at once.
+    /// At most this many of its tasks hold GPUs at once.
     pub max_running: Option<u32>,
-    /// How users name the task: `42_7`.
-    pub name: String,
-}
-
-impl From<&ArrayTask> for ArrayTaskView {
-    fn from(a: &ArrayTask) -> Self {
-        ArrayTaskView {
-            array: a.array.0,
-            index: a.index,
-            count: a.count,
-            max_running: a.max_running,
-            name: format!("{}_{}", a.array, a.index),
-        }
-    }
 }
 
 /// The GPUs an attempt holds on one node.
@@ -543,6 +528,14 @@ pub struct StopView {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobView {
     pub id: u64,
+    /// The job as users name it: `42`, or `42_7` for task 7 of array 42.
+    pub job: String,
+    /// For a task of an array.
+    pub array: Option<ArrayTaskView>,
+    /// Held until released.
+    pub held: bool,
+    /// Jobs it still waits for, as `afterok:41` and the like.
+    pub waiting_for: Vec<String>,
     pub status: Status,
     pub spec: JobSpecView,
     pub submitted_at: u64,
@@ -556,12 +549,6 @@ pub struct JobView {
     pub failures: u32,
     /// The exit code of the latest attempt, once it has exited.
     pub exit_code: Option<i32>,
-    /// Set for a task of an array.
-    pub array: Option<ArrayTaskView>,
-    /// Held: PENDING until released.
-    pub held: bool,
-    /// The dependencies not yet satisfied (`afterok:41`); PENDING while any is left.
-    pub waiting_for: Vec<String>,
 }
 
 impl JobView {
@@ -573,6 +560,19 @@ impl JobView {
         });
         JobView {
             id: j.id.0,
+            job: j.job_ref().to_string(),
+            array: j.array.as_ref().map(|a| ArrayTaskView {
+                array: a.array.0,
+                index: a.index,
+                count: a.count,
+                max_running: a.max_running,
+            }),
+            held: j.held,
+            waiting_for: j
+                .deps
+                .iter()
+                .map(|d| format!("{}:{}", d.kind.as_str(), d.job))
+                .collect(),
             status: j.status.into(),
             spec: (&j.spec).into(),
             submitted_at: j.submitted_at,
@@ -602,13 +602,6 @@ impl JobView {
             preemptions: j.preemptions,
             failures: j.failures,
             exit_code,
-            array: j.array.as_ref().map(Into::into),
-            held: j.held,
-            waiting_for: j
-                .deps
-                .iter()
-                .map(|d| format!("{}:{}", d.kind.as_str(), d.job))
-                .collect(),
         }
     }
 }

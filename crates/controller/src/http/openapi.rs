@@ -62,9 +62,9 @@ impl Modify for Security {
         ErrorBody, ErrorDetail, Status, SubmitJob, CheckpointSpec, Submitted, JobUpdate,
         CancelJob, DrainNode, ApplyPolicy, PolicyChange, PolicyResult, JobSummaryView,
         JobPage, JobSpecView, NodeAllocView, AttemptEndView, AttemptView, TransitionView,
-        StopView, JobView, ExplanationView, UnitUsageView, ShareView, ShareFront, QueueView,
+        StopView, JobView, ArrayTaskView, ExplanationView, UnitUsageView, ShareView, ShareFront, QueueView,
         GpuView, NodeView, MemberView, ControllersView, Health, WhoAmI, JobEventView,
-        UnitUseView, ShareEventView, ArrayTaskView, routes::Done,
+        UnitUseView, ShareEventView, routes::Done,
     )),
     modifiers(&Security),
     tags(

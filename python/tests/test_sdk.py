@@ -168,14 +168,45 @@ def test_training_queue_facade(dev):
         q.get_job("no-such-name")
 
 
-def test_arrays_and_dependencies_are_sent_and_refused_by_name_until_the_cluster_has_them(cluster):
-    # The cluster's job spec has no arrays or dependencies yet: the API refuses the
-    # fields by name, and nothing is submitted.
+def test_an_array_runs_a_job_per_task(cluster):
+    first = cluster.submit(
+        share="nlp", gpus=1, array="0-2",
+        command=["sh", "-c", "echo task $TRANCHE_ARRAY_TASK_ID"],
+    )
+    tasks = cluster.array_tasks(first)
+    assert [t.id for t in tasks] == [first.id, first.id + 1, first.id + 2]
+    assert [t._data["array"]["index"] for t in tasks] == [0, 1, 2]
+    assert [t.refresh().data["job"] for t in tasks] == [f"{first.id}_{i}" for i in range(3)]
+    for i, t in enumerate(tasks):
+        assert t.wait(timeout=60) == "SUCCEEDED"
+        assert t.logs() == f"task {i}\n"
+    assert first.refresh().data["array"]["count"] == 3
+
+
+def test_a_dependency_waits_for_its_job(cluster):
+    a = cluster.submit(share="nlp", gpus=1, command=["sleep", "1"])
+    b = cluster.submit(share="nlp", gpus=1, command=["true"], dependency=f"afterok:{a.id}")
+    assert b.refresh().status == "PENDING"
+    assert b.data["waiting_for"] == [f"afterok:{a.id}"]
+    assert b.data["spec"]["dependency"] == f"afterok:{a.id}"
+    assert b.wait(timeout=60) == "SUCCEEDED"
+    ended = a.refresh().data["attempts"][-1]["ended_at"]
+    assert b.data["attempts"][0]["scheduled_at"] >= ended
+
+
+def test_hold_and_release(cluster):
+    job = cluster.submit(share="nlp", gpus=1, command=["true"], hold=True)
+    assert job.refresh().status == "PENDING" and job.data["held"] is True
+    job.release()
+    assert job.wait(timeout=60) == "SUCCEEDED"
+
+
+def test_bad_array_and_dependency_texts_name_their_field(cluster):
     before = len(cluster.jobs())
-    for kw, name in (({"array": "0-3"}, "array"), ({"dependency": "afterok:1"}, "dependency")):
+    for kw, name in (({"array": "0-x"}, "array"), ({"dependency": "after:1"}, "dependency")):
         with pytest.raises(tranche.BadRequest) as e:
             cluster.submit(share="nlp", gpus=1, command=["true"], **kw)
-        assert e.value.field == name
+        assert e.value.field == name, e.value
     assert len(cluster.jobs()) == before
 
 

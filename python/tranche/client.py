@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlencode, urlsplit
 
-from .errors import ConnectionFailed, TrancheError, from_response
+from .errors import ConnectionFailed, NotFound, TrancheError, from_response
 
 #: The TLS name every controller's certificate carries, whatever address it is dialled at.
 CONTROLLER_NAME = "controller.tranche"
@@ -339,16 +339,22 @@ class Cluster:
         tags: Mapping[str, str] | None = None,
         cwd: str | None = None,
         client_token: str | None = None,
-        array: Any = None,
-        dependency: Any = None,
+        array: str | None = None,
+        dependency: str | None = None,
+        hold: bool = False,
+        output: str | None = None,
+        error: str | None = None,
         **extra: Any,
     ) -> "Job":
         """Submits a job and returns it.
 
         ``time_limit`` is seconds or a text such as ``"4h"``; ``checkpoint`` is a signal
-        name or ``(signal, grace)``, e.g. ``("SIGUSR1", 120)``. ``array`` and
-        ``dependency`` are sent when given (clusters that lack them refuse the field by
-        name). Any other keyword is sent as a field of the same name.
+        name or ``(signal, grace)``, e.g. ``("SIGUSR1", 120)``. ``array`` (``"0-99%10"``)
+        and ``dependency`` (``"afterok:41:42_3"``) take Slurm's syntax; an array's submit
+        returns its first task, whose id is the array's (see :meth:`array_tasks`).
+        ``hold`` submits it PENDING until :meth:`Job.release`; ``output`` and ``error``
+        name files on the node (``%j``, ``%A``, ``%a``...). Any other keyword is sent as
+        a field of the same name.
         """
         if isinstance(command, str):
             raise TypeError("command is a list of arguments, e.g. ['python', 'train.py']")
@@ -370,9 +376,12 @@ class Cluster:
         if checkpoint is not None:
             sig, grace = (checkpoint, None) if isinstance(checkpoint, str) else checkpoint
             body["checkpoint"] = {"signal": sig, "grace_s": parse_duration(grace)}
+        if hold:
+            body["hold"] = True
         for k, v in (("unit", unit), ("queue", queue), ("cwd", cwd),
                      ("preemption_retries", preemption_retries),
-                     ("array", array), ("dependency", dependency)):
+                     ("array", array), ("dependency", dependency),
+                     ("output", output), ("error", error)):
             if v is not None:
                 body[k] = v
         body.update(extra)
@@ -391,10 +400,11 @@ class Cluster:
         share: str | None = None,
         state: str | Sequence[str] | None = None,
         user: str | None = None,
+        array: int | None = None,
         limit: int | None = None,
     ) -> list["Job"]:
-        """Jobs, lowest ids first, filtered by share, state(s) and user; every page
-        is fetched unless ``limit`` stops it."""
+        """Jobs, lowest ids first, filtered by share, state(s), user and array; every
+        page is fetched unless ``limit`` stops it."""
         if state is not None and not isinstance(state, str):
             state = ",".join(state)
         out: list[Job] = []
@@ -407,13 +417,17 @@ class Cluster:
                 "GET",
                 "/api/v1/jobs",
                 params={"share": share, "state": state, "user": user,
-                        "limit": page, "after": after},
+                        "array": array, "limit": page, "after": after},
             )
             for s in r["jobs"]:
                 out.append(Job(self, int(s["id"]), summary=s))
             after = r.get("next_after")
             if after is None:
                 return out
+
+    def array_tasks(self, array: "int | Job") -> list["Job"]:
+        """The tasks of an array (by its id, or the job its submit returned)."""
+        return self.jobs(array=array.id if isinstance(array, Job) else array)
 
     # -- the rest of the cluster ----------------------------------------------------
 
@@ -594,6 +608,16 @@ class Job:
         params = {"follow": "1" if follow else None, "stderr": "1" if stderr else None,
                   "attempt": attempt, "node": node}
         if not follow:
+            # An agent files an ended attempt's output just after it reports the end,
+            # so for a moment after a job ends its node may not find the output: ask
+            # again for up to a second before calling it missing.
+            for _ in range(10):
+                try:
+                    return "".join(self._follow(params))
+                except NotFound as e:
+                    if "no output of job" not in e.message:
+                        raise
+                    time.sleep(0.1)
             return "".join(self._follow(params))
         return self._follow(params)
 
@@ -635,6 +659,16 @@ class Job:
         self._data = self.cluster.request(
             "POST", f"/api/v1/jobs/{self.id}/cancel",
             json={"reason": reason} if reason else {})
+        return self
+
+    def hold(self) -> "Job":
+        """Holds the job while it waits: PENDING until released."""
+        self._data = self.cluster.request("POST", f"/api/v1/jobs/{self.id}/hold")
+        return self
+
+    def release(self) -> "Job":
+        """Releases a held job."""
+        self._data = self.cluster.request("POST", f"/api/v1/jobs/{self.id}/release")
         return self
 
     def explain(self) -> list[str]:

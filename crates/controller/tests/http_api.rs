@@ -354,6 +354,37 @@ fn roles_forwarding_bad_bodies_and_tokens() {
             let r = http.post(&follower, &alice, "/api/v1/jobs", body).await;
             assert_eq!((r.status, r.field()), (404, "share".into()), "{}", r.json());
         }
+        // An array: one submit, a job per task, named 42_7 in paths; held and
+        // released by its owner only.
+        let mut arr = submit_body("lend");
+        arr["array"] = json!("0-2");
+        let r = http.post(&follower, &alice, "/api/v1/jobs", arr).await;
+        assert_eq!(r.status, 201, "{}", r.json());
+        let a = r.json()["id"].as_u64().unwrap();
+        let r = http.get(&lead, &alice, &format!("/api/v1/jobs?array={a}")).await;
+        let ids: Vec<u64> = r.json()["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_u64().unwrap()).collect();
+        assert_eq!(ids, [a, a + 1, a + 2]);
+        let r = http.get(&lead, &alice, &format!("/api/v1/jobs/{a}_2")).await;
+        assert_eq!((r.status, r.json()["id"].as_u64()), (200, Some(a + 2)));
+        assert_eq!(r.json()["job"], json!(format!("{a}_2")));
+        assert_eq!(r.json()["array"]["index"], json!(2));
+        let r = http.post(&lead, &bob, &format!("/api/v1/jobs/{a}/hold"), json!({})).await;
+        assert_eq!(r.status, 403, "bob may not hold alice's array");
+        let r = http.post(&lead, &alice, &format!("/api/v1/jobs/{a}/hold"), json!({})).await;
+        assert_eq!(r.status, 200, "{}", r.json());
+        let r = http.get(&lead, &alice, &format!("/api/v1/jobs/{a}_1")).await;
+        assert_eq!((r.json()["status"].as_str(), r.json()["held"].as_bool()), (Some("PENDING"), Some(true)));
+        let r = http.post(&lead, &alice, &format!("/api/v1/jobs/{a}_1/release"), json!({})).await;
+        assert_eq!(r.json()["status"], json!("RUNNABLE"), "{}", r.json());
+        let r = http.get(&lead, &alice, &format!("/api/v1/jobs/{a}_0")).await;
+        assert_eq!(r.json()["held"], json!(true), "releasing one task leaves the others held");
+        let mut dep = submit_body("lend");
+        dep["dependency"] = json!(format!("afterok:{a}_0"));
+        let r = http.post(&follower, &alice, "/api/v1/jobs", dep).await;
+        let d = r.json()["id"].as_u64().unwrap();
+        let r = http.get(&lead, &alice, &format!("/api/v1/jobs/{d}")).await;
+        assert_eq!(r.json()["status"], json!("PENDING"));
+        assert_eq!(r.json()["waiting_for"], json!([format!("afterok:{a}")]));
         let r = http.get(&lead, &alice, "/api/v1/jobs/99999").await;
         assert_eq!((r.status, r.code()), (404, "not_found".into()));
 

@@ -313,6 +313,8 @@ pub struct JobSummaryView {
     pub reason: Option<String>,
     pub preemptions: u32,
     pub client_token: Option<String>,
+    /// For a task of an array.
+    pub array: Option<ArrayTaskView>,
 }
 
 impl From<&JobSummary> for JobSummaryView {
@@ -333,6 +335,12 @@ impl From<&JobSummary> for JobSummaryView {
             reason: j.reason.clone(),
             preemptions: j.preemptions,
             client_token: j.client_token.clone(),
+            array: j.array.as_ref().map(|a| ArrayTaskView {
+                array: a.array.0,
+                index: a.index,
+                count: a.count,
+                max_running: a.max_running,
+            }),
         }
     }
 }

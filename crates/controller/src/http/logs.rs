@@ -52,7 +52,7 @@ fn flag(name: &str, v: &Option<String>) -> Result<bool, HttpError> {
 
 /// A job's output as it was written: bytes, not JSON.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
-    params(("id" = u64, Path, description = "The job's id"), LogsQuery),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42"), LogsQuery),
     responses(
         (status = 200, description = "The output; chunked and open until the attempt ends with follow", content_type = "application/octet-stream", body = String),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),

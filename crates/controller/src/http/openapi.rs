@@ -54,7 +54,7 @@ impl Modify for Security {
     paths(
         routes::health, routes::whoami,
         routes::list_jobs, routes::submit, routes::get_job, routes::update_job,
-        routes::cancel_job, routes::explain_job, logs::logs,
+        routes::cancel_job, routes::hold_job, routes::release_job, routes::explain_job, logs::logs,
         routes::shares, routes::queue, routes::nodes, routes::drain, routes::resume,
         routes::controllers, routes::apply_policy, stream::events,
     ),

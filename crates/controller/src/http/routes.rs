@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use tranche_model::policy_file;
-use tranche_model::{JobRef, JobStatus, NodeName};
+use tranche_model::{JobId, JobRef, JobStatus, NodeName};
 use tranche_proto::{ClientCommand, ClientRequest, JobFilter, Objects, Query, Response as Answer};
 use tranche_state::Outcome;
 use utoipa::{IntoParams, ToSchema};
@@ -31,6 +31,8 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/jobs", get(list_jobs).post(submit))
         .route("/api/v1/jobs/{id}", get(get_job).patch(update_job))
         .route("/api/v1/jobs/{id}/cancel", post(cancel_job))
+        .route("/api/v1/jobs/{id}/hold", post(hold_job))
+        .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/jobs/{id}/explain", get(explain_job))
         .route("/api/v1/jobs/{id}/logs", get(super::logs::logs))
         .route("/api/v1/shares", get(shares))
@@ -150,6 +152,8 @@ pub struct JobsQuery {
     pub limit: Option<u32>,
     /// Only jobs with a higher id (the previous page's `next_after`).
     pub after: Option<u64>,
+    /// Only the tasks of this array (its id).
+    pub array: Option<u64>,
 }
 
 fn parse_states(text: &str) -> Result<Vec<JobStatus>> {
@@ -194,7 +198,8 @@ pub async fn list_jobs(
             None => vec![],
         },
         limit: None,
-        ..Default::default()
+        array: q.array.map(JobId),
+        standing: false,
     };
     let after = q.after.unwrap_or(0);
     match api.read(&caller, Query::Jobs(filter)).await? {
@@ -274,7 +279,7 @@ async fn job_view(api: &Api, caller: &Caller, id: JobRef) -> Result<JobView> {
 
 /// Everything about one job: its spec, attempts and transitions with reasons.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -291,7 +296,7 @@ pub async fn get_job(
 
 /// Changes a waiting or running job's priority.
 #[utoipa::path(patch, path = "/api/v1/jobs/{id}", tag = "jobs", request_body = JobUpdate,
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, description = "The job after the change", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -324,7 +329,7 @@ pub async fn update_job(
 
 /// Cancels a job; a running one gets its checkpoint signal and grace first.
 #[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs", request_body(content = Option<CancelJob>),
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, description = "The job after the cancel", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -349,9 +354,48 @@ pub async fn cancel_job(
     Ok(Json(job_view(&api, &caller, job).await?))
 }
 
+/// Holds a waiting job (or every waiting task of an array): it stays PENDING until
+/// released.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/hold", tag = "jobs",
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
+    responses(
+        (status = 200, description = "The job after the hold", body = JobView),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+    ))]
+pub async fn hold_job(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>> {
+    let job = job_id(&id)?;
+    api.write(&caller, ClientCommand::Hold { job }).await?;
+    Ok(Json(job_view(&api, &caller, job).await?))
+}
+
+/// Releases a held job (or every held task of an array).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/release", tag = "jobs",
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
+    responses(
+        (status = 200, description = "The job after the release", body = JobView),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+    ))]
+pub async fn release_job(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>> {
+    let job = job_id(&id)?;
+    api.write(&caller, ClientCommand::Release { job }).await?;
+    Ok(Json(job_view(&api, &caller, job).await?))
+}
+
 /// Why a job is where it is, with numbers.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/explain", tag = "jobs",
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job: `42`, or `42_7` for task 7 of array 42 (for a change, `42` is every task of array 42)")),
     responses(
         (status = 200, body = ExplanationView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),

@@ -98,7 +98,11 @@ pub struct Agent {
     ended_here: Mutex<std::collections::HashSet<Key>>,
     /// Attempts being started (each on its own task, so that the attempts of one
     /// placement start side by side): not started again meanwhile.
-    starting: Mutex<std::collections::HashSet<Key>>,
+    /// With the GPUs each holds.
+    starting: Mutex<HashMap<Key, Vec<tranche_model::GpuIndex>>>,
+    /// Ended attempts whose output is being moved to `<spool>/logs`: no longer in
+    /// `local`, not yet kept. The log port waits for them.
+    filing: Mutex<std::collections::HashSet<Key>>,
 }
 
 /// Why an attempt did not start.
@@ -223,7 +227,8 @@ impl Agent {
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
             ended_here: Mutex::new(std::collections::HashSet::new()),
-            starting: Mutex::new(std::collections::HashSet::new()),
+            starting: Mutex::new(HashMap::new()),
+            filing: Mutex::new(std::collections::HashSet::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
@@ -417,7 +422,7 @@ impl Agent {
         for item in &w.items {
             let key = Key::of(item);
             let present = self.local.lock().unwrap().contains_key(&key);
-            if !present && self.starting.lock().unwrap().contains(&key) {
+            if !present && self.starting.lock().unwrap().contains_key(&key) {
                 continue;
             }
             if !present && self.ended_here(key) {
@@ -472,7 +477,10 @@ impl Agent {
                     );
                     continue;
                 }
-                self.starting.lock().unwrap().insert(key);
+                self.starting
+                    .lock()
+                    .unwrap()
+                    .insert(key, item.gpus.iter().map(|g| g.index).collect());
                 let agent = self.clone();
                 let item = item.clone();
                 tokio::spawn(async move {
@@ -511,21 +519,28 @@ impl Agent {
     }
 
     /// Attempts on this node, not yet ended, that hold any of the item's GPUs.
+    /// Attempts being started count: they will hold their GPUs.
     fn holders_of(&self, item: &WorkItem) -> Vec<Key> {
-        self.local
+        let mine = |g: &tranche_model::GpuIndex| item.gpus.iter().any(|b| b.index == *g);
+        let mut out: Vec<Key> = self
+            .local
             .lock()
             .unwrap()
             .iter()
             .filter(|(_, l)| {
-                l.attempt
-                    .spec()
-                    .gpus
-                    .iter()
-                    .any(|g| item.gpus.iter().any(|b| b.index == g.index))
-                    && l.attempt.exit().is_none()
+                l.attempt.spec().gpus.iter().any(|g| mine(&g.index)) && l.attempt.exit().is_none()
             })
             .map(|(k, _)| *k)
-            .collect()
+            .collect();
+        out.extend(
+            self.starting
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(k, gpus)| **k != Key::of(item) && gpus.iter().any(mine))
+                .map(|(k, _)| *k),
+        );
+        out
     }
 
     async fn start(self: Arc<Self>, item: WorkItem) {
@@ -723,10 +738,12 @@ impl Agent {
             // Forgotten first, then cleared: nothing may look at an attempt
             // whose directory is going away (it would seem to have vanished
             // without an exit, and be stopped as an orphan).
+            self.filing.lock().unwrap().insert(key);
             self.local.lock().unwrap().remove(&key);
             if let Err(e) = a.acknowledge() {
                 warn!(job = key.job.0, "cannot clear the attempt dir: {e}");
             }
+            self.filing.lock().unwrap().remove(&key);
         }
     }
 
@@ -934,6 +951,14 @@ impl Agent {
         use tranche_proto::{frame, LogFrame};
         self.may_read(who, req.job).await?;
         let job = req.job;
+        // An attempt that has just ended is being filed: its output is in neither place
+        // for a moment.
+        for _ in 0..200 {
+            if !self.filing.lock().unwrap().iter().any(|k| k.job == job) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         // The attempt: the one asked for, else the latest running here, else the
         // latest kept.
         let running: Vec<AttemptNo> = {
@@ -970,8 +995,15 @@ impl Agent {
         };
         let mut offset = req.offset;
         let mut buf = vec![0u8; 64 * 1024];
+        // An attempt that ends while it is read has its output moved to the kept
+        // logs: a file gone between finding and opening it is looked for again.
+        let mut moved_retries = 100;
         loop {
             let Some((file, running)) = file_now() else {
+                if self.filing.lock().unwrap().contains(&Key { job, attempt }) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
                 return Err(ApiError::NotFound(format!(
                     "no output of job {job} attempt {attempt} on this node"
                 )));
@@ -979,11 +1011,22 @@ impl Agent {
             // A file outside the spool is read only while it is still the one the job
             // was given (see `OutputFile::open`).
             let opened = tokio::task::spawn_blocking(move || {
-                file.open()
-                    .map_err(|e| ApiError::NotFound(format!("{}: {e}", file.path().display())))
+                file.open().map_err(|e| {
+                    let gone = e.kind() == std::io::ErrorKind::NotFound;
+                    (gone, ApiError::NotFound(format!("{}: {e}", file.path().display())))
+                })
             })
             .await
-            .map_err(|e| ApiError::Unavailable(e.to_string()))??;
+            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+            let opened = match opened {
+                Ok(f) => f,
+                Err((true, _)) if moved_retries > 0 => {
+                    moved_retries -= 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                Err((_, e)) => return Err(e),
+            };
             let mut f = tokio::fs::File::from_std(opened);
             f.seek(std::io::SeekFrom::Start(offset))
                 .await

@@ -238,6 +238,8 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         return Err("--submits must be at least 1".into());
     }
     let cli = find_cli(&args.cli)?;
+    // Dropped last: after the cluster's processes.
+    let _spools: Option<tempfile::TempDir>;
     // Bound in this order, dropped in the reverse: the processes first, the dir last.
     let AgentCluster {
         tmp,
@@ -245,7 +247,22 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         agent,
         admin,
         cluster: mut c,
-    } = agent_cluster_spooled(args.spool_dir.clone()).await?;
+    } = {
+        // A directory of this run's own under --spool-dir, removed after it: agents
+        // adopt whatever attempts they find in their spools.
+        let spools = match &args.spool_dir {
+            Some(d) => Some(
+                tempfile::Builder::new()
+                    .prefix("tranche-bench-spool-")
+                    .tempdir_in(d)
+                    .map_err(|e| format!("--spool-dir {}: {e}", d.display()))?,
+            ),
+            None => None,
+        };
+        let root = spools.as_ref().map(|t| t.path().to_path_buf());
+        _spools = spools;
+        agent_cluster_spooled(root).await?
+    };
     apply_all(&admin, policy())
         .await
         .map_err(|e| format!("policy refused: {e}"))?;

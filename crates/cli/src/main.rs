@@ -11,6 +11,8 @@ mod job_list;
 mod leader_cache;
 mod logs;
 mod output;
+mod sim_cmd;
+mod sim_report;
 mod timing;
 mod user_cmds;
 
@@ -34,6 +36,11 @@ enum Cmd {
     /// Try a policy in virtual time: the real state machine and scheduler, simulated jobs.
     #[command(subcommand)]
     Scenario(ScenarioCmd),
+    /// Replay a job trace under a policy in virtual time and report utilization, waits,
+    /// the quota guarantee and preemptions (with --report, plots too).
+    ///
+    /// Example: tranche sim --trace jobs.csv --policy policy.toml --nodes "64 x 8 h100" --compare
+    Sim(sim_cmd::SimArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -230,6 +237,7 @@ fn main() -> ExitCode {
     timing::mark("args");
     match cli.cmd {
         Cmd::Scenario(ScenarioCmd::Run { file, json }) => scenario_run(&file, json),
+        Cmd::Sim(args) => sim_cmd::sim(&args),
         Cmd::Bench(cmd) => bench::bench(cmd),
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),

@@ -203,7 +203,7 @@ impl Scenario {
 
     /// Checks what serde cannot: one action per event, unique job names, expectations
     /// that name known jobs and shares.
-    fn check(&self) -> Result<(), ScenarioError> {
+    pub(crate) fn check(&self) -> Result<(), ScenarioError> {
         if self.nodes.is_empty() {
             return Err(err(
                 "nodes",

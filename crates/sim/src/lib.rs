@@ -7,6 +7,7 @@
 //! pure: no clock, no threads, no I/O beyond what the caller hands it.
 
 pub mod engine;
+pub mod plot;
 pub mod policy;
 pub mod report;
 pub mod scenario;

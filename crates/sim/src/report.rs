@@ -581,6 +581,13 @@ pub fn render_comparison(rows: &[(String, &Figures)]) -> String {
             format!("{}/{}", f.room_at_arrival, f.started_late),
         );
     }
+    for (name, f) in rows.iter().filter(|r| r.1.never_started > 0) {
+        let _ = writeln!(
+            s,
+            "{name}: {} jobs never started (more GPUs than their share can ever have); they are left out of the waits",
+            f.never_started
+        );
+    }
     s
 }
 

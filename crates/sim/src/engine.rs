@@ -106,104 +106,20 @@ impl Sim {
                 .collect(),
             first_queue: sc.queue_list().remove(0).name,
         };
-        let env_name = sc
-            .environment
-            .as_ref()
-            .and_then(|e| e.name.clone())
-            .unwrap_or_else(|| "default".into());
-        let mut env = ServiceEnvironment {
-            name: EnvName(env_name.clone()),
-            selector: sc
-                .environment
-                .as_ref()
-                .and_then(|e| e.selector.clone())
-                .unwrap_or_default(),
-            capacity_limits: vec![],
-            state: ObjState::Enabled,
-        };
-        // Without a cap, the environment's limit per unit is every GPU of that unit on
-        // the nodes its selector takes.
-        let mut totals: BTreeMap<String, u32> = BTreeMap::new();
-        for n in &sc.nodes {
-            if env.selects(&n.labels.clone().unwrap_or_default()) {
-                *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
-            }
-        }
-        env.capacity_limits = match sc
-            .environment
-            .as_ref()
-            .and_then(|e| e.capacity_limits.clone())
-        {
-            Some(l) => l
-                .into_iter()
-                .map(|l| CapacityLimit {
-                    unit: Unit(l.unit),
-                    max: l.max,
-                })
-                .collect(),
-            None => totals
-                .into_iter()
-                .map(|(u, m)| CapacityLimit {
-                    unit: Unit(u),
-                    max: m,
-                })
-                .collect(),
-        };
         let setup = |sim: &mut Sim, field: &str, cmd: Command| -> Result<(), String> {
             sim.state
                 .apply(&cmd, 0)
                 .map(|_| ())
                 .map_err(|e| format!("{field}: {e}"))
         };
-        setup(&mut sim, "environment", Command::PutEnvironment(env))?;
-        setup(
-            &mut sim,
-            "policy",
-            Command::PutPolicy(SchedulingPolicy {
-                name: POLICY.into(),
-                idle_resource_assignment: IdleAssignment::Fifo,
-            }),
-        )?;
-        for (i, q) in sc.queue_list().into_iter().enumerate() {
-            setup(
-                &mut sim,
-                &format!("queues[{i}]"),
-                Command::PutQueue(JobQueue {
-                    name: q.name.as_str().into(),
-                    priority: q.priority.unwrap_or(0),
-                    state: ObjState::Enabled,
-                    environment: EnvName(env_name.clone()),
-                    policy: POLICY.into(),
-                }),
-            )?;
+        let o = objects(sc);
+        setup(&mut sim, "environment", Command::PutEnvironment(o.environment))?;
+        setup(&mut sim, "policy", Command::PutPolicy(o.policy))?;
+        for (i, q) in o.queues.into_iter().enumerate() {
+            setup(&mut sim, &format!("queues[{i}]"), Command::PutQueue(q))?;
         }
-        for (i, s) in sc.shares.iter().enumerate() {
-            let share = QuotaShare {
-                name: ShareName(s.name.clone()),
-                queue: sc.share_queue(i).as_str().into(),
-                capacity_limits: s
-                    .capacity_limits
-                    .iter()
-                    .map(|l| CapacityLimit {
-                        unit: Unit(l.unit.clone()),
-                        max: l.max,
-                    })
-                    .collect(),
-                resource_sharing: ResourceSharing {
-                    strategy: s.strategy,
-                    borrow_limit: s.borrow_limit,
-                },
-                in_share_preemption: s.in_share_preemption.unwrap_or(false),
-                state: s.state.unwrap_or_default(),
-                members: vec![],
-                default_grace_s: s.default_grace_s.unwrap_or(60),
-                max_grace_s: s
-                    .max_grace_s
-                    .unwrap_or(3600)
-                    .max(s.default_grace_s.unwrap_or(60)),
-                min_runtime_s: s.min_runtime_s.unwrap_or(0),
-            };
-            setup(&mut sim, &format!("shares[{i}]"), Command::PutShare(share))?;
+        for (i, s) in o.shares.into_iter().enumerate() {
+            setup(&mut sim, &format!("shares[{i}]"), Command::PutShare(s))?;
         }
         for (i, n) in sc.nodes.iter().enumerate() {
             for name in expand_names(n) {
@@ -646,6 +562,102 @@ impl Sim {
             }
         }
         out
+    }
+}
+
+
+/// The quota objects a scenario (or a policy file) defines, as the state machine and
+/// the controllers take them.
+pub struct Objects {
+    pub environment: ServiceEnvironment,
+    pub policy: SchedulingPolicy,
+    pub queues: Vec<JobQueue>,
+    pub shares: Vec<QuotaShare>,
+}
+
+/// Builds the scenario's environment, policy, queues and shares.
+pub fn objects(sc: &Scenario) -> Objects {
+    let env_name = sc
+        .environment
+        .as_ref()
+        .and_then(|e| e.name.clone())
+        .unwrap_or_else(|| "default".into());
+    let mut env = ServiceEnvironment {
+        name: EnvName(env_name.clone()),
+        selector: sc
+            .environment
+            .as_ref()
+            .and_then(|e| e.selector.clone())
+            .unwrap_or_default(),
+        capacity_limits: vec![],
+        state: ObjState::Enabled,
+    };
+    // Without a cap, the environment's limit per unit is every GPU of that unit on
+    // the nodes its selector takes.
+    let mut totals: BTreeMap<String, u32> = BTreeMap::new();
+    for n in &sc.nodes {
+        if env.selects(&n.labels.clone().unwrap_or_default()) {
+            *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
+        }
+    }
+    let limit = |unit: String, max: u32| CapacityLimit {
+        unit: Unit(unit),
+        max,
+    };
+    env.capacity_limits = match sc
+        .environment
+        .as_ref()
+        .and_then(|e| e.capacity_limits.clone())
+    {
+        Some(l) => l.into_iter().map(|l| limit(l.unit, l.max)).collect(),
+        None => totals.into_iter().map(|(u, m)| limit(u, m)).collect(),
+    };
+    let queues = sc
+        .queue_list()
+        .into_iter()
+        .map(|q| JobQueue {
+            name: q.name.as_str().into(),
+            priority: q.priority.unwrap_or(0),
+            state: ObjState::Enabled,
+            environment: EnvName(env_name.clone()),
+            policy: POLICY.into(),
+        })
+        .collect();
+    let shares = sc
+        .shares
+        .iter()
+        .enumerate()
+        .map(|(i, s)| QuotaShare {
+            name: ShareName(s.name.clone()),
+            queue: sc.share_queue(i).as_str().into(),
+            capacity_limits: s
+                .capacity_limits
+                .iter()
+                .map(|l| limit(l.unit.clone(), l.max))
+                .collect(),
+            resource_sharing: ResourceSharing {
+                strategy: s.strategy,
+                borrow_limit: s.borrow_limit,
+            },
+            in_share_preemption: s.in_share_preemption.unwrap_or(false),
+            state: s.state.unwrap_or_default(),
+            members: vec![],
+            default_grace_s: s.default_grace_s.unwrap_or(60),
+            max_grace_s: s
+                .max_grace_s
+                .unwrap_or(3600)
+                .max(s.default_grace_s.unwrap_or(60)),
+            min_runtime_s: s.min_runtime_s.unwrap_or(0),
+        })
+        .collect();
+    Objects {
+        environment: env,
+        policy: SchedulingPolicy {
+            name: POLICY.into(),
+            idle_resource_assignment: IdleAssignment::Fifo,
+        },
+        queues,
+        shares,
     }
 }
 

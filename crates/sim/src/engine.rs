@@ -113,7 +113,9 @@ impl Sim {
                 .map_err(|e| format!("{field}: {e}"))
         };
         let o = objects(sc);
-        setup(&mut sim, "environment", Command::PutEnvironment(o.environment))?;
+        for (i, e) in o.environments.into_iter().enumerate() {
+            setup(&mut sim, &format!("environments[{i}]"), Command::PutEnvironment(e))?;
+        }
         setup(&mut sim, "policy", Command::PutPolicy(o.policy))?;
         for (i, q) in o.queues.into_iter().enumerate() {
             setup(&mut sim, &format!("queues[{i}]"), Command::PutQueue(q))?;
@@ -569,7 +571,7 @@ impl Sim {
 /// The quota objects a scenario (or a policy file) defines, as the state machine and
 /// the controllers take them.
 pub struct Objects {
-    pub environment: ServiceEnvironment,
+    pub environments: Vec<ServiceEnvironment>,
     pub policy: SchedulingPolicy,
     pub queues: Vec<JobQueue>,
     pub shares: Vec<QuotaShare>,
@@ -577,40 +579,38 @@ pub struct Objects {
 
 /// Builds the scenario's environment, policy, queues and shares.
 pub fn objects(sc: &Scenario) -> Objects {
-    let env_name = sc
-        .environment
-        .as_ref()
-        .and_then(|e| e.name.clone())
-        .unwrap_or_else(|| "default".into());
-    let mut env = ServiceEnvironment {
-        name: EnvName(env_name.clone()),
-        selector: sc
-            .environment
-            .as_ref()
-            .and_then(|e| e.selector.clone())
-            .unwrap_or_default(),
-        capacity_limits: vec![],
-        state: ObjState::Enabled,
-    };
-    // Without a cap, the environment's limit per unit is every GPU of that unit on
-    // the nodes its selector takes.
-    let mut totals: BTreeMap<String, u32> = BTreeMap::new();
-    for n in &sc.nodes {
-        if env.selects(&n.labels.clone().unwrap_or_default()) {
-            *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
-        }
-    }
     let limit = |unit: String, max: u32| CapacityLimit {
         unit: Unit(unit),
         max,
     };
-    env.capacity_limits = match sc
-        .environment
-        .as_ref()
-        .and_then(|e| e.capacity_limits.clone())
-    {
-        Some(l) => l.into_iter().map(|l| limit(l.unit, l.max)).collect(),
-        None => totals.into_iter().map(|(u, m)| limit(u, m)).collect(),
+    let environments: Vec<ServiceEnvironment> = sc
+        .environment_list()
+        .into_iter()
+        .map(|e| {
+            let mut env = ServiceEnvironment {
+                name: EnvName(e.name.clone().unwrap_or_else(|| "default".into())),
+                selector: e.selector.clone().unwrap_or_default(),
+                capacity_limits: vec![],
+                state: ObjState::Enabled,
+            };
+            // Without a cap, the environment's limit per unit is every GPU of that
+            // unit on the nodes its selector takes.
+            let mut totals: BTreeMap<String, u32> = BTreeMap::new();
+            for n in &sc.nodes {
+                if env.selects(&n.labels.clone().unwrap_or_default()) {
+                    *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
+                }
+            }
+            env.capacity_limits = match e.capacity_limits {
+                Some(l) => l.into_iter().map(|l| limit(l.unit, l.max)).collect(),
+                None => totals.into_iter().map(|(u, m)| limit(u, m)).collect(),
+            };
+            env
+        })
+        .collect();
+    let env_of = |q: &QueueSpec| match &q.environment {
+        Some(e) => EnvName(e.clone()),
+        None => environments[0].name.clone(),
     };
     let queues = sc
         .queue_list()
@@ -619,7 +619,7 @@ pub fn objects(sc: &Scenario) -> Objects {
             name: q.name.as_str().into(),
             priority: q.priority.unwrap_or(0),
             state: ObjState::Enabled,
-            environment: EnvName(env_name.clone()),
+            environment: env_of(&q),
             policy: POLICY.into(),
         })
         .collect();
@@ -651,7 +651,7 @@ pub fn objects(sc: &Scenario) -> Objects {
         })
         .collect();
     Objects {
-        environment: env,
+        environments,
         policy: SchedulingPolicy {
             name: POLICY.into(),
             idle_resource_assignment: IdleAssignment::Fifo,

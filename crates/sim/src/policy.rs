@@ -112,7 +112,13 @@ pub const POOL: &str = "pool";
 pub fn pooled(sc: &Scenario) -> Scenario {
     let mut out = sc.clone();
     let first = sc.shares[0].clone();
+    // One environment with every node, one queue on it.
+    out.environments.clear();
+    out.environment = None;
     out.queues.truncate(1);
+    for q in &mut out.queues {
+        q.environment = None;
+    }
     let grace = sc.shares.iter().filter_map(|s| s.default_grace_s).max();
     out.shares = vec![ShareSpec {
         name: POOL.into(),

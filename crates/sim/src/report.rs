@@ -169,11 +169,19 @@ pub struct Figures {
     /// The longest wait of a job that had room at arrival.
     pub longest_wait_with_room_ms: Millis,
     pub shares: Vec<ShareFigures>,
+    /// Waits by job priority, highest first (the classes of a trace such as Kueue's).
+    pub by_priority: Vec<PriorityWaits>,
     #[serde(skip)]
     pub series: Series,
     /// Every share's waits, sorted, for the CDF plot.
     #[serde(skip)]
     pub waits: Vec<Vec<Millis>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PriorityWaits {
+    pub priority: u32,
+    pub wait: Waits,
 }
 
 /// Time series for the plots: averages over equal buckets of the makespan.
@@ -212,6 +220,7 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
     // (time, event, share, job)
     let mut evs: Vec<(Millis, Ev, usize, usize)> = vec![];
     let mut per_share_waits: Vec<Vec<Millis>> = vec![vec![]; ns];
+    let mut per_prio: BTreeMap<std::cmp::Reverse<u32>, Vec<Millis>> = BTreeMap::new();
     let mut sf: Vec<ShareFigures> = setup
         .shares
         .iter()
@@ -247,7 +256,11 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
             _ => {}
         }
         match r.attempts.first() {
-            Some(a) => per_share_waits[s].push(a.start.saturating_sub(r.submit)),
+            Some(a) => {
+                let w = a.start.saturating_sub(r.submit);
+                per_share_waits[s].push(w);
+                per_prio.entry(std::cmp::Reverse(r.priority)).or_default().push(w);
+            }
             None => never += 1,
         }
         for (i, a) in r.attempts.iter().enumerate() {
@@ -393,6 +406,16 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
         started_late: sf.iter().map(|s| s.started_late).sum(),
         longest_wait_with_room_ms: longest_with_room,
         shares: sf,
+        by_priority: per_prio
+            .into_iter()
+            .map(|(p, mut w)| {
+                w.sort_unstable();
+                PriorityWaits {
+                    priority: p.0,
+                    wait: Waits::of(&w),
+                }
+            })
+            .collect(),
         series,
         waits: per_share_waits,
     }
@@ -518,6 +541,14 @@ pub fn render_table(title: &str, f: &Figures) -> String {
             String::new()
         }
     );
+    if f.by_priority.len() > 1 {
+        let classes: Vec<String> = f
+            .by_priority
+            .iter()
+            .map(|p| format!("priority {}: mean {} ({} jobs)", p.priority, fmt_mean(p.wait.mean), p.wait.jobs))
+            .collect();
+        let _ = writeln!(s, "  wait by priority: {}", classes.join("; "));
+    }
     let w = f.shares.iter().map(|x| x.name.len()).max().unwrap_or(5).max(5);
     let _ = writeln!(
         s,

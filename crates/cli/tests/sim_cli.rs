@@ -1,20 +1,10 @@
 //! `tranche sim` and `tranche bench replay` as a user runs them, on the shipped tiny
 //! trace (tests/traces/tiny: worked out by hand in its policy file).
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn tranche(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tranche"))
-        .args(args)
-        .output()
-        .expect("tranche runs");
-    (
-        out.status.code().expect("exit code"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::run as tranche;
+use std::path::PathBuf;
 
 fn tiny(file: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -356,27 +356,9 @@ impl Sim {
             Timer::SignalExit(id, a) => (id, a, Some(0)),
             Timer::Kill(id, a) => (id, a, None),
         };
-        let Some(job) = self.state.jobs.get(&id) else {
-            return;
-        };
-        let current =
-            job.current_attempt().map(|a| a.number) == Some(attempt) && job.status.is_active();
-        // A completion that races a stop is still a completion; timers of an attempt
-        // that already ended are dropped.
-        if !current
-            || (matches!(timer, Timer::Kill(..) | Timer::SignalExit(..)) && job.stop.is_none())
-        {
-            return;
-        }
-        // Every member of a gang reports its own end, as the agents do; the simulated
-        // members end together.
-        let members = job.current_attempt().map_or(1, |a| a.allocation.len());
-        for _ in 0..members {
-            let _ = self.cmd(Command::JobProgress {
-                job: id,
-                attempt,
-                event: Progress::Exited { code, reason: None },
-            });
+        let stop_timer = matches!(timer, Timer::Kill(..) | Timer::SignalExit(..));
+        for cmd in exit_reports(&self.state, id, attempt, stop_timer, code, None) {
+            let _ = self.cmd(cmd);
         }
     }
 
@@ -567,6 +549,39 @@ impl Sim {
     }
 }
 
+
+/// The reports of an attempt's end: one per member of a gang, as each member's agent
+/// reports its own (the simulated members end together). None when the attempt has
+/// ended already, or when a stop's timer (`stop_timer`) finds the job no longer being
+/// stopped: an end that races a stop is still an end.
+pub(crate) fn exit_reports(
+    state: &State,
+    id: JobId,
+    attempt: u32,
+    stop_timer: bool,
+    code: Option<i32>,
+    reason: Option<String>,
+) -> Vec<Command> {
+    let Some(job) = state.jobs.get(&id) else {
+        return vec![];
+    };
+    let current =
+        job.current_attempt().map(|a| a.number) == Some(attempt) && job.status.is_active();
+    if !current || (stop_timer && job.stop.is_none()) {
+        return vec![];
+    }
+    let members = job.current_attempt().map_or(1, |a| a.allocation.len());
+    (0..members)
+        .map(|_| Command::JobProgress {
+            job: id,
+            attempt,
+            event: Progress::Exited {
+                code,
+                reason: reason.clone(),
+            },
+        })
+        .collect()
+}
 
 /// The quota objects a scenario (or a policy file) defines, as the state machine and
 /// the controllers take them.

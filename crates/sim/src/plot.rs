@@ -6,6 +6,7 @@
 //! Labels need a TrueType font: [`use_font`] registers one (the caller reads it).
 
 use crate::report::{Figures, Setup};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use tranche_model::{Millis, SECOND};
@@ -197,21 +198,7 @@ where
         }
     }
     let ymax = (f.total_gpus as f64).max(acc.iter().copied().fold(0.0, f64::max)) * 1.05;
-    let mut ch = ChartBuilder::on(root)
-        .caption(title, (FONT, 18))
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax.max(1.0))
-        .map_err(e)?;
-    ch.configure_mesh()
-        .x_desc(format!("time ({unit})"))
-        .x_label_formatter(&xfmt)
-        .y_desc("GPUs")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(e)?;
+    let mut ch = time_chart(root, title, unit, xmax, ymax.max(1.0), "GPUs")?;
     // Drawn top layer first, so each lower one covers the part below it.
     for (vals, c, label) in layers.iter().rev() {
         let pts: Vec<(f64, f64)> = (0..n).map(|b| (bucket_x(f, b, div), vals[b])).collect();
@@ -230,6 +217,37 @@ where
         .label(format!("{} GPUs", f.total_gpus))
         .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK));
     legend(&mut ch, SeriesLabelPosition::UpperRight)
+}
+
+/// A chart over time: the title, the time axis in `unit` up to `xmax`, and counts up
+/// to `ymax` on the y axis.
+fn time_chart<'a, DB: DrawingBackend + 'a>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    unit: &str,
+    xmax: f64,
+    ymax: f64,
+    y_desc: impl Into<String>,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, String>
+where
+    DB::ErrorType: 'static,
+{
+    let mut ch = ChartBuilder::on(root)
+        .caption(title, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+        .map_err(e)?;
+    ch.configure_mesh()
+        .x_desc(format!("time ({unit})"))
+        .x_label_formatter(&xfmt)
+        .y_desc(y_desc)
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FONT, 13))
+        .draw()
+        .map_err(e)?;
+    Ok(ch)
 }
 
 fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
@@ -263,21 +281,7 @@ where
         .fold(0.0, f64::max)
         .max(1.0)
         * 1.05;
-    let mut ch = ChartBuilder::on(root)
-        .caption(title, (FONT, 18))
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-        .map_err(e)?;
-    ch.configure_mesh()
-        .x_desc(format!("time ({unit})"))
-        .x_label_formatter(&xfmt)
-        .y_desc("jobs waiting (average)")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(e)?;
+    let mut ch = time_chart(root, title, unit, xmax, ymax, "jobs waiting (average)")?;
     for (i, s) in setup.shares.iter().enumerate() {
         if f.series.queued[i].iter().all(|v| *v == 0.0) {
             continue;
@@ -351,22 +355,8 @@ where
 {
     let (div, unit, xmax) = chart_x(f);
     let ymax = f.series.preemptions.iter().copied().max().unwrap_or(0).max(1) as f64 * 1.1;
-    let mut ch = ChartBuilder::on(root)
-        .caption(title, (FONT, 18))
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-        .map_err(e)?;
     let per = crate::report::fmt_duration(f.series.bucket_ms);
-    ch.configure_mesh()
-        .x_desc(format!("time ({unit})"))
-        .x_label_formatter(&xfmt)
-        .y_desc(format!("preempted attempts per {per}"))
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(e)?;
+    let mut ch = time_chart(root, title, unit, xmax, ymax, format!("preempted attempts per {per}"))?;
     let w = f.series.bucket_ms as f64 / div;
     ch.draw_series(f.series.preemptions.iter().enumerate().filter(|(_, n)| **n > 0).map(
         |(b, n)| {
@@ -390,21 +380,7 @@ where
     let (div, unit) = time_unit(span);
     let xmax = (span as f64 / div).max(1e-3);
     let ymax = runs.iter().map(|r| r.1.total_gpus).max().unwrap_or(1) as f64 * 1.05;
-    let mut ch = ChartBuilder::on(root)
-        .caption(title, (FONT, 18))
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-        .map_err(e)?;
-    ch.configure_mesh()
-        .x_desc(format!("time ({unit})"))
-        .x_label_formatter(&xfmt)
-        .y_desc("GPUs in use (average)")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(e)?;
+    let mut ch = time_chart(root, title, unit, xmax, ymax, "GPUs in use (average)")?;
     for (i, (name, f)) in runs.iter().enumerate() {
         let c = color(i);
         let n = f.series.preemptions.len();

@@ -211,29 +211,9 @@ impl Driver<'_> {
             Timer::SignalExit(id, a) => (id, a, Some(0), None),
             Timer::Kill(id, a) => (id, a, None, None),
         };
-        let Some(job) = self.state.jobs.get(&id) else {
-            return;
-        };
-        let current =
-            job.current_attempt().map(|a| a.number) == Some(attempt) && job.status.is_active();
-        // An end that races a stop is still an end; timers of an attempt that already
-        // ended are dropped.
-        if !current
-            || (matches!(timer, Timer::Kill(..) | Timer::SignalExit(..)) && job.stop.is_none())
-        {
-            return;
-        }
-        // Every member of a gang reports its own end, as the agents do.
-        let members = job.current_attempt().map_or(1, |a| a.allocation.len());
-        for _ in 0..members {
-            let _ = self.cmd(Command::JobProgress {
-                job: id,
-                attempt,
-                event: Progress::Exited {
-                    code,
-                    reason: reason.clone(),
-                },
-            });
+        let stop_timer = matches!(timer, Timer::Kill(..) | Timer::SignalExit(..));
+        for cmd in crate::engine::exit_reports(&self.state, id, attempt, stop_timer, code, reason) {
+            let _ = self.cmd(cmd);
         }
     }
 

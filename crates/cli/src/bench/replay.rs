@@ -216,6 +216,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
     let runs = scaled(report::runs_from_jobs(real.iter()), t0, first, args.speed);
     let setup = Setup::of(&sc);
     let replayed = report::figures(&setup, &runs, 600);
+    let overhead = overhead(&runs, &jobs, args.speed);
     let verdict = agreement(&replayed, &sim.figures);
     let ok = verdict.iter().all(|v| v.1);
     if args.json {
@@ -225,6 +226,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
             "speed": args.speed,
             "wall_s": wall_s,
             "submits_s": submitted_s,
+            "held_beyond_duration_ms": overhead,
             "agreement": verdict.iter().map(|(what, ok, detail)| serde_json::json!({
                 "what": what, "agrees": ok, "detail": detail,
             })).collect::<Vec<_>>(),
@@ -245,6 +247,12 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
             submitted_s,
             args.speed
         );
+        if let Some(o) = &overhead {
+            println!(
+                "a finished attempt held its GPUs {:.0} ms (wall) longer than the job ran: mean, over {} attempts; p99 {:.0} ms",
+                o.mean, o.attempts, o.p99
+            );
+        }
         for (what, ok, detail) in &verdict {
             println!("{} {what}: {detail}", if *ok { "agrees:" } else { "DIFFERS:" });
         }
@@ -265,6 +273,42 @@ fn scaled(runs: Vec<JobRun>, t0: Millis, first: Millis, speed: f64) -> Vec<JobRu
             r
         })
         .collect()
+}
+
+/// How much longer than its duration a finished attempt held its GPUs, in wall
+/// milliseconds: the system's own delays (placement to process start, exit to the
+/// report that frees the GPUs).
+#[derive(Debug, serde::Serialize)]
+struct Overhead {
+    attempts: usize,
+    mean: f64,
+    p99: f64,
+}
+
+fn overhead(runs: &[JobRun], jobs: &[TraceJob], speed: f64) -> Option<Overhead> {
+    let dur: std::collections::HashMap<String, Millis> = jobs
+        .iter()
+        .filter_map(|j| Some((j.name.clone(), j.duration?)))
+        .collect();
+    let mut v: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.status == JobStatus::Succeeded)
+        .filter_map(|r| {
+            let a = r.attempts.last()?;
+            let held = a.end? as f64 - a.start as f64;
+            Some((held - *dur.get(&r.name)? as f64) / speed)
+        })
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let p99 = v[((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1];
+    Some(Overhead {
+        attempts: v.len(),
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+        p99,
+    })
 }
 
 /// Whether the replay's utilizations are within [`UTIL_POINTS`] and its mean wait

@@ -72,8 +72,7 @@ pub fn read_trace(
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let cols = columns.map(Columns::parse).transpose()?.unwrap_or_default();
-    let mut jobs =
-        trace::parse(&text, &cols).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut jobs = trace::parse(&text, &cols).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(u) = until_s {
         let first = jobs[0].submit;
         jobs.retain(|j| j.submit < first + u * tranche_model::SECOND);

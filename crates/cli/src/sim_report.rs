@@ -44,7 +44,10 @@ fn font() -> Result<(), String> {
 
 /// The short name a run's files start with: `policy`, `static`, `pooled`.
 fn slug(i: usize) -> &'static str {
-    ["policy", "static", "pooled"].get(i).copied().unwrap_or("run")
+    ["policy", "static", "pooled"]
+        .get(i)
+        .copied()
+        .unwrap_or("run")
 }
 
 fn esc(s: &str) -> String {
@@ -59,8 +62,10 @@ pub fn write(dir: &Path, trace: &Path, runs: &[Run]) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let j = crate::sim_cmd::json(runs);
     std::fs::write(dir.join("figures.json"), format!("{j:#}\n")).map_err(io)?;
-    let pairs: Vec<(&str, &Figures)> =
-        runs.iter().map(|r| (r.label.as_str(), &r.figures)).collect();
+    let pairs: Vec<(&str, &Figures)> = runs
+        .iter()
+        .map(|r| (r.label.as_str(), &r.figures))
+        .collect();
     // (file stem, title) of each plot written, per section.
     let mut sections: Vec<(String, Vec<(String, String)>)> = vec![];
     let plots_ok = match font() {

@@ -27,10 +27,16 @@ fn sim_prints_the_table_and_the_comparison() {
     let (code, out, err) = tranche(&["sim", "--trace", &trace, "--policy", &policy, "--compare"]);
     assert_eq!(code, 0, "{err}");
     // 4×1 + 2×5 + 2×2 + 4×10 = 58 GPU-seconds of 4 GPUs × 18 s.
-    assert!(out.contains("3 jobs (3 succeeded, 0 failed) on 4 GPUs over 18 s"), "{out}");
+    assert!(
+        out.contains("3 jobs (3 succeeded, 0 failed) on 4 GPUs over 18 s"),
+        "{out}"
+    );
     assert!(out.contains("utilization 80.6% over the makespan"), "{out}");
     assert!(out.contains("wait: mean 1 s, p50 0 s, p99 3 s"), "{out}");
-    assert!(out.contains("static partition (every share RESERVE)"), "{out}");
+    assert!(
+        out.contains("static partition (every share RESERVE)"),
+        "{out}"
+    );
     assert!(out.contains("pooled FIFO (one share, no quotas)"), "{out}");
     // j1 can never have 4 GPUs of a RESERVE share of 2.
     assert!(out.contains("1 jobs never started"), "{out}");
@@ -52,7 +58,15 @@ fn sim_json_and_report_dir() {
     assert_eq!(f["makespan_ms"], 18_000);
     assert_eq!(f["preempted_attempts"], 1);
     assert_eq!(f["shares"][1]["name"], "b");
-    for file in ["index.html", "figures.json", "policy-usage.svg", "policy-usage.png", "policy-waits.png", "policy-queue.svg", "policy-preemptions.svg"] {
+    for file in [
+        "index.html",
+        "figures.json",
+        "policy-usage.svg",
+        "policy-usage.png",
+        "policy-waits.png",
+        "policy-queue.svg",
+        "policy-preemptions.svg",
+    ] {
         assert!(dir.join(file).exists(), "{file} missing: {err}");
     }
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
@@ -65,14 +79,31 @@ fn sim_json_and_report_dir() {
 fn a_bad_row_names_its_line_and_column() {
     let dir = temp("bad");
     let bad = dir.join("bad.csv");
-    std::fs::write(&bad, "submit_s,share,gpus,duration_s\n0,a,1,5\n2,a,1,soon\n").unwrap();
+    std::fs::write(
+        &bad,
+        "submit_s,share,gpus,duration_s\n0,a,1,5\n2,a,1,soon\n",
+    )
+    .unwrap();
     let (code, _, err) = tranche(&[
-        "sim", "--trace", bad.to_str().unwrap(), "--policy", &tiny("policy.toml"),
+        "sim",
+        "--trace",
+        bad.to_str().unwrap(),
+        "--policy",
+        &tiny("policy.toml"),
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains("line 3, column duration_s: must be seconds"), "{err}");
+    assert!(
+        err.contains("line 3, column duration_s: must be seconds"),
+        "{err}"
+    );
     let (code, _, err) = tranche(&[
-        "sim", "--trace", &tiny("jobs.csv"), "--policy", &tiny("policy.toml"), "--columns", "share=tenant",
+        "sim",
+        "--trace",
+        &tiny("jobs.csv"),
+        "--policy",
+        &tiny("policy.toml"),
+        "--columns",
+        "share=tenant",
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("\"tenant\" is not a trace field"), "{err}");
@@ -84,7 +115,13 @@ fn a_bad_row_names_its_line_and_column() {
 #[test]
 fn a_short_replay_on_real_daemons() {
     let (code, out, err) = tranche(&[
-        "bench", "replay", "--trace", &tiny("jobs.csv"), "--policy", &tiny("policy.toml"), "--json",
+        "bench",
+        "replay",
+        "--trace",
+        &tiny("jobs.csv"),
+        "--policy",
+        &tiny("policy.toml"),
+        "--json",
     ]);
     assert!(code == 0 || code == 1, "the replay did not run: {err}");
     let j: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");

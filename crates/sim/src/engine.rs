@@ -114,7 +114,11 @@ impl Sim {
         };
         let o = objects(sc);
         for (i, e) in o.environments.into_iter().enumerate() {
-            setup(&mut sim, &format!("environments[{i}]"), Command::PutEnvironment(e))?;
+            setup(
+                &mut sim,
+                &format!("environments[{i}]"),
+                Command::PutEnvironment(e),
+            )?;
         }
         setup(&mut sim, "policy", Command::PutPolicy(o.policy))?;
         for (i, q) in o.queues.into_iter().enumerate() {
@@ -548,7 +552,6 @@ impl Sim {
         out
     }
 }
-
 
 /// The reports of an attempt's end: one per member of a gang, as each member's agent
 /// reports its own (the simulated members end together). None when the attempt has

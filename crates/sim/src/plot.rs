@@ -178,7 +178,12 @@ fn bucket_x(f: &Figures, b: usize, div: f64) -> f64 {
     (b as f64 + 0.5) * f.series.bucket_ms as f64 / div
 }
 
-fn usage<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, setup: &Setup, f: &Figures) -> Res
+fn usage<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    setup: &Setup,
+    f: &Figures,
+) -> Res
 where
     DB::ErrorType: 'static,
 {
@@ -193,7 +198,11 @@ where
                 acc[b] += v[b];
             }
             let c = if k == 0 { color(i) } else { light(color(i)) };
-            let label = if k == 0 { s.name.clone() } else { String::new() };
+            let label = if k == 0 {
+                s.name.clone()
+            } else {
+                String::new()
+            };
             layers.push((acc.clone(), c, label));
         }
     }
@@ -212,10 +221,13 @@ where
         }
     }
     let total = f.total_gpus as f64;
-    ch.draw_series(LineSeries::new([(0.0, total), (xmax, total)], BLACK.stroke_width(1)))
-        .map_err(e)?
-        .label(format!("{} GPUs", f.total_gpus))
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK));
+    ch.draw_series(LineSeries::new(
+        [(0.0, total), (xmax, total)],
+        BLACK.stroke_width(1),
+    ))
+    .map_err(e)?
+    .label(format!("{} GPUs", f.total_gpus))
+    .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK));
     legend(&mut ch, SeriesLabelPosition::UpperRight)
 }
 
@@ -266,7 +278,12 @@ where
         .map_err(e)
 }
 
-fn queue<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, setup: &Setup, f: &Figures) -> Res
+fn queue<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    setup: &Setup,
+    f: &Figures,
+) -> Res
 where
     DB::ErrorType: 'static,
 {
@@ -300,7 +317,11 @@ where
 
 /// Cumulative distributions of waits, on a log scale of seconds (waits under a
 /// second are drawn at the axis's start).
-fn cdf<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, lines: &[(&str, &[Millis])]) -> Res
+fn cdf<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    lines: &[(&str, &[Millis])],
+) -> Res
 where
     DB::ErrorType: 'static,
 {
@@ -354,16 +375,36 @@ where
     DB::ErrorType: 'static,
 {
     let (div, unit, xmax) = chart_x(f);
-    let ymax = f.series.preemptions.iter().copied().max().unwrap_or(0).max(1) as f64 * 1.1;
+    let ymax = f
+        .series
+        .preemptions
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64
+        * 1.1;
     let per = crate::report::fmt_duration(f.series.bucket_ms);
-    let mut ch = time_chart(root, title, unit, xmax, ymax, format!("preempted attempts per {per}"))?;
+    let mut ch = time_chart(
+        root,
+        title,
+        unit,
+        xmax,
+        ymax,
+        format!("preempted attempts per {per}"),
+    )?;
     let w = f.series.bucket_ms as f64 / div;
-    ch.draw_series(f.series.preemptions.iter().enumerate().filter(|(_, n)| **n > 0).map(
-        |(b, n)| {
-            let x0 = b as f64 * w;
-            Rectangle::new([(x0, 0.0), (x0 + w, *n as f64)], color(3).filled())
-        },
-    ))
+    ch.draw_series(
+        f.series
+            .preemptions
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(b, n)| {
+                let x0 = b as f64 * w;
+                Rectangle::new([(x0, 0.0), (x0 + w, *n as f64)], color(3).filled())
+            }),
+    )
     .map_err(e)?;
     Ok(())
 }

@@ -167,12 +167,19 @@ strategy = "LEND"
     #[test]
     fn nodes_are_read_as_count_x_gpus_unit() {
         let n = parse_nodes("64 x 8 h100").unwrap();
-        assert_eq!((n[0].count, n[0].gpus, n[0].unit.as_str()), (Some(64), 8, "h100"));
+        assert_eq!(
+            (n[0].count, n[0].gpus, n[0].unit.as_str()),
+            (Some(64), 8, "h100")
+        );
         let n = parse_nodes("2x 4 a100 + 3 x 8 h100").unwrap();
         assert_eq!(n.len(), 2);
         assert_eq!((n[1].name.as_str(), n[1].count), ("g2n", Some(3)));
-        assert!(parse_nodes("64 8 h100").unwrap_err().contains("COUNT x GPUS UNIT"));
-        assert!(parse_nodes("0 x 8 h100").unwrap_err().contains("at least 1"));
+        assert!(parse_nodes("64 8 h100")
+            .unwrap_err()
+            .contains("COUNT x GPUS UNIT"));
+        assert!(parse_nodes("0 x 8 h100")
+            .unwrap_err()
+            .contains("at least 1"));
         assert!(parse_nodes("1 x 99 h100").unwrap_err().contains("1-64"));
     }
 

@@ -116,7 +116,8 @@ impl Waits {
             return Waits::default();
         }
         // Nearest rank: the smallest wait at least q of the jobs do not exceed.
-        let rank = |q: f64| sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+        let rank =
+            |q: f64| sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
         Waits {
             jobs: sorted.len() as u64,
             mean: sorted.iter().sum::<u64>() as f64 / sorted.len() as f64,
@@ -259,7 +260,10 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
             Some(a) => {
                 let w = a.start.saturating_sub(r.submit);
                 per_share_waits[s].push(w);
-                per_prio.entry(std::cmp::Reverse(r.priority)).or_default().push(w);
+                per_prio
+                    .entry(std::cmp::Reverse(r.priority))
+                    .or_default()
+                    .push(w);
             }
             None => never += 1,
         }
@@ -449,7 +453,11 @@ fn spread(s: &mut Series, t0: Millis, t1: Millis, mut f: impl FnMut(&mut Series,
     let (mut a, e) = (t0 - s.start, t1 - s.start);
     while a < e {
         let b = ((a / bm) as usize).min(n - 1);
-        let edge = if b == n - 1 { e } else { ((b as u64 + 1) * bm).min(e) };
+        let edge = if b == n - 1 {
+            e
+        } else {
+            ((b as u64 + 1) * bm).min(e)
+        };
         f(s, (b, (edge - a) as f64 / bm as f64));
         a = edge;
     }
@@ -545,11 +553,24 @@ pub fn render_table(title: &str, f: &Figures) -> String {
         let classes: Vec<String> = f
             .by_priority
             .iter()
-            .map(|p| format!("priority {}: mean {} ({} jobs)", p.priority, fmt_mean(p.wait.mean), p.wait.jobs))
+            .map(|p| {
+                format!(
+                    "priority {}: mean {} ({} jobs)",
+                    p.priority,
+                    fmt_mean(p.wait.mean),
+                    p.wait.jobs
+                )
+            })
             .collect();
         let _ = writeln!(s, "  wait by priority: {}", classes.join("; "));
     }
-    let w = f.shares.iter().map(|x| x.name.len()).max().unwrap_or(5).max(5);
+    let w = f
+        .shares
+        .iter()
+        .map(|x| x.name.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
     let _ = writeln!(
         s,
         "\n  {:<w$}  {:>4}  {:<15}  {:>6}  {:>12}  {:>12}  {:>12}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}",
@@ -592,7 +613,14 @@ pub fn render_comparison(rows: &[(String, &Figures)]) -> String {
     let _ = writeln!(
         s,
         "{:<w$}  {:>11}  {:>13}  {:>12}  {:>12}  {:>12}  {:>22}  {:>10}",
-        "policy", "utilization", "while waiting", "mean wait", "p50 wait", "p99 wait", "preempted attempts", "room/late"
+        "policy",
+        "utilization",
+        "while waiting",
+        "mean wait",
+        "p50 wait",
+        "p99 wait",
+        "preempted attempts",
+        "room/late"
     );
     for (name, f) in rows {
         let _ = writeln!(

@@ -130,7 +130,11 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
             }
             (false, '"') => return Err("a quote inside an unquoted field".into()),
             (false, ',') => {
-                out.push(if was_quoted { cur.clone() } else { cur.trim().to_string() });
+                out.push(if was_quoted {
+                    cur.clone()
+                } else {
+                    cur.trim().to_string()
+                });
                 cur.clear();
                 was_quoted = false;
             }
@@ -145,7 +149,11 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
     if quoted {
         return Err("a quoted field is not closed".into());
     }
-    out.push(if was_quoted { cur } else { cur.trim().to_string() });
+    out.push(if was_quoted {
+        cur
+    } else {
+        cur.trim().to_string()
+    });
     Ok(out)
 }
 
@@ -187,8 +195,7 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
         return Err(TraceError {
             line: 1,
             column: None,
-            message: "the trace is empty: it needs a header line (submit_s,share,gpus,...)"
-                .into(),
+            message: "the trace is empty: it needs a header line (submit_s,share,gpus,...)".into(),
         });
     };
     let header_line = text.lines().position(|l| l == header).unwrap_or(0) + 1;
@@ -200,7 +207,11 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
     // field → (column index, the column's name in the file)
     let mut field_at: BTreeMap<&str, (usize, String)> = BTreeMap::new();
     for (i, col) in names.iter().enumerate() {
-        let field = columns.0.get(col).map(String::as_str).unwrap_or(col.as_str());
+        let field = columns
+            .0
+            .get(col)
+            .map(String::as_str)
+            .unwrap_or(col.as_str());
         if field == "-" {
             continue;
         }
@@ -238,8 +249,7 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
         return Err(TraceError {
             line: header_line,
             column: None,
-            message: "the header needs duration_s or time_limit_s, or no job would ever end"
-                .into(),
+            message: "the header needs duration_s or time_limit_s, or no job would ever end".into(),
         });
     }
     let mut jobs = vec![];
@@ -256,11 +266,7 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
             return Err(TraceError {
                 line,
                 column: None,
-                message: format!(
-                    "has {} fields, the header has {}",
-                    cells.len(),
-                    names.len()
-                ),
+                message: format!("has {} fields, the header has {}", cells.len(), names.len()),
             });
         }
         let bad = |f: &str, m: String| TraceError {
@@ -369,7 +375,9 @@ mod tests {
         let head = "submit_s,share,gpus,duration_s\n";
         let e = err(&format!("{head}0,a,1,5\n3,a,zero,5\n"));
         assert_eq!((e.line, e.column.as_deref()), (3, Some("gpus")));
-        assert!(e.to_string().starts_with("line 3, column gpus: must be a whole number"));
+        assert!(e
+            .to_string()
+            .starts_with("line 3, column gpus: must be a whole number"));
         let e = err(&format!("{head}-1,a,1,5\n"));
         assert_eq!((e.line, e.column.as_deref()), (2, Some("submit_s")));
         let e = err(&format!("{head}1.2345,a,1,5\n"));
@@ -407,13 +415,20 @@ mod tests {
         assert_eq!((jobs[0].gpus, jobs[0].submit), (8, 1_999_000));
         let cols = Columns::parse("job_id=-,tenant=share,num_gpu=gpus").unwrap();
         assert_eq!(parse(itp, &cols).unwrap()[0].name, "j2");
-        assert!(Columns::parse("tenant=shares").unwrap_err().contains("not a trace field"));
-        assert!(Columns::parse("tenant").unwrap_err().contains("FILE_COLUMN=FIELD"));
+        assert!(Columns::parse("tenant=shares")
+            .unwrap_err()
+            .contains("not a trace field"));
+        assert!(Columns::parse("tenant")
+            .unwrap_err()
+            .contains("FILE_COLUMN=FIELD"));
     }
 
     #[test]
     fn quoted_fields() {
-        assert_eq!(split_csv(r#"a,"b,c","d""e""#).unwrap(), ["a", "b,c", "d\"e"]);
+        assert_eq!(
+            split_csv(r#"a,"b,c","d""e""#).unwrap(),
+            ["a", "b,c", "d\"e"]
+        );
         assert!(split_csv(r#"a,"b"#).is_err());
         assert!(split_csv(r#"a,b"c"#).is_err());
     }

@@ -158,12 +158,7 @@ pub fn simulate(sc: &Scenario, jobs: &[TraceJob]) -> Result<Simulated, String> {
                     d.trace_ix.insert(job, next);
                 }
                 Ok(other) => return Err(format!("a submit gave {other:?}")),
-                Err(e) => {
-                    return Err(format!(
-                        "line {}: the job is refused: {e}",
-                        jobs[next].line
-                    ))
-                }
+                Err(e) => return Err(format!("line {}: the job is refused: {e}", jobs[next].line)),
             }
             next += 1;
         }

@@ -96,7 +96,10 @@ fn the_figures_of_the_tiny_trace() {
     // [30, 40).
     let sr = &f.series;
     assert_eq!(sr.bucket_ms, 10 * S);
-    assert_eq!((sr.own[0][1], sr.own[1][1], sr.borrowed[0][1]), (0.0, 2.0, 0.0));
+    assert_eq!(
+        (sr.own[0][1], sr.own[1][1], sr.borrowed[0][1]),
+        (0.0, 2.0, 0.0)
+    );
     assert_eq!((sr.own[0][8], sr.borrowed[0][8]), (2.0, 2.0));
     assert_eq!(sr.queued[0][1] + sr.queued[1][1], 1.0);
     assert_eq!(sr.queued[0][3] + sr.queued[1][3], 2.0);
@@ -140,11 +143,22 @@ fn a_job_with_room_that_waits_past_its_grace_started_late() {
 #[test]
 fn a_share_the_policy_does_not_have_names_its_line() {
     let sc = policy::load(POLICY, Some(policy::parse_nodes("1 x 4 h100").unwrap())).unwrap();
-    let jobs = parse("submit_s,share,gpus,duration_s\n0,a,1,1\n5,c,1,1\n", &Columns::default()).unwrap();
+    let jobs = parse(
+        "submit_s,share,gpus,duration_s\n0,a,1,1\n5,c,1,1\n",
+        &Columns::default(),
+    )
+    .unwrap();
     let e = tranche_sim::tracesim::specs(&sc, &jobs).unwrap_err();
     assert_eq!((e.line, e.column.as_deref()), (3, Some("share")));
-    assert!(e.message.contains("not in the policy (its shares: a, b)"), "{e}");
-    let jobs = parse("submit_s,share,gpus,duration_s\n0,a,6,1\n", &Columns::default()).unwrap();
+    assert!(
+        e.message.contains("not in the policy (its shares: a, b)"),
+        "{e}"
+    );
+    let jobs = parse(
+        "submit_s,share,gpus,duration_s\n0,a,6,1\n",
+        &Columns::default(),
+    )
+    .unwrap();
     let e = tranche_sim::tracesim::specs(&sc, &jobs).unwrap_err();
     assert_eq!((e.line, e.column.as_deref()), (2, Some("gpus")));
 }
@@ -163,7 +177,14 @@ fn the_comparison_policies_run_the_same_trace() {
     assert_eq!(figures(&setup, &out.runs, 10).never_started, 1);
     // Pooled: one share of 4, no preemption: j1 runs 0-100, j2 100-150, j3 100-120.
     let out = simulate(&policy::pooled(&sc), &policy::pooled_trace(&jobs)).unwrap();
-    let by = |n: &str| out.runs.iter().find(|r| r.name == n).unwrap().attempts.clone();
+    let by = |n: &str| {
+        out.runs
+            .iter()
+            .find(|r| r.name == n)
+            .unwrap()
+            .attempts
+            .clone()
+    };
     assert_eq!(by("j1"), [at(0, 100, false)]);
     assert_eq!(by("j2"), [at(100, 150, false)]);
     assert_eq!(by("j3"), [at(100, 120, false)]);
@@ -188,7 +209,11 @@ fn the_plots_draw_as_svg_and_png() {
         Plot::CompareUsage(&pair),
     ] {
         let svg = p.svg().unwrap();
-        assert!(svg.starts_with("<svg") && svg.contains(p.title()), "{}", p.name());
+        assert!(
+            svg.starts_with("<svg") && svg.contains(p.title()),
+            "{}",
+            p.name()
+        );
         let png = p.png().unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{}", p.name());
     }

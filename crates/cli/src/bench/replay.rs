@@ -137,7 +137,8 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
     }
     let jobs = sim_cmd::read_trace(&args.trace, args.columns.as_deref(), args.until_s)?;
     let sc = sim_cmd::read_policy(&args.policy, args.nodes.as_deref())?;
-    let specs = tracesim::specs(&sc, &jobs).map_err(|e| format!("{}: {e}", args.trace.display()))?;
+    let specs =
+        tracesim::specs(&sc, &jobs).map_err(|e| format!("{}: {e}", args.trace.display()))?;
     let specs: Vec<JobSpec> = specs
         .into_iter()
         .zip(&jobs)
@@ -233,7 +234,13 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
         });
         println!("{j:#}");
     } else {
-        print!("{}", report::render_table(&format!("replay on real daemons at speed {}", args.speed), &replayed));
+        print!(
+            "{}",
+            report::render_table(
+                &format!("replay on real daemons at speed {}", args.speed),
+                &replayed
+            )
+        );
         println!();
         let rows = [
             ("real daemons".to_string(), &replayed),
@@ -254,7 +261,10 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
             );
         }
         for (what, ok, detail) in &verdict {
-            println!("{} {what}: {detail}", if *ok { "agrees:" } else { "DIFFERS:" });
+            println!(
+                "{} {what}: {detail}",
+                if *ok { "agrees:" } else { "DIFFERS:" }
+            );
         }
     }
     Ok(ok)
@@ -322,7 +332,10 @@ fn agreement(real: &Figures, sim: &Figures) -> Vec<(&'static str, bool, String)>
         )
     };
     let (u1, d1) = pts(real.utilization, sim.utilization);
-    let (u2, d2) = pts(real.utilization_while_waiting, sim.utilization_while_waiting);
+    let (u2, d2) = pts(
+        real.utilization_while_waiting,
+        sim.utilization_while_waiting,
+    );
     let rel = if sim.wait.mean > 0.0 {
         (real.wait.mean - sim.wait.mean).abs() / sim.wait.mean
     } else if real.wait.mean < 1000.0 {

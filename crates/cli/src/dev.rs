@@ -54,7 +54,7 @@ fn client_config(c: &LocalCluster, role: Role, name: &str) -> Result<PathBuf, St
     Ok(path)
 }
 
-fn link_self(bin: &Path, name: &str) -> Result<PathBuf, String> {
+pub(crate) fn link_self(bin: &Path, name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let link = bin.join(name);
     let _ = std::fs::remove_file(&link);

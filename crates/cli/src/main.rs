@@ -12,6 +12,8 @@ mod leader_cache;
 mod logs;
 mod output;
 mod report;
+mod sim_cmd;
+mod sim_report;
 mod timing;
 mod token;
 mod user_cmds;
@@ -36,6 +38,11 @@ enum Cmd {
     /// Try a policy in virtual time: the real state machine and scheduler, simulated jobs.
     #[command(subcommand)]
     Scenario(ScenarioCmd),
+    /// Replay a job trace under a policy in virtual time and report utilization, waits,
+    /// the quota guarantee and preemptions (with --report, plots too).
+    ///
+    /// Example: tranche sim --trace jobs.csv --policy policy.toml --nodes "64 x 8 h100" --compare
+    Sim(sim_cmd::SimArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -242,6 +249,7 @@ fn main() -> ExitCode {
     timing::mark("args");
     match cli.cmd {
         Cmd::Scenario(ScenarioCmd::Run { file, json }) => scenario_run(&file, json),
+        Cmd::Sim(args) => sim_cmd::sim(&args),
         Cmd::Bench(cmd) => bench::bench(cmd),
         Cmd::Certs(cmd) => certs(cmd),
         Cmd::Logs(args) => logs::logs(&args),

@@ -1,19 +1,9 @@
 //! The `tranche scenario run` command as a user runs it: its exit status and output.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn tranche(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tranche"))
-        .args(args)
-        .output()
-        .expect("tranche runs");
-    (
-        out.status.code().expect("exit code"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::run as tranche;
+use std::path::PathBuf;
 
 fn reclaim() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios/reclaim.toml")

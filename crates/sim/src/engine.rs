@@ -106,104 +106,26 @@ impl Sim {
                 .collect(),
             first_queue: sc.queue_list().remove(0).name,
         };
-        let env_name = sc
-            .environment
-            .as_ref()
-            .and_then(|e| e.name.clone())
-            .unwrap_or_else(|| "default".into());
-        let mut env = ServiceEnvironment {
-            name: EnvName(env_name.clone()),
-            selector: sc
-                .environment
-                .as_ref()
-                .and_then(|e| e.selector.clone())
-                .unwrap_or_default(),
-            capacity_limits: vec![],
-            state: ObjState::Enabled,
-        };
-        // Without a cap, the environment's limit per unit is every GPU of that unit on
-        // the nodes its selector takes.
-        let mut totals: BTreeMap<String, u32> = BTreeMap::new();
-        for n in &sc.nodes {
-            if env.selects(&n.labels.clone().unwrap_or_default()) {
-                *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
-            }
-        }
-        env.capacity_limits = match sc
-            .environment
-            .as_ref()
-            .and_then(|e| e.capacity_limits.clone())
-        {
-            Some(l) => l
-                .into_iter()
-                .map(|l| CapacityLimit {
-                    unit: Unit(l.unit),
-                    max: l.max,
-                })
-                .collect(),
-            None => totals
-                .into_iter()
-                .map(|(u, m)| CapacityLimit {
-                    unit: Unit(u),
-                    max: m,
-                })
-                .collect(),
-        };
         let setup = |sim: &mut Sim, field: &str, cmd: Command| -> Result<(), String> {
             sim.state
                 .apply(&cmd, 0)
                 .map(|_| ())
                 .map_err(|e| format!("{field}: {e}"))
         };
-        setup(&mut sim, "environment", Command::PutEnvironment(env))?;
-        setup(
-            &mut sim,
-            "policy",
-            Command::PutPolicy(SchedulingPolicy {
-                name: POLICY.into(),
-                idle_resource_assignment: IdleAssignment::Fifo,
-            }),
-        )?;
-        for (i, q) in sc.queue_list().into_iter().enumerate() {
+        let o = objects(sc);
+        for (i, e) in o.environments.into_iter().enumerate() {
             setup(
                 &mut sim,
-                &format!("queues[{i}]"),
-                Command::PutQueue(JobQueue {
-                    name: q.name.as_str().into(),
-                    priority: q.priority.unwrap_or(0),
-                    state: ObjState::Enabled,
-                    environment: EnvName(env_name.clone()),
-                    policy: POLICY.into(),
-                }),
+                &format!("environments[{i}]"),
+                Command::PutEnvironment(e),
             )?;
         }
-        for (i, s) in sc.shares.iter().enumerate() {
-            let share = QuotaShare {
-                name: ShareName(s.name.clone()),
-                queue: sc.share_queue(i).as_str().into(),
-                capacity_limits: s
-                    .capacity_limits
-                    .iter()
-                    .map(|l| CapacityLimit {
-                        unit: Unit(l.unit.clone()),
-                        max: l.max,
-                    })
-                    .collect(),
-                resource_sharing: ResourceSharing {
-                    strategy: s.strategy,
-                    borrow_limit: s.borrow_limit,
-                },
-                in_share_preemption: s.in_share_preemption.unwrap_or(false),
-                state: s.state.unwrap_or_default(),
-                members: vec![],
-                default_grace_s: s.default_grace_s.unwrap_or(60),
-                max_grace_s: s
-                    .max_grace_s
-                    .unwrap_or(3600)
-                    .max(s.default_grace_s.unwrap_or(60)),
-                min_runtime_s: s.min_runtime_s.unwrap_or(0),
-            };
-            setup(&mut sim, &format!("shares[{i}]"), Command::PutShare(share))?;
+        setup(&mut sim, "policy", Command::PutPolicy(o.policy))?;
+        for (i, q) in o.queues.into_iter().enumerate() {
+            setup(&mut sim, &format!("queues[{i}]"), Command::PutQueue(q))?;
+        }
+        for (i, s) in o.shares.into_iter().enumerate() {
+            setup(&mut sim, &format!("shares[{i}]"), Command::PutShare(s))?;
         }
         for (i, n) in sc.nodes.iter().enumerate() {
             for name in expand_names(n) {
@@ -438,27 +360,9 @@ impl Sim {
             Timer::SignalExit(id, a) => (id, a, Some(0)),
             Timer::Kill(id, a) => (id, a, None),
         };
-        let Some(job) = self.state.jobs.get(&id) else {
-            return;
-        };
-        let current =
-            job.current_attempt().map(|a| a.number) == Some(attempt) && job.status.is_active();
-        // A completion that races a stop is still a completion; timers of an attempt
-        // that already ended are dropped.
-        if !current
-            || (matches!(timer, Timer::Kill(..) | Timer::SignalExit(..)) && job.stop.is_none())
-        {
-            return;
-        }
-        // Every member of a gang reports its own end, as the agents do; the simulated
-        // members end together.
-        let members = job.current_attempt().map_or(1, |a| a.allocation.len());
-        for _ in 0..members {
-            let _ = self.cmd(Command::JobProgress {
-                job: id,
-                attempt,
-                event: Progress::Exited { code, reason: None },
-            });
+        let stop_timer = matches!(timer, Timer::Kill(..) | Timer::SignalExit(..));
+        for cmd in exit_reports(&self.state, id, attempt, stop_timer, code, None) {
+            let _ = self.cmd(cmd);
         }
     }
 
@@ -646,6 +550,132 @@ impl Sim {
             }
         }
         out
+    }
+}
+
+/// The reports of an attempt's end: one per member of a gang, as each member's agent
+/// reports its own (the simulated members end together). None when the attempt has
+/// ended already, or when a stop's timer (`stop_timer`) finds the job no longer being
+/// stopped: an end that races a stop is still an end.
+pub(crate) fn exit_reports(
+    state: &State,
+    id: JobId,
+    attempt: u32,
+    stop_timer: bool,
+    code: Option<i32>,
+    reason: Option<String>,
+) -> Vec<Command> {
+    let Some(job) = state.jobs.get(&id) else {
+        return vec![];
+    };
+    let current =
+        job.current_attempt().map(|a| a.number) == Some(attempt) && job.status.is_active();
+    if !current || (stop_timer && job.stop.is_none()) {
+        return vec![];
+    }
+    let members = job.current_attempt().map_or(1, |a| a.allocation.len());
+    (0..members)
+        .map(|_| Command::JobProgress {
+            job: id,
+            attempt,
+            event: Progress::Exited {
+                code,
+                reason: reason.clone(),
+            },
+        })
+        .collect()
+}
+
+/// The quota objects a scenario (or a policy file) defines, as the state machine and
+/// the controllers take them.
+pub struct Objects {
+    pub environments: Vec<ServiceEnvironment>,
+    pub policy: SchedulingPolicy,
+    pub queues: Vec<JobQueue>,
+    pub shares: Vec<QuotaShare>,
+}
+
+/// Builds the scenario's environment, policy, queues and shares.
+pub fn objects(sc: &Scenario) -> Objects {
+    let limit = |unit: String, max: u32| CapacityLimit {
+        unit: Unit(unit),
+        max,
+    };
+    let environments: Vec<ServiceEnvironment> = sc
+        .environment_list()
+        .into_iter()
+        .map(|e| {
+            let mut env = ServiceEnvironment {
+                name: EnvName(e.name.clone().unwrap_or_else(|| "default".into())),
+                selector: e.selector.clone().unwrap_or_default(),
+                capacity_limits: vec![],
+                state: ObjState::Enabled,
+            };
+            // Without a cap, the environment's limit per unit is every GPU of that
+            // unit on the nodes its selector takes.
+            let mut totals: BTreeMap<String, u32> = BTreeMap::new();
+            for n in &sc.nodes {
+                if env.selects(&n.labels.clone().unwrap_or_default()) {
+                    *totals.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
+                }
+            }
+            env.capacity_limits = match e.capacity_limits {
+                Some(l) => l.into_iter().map(|l| limit(l.unit, l.max)).collect(),
+                None => totals.into_iter().map(|(u, m)| limit(u, m)).collect(),
+            };
+            env
+        })
+        .collect();
+    let env_of = |q: &QueueSpec| match &q.environment {
+        Some(e) => EnvName(e.clone()),
+        None => environments[0].name.clone(),
+    };
+    let queues = sc
+        .queue_list()
+        .into_iter()
+        .map(|q| JobQueue {
+            name: q.name.as_str().into(),
+            priority: q.priority.unwrap_or(0),
+            state: ObjState::Enabled,
+            environment: env_of(&q),
+            policy: POLICY.into(),
+        })
+        .collect();
+    let shares = sc
+        .shares
+        .iter()
+        .enumerate()
+        .map(|(i, s)| QuotaShare {
+            name: ShareName(s.name.clone()),
+            queue: sc.share_queue(i).as_str().into(),
+            capacity_limits: s
+                .capacity_limits
+                .iter()
+                .map(|l| limit(l.unit.clone(), l.max))
+                .collect(),
+            resource_sharing: ResourceSharing {
+                strategy: s.strategy,
+                borrow_limit: s.borrow_limit,
+            },
+            in_share_preemption: s.in_share_preemption.unwrap_or(false),
+            state: s.state.unwrap_or_default(),
+            members: vec![],
+            default_grace_s: s.default_grace_s.unwrap_or(60),
+            max_grace_s: s
+                .max_grace_s
+                .unwrap_or(3600)
+                .max(s.default_grace_s.unwrap_or(60)),
+            min_runtime_s: s.min_runtime_s.unwrap_or(0),
+        })
+        .collect();
+    Objects {
+        environments,
+        policy: SchedulingPolicy {
+            name: POLICY.into(),
+            idle_resource_assignment: IdleAssignment::Fifo,
+        },
+        queues,
+        shares,
     }
 }
 

@@ -7,7 +7,12 @@
 //! pure: no clock, no threads, no I/O beyond what the caller hands it.
 
 pub mod engine;
+pub mod plot;
+pub mod policy;
+pub mod report;
 pub mod scenario;
+pub mod trace;
+pub mod tracesim;
 
 pub use engine::{run, Failure, Record, Refusal, Report, Sim};
 pub use scenario::{Scenario, ScenarioError};

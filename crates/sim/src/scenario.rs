@@ -19,6 +19,10 @@ pub const DEFAULT_QUEUE: &str = "default";
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     pub environment: Option<EnvSpec>,
+    /// Several environments instead of one (Tranche's addition): each named, with a
+    /// selector that takes its nodes; each queue names its own.
+    #[serde(default)]
+    pub environments: Vec<EnvSpec>,
     /// Job queues on the environment (Tranche's addition; absent: one queue `default`).
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
@@ -56,6 +60,9 @@ pub struct QueueSpec {
     pub name: String,
     /// 0-1000; queues are scheduled in descending priority (default 0).
     pub priority: Option<u32>,
+    /// The queue's environment, when `[[environments]]` are given.
+    #[serde(default)]
+    pub environment: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -203,7 +210,7 @@ impl Scenario {
 
     /// Checks what serde cannot: one action per event, unique job names, expectations
     /// that name known jobs and shares.
-    fn check(&self) -> Result<(), ScenarioError> {
+    pub(crate) fn check(&self) -> Result<(), ScenarioError> {
         if self.nodes.is_empty() {
             return Err(err(
                 "nodes",
@@ -385,6 +392,7 @@ impl Scenario {
             vec![QueueSpec {
                 name: DEFAULT_QUEUE.to_string(),
                 priority: None,
+                environment: None,
             }]
         } else {
             self.queues.clone()
@@ -416,6 +424,7 @@ impl Scenario {
                 ));
             }
         }
+        self.check_environments()?;
         for (i, s) in self.shares.iter().enumerate() {
             match (&s.queue, self.queues.is_empty()) {
                 (None, false) => {
@@ -440,6 +449,78 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// With `[[environments]]`: no `[environment]` too, every environment named once,
+    /// and every queue on one of them.
+    fn check_environments(&self) -> Result<(), ScenarioError> {
+        if self.environments.is_empty() {
+            for (i, q) in self.queues.iter().enumerate() {
+                if q.environment.is_some() {
+                    return Err(err(
+                        format!("queues[{i}].environment"),
+                        "needs [[environments]] to name",
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if self.environment.is_some() {
+            return Err(err(
+                "environment",
+                "give either [environment] or [[environments]], not both",
+            ));
+        }
+        let mut names = BTreeSet::new();
+        for (i, e) in self.environments.iter().enumerate() {
+            let Some(n) = &e.name else {
+                return Err(err(format!("environments[{i}].name"), "is required"));
+            };
+            if !names.insert(n.as_str()) {
+                return Err(err(
+                    format!("environments[{i}].name"),
+                    format!("environment {n} is defined twice"),
+                ));
+            }
+        }
+        if self.queues.is_empty() && self.environments.len() > 1 {
+            return Err(err(
+                "queues",
+                "with several [[environments]], [[queues]] must say which each queue is on",
+            ));
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            match &q.environment {
+                Some(e) if !names.contains(e.as_str()) => {
+                    return Err(err(
+                        format!("queues[{i}].environment"),
+                        format!("no environment named {e}"),
+                    ))
+                }
+                None if self.environments.len() > 1 => {
+                    return Err(err(
+                        format!("queues[{i}].environment"),
+                        "required when several [[environments]] are given",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The environments, in file order (one, named `default` unless it says, when
+    /// `[[environments]]` is not given).
+    pub fn environment_list(&self) -> Vec<EnvSpec> {
+        if self.environments.is_empty() {
+            vec![self.environment.clone().unwrap_or(EnvSpec {
+                name: None,
+                capacity_limits: None,
+                selector: None,
+            })]
+        } else {
+            self.environments.clone()
+        }
     }
 
     /// Every time within [`MAX_SECONDS`] and at most [`MAX_NODES`] nodes, before

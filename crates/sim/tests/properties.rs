@@ -649,6 +649,7 @@ proptest! {
                 capacity_limits: Some(vec![LimitSpec { unit: "h100".into(), max }]),
                 selector: None,
             }),
+            environments: vec![],
             queues: vec![],
             nodes: vec![NodeSpec { name: "n".into(), count: Some(node_count), unit: "h100".into(), gpus: 8, labels: None }],
             shares: shares.clone(),

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod preempt;
+mod replay;
 mod scale;
 mod sched;
 mod stats;
@@ -45,6 +46,12 @@ pub enum BenchCmd {
     ///
     /// Example: tranche bench throughput --submits 1000 --json
     Throughput(throughput::ThroughputArgs),
+    /// A job trace on real daemons (3 controllers, an agent per node with fake GPUs,
+    /// jobs that sleep for duration / speed), reported with `tranche sim`'s figures
+    /// beside the simulator's for the same trace.
+    ///
+    /// Example: tranche bench replay --trace tests/traces/replay/jobs.csv --policy tests/traces/replay/policy.toml --speed 2
+    Replay(replay::ReplayArgs),
 }
 
 pub fn bench(cmd: BenchCmd) -> ExitCode {
@@ -55,6 +62,7 @@ pub fn bench(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Preempt(args) => block_on("preempt", preempt::preempt(&args)),
         BenchCmd::Scale(args) => block_on("scale", scale::scale(&args)),
         BenchCmd::Throughput(args) => block_on("throughput", throughput::throughput(&args)),
+        BenchCmd::Replay(args) => replay::replay_cmd(&args),
     }
 }
 
@@ -95,9 +103,17 @@ async fn agent_cluster() -> Result<AgentCluster, String> {
 
 /// [`agent_cluster`], its agents' spools under `spool_root` when given.
 async fn agent_cluster_spooled(spool_root: Option<std::path::PathBuf>) -> Result<AgentCluster, String> {
-    use tranche_local::{find_agent, find_tranched, LocalCluster, LocalOptions};
-    let tranched = find_tranched();
-    let agent = find_agent();
+    use tranche_local::{find_agent, find_tranched};
+    agent_cluster_with(find_tranched(), find_agent(), spool_root).await
+}
+
+/// [`agent_cluster_spooled`] with these controller and agent binaries.
+async fn agent_cluster_with(
+    tranched: PathBuf,
+    agent: PathBuf,
+    spool_root: Option<std::path::PathBuf>,
+) -> Result<AgentCluster, String> {
+    use tranche_local::{LocalCluster, LocalOptions};
     for (b, what) in [(&tranched, "tranched"), (&agent, "tranche-agent")] {
         if !b.exists() {
             return Err(format!(

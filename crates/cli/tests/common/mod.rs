@@ -17,6 +17,19 @@ pub fn tranche(config: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs the `tranche` CLI with no cluster: its exit status, stdout and stderr.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tranche"))
+        .args(args)
+        .output()
+        .expect("tranche runs");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The cache dir [`tranche`] gives the CLI for `config`.
 pub fn cache_dir(config: &str) -> PathBuf {
     std::path::Path::new(config)

@@ -1,0 +1,201 @@
+//! The policy a trace is simulated under: a scenario file's `[environment]`,
+//! `[[queues]]` and `[[shares]]` (and, optionally, its `[[nodes]]`), with the nodes
+//! also given on the command line as `"64 x 8 h100"`. The comparison policies of
+//! `--compare` are derived from it.
+
+use crate::scenario::{LimitSpec, NodeSpec, Scenario, ScenarioError, ShareSpec};
+use std::collections::BTreeMap;
+use tranche_model::Strategy;
+
+/// Parses `"64 x 8 h100"`: COUNT x GPUS UNIT, several groups joined by `+` or `,`.
+pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, String> {
+    let groups: Vec<&str> = s
+        .split(['+', ','])
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .collect();
+    if groups.is_empty() {
+        return Err("--nodes is empty; give COUNT x GPUS UNIT, e.g. \"64 x 8 h100\"".into());
+    }
+    let many = groups.len() > 1;
+    groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let bad = |why: &str| {
+                format!("node group {g:?}: {why}; give COUNT x GPUS UNIT, e.g. \"64 x 8 h100\"")
+            };
+            let words: Vec<&str> = g.split_whitespace().collect();
+            let (count, gpus, unit) = match words.as_slice() {
+                [c, x, n, u] if x.eq_ignore_ascii_case("x") => (*c, *n, *u),
+                [cx, n, u] if cx.to_ascii_lowercase().ends_with('x') => {
+                    (&cx[..cx.len() - 1], *n, *u)
+                }
+                _ => return Err(bad("not in the form COUNT x GPUS UNIT")),
+            };
+            let count: u32 = count
+                .parse()
+                .ok()
+                .filter(|c| *c >= 1)
+                .ok_or_else(|| bad("COUNT must be a whole number, at least 1"))?;
+            let gpus: u32 = gpus
+                .parse()
+                .ok()
+                .filter(|g| (1..=64).contains(g))
+                .ok_or_else(|| bad("GPUS must be a whole number 1-64"))?;
+            Ok(NodeSpec {
+                name: if many {
+                    format!("g{}n", i + 1)
+                } else {
+                    "n".into()
+                },
+                count: Some(count),
+                unit: unit.to_string(),
+                gpus,
+                labels: None,
+            })
+        })
+        .collect()
+}
+
+/// Reads a policy file; `nodes` (from `--nodes`) replaces the file's `[[nodes]]`.
+pub fn load(text: &str, nodes: Option<Vec<NodeSpec>>) -> Result<Scenario, ScenarioError> {
+    tranche_model::text_limits::check_toml("policy file", text).map_err(ScenarioError)?;
+    let mut sc: Scenario =
+        toml::from_str(text).map_err(|e| ScenarioError(e.to_string().trim_end().to_string()))?;
+    if !sc.events.is_empty() || !sc.expect.is_empty() {
+        return Err(ScenarioError(
+            "a policy file has no [[events]] or [[expect]]: the trace gives the jobs".into(),
+        ));
+    }
+    if sc.shares.is_empty() {
+        return Err(ScenarioError(
+            "a policy file needs at least one [[shares]] entry".into(),
+        ));
+    }
+    if let Some(n) = nodes {
+        sc.nodes = n;
+    }
+    if sc.nodes.is_empty() {
+        return Err(ScenarioError(
+            "no nodes: give --nodes \"COUNT x GPUS UNIT\" or [[nodes]] in the policy file".into(),
+        ));
+    }
+    sc.check()?;
+    Ok(sc)
+}
+
+/// GPUs of each unit on the nodes.
+pub fn unit_totals(sc: &Scenario) -> BTreeMap<String, u32> {
+    let mut m = BTreeMap::new();
+    for n in &sc.nodes {
+        *m.entry(n.unit.clone()).or_default() += n.gpus * n.count.unwrap_or(1);
+    }
+    m
+}
+
+/// The same shares as a static partition: every share RESERVE at its max.
+pub fn static_partition(sc: &Scenario) -> Scenario {
+    let mut out = sc.clone();
+    for s in &mut out.shares {
+        s.strategy = Strategy::Reserve;
+        s.borrow_limit = None;
+    }
+    out
+}
+
+/// The name of the one share of [`pooled`].
+pub const POOL: &str = "pool";
+
+/// Pooled FIFO: one share with every GPU, no quotas; jobs keep their priority and no
+/// one preempts anyone.
+pub fn pooled(sc: &Scenario) -> Scenario {
+    let mut out = sc.clone();
+    let first = sc.shares[0].clone();
+    // One environment with every node, one queue on it.
+    out.environments.clear();
+    out.environment = None;
+    out.queues.truncate(1);
+    for q in &mut out.queues {
+        q.environment = None;
+    }
+    let grace = sc.shares.iter().filter_map(|s| s.default_grace_s).max();
+    out.shares = vec![ShareSpec {
+        name: POOL.into(),
+        queue: out.queues.first().map(|q| q.name.clone()),
+        capacity_limits: unit_totals(sc)
+            .into_iter()
+            .map(|(unit, max)| LimitSpec { unit, max })
+            .collect(),
+        strategy: Strategy::Reserve,
+        borrow_limit: None,
+        in_share_preemption: Some(false),
+        default_grace_s: grace.or(first.default_grace_s),
+        max_grace_s: sc.shares.iter().filter_map(|s| s.max_grace_s).max(),
+        min_runtime_s: None,
+        state: None,
+    }];
+    out
+}
+
+/// The trace as [`pooled`] runs it: every job in the one share.
+pub fn pooled_trace(jobs: &[crate::trace::TraceJob]) -> Vec<crate::trace::TraceJob> {
+    jobs.iter()
+        .map(|j| crate::trace::TraceJob {
+            share: POOL.into(),
+            ..j.clone()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = r#"
+[[shares]]
+name = "a"
+capacity_limits = [{ unit = "h100", max = 8 }]
+strategy = "LEND_AND_BORROW"
+borrow_limit = 100
+[[shares]]
+name = "b"
+capacity_limits = [{ unit = "h100", max = 8 }]
+strategy = "LEND"
+"#;
+
+    #[test]
+    fn nodes_are_read_as_count_x_gpus_unit() {
+        let n = parse_nodes("64 x 8 h100").unwrap();
+        assert_eq!(
+            (n[0].count, n[0].gpus, n[0].unit.as_str()),
+            (Some(64), 8, "h100")
+        );
+        let n = parse_nodes("2x 4 a100 + 3 x 8 h100").unwrap();
+        assert_eq!(n.len(), 2);
+        assert_eq!((n[1].name.as_str(), n[1].count), ("g2n", Some(3)));
+        assert!(parse_nodes("64 8 h100")
+            .unwrap_err()
+            .contains("COUNT x GPUS UNIT"));
+        assert!(parse_nodes("0 x 8 h100")
+            .unwrap_err()
+            .contains("at least 1"));
+        assert!(parse_nodes("1 x 99 h100").unwrap_err().contains("1-64"));
+    }
+
+    #[test]
+    fn a_policy_and_its_comparisons() {
+        let sc = load(POLICY, Some(parse_nodes("2 x 8 h100").unwrap())).unwrap();
+        assert_eq!(unit_totals(&sc)["h100"], 16);
+        let st = static_partition(&sc);
+        assert!(st.shares.iter().all(|s| s.strategy == Strategy::Reserve));
+        assert!(st.shares.iter().all(|s| s.borrow_limit.is_none()));
+        let p = pooled(&sc);
+        assert_eq!(p.shares.len(), 1);
+        assert_eq!(p.shares[0].capacity_limits[0].max, 16);
+        let e = load(POLICY, None).unwrap_err();
+        assert!(e.0.contains("no nodes"), "{e}");
+        let e = load("[[shares]]\nname = \"a\"\n", None).unwrap_err();
+        assert!(e.0.contains("capacity_limits"), "{e}");
+    }
+}

@@ -1,0 +1,674 @@
+//! The figures of a trace run (DESIGN §12), computed from each job's attempts, so that
+//! the simulator and a replay on real daemons are measured by the same code.
+//!
+//! Definitions:
+//! - the run spans from the first submit to the last end (the makespan);
+//! - utilization: GPU-time held by jobs (SCHEDULED, STARTING, RUNNING) over all GPUs
+//!   × the makespan; "while jobs wait": the same over the time when at least one job
+//!   was waiting;
+//! - wait: from a job's submit to its first SCHEDULED;
+//! - room at arrival: the share's usage, plus its waiting jobs of the same or higher
+//!   priority, plus the job's own need, within the share's max when the job arrived;
+//!   such a job "started late" when it waited longer than its share's grace plus one
+//!   second (the quota guarantee of DESIGN §3);
+//! - borrowed: a share's usage above its max; lent: the borrowed GPUs, spread over the
+//!   lending shares in proportion to their idle GPUs (borrowed GPUs beyond those came
+//!   from GPUs no share owns);
+//! - lost to preemption: GPU-time of the preempted attempts (a preempted job starts
+//!   its work again).
+//!
+//! GPUs of several units are added up.
+
+use crate::scenario::Scenario;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use tranche_model::{Job, JobStatus, Millis, Strategy, SECOND};
+
+/// One job as the figures need it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobRun {
+    pub name: String,
+    pub share: String,
+    pub gpus: u32,
+    pub priority: u32,
+    pub submit: Millis,
+    pub attempts: Vec<AttemptRun>,
+    pub status: JobStatus,
+}
+
+/// One attempt: from SCHEDULED until its GPUs were given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AttemptRun {
+    pub start: Millis,
+    pub end: Option<Millis>,
+    pub preempted: bool,
+}
+
+/// Reads the runs out of the jobs of a state (the simulator's, or one fetched from a
+/// real controller).
+pub fn runs_from_jobs<'a>(jobs: impl Iterator<Item = &'a Job>) -> Vec<JobRun> {
+    jobs.map(|j| JobRun {
+        name: j.spec.name.to_string(),
+        share: j.spec.share.to_string(),
+        gpus: j.spec.request.total_gpus(),
+        priority: j.spec.priority,
+        submit: j.submitted_at,
+        attempts: j
+            .attempts
+            .iter()
+            .map(|a| AttemptRun {
+                start: a.scheduled_at,
+                end: a.ended_at,
+                preempted: a.was_preempted(),
+            })
+            .collect(),
+        status: j.status,
+    })
+    .collect()
+}
+
+/// The shares and GPUs the figures are measured against.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Setup {
+    pub shares: Vec<ShareInfo>,
+    pub total_gpus: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShareInfo {
+    pub name: String,
+    pub max: u32,
+    pub strategy: Strategy,
+    pub grace_s: u64,
+}
+
+impl Setup {
+    pub fn of(sc: &Scenario) -> Setup {
+        Setup {
+            shares: sc
+                .shares
+                .iter()
+                .map(|s| ShareInfo {
+                    name: s.name.clone(),
+                    max: s.capacity_limits.iter().map(|l| l.max).sum(),
+                    strategy: s.strategy,
+                    grace_s: s.default_grace_s.unwrap_or(60),
+                })
+                .collect(),
+            total_gpus: crate::policy::unit_totals(sc).values().sum(),
+        }
+    }
+}
+
+/// Waits of a set of jobs, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Waits {
+    pub jobs: u64,
+    pub mean: f64,
+    pub p50: Millis,
+    pub p99: Millis,
+    pub max: Millis,
+}
+
+impl Waits {
+    fn of(sorted: &[Millis]) -> Waits {
+        if sorted.is_empty() {
+            return Waits::default();
+        }
+        // Nearest rank: the smallest wait at least q of the jobs do not exceed.
+        let rank =
+            |q: f64| sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+        Waits {
+            jobs: sorted.len() as u64,
+            mean: sorted.iter().sum::<u64>() as f64 / sorted.len() as f64,
+            p50: rank(0.50),
+            p99: rank(0.99),
+            max: *sorted.last().expect("not empty"),
+        }
+    }
+}
+
+/// Figures of one share.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShareFigures {
+    pub name: String,
+    pub max: u32,
+    pub strategy: Strategy,
+    pub jobs: u64,
+    pub wait: Waits,
+    pub gpu_hours: f64,
+    pub borrowed_gpu_hours: f64,
+    pub lent_gpu_hours: f64,
+    pub preempted_attempts: u64,
+    pub lost_gpu_hours: f64,
+    pub room_at_arrival: u64,
+    pub started_late: u64,
+}
+
+/// The figures of a whole run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figures {
+    pub jobs: u64,
+    /// Jobs that never started (a replay stopped early; a job that can never fit).
+    pub never_started: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub total_gpus: u32,
+    pub makespan_ms: Millis,
+    pub utilization: f64,
+    pub utilization_while_waiting: f64,
+    /// Time during which at least one job waited.
+    pub waiting_ms: Millis,
+    pub wait: Waits,
+    pub gpu_hours: f64,
+    pub borrowed_gpu_hours: f64,
+    pub lent_gpu_hours: f64,
+    pub preempted_attempts: u64,
+    pub lost_gpu_hours: f64,
+    pub room_at_arrival: u64,
+    pub started_late: u64,
+    /// The longest wait of a job that had room at arrival.
+    pub longest_wait_with_room_ms: Millis,
+    pub shares: Vec<ShareFigures>,
+    /// Waits by job priority, highest first (the classes of a trace such as Kueue's).
+    pub by_priority: Vec<PriorityWaits>,
+    #[serde(skip)]
+    pub series: Series,
+    /// Every share's waits, sorted, for the CDF plot.
+    #[serde(skip)]
+    pub waits: Vec<Vec<Millis>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PriorityWaits {
+    pub priority: u32,
+    pub wait: Waits,
+}
+
+/// Time series for the plots: averages over equal buckets of the makespan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    pub start: Millis,
+    pub bucket_ms: Millis,
+    /// Per share, per bucket: GPUs in use within the share's max, above it, and jobs
+    /// waiting.
+    pub own: Vec<Vec<f64>>,
+    pub borrowed: Vec<Vec<f64>>,
+    pub queued: Vec<Vec<f64>>,
+    /// Per bucket: preempted attempts that ended in it.
+    pub preemptions: Vec<u64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// An attempt gave its GPUs back; `true`: the job waits again for another attempt.
+    End(bool),
+    Submit,
+    Start,
+}
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+/// Computes the figures; `buckets` is the resolution of the plots' series.
+pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
+    let ns = setup.shares.len();
+    let share_ix: HashMap<&str, usize> = setup
+        .shares
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    // (time, event, share, job)
+    let mut evs: Vec<(Millis, Ev, usize, usize)> = vec![];
+    let mut per_share_waits: Vec<Vec<Millis>> = vec![vec![]; ns];
+    let mut per_prio: BTreeMap<std::cmp::Reverse<u32>, Vec<Millis>> = BTreeMap::new();
+    let mut sf: Vec<ShareFigures> = setup
+        .shares
+        .iter()
+        .map(|s| ShareFigures {
+            name: s.name.clone(),
+            max: s.max,
+            strategy: s.strategy,
+            jobs: 0,
+            wait: Waits::default(),
+            gpu_hours: 0.0,
+            borrowed_gpu_hours: 0.0,
+            lent_gpu_hours: 0.0,
+            preempted_attempts: 0,
+            lost_gpu_hours: 0.0,
+            room_at_arrival: 0,
+            started_late: 0,
+        })
+        .collect();
+    let mut end = 0;
+    let mut start = Millis::MAX;
+    let (mut never, mut succeeded, mut failed) = (0, 0, 0);
+    for (j, r) in runs.iter().enumerate() {
+        let Some(&s) = share_ix.get(r.share.as_str()) else {
+            continue;
+        };
+        sf[s].jobs += 1;
+        start = start.min(r.submit);
+        end = end.max(r.submit);
+        evs.push((r.submit, Ev::Submit, s, j));
+        match r.status {
+            JobStatus::Succeeded => succeeded += 1,
+            JobStatus::Failed => failed += 1,
+            _ => {}
+        }
+        match r.attempts.first() {
+            Some(a) => {
+                let w = a.start.saturating_sub(r.submit);
+                per_share_waits[s].push(w);
+                per_prio
+                    .entry(std::cmp::Reverse(r.priority))
+                    .or_default()
+                    .push(w);
+            }
+            None => never += 1,
+        }
+        for (i, a) in r.attempts.iter().enumerate() {
+            evs.push((a.start, Ev::Start, s, j));
+            end = end.max(a.start);
+            if let Some(e) = a.end {
+                end = end.max(e);
+                let again = i + 1 < r.attempts.len();
+                evs.push((e, Ev::End(again), s, j));
+                if a.preempted {
+                    sf[s].preempted_attempts += 1;
+                    sf[s].lost_gpu_hours += (e - a.start) as f64 * r.gpus as f64 / HOUR_MS;
+                }
+            }
+        }
+    }
+    if start == Millis::MAX {
+        start = 0;
+    }
+    evs.sort_by_key(|e| (e.0, e.1));
+    let makespan = end - start;
+    let buckets = buckets.max(1);
+    let bucket_ms = makespan.div_ceil(buckets as u64).max(1);
+    let mut series = Series {
+        start,
+        bucket_ms,
+        own: vec![vec![0.0; buckets]; ns],
+        borrowed: vec![vec![0.0; buckets]; ns],
+        queued: vec![vec![0.0; buckets]; ns],
+        preemptions: vec![0; buckets],
+    };
+    let mut used = vec![0u64; ns];
+    let mut queued = vec![0u64; ns];
+    // Waiting jobs' GPUs per share, by priority.
+    let mut waiting: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); ns];
+    let (mut gpu_ms, mut waiting_ms, mut used_waiting_ms) = (0f64, 0u64, 0f64);
+    let mut longest_with_room = 0;
+    let mut t_prev = start;
+    for &(t, ev, s, j) in &evs {
+        if t > t_prev {
+            let dt = (t - t_prev) as f64;
+            let total: u64 = used.iter().sum();
+            gpu_ms += total as f64 * dt;
+            if queued.iter().any(|q| *q > 0) {
+                waiting_ms += t - t_prev;
+                used_waiting_ms += total as f64 * dt;
+            }
+            let mut borrowed_total = 0.0;
+            let mut idle = vec![0.0; ns];
+            for i in 0..ns {
+                let max = setup.shares[i].max as u64;
+                let b = used[i].saturating_sub(max) as f64;
+                borrowed_total += b;
+                sf[i].gpu_hours += used[i] as f64 * dt / HOUR_MS;
+                sf[i].borrowed_gpu_hours += b * dt / HOUR_MS;
+                if setup.shares[i].strategy != Strategy::Reserve {
+                    idle[i] = max.saturating_sub(used[i]) as f64;
+                }
+            }
+            let idle_total: f64 = idle.iter().sum();
+            if borrowed_total > 0.0 && idle_total > 0.0 {
+                let lent = borrowed_total.min(idle_total);
+                for i in 0..ns {
+                    sf[i].lent_gpu_hours += lent * idle[i] / idle_total * dt / HOUR_MS;
+                }
+            }
+            spread(&mut series, t_prev, t, |b, w| {
+                for i in 0..ns {
+                    let max = setup.shares[i].max as u64;
+                    series_add(&mut b.own[i], w.0, used[i].min(max) as f64 * w.1);
+                    series_add(
+                        &mut b.borrowed[i],
+                        w.0,
+                        used[i].saturating_sub(max) as f64 * w.1,
+                    );
+                    series_add(&mut b.queued[i], w.0, queued[i] as f64 * w.1);
+                }
+            });
+            t_prev = t;
+        }
+        let r = &runs[j];
+        let g = r.gpus as u64;
+        match ev {
+            Ev::Submit => {
+                let ahead: u64 = waiting[s].range(r.priority..).map(|(_, n)| n).sum();
+                if used[s] + ahead + g <= setup.shares[s].max as u64 {
+                    sf[s].room_at_arrival += 1;
+                    let wait = r.attempts.first().map(|a| a.start - r.submit);
+                    let late = wait.is_none_or(|w| w > (setup.shares[s].grace_s + 1) * SECOND);
+                    longest_with_room = longest_with_room.max(wait.unwrap_or(end - r.submit));
+                    sf[s].started_late += u64::from(late);
+                }
+                *waiting[s].entry(r.priority).or_default() += g;
+                queued[s] += 1;
+            }
+            Ev::Start => {
+                used[s] += g;
+                queued[s] -= 1;
+                take(&mut waiting[s], r.priority, g);
+            }
+            Ev::End(again) => {
+                used[s] -= g;
+                if again {
+                    queued[s] += 1;
+                    *waiting[s].entry(r.priority).or_default() += g;
+                }
+            }
+        }
+    }
+    for r in runs {
+        for a in r.attempts.iter().filter(|a| a.preempted) {
+            if let Some(e) = a.end {
+                let b = (((e - start) / bucket_ms) as usize).min(buckets - 1);
+                series.preemptions[b] += 1;
+            }
+        }
+    }
+    for (i, w) in per_share_waits.iter_mut().enumerate() {
+        w.sort_unstable();
+        sf[i].wait = Waits::of(w);
+    }
+    let mut all: Vec<Millis> = per_share_waits.iter().flatten().copied().collect();
+    all.sort_unstable();
+    let cap = setup.total_gpus as f64;
+    let sum = |f: fn(&ShareFigures) -> f64| sf.iter().map(f).sum::<f64>();
+    Figures {
+        jobs: sf.iter().map(|s| s.jobs).sum(),
+        never_started: never,
+        succeeded,
+        failed,
+        total_gpus: setup.total_gpus,
+        makespan_ms: makespan,
+        utilization: ratio(gpu_ms, cap * makespan as f64),
+        utilization_while_waiting: ratio(used_waiting_ms, cap * waiting_ms as f64),
+        waiting_ms,
+        wait: Waits::of(&all),
+        gpu_hours: gpu_ms / HOUR_MS,
+        borrowed_gpu_hours: sum(|s| s.borrowed_gpu_hours),
+        lent_gpu_hours: sum(|s| s.lent_gpu_hours),
+        preempted_attempts: sf.iter().map(|s| s.preempted_attempts).sum(),
+        lost_gpu_hours: sum(|s| s.lost_gpu_hours),
+        room_at_arrival: sf.iter().map(|s| s.room_at_arrival).sum(),
+        started_late: sf.iter().map(|s| s.started_late).sum(),
+        longest_wait_with_room_ms: longest_with_room,
+        shares: sf,
+        by_priority: per_prio
+            .into_iter()
+            .map(|(p, mut w)| {
+                w.sort_unstable();
+                PriorityWaits {
+                    priority: p.0,
+                    wait: Waits::of(&w),
+                }
+            })
+            .collect(),
+        series,
+        waits: per_share_waits,
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+fn take(m: &mut BTreeMap<u32, u64>, prio: u32, g: u64) {
+    if let Some(v) = m.get_mut(&prio) {
+        *v = v.saturating_sub(g);
+        if *v == 0 {
+            m.remove(&prio);
+        }
+    }
+}
+
+fn series_add(v: &mut [f64], b: usize, x: f64) {
+    v[b] += x;
+}
+
+/// Calls `f(series, (bucket, weight))` for each bucket [t0, t1) overlaps, the weight
+/// being the overlap's share of a bucket (so that sums are time averages).
+fn spread(s: &mut Series, t0: Millis, t1: Millis, mut f: impl FnMut(&mut Series, (usize, f64))) {
+    let (n, bm) = (s.preemptions.len(), s.bucket_ms);
+    let (mut a, e) = (t0 - s.start, t1 - s.start);
+    while a < e {
+        let b = ((a / bm) as usize).min(n - 1);
+        let edge = if b == n - 1 {
+            e
+        } else {
+            ((b as u64 + 1) * bm).min(e)
+        };
+        f(s, (b, (edge - a) as f64 / bm as f64));
+        a = edge;
+    }
+}
+
+/// A duration as people read it: `0.2 s`, `44 s`, `12 min 26 s`, `3 h 05 min`, `2 d 3 h`.
+pub fn fmt_duration(ms: Millis) -> String {
+    let s = ms / SECOND;
+    if ms < 10 * SECOND && ms % SECOND != 0 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if s < 60 {
+        format!("{s} s")
+    } else if s < 3600 {
+        format!("{} min {:02} s", s / 60, s % 60)
+    } else if s < 86_400 {
+        format!("{} h {:02} min", s / 3600, s % 3600 / 60)
+    } else {
+        format!("{} d {} h", s / 86_400, s % 86_400 / 3600)
+    }
+}
+
+/// A mean wait as a duration (whole milliseconds).
+pub fn fmt_mean(ms: f64) -> String {
+    fmt_duration(ms.round() as Millis)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn hours(h: f64) -> String {
+    if h >= 100.0 {
+        format!("{h:.0}")
+    } else {
+        format!("{h:.1}")
+    }
+}
+
+/// The report as a table for people.
+pub fn render_table(title: &str, f: &Figures) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "{title}");
+    let _ = writeln!(
+        s,
+        "  {} jobs ({} succeeded, {} failed{}) on {} GPUs over {}",
+        f.jobs,
+        f.succeeded,
+        f.failed,
+        if f.never_started > 0 {
+            format!(", {} never started", f.never_started)
+        } else {
+            String::new()
+        },
+        f.total_gpus,
+        fmt_duration(f.makespan_ms)
+    );
+    let _ = writeln!(
+        s,
+        "  utilization {} over the makespan, {} while jobs wait (jobs waited {} of it)",
+        pct(f.utilization),
+        pct(f.utilization_while_waiting),
+        fmt_duration(f.waiting_ms)
+    );
+    let _ = writeln!(
+        s,
+        "  wait: mean {}, p50 {}, p99 {}, max {}",
+        fmt_mean(f.wait.mean),
+        fmt_duration(f.wait.p50),
+        fmt_duration(f.wait.p99),
+        fmt_duration(f.wait.max)
+    );
+    let _ = writeln!(
+        s,
+        "  preempted attempts {} ({} GPU-hours lost, {} of GPU-hours used); borrowed {} GPU-hours",
+        f.preempted_attempts,
+        hours(f.lost_gpu_hours),
+        pct(ratio(f.lost_gpu_hours, f.gpu_hours)),
+        hours(f.borrowed_gpu_hours)
+    );
+    let _ = writeln!(
+        s,
+        "  quota guarantee: {} jobs had room in their share at arrival, {} of them waited past grace + 1 s{}",
+        f.room_at_arrival,
+        f.started_late,
+        if f.started_late > 0 {
+            format!(" (longest {})", fmt_duration(f.longest_wait_with_room_ms))
+        } else {
+            String::new()
+        }
+    );
+    if f.by_priority.len() > 1 {
+        let classes: Vec<String> = f
+            .by_priority
+            .iter()
+            .map(|p| {
+                format!(
+                    "priority {}: mean {} ({} jobs)",
+                    p.priority,
+                    fmt_mean(p.wait.mean),
+                    p.wait.jobs
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "  wait by priority: {}", classes.join("; "));
+    }
+    let w = f
+        .shares
+        .iter()
+        .map(|x| x.name.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let _ = writeln!(
+        s,
+        "\n  {:<w$}  {:>4}  {:<15}  {:>6}  {:>12}  {:>12}  {:>12}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}",
+        "share", "max", "strategy", "jobs", "mean wait", "p50 wait", "p99 wait", "GPU-h", "borrowed", "lent", "preempted", "room/late"
+    );
+    for x in &f.shares {
+        let _ = writeln!(
+            s,
+            "  {:<w$}  {:>4}  {:<15}  {:>6}  {:>12}  {:>12}  {:>12}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}",
+            x.name,
+            x.max,
+            strategy_name(x.strategy),
+            x.jobs,
+            fmt_mean(x.wait.mean),
+            fmt_duration(x.wait.p50),
+            fmt_duration(x.wait.p99),
+            hours(x.gpu_hours),
+            hours(x.borrowed_gpu_hours),
+            hours(x.lent_gpu_hours),
+            x.preempted_attempts,
+            format!("{}/{}", x.room_at_arrival, x.started_late),
+        );
+    }
+    s
+}
+
+pub fn strategy_name(s: Strategy) -> &'static str {
+    match s {
+        Strategy::Reserve => "RESERVE",
+        Strategy::Lend => "LEND",
+        Strategy::LendAndBorrow => "LEND_AND_BORROW",
+    }
+}
+
+/// Several runs of the same trace side by side, one row each.
+pub fn render_comparison(rows: &[(String, &Figures)]) -> String {
+    use std::fmt::Write;
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(6).max(6);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<w$}  {:>11}  {:>13}  {:>12}  {:>12}  {:>12}  {:>22}  {:>10}",
+        "policy",
+        "utilization",
+        "while waiting",
+        "mean wait",
+        "p50 wait",
+        "p99 wait",
+        "preempted attempts",
+        "room/late"
+    );
+    for (name, f) in rows {
+        let _ = writeln!(
+            s,
+            "{:<w$}  {:>11}  {:>13}  {:>12}  {:>12}  {:>12}  {:>22}  {:>10}",
+            name,
+            pct(f.utilization),
+            pct(f.utilization_while_waiting),
+            fmt_mean(f.wait.mean),
+            fmt_duration(f.wait.p50),
+            fmt_duration(f.wait.p99),
+            format!(
+                "{} ({} of GPU-h)",
+                f.preempted_attempts,
+                pct(ratio(f.lost_gpu_hours, f.gpu_hours))
+            ),
+            format!("{}/{}", f.room_at_arrival, f.started_late),
+        );
+    }
+    for (name, f) in rows.iter().filter(|r| r.1.never_started > 0) {
+        let _ = writeln!(
+            s,
+            "{name}: {} jobs never started (more GPUs than their share can ever have); they are left out of the waits",
+            f.never_started
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_durations() {
+        assert_eq!(fmt_duration(200), "0.2 s");
+        assert_eq!(fmt_duration(44_000), "44 s");
+        assert_eq!(fmt_duration(746_000), "12 min 26 s");
+        assert_eq!(fmt_duration(44_789_000), "12 h 26 min");
+        assert_eq!(fmt_duration(213_701_000), "2 d 11 h");
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let w: Vec<Millis> = (1..=100).collect();
+        let x = Waits::of(&w);
+        assert_eq!((x.p50, x.p99, x.max), (50, 99, 100));
+        assert_eq!(x.mean, 50.5);
+        assert_eq!(Waits::of(&[7]).p99, 7);
+    }
+}

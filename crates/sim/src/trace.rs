@@ -1,0 +1,435 @@
+//! The job trace: CSV with a header, one job a row, read into [`TraceJob`]s.
+//!
+//! Fields (the header names them, in any order):
+//!
+//! | field | required | meaning |
+//! |---|---|---|
+//! | `submit_s` | yes | when the job is submitted, seconds from the trace's start (up to 3 decimals) |
+//! | `share` | yes | the quota share it is submitted to |
+//! | `gpus` | yes | GPUs in all (a gang's across all its nodes) |
+//! | `name` | no | the job's name (default `j` and its line number) |
+//! | `user` | no | who submits it (default `sim`) |
+//! | `nodes` | no | nodes of a gang, `gpus / nodes` each; absent: one node when `gpus` fits one, else whole nodes |
+//! | `unit` | no | GPU class (default: the cluster's only unit) |
+//! | `duration_s` | unless `time_limit_s` | how long each attempt runs; a preempted job starts again from the start |
+//! | `priority` | no | 0-9999 (default 0) |
+//! | `time_limit_s` | no | whole seconds; an attempt that reaches it is killed and the job FAILS |
+//! | `checkpoint_s` | no | how long the job takes to exit after its checkpoint signal (absent: at once); past the grace it is killed |
+//!
+//! A file whose columns have other names is read through a column mapping
+//! (`tenant=share,num_gpu=gpus`); a column mapped to `-` is ignored. Every other
+//! column is an error, so that a misspelt field is not silently dropped.
+
+use std::collections::BTreeMap;
+use tranche_model::{Millis, SECOND};
+
+/// The fields a trace may have, in the order the docs list them.
+pub const FIELDS: [&str; 11] = [
+    "submit_s",
+    "share",
+    "gpus",
+    "name",
+    "user",
+    "nodes",
+    "unit",
+    "duration_s",
+    "priority",
+    "time_limit_s",
+    "checkpoint_s",
+];
+
+/// The largest time a trace may state (about 31 years), far from overflowing the clock.
+pub const MAX_TRACE_SECONDS: u64 = crate::scenario::MAX_SECONDS;
+
+/// One job of the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceJob {
+    /// The line of the file it came from (the header is line 1).
+    pub line: usize,
+    pub name: String,
+    pub submit: Millis,
+    pub share: String,
+    pub gpus: u32,
+    pub user: Option<String>,
+    pub nodes: Option<u32>,
+    pub unit: Option<String>,
+    pub duration: Option<Millis>,
+    pub priority: u32,
+    pub time_limit_s: Option<u64>,
+    pub checkpoint: Option<Millis>,
+}
+
+/// A trace that cannot be read: where, and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct TraceError {
+    pub line: usize,
+    /// The column's name as the file spells it, when the error is about one.
+    pub column: Option<String>,
+    pub message: String,
+}
+
+impl TraceError {
+    fn render(&self) -> String {
+        match &self.column {
+            Some(c) => format!("line {}, column {c}: {}", self.line, self.message),
+            None => format!("line {}: {}", self.line, self.message),
+        }
+    }
+}
+
+/// How the file's columns map to trace fields: file column → field (`-`: ignored).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Columns(pub BTreeMap<String, String>);
+
+impl Columns {
+    /// Parses `a=b,c=d` (the `--columns` flag).
+    pub fn parse(s: &str) -> Result<Columns, String> {
+        let mut m = BTreeMap::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((from, to)) = part.split_once('=') else {
+                return Err(format!(
+                    "column mapping {part:?} must be FILE_COLUMN=FIELD (or FILE_COLUMN=- to ignore it)"
+                ));
+            };
+            let (from, to) = (from.trim(), to.trim());
+            if to != "-" && !FIELDS.contains(&to) {
+                return Err(format!(
+                    "column mapping {part:?}: {to:?} is not a trace field (fields: {})",
+                    FIELDS.join(", ")
+                ));
+            }
+            if m.insert(from.to_string(), to.to_string()).is_some() {
+                return Err(format!("column {from:?} is mapped twice"));
+            }
+        }
+        Ok(Columns(m))
+    }
+}
+
+/// Splits one CSV line into fields: commas separate, double quotes enclose a field
+/// that holds commas, `""` inside quotes is a quote.
+fn split_csv(line: &str) -> Result<Vec<String>, String> {
+    let mut out = vec![];
+    let mut cur = String::new();
+    let mut chars = line.chars().peekable();
+    let mut quoted = false;
+    let mut was_quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                cur.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => cur.push(c),
+            (false, '"') if cur.trim().is_empty() && !was_quoted => {
+                cur.clear();
+                quoted = true;
+                was_quoted = true;
+            }
+            (false, '"') => return Err("a quote inside an unquoted field".into()),
+            (false, ',') => {
+                out.push(if was_quoted {
+                    cur.clone()
+                } else {
+                    cur.trim().to_string()
+                });
+                cur.clear();
+                was_quoted = false;
+            }
+            (false, c) => {
+                if was_quoted && !c.is_whitespace() {
+                    return Err("text after a closing quote".into());
+                }
+                cur.push(c);
+            }
+        }
+    }
+    if quoted {
+        return Err("a quoted field is not closed".into());
+    }
+    out.push(if was_quoted {
+        cur
+    } else {
+        cur.trim().to_string()
+    });
+    Ok(out)
+}
+
+/// Parses seconds with at most three decimals into milliseconds.
+pub fn parse_seconds(s: &str) -> Result<Millis, String> {
+    let rule = || format!("must be seconds, at least 0, with at most 3 decimals; got {s:?}");
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    if whole.is_empty() && frac.is_empty()
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || frac.len() > 3
+    {
+        return Err(rule());
+    }
+    let w: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| rule())?
+    };
+    if w > MAX_TRACE_SECONDS {
+        return Err(format!("at most {MAX_TRACE_SECONDS} seconds, got {s}"));
+    }
+    let f: u64 = format!("{frac:0<3}").parse().map_err(|_| rule())?;
+    Ok(w * SECOND + f)
+}
+
+fn parse_u32(s: &str, min: u32, max: u32) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(format!("must be a whole number {min}-{max}, got {s:?}")),
+    }
+}
+
+/// Reads a trace. Rows may come in any order; jobs are returned by submit time (rows
+/// with the same time keep their file order).
+pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError> {
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    let Some((_, header)) = lines.find(|(_, l)| !l.trim().is_empty()) else {
+        return Err(TraceError {
+            line: 1,
+            column: None,
+            message: "the trace is empty: it needs a header line (submit_s,share,gpus,...)".into(),
+        });
+    };
+    let header_line = text.lines().position(|l| l == header).unwrap_or(0) + 1;
+    let names = split_csv(header.trim_start_matches('\u{feff}')).map_err(|m| TraceError {
+        line: header_line,
+        column: None,
+        message: m,
+    })?;
+    // field → (column index, the column's name in the file)
+    let mut field_at: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+    for (i, col) in names.iter().enumerate() {
+        let field = columns
+            .0
+            .get(col)
+            .map(String::as_str)
+            .unwrap_or(col.as_str());
+        if field == "-" {
+            continue;
+        }
+        let Some(&f) = FIELDS.iter().find(|f| **f == field) else {
+            return Err(TraceError {
+                line: header_line,
+                column: Some(col.clone()),
+                message: format!(
+                    "not a trace field (fields: {}); map it with --columns {col}=FIELD, or {col}=- to ignore it",
+                    FIELDS.join(", ")
+                ),
+            });
+        };
+        if let Some((_, other)) = field_at.insert(f, (i, col.clone())) {
+            return Err(TraceError {
+                line: header_line,
+                column: Some(col.clone()),
+                message: format!("gives field {f}, which column {other} gives already"),
+            });
+        }
+    }
+    for f in ["submit_s", "share", "gpus"] {
+        if !field_at.contains_key(f) {
+            return Err(TraceError {
+                line: header_line,
+                column: None,
+                message: format!(
+                    "the header has no column for the required field {f} (columns: {}); map one with --columns COLUMN={f}",
+                    names.join(", ")
+                ),
+            });
+        }
+    }
+    if !field_at.contains_key("duration_s") && !field_at.contains_key("time_limit_s") {
+        return Err(TraceError {
+            line: header_line,
+            column: None,
+            message: "the header needs duration_s or time_limit_s, or no job would ever end".into(),
+        });
+    }
+    let mut jobs = vec![];
+    for (line, l) in lines {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let cells = split_csv(l).map_err(|m| TraceError {
+            line,
+            column: None,
+            message: m,
+        })?;
+        if cells.len() != names.len() {
+            return Err(TraceError {
+                line,
+                column: None,
+                message: format!("has {} fields, the header has {}", cells.len(), names.len()),
+            });
+        }
+        let bad = |f: &str, m: String| TraceError {
+            line,
+            column: field_at.get(f).map(|(_, c)| c.clone()),
+            message: m,
+        };
+        let get = |f: &str| -> Option<&str> {
+            field_at
+                .get(f)
+                .map(|(i, _)| cells[*i].as_str())
+                .filter(|v| !v.is_empty())
+        };
+        let need = |f: &str| get(f).ok_or_else(|| bad(f, "is required and empty".into()));
+        let time = |f: &str| -> Result<Option<Millis>, TraceError> {
+            get(f).map(parse_seconds).transpose().map_err(|m| bad(f, m))
+        };
+        let submit = parse_seconds(need("submit_s")?).map_err(|m| bad("submit_s", m))?;
+        let share = need("share")?.to_string();
+        let gpus = parse_u32(need("gpus")?, 1, 65_536).map_err(|m| bad("gpus", m))?;
+        let nodes = get("nodes")
+            .map(|v| parse_u32(v, 1, 10_000))
+            .transpose()
+            .map_err(|m| bad("nodes", m))?;
+        if let Some(n) = nodes {
+            if gpus % n != 0 {
+                return Err(bad(
+                    "nodes",
+                    format!("{gpus} GPUs do not split evenly over {n} nodes"),
+                ));
+            }
+        }
+        let duration = time("duration_s")?;
+        let time_limit_s = get("time_limit_s")
+            .map(|v| match v.parse::<u64>() {
+                Ok(t) if (1..=MAX_TRACE_SECONDS).contains(&t) => Ok(t),
+                _ => Err(format!(
+                    "must be whole seconds, 1-{MAX_TRACE_SECONDS}, got {v:?}"
+                )),
+            })
+            .transpose()
+            .map_err(|m| bad("time_limit_s", m))?;
+        if duration.is_none() && time_limit_s.is_none() {
+            return Err(bad(
+                "duration_s",
+                "is empty and so is time_limit_s: the job would never end".into(),
+            ));
+        }
+        if duration == Some(0) {
+            return Err(bad("duration_s", "must be more than 0".into()));
+        }
+        let priority = get("priority")
+            .map(|v| parse_u32(v, 0, 9999))
+            .transpose()
+            .map_err(|m| bad("priority", m))?
+            .unwrap_or(0);
+        jobs.push(TraceJob {
+            line,
+            name: get("name").map_or_else(|| format!("j{line}"), str::to_string),
+            submit,
+            share,
+            gpus,
+            user: get("user").map(str::to_string),
+            nodes,
+            unit: get("unit").map(str::to_string),
+            duration,
+            priority,
+            time_limit_s,
+            checkpoint: time("checkpoint_s")?,
+        });
+    }
+    if jobs.is_empty() {
+        return Err(TraceError {
+            line: header_line,
+            column: None,
+            message: "the trace has a header and no jobs".into(),
+        });
+    }
+    jobs.sort_by_key(|j| j.submit);
+    Ok(jobs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> TraceError {
+        parse(text, &Columns::default()).expect_err("a bad trace")
+    }
+
+    #[test]
+    fn reads_fields_in_any_order_with_decimals() {
+        let t = "gpus,share,submit_s,duration_s,priority\n2,a,1.5,0.2,50\n1,b,0,10,\n";
+        let jobs = parse(t, &Columns::default()).unwrap();
+        assert_eq!(jobs.len(), 2);
+        // Sorted by submit time: line 3 first.
+        assert_eq!((jobs[0].line, jobs[0].submit, jobs[0].priority), (3, 0, 0));
+        assert_eq!(jobs[1].submit, 1500);
+        assert_eq!(jobs[1].duration, Some(200));
+        assert_eq!((jobs[1].gpus, jobs[1].priority), (2, 50));
+        assert_eq!(jobs[1].name, "j2");
+    }
+
+    #[test]
+    fn bad_rows_name_the_line_and_the_column() {
+        let head = "submit_s,share,gpus,duration_s\n";
+        let e = err(&format!("{head}0,a,1,5\n3,a,zero,5\n"));
+        assert_eq!((e.line, e.column.as_deref()), (3, Some("gpus")));
+        assert!(e
+            .to_string()
+            .starts_with("line 3, column gpus: must be a whole number"));
+        let e = err(&format!("{head}-1,a,1,5\n"));
+        assert_eq!((e.line, e.column.as_deref()), (2, Some("submit_s")));
+        let e = err(&format!("{head}1.2345,a,1,5\n"));
+        assert!(e.message.contains("at most 3 decimals"), "{e}");
+        let e = err(&format!("{head}1,,1,5\n"));
+        assert_eq!(e.to_string(), "line 2, column share: is required and empty");
+        let e = err(&format!("{head}1,a,1\n"));
+        assert_eq!(e.to_string(), "line 2: has 3 fields, the header has 4");
+        let e = err("submit_s,share,gpus,nodes,duration_s\n\n0,a,6,4,1\n");
+        assert_eq!((e.line, e.column.as_deref()), (3, Some("nodes")));
+        assert!(e.message.contains("do not split evenly"));
+        let e = err("submit_s,share,gpus,duration_s,priority\n0,a,1,1,10000\n");
+        assert_eq!(e.column.as_deref(), Some("priority"));
+    }
+
+    #[test]
+    fn the_header_is_checked() {
+        let e = err("submit_s,share,gpu,duration_s\n0,a,1,1\n");
+        assert_eq!((e.line, e.column.as_deref()), (1, Some("gpu")));
+        assert!(e.message.contains("--columns gpu=FIELD"), "{e}");
+        let e = err("submit_s,share,duration_s\n0,a,1\n");
+        assert!(e.message.contains("required field gpus"), "{e}");
+        let e = err("submit_s,share,gpus\n0,a,1\n");
+        assert!(e.message.contains("duration_s or time_limit_s"), "{e}");
+        assert!(err("").message.contains("empty"));
+    }
+
+    #[test]
+    fn a_column_mapping_reads_a_foreign_file() {
+        let itp = "job_id,tenant,submit_s,duration_s,num_gpu\nx-1,cluster07,1999,13423,8\n";
+        let cols = Columns::parse("job_id=name,tenant=share,num_gpu=gpus").unwrap();
+        let jobs = parse(itp, &cols).unwrap();
+        assert_eq!(jobs[0].name, "x-1");
+        assert_eq!(jobs[0].share, "cluster07");
+        assert_eq!((jobs[0].gpus, jobs[0].submit), (8, 1_999_000));
+        let cols = Columns::parse("job_id=-,tenant=share,num_gpu=gpus").unwrap();
+        assert_eq!(parse(itp, &cols).unwrap()[0].name, "j2");
+        assert!(Columns::parse("tenant=shares")
+            .unwrap_err()
+            .contains("not a trace field"));
+        assert!(Columns::parse("tenant")
+            .unwrap_err()
+            .contains("FILE_COLUMN=FIELD"));
+    }
+
+    #[test]
+    fn quoted_fields() {
+        assert_eq!(
+            split_csv(r#"a,"b,c","d""e""#).unwrap(),
+            ["a", "b,c", "d\"e"]
+        );
+        assert!(split_csv(r#"a,"b"#).is_err());
+        assert!(split_csv(r#"a,b"c"#).is_err());
+    }
+}

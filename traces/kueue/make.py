@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Writes jobs.csv and policy.toml: Kueue's scheduler performance test
+(test/performance/scheduler/configs/baseline/generator.yaml in kubernetes-sigs/kueue)
+as a Tranche trace and policy.
+
+Kueue's test: 5 cohorts of 6 ClusterQueues, each with a nominal quota of 20 units and a
+borrowing limit of 100, reclaim within the cohort, and preemption of lower priority
+inside a queue. Per ClusterQueue: 350 small workloads (1 unit, 200 ms, priority 50, one
+every 100 ms), 100 medium (5 units, 500 ms, priority 100, one every 500 ms) and 50
+large (20 units, 1 s, priority 200, one every 1.2 s); 15,000 in all.
+
+In Tranche: a cohort is a queue on its own environment (borrowing happens inside an
+environment), a ClusterQueue a LEND_AND_BORROW share of 20 GPUs with a borrow limit of
+500% (100 units above its 20) and in-share preemption on. Kueue's test has no nodes;
+here each cohort has 2 nodes of 60 GPUs, so that every workload fits on a node and
+placement is not what is measured. Jobs exit at once on their signal.
+"""
+
+COHORTS, QUEUES = 5, 6
+CLASSES = [  # name, count, units, duration s, priority, interval s
+    ("small", 350, 1, 0.2, 50, 0.1),
+    ("medium", 100, 5, 0.5, 100, 0.5),
+    ("large", 50, 20, 1.0, 200, 1.2),
+]
+
+rows = []
+for c in range(1, COHORTS + 1):
+    for q in range(1, QUEUES + 1):
+        share = f"c{c}-cq{q}"
+        for name, count, units, dur, prio, every in CLASSES:
+            for i in range(count):
+                rows.append((round(i * every, 3), f"{share}-{name}-{i}", share, units, dur, prio))
+rows.sort(key=lambda r: r[0])
+with open("jobs.csv", "w") as f:
+    f.write("submit_s,name,share,gpus,duration_s,priority\n")
+    for t, n, s, g, d, p in rows:
+        f.write(f"{t:.3f},{n},{s},{g},{d},{p}\n")
+
+out = [
+    "# Kueue's scheduler performance test as a Tranche policy; made by make.py beside it.",
+    "# 5 cohorts, each a queue on its own environment of 2 nodes of 60 GPUs; 6 shares",
+    "# of 20 GPUs per cohort, each borrowing up to 100 more (500%), in-share preemption on.",
+]
+for c in range(1, COHORTS + 1):
+    out += ["", "[[environments]]", f'name = "cohort{c}"', f'selector = {{ cohort = "c{c}" }}']
+for c in range(1, COHORTS + 1):
+    out += ["", "[[queues]]", f'name = "cohort{c}"', f'environment = "cohort{c}"']
+for c in range(1, COHORTS + 1):
+    out += ["", "[[nodes]]", f'name = "c{c}n"', "count = 2", 'unit = "h100"', "gpus = 60",
+            f'labels = {{ cohort = "c{c}" }}']
+for c in range(1, COHORTS + 1):
+    for q in range(1, QUEUES + 1):
+        out += [
+            "",
+            "[[shares]]",
+            f'name = "c{c}-cq{q}"',
+            f'queue = "cohort{c}"',
+            'capacity_limits = [{ unit = "h100", max = 20 }]',
+            'strategy = "LEND_AND_BORROW"',
+            "borrow_limit = 500",
+            "in_share_preemption = true",
+            "default_grace_s = 1",
+        ]
+with open("policy.toml", "w") as f:
+    f.write("\n".join(out) + "\n")

@@ -194,16 +194,20 @@ def wait_status(job: Any, want: set[str], timeout: float = 60) -> str:
 
 def test_the_dashboard_loads_every_page_without_console_errors(browser, dev, admin_token, cluster):
     # Something on each page: a job that ran (its output), and a reclaim (nlp borrows
-    # vision's idle H100s, then vision takes them back).
+    # vision's idle A100s, then vision takes them back).
     done = cluster.submit(share="nlp", gpus=2, name="hello", time_limit="10m",
                           command=["sh", "-c", "for i in 1 2 3; do echo step $i; sleep 0.2; done"])
     assert done.wait(timeout=60) == "SUCCEEDED"
-    borrower = cluster.submit(share="nlp", gpus=4, unit="h100", name="borrower",
-                              command=["sleep", "600"])
-    wait_status(borrower, {"RUNNING"})
-    owner = cluster.submit(share="vision", gpus=4, unit="h100", name="owner", priority=10,
+    nlp = [cluster.submit(share="nlp", gpus=4, unit="a100", name=f"nlp-{i}", time_limit="2h",
+                          command=["sleep", "600"]) for i in (1, 2)]
+    for j in nlp:
+        wait_status(j, {"RUNNING"})
+    owner = cluster.submit(share="vision", gpus=4, unit="a100", name="owner", priority=10,
                            time_limit="1h", command=["sleep", "600"])
     wait_status(owner, {"RUNNING"})
+    victims = [j for j in nlp if j.refresh().data["preemptions"] > 0]
+    assert len(victims) == 1, [j.data for j in nlp]
+    borrower = victims[0]
     try:
         browser.open(admin_token)
         # The token left the address bar for the tab's sessionStorage.
@@ -243,7 +247,7 @@ def test_the_dashboard_loads_every_page_without_console_errors(browser, dev, adm
         browser.shot("job")
 
         browser.go(f"job/{borrower.id}")
-        browser.until(lambda d: "stopped by a reclaim for job" in d.page_source, 10,
+        browser.until(lambda d: f"stopped by a reclaim for job {owner.id} (vision)" in browser.text("main"), 10,
                       "the borrower's attempt names its preemptor")
         browser.shot("job-preempted")
 
@@ -254,7 +258,7 @@ def test_the_dashboard_loads_every_page_without_console_errors(browser, dev, adm
         errors = browser.errors()
         assert errors == [], f"console errors: {errors}"
     finally:
-        for j in (borrower, owner):
+        for j in (*nlp, owner):
             try:
                 j.cancel()
             except tranche.TrancheError:

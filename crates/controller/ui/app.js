@@ -378,14 +378,16 @@ function stackedCharts(hours, from, to) {
       for (const s of h.shares) if (s.unit === unit) sum += s.used + s.borrowed;
       top = Math.max(top, sum, h.capacity[unit] || 0);
     }
-    top = Math.ceil(top);
+    // Four grid steps of a round size.
+    const step = top <= 1 ? 0.25 : Math.ceil(top / 4);
+    top = step * 4;
     const x = (hour) => L + ((hour - first) / n) * (W - L - R);
     const y = (v) => T + (1 - v / top) * (H - T - B);
     const g = svg('svg', {viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': `${unit} GPUs per share`});
     for (let i = 0; i <= 4; i++) {
       const v = (top * i) / 4;
       g.append(svg('line', {x1: L, x2: W - R, y1: y(v), y2: y(v), class: 'grid'}),
-        svg('text', {x: L - 6, y: y(v) + 4, 'text-anchor': 'end'}, Number.isInteger(v) ? v : v.toFixed(1)));
+        svg('text', {x: L - 6, y: y(v) + 4, 'text-anchor': 'end'}, Number.isInteger(v) ? v : v.toFixed(2)));
     }
     const tickEvery = Math.max(1, Math.ceil(n / 12));
     for (let hr = first; hr <= last; hr += tickEvery) {
@@ -491,10 +493,18 @@ const CELL_TEXT = {free: 'free', used: 'used', held: 'held for a preemptor', dra
 
 function nodesPage(root) {
   const body = el('div');
-  const open = new Set(); // nodes whose drain form is open, kept across redraws
+  const open = new Set(); // nodes whose drain form is open
+  const forms = new Map(); // their forms, kept across redraws with what was typed
+  let focus = null; // the node whose form was just opened
   root.append(el('h1', {}, 'Nodes'), body);
   const view = {
     async load() {
+      // A redraw would take the focus from a drain form being filled in: wait.
+      const active = document.activeElement;
+      if (active && active.closest && active.closest('form.drainform')) {
+        setTimeout(changed, 1000);
+        return;
+      }
       const [nodes, shares] = await Promise.all([api('gpus'), app.shareOrder.length ? null : api('shares')]);
       if (shares) app.shareOrder = shares.map((s) => s.name);
       const seen = new Set();
@@ -541,23 +551,11 @@ function nodesPage(root) {
                 } catch (err) { banner(`resume ${n.name}: ${err.message}`); e.target.disabled = false; }
               }}, 'Resume');
           } else if (open.has(n.name)) {
-            const reason = el('input', {type: 'text', placeholder: 'Reason (required)', dataset: {field: 'reason'}});
-            const now = el('input', {type: 'checkbox'});
-            actions = el('form', {class: 'drainform', dataset: {node: n.name}, onsubmit: async (e) => {
-              e.preventDefault();
-              if (!reason.value.trim()) { banner('A drain needs a reason.'); return; }
-              try {
-                await api(`nodes/${encodeURIComponent(n.name)}/drain`, {method: 'POST',
-                  json: {reason: reason.value.trim(), now: now.checked}});
-                open.delete(n.name);
-                refresh();
-              } catch (err) { banner(`drain ${n.name}: ${err.message}`); }
-            }}, reason, el('label', {title: 'Stop its jobs now (they are requeued)'}, now, 'now'),
-            el('button', {class: 'act primary', type: 'submit'}, 'Drain'),
-            el('button', {class: 'act', type: 'button', onclick: () => { open.delete(n.name); refresh(); }}, 'Cancel'));
+            if (!forms.has(n.name)) forms.set(n.name, drainForm(n.name));
+            actions = forms.get(n.name);
           } else {
             actions = el('button', {class: 'act', type: 'button', dataset: {action: 'drain', node: n.name},
-              onclick: () => { open.add(n.name); refresh(); }}, 'Drain…');
+              onclick: () => { open.add(n.name); focus = n.name; refresh(); }}, 'Drain…');
           }
         }
         return el('div', {class: 'card node', dataset: {node: n.name, state: n.state}},
@@ -568,8 +566,31 @@ function nodesPage(root) {
       body.replaceChildren(legend,
         el('p', {class: 'muted'}, `${nodes.length} node(s), ${free} of ${total} GPUs free.`),
         el('div', {class: 'nodes'}, cards));
+      if (focus && forms.has(focus)) forms.get(focus).querySelector('input[type=text]').focus();
+      focus = null;
     },
   };
+  function close(name) {
+    open.delete(name);
+    forms.delete(name);
+    if (document.activeElement) document.activeElement.blur();
+    refresh();
+  }
+  function drainForm(name) {
+    const reason = el('input', {type: 'text', placeholder: 'Reason (required)', dataset: {field: 'reason'}});
+    const now = el('input', {type: 'checkbox'});
+    return el('form', {class: 'drainform', dataset: {node: name}, onsubmit: async (e) => {
+      e.preventDefault();
+      if (!reason.value.trim()) { banner('A drain needs a reason.'); return; }
+      try {
+        await api(`nodes/${encodeURIComponent(name)}/drain`, {method: 'POST',
+          json: {reason: reason.value.trim(), now: now.checked}});
+        close(name);
+      } catch (err) { banner(`drain ${name}: ${err.message}`); }
+    }}, reason, el('label', {title: 'Stop its jobs now (they are requeued)'}, now, 'now'),
+    el('button', {class: 'act primary', type: 'submit'}, 'Drain'),
+    el('button', {class: 'act', type: 'button', onclick: () => close(name)}, 'Cancel'));
+  }
   return view;
 }
 
@@ -593,7 +614,7 @@ function timeline(job) {
   const t = job.transitions;
   const start = job.submitted_at;
   const terminal = ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(job.status);
-  const end = terminal && t.length ? t[t.length - 1].at : Date.now();
+  const end = terminal ? Math.max(start, ...t.map((x) => x.at)) : Date.now();
   const span = Math.max(1000, end - start);
   const x = (ms) => L + ((ms - start) / span) * (W - L - R);
   const g = svg('svg', {viewBox: `0 0 ${W} ${H}`, class: 'chart', id: 'timeline'});

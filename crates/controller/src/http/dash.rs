@@ -226,7 +226,8 @@ pub async fn report(
     }))
 }
 
-/// A share's figures in one hour, as average GPUs over the hour.
+/// A share's figures in one hour, as average GPUs over the hour (over the part of it
+/// that was counted, for the first hour and the one under way).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct HourShare {
     pub share: String,
@@ -313,7 +314,13 @@ pub async fn ledger_hours(
             } else {
                 st.ledger_between(h * HOUR_MS, ((h + 1) * HOUR_MS).min(to.max(h * HOUR_MS + 1)))
             };
-            let avg = |v: u64| v as f64 / HOUR_MS as f64;
+            // Average GPUs over the part of the hour that was counted: the first hour
+            // starts when counting began, the one under way ends now.
+            let span = (((h + 1) * HOUR_MS).min(to)).saturating_sub((h * HOUR_MS).max(st.ledger.since));
+            if span == 0 {
+                continue;
+            }
+            let avg = |v: u64| v as f64 / span as f64;
             hours.push(HourView {
                 start: h * HOUR_MS,
                 capacity: b

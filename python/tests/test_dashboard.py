@@ -88,7 +88,7 @@ def token_for(dev: Any, role: str, name: str) -> str:
 
 def tranche_cli(dev: Any, *args: str, config: str | None = None) -> str:
     out = subprocess.run(
-        [tranche_bin(), *args, "--config", config or dev.config],
+        [tranche_bin(), args[0], "--config", config or dev.config, *args[1:]],
         check=True, capture_output=True, text=True, timeout=60,
     )
     return out.stdout
@@ -131,9 +131,16 @@ class Browser:
         except TimeoutException:
             raise AssertionError(f"timed out: {what}") from None
 
-    def shot(self, name: str) -> Path:
+    def shot(self, name: str, full: bool = False) -> Path:
+        """Saves a screenshot; `full`: of the whole page, not only what fits the window."""
         p = shots_dir() / f"{name}.png"
+        if full:
+            h = self.d.execute_script("return document.documentElement.scrollHeight")
+            self.d.set_window_size(1440, max(900, min(int(h) + 140, 4000)))
+            time.sleep(0.3)
         self.d.save_screenshot(str(p))
+        if full:
+            self.d.set_window_size(1440, 900)
         return p
 
     def errors(self) -> list[dict[str, Any]]:
@@ -196,7 +203,7 @@ def test_the_dashboard_loads_every_page_without_console_errors(browser, dev, adm
     # Something on each page: a job that ran (its output), and a reclaim (nlp borrows
     # vision's idle A100s, then vision takes them back).
     done = cluster.submit(share="nlp", gpus=2, name="hello", time_limit="10m",
-                          command=["sh", "-c", "for i in 1 2 3; do echo step $i; sleep 0.2; done"])
+                          command=["sh", "-c", "for i in 1 2 3 4 5; do echo step $i of 5; sleep 0.5; done"])
     assert done.wait(timeout=60) == "SUCCEEDED"
     nlp = [cluster.submit(share="nlp", gpus=4, unit="a100", name=f"nlp-{i}", time_limit="2h",
                           command=["sleep", "600"]) for i in (1, 2)]
@@ -220,7 +227,7 @@ def test_the_dashboard_loads_every_page_without_console_errors(browser, dev, adm
         assert {r.get_attribute("data-share") for r in rows} >= {"research", "vision", "nlp"}
         browser.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart rect"), 10,
                       "the ledger chart has bars")
-        browser.shot("shares")
+        browser.shot("shares", full=True)
 
         browser.go("queue")
         assert browser.d.find_elements(By.ID, "queue-front")
@@ -238,18 +245,18 @@ def test_the_dashboard_loads_every_page_without_console_errors(browser, dev, adm
             lambda d: any(f"job {borrower.id}" in r.text and f"job {owner.id}" in r.text
                           for r in d.find_elements(By.CSS_SELECTOR, "table tr")),
             10, "the reclaim of the borrower for the owner is listed")
-        browser.shot("preemptions")
+        browser.shot("preemptions", full=True)
 
         browser.go(f"job/{done.id}")
-        browser.until(lambda d: "step 3" in browser.text("#log"), 15, "the job's output")
+        browser.until(lambda d: "step 5 of 5" in browser.text("#log"), 15, "the job's output")
         assert "SUCCEEDED" in browser.text("h1")
         assert browser.d.find_elements(By.CSS_SELECTOR, "#timeline rect")
-        browser.shot("job")
+        browser.shot("job", full=True)
 
         browser.go(f"job/{borrower.id}")
         browser.until(lambda d: f"stopped by a reclaim for job {owner.id} (vision)" in browser.text("main"), 10,
                       "the borrower's attempt names its preemptor")
-        browser.shot("job-preempted")
+        browser.shot("job-preempted", full=True)
 
         browser.go("report")
         assert browser.d.find_elements(By.ID, "report")
@@ -286,7 +293,7 @@ def test_a_submitted_job_shows_on_queue_then_nodes_without_a_reload(browser, dev
         # The blocker has a time limit, so the estimate is a time, not "unknown".
         assert "unknown" not in estimate and "in " in estimate, estimate
         assert "RUNNABLE" in cells.text
-        browser.shot("queue-waiting")
+        browser.shot("queue-waiting", full=True)
 
         browser.go("nodes")
         assert not browser.d.find_elements(By.CSS_SELECTOR, f".gpu[data-job='{waiter.id}']")
@@ -377,5 +384,61 @@ def test_the_report_page_totals_equal_tranche_report_json(browser, dev, admin_to
                 # The same hours read a moment apart: equal but for an entry between.
                 assert abs(page[key][k] - v) < 1e-3, (by, key, k, page[key][k], v)
         assert want[f"{'vision' if by == 'share' else 'admin'}/a100"]["used"] > 0
-        browser.shot(f"report-by-{by}")
+        browser.shot(f"report-by-{by}", full=True)
     assert browser.errors() == []
+
+
+@pytest.mark.skipif(os.environ.get("TRANCHE_DASHBOARD_BENCH") != "1",
+                    reason="the 10,000-job benchmark runs with TRANCHE_DASHBOARD_BENCH=1")
+def test_benchmark_first_loads_with_10000_jobs(tmp_path):
+    """Not a timed test: prints (and saves as JSON beside the screenshots) how long each
+    page's first load takes, from navigation to first drawing, with 10,000 jobs in the
+    state (an array of 10,000 one-GPU tasks: 16 run, the rest wait)."""
+    from conftest import start_dev, stop_dev
+
+    found = find_browser()
+    if isinstance(found, str):
+        skip_or_fail(found)
+    d = start_dev(tmp_path)
+    try:
+        out = tranche_cli(d, "submit", "--share", "nlp", "--gpus", "1", "--time", "1h",
+                          "--array", "0-9999", "--parsable", "--", "sleep", "3600",
+                          config=d.config_of("admin", "admin"))
+        array = out.strip().split(";")[0]
+        c = tranche.Cluster.from_config(d.config_of("admin", "admin"))
+        page = c.request("GET", "/api/v1/jobs", params={"limit": 1000})
+        n = len(page["jobs"])
+        while page.get("next_after"):
+            page = c.request("GET", "/api/v1/jobs", params={"limit": 1000, "after": page["next_after"]})
+            n += len(page["jobs"])
+        assert n >= 10000, n
+        url = dashboard_url(d)
+        chrome, driver = found  # type: ignore[misc]
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = chrome
+        for a in ("--headless=new", "--window-size=1440,900", "--ignore-certificate-errors"):
+            opts.add_argument(a)
+        if os.geteuid() == 0:
+            opts.add_argument("--no-sandbox")
+        drv = webdriver.Chrome(service=Service(driver), options=opts)
+        b = Browser(drv, url.split("/ui/")[0])
+        times: dict[str, list[int]] = {}
+        try:
+            b.open(url.split("#token=")[1])
+            pages = ["shares", "queue", "nodes", "preemptions", "report", f"job/{array}_5000"]
+            for _ in range(3):
+                for p in pages:
+                    drv.get("about:blank")
+                    drv.get(f"{b.base}/ui/#/{p}")
+                    b.wait_loaded(p.split("/")[0], timeout=30)
+                    ms = int(drv.execute_script("return document.body.dataset.firstMs"))
+                    times.setdefault(p.split("/")[0], []).append(ms)
+            b.shot("bench-queue-10000")
+        finally:
+            drv.quit()
+        best = {p: min(v) for p, v in times.items()}
+        (shots_dir() / "bench-10000.json").write_text(json.dumps({"jobs": n, "ms": times}, indent=1))
+        print(f"\nfirst load with {n} jobs (ms, best of 3): {best}", file=sys.stderr)
+        assert all(v for v in best.values())
+    finally:
+        stop_dev(d)

@@ -199,7 +199,9 @@ async function followEvents() {
     if (!app.token) return;
     try {
       const q = after === null ? '' : `?after=${after}`;
-      const r = await fetch(`/api/v1/events${q}`, {headers: {Authorization: `Bearer ${app.token}`}});
+      app.events = new AbortController();
+      const r = await fetch(`/api/v1/events${q}`,
+        {headers: {Authorization: `Bearer ${app.token}`}, signal: app.events.signal});
       if (!r.ok) throw new Error(`events: ${r.status}`);
       setLive(true);
       const reader = r.body.getReader();
@@ -263,6 +265,8 @@ async function refresh() {
     app.refreshing = false;
     app.lastRefresh = Date.now();
     document.body.dataset.loaded = String(app.lastRefresh);
+    // Milliseconds from the start of the navigation to the page's first drawing.
+    if (!document.body.dataset.firstMs) document.body.dataset.firstMs = String(Math.round(performance.now()));
     if (app.dirty) changed();
   }
 }
@@ -615,7 +619,7 @@ function timeline(job) {
   const start = job.submitted_at;
   const terminal = ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(job.status);
   const end = terminal ? Math.max(start, ...t.map((x) => x.at)) : Date.now();
-  const span = Math.max(1000, end - start);
+  const span = Math.max(1, end - start);
   const x = (ms) => L + ((ms - start) / span) * (W - L - R);
   const g = svg('svg', {viewBox: `0 0 ${W} ${H}`, class: 'chart', id: 'timeline'});
   let from = start, state = t.length ? t[0].from : job.status;
@@ -961,6 +965,12 @@ async function start() {
   followEvents();
 }
 
+// Streams left open when the page goes would keep holding the browser's few
+// connections to this origin (it tries to drain them for reuse): end them.
+window.addEventListener('pagehide', () => {
+  if (app.events) app.events.abort();
+  if (app.view && app.view.dispose) app.view.dispose();
+});
 window.addEventListener('hashchange', () => {
   if (/^#token=/.test(location.hash)) {
     start();

@@ -100,6 +100,8 @@ class Browser:
         self.base = base  # https://host:port
 
     def open(self, token: str, page: str = "shares") -> None:
+        """Loads the dashboard afresh, logged in with `token`."""
+        self.d.get("about:blank")
         self.d.get(f"{self.base}/ui/#token={token}&{page}")
         self.wait_loaded(page)
 

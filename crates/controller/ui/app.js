@@ -962,7 +962,13 @@ async function start() {
   document.getElementById('who').textContent = `${app.who.name} (${app.who.role})`;
   document.getElementById('logout').hidden = false;
   route();
-  followEvents();
+  if (app.following) {
+    // A new token: the stream starts again with it.
+    if (app.events) app.events.abort();
+  } else {
+    app.following = true;
+    followEvents().finally(() => { app.following = false; });
+  }
 }
 
 // Streams left open when the page goes would keep holding the browser's few

@@ -40,6 +40,11 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// Replaces a node's children; nested arrays are flattened, absent parts left out.
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat(2).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 function svg(tag, attrs, ...children) {
   const e = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
@@ -171,7 +176,7 @@ function logout(why) {
 function showLogin(why) {
   const page = document.getElementById('page');
   const input = el('input', {id: 'token', type: 'password', placeholder: 'Bearer token', autocomplete: 'off'});
-  page.replaceChildren(el('div', {class: 'card login'},
+  fill(page, el('div', {class: 'card login'},
     el('h1', {}, 'Log in'),
     why ? el('p', {class: 'muted'}, why) : null,
     el('p', {}, 'Paste a bearer token from ', el('code', {}, 'tranche token issue'),
@@ -285,7 +290,7 @@ function route() {
     a.classList.toggle('active', a.dataset.page === page);
   }
   const root = document.getElementById('page');
-  root.replaceChildren();
+  fill(root);
   document.body.dataset.page = page;
   delete document.body.dataset.loaded;
   app.view = PAGES[page](root, arg);
@@ -352,8 +357,8 @@ function sharesPage(root) {
           if (f.classList.contains('borrowed')) f.style.opacity = '0.45';
         }
       }
-      now.replaceChildren(t);
-      chart.replaceChildren(...stackedCharts(hours, to - range * HOUR, to));
+      fill(now, t);
+      fill(chart, ...stackedCharts(hours, to - range * HOUR, to));
     },
   };
 }
@@ -364,7 +369,7 @@ function stackedCharts(hours, from, to) {
   for (const h of hours.hours) {
     for (const s of h.shares) {
       if (!units.has(s.unit)) units.set(s.unit, new Set());
-      units.get(s.unit).add(s.share);
+      if (s.used + s.borrowed > 0) units.get(s.unit).add(s.share);
     }
   }
   if (!units.size) {
@@ -485,7 +490,7 @@ function queuePage(root) {
         parts.push(el('h2', {}, `Share ${s.share}`),
           table(QUEUE_HEAD, queueRows(s.jobs), {attrs: {dataset: {share: s.share}}}));
       }
-      body.replaceChildren(...parts);
+      fill(body, ...parts);
     },
   };
 }
@@ -567,7 +572,7 @@ function nodesPage(root) {
           n.reason ? el('div', {class: 'reason', dataset: {field: 'reason'}}, n.reason) : null,
           el('div', {class: 'gpus'}, cells), actions);
       });
-      body.replaceChildren(legend,
+      fill(body, legend,
         el('p', {class: 'muted'}, `${nodes.length} node(s), ${free} of ${total} GPUs free.`),
         el('div', {class: 'nodes'}, cards));
       if (focus && forms.has(focus)) forms.get(focus).querySelector('input[type=text]').focus();
@@ -699,7 +704,7 @@ function jobPage(root, id) {
   return {
     async load() {
       if (!/^\d+(_\d+)?$/.test(id || '')) {
-        head.replaceChildren(el('h1', {}, 'Job'), el('p', {}, 'Give a job id (e.g. 42) in the box at the top.'));
+        fill(head, el('h1', {}, 'Job'), el('p', {}, 'Give a job id (e.g. 42) in the box at the top.'));
         return;
       }
       let job;
@@ -707,7 +712,7 @@ function jobPage(root, id) {
         job = await api(`jobs/${id}`);
       } catch (e) {
         if (e.status === 404) {
-          head.replaceChildren(el('h1', {}, `Job ${id}`), el('p', {}, e.message));
+          fill(head, el('h1', {}, `Job ${id}`), el('p', {}, e.message));
           return;
         }
         throw e;
@@ -718,7 +723,7 @@ function jobPage(root, id) {
         api(`preemptions?job=${job.id}&limit=100`),
       ]);
       const s = job.spec;
-      head.replaceChildren(el('h1', {}, `Job ${id} `, el('span', {class: 'muted'}, s.name), ' ', badge(job.status)),
+      fill(head, el('h1', {}, `Job ${id} `, el('span', {class: 'muted'}, s.name), ' ', badge(job.status)),
         el('div', {class: 'card'}, el('dl', {class: 'kv'},
           el('dt', {}, 'Share'), el('dd', {}, `${s.share} (queue ${s.queue})`),
           el('dt', {}, 'User'), el('dd', {}, s.user),
@@ -749,7 +754,7 @@ function jobPage(root, id) {
       const seg = el('span', {class: 'seg'},
         ['stdout', 'stderr'].map((k) => el('button', {type: 'button', class: (k === 'stderr') === stderr ? 'on' : null,
           onclick: () => { stderr = k === 'stderr'; refresh(); }}, k)));
-      body.replaceChildren(
+      fill(body, 
         el('h2', {}, 'Why it is where it is'),
         el('div', {class: 'card'}, el('ul', {class: 'lines', id: 'explain'}, explain.lines.map((l) => el('li', {}, l)))),
         el('h2', {}, 'Timeline'), el('div', {class: 'card'}, timeline(job)),
@@ -835,7 +840,7 @@ function preemptionsPage(root) {
           td(e.for_job ? [jobLink(e.for_job.id, `job ${e.for_job.id}`), ` ${e.for_job.name} (${e.for_job.share}, ${e.for_job.user})`] : 'a job no longer known'),
           td(String(e.gpus), 'num'), td(duration(e.ran_ms), 'num'))),
       {empty: 'No preemptions yet.'}));
-      body.replaceChildren(...parts);
+      fill(body, ...parts);
     },
   };
 }
@@ -935,7 +940,7 @@ function reportPage(root) {
         }
       }
       const caps = Object.entries(r.capacity_gpu_hours).map(([u, v]) => `${u}: ${gpuHours(v)} GPU-hours`).join(', ');
-      body.replaceChildren(
+      fill(body, 
         el('p', {class: 'muted'}, r.counting_since
           ? `GPU-hours from ${localTime(Math.max(r.from, r.counting_since))} to ${localTime(r.to)} (whole hours that overlap the range), with percentages of each unit's capacity. Capacity: ${caps || 'none'}.`
           : 'Nothing counted yet.'),

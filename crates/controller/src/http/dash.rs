@@ -138,7 +138,7 @@ pub struct ReportView {
 pub struct ReportQuery {
     /// From, milliseconds since the epoch (default 0: since the ledger began).
     pub from: Option<u64>,
-    /// Until, milliseconds since the epoch (default: now).
+    /// Until, milliseconds since the epoch (default, and at most: now).
     pub to: Option<u64>,
     /// Rows per `share` (and unit; the default), per `user` (and unit), or per `unit`.
     pub by: Option<String>,
@@ -163,11 +163,18 @@ pub async fn report(
             format!("`{by}` is not a grouping; use share, user or unit"),
         ));
     }
+    // The ledger counts up to now: a range is cut there (time to come would be
+    // counted at today's rates, hour by hour, as far as the range asked).
+    let now = now_of(&api);
+    let to = q.to.map(|t| t.min(now));
     let from = q.from.unwrap_or(0);
-    if q.to.is_some_and(|t| t <= from) {
-        return Err(HttpError::invalid("to", "must be after `from`"));
+    if to.unwrap_or(now) <= from {
+        return Err(HttpError::invalid(
+            "to",
+            "must be after `from`, which must be before now",
+        ));
     }
-    let r = match api.read(&caller, Query::Report { from, to: q.to }).await? {
+    let r = match api.read(&caller, Query::Report { from, to }).await? {
         Answer::Report(r) => r,
         other => return Err(unexpected(&other)),
     };
@@ -263,7 +270,7 @@ pub struct LedgerHoursView {
 pub struct HoursQuery {
     /// From, milliseconds since the epoch (default: 24 hours before `to`).
     pub from: Option<u64>,
-    /// Until, milliseconds since the epoch (default: now).
+    /// Until, milliseconds since the epoch (default, and at most: now).
     pub to: Option<u64>,
 }
 
@@ -280,10 +287,14 @@ pub async fn ledger_hours(
     caller: Caller,
     QueryArgs(q): QueryArgs<HoursQuery>,
 ) -> Result<Json<LedgerHoursView>> {
-    let to = q.to.unwrap_or_else(|| now_of(&api));
+    let now = now_of(&api);
+    let to = q.to.unwrap_or(now).min(now);
     let from = q.from.unwrap_or(to.saturating_sub(24 * HOUR_MS));
     if to <= from {
-        return Err(HttpError::invalid("to", "must be after `from`"));
+        return Err(HttpError::invalid(
+            "to",
+            "must be after `from`, which must be before now",
+        ));
     }
     if to.div_ceil(HOUR_MS) - from / HOUR_MS > MAX_HOURS {
         return Err(HttpError::invalid(

@@ -47,15 +47,48 @@ pub fn router() -> Router<Arc<Api>> {
 #[openapi(
     paths(report, ledger_hours, queue_standing, job_standing, gpus, preemptions),
     components(schemas(
-        Figures, ReportRow, ReportView, HourShare, HourView, LedgerHoursView, StandingView,
-        StandingJob, ShareStanding, QueueStandingView, GpuCell, NodeGpus, JobBrief,
-        PreemptionView, PreemptionsView,
+        Figures,
+        ReportRow,
+        ReportView,
+        HourShare,
+        HourView,
+        LedgerHoursView,
+        StandingView,
+        StandingJob,
+        ShareStanding,
+        QueueStandingView,
+        GpuCell,
+        NodeGpus,
+        JobBrief,
+        PreemptionView,
+        PreemptionsView,
     ))
 )]
 pub struct DashDoc;
 
 fn now_of(api: &Api) -> Millis {
     wall_ms().max(api.shared.read().unwrap().last_now)
+}
+
+/// A range of the ledger: `to` defaults to now and ends there at the latest (time to
+/// come would be counted at today's rates, hour by hour, as far as it was asked);
+/// `from` defaults to `default_from(to)` and must come before `to`.
+fn range(
+    api: &Api,
+    from: Option<Millis>,
+    to: Option<Millis>,
+    default_from: impl Fn(Millis) -> Millis,
+) -> Result<(Millis, Millis)> {
+    let now = now_of(api);
+    let to = to.unwrap_or(now).min(now);
+    let from = from.unwrap_or_else(|| default_from(to));
+    if to <= from {
+        return Err(HttpError::invalid(
+            "to",
+            "must be after `from`, which must be before now",
+        ));
+    }
+    Ok((from, to))
 }
 
 fn gpu_h(ms: u64) -> f64 {
@@ -163,18 +196,11 @@ pub async fn report(
             format!("`{by}` is not a grouping; use share, user or unit"),
         ));
     }
-    // The ledger counts up to now: a range is cut there (time to come would be
-    // counted at today's rates, hour by hour, as far as the range asked).
-    let now = now_of(&api);
-    let to = q.to.map(|t| t.min(now));
-    let from = q.from.unwrap_or(0);
-    if to.unwrap_or(now) <= from {
-        return Err(HttpError::invalid(
-            "to",
-            "must be after `from`, which must be before now",
-        ));
-    }
-    let r = match api.read(&caller, Query::Report { from, to }).await? {
+    let (from, to) = range(&api, q.from, q.to, |_| 0)?;
+    let r = match api
+        .read(&caller, Query::Report { from, to: Some(to) })
+        .await?
+    {
         Answer::Report(r) => r,
         other => return Err(unexpected(&other)),
     };
@@ -216,7 +242,9 @@ pub async fn report(
             for (u, v) in &b.unassigned_lent {
                 m.entry(u.to_string()).or_default().lent += v;
             }
-            m.iter().map(|(u, t)| row(None, None, u.clone(), t)).collect()
+            m.iter()
+                .map(|(u, t)| row(None, None, u.clone(), t))
+                .collect()
         }
     };
     Ok(Json(ReportView {
@@ -287,15 +315,7 @@ pub async fn ledger_hours(
     caller: Caller,
     QueryArgs(q): QueryArgs<HoursQuery>,
 ) -> Result<Json<LedgerHoursView>> {
-    let now = now_of(&api);
-    let to = q.to.unwrap_or(now).min(now);
-    let from = q.from.unwrap_or(to.saturating_sub(24 * HOUR_MS));
-    if to <= from {
-        return Err(HttpError::invalid(
-            "to",
-            "must be after `from`, which must be before now",
-        ));
-    }
+    let (from, to) = range(&api, q.from, q.to, |to| to.saturating_sub(24 * HOUR_MS))?;
     if to.div_ceil(HOUR_MS) - from / HOUR_MS > MAX_HOURS {
         return Err(HttpError::invalid(
             "from",
@@ -304,7 +324,10 @@ pub async fn ledger_hours(
     }
     // The report read is the barrier and the authorization; the hours come from the
     // applied state it waited for.
-    let r = match api.read(&caller, Query::Report { from, to: Some(to) }).await? {
+    let r = match api
+        .read(&caller, Query::Report { from, to: Some(to) })
+        .await?
+    {
         Answer::Report(r) => r,
         other => return Err(unexpected(&other)),
     };
@@ -323,11 +346,15 @@ pub async fn ledger_hours(
                     None => continue,
                 }
             } else {
-                st.ledger_between(h * HOUR_MS, ((h + 1) * HOUR_MS).min(to.max(h * HOUR_MS + 1)))
+                st.ledger_between(
+                    h * HOUR_MS,
+                    ((h + 1) * HOUR_MS).min(to.max(h * HOUR_MS + 1)),
+                )
             };
             // Average GPUs over the part of the hour that was counted: the first hour
             // starts when counting began, the one under way ends now.
-            let span = (((h + 1) * HOUR_MS).min(to)).saturating_sub((h * HOUR_MS).max(st.ledger.since));
+            let span =
+                (((h + 1) * HOUR_MS).min(to)).saturating_sub((h * HOUR_MS).max(st.ledger.since));
             if span == 0 {
                 continue;
             }
@@ -701,8 +728,7 @@ pub async fn preemptions(
                 StopKind::InShare { for_job } => ("in_share", *for_job),
                 _ => continue,
             };
-            if q.since.is_some_and(|s| at < s)
-                || q.job.is_some_and(|id| id != j.id.0 && id != by.0)
+            if q.since.is_some_and(|s| at < s) || q.job.is_some_and(|id| id != j.id.0 && id != by.0)
             {
                 continue;
             }

@@ -82,8 +82,7 @@ pub fn json() -> &'static str {
     DOC.get_or_init(|| {
         let mut doc = ApiDoc::openapi();
         doc.merge(super::dash::DashDoc::openapi());
-        doc.to_pretty_json()
-            .expect("the document encodes")
+        doc.to_pretty_json().expect("the document encodes")
     })
 }
 

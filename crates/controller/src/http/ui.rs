@@ -32,7 +32,10 @@ pub fn router() -> Router<Arc<Api>> {
     Router::new()
         .route("/", get(|| async { Redirect::to("/ui/") }))
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
+        .route(
+            "/ui/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX) }),
+        )
         .route(
             "/ui/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
@@ -41,8 +44,14 @@ pub fn router() -> Router<Arc<Api>> {
             "/ui/app.css",
             get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
         )
-        .route("/ui/icon.svg", get(|| async { asset("image/svg+xml", ICON) }))
-        .route("/favicon.ico", get(|| async { asset("image/svg+xml", ICON) }))
+        .route(
+            "/ui/icon.svg",
+            get(|| async { asset("image/svg+xml", ICON) }),
+        )
+        .route(
+            "/favicon.ico",
+            get(|| async { asset("image/svg+xml", ICON) }),
+        )
 }
 
 fn asset(kind: &'static str, body: &'static str) -> Response {
@@ -53,7 +62,10 @@ fn asset(kind: &'static str, body: &'static str) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -69,10 +81,16 @@ mod tests {
 
     #[test]
     fn pages_load_nothing_from_elsewhere() {
-        for (name, text) in [("index.html", INDEX), ("app.js", APP_JS), ("app.css", APP_CSS)] {
+        for (name, text) in [
+            ("index.html", INDEX),
+            ("app.js", APP_JS),
+            ("app.css", APP_CSS),
+        ] {
             // SVG's namespace is a name, not an address that is fetched.
             let text = text.replace("http://www.w3.org/2000/svg", "");
-            for bad in ["http://", "https://", "//cdn", "<script>", "onclick=", "eval("] {
+            for bad in [
+                "http://", "https://", "//cdn", "<script>", "onclick=", "eval(",
+            ] {
                 assert!(!text.contains(bad), "{name} contains `{bad}`");
             }
         }

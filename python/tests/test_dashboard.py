@@ -9,6 +9,7 @@ instead (scripts/test.sh installs both as root).
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import os
@@ -357,7 +358,7 @@ def local(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def test_the_report_page_totals_equal_tranche_report_json(browser, dev, admin_token, cluster):
+def test_the_report_page_totals_equal_tranche_report_json(browser, dev, admin_token, cluster, tmp_path):
     job = cluster.submit(share="vision", gpus=2, unit="a100", command=["sleep", "1"])
     assert job.wait(timeout=60) == "SUCCEEDED"
     browser.open(admin_token, "report")
@@ -387,6 +388,17 @@ def test_the_report_page_totals_equal_tranche_report_json(browser, dev, admin_to
                 assert abs(page[key][k] - v) < 1e-3, (by, key, k, page[key][k], v)
         assert want[f"{'vision' if by == 'share' else 'admin'}/a100"]["used"] > 0
         browser.shot(f"report-by-{by}", full=True)
+
+    # The CSV holds the same rows, at full precision.
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    browser.d.execute_cdp_cmd("Browser.setDownloadBehavior",
+                              {"behavior": "allow", "downloadPath": str(downloads)})
+    browser.d.find_element(By.ID, "report-csv").click()
+    csvs = browser.until(lambda d: [p for p in downloads.glob("*.csv")], 15, "the CSV download")
+    rows = list(csv.DictReader(csvs[0].read_text().splitlines()))
+    assert {f"{r['user']}/{r['unit']}": float(r["used_gpu_hours"]) for r in rows} == {
+        k: v["used"] for k, v in page.items()}
     assert browser.errors() == []
 
 

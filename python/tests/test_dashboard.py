@@ -402,6 +402,20 @@ def test_the_report_page_totals_equal_tranche_report_json(browser, dev, admin_to
     assert browser.errors() == []
 
 
+def test_without_a_token_the_page_asks_for_one_and_refuses_a_bad_one(browser):
+    browser.d.get("about:blank")
+    browser.d.get(f"{browser.base}/ui/#/nodes")
+    browser.d.execute_script("sessionStorage.clear(); location.reload()")
+    field = browser.until(lambda d: d.find_element(By.ID, "token"), 10, "the login form")
+    assert not browser.d.find_elements(By.CSS_SELECTOR, ".node")
+    field.send_keys("tranche1.not.a.token")
+    browser.d.find_element(By.CSS_SELECTOR, ".login button[type=submit]").click()
+    browser.until(lambda d: "The token was refused" in browser.text("main"), 10,
+                  "the refusal is shown")
+    assert browser.d.find_elements(By.ID, "token")
+    assert browser.d.execute_script("return sessionStorage.getItem('tranche.token')") is None
+
+
 @pytest.mark.skipif(os.environ.get("TRANCHE_DASHBOARD_BENCH") != "1",
                     reason="the 10,000-job benchmark runs with TRANCHE_DASHBOARD_BENCH=1")
 def test_benchmark_first_loads_with_10000_jobs(tmp_path):

@@ -65,4 +65,4 @@ if [[ ! -x $venv/bin/python ]]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "python[test]"
 "$venv/bin/python" -m mypy --strict python/tranche
-TRANCHE_BIN=$(cd "$target" && pwd)/debug/tranche "$venv/bin/python" -m pytest -q python/tests
+TRANCHE_BIN=$(cd "$target" && pwd)/debug/tranche "$venv/bin/python" -m pytest -q -rs python/tests

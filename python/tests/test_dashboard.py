@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -68,6 +69,8 @@ def skip_or_fail(why: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(msg + " (CI=true: a test that cannot run fails)")
     print(f"\n*** {msg} ***", file=sys.stderr)
+    # Also in the warnings summary, which pytest prints whatever its options.
+    warnings.warn(msg, stacklevel=2)
     pytest.skip(msg)
 
 

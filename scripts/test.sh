@@ -7,10 +7,12 @@
 # After the Rust tests, the Python SDK's suites (python/tests: the SDK against
 # `tranche dev`, the OpenAPI document, schemathesis) run in a virtualenv this script
 # makes under the cargo target dir and fills from PyPI (pytest,
-# schemathesis, openapi-spec-validator, mypy, which checks the SDK's types first). TRANCHE_SKIP_PYTHON=1 leaves them out.
+# schemathesis, openapi-spec-validator, mypy, which checks the SDK's types first;
+# selenium, for the dashboard's tests in chromium). TRANCHE_SKIP_PYTHON=1 leaves them out.
 #
 # As root, missing Debian packages are installed with apt-get before any test runs:
-# runc and a static busybox for the container tests. Without root nothing is
+# runc and a static busybox for the container tests, chromium and chromium-driver for
+# the dashboard's browser tests. Without root nothing is
 # installed, and the tests that need those tools say so on stderr and are skipped;
 # under CI=true a test that cannot run as root fails instead of skipping.
 set -euo pipefail
@@ -31,6 +33,13 @@ busybox_static || need+=(busybox-static)
 # Debian's python3 makes virtualenvs only with python3-venv (ensurepip).
 if [[ ${TRANCHE_SKIP_PYTHON:-0} != 1 ]] && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)
+fi
+
+# The dashboard's browser tests (python/tests/test_dashboard.py) drive Debian's
+# chromium through chromium-driver.
+if [[ ${TRANCHE_SKIP_PYTHON:-0} != 1 ]]; then
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 fi
 
 if ((${#need[@]})); then
@@ -56,4 +65,4 @@ if [[ ! -x $venv/bin/python ]]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "python[test]"
 "$venv/bin/python" -m mypy --strict python/tranche
-TRANCHE_BIN=$(cd "$target" && pwd)/debug/tranche "$venv/bin/python" -m pytest -q python/tests
+TRANCHE_BIN=$(cd "$target" && pwd)/debug/tranche "$venv/bin/python" -m pytest -q -rs python/tests

@@ -155,6 +155,19 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         urls.first().cloned().unwrap_or_default(),
         user_files.ca.display()
     );
+    // The dashboard's URL carries an admin token in its fragment, which the browser
+    // never sends to a server; the page moves it to the tab's sessionStorage.
+    let admin_files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::Admin, "admin");
+    let admin_token = tranche_tls::token::issue_token(&admin_files, Duration::from_secs(8 * 3600))
+        .map_err(|e| format!("a token for the admin: {e}"))?;
+    eprintln!(
+        "  Dashboard, logged in as the admin for 8 hours (the browser will not know the cluster's CA {}: trust it or accept the warning):",
+        user_files.ca.display()
+    );
+    eprintln!(
+        "    {}/ui/#token={admin_token}",
+        urls.first().cloned().unwrap_or_default()
+    );
     eprintln!("  operator: {}", operator_cfg.display());
     eprintln!("  admin:    {}", admin_cfg.display());
     eprintln!("Try: tranche submit --share nlp --gpus 2 -- sh -c 'nvidia-smi || echo $CUDA_VISIBLE_DEVICES'; tranche jobs");

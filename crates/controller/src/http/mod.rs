@@ -11,6 +11,7 @@
 //! The OpenAPI document at `/api/v1/openapi.json` is generated from the types in
 //! [`dto`].
 
+pub mod dash;
 pub mod dto;
 pub mod error;
 mod extract;
@@ -18,6 +19,7 @@ mod logs;
 pub mod openapi;
 mod routes;
 mod stream;
+mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -80,9 +80,9 @@ pub struct ApiDoc;
 pub fn json() -> &'static str {
     static DOC: OnceLock<String> = OnceLock::new();
     DOC.get_or_init(|| {
-        ApiDoc::openapi()
-            .to_pretty_json()
-            .expect("the document encodes")
+        let mut doc = ApiDoc::openapi();
+        doc.merge(super::dash::DashDoc::openapi());
+        doc.to_pretty_json().expect("the document encodes")
     })
 }
 

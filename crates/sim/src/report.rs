@@ -466,7 +466,7 @@ fn spread(s: &mut Series, t0: Millis, t1: Millis, mut f: impl FnMut(&mut Series,
 /// A duration as people read it: `0.2 s`, `44 s`, `12 min 26 s`, `3 h 05 min`, `2 d 3 h`.
 pub fn fmt_duration(ms: Millis) -> String {
     let s = ms / SECOND;
-    if ms < 10 * SECOND && ms % SECOND != 0 {
+    if ms < 10 * SECOND && !ms.is_multiple_of(SECOND) {
         format!("{:.1} s", ms as f64 / 1000.0)
     } else if s < 60 {
         format!("{s} s")

@@ -263,7 +263,13 @@ impl Service {
                 Response::NodeWork(views::node_work(st, node, sh.applied, now))
             }
             Query::Report { from, to } => {
-                let to = to.unwrap_or(now);
+                // Nothing is counted beyond now; an empty range is refused.
+                let to = to.unwrap_or(now).min(now);
+                if *from >= to {
+                    return Response::Error(ApiError::BadRequest(
+                        "the report's range must start before it ends, and before now".into(),
+                    ));
+                }
                 Response::Report(Box::new(tranche_proto::LedgerReport {
                     from: *from,
                     to,

@@ -109,6 +109,9 @@ impl Ledger {
     pub fn sum(&self, from: Millis, to: Millis) -> Bucket {
         let mut out = Bucket::default();
         let (a, b) = (from / HOUR_MS, to.div_ceil(HOUR_MS));
+        if a >= b {
+            return out;
+        }
         for (_, bucket) in self.hours.range(a..b) {
             out.add(bucket);
         }

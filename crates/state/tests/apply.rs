@@ -1218,4 +1218,6 @@ fn a_hand_counted_hour_of_lending_borrowing_reserve_and_preemption() {
     assert_eq!(a.lost_in_share + a.lost_drain, 0);
     // 16 GPUs for the hour.
     assert_eq!(gpu_h(got.capacity[&Unit::from("h100")]), 16.0);
+    // A range that ends before it starts holds nothing (and does not panic).
+    assert_eq!(st.ledger.sum(2 * HOUR, HOUR), ledger::Bucket::default());
 }

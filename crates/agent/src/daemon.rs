@@ -717,22 +717,21 @@ impl Agent {
         // Neither code nor signal, and no launch error: the agent lost the
         // attempt (it died before the shim started, or the shim vanished). The
         // job did not fail; the controllers requeue it.
-        let event =
-            if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
-                Progress::Lost {
-                    reason: reason.unwrap_or_else(|| {
-                        format!(
-                            "the agent on {} lost track of the attempt (no exit status)",
-                            self.inventory.name
-                        )
-                    }),
-                }
-            } else {
-                Progress::Exited {
-                    code: st.code,
-                    reason,
-                }
-            };
+        let event = if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
+            Progress::Lost {
+                reason: reason.unwrap_or_else(|| {
+                    format!(
+                        "the agent on {} lost track of the attempt (no exit status)",
+                        self.inventory.name
+                    )
+                }),
+            }
+        } else {
+            Progress::Exited {
+                code: st.code,
+                reason,
+            }
+        };
         let delivered = self.progress(key, event).await;
         if delivered {
             // Forgotten first, then cleared: nothing may look at an attempt
@@ -920,7 +919,11 @@ impl Agent {
             // A controller fetches output for its HTTP API's callers, whom it has
             // checked by this same rule.
             Role::Admin | Role::Operator | Role::Controller => Ok(()),
-            Role::User => match self.client.read(Query::Job(tranche_model::JobRef::job(job)), true).await {
+            Role::User => match self
+                .client
+                .read(Query::Job(tranche_model::JobRef::job(job)), true)
+                .await
+            {
                 Ok(Response::Job(j)) if j.spec.user.as_str() == who.name => Ok(()),
                 Ok(Response::Job(j)) => Err(ApiError::Unauthorized(format!(
                     "{who} may read only its own jobs' output; job {job} belongs to {}",
@@ -1013,7 +1016,10 @@ impl Agent {
             let opened = tokio::task::spawn_blocking(move || {
                 file.open().map_err(|e| {
                     let gone = e.kind() == std::io::ErrorKind::NotFound;
-                    (gone, ApiError::NotFound(format!("{}: {e}", file.path().display())))
+                    (
+                        gone,
+                        ApiError::NotFound(format!("{}: {e}", file.path().display())),
+                    )
                 })
             })
             .await

@@ -162,7 +162,11 @@ fn host_job(share: &str, token: &str, script: &str) -> JobSpec {
 }
 
 async fn job(admin: &Client, id: JobId) -> tranche_model::Job {
-    match admin.read(Query::Job(tranche_model::JobRef::job(id)), false).await.unwrap() {
+    match admin
+        .read(Query::Job(tranche_model::JobRef::job(id)), false)
+        .await
+        .unwrap()
+    {
         Response::Job(j) => *j,
         other => panic!("{other:?}"),
     }

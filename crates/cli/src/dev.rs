@@ -123,14 +123,18 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         c.add_agent(&agent, node, gpus, "heartbeat_ms = 1000")?;
     }
     // Ready means the nodes are there: a drain or a submit right away finds them.
-    tranche_local::wait_until("the agents' nodes", std::time::Duration::from_secs(30), async || {
-        match admin.read(tranche_proto::Query::Nodes, false).await {
+    tranche_local::wait_until(
+        "the agents' nodes",
+        std::time::Duration::from_secs(30),
+        async || match admin.read(tranche_proto::Query::Nodes, false).await {
             Ok(tranche_proto::Response::Nodes(n)) if n.len() >= 4 => Ok(()),
-            Ok(tranche_proto::Response::Nodes(n)) => Err(format!("{} of 4 nodes registered", n.len())),
+            Ok(tranche_proto::Response::Nodes(n)) => {
+                Err(format!("{} of 4 nodes registered", n.len()))
+            }
             Ok(other) => Err(crate::output::unexpected_text(&other)),
             Err(e) => Err(e.to_string()),
-        }
-    })
+        },
+    )
     .await?;
     step("4 agents: n1, n2 with 4 H100 each; n3, n4 with 4 A100 each");
     let account = tranche_local::job_account()?;

@@ -87,7 +87,10 @@ pub fn parse_format(f: &str) -> Result<Vec<&'static (&'static str, &'static str,
                 .find(|c| c.0.eq_ignore_ascii_case(name))
                 .ok_or_else(|| {
                     let all: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
-                    format!("--format: unknown column `{name}`; columns are {}", all.join(", "))
+                    format!(
+                        "--format: unknown column `{name}`; columns are {}",
+                        all.join(", ")
+                    )
                 })
         })
         .collect()
@@ -95,7 +98,13 @@ pub fn parse_format(f: &str) -> Result<Vec<&'static (&'static str, &'static str,
 
 fn cell(col: &str, r: &Row, now: Millis) -> String {
     let j = r.job;
-    let nodes = || j.nodes.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(",");
+    let nodes = || {
+        j.nodes
+            .iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     match col {
         "id" => r.id.clone(),
         "name" => j.name.clone(),
@@ -120,10 +129,17 @@ fn cell(col: &str, r: &Row, now: Millis) -> String {
             .as_ref()
             .map(|s| format!("{}/{}", s.in_share, s.share_waiting))
             .unwrap_or_default(),
-        "start" => j.standing.as_ref().map(|s| estimate_text(&s.start)).unwrap_or_default(),
+        "start" => j
+            .standing
+            .as_ref()
+            .map(|s| estimate_text(&s.start))
+            .unwrap_or_default(),
         _ => {
             if j.nodes.is_empty() {
-                j.reason.as_ref().map(|r| format!("({r})")).unwrap_or_default()
+                j.reason
+                    .as_ref()
+                    .map(|r| format!("({r})"))
+                    .unwrap_or_default()
             } else {
                 nodes()
             }
@@ -226,9 +242,18 @@ mod tests {
         let cols = parse_format("id,state,reason").unwrap();
         let jobs = vec![job(7, JobStatus::Runnable, None)];
         let lines = table(&rows(&jobs), &cols, 0, 100);
-        assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["JOBID", "STATE", "REASON"]);
-        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["7", "RUNNABLE", "waiting"]);
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["JOBID", "STATE", "REASON"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["7", "RUNNABLE", "waiting"]
+        );
         let e = parse_format("id,color").unwrap_err();
-        assert!(e.contains("unknown column `color`") && e.contains("reason"), "{e}");
+        assert!(
+            e.contains("unknown column `color`") && e.contains("reason"),
+            "{e}"
+        );
     }
 }

@@ -62,7 +62,11 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
         None => job.attempts.last().ok_or_else(|| {
             (
                 1,
-                format!("job {} has not run yet: {}", job.job_ref(), job.status.as_str()),
+                format!(
+                    "job {} has not run yet: {}",
+                    job.job_ref(),
+                    job.status.as_str()
+                ),
             )
         })?,
     };

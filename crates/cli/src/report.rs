@@ -57,15 +57,26 @@ pub fn parse_when(s: &str, now: u64) -> Result<u64, String> {
         }
     }
     let (date, time) = t.split_once(['T', ' ']).unwrap_or((t, "00:00"));
-    let d: Vec<i32> = date.split('-').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-    let h: Vec<i32> = time.split(':').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let d: Vec<i32> = date
+        .split('-')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let h: Vec<i32> = time
+        .split(':')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
     let [y, mo, day] = <[i32; 3]>::try_from(d).map_err(|_| bad())?;
     let (hh, mm, ss) = match h[..] {
         [hh, mm] => (hh, mm, 0),
         [hh, mm, ss] => (hh, mm, ss),
         _ => return Err(bad()),
     };
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&day) || !(0..24).contains(&hh) || !(0..60).contains(&mm) || !(0..61).contains(&ss) {
+    if !(1..=12).contains(&mo)
+        || !(1..=31).contains(&day)
+        || !(0..24).contains(&hh)
+        || !(0..60).contains(&mm)
+        || !(0..61).contains(&ss)
+    {
         return Err(bad());
     }
     // SAFETY: a zeroed `tm` is a valid value of the plain C struct; `mktime` reads and
@@ -146,7 +157,13 @@ fn percent(part: u64, whole: u64) -> f64 {
 
 /// The report as JSON: per row GPU-hours and percentages of the unit's capacity.
 pub fn to_json(r: &LedgerReport, by: By) -> serde_json::Value {
-    let cap = |u: &str| r.totals.capacity.get(&tranche_model::Unit::from(u)).copied().unwrap_or(0);
+    let cap = |u: &str| {
+        r.totals
+            .capacity
+            .get(&tranche_model::Unit::from(u))
+            .copied()
+            .unwrap_or(0)
+    };
     let keys: &[&str] = match by {
         By::Share => &["share", "unit"],
         By::User => &["user", "unit"],
@@ -172,11 +189,19 @@ pub fn to_json(r: &LedgerReport, by: By) -> serde_json::Value {
             ];
             o.insert(
                 "gpu_hours".into(),
-                figures.iter().map(|(k, v)| (k.to_string(), gpu_h(*v).into())).collect::<serde_json::Map<_, _>>().into(),
+                figures
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), gpu_h(*v).into()))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into(),
             );
             o.insert(
                 "percent_of_capacity".into(),
-                figures.iter().map(|(k, v)| (k.to_string(), percent(*v, c).into())).collect::<serde_json::Map<_, _>>().into(),
+                figures
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), percent(*v, c).into()))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into(),
             );
             o.into()
         })
@@ -215,7 +240,12 @@ pub fn to_text(r: &LedgerReport, by: By) -> Vec<String> {
         "USED", "BORROWED", "LENT", "RESERVED IDLE", "LOST (PREEMPTED)"
     ));
     for row in rows(r, by) {
-        let c = r.totals.capacity.get(&tranche_model::Unit::from(row.unit.as_str())).copied().unwrap_or(0);
+        let c = r
+            .totals
+            .capacity
+            .get(&tranche_model::Unit::from(row.unit.as_str()))
+            .copied()
+            .unwrap_or(0);
         let cell = |v: u64| format!("{:>8.1} {:>6}", gpu_h(v), format!("{:.1}%", percent(v, c)));
         let key = match by {
             By::Unit => format!("{:<21.21}", row.key[0]),
@@ -248,7 +278,11 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             return Err(usage("--until must be after --since"));
         }
         let (client, _) = connect(&args.config)?;
-        let r = match client.read(Query::Report { from, to }, false).await.map_err(failed)? {
+        let r = match client
+            .read(Query::Report { from, to }, false)
+            .await
+            .map_err(failed)?
+        {
             Response::Report(r) => r,
             other => return Err(unexpected(&other)),
         };

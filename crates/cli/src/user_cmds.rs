@@ -10,9 +10,7 @@ use tranche_proto::{ApiError, ClientCommand, JobFilter, Objects, Query, Response
 use tranche_state::Outcome;
 
 use crate::client_cfg::{connect, remember_leader};
-use crate::fmt::{
-    attempt_end, command_line, duration, local_time, now_ms,
-};
+use crate::fmt::{attempt_end, command_line, duration, local_time, now_ms};
 use crate::output::{failed, run, unexpected, usage, Fail};
 use crate::timing;
 
@@ -369,8 +367,10 @@ fn spec_from(
     }
     spec.env = env;
     if let Some(a) = &args.array {
-        spec.array =
-            Some(tranche_model::ArraySpec::parse(a).map_err(|e| usage(format!("--array {a}: {}", e.rule)))?);
+        spec.array = Some(
+            tranche_model::ArraySpec::parse(a)
+                .map_err(|e| usage(format!("--array {a}: {}", e.rule)))?,
+        );
     }
     if let Some(d) = &args.dependency {
         spec.dependency = tranche_model::Dependency::parse(d)
@@ -388,13 +388,19 @@ fn spec_from(
 
 /// `64G`, `4000M`, `1T`, or a plain number of MiB (sbatch's `--mem`).
 pub fn parse_mem(s: &str) -> Result<u64, String> {
-    let bad = || format!("--mem `{s}`: use a size such as 64G, 4000M or 1T (plain numbers are MiB)");
+    let bad =
+        || format!("--mem `{s}`: use a size such as 64G, 4000M or 1T (plain numbers are MiB)");
     let t = s.trim();
     let (n, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (
             &t[..i],
             match c.to_ascii_uppercase() {
-                'K' => return t[..i].parse::<u64>().map(|k| k.div_ceil(1024)).map_err(|_| bad()),
+                'K' => {
+                    return t[..i]
+                        .parse::<u64>()
+                        .map(|k| k.div_ceil(1024))
+                        .map_err(|_| bad())
+                }
                 'M' => 1,
                 'G' => 1024,
                 'T' => 1024 * 1024,
@@ -415,7 +421,11 @@ pub fn parse_mem(s: &str) -> Result<u64, String> {
 async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), Fail> {
     let mut last = None;
     loop {
-        let j = match client.read(Query::Job(JobRef::job(job)), false).await.map_err(failed)? {
+        let j = match client
+            .read(Query::Job(JobRef::job(job)), false)
+            .await
+            .map_err(failed)?
+        {
             Response::Job(j) => j,
             other => return Err(unexpected(&other)),
         };
@@ -453,7 +463,11 @@ async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<
     };
     let mut last = None;
     loop {
-        let tasks = match client.read(Query::Jobs(filter.clone()), false).await.map_err(failed)? {
+        let tasks = match client
+            .read(Query::Jobs(filter.clone()), false)
+            .await
+            .map_err(failed)?
+        {
             Response::Jobs(t) => t,
             other => return Err(unexpected(&other)),
         };
@@ -463,13 +477,20 @@ async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<
             last = Some(ended);
         }
         if ended == tasks.len() {
-            let bad: Vec<_> = tasks.iter().filter(|t| t.status != JobStatus::Succeeded).collect();
+            let bad: Vec<_> = tasks
+                .iter()
+                .filter(|t| t.status != JobStatus::Succeeded)
+                .collect();
             if bad.is_empty() {
                 return Ok(());
             }
             let mut code = 1u8;
             for t in &bad {
-                if let Response::Job(j) = client.read(Query::Job(t.job_ref()), false).await.map_err(failed)? {
+                if let Response::Job(j) = client
+                    .read(Query::Job(t.job_ref()), false)
+                    .await
+                    .map_err(failed)?
+                {
                     if let Some(tranche_model::AttemptEnd::Exited { code: c }) =
                         j.attempts.last().and_then(|a| a.end.clone())
                     {
@@ -481,7 +502,11 @@ async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<
             }
             return Err((
                 code,
-                format!("array {array}: {} of {} task(s) did not succeed", bad.len(), tasks.len()),
+                format!(
+                    "array {array}: {} of {} task(s) did not succeed",
+                    bad.len(),
+                    tasks.len()
+                ),
             ));
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
@@ -570,20 +595,20 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
     };
     if args.json {
         let rows: Vec<_> = jobs
-                .iter()
-                .map(|j| {
-                    serde_json::json!({
-                        "id": j.id.0, "job": j.job_ref().to_string(),
-                        "array_job_id": j.array.as_ref().map(|a| a.array.0),
-                        "array_task_id": j.array.as_ref().map(|a| a.index),
-                        "name": j.name, "queue": j.queue.as_str(), "share": j.share.as_str(),
-                        "user": j.user.as_str(), "state": j.status.as_str(), "priority": j.priority,
-                        "unit": j.unit.as_str(), "gpus": j.gpus,
-                        "nodes": j.nodes.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
-                        "reason": j.reason, "preemptions": j.preemptions,
-                    })
+            .iter()
+            .map(|j| {
+                serde_json::json!({
+                    "id": j.id.0, "job": j.job_ref().to_string(),
+                    "array_job_id": j.array.as_ref().map(|a| a.array.0),
+                    "array_task_id": j.array.as_ref().map(|a| a.index),
+                    "name": j.name, "queue": j.queue.as_str(), "share": j.share.as_str(),
+                    "user": j.user.as_str(), "state": j.status.as_str(), "priority": j.priority,
+                    "unit": j.unit.as_str(), "gpus": j.gpus,
+                    "nodes": j.nodes.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+                    "reason": j.reason, "preemptions": j.preemptions,
                 })
-                .collect();
+            })
+            .collect();
         println!("{}", serde_json::Value::Array(rows));
         return Ok(());
     }
@@ -592,8 +617,8 @@ async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
     } else {
         crate::job_list::DEFAULT_FORMAT
     };
-    let cols = crate::job_list::parse_format(args.format.as_deref().unwrap_or(default))
-    .map_err(usage)?;
+    let cols =
+        crate::job_list::parse_format(args.format.as_deref().unwrap_or(default)).map_err(usage)?;
     let rows = crate::job_list::rows(&jobs);
     for line in crate::job_list::table(&rows, &cols, now_ms(), LINE_WIDTH) {
         println!("{line}");
@@ -654,7 +679,10 @@ pub fn show(args: &ShowArgs) -> ExitCode {
             println!("  dependency {}{left}", s.dependency);
         }
         if j.held {
-            println!("  held: it starts only after tranche release {}", j.job_ref());
+            println!(
+                "  held: it starts only after tranche release {}",
+                j.job_ref()
+            );
         }
         for (what, p) in [("output", &s.output), ("error", &s.error)] {
             if let Some(p) = p {
@@ -744,9 +772,11 @@ pub struct CancelArgs {
 }
 
 pub fn cancel(args: &CancelArgs) -> ExitCode {
-    each_job("cancel", &args.config, &args.jobs, |job| ClientCommand::Cancel {
-        job,
-        reason: args.reason.clone(),
+    each_job("cancel", &args.config, &args.jobs, |job| {
+        ClientCommand::Cancel {
+            job,
+            reason: args.reason.clone(),
+        }
     })
 }
 
@@ -761,12 +791,16 @@ pub struct JobsRefArgs {
 
 /// `tranche hold`: waiting jobs stay PENDING until released.
 pub fn hold(args: &JobsRefArgs) -> ExitCode {
-    each_job("hold", &args.config, &args.jobs, |job| ClientCommand::Hold { job })
+    each_job("hold", &args.config, &args.jobs, |job| {
+        ClientCommand::Hold { job }
+    })
 }
 
 /// `tranche release`: held jobs may start once their dependencies are satisfied.
 pub fn release(args: &JobsRefArgs) -> ExitCode {
-    each_job("release", &args.config, &args.jobs, |job| ClientCommand::Release { job })
+    each_job("release", &args.config, &args.jobs, |job| {
+        ClientCommand::Release { job }
+    })
 }
 
 /// Sends one command per job; every refusal is reported, with its job.

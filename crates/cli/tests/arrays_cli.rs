@@ -26,21 +26,28 @@ fn status(config: &str, job: &str) -> String {
 }
 
 fn wait_status(config: &str, job: &str, want: &str) -> Value {
-    wait_until_blocking(&format!("job {job} {want}"), Duration::from_secs(90), || {
-        let j = show(config, job);
-        if j["status"] == want {
-            Ok(j)
-        } else {
-            Err(j["status"].to_string())
-        }
-    })
+    wait_until_blocking(
+        &format!("job {job} {want}"),
+        Duration::from_secs(90),
+        || {
+            let j = show(config, job);
+            if j["status"] == want {
+                Ok(j)
+            } else {
+                Err(j["status"].to_string())
+            }
+        },
+    )
     .unwrap()
 }
 
 /// (placed, ended) of a job's only attempt, in controller time.
 fn span(j: &Value) -> (u64, u64) {
     let a = &j["attempts"][0];
-    (a["scheduled_at"].as_u64().unwrap(), a["ended_at"].as_u64().unwrap())
+    (
+        a["scheduled_at"].as_u64().unwrap(),
+        a["ended_at"].as_u64().unwrap(),
+    )
 }
 
 #[test]
@@ -52,20 +59,30 @@ fn arrays_dependencies_and_holds_on_a_dev_cluster() {
     let a = ok(
         &c,
         &[
-            "submit", "--share", "nlp", "--gpus", "1", "--array", "0-39%10", "--parsable", "--",
-            "sleep", "0.5",
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "--array",
+            "0-39%10",
+            "--parsable",
+            "--",
+            "sleep",
+            "0.5",
         ],
     );
     let table = ok(&c, &["jobs", "--array", &a]);
     assert!(
-        table.lines().any(|l| l.trim_start().starts_with(&format!("{a}_[")) && l.contains("%10]")),
+        table
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{a}_[")) && l.contains("%10]")),
         "waiting tasks fold into one row:\n{table}"
     );
     let first: u64 = a.parse().unwrap();
     let tasks: Vec<String> = (0..40).map(|i| format!("{a}_{i}")).collect();
     wait_until_blocking("every task ended", Duration::from_secs(120), || {
-        let v: Value =
-            serde_json::from_str(&ok(&c, &["jobs", "--array", &a, "--json"])).unwrap();
+        let v: Value = serde_json::from_str(&ok(&c, &["jobs", "--array", &a, "--json"])).unwrap();
         let left = v
             .as_array()
             .unwrap()
@@ -98,23 +115,98 @@ fn arrays_dependencies_and_holds_on_a_dev_cluster() {
     assert!(most >= 2, "the tasks ran one by one ({most} at once)");
 
     // preprocess → train → evaluate, each afterok on the one before.
-    let pre = ok(&c, &["submit", "--share", "nlp", "--gpus", "1", "--parsable", "--", "sleep", "0.3"]);
+    let pre = ok(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "--parsable",
+            "--",
+            "sleep",
+            "0.3",
+        ],
+    );
     let dep = format!("afterok:{pre}");
-    let train = ok(&c, &["submit", "--share", "nlp", "--gpus", "1", "-d", &dep, "--parsable", "--", "true"]);
+    let train = ok(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "-d",
+            &dep,
+            "--parsable",
+            "--",
+            "true",
+        ],
+    );
     let dep = format!("afterok:{train}");
-    let eval = ok(&c, &["submit", "--share", "nlp", "--gpus", "1", "-d", &dep, "--parsable", "--", "true"]);
+    let eval = ok(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "-d",
+            &dep,
+            "--parsable",
+            "--",
+            "true",
+        ],
+    );
     let j = show(&c, &train);
     let waiting = j["pending_reason"].to_string();
     assert!(waiting.contains(&pre), "train waits for {pre}: {waiting}");
     let e = wait_status(&c, &eval, "SUCCEEDED");
     let (t, p) = (show(&c, &train), show(&c, &pre));
-    assert!(span(&p).1 <= span(&t).0, "train started before preprocess ended");
-    assert!(span(&t).1 <= span(&e).0, "evaluate started before train ended");
+    assert!(
+        span(&p).1 <= span(&t).0,
+        "train started before preprocess ended"
+    );
+    assert!(
+        span(&t).1 <= span(&e).0,
+        "evaluate started before train ended"
+    );
 
     // afterok on a job that fails: cancelled, with the reason.
-    let bad = ok(&c, &["submit", "--share", "nlp", "--gpus", "1", "--parsable", "--", "sh", "-c", "exit 1"]);
+    let bad = ok(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "--parsable",
+            "--",
+            "sh",
+            "-c",
+            "exit 1",
+        ],
+    );
     let dep = format!("afterok:{bad}");
-    let never = ok(&c, &["submit", "--share", "nlp", "--gpus", "1", "-d", &dep, "--parsable", "--", "true"]);
+    let never = ok(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "-d",
+            &dep,
+            "--parsable",
+            "--",
+            "true",
+        ],
+    );
     wait_status(&c, &bad, "FAILED");
     let n = wait_status(&c, &never, "CANCELLED");
     let last = n["transitions"].as_array().unwrap().last().unwrap().clone();
@@ -122,25 +214,70 @@ fn arrays_dependencies_and_holds_on_a_dev_cluster() {
     assert!(n["attempts"].as_array().unwrap().is_empty(), "it never ran");
 
     // A dependency on a job that does not exist is refused, and names the job.
-    let out = tranche(&c, &["submit", "--share", "nlp", "--gpus", "1", "-d", "afterok:999999", "--", "true"]);
+    let out = tranche(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "-d",
+            "afterok:999999",
+            "--",
+            "true",
+        ],
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("dependency") && err.contains("999999") && err.contains("does not exist"), "{err}");
+    assert!(
+        err.contains("dependency") && err.contains("999999") && err.contains("does not exist"),
+        "{err}"
+    );
 
     // Held at submit: PENDING until released, then it runs.
-    let held = ok(&c, &["submit", "--share", "nlp", "--gpus", "1", "--hold", "--parsable", "--", "true"]);
+    let held = ok(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "--hold",
+            "--parsable",
+            "--",
+            "true",
+        ],
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(status(&c, &held), "PENDING");
     let line = ok(&c, &["jobs", "--format", "id,state,reason"]);
     assert!(
-        line.lines().any(|l| l.trim_start().starts_with(&held) && l.contains("held")),
+        line.lines()
+            .any(|l| l.trim_start().starts_with(&held) && l.contains("held")),
         "{line}"
     );
     ok(&c, &["release", &held]);
     wait_status(&c, &held, "SUCCEEDED");
 
     // Cancelling an array's id cancels every task that has not ended.
-    let b = ok(&c, &["submit", "--share", "nlp", "--gpus", "1", "--array", "0-5", "--hold", "--parsable", "--", "true"]);
+    let b = ok(
+        &c,
+        &[
+            "submit",
+            "--share",
+            "nlp",
+            "--gpus",
+            "1",
+            "--array",
+            "0-5",
+            "--hold",
+            "--parsable",
+            "--",
+            "true",
+        ],
+    );
     ok(&c, &["release", &format!("{b}_2")]);
     wait_status(&c, &format!("{b}_2"), "SUCCEEDED");
     ok(&c, &["cancel", &b]);

@@ -23,7 +23,20 @@ fn the_report_counts_exactly_what_the_jobs_held() {
     let c = dev.user.clone();
     let jobs: Vec<String> = (0..2)
         .map(|_| {
-            ok(&c, &["submit", "--share", "vision", "--gpus", "2", "--parsable", "--", "sleep", "1"])
+            ok(
+                &c,
+                &[
+                    "submit",
+                    "--share",
+                    "vision",
+                    "--gpus",
+                    "2",
+                    "--parsable",
+                    "--",
+                    "sleep",
+                    "1",
+                ],
+            )
         })
         .collect();
     let mut held_ms = 0u64;
@@ -40,7 +53,10 @@ fn the_report_counts_exactly_what_the_jobs_held() {
         let a = &v["attempts"][0];
         held_ms += (a["ended_at"].as_u64().unwrap() - a["scheduled_at"].as_u64().unwrap()) * 2;
     }
-    assert!(held_ms >= 4_000, "two 1-second jobs on 2 GPUs: {held_ms} ms");
+    assert!(
+        held_ms >= 4_000,
+        "two 1-second jobs on 2 GPUs: {held_ms} ms"
+    );
     let r: Value = serde_json::from_str(&ok(&c, &["report", "--json", "--since", "1h"])).unwrap();
     let row = r["rows"]
         .as_array()
@@ -64,12 +80,21 @@ fn the_report_counts_exactly_what_the_jobs_held() {
         .unwrap()
         .iter()
         .filter(|row| row["user"] == "tester")
-        .map(|row| row["gpu_hours"]["used"].as_f64().unwrap() + row["gpu_hours"]["borrowed"].as_f64().unwrap())
+        .map(|row| {
+            row["gpu_hours"]["used"].as_f64().unwrap()
+                + row["gpu_hours"]["borrowed"].as_f64().unwrap()
+        })
         .sum();
     assert_eq!((mine * 3_600_000.0).round() as u64, held_ms);
     let text = ok(&c, &["report"]);
-    assert!(text.contains("vision") && text.contains("GPU-hours"), "{text}");
+    assert!(
+        text.contains("vision") && text.contains("GPU-hours"),
+        "{text}"
+    );
     let out = tranche(&c, &["report", "--since", "yesterday"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--since `yesterday`"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--since `yesterday`"),
+        "{out:?}"
+    );
 }

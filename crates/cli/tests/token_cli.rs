@@ -35,7 +35,10 @@ fn issue_prints_a_token_for_the_configs_identity() {
     let out = run(&["token", "issue", "--ttl", "2h"]);
     assert!(out.status.success(), "{out:?}");
     let t = String::from_utf8(out.stdout).unwrap();
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let v = CertVerifier::new(&ctl).unwrap();
     let h = token::verify_token(&v, t.trim(), now).unwrap();
     assert_eq!(h.identity.to_string(), "user:alice");
@@ -44,8 +47,14 @@ fn issue_prints_a_token_for_the_configs_identity() {
 
     let out = run(&["token", "issue", "--ttl", "8d"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 7 days"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at most 7 days"),
+        "{out:?}"
+    );
     let out = run(&["token", "issue", "--ttl", "soon"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--ttl"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--ttl"),
+        "{out:?}"
+    );
 }

@@ -175,10 +175,11 @@ impl EventLog {
         }) = outcome
         {
             // An array's submit makes every task.
-            let tasks: Vec<&tranche_model::Job> = match state.job(*job).and_then(|j| j.array.clone()) {
-                Some(a) => state.tasks_of(a.array, a.count).collect(),
-                None => state.job(*job).into_iter().collect(),
-            };
+            let tasks: Vec<&tranche_model::Job> =
+                match state.job(*job).and_then(|j| j.array.clone()) {
+                    Some(a) => state.tasks_of(a.array, a.count).collect(),
+                    None => state.job(*job).into_iter().collect(),
+                };
             for j in tasks {
                 emit(
                     JobEvent {

@@ -134,7 +134,9 @@ pub fn render(shared: &SharedRef) -> String {
         let _ = writeln!(out, "tranche_stops_total{{kind=\"{k}\"}} {}", by_kind[i]);
     }
     // The ledger's totals since it began (design §9), in GPU-seconds.
-    let all = sh.state.ledger_all_time(crate::mailbox::wall_ms().max(sh.last_now));
+    let all = sh
+        .state
+        .ledger_all_time(crate::mailbox::wall_ms().max(sh.last_now));
     let kinds = |t: &tranche_state::ledger::Totals| {
         [
             ("used", t.used),

@@ -337,9 +337,9 @@ pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(
             Role::User,
             Cancel { job, .. } | UpdatePriority { job, .. } | Hold { job } | Release { job },
         ) => own_job(job),
-        (_, Cancel { .. } | UpdatePriority { .. } | Hold { .. } | Release { .. }) => {
-            deny(format!("{who} may not cancel, update, hold or release jobs"))
-        }
+        (_, Cancel { .. } | UpdatePriority { .. } | Hold { .. } | Release { .. }) => deny(format!(
+            "{who} may not cancel, update, hold or release jobs"
+        )),
         (Role::Admin | Role::Operator, DrainNode { .. } | ResumeNode { .. }) => Ok(()),
         // An agent drains its own node when a GPU turns unhealthy; it never resumes it
         // (an operator does, after the repair) and never stops its jobs that way.
@@ -377,8 +377,8 @@ mod tests {
     //! The service layer with no transport and no Raft: a stand-in node task that
     //! records what reaches it and accepts it.
 
-    use tranche_model::JobId;
     use std::sync::{Mutex, RwLock};
+    use tranche_model::JobId;
 
     use tranche_model::{JobSpec, NodeName};
     use tranche_proto::MembershipChange;
@@ -689,7 +689,9 @@ mod tests {
         let n1 = who(Role::Agent, "n1");
         let n2 = who(Role::Agent, "n2");
         assert!(matches!(
-            r.service.handle(&n1, read(Query::Job(JobId(1).into()))).await,
+            r.service
+                .handle(&n1, read(Query::Job(JobId(1).into())))
+                .await,
             Response::Job(_)
         ));
         for (id, q) in [

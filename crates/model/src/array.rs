@@ -46,7 +46,9 @@ impl ArraySpec {
                 _ => {
                     return Err(invalid(
                         field,
-                        format!("the limit after % must be a whole number of at least 1, got {n:?}"),
+                        format!(
+                            "the limit after % must be a whole number of at least 1, got {n:?}"
+                        ),
                     ))
                 }
             },
@@ -101,7 +103,10 @@ impl ArraySpec {
             if r.end > MAX_ARRAY_INDEX {
                 return Err(invalid(
                     field,
-                    format!("task indices must be at most {MAX_ARRAY_INDEX}, got {}", r.end),
+                    format!(
+                        "task indices must be at most {MAX_ARRAY_INDEX}, got {}",
+                        r.end
+                    ),
                 ));
             }
             count += ((r.end - r.start) / r.step) as u64 + 1;
@@ -216,7 +221,10 @@ pub struct JobRef {
 
 impl JobRef {
     pub fn job(id: JobId) -> JobRef {
-        JobRef { job: id, task: None }
+        JobRef {
+            job: id,
+            task: None,
+        }
     }
 
     /// How users name job `id`: `42`, or `42_7` when it is task 7 of array 42.
@@ -232,7 +240,9 @@ impl JobRef {
 
     /// Reads `42` or `42_7`.
     pub fn parse(s: &str) -> Result<JobRef, String> {
-        let bad = || format!("{s:?} is not a job id (a number such as 42, or 42_7 for task 7 of array 42)");
+        let bad = || {
+            format!("{s:?} is not a job id (a number such as 42, or 42_7 for task 7 of array 42)")
+        };
         let (j, t) = match s.trim().split_once('_') {
             Some((j, t)) => (j, Some(t.parse::<u32>().map_err(|_| bad())?)),
             None => (s.trim(), None),
@@ -334,7 +344,11 @@ impl Dependency {
             if jobs.is_empty() {
                 return Err(invalid(
                     field,
-                    format!("{} needs at least one job id ({}:ID[:ID...])", kind.as_str(), kind.as_str()),
+                    format!(
+                        "{} needs at least one job id ({}:ID[:ID...])",
+                        kind.as_str(),
+                        kind.as_str()
+                    ),
                 ));
             }
             d.after.push((kind, jobs));
@@ -352,7 +366,10 @@ impl Dependency {
             ));
         }
         if self.after.iter().any(|(_, j)| j.is_empty()) {
-            return Err(invalid("dependency", "each clause needs at least one job id"));
+            return Err(invalid(
+                "dependency",
+                "each clause needs at least one job id",
+            ));
         }
         Ok(())
     }
@@ -421,8 +438,14 @@ mod tests {
         assert_eq!(a.indices().len(), 1000);
         assert_eq!(a.max_running, Some(50));
         assert_eq!(a.to_string(), "0-999%50");
-        assert_eq!(ArraySpec::parse("1,3,5-7").unwrap().indices(), vec![1, 3, 5, 6, 7]);
-        assert_eq!(ArraySpec::parse("0-15:4").unwrap().indices(), vec![0, 4, 8, 12]);
+        assert_eq!(
+            ArraySpec::parse("1,3,5-7").unwrap().indices(),
+            vec![1, 3, 5, 6, 7]
+        );
+        assert_eq!(
+            ArraySpec::parse("0-15:4").unwrap().indices(),
+            vec![0, 4, 8, 12]
+        );
         assert_eq!(ArraySpec::parse("3,1-3").unwrap().indices(), vec![1, 2, 3]);
         for (bad, rule) in [
             ("5-1", "ends before it starts"),
@@ -476,9 +499,18 @@ mod tests {
     #[test]
     fn a_dependency_is_judged_by_the_status_it_names() {
         use crate::JobStatus as S;
-        let ok = Dep { kind: DepKind::AfterOk, job: JobId(1) };
-        let any = Dep { kind: DepKind::AfterAny, ..ok };
-        let notok = Dep { kind: DepKind::AfterNotOk, ..ok };
+        let ok = Dep {
+            kind: DepKind::AfterOk,
+            job: JobId(1),
+        };
+        let any = Dep {
+            kind: DepKind::AfterAny,
+            ..ok
+        };
+        let notok = Dep {
+            kind: DepKind::AfterNotOk,
+            ..ok
+        };
         assert_eq!(ok.state(S::Running), DepState::Waiting);
         assert_eq!(ok.state(S::Succeeded), DepState::Satisfied);
         assert_eq!(ok.state(S::Failed), DepState::Never);

@@ -16,8 +16,8 @@ mod ids;
 mod job;
 mod node;
 mod objects;
-mod standing;
 pub mod policy_file;
+mod standing;
 pub mod text_limits;
 
 pub use array::*;

@@ -25,4 +25,3 @@ pub enum Estimate {
     /// A running job that would have to end first has no time limit.
     Unknown,
 }
-

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 use tranche_model::{
-    ArrayTask, JobRef, Standing,
-    Job, JobId, JobStatus, Millis, Node, NodeName, QueueName, ShareName, Strategy, Unit, UserName,
+    ArrayTask, Job, JobId, JobRef, JobStatus, Millis, Node, NodeName, QueueName, ShareName,
+    Standing, Strategy, Unit, UserName,
 };
 use tranche_state::{ApplyError, Outcome};
 
@@ -85,7 +85,10 @@ pub enum Query {
     },
     /// The accounting ledger over `[from, to)` (ms since the epoch; `to` absent: now),
     /// whole hours: the hours that overlap the range.
-    Report { from: Millis, to: Option<Millis> },
+    Report {
+        from: Millis,
+        to: Option<Millis>,
+    },
 }
 
 /// The ledger's figures over a range (see `tranche_state::ledger`).

@@ -79,14 +79,18 @@ pub fn standings(st: &State, now: Millis) -> BTreeMap<JobId, Standing> {
     }
     let mut active_by_unit: BTreeMap<&Unit, Vec<&Job>> = BTreeMap::new();
     for j in st.active_jobs() {
-        active_by_unit.entry(&j.spec.request.unit).or_default().push(j);
+        active_by_unit
+            .entry(&j.spec.request.unit)
+            .or_default()
+            .push(j);
     }
     let unit_ends: BTreeMap<&Unit, Ends> = active_by_unit
         .iter()
         .map(|(u, js)| (*u, Ends::of(js.iter().copied())))
         .collect();
     // The queue's order: priority, then submit time, across its shares.
-    let mut by_queue: BTreeMap<&QueueName, Vec<(std::cmp::Reverse<u32>, Millis, JobId)>> = BTreeMap::new();
+    let mut by_queue: BTreeMap<&QueueName, Vec<(std::cmp::Reverse<u32>, Millis, JobId)>> =
+        BTreeMap::new();
     for share in st.shares.values() {
         let waiting: Vec<&Job> = st
             .runnable_in(&share.name)

@@ -18,7 +18,10 @@ impl State {
             Command::NodeDown { node, .. } | Command::NodeUp { node } => Some(node.clone()),
             _ => None,
         };
-        let before = node.as_ref().and_then(|n| self.nodes.get(n)).map(node_capacity);
+        let before = node
+            .as_ref()
+            .and_then(|n| self.nodes.get(n))
+            .map(node_capacity);
         let out = self.apply_command(cmd, now);
         if out.is_ok() {
             self.book(accrual, now);
@@ -52,9 +55,7 @@ impl State {
             Command::DeleteShare(n) => self.delete_share(n, now),
             Command::Submit(spec) => return self.submit(spec, now),
             Command::Cancel { job, reason } => self.cancel_ref(job, reason, now),
-            Command::UpdatePriority { job, priority } => {
-                self.update_priority_ref(job, *priority)
-            }
+            Command::UpdatePriority { job, priority } => self.update_priority_ref(job, *priority),
             Command::Hold { job } => self.hold_jobs(job, now),
             Command::PruneLedger { before_hour } => {
                 self.ledger.hours = self.ledger.hours.split_off(before_hour);
@@ -380,7 +381,8 @@ impl State {
         };
         let first = JobId(self.next_job_id);
         if let Some(token) = &spec.client_token {
-            self.tokens.insert((spec.user.clone(), token.clone()), first);
+            self.tokens
+                .insert((spec.user.clone(), token.clone()), first);
         }
         let mut task_spec = spec.clone();
         task_spec.array = None;
@@ -442,7 +444,12 @@ impl State {
         })
     }
 
-    pub(crate) fn cancel(&mut self, id: JobId, reason: &str, now: Millis) -> Result<(), ApplyError> {
+    pub(crate) fn cancel(
+        &mut self,
+        id: JobId,
+        reason: &str,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if job.status.is_terminal() {
             return Err(conflict(format!(

@@ -147,7 +147,8 @@ impl State {
                 }
                 if satisfied > 0 {
                     let job = self.jobs.get_mut(&d).expect("dependent exists");
-                    job.deps.retain(|dep| !(dep.job == x && dep.state(status) == DepState::Satisfied));
+                    job.deps
+                        .retain(|dep| !(dep.job == x && dep.state(status) == DepState::Satisfied));
                     if !job.deps.iter().any(|dep| dep.job == x) {
                         if let Some(set) = self.index.dependents.get_mut(&x) {
                             set.remove(&d);
@@ -159,11 +160,20 @@ impl State {
                 }
                 let job = &self.jobs[&d];
                 if job.deps.is_empty() && !job.held {
-                    self.set_status_one(d, JobStatus::Runnable, "dependencies satisfied", vec![], now);
+                    self.set_status_one(
+                        d,
+                        JobStatus::Runnable,
+                        "dependencies satisfied",
+                        vec![],
+                        now,
+                    );
                     work.push(d);
                 } else {
                     let why = self.pending_why(job);
-                    self.jobs.get_mut(&d).expect("dependent exists").pending_reason = Some(why);
+                    self.jobs
+                        .get_mut(&d)
+                        .expect("dependent exists")
+                        .pending_reason = Some(why);
                 }
             }
         }
@@ -186,7 +196,11 @@ impl State {
         Ok(())
     }
 
-    pub(crate) fn update_priority_ref(&mut self, r: &JobRef, priority: u32) -> Result<(), ApplyError> {
+    pub(crate) fn update_priority_ref(
+        &mut self,
+        r: &JobRef,
+        priority: u32,
+    ) -> Result<(), ApplyError> {
         let ids = self.resolve(r)?;
         if let [id] = ids[..] {
             return self.update_priority(id, priority);
@@ -211,7 +225,9 @@ impl State {
             .filter(|id| !self.jobs[id].status.is_terminal())
             .collect();
         if open.is_empty() {
-            return Err(conflict(format!("every task of array {r} has already ended")));
+            return Err(conflict(format!(
+                "every task of array {r} has already ended"
+            )));
         }
         Ok(open)
     }

@@ -234,7 +234,9 @@ impl State {
                 };
                 *borrowed.entry(&l.unit).or_default() += t.borrowed;
                 if s.resource_sharing.strategy != Strategy::Reserve && max > within {
-                    idle.entry(&l.unit).or_default().push((&s.name, max - within));
+                    idle.entry(&l.unit)
+                        .or_default()
+                        .push((&s.name, max - within));
                 }
                 if t != Totals::default() {
                     b.shares.insert((s.name.clone(), l.unit.clone()), t);
@@ -249,7 +251,10 @@ impl State {
             let pool: u64 = lenders.iter().map(|(_, i)| i).sum();
             let lent = want.min(pool);
             let mut given = 0;
-            let mut parts: Vec<u64> = lenders.iter().map(|(_, i)| lent * i / pool.max(1)).collect();
+            let mut parts: Vec<u64> = lenders
+                .iter()
+                .map(|(_, i)| lent * i / pool.max(1))
+                .collect();
             given += parts.iter().sum::<u64>();
             for p in parts.iter_mut() {
                 if given == lent {
@@ -300,7 +305,11 @@ impl Bucket {
         Bucket {
             shares: self.shares.iter().map(|(k, t)| (k.clone(), m(t))).collect(),
             users: self.users.iter().map(|(k, t)| (k.clone(), m(t))).collect(),
-            capacity: self.capacity.iter().map(|(k, v)| (k.clone(), v * ms)).collect(),
+            capacity: self
+                .capacity
+                .iter()
+                .map(|(k, v)| (k.clone(), v * ms))
+                .collect(),
             unassigned_lent: self
                 .unassigned_lent
                 .iter()

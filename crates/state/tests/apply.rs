@@ -7,8 +7,8 @@ use proptest::prelude::{
 };
 use std::collections::BTreeMap;
 use tranche_model::*;
-use tranche_state::*;
 use tranche_state::ledger;
+use tranche_state::*;
 
 fn ok(st: &mut State, cmd: Command, now: Millis) -> Outcome {
     st.apply(&cmd, now)
@@ -653,7 +653,10 @@ fn a_request_applies_once_however_often_it_is_retried() {
         seq,
         first_incomplete,
     };
-    let prio = |p| Command::UpdatePriority { job: JobRef::job(job), priority: p };
+    let prio = |p| Command::UpdatePriority {
+        job: JobRef::job(job),
+        priority: p,
+    };
     // Request 1 (priority 68) commits; a retry of it commits too; request 2 (97) commits;
     // then another late copy of request 1.
     let a = st.apply_request(Some(&req(1, 1)), &prio(68), 2);
@@ -898,7 +901,6 @@ fn a_gang_member_failing_during_a_preemption_is_still_a_preemption() {
     st.check_index().unwrap();
 }
 
-
 // ---- arrays, dependencies, holds ------------------------------------------------------
 
 fn submit_spec(st: &mut State, spec: JobSpec, now: Millis) -> JobId {
@@ -926,7 +928,13 @@ fn an_array_submit_is_one_command_and_makes_a_job_per_task() {
         .collect();
     assert_eq!(
         tasks,
-        vec![(a, 0), (JobId(a.0 + 1), 3), (JobId(a.0 + 2), 6), (JobId(a.0 + 3), 9), (JobId(a.0 + 4), 20)]
+        vec![
+            (a, 0),
+            (JobId(a.0 + 1), 3),
+            (JobId(a.0 + 2), 6),
+            (JobId(a.0 + 3), 9),
+            (JobId(a.0 + 4), 20)
+        ]
     );
     for (id, _) in &tasks {
         let j = &st.jobs[id];
@@ -934,19 +942,52 @@ fn an_array_submit_is_one_command_and_makes_a_job_per_task() {
         assert_eq!(j.array.as_ref().unwrap().count, 5);
         assert!(j.spec.array.is_none(), "a task's own spec has no array");
     }
-    assert_eq!(st.jobs[&JobId(a.0 + 3)].job_ref().to_string(), format!("{a}_9"));
+    assert_eq!(
+        st.jobs[&JobId(a.0 + 3)].job_ref().to_string(),
+        format!("{a}_9")
+    );
     // Task ids name one task; the array's id names them all.
-    let t9 = JobRef { job: a, task: Some(9) };
+    let t9 = JobRef {
+        job: a,
+        task: Some(9),
+    };
     assert_eq!(st.resolve(&t9).unwrap(), vec![JobId(a.0 + 3)]);
     assert_eq!(st.resolve(&JobRef::job(a)).unwrap().len(), 5);
-    let e = st.resolve(&JobRef { job: a, task: Some(4) }).unwrap_err();
+    let e = st
+        .resolve(&JobRef {
+            job: a,
+            task: Some(4),
+        })
+        .unwrap_err();
     assert!(e.to_string().contains(&format!("{a}_4")), "{e}");
     // Cancel one task, then the rest at once.
-    ok(&mut st, Command::Cancel { job: t9, reason: "".into() }, 1);
+    ok(
+        &mut st,
+        Command::Cancel {
+            job: t9,
+            reason: "".into(),
+        },
+        1,
+    );
     assert_eq!(st.jobs[&JobId(a.0 + 3)].status, JobStatus::Cancelled);
-    ok(&mut st, Command::Cancel { job: JobRef::job(a), reason: "".into() }, 2);
+    ok(
+        &mut st,
+        Command::Cancel {
+            job: JobRef::job(a),
+            reason: "".into(),
+        },
+        2,
+    );
     assert!(st.tasks_of(a, 5).all(|j| j.status == JobStatus::Cancelled));
-    let e = st.apply(&Command::Cancel { job: JobRef::job(a), reason: "".into() }, 3).unwrap_err();
+    let e = st
+        .apply(
+            &Command::Cancel {
+                job: JobRef::job(a),
+                reason: "".into(),
+            },
+            3,
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("every task of array"), "{e}");
     st.check_index().unwrap();
 }
@@ -957,22 +998,39 @@ fn the_array_limit_caps_running_tasks_and_the_reason_says_so() {
     let a = submit_spec(&mut st, array_spec("0-9%3"), 0);
     for round in 0..4u64 {
         place_and_run(&mut st, 10 + round * 10);
-        let running: Vec<JobId> = st.tasks_of(a, 10).filter(|j| j.status.is_active()).map(|j| j.id).collect();
-        assert!(running.len() <= 3, "round {round}: {} running", running.len());
+        let running: Vec<JobId> = st
+            .tasks_of(a, 10)
+            .filter(|j| j.status.is_active())
+            .map(|j| j.id)
+            .collect();
+        assert!(
+            running.len() <= 3,
+            "round {round}: {} running",
+            running.len()
+        );
         if round < 3 {
-            assert_eq!(running.len(), 3, "round {round}: free GPUs go to the next tasks");
+            assert_eq!(
+                running.len(),
+                3,
+                "round {round}: free GPUs go to the next tasks"
+            );
         }
         let waiting = st.tasks_of(a, 10).find(|j| j.status == JobStatus::Runnable);
         if let Some(w) = waiting {
             let why = w.pending_reason.as_ref().unwrap().render(0);
-            assert_eq!(why, format!("array {a} has 3 of its at most 3 tasks running"));
+            assert_eq!(
+                why,
+                format!("array {a} has 3 of its at most 3 tasks running")
+            );
         }
         for id in running {
             exit(&mut st, id, Some(0), 15 + round * 10);
         }
     }
     assert_eq!(
-        st.tasks_of(a, 10).filter(|j| j.status == JobStatus::Succeeded).count(),
+        st.tasks_of(a, 10)
+            .filter(|j| j.status == JobStatus::Succeeded)
+            .count(),
         10
     );
 }
@@ -998,7 +1056,11 @@ fn afterok_chains_run_in_order_and_a_failure_cancels_the_rest() {
     assert_eq!(why(&st, train), format!("waiting for job {pre} (RUNNABLE)"));
     place_and_run(&mut st, 1);
     assert_eq!(st.jobs[&pre].status, JobStatus::Running);
-    assert_eq!(st.jobs[&train].status, JobStatus::Pending, "the scheduler leaves it alone");
+    assert_eq!(
+        st.jobs[&train].status,
+        JobStatus::Pending,
+        "the scheduler leaves it alone"
+    );
     assert_eq!(why(&st, train), format!("waiting for job {pre} (RUNNING)"));
     exit(&mut st, pre, Some(0), 2);
     assert_eq!(st.jobs[&train].status, JobStatus::Runnable);
@@ -1008,7 +1070,10 @@ fn afterok_chains_run_in_order_and_a_failure_cancels_the_rest() {
     // eval can never run; cleanup (afterany on eval) then may; alarm (afternotok) may.
     let e = &st.jobs[&eval];
     assert_eq!(e.status, JobStatus::Cancelled);
-    assert_eq!(e.transitions.last().unwrap().reason, format!("dependency job {train} FAILED"));
+    assert_eq!(
+        e.transitions.last().unwrap().reason,
+        format!("dependency job {train} FAILED")
+    );
     assert_eq!(st.jobs[&cleanup].status, JobStatus::Runnable);
     assert_eq!(st.jobs[&alarm].status, JobStatus::Runnable);
     st.check_index().unwrap();
@@ -1044,12 +1109,22 @@ fn dependencies_on_arrays_unknown_jobs_and_ended_jobs() {
     assert_eq!(st.jobs[&whole].status, JobStatus::Runnable);
     // On a job that has already failed: cancelled at once, with the reason.
     let f = submit(&mut st, "a", 1, 1, 6);
-    ok(&mut st, Command::Cancel { job: f.into(), reason: "".into() }, 6);
+    ok(
+        &mut st,
+        Command::Cancel {
+            job: f.into(),
+            reason: "".into(),
+        },
+        6,
+    );
     let mut late = JobSpec::new("late", "q", "a", "alice", "h100", 1, 1);
     late.dependency = Dependency::parse(&format!("afterok:{f}")).unwrap();
     let late = submit_spec(&mut st, late, 7);
     assert_eq!(st.jobs[&late].status, JobStatus::Cancelled);
-    assert_eq!(st.jobs[&late].transitions.last().unwrap().reason, format!("dependency job {f} CANCELLED"));
+    assert_eq!(
+        st.jobs[&late].transitions.last().unwrap().reason,
+        format!("dependency job {f} CANCELLED")
+    );
     st.check_index().unwrap();
 }
 
@@ -1064,10 +1139,18 @@ fn singleton_waits_for_earlier_jobs_of_the_same_user_and_name() {
     other.dependency.singleton = true;
     let bobs = submit_spec(&mut st, other, 1);
     assert_eq!(st.jobs[&second].status, JobStatus::Pending);
-    assert_eq!(st.jobs[&bobs].status, JobStatus::Runnable, "another user's job of that name");
+    assert_eq!(
+        st.jobs[&bobs].status,
+        JobStatus::Runnable,
+        "another user's job of that name"
+    );
     place_and_run(&mut st, 2);
     exit(&mut st, first, Some(3), 3);
-    assert_eq!(st.jobs[&second].status, JobStatus::Runnable, "afterany: any end will do");
+    assert_eq!(
+        st.jobs[&second].status,
+        JobStatus::Runnable,
+        "afterany: any end will do"
+    );
 }
 
 #[test]
@@ -1082,8 +1165,13 @@ fn a_held_job_waits_until_released_and_hold_refuses_running_jobs() {
     place_and_run(&mut st, 1);
     assert_eq!(st.jobs[&held].status, JobStatus::Pending);
     let e = st.apply(&Command::Hold { job: run.into() }, 2).unwrap_err();
-    assert!(e.to_string().contains("only a waiting job can be held"), "{e}");
-    let e = st.apply(&Command::Release { job: run.into() }, 2).unwrap_err();
+    assert!(
+        e.to_string().contains("only a waiting job can be held"),
+        "{e}"
+    );
+    let e = st
+        .apply(&Command::Release { job: run.into() }, 2)
+        .unwrap_err();
     assert!(e.to_string().contains("is not held"), "{e}");
     ok(&mut st, Command::Release { job: held.into() }, 3);
     assert_eq!(st.jobs[&held].status, JobStatus::Runnable);
@@ -1183,7 +1271,11 @@ fn a_hand_counted_hour_of_lending_borrowing_reserve_and_preemption() {
     // Shares a (LEND_AND_BORROW, max 8) and b (LEND, max 8) on 16 GPUs, and c (RESERVE,
     // max 4), which uses none.
     let mut st = cluster();
-    ok(&mut st, Command::PutShare(share("c", Strategy::Reserve, 4)), 0);
+    ok(
+        &mut st,
+        Command::PutShare(share("c", Strategy::Reserve, 4)),
+        0,
+    );
     ok(&mut st, Command::ResumeNode { node: "n1".into() }, HOUR);
     // a takes 12 GPUs, 4 of them borrowed, for half an hour.
     let j1 = submit(&mut st, "a", 8, 1, HOUR);
@@ -1198,9 +1290,18 @@ fn a_hand_counted_hour_of_lending_borrowing_reserve_and_preemption() {
         .expect("a job of a is reclaimed");
     exit(&mut st, reclaimed, None, HOUR + HOUR / 2);
     place_and_run(&mut st, HOUR + HOUR / 2);
-    assert!(st.jobs[&j3].status.is_active(), "{:?}", st.jobs[&j3].pending_reason);
+    assert!(
+        st.jobs[&j3].status.is_active(),
+        "{:?}",
+        st.jobs[&j3].pending_reason
+    );
     let got = st.ledger_between(HOUR, 2 * HOUR);
-    let t = |s: &str| got.shares.get(&(s.into(), "h100".into())).copied().unwrap_or_default();
+    let t = |s: &str| {
+        got.shares
+            .get(&(s.into(), "h100".into()))
+            .copied()
+            .unwrap_or_default()
+    };
     let (a, b, c) = (t("a"), t("b"), t("c"));
     let gpu_h = |x: u64| x as f64 / HOUR as f64;
     let r = st.jobs[&reclaimed].spec.request.total_gpus() as f64;

@@ -102,7 +102,9 @@ async fn agent_cluster() -> Result<AgentCluster, String> {
 }
 
 /// [`agent_cluster`], its agents' spools under `spool_root` when given.
-async fn agent_cluster_spooled(spool_root: Option<std::path::PathBuf>) -> Result<AgentCluster, String> {
+async fn agent_cluster_spooled(
+    spool_root: Option<std::path::PathBuf>,
+) -> Result<AgentCluster, String> {
     use tranche_local::{find_agent, find_tranched};
     agent_cluster_with(find_tranched(), find_agent(), spool_root).await
 }

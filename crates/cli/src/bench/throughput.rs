@@ -163,21 +163,14 @@ fn submit_with(
     extra: &[&str],
 ) -> Result<(Run, String), String> {
     let mut cmd = Command::new(cli);
-    cmd.args([
-        "submit",
-        "--share",
-        SHARE,
-        "--gpus",
-        "1",
-        "--parsable",
-    ])
-    .args(extra)
-    .arg("--config")
-    .arg(config)
-    .args(["--", "true"])
-    .env("XDG_CACHE_HOME", cache)
-    .env_remove(timing::ENV)
-    .stdin(Stdio::null());
+    cmd.args(["submit", "--share", SHARE, "--gpus", "1", "--parsable"])
+        .args(extra)
+        .arg("--config")
+        .arg(config)
+        .args(["--", "true"])
+        .env("XDG_CACHE_HOME", cache)
+        .env_remove(timing::ENV)
+        .stdin(Stdio::null());
     if timed {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -201,7 +194,10 @@ fn submit_with(
         .filter_map(timing::parse)
         .map(|(p, ms)| (p.to_string(), ms))
         .collect();
-    Ok((Run { ms, marks }, String::from_utf8_lossy(&out.stdout).trim().to_string()))
+    Ok((
+        Run { ms, marks },
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    ))
 }
 
 /// Each phase's median length over the runs, in the order the phases end; the last,
@@ -331,20 +327,24 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         let id: u64 = out
             .parse()
             .map_err(|_| format!("the array submit printed {out:?}, not a job id"))?;
-        let open: Vec<JobStatus> = JobStatus::ALL.into_iter().filter(|s| !s.is_terminal()).collect();
-        tranche_local::wait_until(
-            "every task to end",
-            Duration::from_secs(300),
-            async || match array_jobs(&admin, id, open.clone()).await? {
+        let open: Vec<JobStatus> = JobStatus::ALL
+            .into_iter()
+            .filter(|s| !s.is_terminal())
+            .collect();
+        tranche_local::wait_until("every task to end", Duration::from_secs(300), async || {
+            match array_jobs(&admin, id, open.clone()).await? {
                 0 => Ok(()),
                 n => Err(format!("{n} tasks still waiting or running")),
-            },
-        )
+            }
+        })
         .await?;
         let ended_s = started.elapsed().as_secs_f64();
         let ok = array_jobs(&admin, id, vec![JobStatus::Succeeded]).await?;
         if ok != args.array_tasks {
-            return Err(format!("{ok} of the array's {} tasks succeeded", args.array_tasks));
+            return Err(format!(
+                "{ok} of the array's {} tasks succeeded",
+                args.array_tasks
+            ));
         }
         Some((run.ms, ended_s))
     } else {

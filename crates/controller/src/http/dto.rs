@@ -213,7 +213,8 @@ impl SubmitJob {
         spec.memory_mb_per_node = self.memory_mb_per_node;
         if let Some(a) = &self.array {
             spec.array = Some(
-                tranche_model::ArraySpec::parse(a).map_err(|v| HttpError::invalid(v.field, v.rule))?,
+                tranche_model::ArraySpec::parse(a)
+                    .map_err(|v| HttpError::invalid(v.field, v.rule))?,
             );
         }
         if let Some(d) = &self.dependency {

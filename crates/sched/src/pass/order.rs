@@ -120,7 +120,10 @@ impl<'a> Pass<'a> {
         };
         let st = self.st;
         let taken = *self.array_taken.entry(array).or_insert_with(|| {
-            let count = st.job(array).and_then(|j| j.array.as_ref()).map_or(0, |a| a.count);
+            let count = st
+                .job(array)
+                .and_then(|j| j.array.as_ref())
+                .map_or(0, |a| a.count);
             st.tasks_of(array, count)
                 .filter(|j| j.status.is_active() || j.hold.is_some())
                 .count() as u32

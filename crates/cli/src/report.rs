@@ -1,7 +1,6 @@
 //! `tranche report`: the accounting ledger as sreport shows it, in GPU-hours with
 //! percentages of the unit's capacity over the range.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -128,22 +127,15 @@ fn rows(r: &LedgerReport, by: By) -> Vec<Row> {
                 t: *t,
             })
             .collect(),
-        By::Unit => {
-            let mut m: BTreeMap<String, Totals> = BTreeMap::new();
-            for ((_, u), t) in &b.shares {
-                m.entry(u.to_string()).or_default().add(t);
-            }
-            for (u, v) in &b.unassigned_lent {
-                m.entry(u.to_string()).or_default().lent += v;
-            }
-            m.into_iter()
-                .map(|(u, t)| Row {
-                    key: vec![u.clone()],
-                    unit: u,
-                    t,
-                })
-                .collect()
-        }
+        By::Unit => b
+            .by_unit()
+            .into_iter()
+            .map(|(u, t)| Row {
+                key: vec![u.to_string()],
+                unit: u.to_string(),
+                t,
+            })
+            .collect(),
     }
 }
 

@@ -27,17 +27,8 @@ impl State {
             self.book(accrual, now);
             if let Some(n) = &node {
                 let after = self.nodes.get(n).map(node_capacity);
-                for (u, g) in before.unwrap_or_default() {
-                    if let Some(c) = self.index.capacity.get_mut(&u) {
-                        *c -= g.min(*c);
-                        if *c == 0 {
-                            self.index.capacity.remove(&u);
-                        }
-                    }
-                }
-                for (u, g) in after.unwrap_or_default() {
-                    *self.index.capacity.entry(u).or_default() += g;
-                }
+                self.index
+                    .recount_capacity(before.unwrap_or_default(), after.unwrap_or_default());
             }
         }
         out

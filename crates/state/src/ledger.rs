@@ -75,6 +75,19 @@ pub struct Bucket {
 }
 
 impl Bucket {
+    /// Per unit: the shares' figures summed, with the borrowed time that no share's
+    /// idle max covered counted as lent, so that lent equals borrowed.
+    pub fn by_unit(&self) -> BTreeMap<Unit, Totals> {
+        let mut m: BTreeMap<Unit, Totals> = BTreeMap::new();
+        for ((_, u), t) in &self.shares {
+            m.entry(u.clone()).or_default().add(t);
+        }
+        for (u, v) in &self.unassigned_lent {
+            m.entry(u.clone()).or_default().lent += v;
+        }
+        m
+    }
+
     pub fn add(&mut self, o: &Bucket) {
         for (k, t) in &o.shares {
             self.shares.entry(k.clone()).or_default().add(t);
@@ -250,12 +263,11 @@ impl State {
             let lenders = idle.get(unit).map(Vec::as_slice).unwrap_or(&[]);
             let pool: u64 = lenders.iter().map(|(_, i)| i).sum();
             let lent = want.min(pool);
-            let mut given = 0;
             let mut parts: Vec<u64> = lenders
                 .iter()
                 .map(|(_, i)| lent * i / pool.max(1))
                 .collect();
-            given += parts.iter().sum::<u64>();
+            let mut given: u64 = parts.iter().sum();
             for p in parts.iter_mut() {
                 if given == lent {
                     break;

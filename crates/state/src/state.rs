@@ -128,6 +128,25 @@ impl Index {
         *self.queue_used.entry((queue, unit)).or_default() += gpus;
     }
 
+    /// A node's part of the capacity changed from `before` to `after`.
+    pub(crate) fn recount_capacity(
+        &mut self,
+        before: BTreeMap<Unit, u32>,
+        after: BTreeMap<Unit, u32>,
+    ) {
+        for (u, g) in before {
+            if let Some(c) = self.capacity.get_mut(&u) {
+                *c -= g.min(*c);
+                if *c == 0 {
+                    self.capacity.remove(&u);
+                }
+            }
+        }
+        for (u, g) in after {
+            *self.capacity.entry(u).or_default() += g;
+        }
+    }
+
     pub(crate) fn deactivate(
         &mut self,
         id: JobId,

@@ -232,20 +232,11 @@ pub async fn report(
             .iter()
             .map(|((s, u), t)| row(None, Some(s.to_string()), u.to_string(), t))
             .collect(),
-        _ => {
-            // Per unit: the shares' figures summed, and borrowed time that no share's
-            // idle max covered counted as lent, so lent equals borrowed.
-            let mut m: BTreeMap<String, Totals> = BTreeMap::new();
-            for ((_, u), t) in &b.shares {
-                m.entry(u.to_string()).or_default().add(t);
-            }
-            for (u, v) in &b.unassigned_lent {
-                m.entry(u.to_string()).or_default().lent += v;
-            }
-            m.iter()
-                .map(|(u, t)| row(None, None, u.clone(), t))
-                .collect()
-        }
+        _ => b
+            .by_unit()
+            .iter()
+            .map(|(u, t)| row(None, None, u.to_string(), t))
+            .collect(),
     };
     Ok(Json(ReportView {
         from: r.from,

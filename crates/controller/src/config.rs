@@ -42,6 +42,9 @@ pub struct Config {
     pub agents: AgentsConfig,
     #[serde(default)]
     pub accounting: AccountingConfig,
+    /// The AWS Batch-compatible endpoint (served on `http_addr` under `/v1/`).
+    #[serde(default)]
+    pub aws: AwsConfig,
     /// Accept the `Isolate` test switch from admins. Never enable in production.
     #[serde(default)]
     pub fault_injection: bool,
@@ -148,6 +151,54 @@ impl Default for AgentsConfig {
         AgentsConfig {
             unreachable_after_s: 10,
             down_after_s: 120,
+        }
+    }
+}
+
+/// `[aws]`: the AWS Batch-compatible endpoint. It serves when `key_secret_file` is set
+/// (and `http_addr` is); requests are signed with access keys from `tranche keys issue`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AwsConfig {
+    /// The cluster's key secret: 32 or more random bytes, the same file on every
+    /// controller, kept beside the certificates and outside the data dir. An access
+    /// key's secret is derived from it and the key's id, so no secret is stored.
+    pub key_secret_file: Option<PathBuf>,
+    /// The region in ARNs, and one a request may be signed for.
+    pub region: String,
+    /// Further regions a request may be signed for.
+    pub extra_regions: Vec<String>,
+    /// The 12-digit account id in ARNs.
+    pub account_id: String,
+    /// `"ml.p5.48xlarge" = { unit = "h100", gpus = 8 }`: what an instance of each type
+    /// is in GPUs of a capacity unit.
+    pub instance_types: std::collections::BTreeMap<String, InstanceType>,
+    /// `"<account>.dkr.ecr.<region>.amazonaws.com/name:tag" = "/images/name"`: the
+    /// image a training image reference runs as (a rootfs directory or an OCI layout).
+    pub images: std::collections::BTreeMap<String, String>,
+    /// `"fs-0123" = "/srv/datasets"`: the local directory a `FileSystemDataSource`'s
+    /// file system id stands for (its `DirectoryPath` is read under it).
+    pub file_systems: std::collections::BTreeMap<String, PathBuf>,
+}
+
+/// What one instance of an AWS instance type is in Tranche's terms.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceType {
+    pub unit: String,
+    pub gpus: u32,
+}
+
+impl Default for AwsConfig {
+    fn default() -> Self {
+        AwsConfig {
+            key_secret_file: None,
+            region: "us-west-2".into(),
+            extra_regions: vec![],
+            account_id: "123456789012".into(),
+            instance_types: Default::default(),
+            images: Default::default(),
+            file_systems: Default::default(),
         }
     }
 }
@@ -274,6 +325,39 @@ impl Config {
         }
         if r.snapshot_entries == 0 {
             return Err(bad("raft.snapshot_entries", "must be positive"));
+        }
+        let aws = &self.aws;
+        if aws.account_id.len() != 12 || !aws.account_id.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("aws.account_id", "must be 12 digits"));
+        }
+        let region_ok = |r: &str| {
+            !r.is_empty()
+                && r.len() <= 32
+                && r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        };
+        if !region_ok(&aws.region) || !aws.extra_regions.iter().all(|r| region_ok(r)) {
+            return Err(bad(
+                "aws.region",
+                "regions are 1-32 lower-case letters, digits and `-`, e.g. us-west-2",
+            ));
+        }
+        for (name, t) in &aws.instance_types {
+            if t.gpus == 0 || t.gpus > 64 {
+                return Err(bad(
+                    "aws.instance_types",
+                    &format!("`{name}`: gpus must be 1 to 64"),
+                ));
+            }
+            if tranche_model::Unit::from(t.unit.as_str())
+                .validate("unit")
+                .is_err()
+            {
+                return Err(bad(
+                    "aws.instance_types",
+                    &format!("`{name}`: `{}` is not a valid capacity unit name", t.unit),
+                ));
+            }
         }
         if self.accounting.retention_days == 0 {
             return Err(bad("accounting.retention_days", "must be at least 1"));

@@ -369,6 +369,10 @@ pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(
         (_, RegisterNode(_) | JobProgress { .. }) => deny(format!(
             "{who}: only the agent certificate of that node may speak for it"
         )),
+        (Role::Admin, TagResource { .. } | UntagResource { .. }) => Ok(()),
+        (_, TagResource { .. } | UntagResource { .. }) => deny(format!(
+            "{who}: only an admin may tag environments, policies, queues and shares"
+        )),
     }
 }
 

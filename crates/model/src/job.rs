@@ -92,6 +92,9 @@ pub struct JobSpec {
     /// directory). `None`: kept in the agent's spool only.
     pub output: Option<String>,
     pub error: Option<String>,
+    /// A SageMaker training job (submitted through the AWS Batch-compatible endpoint):
+    /// the node gives it SageMaker's container contract.
+    pub sagemaker: Option<Box<crate::aws::SageMakerJob>>,
 }
 
 impl JobSpec {
@@ -133,6 +136,7 @@ impl JobSpec {
             hold: false,
             output: None,
             error: None,
+            sagemaker: None,
         }
     }
 
@@ -149,6 +153,9 @@ impl JobSpec {
             ));
         }
         self.request.unit.validate("request.unit")?;
+        if let Some(sm) = &self.sagemaker {
+            sm.validate()?;
+        }
         if self.request.gpus_per_node == 0 {
             return Err(invalid("request.gpus_per_node", "must be at least 1"));
         }

@@ -11,6 +11,7 @@
 //! so that the CLI, the controller and the scenario runner can show it as it is.
 
 mod array;
+mod aws;
 mod error;
 mod ids;
 mod job;
@@ -21,6 +22,7 @@ mod standing;
 pub mod text_limits;
 
 pub use array::*;
+pub use aws::*;
 pub use error::ValidationError;
 pub use ids::*;
 pub use job::*;

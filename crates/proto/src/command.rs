@@ -52,6 +52,15 @@ pub enum ClientCommand {
         attempt: u32,
         event: Progress,
     },
+    // Admins: tags on the quota objects (the AWS Batch-compatible endpoint).
+    TagResource {
+        resource: String,
+        tags: std::collections::BTreeMap<String, String>,
+    },
+    UntagResource {
+        resource: String,
+        keys: Vec<String>,
+    },
 }
 
 impl ClientCommand {
@@ -84,6 +93,8 @@ impl ClientCommand {
                 attempt,
                 event,
             },
+            C::TagResource { resource, tags } => Command::TagResource { resource, tags },
+            C::UntagResource { resource, keys } => Command::UntagResource { resource, keys },
         }
     }
 }

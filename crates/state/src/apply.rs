@@ -37,13 +37,19 @@ impl State {
     fn apply_command(&mut self, cmd: &Command, now: Millis) -> Result<Outcome, ApplyError> {
         let out = match cmd {
             Command::PutEnvironment(e) => self.put_environment(e),
-            Command::DeleteEnvironment(n) => self.delete_environment(n),
+            Command::DeleteEnvironment(n) => self
+                .delete_environment(n)
+                .map(|()| self.forget_tags_of_deleted()),
             Command::PutPolicy(p) => self.put_policy(p),
-            Command::DeletePolicy(n) => self.delete_policy(n),
+            Command::DeletePolicy(n) => self
+                .delete_policy(n)
+                .map(|()| self.forget_tags_of_deleted()),
             Command::PutQueue(q) => self.put_queue(q),
-            Command::DeleteQueue(n) => self.delete_queue(n),
+            Command::DeleteQueue(n) => self.delete_queue(n).map(|()| self.forget_tags_of_deleted()),
             Command::PutShare(s) => self.put_share(s),
-            Command::DeleteShare(n) => self.delete_share(n, now),
+            Command::DeleteShare(n) => self
+                .delete_share(n, now)
+                .map(|()| self.forget_tags_of_deleted()),
             Command::Submit(spec) => return self.submit(spec, now),
             Command::Cancel { job, reason } => self.cancel_ref(job, reason, now),
             Command::UpdatePriority { job, priority } => self.update_priority_ref(job, *priority),
@@ -53,6 +59,10 @@ impl State {
                 Ok(())
             }
             Command::Release { job } => self.release_jobs(job, now),
+            Command::PutAccessKey(k) => self.put_access_key(k, now),
+            Command::RevokeAccessKey { id } => self.revoke_access_key(id, now),
+            Command::TagResource { resource, tags } => self.tag_resource(resource, tags),
+            Command::UntagResource { resource, keys } => self.untag_resource(resource, keys),
             Command::RegisterNode(inv) => self.register_node(inv, now),
             // Written only by format-1 controllers (heartbeats are the leader's soft
             // state now); applied as they did, so that old log entries replay alike.

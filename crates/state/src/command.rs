@@ -2,6 +2,7 @@
 
 use crate::plan::Plan;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tranche_model::*;
 
 /// Every change to the replicated state. New variants are only ever appended, so that
@@ -69,6 +70,23 @@ pub enum Command {
     /// Leader only: drops the ledger's hours before this one (its retention).
     PruneLedger {
         before_hour: u64,
+    },
+    /// Records an access key (`tranche keys issue`); its id must be new.
+    PutAccessKey(AccessKey),
+    /// Revokes an access key (`tranche keys revoke`): it signs nothing from now on.
+    RevokeAccessKey {
+        id: String,
+    },
+    /// Sets tags on an object (`resource`: see [`crate::AwsState::tags`]); existing
+    /// keys are overwritten.
+    TagResource {
+        resource: String,
+        tags: BTreeMap<String, String>,
+    },
+    /// Removes tags from an object.
+    UntagResource {
+        resource: String,
+        keys: Vec<String>,
     },
 }
 

@@ -165,6 +165,7 @@ pub mod v3 {
                 hold: false,
                 output: None,
                 error: None,
+                sagemaker: None,
             }
         }
     }

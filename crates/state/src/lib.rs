@@ -12,6 +12,7 @@
 //! argument and effects go out as outcomes.
 
 mod apply;
+mod aws;
 pub mod codec;
 mod command;
 mod depend;
@@ -23,6 +24,7 @@ mod state;
 mod touch;
 
 pub use apply::is_gang_stop;
+pub use aws::TAGGED_KINDS;
 pub use command::*;
 pub use plan::*;
 pub use session::*;

@@ -5,6 +5,16 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use tranche_model::*;
 
+/// What the AWS Batch-compatible endpoint keeps: access keys by id (no secrets: see
+/// [`tranche_model::AccessKey`]), and each object's tags by its resource name
+/// (`quota-share/QS1`, `job-queue/q`, `service-environment/e`,
+/// `scheduling-policy/p`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwsState {
+    pub keys: BTreeMap<String, AccessKey>,
+    pub tags: BTreeMap<String, BTreeMap<String, String>>,
+}
+
 /// Order of RUNNABLE jobs inside a share: priority descending, then submit time
 /// ascending (a requeued job keeps its original submit time), then id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -198,6 +208,8 @@ pub struct State {
     pub sessions_swept_at: Millis,
     /// GPU time per share, user and unit, by hour (see [`crate::ledger`]).
     pub ledger: crate::ledger::Ledger,
+    /// Access keys and object tags of the AWS Batch-compatible endpoint.
+    pub aws: AwsState,
     #[serde(skip)]
     pub(crate) index: Index,
 }
@@ -217,6 +229,7 @@ impl PartialEq for State {
             && self.sessions == o.sessions
             && self.sessions_swept_at == o.sessions_swept_at
             && self.ledger == o.ledger
+            && self.aws == o.aws
     }
 }
 impl Eq for State {}

@@ -35,7 +35,12 @@ impl State {
             | Command::DeleteQueue(_)
             | Command::PutShare(_)
             | Command::DeleteShare(_) => return Touched::All,
-            Command::Submit(_) | Command::PruneLedger { .. } => {}
+            Command::Submit(_)
+            | Command::PruneLedger { .. }
+            | Command::PutAccessKey(_)
+            | Command::RevokeAccessKey { .. }
+            | Command::TagResource { .. }
+            | Command::UntagResource { .. } => {}
             Command::Cancel { job: r, .. }
             | Command::UpdatePriority { job: r, .. }
             | Command::Hold { job: r }

@@ -1,0 +1,1 @@
+//! Access keys: ids, and the secrets derived from them and the cluster key secret.

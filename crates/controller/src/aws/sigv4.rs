@@ -1,0 +1,1 @@
+//! SigV4: verifying a signed request.

@@ -17,6 +17,9 @@ use std::time::Duration;
 use tranche_local::{demo, LocalCluster, LocalOptions};
 use tranche_tls::Role;
 
+/// The key secret file's name in the cluster's certificate dir.
+pub const KEY_SECRET_FILE: &str = "key-secret";
+
 #[derive(clap::Args, Debug)]
 pub struct DevArgs {
     /// Keep the cluster's files (certs, configs, data, logs) here instead of a
@@ -101,8 +104,15 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     if std::env::var("TRANCHE_LOG").is_err() {
         opts.log_filter = "info,raft=warn".into();
     }
+    // The AWS endpoint's key secret, beside the certificates (kept when --dir is
+    // reused, so that keys issued before still sign).
+    let key_secret = dir.join("certs").join(KEY_SECRET_FILE);
+    opts.extra_config += &format!("[aws]\nkey_secret_file = \"{}\"\n", key_secret.display());
     let mut c = LocalCluster::create(&dir, 3, opts)?;
-    step("certificates: a CA, 3 controllers, an admin, 4 agents");
+    if !key_secret.exists() {
+        tranche_controller::aws::keys::write_key_secret_file(&key_secret)?;
+    }
+    step("certificates: a CA, 3 controllers, an admin, 4 agents; a key secret for access keys");
     c.start_all()?;
     let admin = c.client(Role::Admin, "admin")?;
     let leader = c

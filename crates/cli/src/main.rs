@@ -8,6 +8,7 @@ mod client_cfg;
 mod dev;
 mod fmt;
 mod job_list;
+mod keys;
 mod leader_cache;
 mod logs;
 mod output;
@@ -131,6 +132,11 @@ enum Cmd {
     /// Example: export TRANCHE_TOKEN=$(tranche token issue --ttl 8h)
     #[command(subcommand)]
     Token(token::TokenCmd),
+    /// Access keys for the AWS Batch-compatible endpoint (SigV4): issue, list, revoke.
+    ///
+    /// Example: eval "$(tranche keys issue)"
+    #[command(subcommand)]
+    Keys(keys::KeysCmd),
     /// A job's output, from the agent of the node it ran on.
     ///
     /// Example: tranche logs 42 -f
@@ -256,6 +262,7 @@ fn main() -> ExitCode {
         Cmd::Report(args) => report::report(&args),
         Cmd::Dev(args) => dev::dev(&args),
         Cmd::Token(cmd) => token::token(cmd),
+        Cmd::Keys(cmd) => keys::keys(cmd),
         Cmd::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

@@ -38,6 +38,12 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
              guarantees. For benchmarks only; never in production."
         );
     }
+    // The key secret is read at start: a missing or unsafe file stops the controller
+    // here, with the file's path and the rule it breaks.
+    let key_secret = match &cfg.aws.key_secret_file {
+        Some(path) => Some(crate::aws::keys::load_key_secret_file(path).map_err(NodeError::Other)?),
+        None => None,
+    };
     let storage::Opened {
         storage,
         shared,
@@ -91,7 +97,8 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         .fault_injection
         .then(|| net.clone() as Arc<dyn Isolation>);
     let shared_for_http = shared.clone();
-    let service = Arc::new(Service::new(tx, work, shared, beats, isolation));
+    let service =
+        Arc::new(Service::new(tx, work, shared, beats, isolation).with_key_secret(key_secret));
     if let Some((listener, tls, certs)) = http {
         let client_addr = client_ep
             .local_addr()

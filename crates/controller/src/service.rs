@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tranche_model::JobRef;
+use tranche_model::{AccessKey, JobRef, KeyRole, UserName};
 use tranche_proto::{
     ApiError, ClientCommand, ClientRequest, Query, Response, MAX_NODE_WORK_WAIT_MS,
 };
 use tranche_state::State;
 use tranche_tls::{Identity, Role};
 
+use crate::aws::keys::{new_key_id, KeySecret};
 use crate::liveness::Beats;
 use crate::mailbox::{wall_ms, NodeMsg, SharedRef, WorkWatch};
 use crate::views;
@@ -34,7 +35,14 @@ pub struct Service {
     beats: Arc<Beats>,
     /// Present only where the controller's config enables `fault_injection`.
     isolation: Option<Arc<dyn Isolation>>,
+    /// The cluster's key secret (`[aws] key_secret_file`), from which access keys'
+    /// secrets are derived; `None`: no keys can be issued or checked here.
+    key_secret: Option<Arc<KeySecret>>,
 }
+
+/// What an issue of an access key answers where no key secret file is configured.
+pub const NO_KEY_SECRET: &str =
+    "this cluster has no [aws] key_secret_file; access keys cannot be issued";
 
 fn stopping() -> Response {
     Response::Error(ApiError::Unavailable("the controller is stopping".into()))
@@ -54,7 +62,34 @@ impl Service {
             shared,
             beats,
             isolation,
+            key_secret: None,
         }
+    }
+
+    /// The service with the cluster's key secret (`[aws] key_secret_file`, loaded at
+    /// start), so that it issues access keys and knows their secrets.
+    pub fn with_key_secret(mut self, secret: Option<KeySecret>) -> Service {
+        self.key_secret = secret.map(Arc::new);
+        self
+    }
+
+    /// The cluster's key secret, where one is configured.
+    pub fn key_secret(&self) -> Option<&KeySecret> {
+        self.key_secret.as_deref()
+    }
+
+    /// An access key that may sign now (it exists in this controller's applied state
+    /// and is not revoked) and its secret: what a SigV4 check needs
+    /// (`crate::aws::sigv4::verify`'s `secret_of`). `None` also where no key secret is
+    /// configured.
+    pub fn active_access_key(&self, id: &str) -> Option<(AccessKey, String)> {
+        let secret = self.key_secret.as_ref()?;
+        let sh = self.shared.read().unwrap();
+        let key = sh.state.aws.keys.get(id)?;
+        if key.revoked_at.is_some() {
+            return None;
+        }
+        Some((key.clone(), secret.secret_of(id)))
     }
 
     /// Answers one request of `who`.
@@ -125,9 +160,26 @@ impl Service {
         if let Some(e) = denied {
             return Response::Error(e);
         }
+        // An access key gets its id here, so `into_command` never sees the request.
+        let command = match command {
+            ClientCommand::IssueAccessKey { user, role } => {
+                return self.issue_access_key(user, role).await
+            }
+            c => c.into_command(),
+        };
+        self.propose(command, request).await
+    }
+
+    /// Proposes a replicated command (the leader's node task forwards it from a
+    /// follower) and answers with its outcome.
+    async fn propose(
+        &self,
+        cmd: tranche_state::Command,
+        request: Option<tranche_state::RequestId>,
+    ) -> Response {
         let (tx, rx) = oneshot::channel();
         let msg = NodeMsg::Write {
-            cmd: command.into_command(),
+            cmd,
             request,
             reply: tx,
         };
@@ -140,6 +192,69 @@ impl Service {
             Ok(Err(e)) => Response::Error(e),
             Err(_) => stopping(),
         }
+    }
+
+    /// Issues an access key (already authorized): a new id, proposed as
+    /// `PutAccessKey`, answered with the key and its secret, derived here from the key
+    /// secret file every controller shares. It goes without the client's request id:
+    /// a retry with the same id would be answered with the first outcome while naming
+    /// a key id of its own; without it, a retry issues a second key instead.
+    async fn issue_access_key(&self, user: UserName, role: KeyRole) -> Response {
+        let Some(master) = self.key_secret.clone() else {
+            return Response::Error(ApiError::BadRequest(NO_KEY_SECRET.into()));
+        };
+        let key = AccessKey {
+            id: new_key_id(),
+            user,
+            role,
+            created_at: 0,
+            revoked_at: None,
+        };
+        match self
+            .propose(tranche_state::Command::PutAccessKey(key.clone()), None)
+            .await
+        {
+            Response::Applied(_) => {
+                // The applied record has the entry's time; a follower may not have
+                // applied it yet, then this controller's clock stands in for it.
+                let applied = self
+                    .shared
+                    .read()
+                    .unwrap()
+                    .state
+                    .aws
+                    .keys
+                    .get(&key.id)
+                    .cloned();
+                let key = applied.unwrap_or(AccessKey {
+                    created_at: wall_ms(),
+                    ..key
+                });
+                let secret = master.secret_of(&key.id);
+                Response::AccessKey { key, secret }
+            }
+            other => other,
+        }
+    }
+
+    fn access_keys(&self, who: &Identity, user: Option<&UserName>) -> Response {
+        if who.role != Role::Admin && user.is_some_and(|u| u.as_str() != who.name) {
+            return Response::Error(ApiError::Unauthorized(format!(
+                "{who} may list only its own access keys"
+            )));
+        }
+        let sh = self.shared.read().unwrap();
+        let mut keys: Vec<AccessKey> = sh
+            .state
+            .aws
+            .keys
+            .values()
+            .filter(|k| user.is_none_or(|u| &k.user == u))
+            .filter(|k| who.role == Role::Admin || owns_key(who, k))
+            .cloned()
+            .collect();
+        keys.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Response::AccessKeys(keys)
     }
 
     fn heartbeat(&self, who: &Identity, node: tranche_model::NodeName) -> Response {
@@ -215,6 +330,9 @@ impl Service {
                 Err(_) => return stopping(),
             }
         }
+        if let Query::AccessKeys { user } = &query {
+            return self.access_keys(who, user.as_ref());
+        }
         match self.answer(&query) {
             // An agent needs a job's details only for the jobs it runs (or ran).
             Response::Job(j)
@@ -262,6 +380,10 @@ impl Service {
             Query::NodeWork { node, .. } => {
                 Response::NodeWork(views::node_work(st, node, sh.applied, now))
             }
+            // Answered in `read`, by who asks.
+            Query::AccessKeys { .. } => Response::Error(ApiError::BadRequest(
+                "access keys are listed per caller".into(),
+            )),
             Query::Report { from, to } => {
                 // Nothing is counted beyond now; an empty range is refused.
                 let to = to.unwrap_or(now).min(now);
@@ -283,6 +405,22 @@ impl Service {
 
 fn deny(msg: String) -> Result<(), ApiError> {
     Err(ApiError::Unauthorized(msg))
+}
+
+/// The roles a key of this identity may have: a user's only `user`, an operator's
+/// `operator` or `user`, an admin's any; agents and controllers have none.
+fn key_roles(who: &Identity) -> &'static [KeyRole] {
+    match who.role {
+        Role::Admin => &[KeyRole::User, KeyRole::Operator, KeyRole::Admin],
+        Role::Operator => &[KeyRole::User, KeyRole::Operator],
+        Role::User => &[KeyRole::User],
+        _ => &[],
+    }
+}
+
+/// Whether `key` is one `who` may issue for itself (and so revoke and list).
+fn owns_key(who: &Identity, key: &AccessKey) -> bool {
+    key.user.as_str() == who.name && key_roles(who).contains(&key.role)
 }
 
 /// The authorization rules: whether this certificate may send this command, checked
@@ -372,6 +510,40 @@ pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(
         (Role::Admin, TagResource { .. } | UntagResource { .. }) => Ok(()),
         (_, TagResource { .. } | UntagResource { .. }) => deny(format!(
             "{who}: only an admin may tag environments, policies, queues and shares"
+        )),
+        (Role::Admin, IssueAccessKey { .. } | RevokeAccessKey { .. }) => Ok(()),
+        (Role::User | Role::Operator, IssueAccessKey { user, role }) => {
+            if user.as_str() != who.name {
+                deny(format!(
+                    "{who} may issue access keys only for itself, not for `{user}` (an admin \
+                     may for anyone)"
+                ))
+            } else if !key_roles(who).contains(role) {
+                deny(format!(
+                    "{who} may not issue a key with role {role}: {} may have only {}",
+                    who.role,
+                    key_roles(who)
+                        .iter()
+                        .map(|r| r.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        (Role::User | Role::Operator, RevokeAccessKey { id }) => match state.aws.keys.get(id) {
+            None => Err(ApiError::NotFound(format!(
+                "access key {id} does not exist"
+            ))),
+            Some(k) if owns_key(who, k) => Ok(()),
+            Some(k) => deny(format!(
+                "{who} may revoke only its own access keys; {id} acts as {} {}",
+                k.role, k.user
+            )),
+        },
+        (_, IssueAccessKey { .. } | RevokeAccessKey { .. }) => deny(format!(
+            "{who}: only users, operators and admins have access keys"
         )),
     }
 }
@@ -767,5 +939,203 @@ mod tests {
             Response::Error(ApiError::Unauthorized(m)) => assert!(m.contains("fault_injection")),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn key_rig() -> Rig {
+        let mut r = rig(false);
+        r.service = r
+            .service
+            .with_key_secret(Some(KeySecret::from_bytes(vec![9; 32]).unwrap()));
+        r
+    }
+
+    fn put_key(r: &Rig, id: &str, user: &str, role: KeyRole, at: u64) {
+        let k = AccessKey {
+            id: id.into(),
+            user: user.into(),
+            role,
+            created_at: 0,
+            revoked_at: None,
+        };
+        let mut sh = r.service.shared.write().unwrap();
+        sh.state.apply(&Command::PutAccessKey(k), at).unwrap();
+    }
+
+    async fn issue(r: &Rig, id: &Identity, user: &str, role: KeyRole) -> Response {
+        let c = ClientCommand::IssueAccessKey {
+            user: user.into(),
+            role,
+        };
+        r.service.handle(id, write(c)).await
+    }
+
+    #[tokio::test]
+    async fn access_keys_are_issued_with_a_new_id_and_the_derived_secret() {
+        let r = key_rig();
+        let root = who(Role::Admin, "root");
+        let Response::AccessKey { key, secret } = issue(&r, &root, "bob", KeyRole::Operator).await
+        else {
+            panic!("no key")
+        };
+        assert!(key.id.starts_with("TK") && key.id.len() == 20, "{}", key.id);
+        assert_eq!((key.user.as_str(), key.role), ("bob", KeyRole::Operator));
+        assert!(key.created_at > 0);
+        assert_eq!(
+            secret,
+            crate::aws::keys::derive_secret(&[9; 32], &key.id),
+            "the secret is derived from the key secret and the id"
+        );
+        match r.written.lock().unwrap().last() {
+            Some(Command::PutAccessKey(k)) => {
+                assert_eq!((&k.id, &k.user, k.role), (&key.id, &key.user, key.role))
+            }
+            other => panic!("{other:?}"),
+        }
+        let Response::AccessKey { key: again, .. } =
+            issue(&r, &root, "bob", KeyRole::Operator).await
+        else {
+            panic!("no key")
+        };
+        assert_ne!(again.id, key.id);
+        // The id the service picks never comes from `into_command`, whose stand-in the
+        // state machine refuses.
+        let stand_in = ClientCommand::IssueAccessKey {
+            user: "bob".into(),
+            role: KeyRole::User,
+        }
+        .into_command();
+        assert!(State::new().apply(&stand_in, 1).is_err());
+    }
+
+    #[tokio::test]
+    async fn who_may_issue_which_keys() {
+        let r = key_rig();
+        let alice = who(Role::User, "alice");
+        let ops = who(Role::Operator, "ops");
+        assert!(matches!(
+            issue(&r, &alice, "alice", KeyRole::User).await,
+            Response::AccessKey { .. }
+        ));
+        assert!(matches!(
+            issue(&r, &ops, "ops", KeyRole::Operator).await,
+            Response::AccessKey { .. }
+        ));
+        assert!(matches!(
+            issue(&r, &ops, "ops", KeyRole::User).await,
+            Response::AccessKey { .. }
+        ));
+        let issue_cmd = |user: &str, role| ClientCommand::IssueAccessKey {
+            user: user.into(),
+            role,
+        };
+        expect_denied(
+            &r,
+            &alice,
+            issue_cmd("bob", KeyRole::User),
+            "only for itself",
+        )
+        .await;
+        expect_denied(
+            &r,
+            &alice,
+            issue_cmd("alice", KeyRole::Operator),
+            "role operator",
+        )
+        .await;
+        expect_denied(&r, &ops, issue_cmd("ops", KeyRole::Admin), "role admin").await;
+        expect_denied(
+            &r,
+            &ops,
+            issue_cmd("alice", KeyRole::User),
+            "only for itself",
+        )
+        .await;
+        for role in [Role::Agent, Role::Controller] {
+            expect_denied(
+                &r,
+                &who(role, "n1"),
+                issue_cmd("n1", KeyRole::User),
+                "have access keys",
+            )
+            .await;
+        }
+        // Without a key secret file nothing is issued, and the answer says why.
+        let plain = rig(false);
+        let before = plain.written.lock().unwrap().len();
+        match issue(&plain, &who(Role::Admin, "root"), "bob", KeyRole::User).await {
+            Response::Error(ApiError::BadRequest(m)) => assert_eq!(m, NO_KEY_SECRET),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(plain.written.lock().unwrap().len(), before);
+        assert!(plain.service.active_access_key("TKX").is_none());
+    }
+
+    #[tokio::test]
+    async fn keys_are_revoked_by_admins_and_owners_and_listed_per_caller() {
+        let r = key_rig();
+        put_key(&r, "TKALICE", "alice", KeyRole::User, 10);
+        put_key(&r, "TKBOB", "bob", KeyRole::User, 20);
+        put_key(&r, "TKOPS", "ops", KeyRole::Operator, 30);
+        let alice = who(Role::User, "alice");
+        let revoke = |id: &str| ClientCommand::RevokeAccessKey { id: id.into() };
+        expect_written(&r, &alice, revoke("TKALICE")).await;
+        expect_denied(&r, &alice, revoke("TKBOB"), "only its own").await;
+        // A user named like an operator does not own the operator's key.
+        expect_denied(&r, &who(Role::User, "ops"), revoke("TKOPS"), "only its own").await;
+        expect_written(&r, &who(Role::Operator, "ops"), revoke("TKOPS")).await;
+        expect_written(&r, &who(Role::Admin, "root"), revoke("TKBOB")).await;
+        match r.service.handle(&alice, write(revoke("TKNONE"))).await {
+            Response::Error(ApiError::NotFound(m)) => assert!(m.contains("TKNONE"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let list = |user: Option<&str>| ClientRequest::Read {
+            query: Query::AccessKeys {
+                user: user.map(Into::into),
+            },
+            stale: false,
+        };
+        let ids = |resp: Response| match resp {
+            Response::AccessKeys(k) => k.into_iter().map(|k| k.id).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        let root = who(Role::Admin, "root");
+        assert_eq!(
+            ids(r.service.handle(&root, list(None)).await),
+            ["TKALICE", "TKBOB", "TKOPS"]
+        );
+        assert_eq!(
+            ids(r.service.handle(&root, list(Some("bob"))).await),
+            ["TKBOB"]
+        );
+        assert_eq!(ids(r.service.handle(&alice, list(None)).await), ["TKALICE"]);
+        assert_eq!(
+            ids(r.service.handle(&alice, list(Some("alice"))).await),
+            ["TKALICE"]
+        );
+        assert!(matches!(
+            r.service.handle(&alice, list(Some("bob"))).await,
+            Response::Error(ApiError::Unauthorized(_))
+        ));
+        assert!(matches!(
+            r.service.handle(&who(Role::Agent, "n1"), list(None)).await,
+            Response::Error(ApiError::Unauthorized(_))
+        ));
+        // Only keys that are not revoked sign, with their derived secret.
+        let (k, secret) = r.service.active_access_key("TKALICE").unwrap();
+        assert_eq!((k.user.as_str(), secret.len()), ("alice", 40));
+        r.service
+            .shared
+            .write()
+            .unwrap()
+            .state
+            .apply(
+                &Command::RevokeAccessKey {
+                    id: "TKALICE".into(),
+                },
+                40,
+            )
+            .unwrap();
+        assert!(r.service.active_access_key("TKALICE").is_none());
+        assert!(r.service.active_access_key("TKNONE").is_none());
     }
 }

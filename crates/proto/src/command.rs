@@ -61,10 +61,28 @@ pub enum ClientCommand {
         resource: String,
         keys: Vec<String>,
     },
+    // Access keys for the AWS Batch-compatible endpoint: admins for anyone with any
+    // role, users and operators for themselves (an operator as operator or user).
+    /// A new key acting as `user` with `role`. The controller picks its id and answers
+    /// [`crate::Response::AccessKey`] with the secret; it becomes
+    /// [`Command::PutAccessKey`] in the service, never through
+    /// [`into_command`](ClientCommand::into_command).
+    IssueAccessKey {
+        user: UserName,
+        role: KeyRole,
+    },
+    /// Admins any key, others their own.
+    RevokeAccessKey {
+        id: String,
+    },
 }
 
 impl ClientCommand {
     /// The replicated command this becomes once authorized.
+    ///
+    /// `IssueAccessKey` needs the id and the time the controller gives it: the service
+    /// turns it into [`Command::PutAccessKey`] itself. Here it becomes a key with an
+    /// empty id, which the state machine refuses, so that nothing is issued by mistake.
     pub fn into_command(self) -> Command {
         use ClientCommand as C;
         match self {
@@ -95,6 +113,14 @@ impl ClientCommand {
             },
             C::TagResource { resource, tags } => Command::TagResource { resource, tags },
             C::UntagResource { resource, keys } => Command::UntagResource { resource, keys },
+            C::IssueAccessKey { user, role } => Command::PutAccessKey(AccessKey {
+                id: String::new(),
+                user,
+                role,
+                created_at: 0,
+                revoked_at: None,
+            }),
+            C::RevokeAccessKey { id } => Command::RevokeAccessKey { id },
         }
     }
 }

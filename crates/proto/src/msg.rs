@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 use tranche_model::{
-    ArrayTask, Job, JobId, JobRef, JobStatus, Millis, Node, NodeName, QueueName, ShareName,
-    Standing, Strategy, Unit, UserName,
+    AccessKey, ArrayTask, Job, JobId, JobRef, JobStatus, Millis, Node, NodeName, QueueName,
+    ShareName, Standing, Strategy, Unit, UserName,
 };
 use tranche_state::{ApplyError, Outcome};
 
@@ -88,6 +88,11 @@ pub enum Query {
     Report {
         from: Millis,
         to: Option<Millis>,
+    },
+    /// Access keys (revoked ones included), oldest first: an admin's of everyone (or
+    /// of `user`), anyone else's only its own.
+    AccessKeys {
+        user: Option<UserName>,
     },
 }
 
@@ -359,6 +364,12 @@ pub enum Response {
         registered: bool,
     },
     Report(Box<LedgerReport>),
+    /// A key was issued: its record and its secret, which is shown only this once.
+    AccessKey {
+        key: AccessKey,
+        secret: String,
+    },
+    AccessKeys(Vec<AccessKey>),
 }
 
 impl Response {
@@ -381,6 +392,8 @@ impl Response {
             Response::Error(_) => "an error",
             Response::Heartbeat { .. } => "a heartbeat answer",
             Response::Report(_) => "an accounting report",
+            Response::AccessKey { .. } => "an issued access key",
+            Response::AccessKeys(_) => "an access key list",
         }
     }
 }

@@ -99,3 +99,41 @@ fn keys_are_issued_listed_and_revoked_per_identity() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text(&out.stderr).contains("only its own"), "{out:?}");
 }
+
+/// A controller whose key secret file others may read, or which is too short, does not
+/// start; its error names the file and the rule.
+#[test]
+fn a_controller_refuses_an_unsafe_or_short_key_secret_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // The CLI binary runs as the controller through a link named `tranched`.
+    let tranched = bin.join("tranched");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tranche"), &tranched).unwrap();
+    let secret = dir.path().join("key-secret");
+    let mut opts = tranche_local::LocalOptions::new(tranched);
+    opts.http = false;
+    opts.extra_config = format!("[aws]\nkey_secret_file = \"{}\"\n", secret.display());
+    let mut c = tranche_local::LocalCluster::create(dir.path(), 1, opts).unwrap();
+    for (content, mode, rule) in [
+        (
+            &b"0123456789abcdef0123456789abcdef0123456789"[..],
+            0o644,
+            "0600",
+        ),
+        (&b"too short\n"[..], 0o600, "at least 32 bytes"),
+    ] {
+        std::fs::write(&secret, content).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(mode)).unwrap();
+        let _ = std::fs::remove_file(&c.controllers[0].log);
+        c.start(0).unwrap();
+        let status = c.controllers[0].child.as_mut().unwrap().wait().unwrap();
+        assert!(!status.success(), "started with {mode:o}");
+        let log = std::fs::read_to_string(&c.controllers[0].log).unwrap();
+        assert!(
+            log.contains(&secret.display().to_string()) && log.contains(rule),
+            "{log}"
+        );
+    }
+}

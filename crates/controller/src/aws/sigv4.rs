@@ -15,7 +15,15 @@
 //!   collapsed to one space, and repeated headers joined with `,`; `host` must be
 //!   signed.
 //!
-//! The verifier is pure: the caller passes the time and a lookup of secrets.
+//! The verifier is pure: the caller passes the time and a lookup of secrets. On a
+//! controller that lookup is the service's (`Service::active_access_key`, which knows
+//! only keys that are not revoked):
+//!
+//! ```ignore
+//! let v = sigv4::verify(&req, &regions, wall_ms() / 1000, |id| {
+//!     service.active_access_key(id).map(|(_, secret)| secret)
+//! })?;
+//! ```
 
 use std::fmt;
 
@@ -38,7 +46,7 @@ pub struct SignedRequest<'a> {
     /// The query string as sent, without the `?`; empty when there is none.
     pub query: &'a str,
     /// Every header as received, names in any case; a repeated header appears once per
-    /// occurrence, in order.
+    /// occurrence, in order. Over HTTP/2, pass the `:authority` as `host`.
     pub headers: &'a [(&'a str, &'a str)],
     pub body: &'a [u8],
 }

@@ -65,6 +65,14 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         }
         None => None,
     };
+    // The AWS Batch-compatible endpoint serves where the cluster's key secret is set.
+    let aws = match &cfg.aws.key_secret_file {
+        Some(path) => {
+            let master = crate::aws::keys::load_key_secret(path).map_err(NodeError::Other)?;
+            Some(Arc::new(crate::aws::Endpoint::new(cfg.aws.clone(), master)))
+        }
+        None => None,
+    };
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
     let work = Arc::new(WorkWatch::default());
@@ -102,6 +110,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
             certs,
             files.clone(),
             client_addr,
+            aws.clone(),
         );
         tokio::spawn(crate::http::serve(listener, tls, api, shutdown.clone()));
     }

@@ -217,7 +217,7 @@ def test_refusals_name_the_rule_with_the_codes_and_messages_clients_match(admin)
     assert names == ["dup-" + jq]
 
 
-def test_signatures_keys_and_ownership_are_checked(dev, admin, user):
+def test_signatures_keys_and_ownership_are_checked(dev, admin, user, image):
     env = dev.aws_env
     bad = client(dev, (env["AWS_ACCESS_KEY_ID"], "x" * 40))
     with pytest.raises(botocore.exceptions.ClientError) as ei:

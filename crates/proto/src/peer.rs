@@ -218,10 +218,7 @@ mod tests {
             request: None,
         };
         // As format 2 wrote it (its envelope), and as format 1 did (bare).
-        let mut sealed = codec::MAGIC.to_vec();
-        sealed.extend(2u16.to_be_bytes());
-        sealed.extend(codec::encode(&old));
-        for bytes in [sealed, codec::encode(&old)] {
+        for bytes in [sealed_as(2, &old), codec::encode(&old)] {
             let p = Proposal::open(&bytes).unwrap();
             assert_eq!((p.origin, p.id, p.now), (2, 7, 99));
             match p.cmd {
@@ -243,10 +240,7 @@ mod tests {
             },
             request: None,
         };
-        let mut sealed = codec::MAGIC.to_vec();
-        sealed.extend(3u16.to_be_bytes());
-        sealed.extend(codec::encode(&v3_entry));
-        let p = Proposal::open(&sealed).unwrap();
+        let p = Proposal::open(&sealed_as(3, &v3_entry)).unwrap();
         assert_eq!(
             p.cmd,
             Command::Cancel {
@@ -266,10 +260,7 @@ mod tests {
             cmd: v4::Command::Submit(v4_spec.clone()),
             request: None,
         };
-        let mut sealed = codec::MAGIC.to_vec();
-        sealed.extend(4u16.to_be_bytes());
-        sealed.extend(codec::encode(&v4_entry));
-        let p = Proposal::open(&sealed).unwrap();
+        let p = Proposal::open(&sealed_as(4, &v4_entry)).unwrap();
         assert!(
             matches!(p.cmd, Command::Submit(ref s) if s.hold && s.sagemaker.is_none()),
             "{p:?}"
@@ -298,6 +289,14 @@ mod tests {
         let mut older = bytes.clone();
         older[5] = 1;
         assert!(PeerFrame::decode_payload(&older[4..]).is_err());
+    }
+
+    /// `v` sealed as format `version` wrote it.
+    fn sealed_as<T: Serialize>(version: u16, v: &T) -> Vec<u8> {
+        let mut sealed = codec::MAGIC.to_vec();
+        sealed.extend(version.to_be_bytes());
+        sealed.extend(codec::encode(v));
+        sealed
     }
 
     fn old_as_today(spec: &v2::JobSpec) -> Proposal {

@@ -8,7 +8,8 @@
 # `tranche dev`, the OpenAPI document, schemathesis) run in a virtualenv this script
 # makes under the cargo target dir and fills from PyPI (pytest,
 # schemathesis, openapi-spec-validator, mypy, which checks the SDK's types first;
-# selenium, for the dashboard's tests in chromium). TRANCHE_SKIP_PYTHON=1 leaves them out.
+# selenium, for the dashboard's tests in chromium; boto3, awscli and sagemaker-train,
+# for the AWS Batch-compatible endpoint's tests). TRANCHE_SKIP_PYTHON=1 leaves them out.
 #
 # As root, missing Debian packages are installed with apt-get before any test runs:
 # runc and a static busybox for the container tests, chromium and chromium-driver for

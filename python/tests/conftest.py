@@ -42,6 +42,9 @@ class Dev:
     urls: list[str]
     ca: str
     token: str
+    # What `tranche dev` prints for boto3: AWS_ENDPOINT_URL_BATCH, AWS_CA_BUNDLE,
+    # AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (the dev user's key).
+    aws_env: dict[str, str]
 
     def config_of(self, role: str, name: str) -> str:
         return str(self.dir / f"{role}-{name}.toml")
@@ -84,7 +87,7 @@ def start_dev(tmp: Path) -> Dev:
     text = ""
     while time.monotonic() < deadline:
         text = (tmp / "dev.err").read_text()
-        if "TRANCHE_TOKEN=" in text:
+        if "Ctrl-C stops everything" in text:
             break
         if proc.poll() is not None:
             break
@@ -97,7 +100,12 @@ def start_dev(tmp: Path) -> Dev:
     user = re.search(r"as the user (\S+);", text).group(1)
     cfg = m.group(1)
     urls = re.findall(r'"(https://[^"]+)"', Path(cfg).read_text())
-    return Dev(tmp / "cluster", proc, cfg, user, urls, t.group(2), t.group(3))
+    aws = re.search(r"export (AWS_ENDPOINT_URL_BATCH=.*)", text)
+    if not aws:
+        proc.kill()
+        raise RuntimeError(f"tranche dev printed no AWS exports:\n{text}")
+    aws_env = dict(kv.split("=", 1) for kv in aws.group(1).split())
+    return Dev(tmp / "cluster", proc, cfg, user, urls, t.group(2), t.group(3), aws_env)
 
 
 def stop_dev(d: Dev) -> None:

@@ -73,6 +73,7 @@ pub fn launch_spec(
         submit_dir: item.cwd.clone(),
         stdout_file: None,
         stderr_file: None,
+        sagemaker: item.sagemaker.clone(),
     };
     let node = cfg.node.as_str();
     let account = users::resolve(cfg, item.user.as_str())?;

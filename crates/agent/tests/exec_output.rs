@@ -62,6 +62,7 @@ fn array_task(id: JobId, submit_dir: &Path, script: &str) -> WorkItem {
         }),
         output: None,
         error: None,
+        sagemaker: None,
     }
 }
 

@@ -29,7 +29,8 @@ pub enum KeysCmd {
         /// The key's role: user, operator or admin.
         #[arg(long, default_value = "user", value_parser = parse_role)]
         role: KeyRole,
-        /// Print the key as one JSON object (secret included).
+        /// Print the key as one JSON object: `access_key_id`, `secret_access_key`,
+        /// `user`, `role`, `created_at` (ms since the epoch).
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -119,7 +120,7 @@ pub fn keys(cmd: KeysCmd) -> ExitCode {
 
 fn key_json(k: &AccessKey) -> serde_json::Value {
     serde_json::json!({
-        "id": k.id,
+        "access_key_id": k.id,
         "user": k.user.as_str(),
         "role": k.role.as_str(),
         "created_at": k.created_at,
@@ -132,7 +133,7 @@ fn key_json(k: &AccessKey) -> serde_json::Value {
 fn print_issued(key: &AccessKey, secret: &str, json: bool) {
     if json {
         let mut v = key_json(key);
-        v["secret"] = secret.into();
+        v["secret_access_key"] = secret.into();
         println!("{v}");
         return;
     }

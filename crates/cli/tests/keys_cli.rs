@@ -28,13 +28,13 @@ fn keys_are_issued_listed_and_revoked_per_identity() {
     let out = tranche(&admin, &["keys", "issue", "--user", "alice", "--json"]);
     assert!(out.status.success(), "{out:?}");
     let k: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let by_admin = k["id"].as_str().unwrap().to_string();
+    let by_admin = k["access_key_id"].as_str().unwrap().to_string();
     assert!(by_admin.starts_with("TK") && by_admin.len() == 20, "{k}");
     assert_eq!(
         (k["user"].as_str(), k["role"].as_str()),
         (Some("alice"), Some("user"))
     );
-    assert_eq!(k["secret"].as_str().unwrap().len(), 40, "{k}");
+    assert_eq!(k["secret_access_key"].as_str().unwrap().len(), 40, "{k}");
 
     // Alice issues one for herself: the export line on stdout, the rest for people.
     let out = tranche(&alice, &["keys", "issue"]);
@@ -82,7 +82,7 @@ fn keys_are_issued_listed_and_revoked_per_identity() {
     let keys: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let keys = keys.as_array().unwrap();
     assert_eq!(keys.len(), 2, "{keys:?}");
-    let mine = keys.iter().find(|k| k["id"] == own).unwrap();
+    let mine = keys.iter().find(|k| k["access_key_id"] == own).unwrap();
     assert!(mine["revoked_at"].as_u64().is_some(), "{mine}");
     let table = text(&tranche(&alice, &["keys", "list"]).stdout);
     let row = table.lines().find(|l| l.starts_with(own)).unwrap();
@@ -95,7 +95,10 @@ fn keys_are_issued_listed_and_revoked_per_identity() {
         .iter()
         .find(|k| k["user"] == "bob")
         .unwrap();
-    let out = tranche(&alice, &["keys", "revoke", bobs["id"].as_str().unwrap()]);
+    let out = tranche(
+        &alice,
+        &["keys", "revoke", bobs["access_key_id"].as_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text(&out.stderr).contains("only its own"), "{out:?}");
 }

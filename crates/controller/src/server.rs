@@ -71,6 +71,13 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         }
         None => None,
     };
+    // The AWS Batch-compatible endpoint serves where the cluster's key secret is set.
+    let aws = key_secret.as_ref().map(|k| {
+        Arc::new(crate::aws::Endpoint::new(
+            cfg.aws.clone(),
+            k.as_bytes().to_vec(),
+        ))
+    });
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
     let work = Arc::new(WorkWatch::default());
@@ -109,6 +116,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
             certs,
             files.clone(),
             client_addr,
+            aws.clone(),
         );
         tokio::spawn(crate::http::serve(listener, tls, api, shutdown.clone()));
     }

@@ -92,6 +92,24 @@ impl Service {
         Some((key.clone(), secret.secret_of(id)))
     }
 
+    /// Waits until this controller has applied every write committed before the call
+    /// (a Raft read index), so that a read of its state after it is linearizable.
+    pub async fn barrier(&self) -> Result<(), ApiError> {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .node
+            .send(NodeMsg::ReadBarrier { reply: tx })
+            .await
+            .is_err()
+        {
+            return Err(ApiError::Unavailable("the controller is stopping".into()));
+        }
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(ApiError::Unavailable("the controller is stopping".into())),
+        }
+    }
+
     /// Answers one request of `who`.
     pub async fn handle(&self, who: &Identity, req: ClientRequest) -> Response {
         match req {
@@ -315,19 +333,8 @@ impl Service {
             )));
         }
         if !stale && !matches!(query, Query::Controllers) {
-            let (tx, rx) = oneshot::channel();
-            if self
-                .node
-                .send(NodeMsg::ReadBarrier { reply: tx })
-                .await
-                .is_err()
-            {
-                return stopping();
-            }
-            match rx.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Response::Error(e),
-                Err(_) => return stopping(),
+            if let Err(e) = self.barrier().await {
+                return Response::Error(e);
             }
         }
         if let Query::AccessKeys { user } = &query {

@@ -367,6 +367,7 @@ pub fn node_work(
             array: job.array.clone(),
             output: spec.output.clone(),
             error: spec.error.clone(),
+            sagemaker: spec.sagemaker.clone(),
         });
     }
     NodeWork {

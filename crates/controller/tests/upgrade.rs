@@ -292,6 +292,19 @@ fn write_fixture() {
             },
         )
         .await;
+        // Format 5: a held SageMaker training job, and tags on share `vision`.
+        let mut trains = spec("trains", "vision", "carol", 1, "echo train");
+        trains.hold = true;
+        trains.sagemaker = Some(Box::new(tranche_model::SageMakerJob {
+            training_job_name: "fixture-training".into(),
+            hyperparameters: [("epochs".to_string(), "3".to_string())].into(),
+            channels: [("train".to_string(), "/tmp".to_string())].into(),
+            payload: r#"{"TrainingJobName":"fixture-training"}"#.into(),
+            instance_type: "ml.p5.48xlarge".into(),
+        }));
+        let trains = submit(trains).await;
+        wait_status(&admin, trains, "PENDING").await;
+        ok(&admin, fixture_tags()).await;
         // Drained now, the nodes stop everything: the fixture holds no running job, so
         // that nothing changes when it is started again without its agents.
         for n in ["n1", "n2"] {
@@ -345,6 +358,29 @@ fn write_fixture() {
     .unwrap();
 }
 
+/// The tags the format-5 fixture puts on share `vision` (format 5 has no read of tags).
+fn fixture_tags() -> ClientCommand {
+    ClientCommand::TagResource {
+        resource: "quota-share/vision".into(),
+        tags: [("team".to_string(), "vision".to_string())].into(),
+    }
+}
+
+/// Checks that the fixture's tag on share `vision` is kept: the object's tags are at
+/// most 50, so 50 more keys are refused while its tag is there, and 49 are taken.
+async fn fixture_tags_kept(admin: &Client) {
+    let more = |n: usize| ClientCommand::TagResource {
+        resource: "quota-share/vision".into(),
+        tags: (0..n).map(|i| (format!("k{i}"), "v".to_string())).collect(),
+    };
+    let r = admin.command(more(50)).await.expect("write answered");
+    assert!(
+        format!("{r:?}").contains("at most 50 tags, got 51"),
+        "the fixture's tag is lost: 50 more tags gave {r:?}"
+    );
+    ok(admin, more(49)).await;
+}
+
 /// Starts a fixture's controllers and waits for a leader; the admin client.
 async fn start(c: &mut LocalCluster) -> Client {
     c.start_all().unwrap();
@@ -357,6 +393,11 @@ async fn start(c: &mut LocalCluster) -> Client {
 
 /// Each fixture this build reads: the previous release's format, and its own.
 fn read_unchanged(name: &str, format: u16) {
+    read_unchanged_then(name, format, async |_| {});
+}
+
+/// [`read_unchanged`], then `then` with the admin client.
+fn read_unchanged_then(name: &str, format: u16, then: impl AsyncFnOnce(&Client)) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_tmp, mut c, expected) = fixture_copy(name);
     let recorded = data_dir_format(&c.controllers[0].data_dir);
@@ -370,6 +411,7 @@ fn read_unchanged(name: &str, format: u16) {
         let got = contents(&admin).await;
         holds(&expected, &got, "").unwrap_or_else(|e| panic!("{name} fixture: {e}"));
         assert!(expected["jobs"].as_object().unwrap().len() >= 6);
+        then(&admin).await;
     });
 }
 
@@ -384,13 +426,18 @@ fn an_older_release_data_dirs_of_format_2_are_read_unchanged() {
 }
 
 #[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+fn an_older_release_data_dirs_of_format_3_are_read_unchanged() {
     read_unchanged("format-3", 3);
 }
 
 #[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged("format-4", 4);
+}
+
+#[test]
 fn this_release_data_dirs_are_read_unchanged() {
-    read_unchanged("format-4", tranche_state::codec::FORMAT);
+    read_unchanged_then("format-5", tranche_state::codec::FORMAT, fixture_tags_kept);
 }
 
 /// The stored format a data dir records, once its controller has opened it.
@@ -427,15 +474,15 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (_tmp, mut c, expected) = fixture_copy("format-3");
+    let (_tmp, mut c, expected) = fixture_copy("format-4");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
         data_dir_format(&dirs[0]),
-        Some(3),
+        Some(4),
         "the previous release's data dir"
     );
     rt().block_on(async {
-        // c2 and c3 start on this build (a majority); c1 still holds format-3 data.
+        // c2 and c3 start on this build (a majority); c1 still holds format-4 data.
         c.start(1).unwrap();
         c.start(2).unwrap();
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -459,7 +506,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             }
             acked
         });
-        // Then each controller in turn: c1 starts on its format-3 data dir while the
+        // Then each controller in turn: c1 starts on its format-4 data dir while the
         // others serve; then c2 and c3 are restarted, one at a time.
         c.start(0).unwrap();
         caught_up(&mut c, &admin, 0).await;
@@ -484,11 +531,16 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             let j = &jobs[&id.to_string()];
             assert_eq!(j["spec"]["name"], format!("w{n}"), "job {id}");
         }
-        let names: std::collections::BTreeSet<&str> = jobs
-            .values()
-            .map(|j| j["spec"]["name"].as_str().unwrap())
+        // The writer's jobs (the fixture's own include an array's tasks, which share
+        // their name).
+        let fixture_jobs = expected["jobs"].as_object().unwrap();
+        let written: Vec<&str> = jobs
+            .iter()
+            .filter(|(id, _)| !fixture_jobs.contains_key(*id))
+            .map(|(_, j)| j["spec"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names.len(), jobs.len(), "a submit made two jobs");
+        let names: std::collections::BTreeSet<&str> = written.iter().copied().collect();
+        assert_eq!(names.len(), written.len(), "a submit made two jobs");
     });
     for i in 0..3 {
         c.stop(i);
@@ -547,7 +599,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3 and 4"
+                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4 and 5"
             ),
             "controller {} log: {log}",
             i + 1

@@ -192,6 +192,7 @@ impl World {
             }),
             output: Some("out-%A_%a.txt".into()),
             error: None,
+            sagemaker: None,
         };
         vec![
             Response::Applied(Outcome::Submitted {

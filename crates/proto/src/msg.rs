@@ -272,6 +272,9 @@ pub struct WorkItem {
     /// the working directory; `None`: the spool only.
     pub output: Option<String>,
     pub error: Option<String>,
+    /// A SageMaker training job's part of the spec: the node gives the job SageMaker's
+    /// container contract (`/opt/ml`, the `SM_*` variables).
+    pub sagemaker: Option<Box<tranche_model::SageMakerJob>>,
 }
 
 /// What every member of an attempt needs to find the others without talking to them.

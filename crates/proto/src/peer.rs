@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use tranche_model::Millis;
 use tranche_state::codec::{self, FormatError};
-use tranche_state::format::{v2, v3};
+use tranche_state::format::{v2, v3, v4};
 use tranche_state::{Command, RequestId, State};
 
 use crate::frame::{self, FrameError, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION};
@@ -112,11 +112,15 @@ impl Proposal {
         if version == codec::FORMAT {
             return codec::decode(body).map_err(bad);
         }
-        // Formats 1 and 2 lay their entries out alike; format 3 differs in its commands.
-        let p: v3::Proposal = if version == 3 {
-            codec::decode(body).map_err(bad)?
-        } else {
-            codec::decode::<v2::Proposal>(body).map_err(bad)?.into()
+        // Formats 1 and 2 lay their entries out alike; formats 3 and 4 differ in their
+        // commands.
+        let p: v4::Proposal = match version {
+            4 => codec::decode(body).map_err(bad)?,
+            3 => codec::decode::<v3::Proposal>(body).map_err(bad)?.into(),
+            _ => {
+                let p: v3::Proposal = codec::decode::<v2::Proposal>(body).map_err(bad)?.into();
+                p.into()
+            }
         };
         Ok(Proposal {
             origin: p.origin,
@@ -128,14 +132,14 @@ impl Proposal {
     }
 }
 
-/// What a controller of the previous protocol version (3) sends: its forwarded writes
+/// What a controller of the previous protocol version (4) sends: its forwarded writes
 /// carry that format's command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum PreviousItem {
     Raft(Vec<u8>),
     Forward {
         id: u64,
-        cmd: v3::Command,
+        cmd: v4::Command,
         request: Option<RequestId>,
     },
 }
@@ -214,10 +218,7 @@ mod tests {
             request: None,
         };
         // As format 2 wrote it (its envelope), and as format 1 did (bare).
-        let mut sealed = codec::MAGIC.to_vec();
-        sealed.extend(2u16.to_be_bytes());
-        sealed.extend(codec::encode(&old));
-        for bytes in [sealed, codec::encode(&old)] {
+        for bytes in [sealed_as(2, &old), codec::encode(&old)] {
             let p = Proposal::open(&bytes).unwrap();
             assert_eq!((p.origin, p.id, p.now), (2, 7, 99));
             match p.cmd {
@@ -239,10 +240,7 @@ mod tests {
             },
             request: None,
         };
-        let mut sealed = codec::MAGIC.to_vec();
-        sealed.extend(3u16.to_be_bytes());
-        sealed.extend(codec::encode(&v3_entry));
-        let p = Proposal::open(&sealed).unwrap();
+        let p = Proposal::open(&sealed_as(3, &v3_entry)).unwrap();
         assert_eq!(
             p.cmd,
             Command::Cancel {
@@ -251,7 +249,24 @@ mod tests {
             }
         );
 
-        // A peer frame of protocol 3 with a forwarded submit.
+        // As format 4 wrote it: a held submit, with no SageMaker part.
+        let v3_spec: v3::JobSpec = spec.clone().into();
+        let mut v4_spec: v4::JobSpec = v3_spec.into();
+        v4_spec.hold = true;
+        let v4_entry = v4::Proposal {
+            origin: 1,
+            id: 3,
+            now: 4,
+            cmd: v4::Command::Submit(v4_spec.clone()),
+            request: None,
+        };
+        let p = Proposal::open(&sealed_as(4, &v4_entry)).unwrap();
+        assert!(
+            matches!(p.cmd, Command::Submit(ref s) if s.hold && s.sagemaker.is_none()),
+            "{p:?}"
+        );
+
+        // A peer frame of protocol 4 with a forwarded submit.
         let f = PreviousFrame {
             from: 3,
             from_addr: "127.0.0.1:1".into(),
@@ -260,7 +275,7 @@ mod tests {
                 PreviousItem::Raft(vec![1, 2]),
                 PreviousItem::Forward {
                     id: 5,
-                    cmd: v2::Command::Submit(spec).into(),
+                    cmd: v4::Command::Submit(v4_spec),
                     request: None,
                 },
             ],
@@ -269,16 +284,24 @@ mod tests {
         let got = PeerFrame::decode_payload(&bytes[4..]).unwrap();
         assert_eq!((got.from, got.incarnation, got.items.len()), (3, 4, 2));
         assert!(
-            matches!(&got.items[1], PeerItem::Forward { id: 5, cmd: Command::Submit(s), .. } if s.cwd.is_none())
+            matches!(&got.items[1], PeerItem::Forward { id: 5, cmd: Command::Submit(s), .. } if s.hold && s.sagemaker.is_none())
         );
         let mut older = bytes.clone();
         older[5] = 1;
         assert!(PeerFrame::decode_payload(&older[4..]).is_err());
     }
 
+    /// `v` sealed as format `version` wrote it.
+    fn sealed_as<T: Serialize>(version: u16, v: &T) -> Vec<u8> {
+        let mut sealed = codec::MAGIC.to_vec();
+        sealed.extend(version.to_be_bytes());
+        sealed.extend(codec::encode(v));
+        sealed
+    }
+
     fn old_as_today(spec: &v2::JobSpec) -> Proposal {
         let s: v3::JobSpec = spec.clone().into();
-        let mut s: tranche_model::JobSpec = s.into();
+        let mut s: tranche_model::JobSpec = v4::JobSpec::from(s).into();
         s.cwd = Some("/w".into());
         Proposal {
             origin: 1,

@@ -8,8 +8,11 @@
 //! specs, jobs, commands and states differ from format 2's. Format 4 adds arrays,
 //! dependencies, holds and output paths (`JobSpec::{array, dependency, hold, output,
 //! error}`, `Job::{array, deps, held}`) and names jobs in commands as `42` or `42_7`
-//! (`JobRef`). Reading an older format goes through each newer one in turn
-//! (1 → 2 → 3 → 4).
+//! (`JobRef`). Format 5 adds the AWS Batch-compatible endpoint's part: a SageMaker
+//! training job's part of a spec (`JobSpec::sagemaker`), the state's access keys and
+//! tags (`State::aws`), and the commands that change them (`PutAccessKey`,
+//! `RevokeAccessKey`, `TagResource`, `UntagResource`, appended). Reading an older
+//! format goes through each newer one in turn (1 → 2 → 3 → 4 → 5).
 
 use std::collections::BTreeMap;
 
@@ -20,7 +23,261 @@ use crate::codec::{self, FormatError};
 use crate::session::Session;
 use crate::state::State;
 
-/// The types of format 3 that differ from today's, frozen as that release wrote them.
+/// The types of format 4 that differ from today's, frozen as that release wrote them.
+pub mod v4 {
+    use super::*;
+    use crate::ledger::Ledger;
+    use crate::{Plan, Progress, RequestId};
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct JobSpec {
+        pub name: JobName,
+        pub queue: QueueName,
+        pub share: ShareName,
+        pub user: UserName,
+        pub priority: u32,
+        pub request: Request,
+        pub cpus_per_node: u32,
+        pub memory_mb_per_node: u64,
+        pub image: String,
+        pub command: Vec<String>,
+        pub env: BTreeMap<String, String>,
+        pub time_limit_s: Option<u64>,
+        pub checkpoint: Checkpoint,
+        pub retry_attempts: u32,
+        pub preemption_retries: Option<u32>,
+        pub client_token: Option<String>,
+        pub tags: BTreeMap<String, String>,
+        pub cwd: Option<String>,
+        pub array: Option<ArraySpec>,
+        pub dependency: Dependency,
+        pub hold: bool,
+        pub output: Option<String>,
+        pub error: Option<String>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Job {
+        pub id: JobId,
+        pub spec: JobSpec,
+        pub status: JobStatus,
+        pub submitted_at: Millis,
+        pub attempts: Vec<Attempt>,
+        pub transitions: Vec<Transition>,
+        pub stop: Option<Stop>,
+        pub hold: Option<Hold>,
+        pub pending_reason: Option<PendingReason>,
+        pub preemptions: u32,
+        pub failures: u32,
+        pub array: Option<ArrayTask>,
+        pub deps: Vec<Dep>,
+        pub held: bool,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct State {
+        pub version: u64,
+        pub environments: BTreeMap<EnvName, ServiceEnvironment>,
+        pub policies: BTreeMap<PolicyName, SchedulingPolicy>,
+        pub queues: BTreeMap<QueueName, JobQueue>,
+        pub shares: BTreeMap<ShareName, QuotaShare>,
+        pub nodes: BTreeMap<NodeName, tranche_model::Node>,
+        pub jobs: BTreeMap<JobId, Job>,
+        pub tokens: BTreeMap<(UserName, String), JobId>,
+        pub next_job_id: u64,
+        pub sessions: BTreeMap<u64, Session>,
+        pub sessions_swept_at: Millis,
+        pub ledger: Ledger,
+    }
+
+    /// Format 4's log command: its job spec, and none of the AWS endpoint's commands
+    /// (access keys, tags).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum Command {
+        PutEnvironment(ServiceEnvironment),
+        DeleteEnvironment(EnvName),
+        PutPolicy(SchedulingPolicy),
+        DeletePolicy(PolicyName),
+        PutQueue(JobQueue),
+        DeleteQueue(QueueName),
+        PutShare(QuotaShare),
+        DeleteShare(ShareName),
+        Submit(JobSpec),
+        Cancel {
+            job: JobRef,
+            reason: String,
+        },
+        UpdatePriority {
+            job: JobRef,
+            priority: u32,
+        },
+        RegisterNode(NodeInventory),
+        Heartbeat {
+            node: NodeName,
+        },
+        DrainNode {
+            node: NodeName,
+            reason: String,
+            now: bool,
+        },
+        ResumeNode {
+            node: NodeName,
+        },
+        NodeUnreachable {
+            node: NodeName,
+        },
+        NodeDown {
+            node: NodeName,
+            reason: String,
+        },
+        NodeUp {
+            node: NodeName,
+        },
+        JobProgress {
+            job: JobId,
+            attempt: u32,
+            event: Progress,
+        },
+        ApplyPlan(Plan),
+        Hold {
+            job: JobRef,
+        },
+        Release {
+            job: JobRef,
+        },
+        PruneLedger {
+            before_hour: u64,
+        },
+    }
+
+    /// What a format-4 log entry carries (see `tranche_proto::peer::Proposal`).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Proposal {
+        pub origin: u64,
+        pub id: u64,
+        pub now: Millis,
+        pub cmd: Command,
+        pub request: Option<RequestId>,
+    }
+
+    impl From<JobSpec> for tranche_model::JobSpec {
+        /// A format-4 job is no SageMaker training job.
+        fn from(s: JobSpec) -> Self {
+            tranche_model::JobSpec {
+                name: s.name,
+                queue: s.queue,
+                share: s.share,
+                user: s.user,
+                priority: s.priority,
+                request: s.request,
+                cpus_per_node: s.cpus_per_node,
+                memory_mb_per_node: s.memory_mb_per_node,
+                image: s.image,
+                command: s.command,
+                env: s.env,
+                time_limit_s: s.time_limit_s,
+                checkpoint: s.checkpoint,
+                retry_attempts: s.retry_attempts,
+                preemption_retries: s.preemption_retries,
+                client_token: s.client_token,
+                tags: s.tags,
+                cwd: s.cwd,
+                array: s.array,
+                dependency: s.dependency,
+                hold: s.hold,
+                output: s.output,
+                error: s.error,
+                sagemaker: None,
+            }
+        }
+    }
+
+    impl From<Job> for tranche_model::Job {
+        fn from(j: Job) -> Self {
+            tranche_model::Job {
+                id: j.id,
+                spec: j.spec.into(),
+                status: j.status,
+                submitted_at: j.submitted_at,
+                attempts: j.attempts,
+                transitions: j.transitions,
+                stop: j.stop,
+                hold: j.hold,
+                pending_reason: j.pending_reason,
+                preemptions: j.preemptions,
+                failures: j.failures,
+                array: j.array,
+                deps: j.deps,
+                held: j.held,
+            }
+        }
+    }
+
+    impl From<State> for crate::State {
+        /// A format-4 state has no access keys and no tags.
+        fn from(s: State) -> Self {
+            let mut st = crate::State {
+                version: s.version,
+                environments: s.environments,
+                policies: s.policies,
+                queues: s.queues,
+                shares: s.shares,
+                nodes: s.nodes,
+                jobs: s.jobs.into_iter().map(|(k, j)| (k, j.into())).collect(),
+                tokens: s.tokens,
+                next_job_id: s.next_job_id,
+                sessions: s.sessions,
+                sessions_swept_at: s.sessions_swept_at,
+                ledger: s.ledger,
+                aws: crate::AwsState::default(),
+                index: Default::default(),
+            };
+            st.rebuild_index();
+            st
+        }
+    }
+
+    impl From<Command> for crate::Command {
+        fn from(c: Command) -> Self {
+            use crate::Command as C;
+            match c {
+                Command::PutEnvironment(e) => C::PutEnvironment(e),
+                Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
+                Command::PutPolicy(p) => C::PutPolicy(p),
+                Command::DeletePolicy(n) => C::DeletePolicy(n),
+                Command::PutQueue(q) => C::PutQueue(q),
+                Command::DeleteQueue(n) => C::DeleteQueue(n),
+                Command::PutShare(s) => C::PutShare(s),
+                Command::DeleteShare(n) => C::DeleteShare(n),
+                Command::Submit(spec) => C::Submit(spec.into()),
+                Command::Cancel { job, reason } => C::Cancel { job, reason },
+                Command::UpdatePriority { job, priority } => C::UpdatePriority { job, priority },
+                Command::RegisterNode(inv) => C::RegisterNode(inv),
+                Command::Heartbeat { node } => C::Heartbeat { node },
+                Command::DrainNode { node, reason, now } => C::DrainNode { node, reason, now },
+                Command::ResumeNode { node } => C::ResumeNode { node },
+                Command::NodeUnreachable { node } => C::NodeUnreachable { node },
+                Command::NodeDown { node, reason } => C::NodeDown { node, reason },
+                Command::NodeUp { node } => C::NodeUp { node },
+                Command::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                } => C::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                },
+                Command::ApplyPlan(p) => C::ApplyPlan(p),
+                Command::Hold { job } => C::Hold { job },
+                Command::Release { job } => C::Release { job },
+                Command::PruneLedger { before_hour } => C::PruneLedger { before_hour },
+            }
+        }
+    }
+}
+
+/// The types of format 3 that differ from format 4's, frozen as that release wrote them.
 pub mod v3 {
     use super::*;
     use crate::{Plan, Progress, RequestId};
@@ -137,11 +394,11 @@ pub mod v3 {
         pub request: Option<RequestId>,
     }
 
-    impl From<JobSpec> for tranche_model::JobSpec {
+    impl From<JobSpec> for super::v4::JobSpec {
         /// A format-3 job is no array, depends on nothing and is not held; its output
         /// is kept in the agent's spool only.
         fn from(s: JobSpec) -> Self {
-            tranche_model::JobSpec {
+            super::v4::JobSpec {
                 name: s.name,
                 queue: s.queue,
                 share: s.share,
@@ -165,14 +422,13 @@ pub mod v3 {
                 hold: false,
                 output: None,
                 error: None,
-                sagemaker: None,
             }
         }
     }
 
-    impl From<Job> for tranche_model::Job {
+    impl From<Job> for super::v4::Job {
         fn from(j: Job) -> Self {
-            tranche_model::Job {
+            super::v4::Job {
                 id: j.id,
                 spec: j.spec.into(),
                 status: j.status,
@@ -191,9 +447,10 @@ pub mod v3 {
         }
     }
 
-    impl From<State> for crate::State {
+    impl From<State> for super::v4::State {
+        /// A format-3 state has no ledger: its accounting starts at the upgrade.
         fn from(s: State) -> Self {
-            let mut st = crate::State {
+            super::v4::State {
                 version: s.version,
                 environments: s.environments,
                 policies: s.policies,
@@ -205,16 +462,14 @@ pub mod v3 {
                 next_job_id: s.next_job_id,
                 sessions: s.sessions,
                 sessions_swept_at: s.sessions_swept_at,
-                ..Default::default()
-            };
-            st.rebuild_index();
-            st
+                ledger: Default::default(),
+            }
         }
     }
 
-    impl From<Command> for crate::Command {
+    impl From<Command> for super::v4::Command {
         fn from(c: Command) -> Self {
-            use crate::Command as C;
+            use super::v4::Command as C;
             match c {
                 Command::PutEnvironment(e) => C::PutEnvironment(e),
                 Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
@@ -250,6 +505,18 @@ pub mod v3 {
                     event,
                 },
                 Command::ApplyPlan(p) => C::ApplyPlan(p),
+            }
+        }
+    }
+
+    impl From<Proposal> for super::v4::Proposal {
+        fn from(p: Proposal) -> Self {
+            super::v4::Proposal {
+                origin: p.origin,
+                id: p.id,
+                now: p.now,
+                cmd: p.cmd.into(),
+                request: p.request,
             }
         }
     }
@@ -549,21 +816,30 @@ pub mod v1 {
 /// Decodes state bytes written in format `version` and migrates them to today's
 /// state (indexes rebuilt).
 pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
-    let bad = |reason: String| FormatError::Decode { version, reason };
-    match version {
+    fn read<T: serde::de::DeserializeOwned>(version: u16, bytes: &[u8]) -> Result<T, FormatError> {
+        codec::decode(bytes).map_err(|reason| FormatError::Decode { version, reason })
+    }
+    let v4: v4::State = match version {
         1 => {
-            let v2: v2::State = codec::decode::<v1::State>(bytes).map_err(bad)?.into();
+            let v2: v2::State = read::<v1::State>(version, bytes)?.into();
             let v3: v3::State = v2.into();
-            Ok(v3.into())
+            v3.into()
         }
         2 => {
-            let v3: v3::State = codec::decode::<v2::State>(bytes).map_err(bad)?.into();
-            Ok(v3.into())
+            let v3: v3::State = read::<v2::State>(version, bytes)?.into();
+            v3.into()
         }
-        3 => Ok(codec::decode::<v3::State>(bytes).map_err(bad)?.into()),
-        codec::FORMAT => State::restore(bytes).map_err(|e| bad(e.to_string())),
-        found => Err(FormatError::Unknown { found }),
-    }
+        3 => read::<v3::State>(version, bytes)?.into(),
+        4 => read(version, bytes)?,
+        codec::FORMAT => {
+            return State::restore(bytes).map_err(|e| FormatError::Decode {
+                version,
+                reason: e.to_string(),
+            })
+        }
+        found => return Err(FormatError::Unknown { found }),
+    };
+    Ok(v4.into())
 }
 
 #[cfg(test)]
@@ -614,7 +890,7 @@ mod tests {
     fn a_format_2_submit_becomes_todays_with_no_working_directory() {
         let spec = v2_job().spec;
         let c: v3::Command = v2::Command::Submit(spec).into();
-        let c: Command = c.into();
+        let c: Command = v4::Command::from(c).into();
         match c {
             Command::Submit(s) => assert_eq!((s.cwd, s.user.as_str()), (None, "alice")),
             other => panic!("{other:?}"),
@@ -624,7 +900,7 @@ mod tests {
             reason: "no heartbeat for 9 s".into(),
         }
         .into();
-        let c: Command = c.into();
+        let c: Command = v4::Command::from(c).into();
         assert_eq!(
             c,
             Command::NodeDown {
@@ -636,11 +912,12 @@ mod tests {
 
     #[test]
     fn a_format_3_command_names_its_job_as_a_plain_reference() {
-        let c: Command = v3::Command::Cancel {
+        let c: v4::Command = v3::Command::Cancel {
             job: JobId(7),
             reason: "x".into(),
         }
         .into();
+        let c: Command = c.into();
         assert_eq!(
             c,
             Command::Cancel {
@@ -649,9 +926,91 @@ mod tests {
             }
         );
         let v3: v3::Job = v2_job().into();
-        let j: Job = v3.into();
+        let j: Job = v4::Job::from(v3).into();
         assert_eq!((j.array, j.deps.len(), j.held), (None, 0, false));
         assert!(j.spec.dependency.is_empty() && j.spec.output.is_none());
+    }
+
+    /// A job submitted held, since released, with an output path, as format 4 stored
+    /// it (RUNNABLE).
+    fn v4_job() -> v4::Job {
+        let v3: v3::Job = v2_job().into();
+        let mut j: v4::Job = v3.into();
+        j.spec.hold = true;
+        j.spec.output = Some("o-%j.out".into());
+        j
+    }
+
+    #[test]
+    fn a_format_4_submit_becomes_todays_with_no_sagemaker_part() {
+        let c: Command = v4::Command::Submit(v4_job().spec).into();
+        match c {
+            Command::Submit(s) => assert_eq!(
+                (s.sagemaker, s.hold, s.output.as_deref(), s.user.as_str()),
+                (None, true, Some("o-%j.out"), "alice")
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Commands without a job spec are laid out alike in formats 4 and 5.
+        for (old, today) in [
+            (
+                v4::Command::Hold {
+                    job: JobRef::job(JobId(4)),
+                },
+                Command::Hold {
+                    job: JobRef::job(JobId(4)),
+                },
+            ),
+            (
+                v4::Command::PruneLedger { before_hour: 3 },
+                Command::PruneLedger { before_hour: 3 },
+            ),
+        ] {
+            assert_eq!(codec::encode(&old), codec::encode(&today));
+            assert_eq!(Command::from(old), today);
+        }
+    }
+
+    #[test]
+    fn a_format_4_state_migrates_with_no_access_keys_or_tags() {
+        let mut ledger = crate::ledger::Ledger {
+            since: 5,
+            counted_to: 7_200_000,
+            ..Default::default()
+        };
+        ledger
+            .all_time
+            .capacity
+            .insert("h100".into(), 4 * 7_200_000);
+        ledger.hours.insert(1, ledger.all_time.clone());
+        let old = v4::State {
+            version: 9,
+            environments: BTreeMap::new(),
+            policies: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            shares: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            jobs: [(JobId(1), v4_job())].into(),
+            tokens: BTreeMap::new(),
+            next_job_id: 2,
+            sessions: BTreeMap::new(),
+            sessions_swept_at: 0,
+            ledger: ledger.clone(),
+        };
+        let got = decode_state(4, &codec::encode(&old)).unwrap();
+        assert_eq!((got.version, got.next_job_id), (9, 2));
+        assert_eq!(got.ledger, ledger);
+        assert_eq!(got.aws, crate::AwsState::default());
+        let j = &got.jobs[&JobId(1)];
+        assert!(!j.held && j.spec.hold && j.spec.sagemaker.is_none());
+        assert_eq!(j.spec.output.as_deref(), Some("o-%j.out"));
+        assert!(
+            got.runnable_in(&ShareName::from("s")).next().is_some(),
+            "indexes rebuilt"
+        );
+        // Format 5's bytes are not format 4's: the state has its AWS part.
+        assert!(decode_state(4, &got.snapshot()).is_err());
+        assert_eq!(decode_state(codec::FORMAT, &got.snapshot()).unwrap(), got);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::spool::{
     cgroup_name, files, kept_logs, kept_outputs_record, read_exit, read_outputs, read_pid_file,
     read_shim_pid, remove_attempt_dir, shim_alive, ExecKind, ExitStatus, LaunchRecord,
 };
-use super::{fsutil, oci, procfs, ExecError, LaunchSpec};
+use super::{fsutil, oci, procfs, sagemaker, ExecError, LaunchSpec};
 
 /// How [`Attempt::kill_all`] killed the processes of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,6 +411,7 @@ impl Attempt {
                 }
             }
         }
+        sagemaker::keep(&self.dir, spool, self.job, self.attempt);
         remove_attempt_dir(parent, &self.dir);
         Ok(())
     }

@@ -38,6 +38,12 @@ pub enum ExecError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A SageMaker job gave no command and its image has no entrypoint to run.
+    #[error("image `{image}` has no entrypoint; give ContainerEntrypoint")]
+    NoEntrypoint {
+        /// The image as given in the spec.
+        image: String,
+    },
     /// A container image was asked for but no OCI runtime is installed.
     #[error(
         "image `{image}` needs an OCI runtime, but neither runc nor crun was found \

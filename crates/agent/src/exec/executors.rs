@@ -16,7 +16,7 @@ use super::spool::{
     attempt_name, cgroup_name, container_id, files, parse_attempt_name, remove_attempt_dir,
     shim_alive, ExecKind, LaunchRecord,
 };
-use super::{fsutil, image, oci, CgroupMode, ExecError, LaunchSpec, AGENT_BIN_ENV};
+use super::{fsutil, image, oci, sagemaker, CgroupMode, ExecError, LaunchSpec, AGENT_BIN_ENV};
 
 /// How long [`Executors::start`] waits for the shim to report the job running.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -107,8 +107,13 @@ impl Executors {
     /// with the OCI executor. Returns once the job's process is running (or has
     /// already ended); on failure nothing of the attempt is left behind and the error
     /// names the image and command.
+    ///
+    /// A SageMaker job (see [`sagemaker_env`](super::sagemaker_env)) gets its `opt-ml/`
+    /// tree; given no command, it runs its image's entrypoint with `train`, and is not
+    /// started where the image has none.
     pub fn start(&self, spec: &LaunchSpec) -> Result<Attempt, ExecError> {
         validate(spec)?;
+        sagemaker::check(spec)?;
         let name = attempt_name(spec.job, spec.attempt);
         let dir = self.attempts.join(&name);
         let exists = || ExecError::AttemptExists {
@@ -135,6 +140,17 @@ impl Executors {
                 let devices = oci::gpu_devices(spec)?;
                 Some((runtime, rootfs, devices))
             }
+        };
+        let resolved;
+        let spec = if spec.command.is_empty() {
+            let entrypoint = prepared.as_ref().and_then(|p| p.1.entrypoint.as_deref());
+            resolved = LaunchSpec {
+                command: sagemaker::command(spec, entrypoint)?,
+                ..spec.clone()
+            };
+            &resolved
+        } else {
+            spec
         };
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
@@ -191,6 +207,7 @@ impl Executors {
         prepared: Option<(PathBuf, image::Prepared, Vec<oci::Device>)>,
     ) -> Result<(), ExecError> {
         fsutil::write_json(&dir.join(files::SPEC), spec)?;
+        sagemaker::write_tree(spec, dir, prepared.is_none())?;
         match prepared {
             None => {
                 let cg_name = cgroup_name(&self.spool, spec.job, spec.attempt);
@@ -260,6 +277,7 @@ impl Executors {
                 };
                 let config = oci::config(
                     spec,
+                    dir,
                     &root,
                     &rootfs,
                     &devices,

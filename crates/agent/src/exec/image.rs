@@ -31,6 +31,20 @@ pub(crate) struct Prepared {
     pub env: Vec<String>,
     /// The image configuration's `WorkingDir`.
     pub workdir: Option<String>,
+    /// The image configuration's `Entrypoint` (none for a rootfs directory, or for a
+    /// cache entry unpacked by an agent that did not record it).
+    pub entrypoint: Option<Vec<String>>,
+}
+
+/// A list of strings in an image configuration (`Env`, `Entrypoint`); `None` where it
+/// is absent or empty.
+fn strings(v: &Value) -> Option<Vec<String>> {
+    let list: Vec<String> = v
+        .as_array()?
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    (!list.is_empty()).then_some(list)
 }
 
 const INDEX_TYPES: &[&str] = &[
@@ -64,6 +78,7 @@ pub(crate) fn prepare(images: &Path, image: &str) -> Result<Prepared, ExecError>
                 shared: false,
                 env: Vec::new(),
                 workdir: None,
+                entrypoint: None,
             })
         }
     } else if meta.is_file() {
@@ -216,15 +231,9 @@ fn cached(images: &Path, key: &str) -> Option<Prepared> {
     Some(Prepared {
         path: rootfs,
         shared: true,
-        env: meta["env"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        env: strings(&meta["env"]).unwrap_or_default(),
         workdir: meta["workdir"].as_str().map(str::to_string),
+        entrypoint: strings(&meta["entrypoint"]),
     })
 }
 
@@ -248,17 +257,11 @@ fn build(images: &Path, layout: &Path, top: &Desc, key: &str) -> Result<Prepared
         .as_array()
         .ok_or_else(|| format!("manifest {}: no `layers`", desc.digest))?
         .clone();
-    let (mut env, mut workdir) = (Vec::new(), None);
+    let (mut env, mut workdir, mut entrypoint) = (Vec::new(), None, None);
     if let Some(cd) = manifest["config"]["digest"].as_str() {
         let config = read_json_blob(layout, cd)?;
-        env = config["config"]["Env"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        env = strings(&config["config"]["Env"]).unwrap_or_default();
+        entrypoint = strings(&config["config"]["Entrypoint"]);
         workdir = config["config"]["WorkingDir"]
             .as_str()
             .filter(|w| !w.is_empty())
@@ -282,7 +285,8 @@ fn build(images: &Path, layout: &Path, top: &Desc, key: &str) -> Result<Prepared
             let path = blob(layout, digest)?;
             apply_layer(&rootfs, &path).map_err(|e| format!("layer {i} ({digest}): {e}"))?;
         }
-        let meta = serde_json::json!({"manifest": desc.digest, "env": env, "workdir": workdir});
+        let meta = serde_json::json!({"manifest": desc.digest, "env": env, "workdir": workdir,
+                                      "entrypoint": entrypoint});
         std::fs::write(tmp.join("image.json"), meta.to_string())
             .map_err(|e| format!("writing image.json: {e}"))?;
         Ok(())

@@ -16,6 +16,7 @@
 //! | `exit.json` | shim | `{"code", "signal", "at_ms"}`, written atomically once no process of the job is left |
 //! | `launch_error` | shim | why the job could not be started (the agent's [`Executors::start`] returns it) |
 //! | `shim.log`, `runtime.log` | shim, runc | diagnostics |
+//! | `opt-ml/` | agent, job | a SageMaker job's `/opt/ml` (see [`sagemaker_env`]); its `model/` and `output/` are kept in `<spool>/sagemaker/` |
 //! | `bundle/` | agent | OCI only: `config.json`, and the rootfs or the overlay mounted over a cached one |
 //!
 //! The agent starts `tranche-agent shim --dir <attemptdir>` (a hidden subcommand) in a
@@ -46,7 +47,8 @@
 //! and their records, `executors` starts and adopts attempts ([`Executors`]),
 //! `attempt` watches, stops and reaps one ([`Attempt`]), `shim` supervises it on the
 //! node; `output` expands `--output`/`--error` patterns and creates and reads those
-//! files; `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
+//! files; `sagemaker` gives a SageMaker training job its container contract
+//! (`/opt/ml`, the `SM_*` variables); `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
 //! and `cgroup` are the container runtime, the image cache and the cgroup hierarchies.
 
 mod attempt;
@@ -59,6 +61,7 @@ pub mod ledger;
 mod oci;
 pub mod output;
 mod procfs;
+mod sagemaker;
 mod shim;
 mod signal;
 mod spec;
@@ -72,6 +75,7 @@ pub use cgroup::CgroupMode;
 pub use error::ExecError;
 pub use executors::Executors;
 pub use output::OutputFile;
+pub use sagemaker::{kept_sagemaker_output, sagemaker_env};
 pub use shim::shim_main;
 pub use signal::signal_number;
 pub use spec::{job_env, ArrayTask, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};

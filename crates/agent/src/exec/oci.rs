@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 use tranche_model::GpuIndex;
 
 use super::spool::{files, LaunchRecord};
-use super::{image, job_env, ExecError, LaunchSpec, DEFAULT_PATH, OCI_RUNTIME_ENV};
+use super::{
+    image, job_env, sagemaker, sagemaker_env, ExecError, LaunchSpec, DEFAULT_PATH, OCI_RUNTIME_ENV,
+};
 
 /// Major number of the NVIDIA character devices.
 pub(crate) const NVIDIA_MAJOR: u64 = 195;
@@ -147,6 +149,7 @@ pub(crate) fn container_env(spec: &LaunchSpec, image_env: &[String]) -> BTreeMap
         }
     }
     env.extend(job_env(spec));
+    env.extend(sagemaker_env(spec, None));
     let mut sorted: Vec<GpuIndex> = spec.gpus.iter().map(|g| g.index).collect();
     sorted.sort_unstable();
     let local: Vec<String> = spec
@@ -190,9 +193,11 @@ fn in_rootfs_dir(root: &Path, dir: &str) -> bool {
     true
 }
 
-/// The runtime bundle's `config.json` (the shape `runc spec` writes, filled in).
+/// The runtime bundle's `config.json` (the shape `runc spec` writes, filled in), for
+/// the attempt directory `dir` (where a SageMaker job's `opt-ml/` is).
 pub(crate) fn config(
     spec: &LaunchSpec,
+    dir: &Path,
     root: &Path,
     rootfs: &image::Prepared,
     devices: &[Device],
@@ -245,6 +250,7 @@ pub(crate) fn config(
                                "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]}));
         }
     }
+    mounts.extend(sagemaker::mounts(spec, dir));
 
     let mut dev_rules = vec![json!({"allow": false, "access": "rwm"})];
     let mut dev_nodes = Vec::new();
@@ -446,6 +452,7 @@ mod tests {
             submit_dir: None,
             stdout_file: None,
             stderr_file: None,
+            sagemaker: None,
         }
     }
 
@@ -468,8 +475,16 @@ mod tests {
             shared: false,
             env: vec!["PATH=/opt/bin:/bin".into(), "LANG=C".into()],
             workdir: Some("/work".into()),
+            entrypoint: None,
         };
-        let c = config(&s, Path::new("/r"), &prepared, &devs, "/tranche/1.0");
+        let c = config(
+            &s,
+            Path::new("/a"),
+            Path::new("/r"),
+            &prepared,
+            &devs,
+            "/tranche/1.0",
+        );
         assert_eq!(c["process"]["user"]["uid"], 1000);
         assert_eq!(c["process"]["user"]["gid"], 100);
         assert_eq!(
@@ -524,11 +539,12 @@ mod tests {
             shared: false,
             env: vec![],
             workdir: Some("/work".into()),
+            entrypoint: None,
         };
         let cwd = |home: &str, prepared: &image::Prepared| {
             let mut s = spec();
             s.cwd = Some(home.into());
-            config(&s, root.path(), prepared, &[], "/t")["process"]["cwd"].clone()
+            config(&s, Path::new("/a"), root.path(), prepared, &[], "/t")["process"]["cwd"].clone()
         };
         assert_eq!(cwd("/home/asmith", &prepared), "/home/asmith");
         assert_eq!(cwd("/home/nobody", &prepared), "/work");

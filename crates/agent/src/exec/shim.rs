@@ -21,7 +21,9 @@ use super::output::{self, As, Opened, OutputsRecord};
 use super::spec::AttemptNo;
 use super::spool::{files, LaunchRecord};
 use super::DEFAULT_PATH;
-use super::{fsutil, job_env, oci, procfs, ExecKind, ExitStatus, LaunchSpec};
+use super::{
+    fsutil, job_env, oci, procfs, sagemaker, sagemaker_env, ExecKind, ExitStatus, LaunchSpec,
+};
 
 fn log(dir: &Path, msg: &str) {
     eprintln!(
@@ -290,6 +292,7 @@ fn run_process(
     stderr: File,
 ) -> Result<ExitStatus, String> {
     let mut env = job_env(spec);
+    env.extend(sagemaker_env(spec, Some(&dir.join(sagemaker::OPT_ML))));
     env.entry("PATH".into())
         .or_insert_with(|| DEFAULT_PATH.into());
     let mut cmd = Command::new(&spec.command[0]);

@@ -93,6 +93,11 @@ pub struct LaunchSpec {
     /// The same for stderr; it may be `stdout_file` (Slurm's `--output` alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_file: Option<String>,
+    /// A SageMaker training job's part: the agent gives the job SageMaker's container
+    /// contract (see [`sagemaker`](super::sagemaker)); its `command` may be empty, for
+    /// the image's entrypoint with `train`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sagemaker: Option<Box<tranche_model::SageMakerJob>>,
 }
 
 /// Where a task of an array stands in it.
@@ -140,6 +145,8 @@ impl LaunchSpec {
 /// * `TRANCHE_SUBMIT_DIR` where the submit directory is known, and
 ///   `TRANCHE_CPUS_PER_NODE` and `TRANCHE_MEM_PER_NODE` (MiB) where the job asks for
 ///   CPUs or memory,
+/// * for a SageMaker job, the `SM_*` variables and `TRAINING_JOB_NAME` of
+///   [`sagemaker_env`](super::sagemaker_env), added beside these by each executor,
 /// * with a [`Rendezvous`], what distributed launchers (torchrun, NCCL, DeepSpeed) read:
 ///   `TRANCHE_NODELIST` (node names in rank order, comma-separated),
 ///   `TRANCHE_NUM_NODES`, `TRANCHE_NODE_RANK` and `NODE_RANK` (from 0),
@@ -240,7 +247,10 @@ pub(super) fn validate(spec: &LaunchSpec) -> Result<(), ExecError> {
         field,
         reason: reason.to_string(),
     };
-    if spec.command.is_empty() || spec.command[0].is_empty() {
+    // A SageMaker job without a command runs its image's entrypoint (resolved once
+    // the image is).
+    let sagemaker_entrypoint = spec.command.is_empty() && spec.sagemaker.is_some();
+    if !sagemaker_entrypoint && (spec.command.is_empty() || spec.command[0].is_empty()) {
         return Err(bad("command", "empty: name the program to run"));
     }
     if spec.command.iter().any(|a| a.contains('\0')) {
@@ -301,10 +311,10 @@ pub(super) fn validate(spec: &LaunchSpec) -> Result<(), ExecError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn spec() -> LaunchSpec {
+    pub(in crate::exec) fn spec() -> LaunchSpec {
         LaunchSpec {
             job: JobId(7),
             attempt: AttemptNo(2),
@@ -326,6 +336,7 @@ mod tests {
             submit_dir: None,
             stdout_file: None,
             stderr_file: None,
+            sagemaker: None,
         }
     }
 
@@ -493,6 +504,15 @@ mod tests {
         let mut s = spec();
         s.command.clear();
         assert!(validate(&s).unwrap_err().to_string().contains("`command`"));
+        // A SageMaker job may leave it to its image's entrypoint.
+        s.sagemaker = Some(Box::new(tranche_model::SageMakerJob {
+            training_job_name: "t".into(),
+            hyperparameters: BTreeMap::new(),
+            channels: BTreeMap::new(),
+            payload: String::new(),
+            instance_type: "ml.m5.large".into(),
+        }));
+        validate(&s).unwrap();
         let mut s = spec();
         s.cwd = Some("rel".into());
         assert!(validate(&s).unwrap_err().to_string().contains("`cwd`"));

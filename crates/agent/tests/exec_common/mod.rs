@@ -60,6 +60,7 @@ pub fn spec(image: &str, command: &[&str]) -> LaunchSpec {
         submit_dir: None,
         stdout_file: None,
         stderr_file: None,
+        sagemaker: None,
     }
 }
 

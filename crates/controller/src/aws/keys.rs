@@ -51,6 +51,16 @@ impl KeySecret {
     pub fn secret_of(&self, key_id: &str) -> String {
         derive_secret(&self.0, key_id)
     }
+
+    /// The key secret's bytes (the `master` of [`derive_secret`]).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// [`load_key_secret_file`], as its bytes.
+pub fn load_key_secret(path: &Path) -> Result<Vec<u8>, String> {
+    load_key_secret_file(path).map(|k| k.0)
 }
 
 /// Reads the key secret file at `path`: its bytes, less one trailing newline, at least

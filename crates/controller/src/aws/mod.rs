@@ -1,6 +1,302 @@
 //! The AWS Batch-compatible endpoint: AWS Batch's quota-management and service-job
-//! operations (rest-json, `POST /v1/<operation>`), signed with SigV4 by access keys
-//! that `tranche keys issue` makes, on the controllers' HTTPS listener.
+//! operations (rest-json, `POST /v1/<operation>`, tags under `/v1/tags/<ARN>`), signed
+//! with SigV4 by access keys that `tranche keys issue` makes, on the controllers'
+//! HTTPS listener beside `/api/v1/`.
+//!
+//! A request is verified ([`sigv4`]) with the secret derived from its access key's id
+//! ([`keys`]); it then acts as the key's identity through the service layer, so the
+//! same authorization as the CLI's and the native API's, and writes are forwarded to
+//! the leader the same way. Reads wait for a read barrier first, so a client reads its
+//! own writes whichever controller it talks to.
 
+pub mod arn;
+pub mod capacity;
 pub mod keys;
+mod ops;
 pub mod sigv4;
+pub mod training;
+pub mod wire;
+
+use std::sync::{Arc, RwLockReadGuard};
+
+use axum::extract::{Path, Request, State as AxState};
+use axum::http::Method;
+use axum::response::Response;
+use axum::routing::{any, post};
+use axum::Router;
+use tranche_model::Millis;
+use tranche_proto::{ClientCommand, ClientRequest, Response as Answer};
+use tranche_state::{Outcome, State};
+use tranche_tls::{Identity, Role};
+
+use crate::config::AwsConfig;
+use crate::http::{Api, MAX_BODY};
+use crate::mailbox::{wall_ms, Shared};
+use wire::{AwsError, AwsResult};
+
+/// The endpoint's settings, read from `[aws]` when the controller starts.
+pub struct Endpoint {
+    pub cfg: AwsConfig,
+    pub arns: arn::Arns,
+    pub cap: capacity::Capacity,
+    /// The cluster's key secret (see [`keys`]).
+    master: Vec<u8>,
+}
+
+impl Endpoint {
+    pub fn new(cfg: AwsConfig, master: Vec<u8>) -> Endpoint {
+        Endpoint {
+            arns: arn::Arns {
+                region: cfg.region.clone(),
+                account: cfg.account_id.clone(),
+            },
+            cap: capacity::Capacity {
+                types: cfg.instance_types.clone(),
+            },
+            cfg,
+            master,
+        }
+    }
+
+    fn regions(&self) -> Vec<&str> {
+        std::iter::once(self.cfg.region.as_str())
+            .chain(self.cfg.extra_regions.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+/// One request's caller and the controller it talks to.
+pub(crate) struct Ctx<'a> {
+    pub api: &'a Api,
+    pub who: Identity,
+}
+
+/// The applied state, read after a barrier.
+pub(crate) struct StateRead<'a>(RwLockReadGuard<'a, Shared>);
+
+impl std::ops::Deref for StateRead<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0.state
+    }
+}
+
+impl Ctx<'_> {
+    /// The state as of now: every write acknowledged before this call is in it.
+    pub async fn state(&self) -> AwsResult<StateRead<'_>> {
+        self.api.service.barrier().await?;
+        Ok(StateRead(self.api.shared.read().unwrap()))
+    }
+
+    pub fn now(&self) -> Millis {
+        wall_ms().max(self.api.shared.read().unwrap().last_now)
+    }
+
+    /// A write as the caller: authorized and replicated like any other.
+    pub async fn write(&self, command: ClientCommand) -> AwsResult<Outcome> {
+        let req = ClientRequest::Write {
+            request: None,
+            command,
+        };
+        match self.api.service.handle(&self.who, req).await {
+            Answer::Applied(o) => Ok(o),
+            Answer::Error(e) => Err(e.into()),
+            other => Err(AwsError::server(format!(
+                "the controller answered with {} where a committed write was expected; retry",
+                other.kind()
+            ))),
+        }
+    }
+}
+
+/// The endpoint's routes (answering "not enabled" where `[aws]` is not set up).
+pub fn router() -> Router<Arc<Api>> {
+    Router::new()
+        .route("/v1/tags/{*arn}", any(tags))
+        .route("/v1/{op}", post(operation))
+}
+
+/// Reads the body and verifies the signature: the caller, or the refusal.
+async fn authenticate(
+    api: &Api,
+    req: Request,
+) -> AwsResult<(Arc<Endpoint>, Identity, axum::http::request::Parts, Vec<u8>)> {
+    let ep = api.aws.clone().ok_or_else(|| {
+        AwsError::client(
+            "this cluster's AWS Batch-compatible endpoint is off: its controllers' config has no [aws] key_secret_file",
+        )
+    })?;
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| AwsError::client(format!("the request body is larger than {MAX_BODY} bytes")))?
+        .to_vec();
+    let now_s = wall_ms() / 1000;
+    let regions = ep.regions();
+    let key_id = {
+        let sh = api.shared.read().unwrap();
+        let keys = &sh.state.aws.keys;
+        let signed = sigv4::SignedRequest {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query().unwrap_or(""),
+            headers: &parts.headers,
+            body: &bytes,
+        };
+        let v = sigv4::verify(&signed, &regions, now_s, |id| {
+            keys.get(id)
+                .filter(|k| k.revoked_at.is_none())
+                .map(|_| keys::derive_secret(&ep.master, id))
+        })
+        .map_err(|e| AwsError::auth(e.code(), e.message()))?;
+        v.access_key_id
+    };
+    let who = {
+        let sh = api.shared.read().unwrap();
+        let k = sh.state.aws.keys.get(&key_id).ok_or_else(|| {
+            AwsError::auth(
+                "UnrecognizedClientException",
+                "The security token included in the request is invalid.",
+            )
+        })?;
+        Identity {
+            role: match k.role {
+                tranche_model::KeyRole::User => Role::User,
+                tranche_model::KeyRole::Operator => Role::Operator,
+                tranche_model::KeyRole::Admin => Role::Admin,
+            },
+            name: k.user.to_string(),
+        }
+    };
+    Ok((ep, who, parts, bytes))
+}
+
+async fn operation(
+    AxState(api): AxState<Arc<Api>>,
+    Path(op): Path<String>,
+    req: Request,
+) -> Response {
+    let rid = wire::request_id();
+    let answer = async {
+        let (ep, who, _, body) = authenticate(&api, req).await?;
+        let cx = Ctx { api: &api, who };
+        let b = &body[..];
+        match op.as_str() {
+            "createserviceenvironment" => ep.create_service_environment(&cx, b).await,
+            "updateserviceenvironment" => ep.update_service_environment(&cx, b).await,
+            "describeserviceenvironments" => ep.describe_service_environments(&cx, b).await,
+            "deleteserviceenvironment" => ep.delete_service_environment(&cx, b).await,
+            "createschedulingpolicy" => ep.create_scheduling_policy(&cx, b).await,
+            "updateschedulingpolicy" => ep.update_scheduling_policy(&cx, b).await,
+            "describeschedulingpolicies" => ep.describe_scheduling_policies(&cx, b).await,
+            "listschedulingpolicies" => ep.list_scheduling_policies(&cx, b).await,
+            "deleteschedulingpolicy" => ep.delete_scheduling_policy(&cx, b).await,
+            "createjobqueue" => ep.create_job_queue(&cx, b).await,
+            "updatejobqueue" => ep.update_job_queue(&cx, b).await,
+            "describejobqueues" => ep.describe_job_queues(&cx, b).await,
+            "deletejobqueue" => ep.delete_job_queue(&cx, b).await,
+            "createquotashare" => ep.create_quota_share(&cx, b).await,
+            "updatequotashare" => ep.update_quota_share(&cx, b).await,
+            "describequotashare" => ep.describe_quota_share(&cx, b).await,
+            "listquotashares" => ep.list_quota_shares(&cx, b).await,
+            "deletequotashare" => ep.delete_quota_share(&cx, b).await,
+            "submitservicejob" => ep.submit_service_job(&cx, b).await,
+            "describeservicejob" => ep.describe_service_job(&cx, b).await,
+            "listservicejobs" => ep.list_service_jobs(&cx, b).await,
+            "terminateservicejob" => ep.terminate_service_job(&cx, b).await,
+            "terminateservicejobs" => ep.terminate_service_jobs(&cx, b).await,
+            "updateservicejob" => ep.update_service_job(&cx, b).await,
+            "getjobqueuesnapshot" => ep.get_job_queue_snapshot(&cx, b).await,
+            other => Err(AwsError::client(format!(
+                "operation `{other}` is not supported by this cluster's AWS Batch-compatible endpoint (it serves the quota-management and service-job operations)"
+            ))),
+        }
+    }
+    .await;
+    match answer {
+        Ok(v) => wire::ok(v, &rid),
+        Err(e) => wire::error(&e, &rid),
+    }
+}
+
+async fn tags(AxState(api): AxState<Arc<Api>>, Path(arn): Path<String>, req: Request) -> Response {
+    let rid = wire::request_id();
+    let method = req.method().clone();
+    let keys: Vec<String> = req
+        .uri()
+        .query()
+        .map(|q| {
+            url_pairs(q)
+                .into_iter()
+                .filter(|(k, _)| k == "tagKeys")
+                .map(|(_, v)| v)
+                .collect()
+        })
+        .unwrap_or_default();
+    let answer = async {
+        let (ep, who, _, body) = authenticate(&api, req).await?;
+        let cx = Ctx { api: &api, who };
+        match method {
+            Method::GET => ep.list_tags(&cx, &arn).await,
+            Method::POST => ep.tag(&cx, &arn, &body).await,
+            Method::DELETE => ep.untag(&cx, &arn, keys).await,
+            m => Err(AwsError::client(format!(
+                "{m} is not a method of /v1/tags/"
+            ))),
+        }
+    }
+    .await;
+    match answer {
+        Ok(v) => wire::ok(v, &rid),
+        Err(e) => wire::error(&e, &rid),
+    }
+}
+
+/// `a=1&b=x%20y` → `[("a","1"), ("b","x y")]`.
+fn url_pairs(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%' && i + 2 < b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (hex, b[i]) {
+            (Some(x), _) => {
+                out.push(x);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, c) => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn query_pairs_are_decoded() {
+        assert_eq!(
+            super::url_pairs("tagKeys=a&tagKeys=b%20c&x"),
+            vec![
+                ("tagKeys".to_string(), "a".to_string()),
+                ("tagKeys".to_string(), "b c".to_string()),
+                ("x".to_string(), String::new())
+            ]
+        );
+    }
+}

@@ -45,23 +45,25 @@ pub struct SignedRequest<'a> {
     pub path: &'a str,
     /// The query string as sent, without the `?`; empty when there is none.
     pub query: &'a str,
-    /// Every header as received, names in any case; a repeated header appears once per
-    /// occurrence, in order. Over HTTP/2, pass the `:authority` as `host`.
-    pub headers: &'a [(&'a str, &'a str)],
+    /// Every header as received (a repeated header's values in order). Over HTTP/2,
+    /// add the `:authority` as `host`.
+    pub headers: &'a axum::http::HeaderMap,
     pub body: &'a [u8],
 }
 
-impl<'a> SignedRequest<'a> {
-    /// The values of header `name` (case-insensitive), in order.
-    fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a str> + 's {
+impl SignedRequest<'_> {
+    /// The values of header `name` (case-insensitive), in order; bytes that are not
+    /// UTF-8 are replaced (such a header signs nothing botocore would send).
+    fn header_values(&self, name: &str) -> Vec<String> {
         self.headers
+            .get_all(name)
             .iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| *v)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect()
     }
 
-    fn single_header(&self, name: &str) -> Result<Option<&'a str>, SigError> {
-        let mut it = self.header_values(name);
+    fn single_header(&self, name: &str) -> Result<Option<String>, SigError> {
+        let mut it = self.header_values(name).into_iter();
         let first = it.next();
         if it.next().is_some() {
             return Err(SigError::Incomplete(format!(
@@ -237,7 +239,7 @@ fn verify_for(
     let header = req
         .single_header("authorization")?
         .ok_or(SigError::Missing)?;
-    let auth = parse_authorization(header)?;
+    let auth = parse_authorization(&header)?;
     if auth.terminator != TERMINATOR {
         return Err(SigError::Invalid(format!(
             "Credential should be scoped with a valid terminator: '{TERMINATOR}', not '{}'.",
@@ -329,11 +331,8 @@ fn authorization_for(
     service: &str,
     signed_headers: &[&str],
 ) -> String {
-    let amz_date = req
-        .header_values("x-amz-date")
-        .next()
-        .unwrap_or_default()
-        .trim();
+    let amz_date = req.header_values("x-amz-date");
+    let amz_date = amz_date.first().map(|d| d.trim()).unwrap_or_default();
     let date = amz_date.get(..8).unwrap_or_default();
     let scope = format!("{date}/{region}/{service}/{TERMINATOR}");
     let sts = string_to_sign(amz_date, &scope, &canonical_request(req, signed_headers));
@@ -350,6 +349,7 @@ fn canonical_request(req: &SignedRequest<'_>, signed_headers: &[&str]) -> String
     for name in signed_headers {
         let values: Vec<String> = req
             .header_values(name)
+            .iter()
             .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect();
         headers += &format!("{}:{}\n", name.to_ascii_lowercase(), values.join(","));
@@ -544,6 +544,7 @@ fn format_amz_date(t: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderMap;
 
     struct Vector {
         name: &'static str,
@@ -560,7 +561,7 @@ mod tests {
                 method: self.method,
                 path: self.path,
                 query: self.query,
-                headers: self.headers,
+                headers: map(self.headers),
                 body: self.body.as_bytes(),
             }
         }
@@ -632,11 +633,19 @@ mod tests {
     }
 
     /// The headers of `v` with `name` replaced by `value` (or dropped when `None`).
-    fn with_header(
-        v: &Vector,
-        name: &str,
-        value: Option<&'static str>,
-    ) -> Vec<(&'static str, &'static str)> {
+    /// A header map of `list` (leaked: the tests' requests borrow it for good).
+    fn map(list: &[(&str, &str)]) -> &'static HeaderMap {
+        let mut m = HeaderMap::new();
+        for (n, v) in list {
+            m.append(
+                axum::http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                axum::http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        Box::leak(Box::new(m))
+    }
+
+    fn with_header(v: &Vector, name: &str, value: Option<&'static str>) -> &'static HeaderMap {
         let mut h: Vec<_> = v
             .headers
             .iter()
@@ -646,7 +655,7 @@ mod tests {
         if let Some(value) = value {
             h.push((Box::leak(name.to_string().into_boxed_str()), value));
         }
-        h
+        map(&h)
     }
 
     fn check(req: &SignedRequest<'_>, now: u64) -> Result<Verified, SigError> {
@@ -677,7 +686,7 @@ mod tests {
             let signed: Vec<&str> = signed.split(',').next().unwrap().split(';').collect();
             let unsigned = with_header(v, "authorization", None);
             let req = SignedRequest {
-                headers: &unsigned,
+                headers: unsigned,
                 ..v.request()
             };
             assert_eq!(
@@ -754,7 +763,7 @@ mod tests {
                 method,
                 path: "/",
                 query,
-                headers: &headers,
+                headers: map(&headers),
                 body: b"",
             };
             assert_eq!(
@@ -787,26 +796,26 @@ mod tests {
 
         let h = with_header(v, "content-type", Some("application/x-amz-json-1.1"));
         let req = SignedRequest {
-            headers: &h,
+            headers: h,
             ..v.request()
         };
         assert_eq!(check(&req, SIGNED_AT), Err(SigError::Mismatch));
         let h = with_header(v, "host", Some("127.0.0.1:9443"));
         let req = SignedRequest {
-            headers: &h,
+            headers: h,
             ..v.request()
         };
         assert_eq!(check(&req, SIGNED_AT), Err(SigError::Mismatch));
         // Headers it did not sign may change; white space in signed ones is folded.
         let h = with_header(v, "user-agent", Some("curl/8"));
         let req = SignedRequest {
-            headers: &h,
+            headers: h,
             ..v.request()
         };
         assert!(check(&req, SIGNED_AT).is_ok());
         let h = with_header(v, "content-type", Some("  application/json "));
         let req = SignedRequest {
-            headers: &h,
+            headers: h,
             ..v.request()
         };
         assert!(check(&req, SIGNED_AT).is_ok());
@@ -845,7 +854,7 @@ mod tests {
         let plain = with_header(v, "authorization", None);
         let for_sm = authorization_for(
             &SignedRequest {
-                headers: &plain,
+                headers: plain,
                 ..req
             },
             ACCESS_KEY,
@@ -855,7 +864,7 @@ mod tests {
             &["content-type", "host", "x-amz-date"],
         );
         let h = with_header(v, "authorization", Some(Box::leak(for_sm.into_boxed_str())));
-        let e = check(&SignedRequest { headers: &h, ..req }, SIGNED_AT).unwrap_err();
+        let e = check(&SignedRequest { headers: h, ..req }, SIGNED_AT).unwrap_err();
         assert_eq!(
             e.message(),
             "Credential should be scoped to correct service: 'batch'. "
@@ -874,10 +883,10 @@ mod tests {
         assert!(check(&req, SIGNED_AT - MAX_SKEW_S).is_ok());
         // X-Amz-Date of another day than the scope's.
         let h = with_header(v, "x-amz-date", Some("20261202T095744Z"));
-        let e = check(&SignedRequest { headers: &h, ..req }, SIGNED_AT + 86_400).unwrap_err();
+        let e = check(&SignedRequest { headers: h, ..req }, SIGNED_AT + 86_400).unwrap_err();
         assert!(e.message().starts_with("Date in Credential scope"), "{e}");
         let h = with_header(v, "x-amz-date", None);
-        let e = check(&SignedRequest { headers: &h, ..req }, SIGNED_AT).unwrap_err();
+        let e = check(&SignedRequest { headers: h, ..req }, SIGNED_AT).unwrap_err();
         assert_eq!(e.code(), "IncompleteSignatureException");
         // Unknown (or revoked) key.
         let e = verify(&req, &["us-west-2"], SIGNED_AT, |_| None).unwrap_err();
@@ -918,7 +927,7 @@ mod tests {
                 "The request signature we calculated does not match",
             ),
         ];
-        let refused = |h: &[(&str, &str)]| {
+        let refused = |h: &'static HeaderMap| {
             check(
                 &SignedRequest {
                     headers: h,
@@ -929,13 +938,13 @@ mod tests {
             .unwrap_err()
         };
         for (auth, text) in cases {
-            let e = refused(&with_header(v, "authorization", auth));
+            let e = refused(with_header(v, "authorization", auth));
             assert!(e.message().contains(text), "{auth:?}: {e}");
         }
         // Two Authorization headers.
         let mut h = v.headers.to_vec();
         h.push(v.headers[3]);
-        assert_eq!(refused(&h).status(), 400);
+        assert_eq!(refused(map(&h)).status(), 400);
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct Api {
     pub tls: TlsFiles,
     /// This controller's client port (the log client needs a controller to name).
     pub client_addr: SocketAddr,
+    /// The AWS Batch-compatible endpoint under `/v1/`, where `[aws]` enables it.
+    pub aws: Option<Arc<crate::aws::Endpoint>>,
     logs_client: tokio::sync::OnceCell<Arc<tranche_client::Client>>,
 }
 
@@ -64,6 +66,7 @@ impl Api {
         certs: Arc<CertVerifier>,
         tls: TlsFiles,
         client_addr: SocketAddr,
+        aws: Option<Arc<crate::aws::Endpoint>>,
     ) -> Arc<Api> {
         Arc::new(Api {
             service,
@@ -71,6 +74,7 @@ impl Api {
             certs,
             tls,
             client_addr,
+            aws,
             logs_client: tokio::sync::OnceCell::new(),
         })
     }

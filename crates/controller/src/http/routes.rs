@@ -44,6 +44,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/policy", post(apply_policy))
         .route("/api/v1/events", get(super::stream::events))
         .merge(super::dash::router().merge(super::ui::router()))
+        .merge(crate::aws::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(api)

@@ -1,0 +1,464 @@
+//! SageMaker's training container contract, for a job with a
+//! [`SageMakerJob`](tranche_model::SageMakerJob) part (submitted through the AWS
+//! Batch-compatible endpoint).
+//!
+//! # The tree
+//!
+//! Before the shim starts, the agent writes `opt-ml/` in the attempt directory:
+//!
+//! | path | content |
+//! |---|---|
+//! | `input/config/hyperparameters.json` | the hyperparameters, a JSON object of strings |
+//! | `input/config/resourceconfig.json` | `current_host`, `current_instance_type`, `current_group_name`, `hosts`, `instance_groups`, `network_interface_name` |
+//! | `input/config/inputdataconfig.json` | `{"<channel>": {"TrainingInputMode": "File"}}` |
+//! | `input/data/<channel>` | a container: the mount point of the channel's directory (read-only); `host`: a symlink to it |
+//! | `model/`, `output/`, `output/data/`, `checkpoints/` | empty, owned by the job's user |
+//!
+//! The hosts are `algo-1` … `algo-N`, one per member of the gang in rank order (the
+//! [`Rendezvous`](super::Rendezvous)); this node is `algo-<rank+1>`. A job of one node
+//! is `algo-1` of `["algo-1"]`.
+//!
+//! A container gets the tree bind-mounted at `/opt/ml`, each channel's directory
+//! mounted read-only at `/opt/ml/input/data/<channel>` over it. A job of image `host`
+//! has no mount namespace: it reads the same tree in the spool, and every `SM_*` path
+//! variable names the spool's path (`SM_MODEL_DIR=<attempt dir>/opt-ml/model`, ...)
+//! and each `SM_CHANNEL_<NAME>` the channel's directory on the node.
+//!
+//! Once the controller has the attempt's exit, `opt-ml/model` and `opt-ml/output` are
+//! kept as the job's output in `<spool>/sagemaker/<job>.<attempt>/` (see
+//! [`kept_sagemaker_output`]), as its stdout and stderr are kept in `<spool>/logs`.
+//!
+//! # The command
+//!
+//! A SageMaker job without a command runs its image's entrypoint with the one argument
+//! `train`, as SageMaker runs `docker run IMAGE train`: an OCI image layout or archive
+//! gives it in its configuration's `Entrypoint`. A rootfs directory or `host` has no
+//! entrypoint, nor has an image without one: the attempt is not started and fails
+//! with "image X has no entrypoint; give ContainerEntrypoint".
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use tranche_model::{JobId, SageMakerJob};
+
+use super::spec::AttemptNo;
+use super::{fsutil, ExecError, LaunchSpec};
+
+/// The tree's directory in the attempt directory.
+pub(super) const OPT_ML: &str = "opt-ml";
+/// Where a container sees the tree.
+const CONTAINER_ROOT: &str = "/opt/ml";
+/// The one instance group of a Tranche job.
+const GROUP: &str = "homogeneousCluster";
+
+/// Where an acknowledged attempt's `model/` and `output/` are kept:
+/// `<spool>/sagemaker/<job>.<attempt>/`.
+pub fn kept_sagemaker_output(spool: &Path, job: JobId, attempt: AttemptNo) -> PathBuf {
+    spool.join("sagemaker").join(format!("{job}.{attempt}"))
+}
+
+/// `(the hosts in rank order, this node's)`.
+fn hosts(spec: &LaunchSpec) -> (Vec<String>, String) {
+    let (n, rank) = spec
+        .rendezvous
+        .as_ref()
+        .map_or((1, 0), |r| (r.nodes.len().max(1), r.rank as usize));
+    let hosts: Vec<String> = (1..=n).map(|i| format!("algo-{i}")).collect();
+    (hosts, format!("algo-{}", rank + 1))
+}
+
+/// `resourceconfig.json`.
+pub(super) fn resource_config(spec: &LaunchSpec, sm: &SageMakerJob) -> Value {
+    let (hosts, current) = hosts(spec);
+    json!({
+        "current_host": current,
+        "current_instance_type": sm.instance_type,
+        "current_group_name": GROUP,
+        "hosts": hosts,
+        "instance_groups": [{
+            "instance_group_name": GROUP,
+            "instance_type": sm.instance_type,
+            "hosts": hosts,
+        }],
+        "network_interface_name": "eth0",
+    })
+}
+
+/// `inputdataconfig.json`.
+pub(super) fn input_data_config(sm: &SageMakerJob) -> Value {
+    sm.channels
+        .keys()
+        .map(|c| (c.clone(), json!({"TrainingInputMode": "File"})))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// A name as the tail of a variable name: upper-cased, anything but a letter, digit
+/// or `_` (a `-` or `.`) made `_`.
+fn var_suffix(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The `SM_*` variables and `TRAINING_JOB_NAME` of a SageMaker job (none for another
+/// job). `host_tree`: the attempt's `opt-ml/` for a job of image `host`, whose paths
+/// are then the node's; `None` for a container, which sees `/opt/ml`.
+pub fn sagemaker_env(spec: &LaunchSpec, host_tree: Option<&Path>) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let Some(sm) = spec.sagemaker.as_deref() else {
+        return env;
+    };
+    let root = host_tree.map_or_else(|| CONTAINER_ROOT.to_string(), |p| p.display().to_string());
+    let (hosts, current) = hosts(spec);
+    let mut set = |k: &str, v: String| env.insert(k.to_string(), v);
+    set("SM_HOSTS", json(&hosts));
+    set("SM_CURRENT_HOST", current);
+    set("SM_NUM_GPUS", spec.gpus.len().to_string());
+    let cpus = match spec.cpus {
+        0 => std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
+        n => n,
+    };
+    if cpus > 0 {
+        set("SM_NUM_CPUS", cpus.to_string());
+    }
+    set("SM_HPS", json(&sm.hyperparameters));
+    set("SM_MODEL_DIR", format!("{root}/model"));
+    set("SM_OUTPUT_DIR", format!("{root}/output"));
+    set("SM_OUTPUT_DATA_DIR", format!("{root}/output/data"));
+    set("SM_INPUT_DIR", format!("{root}/input"));
+    set("SM_INPUT_CONFIG_DIR", format!("{root}/input/config"));
+    set("SM_CHECKPOINT_DIR", format!("{root}/checkpoints"));
+    let channels: Vec<&String> = sm.channels.keys().collect();
+    set("SM_CHANNELS", json(&channels));
+    set("SM_CURRENT_INSTANCE_TYPE", sm.instance_type.clone());
+    set("TRAINING_JOB_NAME", sm.training_job_name.clone());
+    for (name, value) in &sm.hyperparameters {
+        set(&format!("SM_HP_{}", var_suffix(name)), value.clone());
+    }
+    for (name, dir) in &sm.channels {
+        let path = match host_tree {
+            Some(_) => dir.clone(),
+            None => format!("{CONTAINER_ROOT}/input/data/{name}"),
+        };
+        set(&format!("SM_CHANNEL_{}", var_suffix(name)), path);
+    }
+    env
+}
+
+/// JSON text of a list or map of strings (which always serializes).
+fn json<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// Checks, before the attempt exists, what the node must have for `spec`'s SageMaker
+/// part: each channel's directory.
+pub(super) fn check(spec: &LaunchSpec) -> Result<(), ExecError> {
+    let Some(sm) = spec.sagemaker.as_deref() else {
+        return Ok(());
+    };
+    for (name, dir) in &sm.channels {
+        if !Path::new(dir).is_dir() {
+            return Err(ExecError::Spec {
+                field: "sagemaker.channels",
+                reason: format!("channel `{name}`: `{dir}` is not a directory on this node"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The command of a SageMaker job given none: `entrypoint` (the image's), then
+/// `train`.
+pub(super) fn command(
+    spec: &LaunchSpec,
+    entrypoint: Option<&[String]>,
+) -> Result<Vec<String>, ExecError> {
+    match entrypoint {
+        Some(e) if !e.is_empty() && !e[0].is_empty() => {
+            Ok(e.iter().cloned().chain(["train".to_string()]).collect())
+        }
+        _ => Err(ExecError::NoEntrypoint {
+            image: spec.image.clone(),
+        }),
+    }
+}
+
+/// Writes the tree in the attempt directory `dir` (see the module docs); `host`: the
+/// job runs on the node, its channels are symlinked in, else they are mount points.
+pub(super) fn write_tree(spec: &LaunchSpec, dir: &Path, host: bool) -> Result<(), ExecError> {
+    let Some(sm) = spec.sagemaker.as_deref() else {
+        return Ok(());
+    };
+    let root = dir.join(OPT_ML);
+    let mkdir = |p: &Path| {
+        std::fs::create_dir_all(p).map_err(|e| ExecError::io("creating directory", p, e))
+    };
+    let config = root.join("input/config");
+    let data = root.join("input/data");
+    mkdir(&config)?;
+    mkdir(&data)?;
+    fsutil::write_json(&config.join("hyperparameters.json"), &sm.hyperparameters)?;
+    fsutil::write_json(
+        &config.join("resourceconfig.json"),
+        &resource_config(spec, sm),
+    )?;
+    fsutil::write_json(&config.join("inputdataconfig.json"), &input_data_config(sm))?;
+    for (name, path) in &sm.channels {
+        let at = data.join(name);
+        if host {
+            std::os::unix::fs::symlink(path, &at)
+                .map_err(|e| ExecError::io("linking the channel", &at, e))?;
+        } else {
+            mkdir(&at)?;
+        }
+    }
+    for d in ["model", "output", "output/data", "checkpoints"] {
+        let p = root.join(d);
+        mkdir(&p)?;
+        if let Some((uid, gid)) = spec.user {
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid))
+                .map_err(|e| ExecError::io("giving the job's user", &p, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The container's mounts of the tree in the attempt directory `dir`: it at
+/// `/opt/ml`, then each channel read-only.
+pub(super) fn mounts(spec: &LaunchSpec, dir: &Path) -> Vec<Value> {
+    let Some(sm) = spec.sagemaker.as_deref() else {
+        return Vec::new();
+    };
+    let mut out = vec![json!({"destination": CONTAINER_ROOT, "type": "bind",
+                              "source": dir.join(OPT_ML), "options": ["rbind", "rw"]})];
+    for (name, path) in &sm.channels {
+        out.push(
+            json!({"destination": format!("{CONTAINER_ROOT}/input/data/{name}"),
+                        "type": "bind", "source": path,
+                        "options": ["rbind", "ro", "nosuid", "nodev"]}),
+        );
+    }
+    out
+}
+
+/// Moves an ended attempt's `opt-ml/model` and `opt-ml/output` (if it has them) out of
+/// its directory `dir` to [`kept_sagemaker_output`].
+pub(super) fn keep(dir: &Path, spool: &Path, job: JobId, attempt: AttemptNo) {
+    let root = dir.join(OPT_ML);
+    if !root.is_dir() {
+        return;
+    }
+    let kept = kept_sagemaker_output(spool, job, attempt);
+    if let Err(e) = std::fs::create_dir_all(&kept) {
+        tracing::warn!("cannot keep {}: {e}", root.display());
+        return;
+    }
+    for d in ["model", "output"] {
+        let from = root.join(d);
+        if from.is_dir() {
+            if let Err(e) = std::fs::rename(&from, kept.join(d)) {
+                tracing::warn!("cannot keep {}: {e}", from.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Rendezvous;
+
+    fn sm() -> SageMakerJob {
+        SageMakerJob {
+            training_job_name: "mnist-1".into(),
+            hyperparameters: BTreeMap::from([
+                ("learning-rate".to_string(), "0.1".to_string()),
+                ("batch.size".to_string(), "64".to_string()),
+                ("epochs".to_string(), "3".to_string()),
+            ]),
+            channels: BTreeMap::from([
+                ("train".to_string(), "/data/mnist/train".to_string()),
+                ("val-set".to_string(), "/data/mnist/val".to_string()),
+            ]),
+            payload: "{}".into(),
+            instance_type: "ml.p4d.24xlarge".into(),
+        }
+    }
+
+    /// Rank 1 of a gang of two, with 2 GPUs and 8 CPUs.
+    fn rank1() -> LaunchSpec {
+        let mut s = crate::exec::spec::tests::spec();
+        s.sagemaker = Some(Box::new(sm()));
+        s.cpus = 8;
+        s.gpus = vec![
+            crate::exec::BoundGpu {
+                index: tranche_model::GpuIndex(0),
+                uuid: "GPU-0".into(),
+            },
+            crate::exec::BoundGpu {
+                index: tranche_model::GpuIndex(1),
+                uuid: "GPU-1".into(),
+            },
+        ];
+        s.rendezvous = Some(Rendezvous {
+            nodes: vec!["n7".into(), "n2".into()],
+            rank: 1,
+            gpus_per_node: 2,
+            master_addr: "10.0.0.7".into(),
+            master_port: 20_000,
+        });
+        s
+    }
+
+    #[test]
+    fn a_gangs_second_member_is_algo_2_of_both() {
+        let s = rank1();
+        let rc = resource_config(&s, s.sagemaker.as_deref().unwrap());
+        assert_eq!(
+            rc,
+            json!({
+                "current_host": "algo-2",
+                "current_instance_type": "ml.p4d.24xlarge",
+                "current_group_name": "homogeneousCluster",
+                "hosts": ["algo-1", "algo-2"],
+                "instance_groups": [{
+                    "instance_group_name": "homogeneousCluster",
+                    "instance_type": "ml.p4d.24xlarge",
+                    "hosts": ["algo-1", "algo-2"],
+                }],
+                "network_interface_name": "eth0",
+            })
+        );
+        let e = sagemaker_env(&s, None);
+        assert_eq!(e["SM_HOSTS"], r#"["algo-1","algo-2"]"#);
+        assert_eq!(e["SM_CURRENT_HOST"], "algo-2");
+        assert_eq!(e["SM_NUM_GPUS"], "2");
+        assert_eq!(e["SM_NUM_CPUS"], "8");
+    }
+
+    #[test]
+    fn a_job_of_one_node_is_algo_1() {
+        let mut s = rank1();
+        s.rendezvous = None;
+        let rc = resource_config(&s, s.sagemaker.as_deref().unwrap());
+        assert_eq!(
+            (&rc["current_host"], &rc["hosts"]),
+            (&json!("algo-1"), &json!(["algo-1"]))
+        );
+        s.rendezvous = Some(Rendezvous {
+            nodes: vec!["n1".into()],
+            rank: 0,
+            gpus_per_node: 1,
+            master_addr: "10.0.0.1".into(),
+            master_port: 20_000,
+        });
+        assert_eq!(sagemaker_env(&s, None)["SM_HOSTS"], r#"["algo-1"]"#);
+    }
+
+    #[test]
+    fn the_env_names_hyperparameters_and_channels_in_the_container() {
+        let e = sagemaker_env(&rank1(), None);
+        let want = [
+            ("SM_HP_LEARNING_RATE", "0.1"),
+            ("SM_HP_BATCH_SIZE", "64"),
+            ("SM_HP_EPOCHS", "3"),
+            (
+                "SM_HPS",
+                r#"{"batch.size":"64","epochs":"3","learning-rate":"0.1"}"#,
+            ),
+            ("SM_MODEL_DIR", "/opt/ml/model"),
+            ("SM_OUTPUT_DIR", "/opt/ml/output"),
+            ("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"),
+            ("SM_INPUT_DIR", "/opt/ml/input"),
+            ("SM_INPUT_CONFIG_DIR", "/opt/ml/input/config"),
+            ("SM_CHANNELS", r#"["train","val-set"]"#),
+            ("SM_CHANNEL_TRAIN", "/opt/ml/input/data/train"),
+            ("SM_CHANNEL_VAL_SET", "/opt/ml/input/data/val-set"),
+            ("SM_CURRENT_INSTANCE_TYPE", "ml.p4d.24xlarge"),
+            ("TRAINING_JOB_NAME", "mnist-1"),
+        ];
+        for (k, v) in want {
+            assert_eq!(e.get(k).map(String::as_str), Some(v), "{k} in {e:?}");
+        }
+        assert_eq!(
+            input_data_config(rank1().sagemaker.as_deref().unwrap()),
+            json!({"train": {"TrainingInputMode": "File"},
+                   "val-set": {"TrainingInputMode": "File"}})
+        );
+        // A job of no SageMaker part gets none of it.
+        assert!(sagemaker_env(&crate::exec::spec::tests::spec(), None).is_empty());
+    }
+
+    #[test]
+    fn a_host_job_is_pointed_at_the_spool_and_the_channels_themselves() {
+        let e = sagemaker_env(&rank1(), Some(Path::new("/spool/attempts/7.2/opt-ml")));
+        assert_eq!(e["SM_MODEL_DIR"], "/spool/attempts/7.2/opt-ml/model");
+        assert_eq!(
+            e["SM_INPUT_CONFIG_DIR"],
+            "/spool/attempts/7.2/opt-ml/input/config"
+        );
+        assert_eq!(e["SM_CHANNEL_TRAIN"], "/data/mnist/train");
+        assert_eq!(e["SM_CHANNEL_VAL_SET"], "/data/mnist/val");
+    }
+
+    #[test]
+    fn the_tree_holds_the_config_files_and_the_channel_mount_points() {
+        let t = tempfile::tempdir().unwrap();
+        let s = rank1();
+        write_tree(&s, t.path(), false).unwrap();
+        let root = t.path().join(OPT_ML);
+        let read = |p: &str| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
+        };
+        assert_eq!(
+            read("input/config/hyperparameters.json"),
+            json!({"learning-rate": "0.1", "batch.size": "64", "epochs": "3"})
+        );
+        assert_eq!(
+            read("input/config/resourceconfig.json")["current_host"],
+            "algo-2"
+        );
+        assert_eq!(
+            read("input/config/inputdataconfig.json")["train"]["TrainingInputMode"],
+            "File"
+        );
+        for d in [
+            "model",
+            "output/data",
+            "checkpoints",
+            "input/data/train",
+            "input/data/val-set",
+        ] {
+            assert!(root.join(d).is_dir(), "{d}");
+        }
+        let m = mounts(&s, t.path());
+        assert_eq!(m[0]["destination"], "/opt/ml");
+        assert_eq!(m[0]["source"], json!(root));
+        assert_eq!(m[2]["destination"], "/opt/ml/input/data/val-set");
+        assert_eq!(m[2]["source"], "/data/mnist/val");
+        assert!(m[2]["options"].as_array().unwrap().contains(&json!("ro")));
+    }
+
+    #[test]
+    fn without_a_command_the_entrypoint_trains() {
+        let s = rank1();
+        let e = vec!["python".to_string(), "/train.py".to_string()];
+        assert_eq!(
+            command(&s, Some(&e)).unwrap(),
+            ["python", "/train.py", "train"]
+        );
+        let msg = command(&s, None).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "image `host` has no entrypoint; give ContainerEntrypoint"
+        );
+    }
+}

@@ -1,0 +1,447 @@
+"""The AWS Batch-compatible endpoint driven by real AWS clients from PyPI (boto3, the
+AWS CLI, the SageMaker SDK's `aws_batch`) against `tranche dev`, with only the
+environment `tranche dev` prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import boto3
+import botocore.exceptions
+import pytest
+from botocore.config import Config
+
+from aws_image import build as build_image
+
+from conftest import tranche_bin
+
+REGION = "us-west-2"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/tranche-train:latest"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def issue_key(dev, user: str, role: str = "user") -> tuple[str, str]:
+    out = subprocess.run(
+        [tranche_bin(), "keys", "issue", "--user", user, "--role", role, "--json"],
+        env=dict(os.environ, TRANCHE_CONFIG=dev.config_of("admin", "admin")),
+        capture_output=True, text=True, check=True,
+    ).stdout
+    k = json.loads(out)
+    return k["access_key_id"], k["secret_access_key"]
+
+
+def client(dev, key: tuple[str, str] | None = None):
+    env = dev.aws_env
+    kid, secret = key or (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    return boto3.client(
+        "batch", region_name=REGION, endpoint_url=env["AWS_ENDPOINT_URL_BATCH"],
+        verify=env["AWS_CA_BUNDLE"], aws_access_key_id=kid, aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 2, "mode": "standard"}),
+    )
+
+
+@pytest.fixture(scope="module")
+def admin(dev):
+    return client(dev, issue_key(dev, "admin", "admin"))
+
+
+@pytest.fixture(scope="module")
+def user(dev):
+    return client(dev)
+
+
+@pytest.fixture(scope="module")
+def image(dev) -> str:
+    build_image(Path(dev.dir) / "images" / "tranche-train")
+    return IMAGE
+
+
+def payload(name: str, *, count: int = 1, itype: str = "ml.g5.xlarge", env: dict | None = None,
+            hp: dict | None = None, entry: list[str] | None = None) -> str:
+    p: dict[str, Any] = {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
+        "HyperParameters": hp or {"lr": "0.1"},
+        "ResourceConfig": {"InstanceType": itype, "InstanceCount": count, "VolumeSizeInGB": 30},
+        "RoleArn": ROLE,
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        "OutputDataConfig": {"S3OutputPath": "s3://out/x"},
+        "Environment": env or {},
+    }
+    if entry:
+        p["AlgorithmSpecification"]["ContainerEntrypoint"] = entry
+    return json.dumps(p)
+
+
+def code_and_message(e: botocore.exceptions.ClientError) -> tuple[str, str]:
+    return e.response["Error"]["Code"], e.response["Error"]["Message"]
+
+
+def expect_client_error(call: Callable[[], Any], contains: str) -> dict:
+    with pytest.raises(botocore.exceptions.ClientError) as ei:
+        call()
+    code, msg = code_and_message(ei.value)
+    assert code == "ClientException", (code, msg)
+    assert contains in msg, msg
+    # botocore copies the modeled member to the top level, as AWS's samples read it.
+    assert ei.value.response["message"] == msg
+    assert ei.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    return ei.value.response
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+
+
+def status(c, job_id: str) -> str:
+    return c.describe_service_job(jobId=job_id)["status"]
+
+
+def make_queue(admin, units: int = 3, itype: str = "ml.g5.xlarge") -> tuple[str, str, str]:
+    """A scheduling policy, an environment of `units` instances and a queue: names."""
+    sp, se, jq = uniq("sp"), uniq("se"), uniq("jq")
+    sp_arn = admin.create_scheduling_policy(
+        name=sp, quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})["arn"]
+    admin.create_service_environment(
+        serviceEnvironmentName=se, serviceEnvironmentType="SAGEMAKER_TRAINING", state="ENABLED",
+        capacityLimits=[{"maxCapacity": units, "capacityUnit": itype}])
+    admin.create_job_queue(
+        jobQueueName=jq, jobQueueType="SAGEMAKER_TRAINING", state="ENABLED", priority=1,
+        serviceEnvironmentOrder=[{"order": 1, "serviceEnvironment": se}],
+        schedulingPolicyArn=sp_arn)
+    return sp, se, jq
+
+
+def make_share(admin, jq: str, name: str, strategy: str, *, borrow: int | None = None,
+               in_share: str = "DISABLED", units: int = 1, itype: str = "ml.g5.xlarge") -> str:
+    rs: dict[str, Any] = {"strategy": strategy}
+    if borrow is not None:
+        rs["borrowLimit"] = borrow
+    return admin.create_quota_share(
+        quotaShareName=name, jobQueue=jq,
+        capacityLimits=[{"capacityUnit": itype, "maxCapacity": units}],
+        resourceSharingConfiguration=rs,
+        preemptionConfiguration={"inSharePreemption": in_share}, state="ENABLED",
+    )["quotaShareArn"]
+
+
+def test_objects_are_made_described_listed_paged_and_deleted(dev, admin):
+    sp, se, jq = make_queue(admin)
+    envs = admin.describe_service_environments(serviceEnvironments=[se])["serviceEnvironments"]
+    assert envs[0]["state"] == "ENABLED" and envs[0]["status"] == "VALID"
+    assert envs[0]["capacityLimits"] == [{"maxCapacity": 3, "capacityUnit": "ml.g5.xlarge"}]
+    q = admin.describe_job_queues(jobQueues=[jq])["jobQueues"][0]
+    assert q["jobQueueArn"].endswith(f":job-queue/{jq}")
+    assert q["computeEnvironmentOrder"] == [] and q["jobQueueType"] == "SAGEMAKER_TRAINING"
+    names = [uniq("qs") for _ in range(3)]
+    arns = [make_share(admin, jq, n, "LEND") for n in names]
+    assert arns[0] == f"{q['jobQueueArn']}/quota-share/{names[0]}"
+    d = admin.describe_quota_share(quotaShareArn=arns[0])
+    assert d["quotaShareName"] == names[0] and d["status"] == "VALID" and d["state"] == "ENABLED"
+    assert d["resourceSharingConfiguration"] == {"strategy": "LEND"}
+    # Paging: one share a page, then the paginator.
+    first = admin.list_quota_shares(jobQueue=jq, maxResults=1)
+    assert len(first["quotaShares"]) == 1 and "nextToken" in first
+    pages = admin.get_paginator("list_quota_shares").paginate(
+        jobQueue=jq, PaginationConfig={"PageSize": 2})
+    got = [s["quotaShareName"] for p in pages for s in p["quotaShares"]]
+    assert sorted(got) == sorted(names)
+    # The same objects as `tranche apply` makes: `tranche shares` lists them ...
+    out = subprocess.run([tranche_bin(), "shares"], capture_output=True, text=True,
+                         env=dict(os.environ, TRANCHE_CONFIG=dev.config), check=True).stdout
+    assert all(n in out for n in names), out
+    # ... and the dev cluster's own shares (made by its policy) are quota shares here.
+    demo = {s["quotaShareName"] for s in admin.list_quota_shares(jobQueue="q")["quotaShares"]}
+    assert {"research", "vision", "nlp"} <= demo
+    # Update, then the deletion order AWS's samples use.
+    admin.update_quota_share(quotaShareArn=arns[0], capacityLimits=[{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 2}])
+    d = admin.describe_quota_share(quotaShareArn=arns[0])
+    assert d["capacityLimits"] == [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 2}]
+    expect_client_error(lambda: admin.delete_quota_share(quotaShareArn=arns[0]), "DISABLED")
+    for a in arns:
+        admin.update_quota_share(quotaShareArn=a, state="DISABLED")
+        admin.delete_quota_share(quotaShareArn=a)
+    expect_client_error(lambda: admin.describe_quota_share(quotaShareArn=arns[0]), "does not exist")
+    expect_client_error(lambda: admin.delete_job_queue(jobQueue=jq), "DISABLED")
+    admin.update_job_queue(jobQueue=jq, state="DISABLED")
+    admin.delete_job_queue(jobQueue=jq)
+    sps = [p["arn"] for p in admin.list_scheduling_policies()["schedulingPolicies"] if p["arn"].endswith("/" + sp)]
+    admin.delete_scheduling_policy(arn=sps[0])
+    admin.update_service_environment(serviceEnvironment=se, state="DISABLED")
+    admin.delete_service_environment(serviceEnvironment=se)
+    assert admin.describe_service_environments(serviceEnvironments=[se])["serviceEnvironments"] == []
+
+
+def test_refusals_name_the_rule_with_the_codes_and_messages_clients_match(admin):
+    sp, se, jq = make_queue(admin)
+    resp = expect_client_error(
+        lambda: admin.create_scheduling_policy(name=sp, quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"}),
+        "Object already exists")
+    assert resp["message"] == "Object already exists"
+    expect_client_error(
+        lambda: admin.create_service_environment(
+            serviceEnvironmentName=se, serviceEnvironmentType="SAGEMAKER_TRAINING",
+            capacityLimits=[{"maxCapacity": 1, "capacityUnit": "ml.g5.xlarge"}]),
+        "Object already exists")
+    make_share(admin, jq, "dup-" + jq, "LEND")
+    expect_client_error(lambda: make_share(admin, jq, "dup-" + jq, "LEND"), "already exists")
+    expect_client_error(lambda: make_share(admin, "no-such-queue", uniq("qs"), "LEND"), "job queue no-such-queue does not exist")
+    expect_client_error(lambda: make_share(admin, jq, uniq("qs"), "NOPE"), "Member must satisfy enum value set: [RESERVE, LEND, LEND_AND_BORROW]")
+    expect_client_error(lambda: make_share(admin, jq, uniq("qs"), "LEND", borrow=100), "borrowLimit can only be applied to quota shares with a strategy of LEND_AND_BORROW")
+    expect_client_error(lambda: make_share(admin, jq, uniq("qs"), "LEND", itype="ml.nope.xlarge"), "instance type `ml.nope.xlarge` is not configured")
+    expect_client_error(
+        lambda: admin.create_service_environment(
+            serviceEnvironmentName=uniq("se"), serviceEnvironmentType="ECS",
+            capacityLimits=[{"maxCapacity": 1, "capacityUnit": "ml.g5.xlarge"}]),
+        "serviceEnvironmentType")
+    # A refused request changed nothing.
+    names = [s["quotaShareName"] for s in admin.list_quota_shares(jobQueue=jq)["quotaShares"]]
+    assert names == ["dup-" + jq]
+
+
+def test_signatures_keys_and_ownership_are_checked(dev, admin, user, image):
+    env = dev.aws_env
+    bad = client(dev, (env["AWS_ACCESS_KEY_ID"], "x" * 40))
+    with pytest.raises(botocore.exceptions.ClientError) as ei:
+        bad.list_scheduling_policies()
+    assert ei.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert code_and_message(ei.value)[0] == "InvalidSignatureException"
+    unknown = client(dev, ("TK" + "A" * 18, "x" * 40))
+    with pytest.raises(botocore.exceptions.ClientError) as ei:
+        unknown.list_scheduling_policies()
+    assert code_and_message(ei.value)[0] == "UnrecognizedClientException"
+    kid, secret = issue_key(dev, "mallory")
+    mallory = client(dev, (kid, secret))
+    mallory.list_scheduling_policies()
+    subprocess.run([tranche_bin(), "keys", "revoke", kid], check=True, capture_output=True,
+                   env=dict(os.environ, TRANCHE_CONFIG=dev.config_of("admin", "admin")))
+    with pytest.raises(botocore.exceptions.ClientError) as ei:
+        mallory.list_scheduling_policies()
+    assert code_and_message(ei.value)[0] == "UnrecognizedClientException"
+    # A user may not manage quota objects, nor act on another user's job.
+    expect_client_error(
+        lambda: user.create_scheduling_policy(name=uniq("sp"), quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"}),
+        "only an admin")
+    bob = client(dev, issue_key(dev, "bob"))
+    job = bob.submit_service_job(
+        jobName="bobs", jobQueue="q", serviceJobType="SAGEMAKER_TRAINING", quotaShareName="research",
+        serviceRequestPayload=payload("bobs", itype="ml.p5.4xlarge", entry=["/bin/sh", "-c", "sleep 30"]))
+    expect_client_error(lambda: user.terminate_service_job(jobId=job["jobArn"], reason="mine now"), "may change only its own jobs")
+    expect_client_error(lambda: user.update_service_job(jobId=job["jobArn"], schedulingPriority=9), "may change only its own jobs")
+    bob.terminate_service_job(jobId=job["jobArn"], reason="done")
+
+
+def test_service_jobs_submit_describe_list_update_terminate_and_snapshot(dev, admin, user, image):
+    sp, se, jq = make_queue(admin)
+    qs = uniq("qs")
+    make_share(admin, jq, qs, "LEND", units=3)
+    token = uuid.uuid4().hex
+    args = dict(jobName="train-a", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING",
+                quotaShareName=qs, schedulingPriority=7, tags={"team": "a"},
+                timeoutConfig={"attemptDurationSeconds": 300},
+                retryStrategy={"attempts": 2},
+                serviceRequestPayload=payload("train-a", env={"SLEEP_S": "120"}), clientToken=token)
+    sub = user.submit_service_job(**args)
+    assert sub["jobArn"].endswith(f":service-job/{sub['jobId']}")
+    # A retried submit with the same client token is the same job.
+    assert user.submit_service_job(**args)["jobId"] == sub["jobId"]
+    wait_for("RUNNING", lambda: status(user, sub["jobArn"]) == "RUNNING")
+    d = user.describe_service_job(jobId=sub["jobArn"])
+    assert d["jobName"] == "train-a" and d["quotaShareName"] == qs
+    assert d["jobQueue"].endswith(f":job-queue/{jq}")
+    assert d["schedulingPriority"] == 7 and d["tags"] == {"team": "a"}
+    assert d["timeoutConfig"] == {"attemptDurationSeconds": 300} and d["retryStrategy"]["attempts"] == 2
+    assert d["capacityUsage"] == [{"capacityUnit": "ml.g5.xlarge", "quantity": 1.0}]
+    assert d["latestAttempt"]["serviceResourceId"]["name"] == "TrainingJobArn"
+    assert d["latestAttempt"]["serviceResourceId"]["value"].startswith("arn:aws:sagemaker:us-west-2:123456789012:training-job/")
+    assert json.loads(d["serviceRequestPayload"])["TrainingJobName"] == "train-a"
+    assert "preemptionSummary" not in d
+    # Listing: RUNNING by default; by name (prefix, any case); by share and status.
+    running = user.list_service_jobs(jobQueue=jq)["jobSummaryList"]
+    assert [j["jobId"] for j in running] == [sub["jobId"]]
+    more = [user.submit_service_job(jobName=f"train-b{i}", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING",
+                                    quotaShareName=qs, serviceRequestPayload=payload(f"train-b{i}", count=1, env={"SLEEP_S": "120"}))
+            for i in range(3)]
+    by_name = user.list_service_jobs(jobQueue=jq, filters=[{"name": "JOB_NAME", "values": ["TRAIN-B*"]}])["jobSummaryList"]
+    assert [j["jobName"] for j in by_name] == ["train-b2", "train-b1", "train-b0"]  # newest first
+    pages = list(user.get_paginator("list_service_jobs").paginate(
+        jobQueue=jq, filters=[{"name": "JOB_NAME", "values": ["train-*"]}], PaginationConfig={"PageSize": 2}))
+    assert [len(p["jobSummaryList"]) for p in pages] == [2, 2]
+    wait_for("two more RUNNING", lambda: len(user.list_service_jobs(
+        jobQueue=jq, jobStatus="RUNNING", filters=[{"name": "QUOTA_SHARE_NAME", "values": [qs]}])["jobSummaryList"]) == 3)
+    runnable = user.list_service_jobs(jobQueue=jq, jobStatus="RUNNABLE")["jobSummaryList"]
+    assert len(runnable) == 1
+    snap = user.get_job_queue_snapshot(jobQueue=jq)
+    assert [j["jobArn"] for j in snap["frontOfQueue"]["jobs"]] == [runnable[0]["jobArn"]]
+    assert [j["jobArn"] for j in snap["frontOfQuotaShares"]["quotaShares"][qs]] == [runnable[0]["jobArn"]]
+    assert snap["queueUtilization"]["totalCapacityUsage"] == [{"capacityUnit": "ml.g5.xlarge", "quantity": 3.0}]
+    top = snap["queueUtilization"]["quotaShareUtilization"]["topCapacityUtilization"]
+    assert top == [{"quotaShareName": qs, "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 3.0}]}]
+    # Update and terminate, one and many (an unknown job counts as terminated, as in AWS).
+    up = user.update_service_job(jobId=runnable[0]["jobId"], schedulingPriority=42)
+    assert up["jobId"] == runnable[0]["jobId"]
+    assert user.describe_service_job(jobId=runnable[0]["jobArn"])["schedulingPriority"] == 42
+    user.terminate_service_job(jobId=sub["jobId"], reason="enough")
+    wait_for("FAILED", lambda: status(user, sub["jobId"]) == "FAILED")
+    d = user.describe_service_job(jobId=sub["jobId"])
+    assert d["isTerminated"] is True
+    bulk = user.terminate_service_jobs(jobs=[m["jobId"] for m in more] + ["999999"], reason="cleanup")
+    assert sorted(bulk["successful"]) == sorted([m["jobId"] for m in more] + ["999999"]) and bulk["errors"] == []
+    # Tags on objects, through the tag operations.
+    q_arn = admin.describe_job_queues(jobQueues=[jq])["jobQueues"][0]["jobQueueArn"]
+    admin.tag_resource(resourceArn=q_arn, tags={"owner": "ml", "cost": "7"})
+    admin.untag_resource(resourceArn=q_arn, tagKeys=["cost"])
+    assert admin.list_tags_for_resource(resourceArn=q_arn)["tags"] == {"owner": "ml"}
+    assert user.list_tags_for_resource(resourceArn=sub["jobArn"])["tags"] == {"team": "a"}
+    # Bad input names its member.
+    expect_client_error(lambda: user.submit_service_job(
+        jobName="x", jobQueue=jq, serviceJobType="NOPE", quotaShareName=qs, serviceRequestPayload=payload("x")),
+        "serviceJobType")
+    expect_client_error(lambda: user.submit_service_job(
+        jobName="x", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
+        serviceRequestPayload=json.dumps({**json.loads(payload("x")), "InputDataConfig": [
+            {"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://b/k", "S3DataType": "S3Prefix"}}}]})),
+        "channel `train` reads from S3")
+    expect_client_error(lambda: user.submit_service_job(
+        jobName="x", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
+        serviceRequestPayload=json.dumps({**json.loads(payload("x")), "AlgorithmSpecification": {"TrainingImage": "nope:1"}})),
+        "image catalog")
+
+
+def test_the_aws_cli_works_with_only_the_endpoint_variable(dev, admin):
+    sp, se, jq = make_queue(admin)
+    kid, secret = issue_key(dev, "admin", "admin")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ENDPOINT_URL_BATCH=dev.aws_env["AWS_ENDPOINT_URL_BATCH"],
+               AWS_CA_BUNDLE=dev.aws_env["AWS_CA_BUNDLE"], AWS_DEFAULT_REGION=REGION,
+               AWS_ACCESS_KEY_ID=kid, AWS_SECRET_ACCESS_KEY=secret,
+               AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
+    aws = [str(Path(sys.executable).parent / "aws"), "batch"]
+    qs = uniq("qs")
+    out = subprocess.run(aws + [
+        "create-quota-share", "--quota-share-name", qs, "--job-queue", jq,
+        "--capacity-limits", "capacityUnit=ml.g5.xlarge,maxCapacity=1",
+        "--resource-sharing-configuration", "strategy=LEND_AND_BORROW,borrowLimit=200",
+        "--preemption-configuration", "inSharePreemption=ENABLED"],
+        env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["quotaShareName"] == qs
+    out = subprocess.run(aws + ["list-service-jobs", "--job-queue", jq, "--job-status", "RUNNABLE"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["jobSummaryList"] == []
+    out = subprocess.run(aws + ["create-quota-share", "--quota-share-name", qs, "--job-queue", jq,
+                                "--capacity-limits", "capacityUnit=ml.g5.xlarge,maxCapacity=1",
+                                "--resource-sharing-configuration", "strategy=LEND",
+                                "--preemption-configuration", "inSharePreemption=DISABLED"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 255
+    assert "An error occurred (ClientException) when calling the CreateQuotaShare operation" in out.stderr
+    assert "already exists" in out.stderr
+
+
+def test_the_quota_management_story_of_the_getting_started_guide(dev, admin, user, image):
+    """One queue over 3 x ml.g5.xlarge; QS1 borrows QS2's idle instance, QS2's own job
+    reclaims it, and raising a waiting job's priority preempts a lower one in QS1."""
+    sp, se, jq = make_queue(admin, units=3)
+    qs1, qs2, qs3 = uniq("QS1"), uniq("QS2"), uniq("QS3")
+    make_share(admin, jq, qs1, "LEND_AND_BORROW", borrow=200, in_share="ENABLED")
+    make_share(admin, jq, qs2, "LEND")
+    make_share(admin, jq, qs3, "RESERVE")
+
+    def submit(name: str, share: str, prio: int) -> str:
+        return user.submit_service_job(
+            jobName=name, jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=share,
+            schedulingPriority=prio,
+            serviceRequestPayload=payload(name, env={"SLEEP_S": "300"}))["jobArn"]
+
+    high = submit("qs1-high", qs1, 3)
+    wait_for("high RUNNING", lambda: status(user, high) == "RUNNING")
+    med = submit("qs1-med", qs1, 2)
+    wait_for("med RUNNING on QS2's idle instance", lambda: status(user, med) == "RUNNING")
+    low = submit("qs1-low", qs1, 1)
+    time.sleep(2)
+    assert status(user, low) == "RUNNABLE"  # QS3 reserves its instance
+    q2 = submit("qs2-job-1", qs2, 1)
+    wait_for("med preempted back to RUNNABLE", lambda: status(user, med) == "RUNNABLE", 90)
+    wait_for("qs2's job RUNNING", lambda: status(user, q2) == "RUNNING", 60)
+    d = user.describe_service_job(jobId=med)
+    assert d["preemptionSummary"]["preemptedAttemptCount"] == 1
+    assert "reclaimed" in d["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"]
+    assert status(user, high) == "RUNNING"
+    user.update_service_job(jobId=low, schedulingPriority=4)
+    wait_for("low RUNNING after its priority rose", lambda: status(user, low) == "RUNNING", 90)
+    d = user.describe_service_job(jobId=high)
+    assert d["status"] == "RUNNABLE"
+    assert d["preemptionSummary"]["preemptedAttemptCount"] == 1
+    assert "higher-priority" in d["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"]
+    bulk = user.terminate_service_jobs(jobs=[high, med, low, q2], reason="end of the story")
+    assert bulk["errors"] == []
+
+
+def test_the_sagemaker_sdk_submits_lists_waits_updates_and_terminates(dev, admin, image, monkeypatch):
+    for k, v in dev.aws_env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SAGEMAKER_VALIDATE_ROLE", "false")
+    from sagemaker.train.aws_batch.training_queue import TrainingQueue
+    from sagemaker.train.configs import Compute, OutputDataConfig, StoppingCondition
+    from sagemaker.train.model_trainer import ModelTrainer
+
+    sp, se, jq = make_queue(admin, units=2)
+    qs = uniq("qs")
+    make_share(admin, jq, qs, "LEND", units=2)
+
+    def trainer(count: int, hp: dict, env: dict | None = None) -> ModelTrainer:
+        return ModelTrainer(
+            training_image=IMAGE, role=ROLE, base_job_name="sdk-job",
+            compute=Compute(instance_type="ml.g5.xlarge", instance_count=count),
+            stopping_condition=StoppingCondition(max_runtime_in_seconds=300),
+            output_data_config=OutputDataConfig(s3_output_path="s3://tranche-out/run"),
+            hyperparameters=hp, environment=env or {})
+
+    queue = TrainingQueue(jq)
+    job = queue.submit(trainer(2, {"lr": "0.25", "epochs": "3"}), inputs=None,
+                       job_name="sdk-gang", quota_share_name=qs, priority=5)
+    desc = job.wait(timeout=120)
+    assert desc["status"] == "SUCCEEDED", desc
+    jid = desc["jobId"]
+    import tranche
+    c = tranche.Cluster.from_config(dev.config)
+    logs = c.job(int(jid)).logs()
+    c.close()
+    assert "args: train" in logs, logs
+    assert '"lr": "0.25"' in logs or '"lr":"0.25"' in logs, logs
+    assert "hosts: [\"algo-1\", \"algo-2\"]" in logs or 'hosts: ["algo-1","algo-2"]' in logs, logs
+    assert "lr: 0.25" in logs and "model: /opt/ml/model" in logs, logs
+    found = queue.list_jobs(job_name="sdk-gang")
+    assert [j.job_arn for j in found] == [job.job_arn]
+    assert queue.get_job("sdk-gang").job_arn == job.job_arn
+    long = queue.submit(trainer(1, {"lr": "1"}, {"SLEEP_S": "300"}), inputs=None,
+                        job_name="sdk-long", quota_share_name=qs, priority=1)
+    wait_for("sdk-long RUNNING", lambda: long.describe()["status"] == "RUNNING")
+    by_share = queue.list_jobs_by_share(status="RUNNING", quota_share_name=qs)
+    assert [j.job_arn for j in by_share] == [long.job_arn]
+    assert [j.job_arn for j in queue.list_jobs()] == [long.job_arn]  # RUNNING is the default
+    long.update(scheduling_priority=9)
+    assert long.describe()["schedulingPriority"] == 9
+    long.terminate(reason="stop it")
+    wait_for("sdk-long FAILED", lambda: long.describe()["status"] == "FAILED")
+    assert long.describe()["isTerminated"] is True

@@ -17,6 +17,36 @@ use std::time::Duration;
 use tranche_local::{demo, LocalCluster, LocalOptions};
 use tranche_tls::Role;
 
+/// The instance types `tranche dev` maps its demo units to (its nodes have 4 GPUs).
+const DEV_INSTANCE_TYPES: [(&str, &str, u32); 3] = [
+    ("ml.g5.xlarge", "a100", 1),
+    ("ml.g5.12xlarge", "a100", 4),
+    ("ml.p5.4xlarge", "h100", 1),
+];
+
+/// The training image reference `tranche dev`'s image catalog knows.
+pub const DEV_TRAINING_IMAGE: &str =
+    "123456789012.dkr.ecr.us-west-2.amazonaws.com/tranche-train:latest";
+
+/// The controllers' `[aws]` table: the key secret, the demo units as instance types,
+/// one catalog image (an OCI layout or rootfs put at `<dir>/images/tranche-train`) and
+/// one file system (`fs-dev`: `<dir>/data`).
+fn aws_config(dir: &std::path::Path, key_secret: &std::path::Path) -> String {
+    let mut t = format!(
+        "[aws]\nkey_secret_file = \"{}\"\n\n[aws.instance_types]\n",
+        key_secret.display()
+    );
+    for (name, unit, gpus) in DEV_INSTANCE_TYPES {
+        t += &format!("\"{name}\" = {{ unit = \"{unit}\", gpus = {gpus} }}\n");
+    }
+    t += &format!(
+        "\n[aws.images]\n\"{DEV_TRAINING_IMAGE}\" = \"{}\"\n\n[aws.file_systems]\n\"fs-dev\" = \"{}\"\n",
+        dir.join("images").join("tranche-train").display(),
+        dir.join("data").display()
+    );
+    t
+}
+
 /// The key secret file's name in the cluster's certificate dir.
 pub const KEY_SECRET_FILE: &str = "key-secret";
 
@@ -107,7 +137,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     // The AWS endpoint's key secret, beside the certificates (kept when --dir is
     // reused, so that keys issued before still sign).
     let key_secret = dir.join("certs").join(KEY_SECRET_FILE);
-    opts.extra_config += &format!("[aws]\nkey_secret_file = \"{}\"\n", key_secret.display());
+    opts.extra_config += &aws_config(&dir, &key_secret);
     let mut c = LocalCluster::create(&dir, 3, opts)?;
     if !key_secret.exists() {
         tranche_controller::aws::keys::write_key_secret_file(&key_secret)?;
@@ -191,6 +221,43 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     eprintln!(
         "    {}/ui/#token={admin_token}",
         urls.first().cloned().unwrap_or_default()
+    );
+    let key = match admin
+        .request(&tranche_proto::ClientRequest::Write {
+            request: None,
+            command: tranche_proto::ClientCommand::IssueAccessKey {
+                user: user.as_str().into(),
+                role: tranche_model::KeyRole::User,
+            },
+        })
+        .await
+    {
+        Ok(tranche_proto::Response::AccessKey { key, secret }) => (key.id, secret),
+        Ok(other) => return Err(crate::output::unexpected_text(&other)),
+        Err(e) => return Err(format!("an access key for {user}: {e}")),
+    };
+    std::fs::create_dir_all(dir.join("images")).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
+    eprintln!(
+        "  AWS Batch-compatible endpoint (boto3, the AWS CLI, the SageMaker SDK), as {user}:"
+    );
+    eprintln!(
+        "    export AWS_ENDPOINT_URL_BATCH={} AWS_CA_BUNDLE={} AWS_DEFAULT_REGION=us-west-2 AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
+        urls.first().cloned().unwrap_or_default(),
+        user_files.ca.display(),
+        key.0,
+        key.1
+    );
+    eprintln!(
+        "    instance types: {}; training image {} = {}; file system fs-dev = {}",
+        DEV_INSTANCE_TYPES
+            .iter()
+            .map(|(n, u, g)| format!("{n} = {g} x {u}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        DEV_TRAINING_IMAGE,
+        dir.join("images").join("tranche-train").display(),
+        dir.join("data").display()
     );
     eprintln!("  operator: {}", operator_cfg.display());
     eprintln!("  admin:    {}", admin_cfg.display());

@@ -223,6 +223,35 @@ fn rule7_the_environment_cap_is_never_exceeded() {
     );
 }
 
+#[test]
+fn rule7_under_the_cap_a_reserve_shares_idle_room_is_not_borrowed() {
+    // AWS's getting-started story: a queue capped at 3 over nodes with more GPUs;
+    // QS1 (LEND_AND_BORROW, max 1) may borrow QS2's idle GPU but not QS3's (RESERVE).
+    let mut h = cluster(2, 4);
+    h.cap("g", 3);
+    let mut qs1 = share("qs1", LendAndBorrow, 1);
+    qs1.resource_sharing.borrow_limit = Some(200);
+    h.share(qs1);
+    h.share(share("qs2", Lend, 1));
+    h.share(share("qs3", Reserve, 1));
+    h.running("high", "qs1", 3, &[("n1", &[0])]);
+    h.running("med", "qs1", 2, &[("n1", &[1])]);
+    h.waiting("low", "qs1", 1, 1, 1);
+    assert!(h.plan().is_empty());
+    assert_eq!(h.reasons()["low"], "RESERVE share qs3 holds 1 idle g");
+    // QS2's own job reclaims the GPU QS1 borrowed from it: the free GPUs on the nodes
+    // do not help, as the cap's last room is QS3's.
+    h.waiting("q2", "qs2", 1, 1, 1);
+    assert_eq!(h.plan(), ["preempt med reclaim for q2", "hold q2 n1:1"]);
+    h.commit();
+    h.exit("med");
+    assert_eq!(h.plan(), ["place q2 n1[1]"]);
+    h.commit();
+    // The reserve's own job takes its room.
+    h.waiting("r1", "qs3", 1, 1, 0);
+    assert_eq!(h.plan(), ["place r1 n1[2]"]);
+}
+
 // ---- rule 8: placement -----------------------------------------------------------------
 
 #[test]

@@ -150,6 +150,16 @@ impl<'a> Pass<'a> {
                     unit,
                 });
             }
+            // Under the cap too, a RESERVE share's idle GPUs stay its own: where the cap
+            // binds before the nodes do, what the reserve keeps is room under the cap.
+            if held.is_none() && reserved > 0 && committed + need + reserved > cap {
+                let r = rshare.expect("a share holds the reserve");
+                return Err(PendingReasonOf::ReserveHeld {
+                    share: self.shares[r].q.name.as_str(),
+                    idle: reserved,
+                    unit,
+                });
+            }
         }
         // Commit in the pass's view.
         let mut allocation = Vec::with_capacity(targets.len());

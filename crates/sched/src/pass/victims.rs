@@ -216,8 +216,11 @@ impl<'a> Pass<'a> {
         let free_allowance = self.pools[pi].total_avail.saturating_sub(reserved);
         let mut deficit: i64 = 0;
         if let Some(cap) = env.cap[u] {
-            deficit = deficit
-                .max((env.used[u] - env.stopping[u] + env.holds[u] + need) as i64 - cap as i64);
+            // Room under the cap that other RESERVE shares keep idle is not the job's.
+            deficit = deficit.max(
+                (env.used[u] - env.stopping[u] + env.holds[u] + need + reserved) as i64
+                    - cap as i64,
+            );
         }
         if !reclaim {
             let sv = &self.shares[s];

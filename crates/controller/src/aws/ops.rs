@@ -88,6 +88,37 @@ fn page<T: Clone>(
     Ok((slice, next))
 }
 
+/// The names a Describe call asks for (every object when it names none).
+struct Wanted(Option<Vec<String>>);
+
+impl Wanted {
+    fn of(
+        list: &Option<Vec<String>>,
+        name_of: impl Fn(&str) -> Result<String, String>,
+    ) -> AwsResult<Wanted> {
+        Ok(Wanted(match list {
+            Some(l) if !l.is_empty() => Some(
+                l.iter()
+                    .map(|x| name_of(x).map_err(AwsError::client))
+                    .collect::<AwsResult<_>>()?,
+            ),
+            _ => None,
+        }))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|w| w.iter().any(|n| n == name))
+    }
+}
+
+/// Checks a request's `tags`, when it has them.
+fn check_tags(tags: &Option<BTreeMap<String, String>>) -> AwsResult<()> {
+    match tags {
+        Some(t) => validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule)),
+        None => Ok(()),
+    }
+}
+
 fn with_next(mut body: Value, next: Option<String>) -> Value {
     if let (Some(n), Value::Object(m)) = (next, &mut body) {
         m.insert("nextToken".into(), Value::String(n));
@@ -170,9 +201,7 @@ impl Endpoint {
             required(&r.capacity_limits, "capacityLimits")?,
             false,
         )?;
-        if let Some(t) = &r.tags {
-            validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule))?;
-        }
+        check_tags(&r.tags)?;
         if cx
             .state()
             .await?
@@ -235,22 +264,11 @@ impl Endpoint {
     ) -> AwsResult<Value> {
         let r: DescribeEnvs = parse(body)?;
         let st = cx.state().await?;
-        let wanted: Option<Vec<String>> = match &r.service_environments {
-            Some(l) if !l.is_empty() => Some(
-                l.iter()
-                    .map(|x| self.arns.environment_of(x).map_err(AwsError::client))
-                    .collect::<AwsResult<_>>()?,
-            ),
-            _ => None,
-        };
+        let wanted = Wanted::of(&r.service_environments, |x| self.arns.environment_of(x))?;
         let all: Vec<Value> = st
             .environments
             .values()
-            .filter(|e| {
-                wanted
-                    .as_ref()
-                    .is_none_or(|w| w.iter().any(|n| n == e.name.as_str()))
-            })
+            .filter(|e| wanted.has(e.name.as_str()))
             .map(|e| self.env_json(&st, e))
             .collect();
         let (items, next) = page(&all, r.max_results, r.next_token.as_deref())?;
@@ -377,9 +395,7 @@ impl Endpoint {
         let r: CreatePolicy = parse(body)?;
         let name = required(&r.name, "name")?.clone();
         check_policy(&r.quota_share_policy, &r.fairshare_policy, true)?;
-        if let Some(t) = &r.tags {
-            validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule))?;
-        }
+        check_tags(&r.tags)?;
         if cx
             .state()
             .await?
@@ -620,9 +636,7 @@ impl Endpoint {
             .map_err(AwsError::client)?;
         let priority = Self::queue_priority(*required(&r.priority, "priority")?)?;
         let state = state_of("state", r.state.as_deref())?.unwrap_or_default();
-        if let Some(t) = &r.tags {
-            validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule))?;
-        }
+        check_tags(&r.tags)?;
         if cx
             .state()
             .await?
@@ -699,22 +713,11 @@ impl Endpoint {
     pub(super) async fn describe_job_queues(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
         let r: DescribeQueues = parse(body)?;
         let st = cx.state().await?;
-        let wanted: Option<Vec<String>> = match &r.job_queues {
-            Some(l) if !l.is_empty() => Some(
-                l.iter()
-                    .map(|x| self.arns.queue_of(x).map_err(AwsError::client))
-                    .collect::<AwsResult<_>>()?,
-            ),
-            _ => None,
-        };
+        let wanted = Wanted::of(&r.job_queues, |x| self.arns.queue_of(x))?;
         let all: Vec<Value> = st
             .queues
             .values()
-            .filter(|q| {
-                wanted
-                    .as_ref()
-                    .is_none_or(|w| w.iter().any(|n| n == q.name.as_str()))
-            })
+            .filter(|q| wanted.has(q.name.as_str()))
             .map(|q| self.queue_json(&st, q))
             .collect();
         let (items, next) = page(&all, r.max_results, r.next_token.as_deref())?;
@@ -895,9 +898,7 @@ impl Endpoint {
             "preemptionConfiguration",
         )?)?;
         let state = state_of("state", r.state.as_deref())?.unwrap_or_default();
-        if let Some(t) = &r.tags {
-            validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule))?;
-        }
+        check_tags(&r.tags)?;
         {
             let st = cx.state().await?;
             if let Some(s) = st.shares.get(&ShareName::from(name.as_str())) {
@@ -1093,14 +1094,8 @@ fn job_priority(p: i64) -> AwsResult<u32> {
 /// A job's status as AWS spells it.
 pub fn aws_status(s: JobStatus) -> &'static str {
     match s {
-        JobStatus::Submitted => "SUBMITTED",
-        JobStatus::Pending => "PENDING",
-        JobStatus::Runnable => "RUNNABLE",
-        JobStatus::Scheduled => "SCHEDULED",
-        JobStatus::Starting => "STARTING",
-        JobStatus::Running => "RUNNING",
-        JobStatus::Succeeded => "SUCCEEDED",
-        JobStatus::Failed | JobStatus::Cancelled => "FAILED",
+        JobStatus::Cancelled => "FAILED",
+        s => s.as_str(),
     }
 }
 

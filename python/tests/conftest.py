@@ -45,6 +45,8 @@ class Dev:
     # What `tranche dev` prints for boto3: AWS_ENDPOINT_URL_BATCH, AWS_CA_BUNDLE,
     # AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (the dev user's key).
     aws_env: dict[str, str]
+    # The admin's key, as `tranche dev` prints it on the next line.
+    aws_admin_env: dict[str, str]
 
     def config_of(self, role: str, name: str) -> str:
         return str(self.dir / f"{role}-{name}.toml")
@@ -105,7 +107,12 @@ def start_dev(tmp: Path) -> Dev:
         proc.kill()
         raise RuntimeError(f"tranche dev printed no AWS exports:\n{text}")
     aws_env = dict(kv.split("=", 1) for kv in aws.group(1).split())
-    return Dev(tmp / "cluster", proc, cfg, user, urls, t.group(2), t.group(3), aws_env)
+    adm = re.search(r"^\s*export (AWS_ACCESS_KEY_ID=\S+ AWS_SECRET_ACCESS_KEY=\S+)\s*$", text, re.M)
+    if not adm:
+        proc.kill()
+        raise RuntimeError(f"tranche dev printed no admin access key:\n{text}")
+    aws_admin_env = dict(kv.split("=", 1) for kv in adm.group(1).split())
+    return Dev(tmp / "cluster", proc, cfg, user, urls, t.group(2), t.group(3), aws_env, aws_admin_env)
 
 
 def stop_dev(d: Dev) -> None:

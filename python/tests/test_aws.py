@@ -445,3 +445,22 @@ def test_the_sagemaker_sdk_submits_lists_waits_updates_and_terminates(dev, admin
     long.terminate(reason="stop it")
     wait_for("sdk-long FAILED", lambda: long.describe()["status"] == "FAILED")
     assert long.describe()["isTerminated"] is True
+
+
+def test_the_readme_snippet_runs_as_written(dev, image):
+    """The README's boto3 snippet, in a shell with `tranche dev`'s two export lines."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## The AWS Batch-compatible endpoint"):]
+    snippet = section[section.index("```python\n") + 10:]
+    snippet = snippet[: snippet.index("```")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(dev.aws_env)
+    env.update(dev.aws_admin_env)
+    env.update(AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
+    out = subprocess.run([sys.executable, "-c", snippet], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    arn, st = out.stdout.split()
+    assert ":service-job/" in arn and st in ("SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"), out.stdout
+    c = client(dev)
+    wait_for("the snippet's job to succeed", lambda: status(c, arn) == "SUCCEEDED")
+    assert "team-a" in {s["quotaShareName"] for s in c.list_quota_shares(jobQueue="q")["quotaShares"]}

@@ -47,6 +47,26 @@ fn aws_config(dir: &std::path::Path, key_secret: &std::path::Path) -> String {
     t
 }
 
+/// A fresh access key for `user` with `role`: its id and secret.
+async fn issue_key(
+    admin: &tranche_client::Client,
+    user: &str,
+    role: tranche_model::KeyRole,
+) -> Result<(String, String), String> {
+    let req = tranche_proto::ClientRequest::Write {
+        request: None,
+        command: tranche_proto::ClientCommand::IssueAccessKey {
+            user: user.into(),
+            role,
+        },
+    };
+    match admin.request(&req).await {
+        Ok(tranche_proto::Response::AccessKey { key, secret }) => Ok((key.id, secret)),
+        Ok(other) => Err(crate::output::unexpected_text(&other)),
+        Err(e) => Err(format!("an access key for {user}: {e}")),
+    }
+}
+
 /// The key secret file's name in the cluster's certificate dir.
 pub const KEY_SECRET_FILE: &str = "key-secret";
 
@@ -222,20 +242,8 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         "    {}/ui/#token={admin_token}",
         urls.first().cloned().unwrap_or_default()
     );
-    let key = match admin
-        .request(&tranche_proto::ClientRequest::Write {
-            request: None,
-            command: tranche_proto::ClientCommand::IssueAccessKey {
-                user: user.as_str().into(),
-                role: tranche_model::KeyRole::User,
-            },
-        })
-        .await
-    {
-        Ok(tranche_proto::Response::AccessKey { key, secret }) => (key.id, secret),
-        Ok(other) => return Err(crate::output::unexpected_text(&other)),
-        Err(e) => return Err(format!("an access key for {user}: {e}")),
-    };
+    let key = issue_key(&admin, &user, tranche_model::KeyRole::User).await?;
+    let admin_key = issue_key(&admin, "admin", tranche_model::KeyRole::Admin).await?;
     std::fs::create_dir_all(dir.join("images")).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
     eprintln!(
@@ -247,6 +255,10 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         user_files.ca.display(),
         key.0,
         key.1
+    );
+    eprintln!(
+        "  and as the admin, who manages quota shares:\n    export AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
+        admin_key.0, admin_key.1
     );
     eprintln!(
         "    instance types: {}; training image {} = {}; file system fs-dev = {}",

@@ -24,6 +24,16 @@ fn keys_are_issued_listed_and_revoked_per_identity() {
         assert_eq!(mode & 0o777, 0o600, "{}", secret_file.display());
     }
 
+    // `tranche dev` issued her a key when it started (the one its exports carry).
+    let listed = |who: &str| -> Vec<serde_json::Value> {
+        let out = tranche(who, &["keys", "list", "--user", "alice", "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array().unwrap().clone()
+    };
+    let before = listed(&admin).len();
+    assert_eq!(before, 1);
+
     // An admin issues one for alice.
     let out = tranche(&admin, &["keys", "issue", "--user", "alice", "--json"]);
     assert!(out.status.success(), "{out:?}");
@@ -78,10 +88,8 @@ fn keys_are_issued_listed_and_revoked_per_identity() {
     // She revokes her own; the list says so. She cannot revoke bob's.
     let out = tranche(&alice, &["keys", "revoke", own]);
     assert!(out.status.success(), "{out:?}");
-    let out = tranche(&admin, &["keys", "list", "--user", "alice", "--json"]);
-    let keys: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let keys = keys.as_array().unwrap();
-    assert_eq!(keys.len(), 2, "{keys:?}");
+    let keys = listed(&admin);
+    assert_eq!(keys.len(), before + 2, "{keys:?}");
     let mine = keys.iter().find(|k| k["access_key_id"] == own).unwrap();
     assert!(mine["revoked_at"].as_u64().is_some(), "{mine}");
     let table = text(&tranche(&alice, &["keys", "list"]).stdout);

@@ -408,10 +408,9 @@ impl Room {
             && self.cap_allows(st, need)
     }
 
-    /// Taking `need` free GPUs leaves the idle GPUs of RESERVE shares other than `own`.
-    fn reserve_allows(&self, st: &State, own: &ShareName, need: u32) -> bool {
-        let idle: u32 = st
-            .shares
+    /// The idle GPUs of RESERVE shares other than `own`.
+    fn reserve_idle(&self, st: &State, own: &ShareName) -> u32 {
+        st.shares
             .values()
             .filter(|s| {
                 &s.name != own
@@ -422,8 +421,14 @@ impl Room {
                 s.max_for(&self.unit)
                     .saturating_sub(st.share_used(&s.name, &self.unit) + held_for(st, &s.name))
             })
-            .sum();
-        self.free.iter().sum::<u32>() >= need + idle
+            .sum()
+    }
+
+    /// Taking `need` free GPUs leaves the idle GPUs of RESERVE shares other than `own`,
+    /// on the nodes and under the environment's cap alike.
+    fn reserve_allows(&self, st: &State, own: &ShareName, need: u32) -> bool {
+        let idle = self.reserve_idle(st, own);
+        self.free.iter().sum::<u32>() >= need + idle && self.cap_allows(st, need + idle)
     }
 
     /// The environment's cap: GPUs in use, plus holds beyond the GPUs being stopped.

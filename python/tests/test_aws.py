@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +21,7 @@ from botocore.config import Config
 
 from aws_image import build as build_image
 
-from conftest import tranche_bin
+from conftest import start_dev, stop_dev, tranche_bin
 
 REGION = "us-west-2"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/tranche-train:latest"
@@ -49,6 +50,18 @@ def client(dev, key: tuple[str, str] | None = None):
         verify=env["AWS_CA_BUNDLE"], aws_access_key_id=kid, aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 2, "mode": "standard"}),
     )
+
+
+@pytest.fixture(scope="module")
+def dev():
+    """A `tranche dev` cluster of this module's own: the objects and jobs made here stay
+    out of the other modules' cluster."""
+    with tempfile.TemporaryDirectory(prefix="tranche-py-aws-") as tmp:
+        d = start_dev(Path(tmp))
+        try:
+            yield d
+        finally:
+            stop_dev(d)
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +164,26 @@ def test_objects_are_made_described_listed_paged_and_deleted(dev, admin):
     q = admin.describe_job_queues(jobQueues=[jq])["jobQueues"][0]
     assert q["jobQueueArn"].endswith(f":job-queue/{jq}")
     assert q["computeEnvironmentOrder"] == [] and q["jobQueueType"] == "SAGEMAKER_TRAINING"
+    sp_arn = admin.list_scheduling_policies()["schedulingPolicies"]
+    sp_arn = [p["arn"] for p in sp_arn if p["arn"].endswith("/" + sp)][0]
+    admin.update_scheduling_policy(arn=sp_arn, quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})
+    (p,) = admin.describe_scheduling_policies(arns=[sp_arn])["schedulingPolicies"]
+    assert p["name"] == sp and p["quotaSharePolicy"] == {"idleResourceAssignmentStrategy": "FIFO"}
+    admin.update_service_environment(serviceEnvironment=se, capacityLimits=[{"maxCapacity": 4, "capacityUnit": "ml.g5.xlarge"}])
+    envs = admin.describe_service_environments(serviceEnvironments=[se])["serviceEnvironments"]
+    # 4 A100s read back in the largest type of the unit that divides them.
+    assert envs[0]["capacityLimits"] == [{"maxCapacity": 1, "capacityUnit": "ml.g5.12xlarge"}]
     names = [uniq("qs") for _ in range(3)]
     arns = [make_share(admin, jq, n, "LEND") for n in names]
+    tagged = admin.create_quota_share(
+        quotaShareName=uniq("qs"), jobQueue=jq, capacityLimits=[{"capacityUnit": "ml.g5.12xlarge", "maxCapacity": 1}],
+        resourceSharingConfiguration={"strategy": "RESERVE"}, preemptionConfiguration={"inSharePreemption": "DISABLED"},
+        tags={"team": "vision"})
+    d = admin.describe_quota_share(quotaShareArn=tagged["quotaShareArn"])
+    assert d["tags"] == {"team": "vision"}
+    assert d["capacityLimits"] == [{"capacityUnit": "ml.g5.12xlarge", "maxCapacity": 1}]  # 4 A100s
+    admin.update_quota_share(quotaShareArn=tagged["quotaShareArn"], state="DISABLED")
+    admin.delete_quota_share(quotaShareArn=tagged["quotaShareArn"])
     assert arns[0] == f"{q['jobQueueArn']}/quota-share/{names[0]}"
     d = admin.describe_quota_share(quotaShareArn=arns[0])
     assert d["quotaShareName"] == names[0] and d["status"] == "VALID" and d["state"] == "ENABLED"
@@ -385,7 +416,9 @@ def test_the_quota_management_story_of_the_getting_started_guide(dev, admin, use
     wait_for("qs2's job RUNNING", lambda: status(user, q2) == "RUNNING", 60)
     d = user.describe_service_job(jobId=med)
     assert d["preemptionSummary"]["preemptedAttemptCount"] == 1
-    assert "reclaimed" in d["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"]
+    reason = d["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"]
+    # It got its checkpoint signal and exited within its grace period; then requeued.
+    assert "reclaimed" in reason and "exited with code 0 within its grace period" in reason, reason
     assert status(user, high) == "RUNNING"
     user.update_service_job(jobId=low, schedulingPriority=4)
     wait_for("low RUNNING after its priority rose", lambda: status(user, low) == "RUNNING", 90)

@@ -398,7 +398,14 @@ def test_the_report_page_totals_equal_tranche_report_json(browser, dev, admin_to
     browser.d.execute_cdp_cmd("Browser.setDownloadBehavior",
                               {"behavior": "allow", "downloadPath": str(downloads)})
     browser.d.find_element(By.ID, "report-csv").click()
-    csvs = browser.until(lambda d: [p for p in downloads.glob("*.csv")], 15, "the CSV download")
+    # Done when no partial download is left and the file has its bytes (the file may be
+    # there, empty, a moment before its content).
+    def downloaded(_d: object) -> list[Path]:
+        if any(downloads.glob("*.crdownload")):
+            return []
+        return [p for p in downloads.glob("*.csv") if p.stat().st_size > 0]
+
+    csvs = browser.until(downloaded, 15, "the CSV download")
     rows = list(csv.DictReader(csvs[0].read_text().splitlines()))
     assert {f"{r['user']}/{r['unit']}": float(r["used_gpu_hours"]) for r in rows} == {
         k: v["used"] for k, v in page.items()}

@@ -18,7 +18,9 @@ use tranche_proto::{ApiError, NodeWork, Query, Response, WorkItem};
 use tranche_state::{ApplyError, Progress};
 
 use crate::config::AgentConfig;
-use crate::exec::{signal_number, Attempt, AttemptNo, Executors, OutputFile, StopOutcome};
+use crate::exec::{
+    signal_number, Attempt, AttemptNo, Executors, ExitStatus, OutputFile, StopOutcome,
+};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
 use crate::launch;
 
@@ -31,6 +33,9 @@ const LONG_POLL_MS: u32 = 10_000;
 /// time limit, and to every attempt when the agent fences itself: a job's own grace
 /// reaches the agent only with a stop order.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(10);
+
+/// How often the monitor looks for every attempt's end in the spool, watched or not.
+const SWEEP: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -52,6 +57,35 @@ struct Local {
     time_limit_at: Option<Instant>,
     /// Why the agent itself stopped the attempt, for the exit report.
     stopped_for: Option<String>,
+    /// False while the attempt's shim is known to run (the monitor waits on its pidfd,
+    /// which has not fired): its end is then not looked for in the spool.
+    look: Arc<AtomicBool>,
+    /// The monitor has tried to watch the shim's pidfd.
+    watched: bool,
+}
+
+impl Local {
+    fn new(attempt: Arc<Attempt>, signal: String, time_limit_at: Option<Instant>) -> Local {
+        Local {
+            attempt,
+            signal,
+            running_reported: false,
+            stopping: false,
+            time_limit_at,
+            stopped_for: None,
+            look: Arc::new(AtomicBool::new(true)),
+            watched: false,
+        }
+    }
+
+    /// How the attempt ended; `None` while it runs. Reads the spool only once the shim
+    /// is gone, or when it is not watched.
+    fn exit(&self) -> Option<ExitStatus> {
+        if !self.look.load(Ordering::Acquire) {
+            return None;
+        }
+        self.attempt.exit()
+    }
 }
 
 /// An attempt on this node: its job and attempt number.
@@ -103,6 +137,8 @@ pub struct Agent {
     /// Ended attempts whose output is being moved to `<spool>/logs`: no longer in
     /// `local`, not yet kept. The log port waits for them.
     filing: Mutex<std::collections::HashSet<Key>>,
+    /// Notified when a watched shim has gone.
+    shim_gone: Arc<tokio::sync::Notify>,
 }
 
 /// Why an attempt did not start.
@@ -229,6 +265,7 @@ impl Agent {
             ended_here: Mutex::new(std::collections::HashSet::new()),
             starting: Mutex::new(HashMap::new()),
             filing: Mutex::new(std::collections::HashSet::new()),
+            shim_gone: Arc::new(tokio::sync::Notify::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
@@ -242,14 +279,7 @@ impl Agent {
                     job: a.job(),
                     attempt: a.attempt(),
                 },
-                Local {
-                    attempt: Arc::new(a),
-                    signal: "SIGTERM".into(),
-                    running_reported: false,
-                    stopping: false,
-                    time_limit_at: None,
-                    stopped_for: None,
-                },
+                Local::new(Arc::new(a), "SIGTERM".into(), None),
             );
         }
         Ok(Arc::new(agent))
@@ -404,7 +434,7 @@ impl Agent {
             .lock()
             .unwrap()
             .iter()
-            .filter(|(k, l)| !listed.contains_key(k) && !l.stopping && l.attempt.exit().is_none())
+            .filter(|(k, l)| !listed.contains_key(k) && !l.stopping && l.exit().is_none())
             .map(|(k, _)| *k)
             .collect();
         for key in orphans {
@@ -506,7 +536,7 @@ impl Agent {
                             e.time_limit_at = Some(Instant::now() + Duration::from_millis(left));
                         }
                     }
-                    !e.running_reported && e.attempt.exit().is_none()
+                    !e.running_reported && e.exit().is_none()
                 };
                 if report {
                     self.progress(key, Progress::Running).await;
@@ -528,7 +558,7 @@ impl Agent {
             .unwrap()
             .iter()
             .filter(|(_, l)| {
-                l.attempt.spec().gpus.iter().any(|g| mine(&g.index)) && l.attempt.exit().is_none()
+                l.attempt.spec().gpus.iter().any(|g| mine(&g.index)) && l.exit().is_none()
             })
             .map(|(k, _)| *k)
             .collect();
@@ -581,16 +611,12 @@ impl Agent {
                 info!(job = item.job.0, attempt = item.attempt, "attempt started");
                 self.local.lock().unwrap().insert(
                     key,
-                    Local {
-                        attempt: Arc::new(a),
-                        signal: item.signal.clone(),
-                        running_reported: false,
-                        stopping: false,
-                        time_limit_at: item
-                            .time_limit_s
+                    Local::new(
+                        Arc::new(a),
+                        item.signal.clone(),
+                        item.time_limit_s
                             .map(|s| Instant::now() + Duration::from_secs(s)),
-                        stopped_for: None,
-                    },
+                    ),
                 );
                 self.progress(key, Progress::Running).await;
                 if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
@@ -648,18 +674,39 @@ impl Agent {
 
     /// Reports exits (exactly once: an exit is forgotten only once the controllers have
     /// it), and fences the node when the controllers have been out of reach too long.
+    ///
+    /// An attempt's end is waited for on its shim's pidfd, which wakes the monitor at
+    /// once; every second each attempt is also looked for in the spool, for an end the
+    /// shim did not live to see through (its processes outliving a killed shim).
     async fn monitor(self: Arc<Self>) {
         let fence_after = Duration::from_secs(self.cfg.fence_after_s);
+        let mut swept = Instant::now();
         loop {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let exited: Vec<(Key, Arc<Attempt>)> = self
-                .local
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(_, l)| l.attempt.exit().is_some())
-                .map(|(k, l)| (*k, l.attempt.clone()))
-                .collect();
+            tokio::select! {
+                _ = self.shim_gone.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+            let sweep = swept.elapsed() >= SWEEP;
+            if sweep {
+                swept = Instant::now();
+            }
+            let exited: Vec<(Key, Arc<Attempt>)> = {
+                let mut l = self.local.lock().unwrap();
+                for e in l.values_mut().filter(|e| !e.watched) {
+                    e.watched = true;
+                    self.watch(e);
+                }
+                l.iter()
+                    .filter(|(_, l)| {
+                        if sweep {
+                            l.attempt.exit().is_some()
+                        } else {
+                            l.exit().is_some()
+                        }
+                    })
+                    .map(|(k, l)| (*k, l.attempt.clone()))
+                    .collect()
+            };
             // Reported side by side, all before the next look: an exit is reported again
             // only when it was not delivered.
             let mut reports = tokio::task::JoinSet::new();
@@ -696,6 +743,30 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Waits on the attempt's shim's pidfd, if it has one: until it fires, the monitor
+    /// does not look for the attempt's end in the spool.
+    fn watch(&self, e: &Local) {
+        let Some(fd) = e.attempt.shim_pidfd() else {
+            return;
+        };
+        let fd = match tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE) {
+            Ok(fd) => fd,
+            Err(err) => {
+                debug!("cannot wait on the shim's pidfd: {err}");
+                return;
+            }
+        };
+        e.look.store(false, Ordering::Release);
+        let look = e.look.clone();
+        let gone = self.shim_gone.clone();
+        tokio::spawn(async move {
+            // Readable once the shim has ended; an error is taken as that too.
+            let _ = fd.readable().await;
+            look.store(true, Ordering::Release);
+            gone.notify_one();
+        });
     }
 
     /// Reports one attempt's exit; once the controllers have it, the attempt is
@@ -815,7 +886,7 @@ impl Agent {
         let age = self.last_contact.lock().unwrap().elapsed().as_secs_f64();
         let (running, stopping) = {
             let l = self.local.lock().unwrap();
-            let running = l.values().filter(|e| e.attempt.exit().is_none()).count();
+            let running = l.values().filter(|e| e.exit().is_none()).count();
             (running, l.values().filter(|e| e.stopping).count())
         };
         let fenced = self.fenced.load(Ordering::Relaxed) as u8;
@@ -989,7 +1060,7 @@ impl Agent {
         let file_now = || -> Option<(OutputFile, bool)> {
             let l = self.local.lock().unwrap();
             if let Some(e) = l.get(&Key { job, attempt }) {
-                let running = e.attempt.exit().is_none();
+                let running = e.exit().is_none();
                 return e.attempt.output(req.stderr).map(|f| (f, running));
             }
             drop(l);

@@ -432,6 +432,43 @@ fn an_attempt_cannot_be_started_twice() {
     ex.start(&s).unwrap();
 }
 
+/// Whether `fd` is readable within `ms` milliseconds.
+fn readable_within(fd: &std::os::fd::OwnedFd, ms: i32) -> bool {
+    use nix::libc;
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    assert!(n >= 0, "poll: {}", std::io::Error::last_os_error());
+    n == 1
+}
+
+#[test]
+fn the_shims_pidfd_fires_once_the_end_is_recorded() {
+    init();
+    let spool = test_dir();
+    let work = test_dir();
+    let ex = Executors::new(spool.path()).unwrap();
+    let a = ex.start(&job_waiting_for_go(work.path())).unwrap();
+    let fd = a.shim_pidfd().expect("a pidfd of the running shim");
+    // Running: the descriptor stays quiet, and there is no end to read.
+    assert!(!readable_within(&fd, 200));
+    assert_eq!(a.exit(), None);
+    std::fs::write(work.path().join("go"), "").unwrap();
+    assert!(readable_within(&fd, 30_000), "the pidfd did not fire");
+    // The shim records the end before it exits: the end is there to read at once.
+    let st = a.exit().expect("the end, recorded before the shim went");
+    assert_eq!(st.code, Some(0), "{st:?}");
+    assert_eq!(stdout(&a), "done\n");
+    // Gone: no descriptor for a shim that has ended.
+    assert!(a.shim_pidfd().is_none());
+    a.acknowledge().unwrap();
+}
+
 /// A job that runs until a file `go` appears in `dir`, then prints `done`.
 fn job_waiting_for_go(dir: &Path) -> tranche_agent::exec::LaunchSpec {
     let mut s = spec(

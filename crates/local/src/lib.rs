@@ -83,20 +83,39 @@ pub fn find_agent() -> PathBuf {
     PathBuf::from("tranche-agent")
 }
 
-/// A free TCP port on 127.0.0.1 (bound once, then released).
+/// A free TCP port on 127.0.0.1 (bound once, then released), never one this process
+/// was given before: released ports come back from the kernel, and two controllers of
+/// one cluster given the same port would collide when they start.
 pub fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free TCP port")
+    unique_port(|| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free TCP port")
+    })
 }
 
-/// A free UDP port on 127.0.0.1 (bound once, then released).
+/// A free UDP port on 127.0.0.1 (bound once, then released), never one this process
+/// was given before.
 pub fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port")
+    unique_port(|| {
+        UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("a free UDP port")
+    })
+}
+
+fn unique_port(mut pick: impl FnMut() -> u16) -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let p = pick();
+        if given.insert(p) {
+            return p;
+        }
+    }
 }
 
 /// How often the waits below look again.

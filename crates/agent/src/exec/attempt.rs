@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -90,9 +91,28 @@ pub struct Attempt {
     pub(super) dir: PathBuf,
     pub(super) spec: LaunchSpec,
     pub(super) plan: LaunchRecord,
+    /// How it ended, once seen: an end is final, so it is read from the spool once.
+    pub(super) exited: OnceLock<ExitStatus>,
 }
 
 impl Attempt {
+    pub(super) fn new(
+        job: JobId,
+        attempt: AttemptNo,
+        dir: PathBuf,
+        spec: LaunchSpec,
+        plan: LaunchRecord,
+    ) -> Attempt {
+        Attempt {
+            job,
+            attempt,
+            dir,
+            spec,
+            plan,
+            exited: OnceLock::new(),
+        }
+    }
+
     /// The job's id.
     pub fn job(&self) -> JobId {
         self.job
@@ -181,6 +201,25 @@ impl Attempt {
     /// signal). An attempt whose directory is gone was acknowledged by another handle
     /// of it: it has ended, and its status is no longer known here.
     pub fn exit(&self) -> Option<ExitStatus> {
+        if let Some(st) = self.exited.get() {
+            return Some(*st);
+        }
+        let st = self.look_for_exit()?;
+        Some(*self.exited.get_or_init(|| st))
+    }
+
+    /// A pidfd of the attempt's shim, readable once the shim has gone: the shim records
+    /// the job's end before it exits, so the end can be waited for rather than looked
+    /// for. `None` where the shim is gone already (or the kernel has no pidfds).
+    pub fn shim_pidfd(&self) -> Option<std::os::fd::OwnedFd> {
+        let (pid, start) = read_shim_pid(&self.dir)?;
+        let fd = procfs::pidfd_open(pid)?;
+        // The pid is the shim's while its start time is; checked once the descriptor
+        // holds the process, so that a pid reused meanwhile is not watched instead.
+        procfs::alive(pid, Some(start)).then_some(fd)
+    }
+
+    fn look_for_exit(&self) -> Option<ExitStatus> {
         let path = self.dir.join(files::EXIT);
         if let Some(st) = read_exit(&path) {
             return Some(st);

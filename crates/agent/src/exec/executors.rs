@@ -166,23 +166,23 @@ impl Executors {
             rootfs_mount: None,
         };
         match self.launch(spec, &dir, &mut plan, prepared) {
-            Ok(()) => Ok(Attempt {
-                job: spec.job,
-                attempt: spec.attempt,
+            Ok(()) => Ok(Attempt::new(
+                spec.job,
+                spec.attempt,
                 dir,
-                spec: spec.clone(),
+                spec.clone(),
                 plan,
-            }),
+            )),
             Err(e) => {
                 // Whatever did start (a job slower to come up than the start timeout)
                 // is killed; a shim that reported the failure finishes its cleanup.
-                let partial = Attempt {
-                    job: spec.job,
-                    attempt: spec.attempt,
-                    dir: dir.clone(),
-                    spec: spec.clone(),
-                    plan: plan.clone(),
-                };
+                let partial = Attempt::new(
+                    spec.job,
+                    spec.attempt,
+                    dir.clone(),
+                    spec.clone(),
+                    plan.clone(),
+                );
                 let t0 = Instant::now();
                 while (partial.alive() || shim_alive(&dir))
                     && t0.elapsed() < Duration::from_secs(10)
@@ -424,13 +424,7 @@ impl Executors {
                     plan
                 }
             };
-            let a = Attempt {
-                job,
-                attempt,
-                dir: path,
-                spec,
-                plan,
-            };
+            let a = Attempt::new(job, attempt, path, spec, plan);
             a.exit(); // settles lost attempts
             out.push(a);
         }

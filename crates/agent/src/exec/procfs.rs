@@ -14,6 +14,20 @@ pub(crate) struct Stat {
     pub starttime: u64,
 }
 
+/// A pidfd of `pid` (Linux 5.3 and later): readable once the process has ended, so
+/// its end can be waited for by a process that is not its parent. `None` where the
+/// process is gone or the kernel has no pidfds.
+pub(crate) fn pidfd_open(pid: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if pid <= 0 {
+        return None;
+    }
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor, or -1.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// Reads `/proc/<pid>/stat`.
 pub(crate) fn stat(pid: i32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

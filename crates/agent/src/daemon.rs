@@ -751,7 +751,12 @@ impl Agent {
         let Some(fd) = e.attempt.shim_pidfd() else {
             return;
         };
-        let fd = match tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE) {
+        // SAFETY: an OwnedFd is a valid open descriptor that stays the same until it is
+        // dropped, which happens with the AsyncFd.
+        let registered = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        };
+        let fd = match registered {
             Ok(fd) => fd,
             Err(err) => {
                 debug!("cannot wait on the shim's pidfd: {err}");

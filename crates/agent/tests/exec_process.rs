@@ -469,6 +469,27 @@ fn the_shims_pidfd_fires_once_the_end_is_recorded() {
     a.acknowledge().unwrap();
 }
 
+#[test]
+fn an_attempt_whose_spec_never_reached_the_disk_is_cleared_and_may_start_again() {
+    init();
+    let spool = test_dir();
+    let ex = Executors::new(spool.path()).unwrap();
+    let s = spec("host", &["true"]);
+    // What a crash leaves when the spec was not written, or not kept: the directory,
+    // and a spec file without its bytes.
+    let dir = ex.start(&s).map(|a| a.dir().to_path_buf()).unwrap();
+    wait_exit(
+        &Executors::new(spool.path()).unwrap().adopt().unwrap()[0],
+        LONG,
+    );
+    std::fs::write(dir.join("spec.json"), "").unwrap();
+    std::fs::remove_file(dir.join("exit.json")).unwrap();
+    assert!(ex.adopt().unwrap().is_empty());
+    assert!(!dir.exists(), "{} is left", dir.display());
+    let a = ex.start(&s).unwrap();
+    assert_eq!(wait_exit(&a, LONG).code, Some(0));
+}
+
 /// A job that runs until a file `go` appears in `dir`, then prints `done`.
 fn job_waiting_for_go(dir: &Path) -> tranche_agent::exec::LaunchSpec {
     let mut s = spec(

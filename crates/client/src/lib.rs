@@ -78,9 +78,40 @@ pub struct Client {
     /// This client's session: its writes are numbered, so that the controllers apply
     /// each once however often it is retried.
     session: u64,
-    next_seq: std::sync::atomic::AtomicU64,
-    /// Writes sent and not yet answered.
-    outstanding: Mutex<std::collections::BTreeSet<u64>>,
+    seqs: Mutex<Seqs>,
+}
+
+/// A session's request numbers: the next one, and those sent and not yet answered.
+#[derive(Debug)]
+struct Seqs {
+    next: u64,
+    outstanding: std::collections::BTreeSet<u64>,
+}
+
+impl Seqs {
+    fn new() -> Seqs {
+        Seqs {
+            next: 1,
+            outstanding: Default::default(),
+        }
+    }
+
+    /// A new request's number and the lowest number still waiting for its answer
+    /// (which the controllers may forget the answers below). Taken in one step: a
+    /// request numbered apart from its entry in `outstanding` could tell the
+    /// controllers that every number below its own was answered while a lower one was
+    /// yet to be sent, and that one would then be refused as a stale copy.
+    fn begin(&mut self) -> (u64, u64) {
+        let seq = self.next;
+        self.next += 1;
+        self.outstanding.insert(seq);
+        (seq, *self.outstanding.first().expect("just inserted"))
+    }
+
+    /// The request was answered, or given up on: it is not sent again.
+    fn end(&mut self, seq: u64) {
+        self.outstanding.remove(&seq);
+    }
 }
 
 impl Client {
@@ -120,8 +151,7 @@ impl Client {
             retry_for: Duration::from_secs(15),
             attempt_timeout: Duration::from_secs(5),
             session: rand::random(),
-            next_seq: std::sync::atomic::AtomicU64::new(1),
-            outstanding: Mutex::new(std::collections::BTreeSet::new()),
+            seqs: Mutex::new(Seqs::new()),
         })
     }
 
@@ -366,14 +396,7 @@ impl Client {
         &self,
         cmd: ClientCommand,
     ) -> Result<Result<Outcome, ApiError>, ClientError> {
-        let seq = self
-            .next_seq
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let first_incomplete = {
-            let mut o = self.outstanding.lock().unwrap();
-            o.insert(seq);
-            *o.first().expect("just inserted")
-        };
+        let (seq, first_incomplete) = self.seqs.lock().unwrap().begin();
         let request = tranche_state::RequestId {
             client: self.session,
             seq,
@@ -386,7 +409,7 @@ impl Client {
             })
             .await;
         // Answered, or given up on: either way this client will not send it again.
-        self.outstanding.lock().unwrap().remove(&seq);
+        self.seqs.lock().unwrap().end(seq);
         match r? {
             Response::Applied(o) => Ok(Ok(o)),
             Response::Error(e) => Ok(Err(e)),
@@ -513,4 +536,52 @@ fn refused(addr: SocketAddr, e: &quinn::ConnectionError) -> Option<ClientError> 
 /// A fresh client token: 128 random bits in hex.
 pub fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Seqs;
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+
+    /// Requests numbered from many threads at once: none says that the numbers below
+    /// its `first_incomplete` were answered while one of them is still to be answered.
+    #[test]
+    fn no_request_claims_a_lower_one_answered_before_it_is() {
+        let seqs = Arc::new(Mutex::new(Seqs::new()));
+        let answered = Arc::new(Mutex::new((0u64, BTreeSet::new())));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (seqs, answered) = (seqs.clone(), answered.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        let (seq, first) = seqs.lock().unwrap().begin();
+                        assert!(first <= seq, "{first} > {seq}");
+                        {
+                            // (every number up to `done` answered, the others above it)
+                            let mut a = answered.lock().unwrap();
+                            let (done, above) = &mut *a;
+                            while above.remove(&(*done + 1)) {
+                                *done += 1;
+                            }
+                            assert!(
+                                first <= *done + 1,
+                                "request {seq} says all below {first} were answered, \
+                                 but {} was not",
+                                *done + 1
+                            );
+                        }
+                        answered.lock().unwrap().1.insert(seq);
+                        seqs.lock().unwrap().end(seq);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = seqs.lock().unwrap();
+        assert_eq!(s.next, 8 * 20_000 + 1);
+        assert!(s.outstanding.is_empty());
+    }
 }

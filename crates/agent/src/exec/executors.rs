@@ -314,14 +314,12 @@ impl Executors {
             .arg(dir)
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log2);
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::unistd::setsid().map_err(io::Error::from)?;
-                Ok(())
-            });
-        }
+            .stderr(log2)
+            // Out of the agent's process group at once (a Ctrl-C to the agent's terminal
+            // does not reach it); the supervising process takes a session of its own.
+            // Without code to run between fork and exec, the spawn is a posix_spawn,
+            // which copies none of the agent's memory map.
+            .process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
             launch_err(format!(
                 "cannot run the shim `{} shim` (set {AGENT_BIN_ENV}?): {e}",
@@ -399,6 +397,18 @@ impl Executors {
             };
             let spec: LaunchSpec = match fsutil::read_json(&path.join(files::SPEC)) {
                 Ok(s) => s,
+                Err(e) if !shim_alive(&path) => {
+                    // Nothing ran it: the agent stopped before it wrote the spec, or the
+                    // node crashed before the spec reached the disk. The controllers
+                    // still place the attempt here (it is started again) or have
+                    // requeued it (the node was DOWN).
+                    tracing::warn!(
+                        "removing attempt directory {}, which no shim runs: {e}",
+                        path.display()
+                    );
+                    remove_attempt_dir(&self.attempts, &path);
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!("skipping attempt directory {}: {e}", path.display());
                     continue;

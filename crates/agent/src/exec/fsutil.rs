@@ -27,7 +27,16 @@ pub(crate) fn now_nanos() -> u128 {
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory,
-/// fsync'ed, renamed over `path`, and the directory fsync'ed.
+/// renamed over `path`. A reader (the agent, a shim, an agent started after a crash)
+/// sees the old file or the new one, never a part.
+///
+/// Not fsynced: the spool's records have to outlive the agent's and the shims'
+/// processes (the page cache does), not the node. A node that crashes runs no job
+/// afterwards, the controllers requeue its attempts once it is DOWN, and the agent that
+/// comes back settles an attempt whose records did not reach the disk as lost (see
+/// [`Executors::adopt`](super::Executors::adopt)). Each fsync would be a disk write on
+/// an attempt's start or end, a dozen per attempt; the GPU ledger, an audit record, is
+/// the one file of the spool that is synced.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExecError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
@@ -42,12 +51,8 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExecError> {
     let res = (|| -> io::Result<()> {
         let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        drop(f);
+        std::fs::rename(&tmp, path)
     })();
     res.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);

@@ -38,7 +38,7 @@ fn log(dir: &Path, msg: &str) {
 ///
 /// The first process forks, records the second one in `shim.pid` and exits at once (so
 /// the agent reaps it and the shim is nobody's child the agent has to wait for); the
-/// second one supervises the job. Must be called before any thread is started.
+/// second one, in a session of its own, supervises the job. Must be called before any thread is started.
 pub fn shim_main(dir: &Path) -> ExitCode {
     // SAFETY: called from `main` of a single-threaded process; the child only goes on
     // running ordinary Rust code, as the parent would have.
@@ -66,6 +66,11 @@ pub fn shim_main(dir: &Path) -> ExitCode {
             };
         }
         Ok(ForkResult::Child) => {}
+    }
+    // A session of its own: nothing the agent's session or terminal goes through (a
+    // hang-up, a signal to its process group) reaches the job.
+    if let Err(e) = nix::unistd::setsid() {
+        log(dir, &format!("setsid: {e}"));
     }
     match supervise(dir) {
         Ok(()) => ExitCode::SUCCESS,

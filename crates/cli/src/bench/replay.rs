@@ -218,6 +218,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
     let setup = Setup::of(&sc);
     let replayed = report::figures(&setup, &runs, 600);
     let overhead = overhead(&runs, &jobs, args.speed);
+    let phases = phases(&real, &jobs, args.speed);
     let verdict = agreement(&replayed, &sim.figures);
     let ok = verdict.iter().all(|v| v.1);
     if args.json {
@@ -228,6 +229,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
             "wall_s": wall_s,
             "submits_s": submitted_s,
             "held_beyond_duration_ms": overhead,
+            "held_beyond_duration_phases_ms": phases,
             "agreement": verdict.iter().map(|(what, ok, detail)| serde_json::json!({
                 "what": what, "agrees": ok, "detail": detail,
             })).collect::<Vec<_>>(),
@@ -259,6 +261,18 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
                 "a finished attempt held its GPUs {:.0} ms (wall) longer than the job ran: mean, over {} attempts; p99 {:.0} ms",
                 o.mean, o.attempts, o.p99
             );
+        }
+        for (what, o) in [
+            ("placed to STARTING", &phases.scheduled_to_starting),
+            ("STARTING to RUNNING", &phases.starting_to_running),
+            (
+                "RUNNING to the end, less the duration",
+                &phases.running_to_ended_beyond_duration,
+            ),
+        ] {
+            if let Some(o) = o {
+                println!("  {what}: {:.0} ms mean, p99 {:.0} ms", o.mean, o.p99);
+            }
         }
         for (what, ok, detail) in &verdict {
             println!(
@@ -295,12 +309,78 @@ struct Overhead {
     p99: f64,
 }
 
+impl Overhead {
+    fn of(mut v: Vec<f64>) -> Option<Overhead> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let p99 = v[((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1];
+        Some(Overhead {
+            attempts: v.len(),
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            p99,
+        })
+    }
+}
+
+/// Where the held time beyond the duration goes, in wall milliseconds, over the
+/// succeeded jobs' last attempts: placed to STARTING (the plan's commit to the agent's
+/// report), STARTING to RUNNING (the agent's start path), and RUNNING to the end less
+/// the duration (the job's own start, its exit and the exit's report).
+#[derive(Debug, serde::Serialize)]
+struct Phases {
+    scheduled_to_starting: Option<Overhead>,
+    starting_to_running: Option<Overhead>,
+    running_to_ended_beyond_duration: Option<Overhead>,
+}
+
+fn phases(real: &[Job], jobs: &[TraceJob], speed: f64) -> Phases {
+    let dur: std::collections::HashMap<&str, Millis> = jobs
+        .iter()
+        .filter_map(|j| Some((j.name.as_str(), j.duration?)))
+        .collect();
+    let (mut a, mut b, mut c) = (vec![], vec![], vec![]);
+    for j in real.iter().filter(|j| j.status == JobStatus::Succeeded) {
+        // The last attempt's transitions: those after the last SCHEDULED.
+        let Some(i) = j
+            .transitions
+            .iter()
+            .rposition(|t| t.to == JobStatus::Scheduled)
+        else {
+            continue;
+        };
+        let last = &j.transitions[i..];
+        let at = |s: JobStatus| last.iter().find(|t| t.to == s).map(|t| t.at as f64);
+        let (sched, starting, running, end) = (
+            at(JobStatus::Scheduled),
+            at(JobStatus::Starting),
+            at(JobStatus::Running),
+            at(JobStatus::Succeeded),
+        );
+        if let (Some(x), Some(y)) = (sched, starting) {
+            a.push(y - x);
+        }
+        if let (Some(x), Some(y)) = (starting, running) {
+            b.push(y - x);
+        }
+        if let (Some(x), Some(y), Some(d)) = (running, end, dur.get(j.spec.name.as_str())) {
+            c.push(y - x - *d as f64 / speed);
+        }
+    }
+    Phases {
+        scheduled_to_starting: Overhead::of(a),
+        starting_to_running: Overhead::of(b),
+        running_to_ended_beyond_duration: Overhead::of(c),
+    }
+}
+
 fn overhead(runs: &[JobRun], jobs: &[TraceJob], speed: f64) -> Option<Overhead> {
     let dur: std::collections::HashMap<String, Millis> = jobs
         .iter()
         .filter_map(|j| Some((j.name.clone(), j.duration?)))
         .collect();
-    let mut v: Vec<f64> = runs
+    let v: Vec<f64> = runs
         .iter()
         .filter(|r| r.status == JobStatus::Succeeded)
         .filter_map(|r| {
@@ -309,16 +389,7 @@ fn overhead(runs: &[JobRun], jobs: &[TraceJob], speed: f64) -> Option<Overhead> 
             Some((held - *dur.get(&r.name)? as f64) / speed)
         })
         .collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let p99 = v[((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1];
-    Some(Overhead {
-        attempts: v.len(),
-        mean: v.iter().sum::<f64>() / v.len() as f64,
-        p99,
-    })
+    Overhead::of(v)
 }
 
 /// Whether the replay's utilizations are within [`UTIL_POINTS`] and its mean wait

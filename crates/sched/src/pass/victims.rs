@@ -84,7 +84,10 @@ impl<'a> Pass<'a> {
         let wanted: Vec<bool> = (0..units)
             .map(|v| v == u || !cache.contains_key(&(x, v)))
             .collect();
-        let mut out: Vec<Vec<(CandKey, Cand)>> = (0..units).map(|_| vec![]).collect();
+        // Per unit: the victims, and their keys with their index, sorted apart so that
+        // the sort moves small keys rather than whole victims.
+        let mut out: Vec<(Vec<Option<Cand>>, Vec<(CandKey, u32)>)> =
+            (0..units).map(|_| (vec![], vec![])).collect();
         for (t, sv) in self.shares.iter().enumerate() {
             let relevant = |v: Ux| {
                 wanted[v]
@@ -116,28 +119,34 @@ impl<'a> Pass<'a> {
                 });
                 let first = nodes.next();
                 let more = nodes.collect();
-                out[v].push((
+                let (list, keys) = &mut out[v];
+                keys.push((
                     (job.spec.priority, Reverse(started), Reverse(job.id)),
-                    Cand {
-                        id: job.id,
-                        share: t,
-                        prio: job.spec.priority,
-                        total: job.spec.request.total_gpus(),
-                        first,
-                        more,
-                        protected_until: started + sv.q.min_runtime_s * SECOND,
-                        grace: job.spec.grace_s(Some(sv.q)) * SECOND,
-                    },
+                    list.len() as u32,
                 ));
+                list.push(Some(Cand {
+                    id: job.id,
+                    share: t,
+                    prio: job.spec.priority,
+                    total: job.spec.request.total_gpus(),
+                    first,
+                    more,
+                    protected_until: started + sv.q.min_runtime_s * SECOND,
+                    grace: job.spec.grace_s(Some(sv.q)) * SECOND,
+                }));
             }
         }
         let mut mine = vec![];
-        for (v, mut list) in out.into_iter().enumerate() {
+        for (v, (mut list, mut keys)) in out.into_iter().enumerate() {
             if !wanted[v] {
                 continue;
             }
-            list.sort_unstable_by_key(|a| a.0);
-            let list: Vec<Cand> = list.into_iter().map(|(_, c)| c).collect();
+            // Keys are distinct (they end with the job id), so the order is the one order.
+            keys.sort_unstable_by_key(|a| a.0);
+            let list: Vec<Cand> = keys
+                .iter()
+                .map(|&(_, i)| list[i as usize].take().expect("each victim once"))
+                .collect();
             if v == u {
                 mine = list;
             } else {
@@ -405,11 +414,8 @@ impl<'a> Pass<'a> {
                 *f += cnt;
                 // Track the nodes where the job would now fit, so each check looks only
                 // at those and stays cheap however many small victims the walk passes.
-                let fits = |f: u32| {
-                    self.nodes[n as usize].nu(u).is_some_and(|nu| {
-                        nu.pools.contains(&pi) && g.saturating_sub(f) <= nu.avail()
-                    })
-                };
+                let avail = self.pool_avail(n, u, pi);
+                let fits = |f: u32| avail.is_some_and(|a| g.saturating_sub(f) <= a);
                 // A node enters the list when first touched (it may have fit on free
                 // GPUs alone, which a reserve or the cap did not allow) or when it starts
                 // to fit.

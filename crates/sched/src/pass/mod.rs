@@ -149,6 +149,9 @@ struct Pass<'a> {
     /// first victim not yet taken (victims are taken front to back).
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
     inshare_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
+    /// Per node, GPUs the victims picked so far free: scratch for the victim search,
+    /// all zero between searches.
+    freed: Vec<u32>,
     reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
     inshare_failed: HashMap<(usize, Ux), Vec<InShareFailure>>,
     /// Per array with a `%` limit: its tasks holding or about to hold GPUs.

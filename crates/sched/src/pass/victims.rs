@@ -360,17 +360,45 @@ impl<'a> Pass<'a> {
         Look::Take
     }
 
+    /// Victims for a single-node job: see [`Pass::walk_node_victims`]. The GPUs freed
+    /// per node are counted in a table kept for the pass, one entry per node, cleared
+    /// again after each walk.
+    fn node_victims(
+        &mut self,
+        a: Shape,
+        mode: &Mode,
+        cands: &[Cand],
+        start: usize,
+        protect: &mut Option<Millis>,
+    ) -> (Option<Vec<Nx>>, Vec<usize>) {
+        let mut freed = std::mem::take(&mut self.freed);
+        freed.resize(self.nodes.len(), 0);
+        let mut touched = vec![];
+        let out = self.walk_node_victims(a, mode, cands, start, protect, &mut freed, &mut touched);
+        for n in touched {
+            freed[n as usize] = 0;
+        }
+        self.freed = freed;
+        out
+    }
+
     /// Victims for a single-node job: taken in victim order until the job fits on
     /// some node. A share's excess is counted per node: victims elsewhere must not use
     /// up the excess that would have made a victim on the right node eligible. Returns
     /// the target node, or `None`, and the victims picked.
-    fn node_victims(
+    ///
+    /// `freed` (all zero on entry) counts the GPUs the picked victims free per node, and
+    /// `touched` lists the nodes it counts on.
+    #[allow(clippy::too_many_arguments)]
+    fn walk_node_victims(
         &self,
         a: Shape,
         mode: &Mode,
         cands: &[Cand],
         start: usize,
         protect: &mut Option<Millis>,
+        freed: &mut [u32],
+        touched: &mut Vec<Nx>,
     ) -> (Option<Vec<Nx>>, Vec<usize>) {
         let Shape {
             u,
@@ -382,7 +410,8 @@ impl<'a> Pass<'a> {
         } = a;
         let reclaim = matches!(mode, Mode::Reclaim);
         let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
-        let mut freed: HashMap<Nx, u32> = HashMap::default();
+        // Nodes that fit on free GPUs alone, for the check after each victim.
+        let free_fit = self.pools[pi].fitting_nodes(g) as usize;
         let mut fitting: Vec<Nx> = vec![];
         let mut picked: Vec<usize> = vec![];
         let mut total: i64 = 0;
@@ -409,9 +438,11 @@ impl<'a> Pass<'a> {
                     }
                     *ex -= c.total as i64;
                 }
-                let f = freed.entry(n).or_default();
-                let before = *f;
-                *f += cnt;
+                let before = freed[n as usize];
+                if before == 0 {
+                    touched.push(n);
+                }
+                freed[n as usize] = before + cnt;
                 // Track the nodes where the job would now fit, so each check looks only
                 // at those and stays cheap however many small victims the walk passes.
                 let avail = self.pool_avail(n, u, pi);
@@ -423,10 +454,8 @@ impl<'a> Pass<'a> {
                     fitting.push(n);
                 }
             }
-            if total >= deficit
-                && fitting.len() + self.pools[pi].fitting_nodes(g) as usize >= k as usize
-            {
-                if let Some(t) = self.fit(pi, g, k, allowance, &freed, &fitting) {
+            if total >= deficit && fitting.len() + free_fit >= k as usize {
+                if let Some(t) = self.fit(pi, g, k, allowance, freed, &fitting) {
                     return (Some(t), picked);
                 }
             }
@@ -600,7 +629,7 @@ impl<'a> Pass<'a> {
         from_free <= allowance
     }
 
-    /// Chooses `k` target nodes given GPUs `freed` by victims so far, or None.
+    /// Chooses `k` target nodes given GPUs `freed` by victims so far (per node), or None.
     /// `fitting` lists the nodes where the victims in `freed` make room for `g`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fit(
@@ -609,12 +638,12 @@ impl<'a> Pass<'a> {
         g: u32,
         k: u32,
         allowance: u32,
-        freed: &HashMap<Nx, u32>,
+        freed: &[u32],
         fitting: &[Nx],
     ) -> Option<Vec<Nx>> {
         let mut opts: Vec<(u32, Nx)> = fitting
             .iter()
-            .map(|&n| (g.saturating_sub(freed[&n]), n))
+            .map(|&n| (g.saturating_sub(freed[n as usize]), n))
             .collect();
         opts.sort();
         opts.truncate(k as usize);

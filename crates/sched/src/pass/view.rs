@@ -201,6 +201,7 @@ impl<'a> Pass<'a> {
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),
             nu_flat: vec![],
+            freed: vec![],
             reclaim_failed: HashMap::default(),
             inshare_failed: HashMap::default(),
             array_taken: HashMap::default(),

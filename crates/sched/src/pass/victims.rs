@@ -100,7 +100,10 @@ impl<'a> Pass<'a> {
             if !(0..units).any(relevant) {
                 continue;
             }
-            for job in st.active_in(&sv.q.name) {
+            // The share's jobs first, then their fields: reads of one job's fields do not
+            // wait on the next job's lookup.
+            let jobs: Vec<&Job> = st.active_in(&sv.q.name).collect();
+            for job in jobs {
                 if job.stop.is_some() {
                     continue;
                 }

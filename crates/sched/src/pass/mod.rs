@@ -20,7 +20,7 @@ use tranche_model::*;
 use tranche_state::*;
 
 use victims::{Cand, Mode};
-use view::{EnvView, NodeView, Pool, ShareView};
+use view::{EnvView, NodeView, NuFlat, Pool, ShareView};
 
 type Ux = usize;
 
@@ -33,6 +33,9 @@ type InShareFailure = (u32, u32, u32);
 /// Computes the plan for `st` at time `now`.
 pub fn plan(st: &State, now: Millis) -> Plan {
     let mut pass = Pass::new(st, now);
+    // Most waiting jobs get a new reason on a full pass: room for them all up front
+    // spares the growing list its copies (what is left over is given back below).
+    pass.plan.reasons.reserve(st.runnable_count());
     let mut queues: Vec<&JobQueue> = st.queues.values().collect();
     queues.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
     for q in queues {
@@ -40,6 +43,7 @@ pub fn plan(st: &State, now: Millis) -> Plan {
     }
     pass.plan.next_wakeup = pass.wakeup;
     let mut plan = pass.plan;
+    plan.reasons.shrink_to_fit();
     drop_noop_holds(&mut plan, st);
     plan
 }
@@ -47,18 +51,26 @@ pub fn plan(st: &State, now: Millis) -> Plan {
 /// A holder whose hold the pass released and then took again, unchanged, has nothing
 /// to apply: its hold actions are dropped, so that a settled cluster gets an empty plan
 /// (and a plan that changes nothing is never proposed again and again).
+///
+/// Only a job that holds GPUs in the state can take its hold again (a hold is released
+/// only by its holder), so the plan is searched for those alone, and not at all when
+/// no job holds GPUs.
 fn drop_noop_holds(plan: &mut Plan, st: &State) {
+    let holders: HashSet<JobId> = st.holding_jobs().map(|j| j.id).collect();
+    if holders.is_empty() {
+        return;
+    }
     let mut last: HashMap<JobId, Option<&tranche_model::Hold>> = HashMap::default();
     let mut other: HashSet<JobId> = HashSet::default();
     for a in &plan.actions {
         match a {
-            Action::Hold { job, hold } => {
+            Action::Hold { job, hold } if holders.contains(job) => {
                 last.insert(*job, hold.as_ref());
             }
-            Action::Place { job, .. } => {
+            Action::Place { job, .. } if holders.contains(job) => {
                 other.insert(*job);
             }
-            Action::Preempt { .. } => {}
+            _ => {}
         }
     }
     let noop: HashSet<JobId> = last
@@ -119,6 +131,9 @@ struct Pass<'a> {
     units: Vec<&'a str>,
     unit_ix: HashMap<&'a str, Ux>,
     nodes: Vec<NodeView<'a>>,
+    /// Per (node, unit), `node * units + unit`: see [`NuFlat`]. Empty where there are
+    /// more pools than its bitmask holds.
+    nu_flat: Vec<NuFlat>,
     node_ix: HashMap<&'a str, Nx>,
     pools: Vec<Pool>,
     envs: Vec<EnvView<'a>>,
@@ -134,6 +149,9 @@ struct Pass<'a> {
     /// first victim not yet taken (victims are taken front to back).
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
     inshare_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
+    /// Per node, GPUs the victims picked so far free: scratch for the victim search,
+    /// all zero between searches.
+    freed: Vec<u32>,
     reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
     inshare_failed: HashMap<(usize, Ux), Vec<InShareFailure>>,
     /// Per array with a `%` limit: its tasks holding or about to hold GPUs.

@@ -7,6 +7,13 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::*;
 
+/// A job the own-capacity pass leaves to the borrow pass: (submitted, id, waiting,
+/// share, priority, unit).
+type Deferred<'a> = (Millis, JobId, &'a Waiting, usize, u32, Ux);
+
+/// Own-capacity order: priority, then lowest usage ratio, then age, then share.
+type HeapKey = (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>);
+
 impl<'a> Pass<'a> {
     pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why<'_>) {
         if w.reason.as_ref().map(|r| r.borrowed()) != Some(why.clone()) {
@@ -56,18 +63,32 @@ impl<'a> Pass<'a> {
                 }
                 continue;
             }
+            // Each head's unit, looked up once for its key and its turn.
+            let mut head_u = None;
             if let Some((k, w)) = it.peek() {
-                heap.push((self.heap_key(s, k, w), iters.len()));
+                let (key, u) = self.heap_key(s, k, w);
+                head_u = u;
+                heap.push((key, iters.len()));
             }
-            iters.push((s, it));
+            iters.push((s, it, head_u));
         }
-        let mut deferred: Vec<(Millis, JobId, &'a Waiting, usize, u32)> = vec![];
-        while let Some((_, i)) = heap.pop() {
+        let mut deferred: Vec<Deferred<'a>> = vec![];
+        while let Some(&(_, i)) = heap.peek() {
             let s = iters[i].0;
+            let u = iters[i].2;
             let (k, w) = iters[i].1.next().expect("peeked");
-            self.own(k, w, s, &mut deferred);
-            if let Some((k, w)) = iters[i].1.peek() {
-                heap.push((self.heap_key(s, k, w), i));
+            self.own(k, w, s, u, &mut deferred);
+            // The share's next job takes its head's place in the heap (one sift).
+            let mut top = heap.peek_mut().expect("the head");
+            match iters[i].1.peek() {
+                Some((k, w)) => {
+                    let (key, u) = self.heap_key(s, k, w);
+                    iters[i].2 = u;
+                    *top = (key, i);
+                }
+                None => {
+                    std::collections::binary_heap::PeekMut::pop(top);
+                }
             }
         }
         // Rule 5: the borrow pass, FIFO by submit time across shares. Inside a share
@@ -83,32 +104,32 @@ impl<'a> Pass<'a> {
             .filter_map(|(i, l)| l.front().map(|d| Reverse((d.0, d.1, i))))
             .collect();
         while let Some(Reverse((_, _, i))) = heads.pop() {
-            let (_, id, w, s, prio) = lists[i].pop_front().expect("a head");
-            self.borrow(id, w, s, prio);
+            let (_, id, w, s, prio, u) = lists[i].pop_front().expect("a head");
+            self.borrow(id, w, s, prio, u);
             if let Some(d) = lists[i].front() {
                 heads.push(Reverse((d.0, d.1, i)));
             }
         }
     }
 
-    pub(super) fn heap_key(
-        &self,
-        s: usize,
-        k: &RunKey,
-        w: &Waiting,
-    ) -> (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>) {
+    /// The job's place in the own-capacity pass, and its unit's index.
+    pub(super) fn heap_key(&self, s: usize, k: &RunKey, w: &Waiting) -> (HeapKey, Option<Ux>) {
         let sv = &self.shares[s];
-        let ratio = match self.unit_ix.get(w.unit.as_str()) {
-            Some(&u) if sv.max[u] > 0 => {
+        let u = self.unit_ix.get(w.unit.as_str()).copied();
+        let ratio = match u {
+            Some(u) if sv.max[u] > 0 => {
                 (sv.used[u] + sv.held[u]) as u64 * 1_000_000 / sv.max[u] as u64
             }
             _ => u64::MAX,
         };
         (
-            k.priority.0,
-            Reverse(ratio),
-            Reverse(k.submitted_at),
-            Reverse(s),
+            (
+                k.priority.0,
+                Reverse(ratio),
+                Reverse(k.submitted_at),
+                Reverse(s),
+            ),
+            u,
         )
     }
 
@@ -166,13 +187,14 @@ impl<'a> Pass<'a> {
         k: &RunKey,
         w: &'a Waiting,
         s: usize,
-        deferred: &mut Vec<(Millis, JobId, &'a Waiting, usize, u32)>,
+        u: Option<Ux>,
+        deferred: &mut Vec<Deferred<'a>>,
     ) {
         if self.array_full(k.id, w) {
             return;
         }
         let mark = self.plan.actions.len();
-        self.own_job(k, w, s, deferred);
+        self.own_job(k, w, s, u, deferred);
         self.array_count(k.id, w, mark);
     }
 
@@ -181,9 +203,10 @@ impl<'a> Pass<'a> {
         k: &RunKey,
         w: &'a Waiting,
         s: usize,
-        deferred: &mut Vec<(Millis, JobId, &'a Waiting, usize, u32)>,
+        u: Option<Ux>,
+        deferred: &mut Vec<Deferred<'a>>,
     ) {
-        let Some(&u) = self.unit_ix.get(w.unit.as_str()) else {
+        let Some(u) = u else {
             let env = self.shares[s]
                 .env
                 .map(|e| self.envs[e].name.as_str())
@@ -244,7 +267,7 @@ impl<'a> Pass<'a> {
             };
             self.reason(k.id, w, why);
         } else if sv.q.borrows() {
-            deferred.push((k.submitted_at, k.id, w, s, k.priority.0));
+            deferred.push((k.submitted_at, k.id, w, s, k.priority.0, u));
         } else {
             let mut protect = None;
             if sv.q.in_share_preemption
@@ -270,17 +293,16 @@ impl<'a> Pass<'a> {
 
     /// The borrow pass for one job (rule 5): up to the share's ceiling, on idle GPUs,
     /// never by preempting another share.
-    pub(super) fn borrow(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32) {
+    pub(super) fn borrow(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32, u: Ux) {
         if self.array_full(id, w) {
             return;
         }
         let mark = self.plan.actions.len();
-        self.borrow_job(id, w, s, prio);
+        self.borrow_job(id, w, s, prio, u);
         self.array_count(id, w, mark);
     }
 
-    fn borrow_job(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32) {
-        let u = self.unit_ix[w.unit.as_str()];
+    fn borrow_job(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32, u: Ux) {
         let ask = Ask { id, w, s, u, prio };
         let sv = &self.shares[s];
         let need = ask.need();

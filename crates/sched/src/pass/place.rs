@@ -14,6 +14,10 @@ impl Pool {
     }
     /// Best fit: `k` nodes with at least `g` available, fewest left over, then by name.
     pub(super) fn find(&self, g: u32, k: u32, exclude: &[Nx]) -> Option<Vec<Nx>> {
+        // Too few nodes fit at all: no list to build (most failed placements end here).
+        if self.fitting_nodes(g) < k {
+            return None;
+        }
         let out = self.find_up_to(g, k, exclude);
         (out.len() == k as usize).then_some(out)
     }

@@ -84,7 +84,10 @@ impl<'a> Pass<'a> {
         let wanted: Vec<bool> = (0..units)
             .map(|v| v == u || !cache.contains_key(&(x, v)))
             .collect();
-        let mut out: Vec<Vec<(CandKey, Cand)>> = (0..units).map(|_| vec![]).collect();
+        // Per unit: the victims, and their keys with their index, sorted apart so that
+        // the sort moves small keys rather than whole victims.
+        let mut out: Vec<(Vec<Option<Cand>>, Vec<(CandKey, u32)>)> =
+            (0..units).map(|_| (vec![], vec![])).collect();
         for (t, sv) in self.shares.iter().enumerate() {
             let relevant = |v: Ux| {
                 wanted[v]
@@ -97,7 +100,10 @@ impl<'a> Pass<'a> {
             if !(0..units).any(relevant) {
                 continue;
             }
-            for job in st.active_in(&sv.q.name) {
+            // The share's jobs first, then their fields: reads of one job's fields do not
+            // wait on the next job's lookup.
+            let jobs: Vec<&Job> = st.active_in(&sv.q.name).collect();
+            for job in jobs {
                 if job.stop.is_some() {
                     continue;
                 }
@@ -116,28 +122,34 @@ impl<'a> Pass<'a> {
                 });
                 let first = nodes.next();
                 let more = nodes.collect();
-                out[v].push((
+                let (list, keys) = &mut out[v];
+                keys.push((
                     (job.spec.priority, Reverse(started), Reverse(job.id)),
-                    Cand {
-                        id: job.id,
-                        share: t,
-                        prio: job.spec.priority,
-                        total: job.spec.request.total_gpus(),
-                        first,
-                        more,
-                        protected_until: started + sv.q.min_runtime_s * SECOND,
-                        grace: job.spec.grace_s(Some(sv.q)) * SECOND,
-                    },
+                    list.len() as u32,
                 ));
+                list.push(Some(Cand {
+                    id: job.id,
+                    share: t,
+                    prio: job.spec.priority,
+                    total: job.spec.request.total_gpus(),
+                    first,
+                    more,
+                    protected_until: started + sv.q.min_runtime_s * SECOND,
+                    grace: job.spec.grace_s(Some(sv.q)) * SECOND,
+                }));
             }
         }
         let mut mine = vec![];
-        for (v, mut list) in out.into_iter().enumerate() {
+        for (v, (mut list, mut keys)) in out.into_iter().enumerate() {
             if !wanted[v] {
                 continue;
             }
-            list.sort_unstable_by_key(|a| a.0);
-            let list: Vec<Cand> = list.into_iter().map(|(_, c)| c).collect();
+            // Keys are distinct (they end with the job id), so the order is the one order.
+            keys.sort_unstable_by_key(|a| a.0);
+            let list: Vec<Cand> = keys
+                .iter()
+                .map(|&(_, i)| list[i as usize].take().expect("each victim once"))
+                .collect();
             if v == u {
                 mine = list;
             } else {
@@ -351,17 +363,45 @@ impl<'a> Pass<'a> {
         Look::Take
     }
 
+    /// Victims for a single-node job: see [`Pass::walk_node_victims`]. The GPUs freed
+    /// per node are counted in a table kept for the pass, one entry per node, cleared
+    /// again after each walk.
+    fn node_victims(
+        &mut self,
+        a: Shape,
+        mode: &Mode,
+        cands: &[Cand],
+        start: usize,
+        protect: &mut Option<Millis>,
+    ) -> (Option<Vec<Nx>>, Vec<usize>) {
+        let mut freed = std::mem::take(&mut self.freed);
+        freed.resize(self.nodes.len(), 0);
+        let mut touched = vec![];
+        let out = self.walk_node_victims(a, mode, cands, start, protect, &mut freed, &mut touched);
+        for n in touched {
+            freed[n as usize] = 0;
+        }
+        self.freed = freed;
+        out
+    }
+
     /// Victims for a single-node job: taken in victim order until the job fits on
     /// some node. A share's excess is counted per node: victims elsewhere must not use
     /// up the excess that would have made a victim on the right node eligible. Returns
     /// the target node, or `None`, and the victims picked.
-    fn node_victims(
+    ///
+    /// `freed` (all zero on entry) counts the GPUs the picked victims free per node, and
+    /// `touched` lists the nodes it counts on.
+    #[allow(clippy::too_many_arguments)]
+    fn walk_node_victims(
         &self,
         a: Shape,
         mode: &Mode,
         cands: &[Cand],
         start: usize,
         protect: &mut Option<Millis>,
+        freed: &mut [u32],
+        touched: &mut Vec<Nx>,
     ) -> (Option<Vec<Nx>>, Vec<usize>) {
         let Shape {
             u,
@@ -373,7 +413,8 @@ impl<'a> Pass<'a> {
         } = a;
         let reclaim = matches!(mode, Mode::Reclaim);
         let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
-        let mut freed: HashMap<Nx, u32> = HashMap::default();
+        // Nodes that fit on free GPUs alone, for the check after each victim.
+        let free_fit = self.pools[pi].fitting_nodes(g) as usize;
         let mut fitting: Vec<Nx> = vec![];
         let mut picked: Vec<usize> = vec![];
         let mut total: i64 = 0;
@@ -400,16 +441,15 @@ impl<'a> Pass<'a> {
                     }
                     *ex -= c.total as i64;
                 }
-                let f = freed.entry(n).or_default();
-                let before = *f;
-                *f += cnt;
+                let before = freed[n as usize];
+                if before == 0 {
+                    touched.push(n);
+                }
+                freed[n as usize] = before + cnt;
                 // Track the nodes where the job would now fit, so each check looks only
                 // at those and stays cheap however many small victims the walk passes.
-                let fits = |f: u32| {
-                    self.nodes[n as usize].nu(u).is_some_and(|nu| {
-                        nu.pools.contains(&pi) && g.saturating_sub(f) <= nu.avail()
-                    })
-                };
+                let avail = self.pool_avail(n, u, pi);
+                let fits = |f: u32| avail.is_some_and(|a| g.saturating_sub(f) <= a);
                 // A node enters the list when first touched (it may have fit on free
                 // GPUs alone, which a reserve or the cap did not allow) or when it starts
                 // to fit.
@@ -417,10 +457,8 @@ impl<'a> Pass<'a> {
                     fitting.push(n);
                 }
             }
-            if total >= deficit
-                && fitting.len() + self.pools[pi].fitting_nodes(g) as usize >= k as usize
-            {
-                if let Some(t) = self.fit(pi, g, k, allowance, &freed, &fitting) {
+            if total >= deficit && fitting.len() + free_fit >= k as usize {
+                if let Some(t) = self.fit(pi, g, k, allowance, freed, &fitting) {
                     return (Some(t), picked);
                 }
             }
@@ -594,7 +632,7 @@ impl<'a> Pass<'a> {
         from_free <= allowance
     }
 
-    /// Chooses `k` target nodes given GPUs `freed` by victims so far, or None.
+    /// Chooses `k` target nodes given GPUs `freed` by victims so far (per node), or None.
     /// `fitting` lists the nodes where the victims in `freed` make room for `g`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fit(
@@ -603,12 +641,12 @@ impl<'a> Pass<'a> {
         g: u32,
         k: u32,
         allowance: u32,
-        freed: &HashMap<Nx, u32>,
+        freed: &[u32],
         fitting: &[Nx],
     ) -> Option<Vec<Nx>> {
         let mut opts: Vec<(u32, Nx)> = fitting
             .iter()
-            .map(|&n| (g.saturating_sub(freed[&n]), n))
+            .map(|&n| (g.saturating_sub(freed[n as usize]), n))
             .collect();
         opts.sort();
         opts.truncate(k as usize);

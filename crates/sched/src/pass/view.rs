@@ -24,6 +24,15 @@ impl NodeUnit {
     }
 }
 
+/// A node's GPUs of one unit as the victim search reads them, one entry per (node,
+/// unit) in one flat table: GPUs available to others, and the pools the node is in as
+/// a bitmask. It spares the search the node's own lists for every victim it looks at.
+#[derive(Clone, Copy, Default)]
+pub(super) struct NuFlat {
+    pub(super) avail: u32,
+    pub(super) pools: u64,
+}
+
 pub(super) struct NodeView<'a> {
     pub(super) name: &'a NodeName,
     pub(super) usable: bool,
@@ -92,30 +101,33 @@ impl<'a> Pass<'a> {
     pub(super) fn new(st: &'a State, now: Millis) -> Pass<'a> {
         let mut units: Vec<&'a str> = vec![];
         let mut unit_ix: HashMap<&'a str, Ux> = HashMap::default();
-        let mut intern = |u: &'a Unit| -> Ux {
-            *unit_ix.entry(u.as_str()).or_insert_with(|| {
+        fn intern<'a>(units: &mut Vec<&'a str>, ix: &mut HashMap<&'a str, Ux>, u: &'a Unit) -> Ux {
+            *ix.entry(u.as_str()).or_insert_with(|| {
                 units.push(u.as_str());
                 units.len() - 1
             })
-        };
+        }
         for s in st.shares.values() {
             for l in &s.capacity_limits {
-                intern(&l.unit);
+                intern(&mut units, &mut unit_ix, &l.unit);
             }
         }
         for e in st.environments.values() {
             for l in &e.capacity_limits {
-                intern(&l.unit);
+                intern(&mut units, &mut unit_ix, &l.unit);
             }
         }
         let mut nodes = Vec::with_capacity(st.nodes.len());
         for n in st.nodes.values() {
             let mut nus: Vec<NodeUnit> = vec![];
             for (g, a) in n.inventory.gpus.iter().zip(&n.allocated) {
-                let u = intern(&g.unit);
-                let pos = match nus.iter().position(|x| x.unit == u) {
+                // A node's GPUs are mostly of one unit: compare with the node's units
+                // before hashing the name.
+                let seen = nus.iter().position(|x| units[x.unit] == g.unit.as_str());
+                let pos = match seen {
                     Some(p) => p,
                     None => {
+                        let u = intern(&mut units, &mut unit_ix, &g.unit);
                         nus.push(NodeUnit {
                             unit: u,
                             free: vec![],
@@ -188,6 +200,8 @@ impl<'a> Pass<'a> {
             taken: JobBits::default(),
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),
+            nu_flat: vec![],
+            freed: vec![],
             reclaim_failed: HashMap::default(),
             inshare_failed: HashMap::default(),
             array_taken: HashMap::default(),
@@ -262,6 +276,30 @@ impl<'a> Pass<'a> {
                 }
             }
         }
+        // The flat table, where every pool index fits the bitmask.
+        if self.pools.len() <= 64 {
+            let units = self.units.len();
+            self.nu_flat = vec![NuFlat::default(); self.nodes.len() * units];
+            for (ni, nv) in self.nodes.iter().enumerate() {
+                for nu in &nv.units {
+                    let f = &mut self.nu_flat[ni * units + nu.unit];
+                    f.avail = nu.avail();
+                    f.pools = nu.pools.iter().fold(0, |m, &pi| m | 1 << pi);
+                }
+            }
+        }
+    }
+
+    /// GPUs of unit `u` available to others on node `n`, if the node is in pool `pi`.
+    pub(super) fn pool_avail(&self, n: Nx, u: Ux, pi: usize) -> Option<u32> {
+        if self.nu_flat.is_empty() {
+            return self.nodes[n as usize]
+                .nu(u)
+                .filter(|nu| nu.pools.contains(&pi))
+                .map(|nu| nu.avail());
+        }
+        let f = self.nu_flat[n as usize * self.units.len() + u];
+        (f.pools >> pi & 1 == 1).then_some(f.avail)
     }
 
     /// Moves node `n`'s entry for unit `u` after `f` changed its free or held GPUs.
@@ -273,6 +311,10 @@ impl<'a> Pass<'a> {
         f(nu);
         let after = nu.avail();
         if before != after {
+            let units = self.units.len();
+            if let Some(flat) = self.nu_flat.get_mut(n as usize * units + u) {
+                flat.avail = after;
+            }
             for &pi in &nu.pools {
                 let p = &mut self.pools[pi];
                 p.buckets[before as usize].remove(&n);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::config::SchedConfig;
 
 /// The previous pass: the planner thread took the request at `start` and was busy with
-/// it for `took` (the commands queued behind the request included). The request for
+/// it for `took` of its CPU time (the commands queued behind the request included). The request for
 /// the next pass is sent no sooner than [`Cadence::earliest_after`], so the next
 /// pass's `start` is no sooner either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

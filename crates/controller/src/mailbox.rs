@@ -37,9 +37,9 @@ pub enum NodeMsg {
         reply: oneshot::Sender<Result<(), ApiError>>,
     },
     /// A scheduling pass finished on the planner thread (`None`: it had no replica).
-    /// `took` is the pass itself; `busy` the planner's whole work for it from taking
-    /// the request at `started` (the commands queued behind it included), which the
-    /// busy cap counts.
+    /// `took` is the pass itself (wall time); `busy` the planner thread's CPU time for
+    /// the whole of its work for it from taking the request at `started` (the commands
+    /// queued behind it included), which the busy cap counts.
     Plan {
         plan: Option<tranche_state::Plan>,
         took: Duration,
@@ -57,8 +57,8 @@ pub struct Shared {
     pub members: BTreeMap<u64, Member>,
     pub status: ClusterStatus,
     /// Scheduling passes run on this controller, the latest one's duration and their
-    /// durations summed, each as the busy cap counts it (the planner's whole work for
-    /// the pass, from taking the request to answering it).
+    /// durations summed, each as the busy cap counts it (the planner thread's CPU time
+    /// for the pass, from taking the request to answering it).
     pub passes: u64,
     pub last_pass: Duration,
     pub pass_busy: Duration,

@@ -59,7 +59,7 @@ pub fn render(shared: &SharedRef) -> String {
     );
     g(
         "tranche_sched_pass_seconds",
-        "Duration of the latest scheduling pass (leader), from the scheduler taking the request to its answer.",
+        "CPU time of the latest scheduling pass (leader), from the scheduler taking the request to its answer.",
         vec![(String::new(), sh.last_pass.as_secs_f64())],
     );
     let shares = views::shares(&sh.state);
@@ -200,7 +200,7 @@ pub fn render(shared: &SharedRef) -> String {
     );
     let _ = writeln!(
         out,
-        "# HELP tranche_sched_busy_seconds_total Time the scheduler spent on passes, counted as tranche_sched_pass_seconds.\n# TYPE tranche_sched_busy_seconds_total counter\ntranche_sched_busy_seconds_total {}",
+        "# HELP tranche_sched_busy_seconds_total CPU time the scheduler spent on passes, counted as tranche_sched_pass_seconds.\n# TYPE tranche_sched_busy_seconds_total counter\ntranche_sched_busy_seconds_total {}",
         sh.pass_busy.as_secs_f64()
     );
     out

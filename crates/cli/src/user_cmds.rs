@@ -235,22 +235,22 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
             let _ = client.connect().await;
             timing::mark("handshake");
         }
-        // The share's defaults (queue, unit) come from the state the controller has
-        // applied, read without a Raft round: on the leader, where the leader cache
-        // sends this CLI, that state holds every acknowledged write. The state machine
-        // checks the submit against the current share whatever this CLI read, so a
-        // stale view can only make it refuse; then (or when the share seems missing)
-        // the objects are read again linearizably and the submit is made with what
-        // they say.
-        let stale = read_objects(&client, true).await?;
-        timing::mark("objects");
-        let (mut spec, read_fresh) = match spec_from(args, &stale, &share_name, gpus, &me) {
-            Ok(spec) => (spec, false),
-            Err(_) => {
-                let fresh = read_objects(&client, false).await?;
-                (spec_from(args, &fresh, &share_name, gpus, &me)?, true)
-            }
-        };
+        // The share's defaults (queue, unit) are left to the controller, which fills
+        // them in from the state it has applied (on the leader, where the leader cache
+        // sends this CLI, every acknowledged write). The state machine checks the
+        // submit against the current share whatever that view was, so a stale one can
+        // only make it refuse; then (and with a controller that leaves them empty) the
+        // objects are read linearizably and the submit is made again with what they
+        // say.
+        let mut spec = build_spec(
+            args,
+            args.queue.as_deref().unwrap_or(""),
+            &share_name,
+            &me,
+            args.unit.as_deref().unwrap_or(""),
+            gpus,
+        )?;
+        let read_fresh = false;
         // One token for every attempt at this submit: the client's retries, and a
         // second submit after a refusal (which changed nothing).
         spec.client_token = Some(tranche_client::new_token());
@@ -326,15 +326,27 @@ fn spec_from(
             .map(|l| l.unit.to_string())
             .ok_or_else(|| usage("--unit: the share names no unit; give one"))?,
     };
-    let mut spec = JobSpec::new(
-        &args.name,
+    build_spec(
+        args,
         args.queue.as_deref().unwrap_or(share.queue.as_str()),
         share_name,
         me,
         &unit,
         gpus,
-        args.nodes,
-    );
+    )
+}
+
+/// The job `args` describe, in this queue and unit (empty: the share's, filled in by
+/// the controller).
+fn build_spec(
+    args: &SubmitArgs,
+    queue: &str,
+    share_name: &str,
+    me: &str,
+    unit: &str,
+    gpus: u32,
+) -> Result<JobSpec, Fail> {
+    let mut spec = JobSpec::new(&args.name, queue, share_name, me, unit, gpus, args.nodes);
     spec.priority = args.priority;
     spec.image = args.image.clone();
     spec.command = args.command.clone();

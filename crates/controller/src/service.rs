@@ -183,9 +183,37 @@ impl Service {
             ClientCommand::IssueAccessKey { user, role } => {
                 return self.issue_access_key(user, role).await
             }
+            ClientCommand::Submit(mut spec) => {
+                self.share_defaults(&mut spec);
+                ClientCommand::Submit(spec).into_command()
+            }
             c => c.into_command(),
         };
         self.propose(command, request).await
+    }
+
+    /// A submit that leaves its queue or unit empty gets its share's: the share's
+    /// queue, and the unit of its first capacity limit, as this controller has applied
+    /// them (on the leader, every acknowledged write). The state machine checks the
+    /// submit against the share as it is when the entry applies, so a stale view can
+    /// only make it refuse; a share this controller does not know leaves the fields
+    /// empty, and the submit is refused naming them.
+    fn share_defaults(&self, spec: &mut tranche_model::JobSpec) {
+        if !spec.queue.as_str().is_empty() && !spec.request.unit.as_str().is_empty() {
+            return;
+        }
+        let sh = self.shared.read().unwrap();
+        let Some(share) = sh.state.shares.get(&spec.share) else {
+            return;
+        };
+        if spec.queue.as_str().is_empty() {
+            spec.queue = share.queue.clone();
+        }
+        if spec.request.unit.as_str().is_empty() {
+            if let Some(l) = share.capacity_limits.first() {
+                spec.request.unit = l.unit.clone();
+            }
+        }
     }
 
     /// Proposes a replicated command (the leader's node task forwards it from a
@@ -717,6 +745,43 @@ mod tests {
 
     fn share_cmd() -> ClientCommand {
         ClientCommand::DeleteShare("lend".into())
+    }
+
+    #[tokio::test]
+    async fn a_submit_without_queue_or_unit_gets_its_shares() {
+        let r = rig(false);
+        let alice = who(Role::User, "alice");
+        let mut bare = spec("alice", "private");
+        bare.queue = "".into();
+        bare.request.unit = "".into();
+        match r
+            .service
+            .handle(&alice, write(ClientCommand::Submit(bare.clone())))
+            .await
+        {
+            Response::Applied(Outcome::Done) => {}
+            other => panic!("{other:?}"),
+        }
+        let filled = spec("alice", "private");
+        assert_eq!(
+            r.written.lock().unwrap().last(),
+            Some(&Command::Submit(filled)),
+            "the share's queue and first unit filled in"
+        );
+        // An unknown share: nothing to fill in, the submit goes on as it was (and the
+        // state machine refuses it, naming the fields).
+        let mut unknown = bare.clone();
+        unknown.share = "nosuch".into();
+        r.service
+            .handle(
+                &who(Role::Admin, "root"),
+                write(ClientCommand::Submit(unknown.clone())),
+            )
+            .await;
+        assert_eq!(
+            r.written.lock().unwrap().last(),
+            Some(&Command::Submit(unknown))
+        );
     }
 
     #[tokio::test]

@@ -59,6 +59,9 @@ pub(super) enum Mode {
     InShare(u32),
 }
 
+/// One unit's victims, and their keys with each one's index, sorted apart from them.
+type UnitVictims = (Vec<Option<Cand>>, Vec<(CandKey, u32)>);
+
 impl<'a> Pass<'a> {
     /// Victims in victim order (lowest priority, then most recently started), with the
     /// index of the first one not yet taken. For reclaim, `key` is (queue, unit): the
@@ -86,8 +89,7 @@ impl<'a> Pass<'a> {
             .collect();
         // Per unit: the victims, and their keys with their index, sorted apart so that
         // the sort moves small keys rather than whole victims.
-        let mut out: Vec<(Vec<Option<Cand>>, Vec<(CandKey, u32)>)> =
-            (0..units).map(|_| (vec![], vec![])).collect();
+        let mut out: Vec<UnitVictims> = (0..units).map(|_| (vec![], vec![])).collect();
         for (t, sv) in self.shares.iter().enumerate() {
             let relevant = |v: Ux| {
                 wanted[v]

@@ -250,7 +250,6 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
             args.unit.as_deref().unwrap_or(""),
             gpus,
         )?;
-        let read_fresh = false;
         // One token for every attempt at this submit: the client's retries, and a
         // second submit after a refusal (which changed nothing).
         spec.client_token = Some(tranche_client::new_token());
@@ -260,8 +259,8 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
         timing::mark("submit");
         let job = match submitted {
             Ok((job, _)) => job,
-            Err(ClientError::Api(ApiError::Rejected(e))) if !read_fresh => {
-                let fresh = read_objects(&client, false).await?;
+            Err(ClientError::Api(ApiError::Rejected(e))) => {
+                let fresh = read_objects(&client).await?;
                 let mut again = spec_from(args, &fresh, &share_name, gpus, &me)?;
                 again.client_token = spec.client_token.clone();
                 if again == spec {
@@ -297,8 +296,9 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
     code
 }
 
-async fn read_objects(client: &Client, stale: bool) -> Result<Objects, Fail> {
-    match client.read(Query::Objects, stale).await.map_err(failed)? {
+/// The objects, read linearizably.
+async fn read_objects(client: &Client) -> Result<Objects, Fail> {
+    match client.read(Query::Objects, false).await.map_err(failed)? {
         Response::Objects(o) => Ok(o),
         other => Err(unexpected(&other)),
     }

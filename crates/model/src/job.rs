@@ -479,8 +479,9 @@ pub struct Hold {
 }
 
 /// Why a RUNNABLE job is not running, with numbers. Rendered with the current time.
-/// Generic over its string type so the scheduler can compare a freshly computed reason
-/// (`PendingReasonOf<&str>`, borrowing names) with the stored one without allocating.
+/// Generic over its string type: stored reasons share their names ([`SharedStr`]), so
+/// that a scheduling pass giving 100,000 jobs a reason copies no string, and a
+/// reason's names are read where the pass's own copies already are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PendingReasonOf<S> {
     /// The job has not been looked at by the scheduler yet.
@@ -571,7 +572,10 @@ pub enum PendingReasonOf<S> {
 }
 
 /// The stored form.
-pub type PendingReason = PendingReasonOf<String>;
+pub type PendingReason = PendingReasonOf<SharedStr>;
+
+/// A name shared by the reasons that mention it: cloned by count, written as a string.
+pub type SharedStr = std::sync::Arc<str>;
 
 impl<S: AsRef<str>> PendingReasonOf<S> {
     /// Converts the string type of every name.
@@ -692,7 +696,7 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
     }
 
     pub fn to_owned_reason(&self) -> PendingReason {
-        self.map(|s| s.to_string())
+        self.map(SharedStr::from)
     }
 
     /// The reason in words, with times relative to `now`.

@@ -4,6 +4,7 @@
 use crate::command::*;
 use crate::plan::*;
 use crate::state::*;
+use std::cmp::Reverse;
 use std::collections::BTreeSet;
 use tranche_model::*;
 
@@ -21,14 +22,16 @@ impl State {
         let before = node
             .as_ref()
             .and_then(|n| self.nodes.get(n))
-            .map(node_capacity);
+            .map(|n| (node_capacity(n), node_units(n)));
         let out = self.apply_command(cmd, now);
         if out.is_ok() {
             self.book(accrual, now);
             if let Some(n) = &node {
-                let after = self.nodes.get(n).map(node_capacity);
-                self.index
-                    .recount_capacity(before.unwrap_or_default(), after.unwrap_or_default());
+                let after = self.nodes.get(n).map(|n| (node_capacity(n), node_units(n)));
+                let (cap_before, units_before) = before.unwrap_or_default();
+                let (cap_after, units_after) = after.unwrap_or_default();
+                self.index.recount_capacity(cap_before, cap_after);
+                self.index.recount_node_units(n, units_before, units_after);
             }
         }
         out
@@ -263,19 +266,19 @@ impl State {
             return Ok(());
         };
         let req = &spec.request;
+        // The unit's nodes, most GPUs first: the first the environment selects.
         let largest = self
-            .nodes
-            .values()
-            .filter(|n| env.selects(&n.inventory.labels))
-            .map(|n| {
-                n.inventory
-                    .gpus
-                    .iter()
-                    .filter(|g| g.unit == req.unit)
-                    .count() as u32
+            .index
+            .node_units
+            .get(&req.unit)
+            .into_iter()
+            .flatten()
+            .find(|(_, n)| {
+                self.nodes
+                    .get(n)
+                    .is_some_and(|n| env.selects(&n.inventory.labels))
             })
-            .max()
-            .unwrap_or(0);
+            .map_or(0, |(Reverse(g), _)| *g);
         if largest > 0 && req.gpus_per_node > largest {
             return Err(ValidationError::new(
                 "request.gpus_per_node",
@@ -421,7 +424,7 @@ impl State {
                     .runnable
                     .entry(spec.share.clone())
                     .or_default()
-                    .insert(RunKey::of(&job), Waiting::of(&job));
+                    .insert(RunKey::of(&job), Waiting::of(&job, &mut self.index.units));
             }
             job.transitions.push(Transition {
                 at: now,
@@ -610,7 +613,7 @@ impl State {
                 .runnable
                 .entry(share.clone())
                 .or_default()
-                .insert(RunKey::of(job), Waiting::of(job));
+                .insert(RunKey::of(job), Waiting::of(job, &mut self.index.units));
         }
         let mut freed = vec![];
         if from.is_active() && !to.is_active() {

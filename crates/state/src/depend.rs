@@ -108,8 +108,8 @@ impl State {
         }
         match job.deps.first().and_then(|d| self.jobs.get(&d.job)) {
             Some(t) => PendingReason::Dependency {
-                job: t.job_ref().to_string(),
-                status: t.status.as_str().to_string(),
+                job: t.job_ref().to_string().into(),
+                status: t.status.as_str().into(),
             },
             None => PendingReason::NotYetScheduled,
         }

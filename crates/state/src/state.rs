@@ -36,9 +36,12 @@ impl RunKey {
 
 /// What the scheduler needs of a RUNNABLE job, kept beside its [`RunKey`] so that a
 /// pass over 100,000 waiting jobs reads one ordered map and never looks jobs up.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Waiting {
     pub unit: Unit,
+    /// The unit's number in [`State::unit_names`]: a pass maps it to its own units
+    /// without reading (or hashing) the name.
+    pub unit_id: u32,
     pub gpus_per_node: u32,
     pub nodes: u32,
     pub has_hold: bool,
@@ -47,10 +50,35 @@ pub struct Waiting {
     pub array_limit: Option<(JobId, u32)>,
 }
 
+/// Compares what the entry says of the job; the unit's number is left out, as it is
+/// local to one copy of the state (see [`UnitIds`]).
+impl PartialEq for Waiting {
+    fn eq(&self, o: &Waiting) -> bool {
+        (
+            &self.unit,
+            self.gpus_per_node,
+            self.nodes,
+            self.has_hold,
+            &self.reason,
+            self.array_limit,
+        ) == (
+            &o.unit,
+            o.gpus_per_node,
+            o.nodes,
+            o.has_hold,
+            &o.reason,
+            o.array_limit,
+        )
+    }
+}
+
+impl Eq for Waiting {}
+
 impl Waiting {
-    pub fn of(job: &Job) -> Waiting {
+    pub(crate) fn of(job: &Job, units: &mut UnitIds) -> Waiting {
         Waiting {
             unit: job.spec.request.unit.clone(),
+            unit_id: units.id(&job.spec.request.unit),
             gpus_per_node: job.spec.request.gpus_per_node,
             nodes: job.spec.request.nodes,
             has_hold: job.hold.is_some(),
@@ -60,6 +88,36 @@ impl Waiting {
                 .as_ref()
                 .and_then(|a| a.max_running.map(|m| (a.array, m))),
         }
+    }
+}
+
+/// Unit names numbered in the order this copy of the state first met them (waiting
+/// jobs' units). The numbering is local: it is neither replicated nor compared, and a
+/// restored state numbers afresh. It only grows, by the distinct units of jobs that
+/// waited since the last restore.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UnitIds {
+    names: Vec<Unit>,
+    ids: BTreeMap<Unit, u32>,
+}
+
+impl UnitIds {
+    pub(crate) fn id(&mut self, u: &Unit) -> u32 {
+        if let Some(&i) = self.ids.get(u) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.names.push(u.clone());
+        self.ids.insert(u.clone(), i);
+        i
+    }
+}
+
+/// Numberings differ between copies of one state; what they number is compared where
+/// it is used (each [`Waiting`]'s unit).
+impl PartialEq for UnitIds {
+    fn eq(&self, _: &UnitIds) -> bool {
+        true
     }
 }
 
@@ -84,6 +142,12 @@ pub(crate) struct Index {
     pub user_used: BTreeMap<(UserName, Unit, bool), u32>,
     /// GPUs of registered nodes that are not DOWN, per unit.
     pub capacity: BTreeMap<Unit, u32>,
+    /// Numbers for waiting jobs' units.
+    pub units: UnitIds,
+    /// Per unit, the registered nodes with GPUs of it (DOWN or not), most GPUs first:
+    /// a submit finds the largest node of its unit in its environment without reading
+    /// every node's inventory.
+    pub node_units: BTreeMap<Unit, BTreeSet<(Reverse<u32>, NodeName)>>,
 }
 
 /// Who holds an active job's GPUs, for the ledger: its user, unit, and whether its
@@ -94,6 +158,15 @@ pub(crate) fn holder_of(job: &Job) -> (UserName, Unit, bool) {
         job.spec.request.unit.clone(),
         job.attempts.last().is_some_and(|a| a.borrowed),
     )
+}
+
+/// A node's GPUs per unit, DOWN or not.
+pub(crate) fn node_units(n: &Node) -> BTreeMap<Unit, u32> {
+    let mut out = BTreeMap::new();
+    for g in &n.inventory.gpus {
+        *out.entry(g.unit.clone()).or_default() += 1;
+    }
+    out
 }
 
 /// What a node adds to the capacity: its GPUs per unit, unless it is DOWN.
@@ -139,6 +212,30 @@ impl Index {
     }
 
     /// A node's part of the capacity changed from `before` to `after`.
+    /// Moves node `name` in [`Index::node_units`] from its GPUs per unit `before` to
+    /// those `after` (see [`node_units`]).
+    pub(crate) fn recount_node_units(
+        &mut self,
+        name: &NodeName,
+        before: BTreeMap<Unit, u32>,
+        after: BTreeMap<Unit, u32>,
+    ) {
+        for (u, g) in before {
+            if let Some(set) = self.node_units.get_mut(&u) {
+                set.remove(&(Reverse(g), name.clone()));
+                if set.is_empty() {
+                    self.node_units.remove(&u);
+                }
+            }
+        }
+        for (u, g) in after {
+            self.node_units
+                .entry(u)
+                .or_default()
+                .insert((Reverse(g), name.clone()));
+        }
+    }
+
     pub(crate) fn recount_capacity(
         &mut self,
         before: BTreeMap<Unit, u32>,
@@ -265,6 +362,7 @@ impl State {
             for (u, g) in node_capacity(n) {
                 *ix.capacity.entry(u).or_default() += g;
             }
+            ix.recount_node_units(n.name(), BTreeMap::new(), node_units(n));
         }
         for job in self.jobs.values() {
             for d in &job.deps {
@@ -274,7 +372,7 @@ impl State {
                 ix.runnable
                     .entry(job.spec.share.clone())
                     .or_default()
-                    .insert(RunKey::of(job), Waiting::of(job));
+                    .insert(RunKey::of(job), Waiting::of(job, &mut ix.units));
                 if job.hold.is_some() {
                     ix.holding.insert(job.id);
                 }
@@ -300,6 +398,11 @@ impl State {
     /// RUNNABLE jobs of a share in scheduling order.
     pub fn runnable_in(&self, share: &ShareName) -> impl Iterator<Item = (&RunKey, &Waiting)> + '_ {
         self.index.runnable.get(share).into_iter().flatten()
+    }
+
+    /// Unit names by the number each [`Waiting`] entry's `unit_id` gives.
+    pub fn unit_names(&self) -> &[Unit] {
+        &self.index.units.names
     }
 
     /// Active jobs of a share.
@@ -388,6 +491,9 @@ impl State {
                 "ledger indexes differ: {:?} vs {:?}, {:?} vs {:?}",
                 a.user_used, b.user_used, a.capacity, b.capacity
             ));
+        }
+        if a.node_units != b.node_units {
+            return Err("node units index differs".into());
         }
         if a.share_used != b.share_used || a.queue_used != b.queue_used {
             return Err(format!(

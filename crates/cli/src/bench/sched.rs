@@ -62,6 +62,11 @@ pub struct SchedArgs {
     /// One JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// A state snapshot to time instead of building the cluster: read from FILE when
+    /// it exists, else built with the other options and written there (for profiling
+    /// the pass without the minute-long set-up each time).
+    #[arg(long, value_name = "FILE")]
+    state: Option<std::path::PathBuf>,
 }
 
 /// xorshift64*: a tiny deterministic generator for the job mix.
@@ -289,7 +294,33 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
         Mix::Preemption => 60_000,
         Mix::Placement => 2_000,
     });
-    let mut st = build(a, running);
+    let mut st = match &a.state {
+        Some(p) if p.exists() => match std::fs::read(p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| State::restore(&b).map_err(|e| e.to_string()))
+        {
+            Ok(st) => st,
+            Err(e) => {
+                eprintln!(
+                    "tranche bench sched: cannot read the state {}: {e}",
+                    p.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+        Some(p) => {
+            let st = build(a, running);
+            if let Err(e) = std::fs::write(p, st.snapshot()) {
+                eprintln!(
+                    "tranche bench sched: cannot write the state {}: {e}",
+                    p.display()
+                );
+                return ExitCode::FAILURE;
+            }
+            st
+        }
+        None => build(a, running),
+    };
     let setup_s = t0.elapsed().as_secs_f64();
     let running = st.active_jobs().count();
     let runnable = st.runnable_count();

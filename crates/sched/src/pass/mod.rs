@@ -34,7 +34,8 @@ type InShareFailure = (u32, u32, u32);
 pub fn plan(st: &State, now: Millis) -> Plan {
     let mut pass = Pass::new(st, now);
     // Most waiting jobs get a new reason on a full pass: room for them all up front
-    // spares the growing list its copies (what is left over is given back below).
+    // spares the growing list its copies. Room never used is never touched, so it costs
+    // no memory; giving it back would copy the list once more.
     pass.plan.reasons.reserve(st.runnable_count());
     let mut queues: Vec<&JobQueue> = st.queues.values().collect();
     queues.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
@@ -122,21 +123,28 @@ impl Ask<'_> {
     }
 }
 
-/// Why a placement attempt failed, as a reason borrowed from the state.
-type Why<'a> = PendingReasonOf<&'a str>;
+/// Why a placement attempt failed: a reason whose names are the pass's shared copies
+/// (see [`Pass::unit_names`] and [`ShareView::name`]), so that giving it to a job
+/// copies no string.
+type Why = PendingReason;
 
 struct Pass<'a> {
     st: &'a State,
     now: Millis,
     units: Vec<&'a str>,
     unit_ix: HashMap<&'a str, Ux>,
+    /// Each unit's name as reasons share it.
+    unit_names: Vec<SharedStr>,
+    /// The pass's unit for each unit number of the state's waiting entries
+    /// ([`State::unit_names`]); `None` for a unit no share, environment or node has.
+    unit_of_id: Vec<Option<Ux>>,
     nodes: Vec<NodeView<'a>>,
     /// Per (node, unit), `node * units + unit`: see [`NuFlat`]. Empty where there are
     /// more pools than its bitmask holds.
     nu_flat: Vec<NuFlat>,
     node_ix: HashMap<&'a str, Nx>,
     pools: Vec<Pool>,
-    envs: Vec<EnvView<'a>>,
+    envs: Vec<EnvView>,
     env_ix: HashMap<&'a str, usize>,
     shares: Vec<ShareView<'a>>,
     share_ix: HashMap<&'a str, usize>,

@@ -15,9 +15,9 @@ type Deferred<'a> = (Millis, JobId, &'a Waiting, usize, u32, Ux);
 type HeapKey = (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>);
 
 impl<'a> Pass<'a> {
-    pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why<'_>) {
-        if w.reason.as_ref().map(|r| r.borrowed()) != Some(why.clone()) {
-            self.plan.reasons.push((id, why.to_owned_reason()));
+    pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why) {
+        if w.reason.as_ref() != Some(&why) {
+            self.plan.reasons.push((id, why));
         }
     }
 
@@ -33,15 +33,15 @@ impl<'a> Pass<'a> {
             .map(|(i, _)| i)
             .collect();
         let env = self.env_ix.get(q.environment.as_str()).copied();
-        let blocked: Option<Why<'a>> = if q.state != ObjState::Enabled {
+        let blocked: Option<Why> = if q.state != ObjState::Enabled {
             Some(PendingReasonOf::QueueDisabled {
-                queue: q.name.as_str(),
+                queue: q.name.as_str().into(),
             })
         } else {
             match env {
                 Some(e) if self.envs[e].enabled => None,
                 _ => Some(PendingReasonOf::EnvironmentDisabled {
-                    env: q.environment.as_str(),
+                    env: q.environment.as_str().into(),
                 }),
             }
         };
@@ -53,8 +53,8 @@ impl<'a> Pass<'a> {
             let sv = &self.shares[s];
             let mut it = st.runnable_in(&sv.q.name).peekable();
             let why = blocked.clone().or_else(|| {
-                (!sv.enabled()).then_some(PendingReasonOf::ShareDisabled {
-                    share: sv.q.name.as_str(),
+                (!sv.enabled()).then(|| PendingReasonOf::ShareDisabled {
+                    share: sv.name.clone(),
                 })
             });
             if let Some(why) = why {
@@ -115,7 +115,7 @@ impl<'a> Pass<'a> {
     /// The job's place in the own-capacity pass, and its unit's index.
     pub(super) fn heap_key(&self, s: usize, k: &RunKey, w: &Waiting) -> (HeapKey, Option<Ux>) {
         let sv = &self.shares[s];
-        let u = self.unit_ix.get(w.unit.as_str()).copied();
+        let u = self.unit_of_id.get(w.unit_id as usize).copied().flatten();
         let ratio = match u {
             Some(u) if sv.max[u] > 0 => {
                 (sv.used[u] + sv.held[u]) as u64 * 1_000_000 / sv.max[u] as u64
@@ -153,15 +153,12 @@ impl<'a> Pass<'a> {
         if taken < limit || w.has_hold {
             return false;
         }
-        let name = array.to_string();
         let why = PendingReasonOf::ArrayLimit {
-            array: name.as_str(),
+            array: array.to_string().into(),
             running: taken,
             limit,
         };
-        if w.reason.as_ref().map(|r| r.borrowed()) != Some(why.clone()) {
-            self.plan.reasons.push((id, why.to_owned_reason()));
-        }
+        self.reason(id, w, why);
         true
     }
 
@@ -209,13 +206,12 @@ impl<'a> Pass<'a> {
         let Some(u) = u else {
             let env = self.shares[s]
                 .env
-                .map(|e| self.envs[e].name.as_str())
-                .unwrap_or("");
+                .map_or_else(|| "".into(), |e| self.envs[e].name.clone());
             self.reason(
                 k.id,
                 w,
                 PendingReasonOf::NoNodes {
-                    unit: w.unit.as_str(),
+                    unit: w.unit.as_str().into(),
                     env,
                 },
             );
@@ -237,11 +233,11 @@ impl<'a> Pass<'a> {
         // the reason says what would.
         if let Some(ceiling) = sv.ceiling[u].filter(|c| need as u64 > *c) {
             let why = PendingReasonOf::AboveCeiling {
-                share: sv.q.name.as_str(),
+                share: sv.name.clone(),
                 need,
                 ceiling,
-                unit: w.unit.as_str(),
-                strategy: strategy_str(sv.q.resource_sharing.strategy),
+                unit: self.unit_names[u].clone(),
+                strategy: sv.strategy.clone(),
             };
             self.reason(k.id, w, why);
             return;
@@ -279,12 +275,12 @@ impl<'a> Pass<'a> {
             let why = match protect {
                 Some(until) => PendingReasonOf::MinRuntime { until },
                 None => PendingReasonOf::AtMaxNoBorrow {
-                    share: sv.q.name.as_str(),
+                    share: sv.name.clone(),
                     used: sv.used[u] + sv.held[u],
                     max: sv.max[u],
                     need,
-                    unit: w.unit.as_str(),
-                    strategy: strategy_str(sv.q.resource_sharing.strategy),
+                    unit: self.unit_names[u].clone(),
+                    strategy: sv.strategy.clone(),
                 },
             };
             self.reason(k.id, w, why);
@@ -312,7 +308,7 @@ impl<'a> Pass<'a> {
                 used: have,
                 limit,
                 need,
-                unit: w.unit.as_str(),
+                unit: self.unit_names[u].clone(),
             },
             _ => match self.try_place(ask, true, None) {
                 Ok(()) => return,
@@ -415,7 +411,7 @@ impl<'a> Pass<'a> {
 
     /// The job waits on the environment's cap or a RESERVE share's idle GPUs, which a
     /// hold keeps covering, rather than on GPUs that will not come.
-    pub(super) fn waits_on_cap_or_reserve(why: &Why<'_>) -> bool {
+    pub(super) fn waits_on_cap_or_reserve(why: &Why) -> bool {
         matches!(
             why,
             PendingReasonOf::EnvironmentCap { .. } | PendingReasonOf::ReserveHeld { .. }

@@ -68,10 +68,10 @@ impl<'a> Pass<'a> {
         ask: Ask<'a>,
         borrowed: bool,
         held: Option<&[(Nx, u32)]>,
-    ) -> Result<(), Why<'a>> {
+    ) -> Result<(), Why> {
         let (s, u, w) = (ask.s, ask.u, ask.w);
         let need = ask.need();
-        let unit = w.unit.as_str();
+        let unit = self.unit_names[u].clone();
         // The share's own limit, counted as the state machine will re-verify it: GPUs of
         // jobs still stopping count until they have exited.
         let sv = &self.shares[s];
@@ -86,27 +86,27 @@ impl<'a> Pass<'a> {
                     used: sv.used[u],
                     limit,
                     need,
-                    unit,
+                    unit: unit.clone(),
                 }
             } else {
                 PendingReasonOf::AtMaxNoBorrow {
-                    share: sv.q.name.as_str(),
+                    share: sv.name.clone(),
                     used: sv.used[u],
                     max: sv.max[u],
                     need,
-                    unit,
-                    strategy: strategy_str(sv.q.resource_sharing.strategy),
+                    unit: unit.clone(),
+                    strategy: sv.strategy.clone(),
                 }
             });
         }
         let Some(e) = self.shares[s].env else {
-            return Err(PendingReasonOf::EnvironmentDisabled { env: "" });
+            return Err(PendingReasonOf::EnvironmentDisabled { env: "".into() });
         };
         let env = &self.envs[e];
         let Some(pi) = env.pool[u] else {
             return Err(PendingReasonOf::NoNodes {
-                unit,
-                env: env.name.as_str(),
+                unit: unit.clone(),
+                env: env.name.clone(),
             });
         };
         let pool = &self.pools[pi];
@@ -116,9 +116,9 @@ impl<'a> Pass<'a> {
         {
             let r = rshare.expect("a share holds the reserve");
             return Err(PendingReasonOf::ReserveHeld {
-                share: self.shares[r].q.name.as_str(),
+                share: self.shares[r].name.clone(),
                 idle: reserved,
-                unit,
+                unit: unit.clone(),
             });
         }
         let targets: Vec<(Nx, u32)> = match held {
@@ -129,7 +129,7 @@ impl<'a> Pass<'a> {
                     return Err(PendingReasonOf::NoCapacity {
                         need_per_node: w.gpus_per_node,
                         nodes: w.nodes,
-                        unit,
+                        unit: unit.clone(),
                         free: pool.total_avail,
                         fitting_nodes: pool.fitting_nodes(w.gpus_per_node),
                     })
@@ -147,11 +147,11 @@ impl<'a> Pass<'a> {
             let committed = env.used[u] + (env.holds[u] - own_hold).saturating_sub(env.stopping[u]);
             if committed + need > cap {
                 return Err(PendingReasonOf::EnvironmentCap {
-                    env: env.name.as_str(),
+                    env: env.name.clone(),
                     used: committed,
                     cap,
                     need,
-                    unit,
+                    unit: unit.clone(),
                 });
             }
             // Under the cap too, a RESERVE share's idle GPUs stay its own: where the cap
@@ -159,9 +159,9 @@ impl<'a> Pass<'a> {
             if held.is_none() && reserved > 0 && committed + need + reserved > cap {
                 let r = rshare.expect("a share holds the reserve");
                 return Err(PendingReasonOf::ReserveHeld {
-                    share: self.shares[r].q.name.as_str(),
+                    share: self.shares[r].name.clone(),
                     idle: reserved,
-                    unit,
+                    unit: unit.clone(),
                 });
             }
         }

@@ -55,8 +55,9 @@ pub(super) struct Pool {
     pub(super) total_avail: u32,
 }
 
-pub(super) struct EnvView<'a> {
-    pub(super) name: &'a EnvName,
+pub(super) struct EnvView {
+    /// The name as reasons share it.
+    pub(super) name: SharedStr,
     pub(super) enabled: bool,
     /// Per unit: the environment's cap, GPUs in use, GPUs being stopped, GPUs held.
     pub(super) cap: Vec<Option<u32>>,
@@ -68,6 +69,9 @@ pub(super) struct EnvView<'a> {
 
 pub(super) struct ShareView<'a> {
     pub(super) q: &'a QuotaShare,
+    /// The share's name and strategy as reasons share them.
+    pub(super) name: SharedStr,
+    pub(super) strategy: SharedStr,
     pub(super) queue: usize,
     pub(super) env: Option<usize>,
     pub(super) max: Vec<u32>,
@@ -151,6 +155,11 @@ impl<'a> Pass<'a> {
             });
         }
         let nu_count = units.len();
+        let unit_of_id = st
+            .unit_names()
+            .iter()
+            .map(|u| unit_ix.get(u.as_str()).copied())
+            .collect();
         let node_ix = nodes
             .iter()
             .enumerate()
@@ -174,7 +183,7 @@ impl<'a> Pass<'a> {
                 .map(|u| st.env_used(&e.name, &Unit::new(units[u])))
                 .collect();
             envs.push(EnvView {
-                name: &e.name,
+                name: e.name.as_str().into(),
                 enabled: e.state == ObjState::Enabled,
                 cap,
                 used,
@@ -186,8 +195,10 @@ impl<'a> Pass<'a> {
         let mut pass = Pass {
             st,
             now,
+            unit_names: units.iter().map(|&u| SharedStr::from(u)).collect(),
             units,
             unit_ix,
+            unit_of_id,
             nodes,
             node_ix,
             pools: vec![],
@@ -225,6 +236,8 @@ impl<'a> Pass<'a> {
             }
             pass.shares.push(ShareView {
                 q: s,
+                name: s.name.as_str().into(),
+                strategy: strategy_str(s.resource_sharing.strategy).into(),
                 queue: pass
                     .queue_ix
                     .get(s.queue.as_str())

@@ -26,7 +26,8 @@ impl State {
         let out = self.apply_command(cmd, now);
         if out.is_ok() {
             self.book(accrual, now);
-            if let Some(n) = &node {
+            if let Some(n) = node.as_ref().filter(|n| self.nodes.contains_key(*n)) {
+                self.index.nodes.id(n);
                 let after = self.nodes.get(n).map(|n| (node_capacity(n), node_units(n)));
                 let (cap_before, units_before) = before.unwrap_or_default();
                 let (cap_after, units_after) = after.unwrap_or_default();
@@ -506,6 +507,9 @@ impl State {
                         deadline: now + grace,
                     });
                     self.index.stopping.insert(id);
+                    if let Some(r) = self.index.running_mut(&job.spec.share, id) {
+                        r.stopping = true;
+                    }
                     let nodes = job.allocation().iter().map(|a| a.node.clone()).collect();
                     job.transitions.push(Transition {
                         at: now,
@@ -546,6 +550,9 @@ impl State {
         let share = job.spec.share.clone();
         let job = self.jobs.get_mut(&id).expect("job exists");
         job.spec.priority = priority;
+        if let Some(r) = self.index.running_mut(&share, id) {
+            r.priority = priority;
+        }
         if runnable {
             let new = RunKey::of(job);
             let set = self.index.runnable.entry(share).or_default();
@@ -625,8 +632,7 @@ impl State {
             }
         }
         if !from.is_active() && to.is_active() {
-            self.index
-                .activate(id, share, queue, unit, total, holder_of(job));
+            self.index.activate(job);
         }
         job.status = to;
         job.transitions.push(Transition {
@@ -693,6 +699,9 @@ impl State {
                 let job = self.jobs.get_mut(&id).expect("job exists");
                 if let Some(a) = job.attempts.last_mut() {
                     a.started_at = Some(now);
+                }
+                if let Some(r) = self.index.running_mut(&job.spec.share, id) {
+                    r.started_at = now;
                 }
                 self.set_status(id, JobStatus::Running, "process started", nodes, now);
             }

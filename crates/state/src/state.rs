@@ -91,33 +91,110 @@ impl Waiting {
     }
 }
 
-/// Unit names numbered in the order this copy of the state first met them (waiting
-/// jobs' units). The numbering is local: it is neither replicated nor compared, and a
-/// restored state numbers afresh. It only grows, by the distinct units of jobs that
-/// waited since the last restore.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct UnitIds {
-    names: Vec<Unit>,
-    ids: BTreeMap<Unit, u32>,
+/// Names numbered in the order this copy of the state first met them: units of
+/// waiting and active jobs, and nodes. The numbering is local: it is neither
+/// replicated nor compared, and a restored state numbers afresh. It only grows, by
+/// the distinct units met since the last restore, and by each node registered.
+#[derive(Debug, Clone)]
+pub(crate) struct Numbering<K> {
+    names: Vec<K>,
+    ids: BTreeMap<K, u32>,
 }
 
-impl UnitIds {
-    pub(crate) fn id(&mut self, u: &Unit) -> u32 {
-        if let Some(&i) = self.ids.get(u) {
+impl<K> Default for Numbering<K> {
+    fn default() -> Self {
+        Numbering {
+            names: vec![],
+            ids: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Clone> Numbering<K> {
+    pub(crate) fn id(&mut self, k: &K) -> u32 {
+        if let Some(&i) = self.ids.get(k) {
             return i;
         }
         let i = self.names.len() as u32;
-        self.names.push(u.clone());
-        self.ids.insert(u.clone(), i);
+        self.names.push(k.clone());
+        self.ids.insert(k.clone(), i);
         i
+    }
+
+    pub(crate) fn name(&self, i: u32) -> Option<&K> {
+        self.names.get(i as usize)
     }
 }
 
 /// Numberings differ between copies of one state; what they number is compared where
-/// it is used (each [`Waiting`]'s unit).
-impl PartialEq for UnitIds {
-    fn eq(&self, _: &UnitIds) -> bool {
+/// it is used (each [`Waiting`]'s unit, each [`Running`]'s unit and nodes).
+impl<K> PartialEq for Numbering<K> {
+    fn eq(&self, _: &Numbering<K>) -> bool {
         true
+    }
+}
+
+pub(crate) type UnitIds = Numbering<Unit>;
+
+/// What victim selection needs of an active job, kept in the index beside the share's
+/// other active jobs, so that a pass builds its victim lists from one map per share
+/// without looking jobs up or reading names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    pub priority: u32,
+    /// The unit's number in [`State::unit_names`].
+    pub unit_id: u32,
+    /// GPUs in all.
+    pub gpus: u32,
+    /// When the current attempt started running (or was scheduled, until it runs).
+    pub started_at: Millis,
+    /// Whether the job is being stopped.
+    pub stopping: bool,
+    /// The job's own grace period, if it set one (else its share's default).
+    pub grace_s: Option<u64>,
+    /// The first node of its allocation (its number, see [`State::node_numbers`]) and
+    /// its GPUs there; `more` holds a gang's further nodes.
+    pub first: Option<(u32, u32)>,
+    pub more: Vec<(u32, u32)>,
+}
+
+impl Running {
+    pub(crate) fn of(job: &Job, ix: &mut Index) -> Running {
+        let attempt = job.attempts.last().filter(|a| a.end.is_none());
+        let mut nodes = attempt
+            .into_iter()
+            .flat_map(|a| &a.allocation)
+            .map(|a| (ix.nodes.id(&a.node), a.gpus.len() as u32));
+        let first = nodes.next();
+        let more = nodes.collect();
+        Running {
+            priority: job.spec.priority,
+            unit_id: ix.units.id(&job.spec.request.unit),
+            gpus: job.spec.request.total_gpus(),
+            started_at: attempt.map_or(0, |a| a.started_at.unwrap_or(a.scheduled_at)),
+            stopping: job.stop.is_some(),
+            grace_s: job.spec.checkpoint.grace_s,
+            first,
+            more,
+        }
+    }
+
+    /// The record with names for numbers, to compare records of two copies of a state.
+    fn named<'a>(&self, ix: &'a Index) -> impl PartialEq + std::fmt::Debug + 'a {
+        let node = |&(n, g): &(u32, u32)| (ix.nodes.name(n).cloned(), g);
+        (
+            self.priority,
+            ix.units.name(self.unit_id).cloned(),
+            self.gpus,
+            self.started_at,
+            self.stopping,
+            self.grace_s,
+            self.first
+                .iter()
+                .chain(&self.more)
+                .map(node)
+                .collect::<Vec<_>>(),
+        )
     }
 }
 
@@ -128,7 +205,7 @@ pub(crate) struct Index {
     pub runnable: BTreeMap<ShareName, BTreeMap<RunKey, Waiting>>,
     /// Jobs holding GPUs (SCHEDULED, STARTING, RUNNING), overall and per share.
     pub active: BTreeSet<JobId>,
-    pub active_by_share: BTreeMap<ShareName, BTreeSet<JobId>>,
+    pub active_by_share: BTreeMap<ShareName, BTreeMap<JobId, Running>>,
     /// Active jobs that are being stopped.
     pub stopping: BTreeSet<JobId>,
     /// RUNNABLE jobs that hold GPUs for themselves while their victims exit.
@@ -142,8 +219,9 @@ pub(crate) struct Index {
     pub user_used: BTreeMap<(UserName, Unit, bool), u32>,
     /// GPUs of registered nodes that are not DOWN, per unit.
     pub capacity: BTreeMap<Unit, u32>,
-    /// Numbers for waiting jobs' units.
+    /// Numbers for waiting and active jobs' units, and for nodes.
     pub units: UnitIds,
+    pub nodes: Numbering<NodeName>,
     /// Per unit, the registered nodes with GPUs of it (DOWN or not), most GPUs first:
     /// a submit finds the largest node of its unit in its environment without reading
     /// every node's inventory.
@@ -192,26 +270,33 @@ impl Index {
         }
     }
 
-    pub(crate) fn activate(
-        &mut self,
-        id: JobId,
-        share: ShareName,
-        queue: QueueName,
-        unit: Unit,
-        gpus: u32,
-        holder: (UserName, Unit, bool),
-    ) {
-        *self.user_used.entry(holder).or_default() += gpus;
-        self.active.insert(id);
+    /// Counts `job` as active: its GPUs, and its record among its share's active jobs
+    /// (from its current attempt, which must be in place).
+    pub(crate) fn activate(&mut self, job: &Job) {
+        let (spec, req) = (&job.spec, &job.spec.request);
+        let gpus = req.total_gpus();
+        *self.user_used.entry(holder_of(job)).or_default() += gpus;
+        self.active.insert(job.id);
+        let rec = Running::of(job, self);
         self.active_by_share
-            .entry(share.clone())
+            .entry(spec.share.clone())
             .or_default()
-            .insert(id);
-        *self.share_used.entry((share, unit.clone())).or_default() += gpus;
-        *self.queue_used.entry((queue, unit)).or_default() += gpus;
+            .insert(job.id, rec);
+        *self
+            .share_used
+            .entry((spec.share.clone(), req.unit.clone()))
+            .or_default() += gpus;
+        *self
+            .queue_used
+            .entry((spec.queue.clone(), req.unit.clone()))
+            .or_default() += gpus;
     }
 
-    /// A node's part of the capacity changed from `before` to `after`.
+    /// The record of active job `id` of `share`, to change it in step with the job.
+    pub(crate) fn running_mut(&mut self, share: &ShareName, id: JobId) -> Option<&mut Running> {
+        self.active_by_share.get_mut(share)?.get_mut(&id)
+    }
+
     /// Moves node `name` in [`Index::node_units`] from its GPUs per unit `before` to
     /// those `after` (see [`node_units`]).
     pub(crate) fn recount_node_units(
@@ -236,6 +321,7 @@ impl Index {
         }
     }
 
+    /// A node's part of the capacity changed from `before` to `after`.
     pub(crate) fn recount_capacity(
         &mut self,
         before: BTreeMap<Unit, u32>,
@@ -363,6 +449,7 @@ impl State {
                 *ix.capacity.entry(u).or_default() += g;
             }
             ix.recount_node_units(n.name(), BTreeMap::new(), node_units(n));
+            ix.nodes.id(n.name());
         }
         for job in self.jobs.values() {
             for d in &job.deps {
@@ -378,15 +465,7 @@ impl State {
                 }
             }
             if job.status.is_active() {
-                let (spec, req) = (&job.spec, &job.spec.request);
-                ix.activate(
-                    job.id,
-                    spec.share.clone(),
-                    spec.queue.clone(),
-                    req.unit.clone(),
-                    req.total_gpus(),
-                    holder_of(job),
-                );
+                ix.activate(job);
                 if job.stop.is_some() {
                     ix.stopping.insert(job.id);
                 }
@@ -407,12 +486,27 @@ impl State {
 
     /// Active jobs of a share.
     pub fn active_in(&self, share: &ShareName) -> impl Iterator<Item = &Job> + '_ {
-        self.index
-            .active_by_share
-            .get(share)
-            .into_iter()
-            .flatten()
-            .map(|id| &self.jobs[id])
+        self.running_in(share).map(|(id, _)| &self.jobs[id])
+    }
+
+    /// Active jobs of a share as victim selection reads them, by id.
+    pub fn running_in(&self, share: &ShareName) -> impl Iterator<Item = (&JobId, &Running)> + '_ {
+        self.index.active_by_share.get(share).into_iter().flatten()
+    }
+
+    /// Each node's number (as [`Running`] records give it), in the order of
+    /// [`State::nodes`].
+    pub fn node_numbers(&self) -> Vec<u32> {
+        let ids = &self.index.nodes.ids;
+        // Every registered node is numbered and nodes are never removed: the two maps
+        // have the same names, in the same order.
+        if ids.len() == self.nodes.len() {
+            return ids.values().copied().collect();
+        }
+        self.nodes
+            .keys()
+            .map(|n| ids.get(n).copied().unwrap_or(u32::MAX))
+            .collect()
     }
 
     /// RUNNABLE jobs holding GPUs for themselves.
@@ -478,10 +572,23 @@ impl State {
         if a.runnable != b.runnable {
             return Err("runnable index differs".into());
         }
-        if (&a.active, &a.active_by_share, &a.stopping, &a.holding)
-            != (&b.active, &b.active_by_share, &b.stopping, &b.holding)
-        {
+        if (&a.active, &a.stopping, &a.holding) != (&b.active, &b.stopping, &b.holding) {
             return Err("active, stopping or holding index differs".into());
+        }
+        fn records(ix: &Index) -> Vec<(&ShareName, JobId, &Running)> {
+            ix.active_by_share
+                .iter()
+                .flat_map(|(s, m)| m.iter().map(move |(id, r)| (s, *id, r)))
+                .collect()
+        }
+        let (ra, rb) = (records(a), records(b));
+        if ra.len() != rb.len()
+            || ra
+                .iter()
+                .zip(&rb)
+                .any(|(x, y)| (x.0, x.1) != (y.0, y.1) || x.2.named(a) != y.2.named(b))
+        {
+            return Err("active jobs' records differ".into());
         }
         if a.dependents != b.dependents {
             return Err("dependents index differs".into());

@@ -143,6 +143,8 @@ struct Pass<'a> {
     /// more pools than its bitmask holds.
     nu_flat: Vec<NuFlat>,
     node_ix: HashMap<&'a str, Nx>,
+    /// The pass's node for each node number of the state's [`Running`] records.
+    nx_of_number: Vec<Nx>,
     pools: Vec<Pool>,
     envs: Vec<EnvView>,
     env_ix: HashMap<&'a str, usize>,

@@ -102,42 +102,43 @@ impl<'a> Pass<'a> {
             if !(0..units).any(relevant) {
                 continue;
             }
-            // The share's jobs first, then their fields: reads of one job's fields do not
-            // wait on the next job's lookup.
-            let jobs: Vec<&Job> = st.active_in(&sv.q.name).collect();
-            for job in jobs {
-                if job.stop.is_some() {
+            let node = |&(i, g): &(u32, u32)| {
+                self.nx_of_number
+                    .get(i as usize)
+                    .filter(|&&n| n != Nx::MAX)
+                    .map(|&n| (n, g))
+            };
+            for (&id, r) in st.running_in(&sv.q.name) {
+                if r.stopping {
                     continue;
                 }
-                let Some(&v) = self
-                    .unit_ix
-                    .get(job.spec.request.unit.as_str())
-                    .filter(|&&v| relevant(v))
+                let Some(v) = self
+                    .unit_of_id
+                    .get(r.unit_id as usize)
+                    .copied()
+                    .flatten()
+                    .filter(|&v| relevant(v))
                 else {
                     continue;
                 };
-                let started = job.started_at().unwrap_or(0);
-                let mut nodes = job.allocation().iter().filter_map(|a| {
-                    self.node_ix
-                        .get(a.node.as_str())
-                        .map(|&n| (n, a.gpus.len() as u32))
-                });
+                let started = r.started_at;
+                let mut nodes = r.first.iter().chain(&r.more).filter_map(node);
                 let first = nodes.next();
                 let more = nodes.collect();
                 let (list, keys) = &mut out[v];
                 keys.push((
-                    (job.spec.priority, Reverse(started), Reverse(job.id)),
+                    (r.priority, Reverse(started), Reverse(id)),
                     list.len() as u32,
                 ));
                 list.push(Some(Cand {
-                    id: job.id,
+                    id,
                     share: t,
-                    prio: job.spec.priority,
-                    total: job.spec.request.total_gpus(),
+                    prio: r.priority,
+                    total: r.gpus,
                     first,
                     more,
                     protected_until: started + sv.q.min_runtime_s * SECOND,
-                    grace: job.spec.grace_s(Some(sv.q)) * SECOND,
+                    grace: r.grace_s.unwrap_or(sv.q.default_grace_s) * SECOND,
                 }));
             }
         }

@@ -165,6 +165,14 @@ impl<'a> Pass<'a> {
             .enumerate()
             .map(|(i, n)| (n.name.as_str(), i as Nx))
             .collect();
+        let numbers = st.node_numbers();
+        let mut nx_of_number =
+            vec![Nx::MAX; numbers.iter().map(|&i| i as usize + 1).max().unwrap_or(0)];
+        for (ni, &i) in numbers.iter().enumerate() {
+            if let Some(slot) = nx_of_number.get_mut(i as usize) {
+                *slot = ni as Nx;
+            }
+        }
         let queue_ix = st
             .queues
             .keys()
@@ -201,6 +209,7 @@ impl<'a> Pass<'a> {
             unit_of_id,
             nodes,
             node_ix,
+            nx_of_number,
             pools: vec![],
             envs,
             env_ix,

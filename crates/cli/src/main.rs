@@ -1,6 +1,11 @@
 //! `tranche`: the command users, operators and admins run. This binary only parses
 //! arguments; the work lives in the library crates and in this crate's modules.
 
+/// As `tranched`'s: memory freed by one scheduling pass is reused by the next (`tranche
+/// bench sched`, `tranche sim`, `tranche dev`'s controllers).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod admin_cmds;
 mod apply;
 mod bench;

@@ -494,6 +494,11 @@ impl State {
         self.index.active_by_share.get(share).into_iter().flatten()
     }
 
+    /// Active jobs of a share.
+    pub fn running_count_in(&self, share: &ShareName) -> usize {
+        self.index.active_by_share.get(share).map_or(0, |m| m.len())
+    }
+
     /// Each node's number (as [`Running`] records give it), in the order of
     /// [`State::nodes`].
     pub fn node_numbers(&self) -> Vec<u32> {
@@ -517,6 +522,11 @@ impl State {
     /// Active jobs that are being stopped (preempted, cancelled, drained).
     pub fn stopping_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
         self.index.stopping.iter().map(|id| &self.jobs[id])
+    }
+
+    /// RUNNABLE jobs of a share.
+    pub fn runnable_count_in(&self, share: &ShareName) -> usize {
+        self.index.runnable.get(share).map_or(0, |m| m.len())
     }
 
     pub fn runnable_count(&self) -> usize {

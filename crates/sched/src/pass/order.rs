@@ -3,7 +3,7 @@
 //! FIFO borrow pass (rule 5); holders are placed once their GPUs are free.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 use super::*;
 
@@ -72,7 +72,12 @@ impl<'a> Pass<'a> {
             }
             iters.push((s, it, head_u));
         }
-        let mut deferred: Vec<Deferred<'a>> = vec![];
+        // Per share, the jobs left to the borrow pass, in rule 1's order; room for all
+        // of a share's jobs up front (what is never used is never touched).
+        let mut deferred: Vec<Vec<Deferred<'a>>> = self.shares.iter().map(|_| vec![]).collect();
+        for &s in &shares {
+            deferred[s].reserve(st.runnable_count_in(&self.shares[s].q.name));
+        }
         while let Some(&(_, i)) = heap.peek() {
             let s = iters[i].0;
             let u = iters[i].2;
@@ -92,21 +97,19 @@ impl<'a> Pass<'a> {
             }
         }
         // Rule 5: the borrow pass, FIFO by submit time across shares. Inside a share
-        // the order of rule 1 holds (`deferred` is in it, share by share), so shares'
-        // lists are merged by their head's submit time.
-        let mut lists: Vec<VecDeque<_>> = self.shares.iter().map(|_| VecDeque::new()).collect();
-        for d in deferred {
-            lists[d.3].push_back(d);
-        }
-        let mut heads: BinaryHeap<Reverse<(Millis, JobId, usize)>> = lists
+        // the order of rule 1 holds, so shares' lists are merged by their head's
+        // submit time.
+        let mut next = vec![0usize; deferred.len()];
+        let mut heads: BinaryHeap<Reverse<(Millis, JobId, usize)>> = deferred
             .iter()
             .enumerate()
-            .filter_map(|(i, l)| l.front().map(|d| Reverse((d.0, d.1, i))))
+            .filter_map(|(i, l)| l.first().map(|d| Reverse((d.0, d.1, i))))
             .collect();
         while let Some(Reverse((_, _, i))) = heads.pop() {
-            let (_, id, w, s, prio, u) = lists[i].pop_front().expect("a head");
+            let (_, id, w, s, prio, u) = deferred[i][next[i]];
+            next[i] += 1;
             self.borrow(id, w, s, prio, u);
-            if let Some(d) = lists[i].front() {
+            if let Some(d) = deferred[i].get(next[i]) {
                 heads.push(Reverse((d.0, d.1, i)));
             }
         }
@@ -185,7 +188,7 @@ impl<'a> Pass<'a> {
         w: &'a Waiting,
         s: usize,
         u: Option<Ux>,
-        deferred: &mut Vec<Deferred<'a>>,
+        deferred: &mut [Vec<Deferred<'a>>],
     ) {
         if self.array_full(k.id, w) {
             return;
@@ -201,7 +204,7 @@ impl<'a> Pass<'a> {
         w: &'a Waiting,
         s: usize,
         u: Option<Ux>,
-        deferred: &mut Vec<Deferred<'a>>,
+        deferred: &mut [Vec<Deferred<'a>>],
     ) {
         let Some(u) = u else {
             let env = self.shares[s]
@@ -263,7 +266,7 @@ impl<'a> Pass<'a> {
             };
             self.reason(k.id, w, why);
         } else if sv.q.borrows() {
-            deferred.push((k.submitted_at, k.id, w, s, k.priority.0, u));
+            deferred[s].push((k.submitted_at, k.id, w, s, k.priority.0, u));
         } else {
             let mut protect = None;
             if sv.q.in_share_preemption

@@ -102,6 +102,13 @@ impl<'a> Pass<'a> {
             if !(0..units).any(relevant) {
                 continue;
             }
+            let count = st.running_count_in(&sv.q.name);
+            for (v, (list, keys)) in out.iter_mut().enumerate() {
+                if relevant(v) {
+                    list.reserve(count);
+                    keys.reserve(count);
+                }
+            }
             let node = |&(i, g): &(u32, u32)| {
                 self.nx_of_number
                     .get(i as usize)

@@ -142,7 +142,6 @@ struct Pass<'a> {
     /// Per (node, unit), `node * units + unit`: see [`NuFlat`]. Empty where there are
     /// more pools than its bitmask holds.
     nu_flat: Vec<NuFlat>,
-    node_ix: HashMap<&'a str, Nx>,
     /// The pass's node for each node number of the state's [`Running`] records.
     nx_of_number: Vec<Nx>,
     pools: Vec<Pool>,

@@ -340,7 +340,7 @@ impl<'a> Pass<'a> {
         let mut ready = true;
         let mut targets = vec![];
         for (node, count) in &hold.nodes {
-            let nu = self.node_ix.get(node.as_str()).and_then(|&n| {
+            let nu = self.node_ix(node).and_then(|n| {
                 let nv = &self.nodes[n as usize];
                 nv.nu(u)
                     .filter(|nu| nv.usable && !nu.pools.is_empty())

@@ -134,7 +134,7 @@ impl<'a> Pass<'a> {
                         let u = intern(&mut units, &mut unit_ix, &g.unit);
                         nus.push(NodeUnit {
                             unit: u,
-                            free: vec![],
+                            free: Vec::with_capacity(n.inventory.gpus.len()),
                             held: 0,
                             pools: vec![],
                         });
@@ -159,11 +159,6 @@ impl<'a> Pass<'a> {
             .unit_names()
             .iter()
             .map(|u| unit_ix.get(u.as_str()).copied())
-            .collect();
-        let node_ix = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.as_str(), i as Nx))
             .collect();
         let numbers = st.node_numbers();
         let mut nx_of_number =
@@ -208,7 +203,6 @@ impl<'a> Pass<'a> {
             unit_ix,
             unit_of_id,
             nodes,
-            node_ix,
             nx_of_number,
             pools: vec![],
             envs,
@@ -312,6 +306,14 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// The pass's index of node `name`: nodes are in name order, as the state keeps them.
+    pub(super) fn node_ix(&self, name: &NodeName) -> Option<Nx> {
+        self.nodes
+            .binary_search_by(|n| n.name.cmp(name))
+            .ok()
+            .map(|n| n as Nx)
+    }
+
     /// GPUs of unit `u` available to others on node `n`, if the node is in pool `pi`.
     pub(super) fn pool_avail(&self, n: Nx, u: Ux, pi: usize) -> Option<u32> {
         if self.nu_flat.is_empty() {
@@ -382,7 +384,7 @@ impl<'a> Pass<'a> {
                 self.envs[e].holds[u] += need;
             }
             for (node, count) in &hold.nodes {
-                if let Some(&n) = self.node_ix.get(node.as_str()) {
+                if let Some(n) = self.node_ix(node) {
                     let c = *count;
                     self.touch(n, u, |nu| nu.held += c);
                 }

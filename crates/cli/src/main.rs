@@ -1,11 +1,6 @@
 //! `tranche`: the command users, operators and admins run. This binary only parses
 //! arguments; the work lives in the library crates and in this crate's modules.
 
-/// As `tranched`'s: memory freed by one scheduling pass is reused by the next (`tranche
-/// bench sched`, `tranche sim`, `tranche dev`'s controllers).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod admin_cmds;
 mod apply;
 mod bench;
@@ -243,6 +238,11 @@ enum CertsCmd {
     },
 }
 
+/// The system's malloc for short commands, mimalloc for long-running ones (see
+/// [`tranche_controller::alloc`]).
+#[global_allocator]
+static GLOBAL: tranche_controller::alloc::Alloc = tranche_controller::alloc::Alloc;
+
 fn main() -> ExitCode {
     // Invoked through a link named after a daemon (as `tranche dev` starts them), this
     // binary is that daemon.
@@ -258,6 +258,12 @@ fn main() -> ExitCode {
     timing::mark("main");
     let cli = Cli::parse();
     timing::mark("args");
+    if matches!(
+        cli.cmd,
+        Cmd::Scenario(_) | Cmd::Sim(_) | Cmd::Bench(_) | Cmd::Dev(_)
+    ) {
+        tranche_controller::alloc::use_mimalloc();
+    }
     match cli.cmd {
         Cmd::Scenario(ScenarioCmd::Run { file, json }) => scenario_run(&file, json),
         Cmd::Sim(args) => sim_cmd::sim(&args),

@@ -23,6 +23,7 @@ struct Args {
 
 /// Parses the command line and runs the controller; exits the process when done.
 pub fn main() {
+    crate::alloc::use_mimalloc();
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TRANCHE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,raft=warn"));

@@ -2,6 +2,7 @@
 //! on disk) serving the client API over QUIC with mutual TLS. Only the leader
 //! schedules.
 
+pub mod alloc;
 pub mod aws;
 pub mod cadence;
 pub mod cli;

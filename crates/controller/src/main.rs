@@ -1,9 +1,8 @@
 //! `tranched --config FILE`
 
-/// mimalloc keeps freed memory for reuse: a scheduling pass's plan (megabytes on a
-/// large cluster) is built in memory the previous pass used, not in fresh pages.
+/// See [`tranche_controller::alloc`].
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tranche_controller::alloc::Alloc = tranche_controller::alloc::Alloc;
 
 fn main() {
     tranche_controller::cli::main()

@@ -36,18 +36,22 @@ impl RunKey {
 
 /// What the scheduler needs of a RUNNABLE job, kept beside its [`RunKey`] so that a
 /// pass over 100,000 waiting jobs reads one ordered map and never looks jobs up.
+///
+/// In declared order (`repr(C)`): what a pass reads of every job comes first and
+/// together, so that reading an entry costs one cache miss rather than one per field.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Waiting {
-    pub unit: Unit,
     /// The unit's number in [`State::unit_names`]: a pass maps it to its own units
     /// without reading (or hashing) the name.
     pub unit_id: u32,
     pub gpus_per_node: u32,
     pub nodes: u32,
     pub has_hold: bool,
-    pub reason: Option<PendingReason>,
     /// For a task of an array with a `%` limit: the array and the limit.
     pub array_limit: Option<(JobId, u32)>,
+    pub reason: Option<PendingReason>,
+    pub unit: Unit,
 }
 
 /// Compares what the entry says of the job; the unit's number is left out, as it is

@@ -695,10 +695,6 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
         self.map(|s| s)
     }
 
-    pub fn to_owned_reason(&self) -> PendingReason {
-        self.map(SharedStr::from)
-    }
-
     /// The reason in words, with times relative to `now`.
     pub fn render(&self, now: Millis) -> String {
         use PendingReasonOf as P;

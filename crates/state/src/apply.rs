@@ -26,13 +26,14 @@ impl State {
         let out = self.apply_command(cmd, now);
         if out.is_ok() {
             self.book(accrual, now);
-            if let Some(n) = node.as_ref().filter(|n| self.nodes.contains_key(*n)) {
-                self.index.nodes.id(n);
-                let after = self.nodes.get(n).map(|n| (node_capacity(n), node_units(n)));
+            if let Some(after) = node.as_ref().and_then(|n| self.nodes.get(n)) {
+                let name = after.name();
+                self.index.nodes.id(name);
                 let (cap_before, units_before) = before.unwrap_or_default();
-                let (cap_after, units_after) = after.unwrap_or_default();
-                self.index.recount_capacity(cap_before, cap_after);
-                self.index.recount_node_units(n, units_before, units_after);
+                self.index
+                    .recount_capacity(cap_before, node_capacity(after));
+                self.index
+                    .recount_node_units(name, units_before, node_units(after));
             }
         }
         out

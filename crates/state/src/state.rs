@@ -130,20 +130,13 @@ impl<K: Ord + Clone> Numbering<K> {
     }
 }
 
-/// Numberings differ between copies of one state; what they number is compared where
-/// it is used (each [`Waiting`]'s unit, each [`Running`]'s unit and nodes).
-impl<K> PartialEq for Numbering<K> {
-    fn eq(&self, _: &Numbering<K>) -> bool {
-        true
-    }
-}
-
 pub(crate) type UnitIds = Numbering<Unit>;
 
 /// What victim selection needs of an active job, kept in the index beside the share's
 /// other active jobs, so that a pass builds its victim lists from one map per share
-/// without looking jobs up or reading names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// without looking jobs up or reading names. (`stopping` repeats [`Index::stopping`]
+/// for the same reason.) Records of two copies of a state are compared by name.
+#[derive(Debug, Clone)]
 pub struct Running {
     pub priority: u32,
     /// The unit's number in [`State::unit_names`].
@@ -203,7 +196,8 @@ impl Running {
 }
 
 /// Indexes derived from the replicated fields; rebuilt on restore, never serialized.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// `State::check_index` compares two of them part by part.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Index {
     /// RUNNABLE jobs per share in scheduling order.
     pub runnable: BTreeMap<ShareName, BTreeMap<RunKey, Waiting>>,
@@ -253,13 +247,11 @@ pub(crate) fn node_units(n: &Node) -> BTreeMap<Unit, u32> {
 
 /// What a node adds to the capacity: its GPUs per unit, unless it is DOWN.
 pub(crate) fn node_capacity(n: &Node) -> BTreeMap<Unit, u32> {
-    let mut out = BTreeMap::new();
     if n.down.is_none() {
-        for g in &n.inventory.gpus {
-            *out.entry(g.unit.clone()).or_default() += 1;
-        }
+        node_units(n)
+    } else {
+        BTreeMap::new()
     }
-    out
 }
 
 impl Index {
@@ -498,13 +490,14 @@ impl State {
         self.index.active_by_share.get(share).into_iter().flatten()
     }
 
-    /// Active jobs of a share.
+    /// How many jobs of a share are active.
     pub fn running_count_in(&self, share: &ShareName) -> usize {
         self.index.active_by_share.get(share).map_or(0, |m| m.len())
     }
 
     /// Each node's number (as [`Running`] records give it), in the order of
-    /// [`State::nodes`].
+    /// [`State::nodes`]; `u32::MAX` for a node without one (never, while every
+    /// registered node is numbered).
     pub fn node_numbers(&self) -> Vec<u32> {
         let ids = &self.index.nodes.ids;
         // Every registered node is numbered and nodes are never removed: the two maps
@@ -528,7 +521,7 @@ impl State {
         self.index.stopping.iter().map(|id| &self.jobs[id])
     }
 
-    /// RUNNABLE jobs of a share.
+    /// How many jobs of a share are RUNNABLE.
     pub fn runnable_count_in(&self, share: &ShareName) -> usize {
         self.index.runnable.get(share).map_or(0, |m| m.len())
     }

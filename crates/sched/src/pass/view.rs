@@ -161,8 +161,8 @@ impl<'a> Pass<'a> {
             .map(|u| unit_ix.get(u.as_str()).copied())
             .collect();
         let numbers = st.node_numbers();
-        let mut nx_of_number =
-            vec![Nx::MAX; numbers.iter().map(|&i| i as usize + 1).max().unwrap_or(0)];
+        let numbered = numbers.iter().filter(|&&i| i != u32::MAX);
+        let mut nx_of_number = vec![Nx::MAX; numbered.map(|&i| i as usize + 1).max().unwrap_or(0)];
         for (ni, &i) in numbers.iter().enumerate() {
             if let Some(slot) = nx_of_number.get_mut(i as usize) {
                 *slot = ni as Nx;

@@ -37,6 +37,9 @@ pub fn plan(st: &State, now: Millis) -> Plan {
     // spares the growing list its copies. Room never used is never touched, so it costs
     // no memory; giving it back would copy the list once more.
     pass.plan.reasons.reserve(st.runnable_count());
+    // So for actions: a pass that preempts tens of thousands of jobs grew this list by
+    // doubling, copying it each time into freshly faulted pages.
+    pass.plan.actions.reserve(st.runnable_count());
     let mut queues: Vec<&JobQueue> = st.queues.values().collect();
     queues.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
     for q in queues {
@@ -161,6 +164,9 @@ struct Pass<'a> {
     /// Per node, GPUs the victims picked so far free: scratch for the victim search,
     /// all zero between searches.
     freed: Vec<u32>,
+    /// Scratch for the victim walks: nodes touched, nodes that fit, victims picked
+    /// (see [`Pass::walk_node_victims`]), empty between walks.
+    walk_bufs: (Vec<Nx>, Vec<Nx>, Vec<usize>),
     reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
     inshare_failed: HashMap<(usize, Ux), Vec<InShareFailure>>,
     /// Per array with a `%` limit: its tasks holding or about to hold GPUs.

@@ -177,7 +177,7 @@ impl<'a> Pass<'a> {
                 }
             });
             allocation.push(NodeAlloc {
-                node: self.nodes[n as usize].name.clone(),
+                node: NodeName(self.nodes[n as usize].name.to_owned()),
                 gpus,
             });
         }

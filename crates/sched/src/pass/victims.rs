@@ -288,6 +288,7 @@ impl<'a> Pass<'a> {
                 f.push((k, g, ask.prio));
             }
             self.put_cached(key, reclaim, (cands, start));
+            self.walk_bufs.2 = picked;
             return false;
         };
         *protect = None;
@@ -319,6 +320,7 @@ impl<'a> Pass<'a> {
                 kept_total += c.total as i64;
             }
         }
+        self.walk_bufs.2 = picked;
         kept.sort();
         for i in (0..kept.len()).rev() {
             let mut trial = kept.clone();
@@ -386,13 +388,25 @@ impl<'a> Pass<'a> {
     ) -> (Option<Vec<Nx>>, Vec<usize>) {
         let mut freed = std::mem::take(&mut self.freed);
         freed.resize(self.nodes.len(), 0);
-        let mut touched = vec![];
-        let out = self.walk_node_victims(a, mode, cands, start, protect, &mut freed, &mut touched);
-        for n in touched {
+        let (mut touched, mut fitting, mut picked) = std::mem::take(&mut self.walk_bufs);
+        touched.clear();
+        fitting.clear();
+        picked.clear();
+        let found = self.walk_node_victims(
+            a,
+            mode,
+            cands,
+            start,
+            protect,
+            &mut freed,
+            (&mut touched, &mut fitting, &mut picked),
+        );
+        for &n in &touched {
             freed[n as usize] = 0;
         }
         self.freed = freed;
-        out
+        self.walk_bufs = (touched, fitting, vec![]);
+        (found, picked)
     }
 
     /// Victims for a single-node job: taken in victim order until the job fits on
@@ -400,8 +414,10 @@ impl<'a> Pass<'a> {
     /// up the excess that would have made a victim on the right node eligible. Returns
     /// the target node, or `None`, and the victims picked.
     ///
-    /// `freed` (all zero on entry) counts the GPUs the picked victims free per node, and
-    /// `touched` lists the nodes it counts on.
+    /// `freed` (all zero on entry) counts the GPUs the picked victims free per node;
+    /// `bufs` (empty on entry) are the nodes it counts on, the nodes where the job would
+    /// fit, and the victims picked: buffers kept for the pass, so that the walks, tens
+    /// of thousands in a pass, do not grow new lists each time.
     #[allow(clippy::too_many_arguments)]
     fn walk_node_victims(
         &self,
@@ -411,8 +427,9 @@ impl<'a> Pass<'a> {
         start: usize,
         protect: &mut Option<Millis>,
         freed: &mut [u32],
-        touched: &mut Vec<Nx>,
-    ) -> (Option<Vec<Nx>>, Vec<usize>) {
+        bufs: (&mut Vec<Nx>, &mut Vec<Nx>, &mut Vec<usize>),
+    ) -> Option<Vec<Nx>> {
+        let (touched, fitting, picked) = bufs;
         let Shape {
             u,
             g,
@@ -425,8 +442,6 @@ impl<'a> Pass<'a> {
         let mut node_excess: HashMap<(Nx, usize), i64> = HashMap::default();
         // Nodes that fit on free GPUs alone, for the check after each victim.
         let free_fit = self.pools[pi].fitting_nodes(g) as usize;
-        let mut fitting: Vec<Nx> = vec![];
-        let mut picked: Vec<usize> = vec![];
         let mut total: i64 = 0;
         let mut looked = 0usize;
         for (ci, c) in cands.iter().enumerate().skip(start) {
@@ -468,12 +483,12 @@ impl<'a> Pass<'a> {
                 }
             }
             if total >= deficit && fitting.len() + free_fit >= k as usize {
-                if let Some(t) = self.fit(pi, g, k, allowance, freed, &fitting) {
-                    return (Some(t), picked);
+                if let Some(t) = self.fit(pi, g, k, allowance, freed, fitting) {
+                    return Some(t);
                 }
             }
         }
-        (None, picked)
+        None
     }
 
     /// Victims that free `k` whole nodes for a gang (each with room for `g`), so that
@@ -701,7 +716,7 @@ impl<'a> Pass<'a> {
                 ),
                 Mode::InShare(p) => (
                     StopKind::InShare { for_job: ask.id },
-                    format!("in-share preemption by job {} (priority {p} > {})", ask.id, c.prio),
+                    in_share_reason(ask.id, p, c.prio),
                 ),
             };
             self.plan.actions.push(Action::Preempt {
@@ -719,7 +734,7 @@ impl<'a> Pass<'a> {
         let hold = Hold {
             nodes: targets
                 .iter()
-                .map(|&n| (self.nodes[n as usize].name.clone(), g))
+                .map(|&n| (NodeName(self.nodes[n as usize].name.to_owned()), g))
                 .collect(),
             since: self.now,
         };
@@ -739,5 +754,41 @@ impl<'a> Pass<'a> {
             }
         };
         self.reason(ask.id, ask.w, why);
+    }
+}
+
+/// `in-share preemption by job J (priority P > Q)`, its numbers written by `itoa`: a
+/// pass writes one per in-share victim, thousands of them, and `format!` costs several
+/// times as much for text this simple.
+fn in_share_reason(job: JobId, p: u32, q: u32) -> String {
+    let mut b = itoa::Buffer::new();
+    let mut s = String::with_capacity(64);
+    s.push_str("in-share preemption by job ");
+    s.push_str(b.format(job.0));
+    s.push_str(" (priority ");
+    s.push_str(b.format(p));
+    s.push_str(" > ");
+    s.push_str(b.format(q));
+    s.push(')');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_share_reason_reads_as_format_would_write_it() {
+        for (j, p, q) in [
+            (0, 0, 0),
+            (7, 10, 9),
+            (u64::MAX, u32::MAX, 1),
+            (123_456, 99, 0),
+        ] {
+            assert_eq!(
+                in_share_reason(JobId(j), p, q),
+                format!("in-share preemption by job {j} (priority {p} > {q})")
+            );
+        }
     }
 }

@@ -34,7 +34,9 @@ pub(super) struct NuFlat {
 }
 
 pub(super) struct NodeView<'a> {
-    pub(super) name: &'a NodeName,
+    /// The node's name, its text read once here: a plan's allocations and holds copy
+    /// it, and the state's node would be one more cold read each time.
+    pub(super) name: &'a str,
     pub(super) usable: bool,
     pub(super) units: Vec<NodeUnit>,
 }
@@ -149,7 +151,7 @@ impl<'a> Pass<'a> {
                 nu.free.sort();
             }
             nodes.push(NodeView {
-                name: n.name(),
+                name: n.name().as_str(),
                 usable: n.schedulable(),
                 units: nus,
             });
@@ -216,6 +218,7 @@ impl<'a> Pass<'a> {
             inshare_cands: HashMap::default(),
             nu_flat: vec![],
             freed: vec![],
+            walk_bufs: Default::default(),
             reclaim_failed: HashMap::default(),
             inshare_failed: HashMap::default(),
             array_taken: HashMap::default(),
@@ -309,7 +312,7 @@ impl<'a> Pass<'a> {
     /// The pass's index of node `name`: nodes are in name order, as the state keeps them.
     pub(super) fn node_ix(&self, name: &NodeName) -> Option<Nx> {
         self.nodes
-            .binary_search_by(|n| n.name.cmp(name))
+            .binary_search_by(|n| n.name.cmp(name.as_str()))
             .ok()
             .map(|n| n as Nx)
     }

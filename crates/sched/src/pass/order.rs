@@ -11,6 +11,10 @@ use super::*;
 /// share, priority, unit).
 type Deferred<'a> = (Millis, JobId, &'a Waiting, usize, u32, Ux);
 
+/// How many of a share's jobs ahead of the one being scheduled are being loaded into
+/// cache (see [`prefetch`]).
+const LOOKAHEAD: usize = 4;
+
 /// Own-capacity order: priority, then lowest usage ratio, then age, then share.
 type HeapKey = (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>);
 
@@ -63,6 +67,12 @@ impl<'a> Pass<'a> {
                 }
                 continue;
             }
+            // The share's jobs a few places ahead of its head are loaded early (see
+            // `prefetch`), so that each is in cache by its turn.
+            let mut ahead = st.runnable_in(&sv.q.name);
+            for (_, w) in ahead.by_ref().take(LOOKAHEAD) {
+                prefetch(w);
+            }
             // Each head's unit, looked up once for its key and its turn.
             let mut head_u = None;
             if let Some((k, w)) = it.peek() {
@@ -70,7 +80,7 @@ impl<'a> Pass<'a> {
                 head_u = u;
                 heap.push((key, iters.len()));
             }
-            iters.push((s, it, head_u));
+            iters.push((s, it, head_u, ahead));
         }
         // Per share, the jobs left to the borrow pass, in rule 1's order; room for all
         // of a share's jobs up front (what is never used is never touched).
@@ -82,6 +92,9 @@ impl<'a> Pass<'a> {
             let s = iters[i].0;
             let u = iters[i].2;
             let (k, w) = iters[i].1.next().expect("peeked");
+            if let Some((_, w)) = iters[i].3.next() {
+                prefetch(w);
+            }
             self.own(k, w, s, u, &mut deferred);
             // The share's next job takes its head's place in the heap (one sift).
             let mut top = heap.peek_mut().expect("the head");
@@ -99,6 +112,11 @@ impl<'a> Pass<'a> {
         // Rule 5: the borrow pass, FIFO by submit time across shares. Inside a share
         // the order of rule 1 holds, so shares' lists are merged by their head's
         // submit time.
+        for l in &deferred {
+            for d in l.iter().take(LOOKAHEAD) {
+                prefetch(d.2);
+            }
+        }
         let mut next = vec![0usize; deferred.len()];
         let mut heads: BinaryHeap<Reverse<(Millis, JobId, usize)>> = deferred
             .iter()
@@ -109,6 +127,9 @@ impl<'a> Pass<'a> {
             let (_, id, w, s, prio, u) = deferred[i][next[i]];
             next[i] += 1;
             self.borrow(id, w, s, prio, u);
+            if let Some(d) = deferred[i].get(next[i] + LOOKAHEAD - 1) {
+                prefetch(d.2);
+            }
             if let Some(d) = deferred[i].get(next[i]) {
                 heads.push(Reverse((d.0, d.1, i)));
             }

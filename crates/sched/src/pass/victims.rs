@@ -535,11 +535,10 @@ impl<'a> Pass<'a> {
         type NodeOption = ((u32, u32, Nx), Vec<usize>, u32);
         let mut opts: Vec<NodeOption> = vec![];
         for (&n, list) in &per_node {
-            let Some(nu) = self.nodes[n as usize].nu(u) else {
+            let Some(avail) = self.pool_avail(n, u, pi) else {
                 continue;
             };
-            let avail = nu.avail();
-            if !nu.pools.contains(&pi) || avail >= g {
+            if avail >= g {
                 continue;
             }
             let (mut freed, mut dearest, mut gpus, mut vs) = (0u32, 0u32, 0u32, vec![]);
@@ -647,7 +646,7 @@ impl<'a> Pass<'a> {
                 .filter(|(m, _)| *m == n)
                 .map(|(_, c)| c)
                 .sum();
-            let avail = self.nodes[n as usize].nu(u).map_or(0, |nu| nu.avail());
+            let avail = self.avail_of(n, u);
             let take = g.saturating_sub(freed);
             if take > avail {
                 return false;

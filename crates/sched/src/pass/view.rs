@@ -286,14 +286,24 @@ impl<'a> Pass<'a> {
                 }
             }
         }
+        // A node's availability never rises above its free GPUs now (a pass only takes
+        // free GPUs and gives back holds), so each pool needs buckets up to its
+        // largest node's free count: the searches that sum and walk the buckets read
+        // those alone.
+        let mut top = vec![0usize; self.pools.len()];
         for ni in 0..self.nodes.len() {
             for k in 0..self.nodes[ni].units.len() {
-                let a = self.nodes[ni].units[k].avail();
-                for &pi in &self.nodes[ni].units[k].pools {
+                let nu = &self.nodes[ni].units[k];
+                let a = nu.avail();
+                for &pi in &nu.pools {
                     self.pools[pi].buckets[a as usize].insert(ni as Nx);
                     self.pools[pi].total_avail += a;
+                    top[pi] = top[pi].max(nu.free.len());
                 }
             }
+        }
+        for (p, top) in self.pools.iter_mut().zip(top) {
+            p.buckets.truncate(top + 1);
         }
         // The flat table, where every pool index fits the bitmask.
         if self.pools.len() <= 64 {
@@ -327,6 +337,14 @@ impl<'a> Pass<'a> {
         }
         let f = self.nu_flat[n as usize * self.units.len() + u];
         (f.pools >> pi & 1 == 1).then_some(f.avail)
+    }
+
+    /// GPUs of unit `u` available to others on node `n` (0 where it has none).
+    pub(super) fn avail_of(&self, n: Nx, u: Ux) -> u32 {
+        match self.nu_flat.get(n as usize * self.units.len() + u) {
+            Some(f) => f.avail,
+            None => self.nodes[n as usize].nu(u).map_or(0, |nu| nu.avail()),
+        }
     }
 
     /// Moves node `n`'s entry for unit `u` after `f` changed its free or held GPUs.

@@ -56,6 +56,7 @@ impl RaftNode {
             self.applied_term = snap.get_metadata().term;
             self.image_index = snap.get_metadata().index;
             self.sync_addresses();
+            self.publish_status();
             info!(
                 index = snap.get_metadata().index,
                 "restored a snapshot from the leader"
@@ -158,6 +159,7 @@ impl RaftNode {
         let mut sh = self.shared.write().unwrap();
         // The nodes whose agents must hear of this batch (`None`: every node).
         let mut touched = Some(BTreeSet::new());
+        let mut conf_changed = false;
         for e in entries {
             if e.index <= sh.applied {
                 continue;
@@ -230,6 +232,7 @@ impl RaftNode {
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.conf_state = cs;
                     self.conf_dirty = true;
+                    conf_changed = true;
                     self.image_for_conf_change = true;
                     match cc.get_change_type() {
                         ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
@@ -272,6 +275,11 @@ impl RaftNode {
             None => self.work.all_changed(applied),
         }
         self.sync_addresses();
+        if conf_changed {
+            // The status (members, voters) is otherwise refreshed on the next tick: a
+            // client that saw this change applied must not then read the old members.
+            self.publish_status();
+        }
         Ok(())
     }
 }

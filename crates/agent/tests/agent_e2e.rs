@@ -461,6 +461,10 @@ fn a_container_job_gets_its_gpus_env_and_output() {
             .collect();
         let (out, err) =
             tranche_agent::exec::kept_logs(&dir.path().join("spool-n1"), id, AttemptNo(1));
+        // The output is kept once the agent learns the exit is acknowledged, which may
+        // come after the job reads SUCCEEDED here.
+        wait_until_file(&out).await;
+        wait_until_file(&err).await;
         let out = std::fs::read_to_string(&out).expect("stdout kept after the attempt");
         let lines: Vec<&str> = out.lines().collect();
         // Inside the container the job's GPUs are numbered from 0 in allocation order,

@@ -402,7 +402,9 @@ fn oci_stop_lets_a_checkpointing_job_exit_in_grace() {
             &[
                 "sh",
                 "-c",
-                "trap 'echo saved > /ckpt; exit 0' TERM; echo ready > /ready; sleep 100 & wait",
+                // `ready` from the child after its exec (see the process executor's
+                // test of the same: a SIGTERM before that exec would be lost).
+                "trap 'echo saved > /ckpt; exit 0' TERM; sh -c 'echo ready > /ready; exec sleep 100' & wait",
             ],
         ))
         .unwrap();

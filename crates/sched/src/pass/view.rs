@@ -34,8 +34,8 @@ pub(super) struct NuFlat {
 }
 
 pub(super) struct NodeView<'a> {
-    /// The node's name, its text read once here: a plan's allocations and holds copy
-    /// it, and the state's node would be one more cold read each time.
+    /// The node's name, looked up once here: a plan's allocations and holds copy it,
+    /// and going through the state's node each time was one more cold read.
     pub(super) name: &'a str,
     pub(super) usable: bool,
     pub(super) units: Vec<NodeUnit>,

@@ -482,10 +482,13 @@ fn an_attempt_whose_spec_never_reached_the_disk_is_cleared_and_may_start_again()
     // What a crash leaves when the spec was not written, or not kept: the directory,
     // and a spec file without its bytes.
     let dir = ex.start(&s).map(|a| a.dir().to_path_buf()).unwrap();
-    wait_exit(
-        &Executors::new(spool.path()).unwrap().adopt().unwrap()[0],
-        LONG,
-    );
+    let adopted = &Executors::new(spool.path()).unwrap().adopt().unwrap()[0];
+    wait_exit(adopted, LONG);
+    // As after a crash, no shim is left: it records the end just before it exits, and
+    // an attempt whose shim still runs is kept whatever its spec says.
+    if let Some(fd) = adopted.shim_pidfd() {
+        assert!(readable_within(&fd, 30_000), "the shim did not exit");
+    }
     std::fs::write(dir.join("spec.json"), "").unwrap();
     std::fs::remove_file(dir.join("exit.json")).unwrap();
     assert!(ex.adopt().unwrap().is_empty());

@@ -275,7 +275,9 @@ fn check(
         }
     }
     // No within-max job waits while an over-max share holds GPUs it could reclaim on a
-    // node (unless min_runtime_s protects them).
+    // node (unless min_runtime_s protects them), where freeing them would also let the
+    // environment's cap take the job beside the idle room RESERVE shares keep.
+    let room = Room::of(st);
     for j in st.jobs.values().filter(|j| {
         j.status == JobStatus::Runnable && j.hold.is_none() && j.spec.request.nodes == 1
     }) {
@@ -330,7 +332,10 @@ fn check(
                     .map(|a| a.gpus.len() as u32)
                     .sum::<u32>();
             }
-            if reclaimable >= g + held_here.saturating_sub(free) {
+            let cap_fits = room.cap_headroom(st).is_none_or(|r| {
+                (g + room.reserve_idle(st, &s.name)) as i64 <= r + reclaimable as i64
+            });
+            if cap_fits && reclaimable >= g + held_here.saturating_sub(free) {
                 return Err(format!(
                     "job {} (share {}, needs {g}) waits ({}) while {reclaimable} GPUs of over-max shares on {} could be reclaimed",
                     j.id,
@@ -433,15 +438,17 @@ impl Room {
 
     /// The environment's cap: GPUs in use, plus holds beyond the GPUs being stopped.
     fn cap_allows(&self, st: &State, need: u32) -> bool {
-        let Some(cap) = st
+        self.cap_headroom(st).is_none_or(|r| need as i64 <= r)
+    }
+
+    /// What the environment's cap leaves (negative when over it), or `None` without a cap.
+    fn cap_headroom(&self, st: &State) -> Option<i64> {
+        let cap = st
             .environments
             .values()
             .next()
             .and_then(|e| e.capacity_limits.iter().find(|l| l.unit == self.unit))
-            .map(|l| l.max)
-        else {
-            return true;
-        };
+            .map(|l| l.max)?;
         let used: u32 = st
             .shares
             .values()
@@ -452,7 +459,7 @@ impl Room {
             .map(|j| j.spec.request.total_gpus())
             .sum();
         let held: u32 = st.holding_jobs().map(|j| j.spec.request.total_gpus()).sum();
-        used + held.saturating_sub(stopping) + need <= cap
+        Some(cap as i64 - (used + held.saturating_sub(stopping)) as i64)
     }
 }
 

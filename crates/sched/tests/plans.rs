@@ -142,6 +142,21 @@ fn rule4_only_strictly_lower_priority_jobs_of_the_same_share() {
 }
 
 #[test]
+fn rule4_a_reserve_shares_hold_over_its_own_victim_keeps_the_victims_room_idle() {
+    let mut h = cluster(2, 2);
+    h.share(in_share(share("infra", Reserve, 3)));
+    h.share(share("a", Lend, 4));
+    h.running("low", "infra", 0, &[("n1", &[0])]);
+    h.running("a1", "a", 0, &[("n2", &[0])]);
+    h.waiting("w", "infra", 2, 1, 5);
+    h.waiting("a2", "a", 1, 1, 0);
+    // w's hold covers low's GPU: infra takes up 2 of its 3, so n2's free GPU stays
+    // idle for low, which comes back once it has been stopped.
+    assert_eq!(h.plan(), ["preempt low in-share for w", "hold w n1:2"]);
+    assert_eq!(h.reasons()["a2"], "RESERVE share infra holds 1 idle g");
+}
+
+#[test]
 fn rule4_disabled_in_share_preemption_preempts_nobody() {
     let mut h = cluster(1, 1);
     h.share(share("a", Lend, 1));

@@ -197,9 +197,7 @@ fn check(
             }
         }
         if s.resource_sharing.strategy == Strategy::Reserve {
-            reserve_idle += s
-                .max_for(&unit)
-                .saturating_sub(used + held_for(st, &s.name));
+            reserve_idle += s.max_for(&unit).saturating_sub(footprint(st, &s.name));
         }
     }
     // A RESERVE share's idle GPUs are never taken by another share: whenever another
@@ -422,10 +420,7 @@ impl Room {
                     && s.state == ObjState::Enabled
                     && s.resource_sharing.strategy == Strategy::Reserve
             })
-            .map(|s| {
-                s.max_for(&self.unit)
-                    .saturating_sub(st.share_used(&s.name, &self.unit) + held_for(st, &s.name))
-            })
+            .map(|s| s.max_for(&self.unit).saturating_sub(footprint(st, &s.name)))
             .sum()
     }
 
@@ -488,6 +483,24 @@ fn held_on(st: &State, node: &NodeName) -> u32 {
         .filter(|(name, _)| name == node)
         .map(|(_, c)| c)
         .sum()
+}
+
+/// GPUs a share takes up: those it uses and holds, where a hold made by stopping the
+/// share's own jobs (in-share) covers their GPUs rather than adding to them.
+fn footprint(st: &State, share: &ShareName) -> u32 {
+    let unit = Unit::from("h100");
+    let own_stopping: u32 = st
+        .active_in(share)
+        .filter(|x| {
+            matches!(
+                x.stop.as_ref().map(|s| &s.kind),
+                Some(StopKind::InShare { .. })
+            )
+        })
+        .map(|x| x.spec.request.total_gpus())
+        .sum();
+    let held = held_for(st, share);
+    st.share_used(share, &unit) + held - held.min(own_stopping)
 }
 
 /// GPUs held for the share's waiting preemptors.

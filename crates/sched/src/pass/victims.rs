@@ -724,6 +724,9 @@ impl<'a> Pass<'a> {
                 reason,
             });
             self.shares[c.share].stopping[u] += c.total;
+            if matches!(mode, Mode::InShare(_)) {
+                self.shares[c.share].stopping_own[u] += c.total;
+            }
             self.envs[e].stopping[u] += c.total;
             deadline = deadline.max(self.now + c.grace);
         }

@@ -83,16 +83,22 @@ pub(super) struct ShareView<'a> {
     pub(super) stopping: Vec<u32>,
     /// GPUs held for this share's waiting preemptors.
     pub(super) held: Vec<u32>,
+    /// GPUs of this share's jobs being stopped for its own preemptors (in-share): its
+    /// holds cover them, so they are not counted twice.
+    pub(super) stopping_own: Vec<u32>,
 }
 
 impl ShareView<'_> {
     pub(super) fn enabled(&self) -> bool {
         self.q.state == ObjState::Enabled
     }
-    /// Idle GPUs a RESERVE share keeps for itself.
+    /// Idle GPUs a RESERVE share keeps for itself: its max less what it uses and holds,
+    /// where a hold made by stopping the share's own jobs covers their GPUs (in use
+    /// until they exit) rather than adding to them.
     pub(super) fn reserve_idle(&self, u: Ux) -> u32 {
         if self.q.resource_sharing.strategy == Strategy::Reserve && self.enabled() {
-            self.max[u].saturating_sub(self.used[u] + self.held[u])
+            let covered = self.held[u].min(self.stopping_own[u]);
+            self.max[u].saturating_sub(self.used[u] + self.held[u] - covered)
         } else {
             0
         }
@@ -255,6 +261,7 @@ impl<'a> Pass<'a> {
                 used,
                 stopping: vec![0; nu_count],
                 held: vec![0; nu_count],
+                stopping_own: vec![0; nu_count],
             });
         }
         pass.build_pools();
@@ -384,6 +391,9 @@ impl<'a> Pass<'a> {
                 self.envs[e].stopping[u] += total;
             }
             if let Some(stop) = &job.stop {
+                if matches!(stop.kind, StopKind::InShare { .. }) {
+                    self.shares[s].stopping_own[u] += total;
+                }
                 if let Some(f) = stop.kind.for_job() {
                     let v = self.victims_of.entry(f).or_insert((0, 0));
                     v.0 += 1;

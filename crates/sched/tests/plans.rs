@@ -157,6 +157,33 @@ fn rule4_a_reserve_shares_hold_over_its_own_victim_keeps_the_victims_room_idle()
 }
 
 #[test]
+fn rule4_a_holder_waits_for_its_shares_drained_job_rather_than_give_its_victims_room_back() {
+    let mut h = cluster(2, 4);
+    h.share(in_share(share("a", Lend, 3)));
+    h.running("d", "a", 5, &[("n1", &[0])]);
+    h.running("low", "a", 0, &[("n2", &[0])]);
+    h.apply(Command::DrainNode {
+        node: NodeName("n1".into()),
+        reason: "repair".into(),
+        now: true,
+    });
+    h.waiting("w", "a", 3, 1, 3);
+    // d is on its way out: taking low is enough to get w under the share's max.
+    assert_eq!(h.plan(), ["preempt low in-share for w", "hold w n2:3"]);
+    h.commit();
+    h.exit("low");
+    // low has exited; d still counts until it has too. w keeps its hold (low, back in
+    // the queue, must not take the room it was preempted for) and waits for d.
+    assert!(h.plan().is_empty());
+    assert_eq!(
+        h.reasons()["w"],
+        "waiting for 1 preempted job to exit, grace ends in 9 s"
+    );
+    h.exit("d");
+    assert_eq!(h.plan(), ["place w n2[0,1,2]"]);
+}
+
+#[test]
 fn rule4_disabled_in_share_preemption_preempts_nobody() {
     let mut h = cluster(1, 1);
     h.share(share("a", Lend, 1));

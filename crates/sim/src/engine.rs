@@ -432,9 +432,23 @@ impl Sim {
     /// Fires every timer due at or before `t` (each at its own instant, settling after
     /// each instant), then moves the clock to `t`.
     pub fn advance_to(&mut self, t: Millis) -> Result<(), String> {
+        let mut rounds_at = (0, 0usize);
         while let Some(&(at, _)) = self.timers.first() {
             if at > t {
                 break;
+            }
+            // Jobs that end at the instant they are placed or signalled fire again at
+            // the same instant; a cycle of those would never let the clock move.
+            rounds_at = if rounds_at.0 == at {
+                (at, rounds_at.1 + 1)
+            } else {
+                (at, 1)
+            };
+            if rounds_at.1 > MAX_PASSES_PER_INSTANT {
+                return Err(format!(
+                    "t={}: jobs kept ending and being placed again at this instant ({MAX_PASSES_PER_INSTANT} rounds)",
+                    at / SECOND
+                ));
             }
             self.now = at;
             while let Some(&(at2, timer)) = self.timers.first() {

@@ -392,6 +392,23 @@ impl<'a> Pass<'a> {
                     self.reason(ask.id, ask.w, why);
                     return true;
                 }
+                // Over the share's limit only until its jobs being stopped (drained,
+                // cancelled) have exited, which is how the victims were chosen: keep
+                // the hold, or the victims' room would go to them again.
+                Err(
+                    PendingReasonOf::AtMaxNoBorrow { .. } | PendingReasonOf::BorrowLimit { .. },
+                ) if victims.is_none() && self.fits_once_stopped(ask, borrowed) => {
+                    let (jobs, grace_ends_at) = self.stopping_of(ask.s, u);
+                    self.reason(
+                        ask.id,
+                        ask.w,
+                        PendingReasonOf::WaitingForPreempted {
+                            jobs,
+                            grace_ends_at,
+                        },
+                    );
+                    return true;
+                }
                 Err(_) => {}
             }
         }
@@ -422,6 +439,32 @@ impl<'a> Pass<'a> {
         // The hold no longer leads anywhere: give its GPUs back.
         self.give_back_hold(ask, &targets);
         false
+    }
+
+    /// Whether the job fits its share's limit once the share's jobs being stopped have
+    /// exited.
+    fn fits_once_stopped(&self, ask: Ask<'a>, borrowed: bool) -> bool {
+        let sv = &self.shares[ask.s];
+        let u = ask.u;
+        let limit = if borrowed {
+            sv.ceiling[u]
+        } else {
+            Some(sv.max[u] as u64)
+        };
+        sv.stopping[u] > 0
+            && limit.is_none_or(|l| (sv.used[u] - sv.stopping[u] + ask.need()) as u64 <= l)
+    }
+
+    /// The share's jobs of unit `u` being stopped, and when the last one's grace ends.
+    fn stopping_of(&self, s: usize, u: Ux) -> (u32, Millis) {
+        let name = self.shares[s].q.name.as_str();
+        let unit = self.units[u];
+        self.st
+            .stopping_jobs()
+            .filter(|j| j.spec.share.as_str() == name && j.spec.request.unit.as_str() == unit)
+            .fold((0, 0), |(n, t), j| {
+                (n + 1, t.max(j.stop.as_ref().map_or(0, |s| s.deadline)))
+            })
     }
 
     /// Releases the holder's hold, in the plan and in the pass's views.

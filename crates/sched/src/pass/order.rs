@@ -379,7 +379,7 @@ impl<'a> Pass<'a> {
                 }
             }
         }
-        let victims = self.victims_of.get(&ask.id).copied();
+        let mut victims = self.victims_of.get(&ask.id).copied();
         // A hold won by in-share preemption in the borrow pass may start above max.
         let sv = &self.shares[ask.s];
         let borrowed = sv.used[u] + ask.need() > sv.max[u];
@@ -393,21 +393,13 @@ impl<'a> Pass<'a> {
                     return true;
                 }
                 // Over the share's limit only until its jobs being stopped (drained,
-                // cancelled) have exited, which is how the victims were chosen: keep
-                // the hold, or the victims' room would go to them again.
+                // cancelled) have exited, which is how the victims were chosen: wait
+                // for those, keeping the hold, or the victims' room would go to them
+                // again.
                 Err(
                     PendingReasonOf::AtMaxNoBorrow { .. } | PendingReasonOf::BorrowLimit { .. },
                 ) if victims.is_none() && self.fits_once_stopped(ask, borrowed) => {
-                    let (jobs, grace_ends_at) = self.stopping_of(ask.s, u);
-                    self.reason(
-                        ask.id,
-                        ask.w,
-                        PendingReasonOf::WaitingForPreempted {
-                            jobs,
-                            grace_ends_at,
-                        },
-                    );
-                    return true;
+                    victims = Some(self.stopping_of(ask.s, u));
                 }
                 Err(_) => {}
             }
@@ -424,7 +416,8 @@ impl<'a> Pass<'a> {
             self.plan.actions.truncate(mark);
             self.take_hold(ask.s, u, ask.need(), &targets);
         }
-        // Still waiting for victims (say, its own share's, to get under max).
+        // Still waiting for victims (say, its own share's, to get under max), or for the
+        // share's other jobs being stopped.
         if let (true, Some((jobs, grace_ends_at))) = (valid, victims) {
             self.reason(
                 ask.id,

@@ -77,6 +77,24 @@ fn rule2_a_reserve_shares_idle_gpus_are_kept_for_it() {
 // ---- rule 3: reclaim -------------------------------------------------------------------
 
 #[test]
+fn rule3_a_gang_reclaims_where_free_gpus_are_kept_idle_for_a_reserve() {
+    let mut h = cluster(2, 4);
+    h.share(share("infra", Reserve, 3));
+    h.share(share("b", LendAndBorrow, 0));
+    h.share(share("a", Lend, 4));
+    h.running("b1", "b", 0, &[("n1", &[0, 1])]);
+    h.running("b2", "b", 0, &[("n2", &[0, 1])]);
+    h.waiting("gang", "a", 2, 2, 0);
+    // Four GPUs are free, but infra keeps three of them idle: the gang, within its
+    // share's max, takes its members' GPUs back from the borrower on each node.
+    let plan = h.plan();
+    assert_eq!(plan.len(), 3, "{plan:?}");
+    assert!(plan.contains(&"preempt b1 reclaim for gang".to_string()));
+    assert!(plan.contains(&"preempt b2 reclaim for gang".to_string()));
+    assert_eq!(plan[2], "hold gang n1:2 n2:2");
+}
+
+#[test]
 fn rule3_reclaim_takes_the_lowest_priority_then_newest_over_max_job_and_holds_its_gpus() {
     let mut h = cluster(3, 1);
     h.share(share("a", LendAndBorrow, 1));

@@ -534,13 +534,18 @@ impl<'a> Pass<'a> {
         // (dearest victim's priority, GPUs preempted, node) → victims, GPUs from free.
         type NodeOption = ((u32, u32, Nx), Vec<usize>, u32);
         let mut opts: Vec<NodeOption> = vec![];
+        // Where the free GPUs the job may take (`allowance`: RESERVE shares keep the
+        // rest idle) may not cover every member, a node with room may also be one whose
+        // victims free the member's GPUs themselves.
+        let scarce = allowance < g * k;
         for (&n, list) in &per_node {
             let Some(avail) = self.pool_avail(n, u, pi) else {
                 continue;
             };
-            if avail >= g {
+            if avail >= g && !scarce {
                 continue;
             }
+            let goal = if avail >= g { g } else { g - avail };
             let (mut freed, mut dearest, mut gpus, mut vs) = (0u32, 0u32, 0u32, vec![]);
             for &ci in list {
                 let c = &cands[ci];
@@ -552,11 +557,11 @@ impl<'a> Pass<'a> {
                 dearest = dearest.max(c.prio);
                 gpus += c.total;
                 vs.push(ci);
-                if avail + freed >= g {
+                if freed >= goal {
                     break;
                 }
             }
-            if avail + freed >= g {
+            if avail + freed >= g && !vs.is_empty() {
                 opts.push(((dearest, gpus, n), vs, g.saturating_sub(freed)));
             }
         }
@@ -591,7 +596,7 @@ impl<'a> Pass<'a> {
             if chosen.len() == k as usize {
                 break;
             }
-            if from_free + free_part > allowance {
+            if from_free + free_part > allowance || chosen.contains(&key.2) {
                 continue;
             }
             let mut trial = left.clone();

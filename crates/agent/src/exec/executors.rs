@@ -68,6 +68,7 @@ impl Executors {
             std::fs::create_dir_all(d)
                 .map_err(|e| ExecError::io("creating spool directory", d, e))?;
         }
+        fsutil::spread_subdirectories(&attempts);
         let runtime = oci::find_runtime();
         let cgroups =
             Cgroups::detect(mode).map_err(|reason| ExecError::Cgroups { mode, reason })?;

@@ -140,3 +140,36 @@ pub(crate) fn tail(path: &Path, max: u64) -> String {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// The directory's inode flags, where its file system has them.
+    fn flags(dir: &Path) -> Option<nix::libc::c_int> {
+        let f = File::open(dir).ok()?;
+        let mut flags: nix::libc::c_int = 0;
+        // SAFETY: FS_IOC_GETFLAGS writes one int through a pointer to a live local.
+        let rc = unsafe { nix::libc::ioctl(f.as_raw_fd(), nix::libc::FS_IOC_GETFLAGS, &mut flags) };
+        (rc == 0).then_some(flags)
+    }
+
+    #[test]
+    fn the_attempts_directory_spreads_its_subdirectories() {
+        let t = tempfile::tempdir().unwrap();
+        let Some(before) = flags(t.path()) else {
+            eprintln!(
+                "SKIPPED: {} has no inode flags (not ext2/3/4 or similar)",
+                t.path().display()
+            );
+            return;
+        };
+        assert_eq!(before & 0x0002_0000, 0, "a fresh directory is not marked");
+        spread_subdirectories(t.path());
+        assert_eq!(flags(t.path()).unwrap() & 0x0002_0000, 0x0002_0000);
+        // Marking it again changes nothing and does not fail.
+        spread_subdirectories(t.path());
+        assert_eq!(flags(t.path()).unwrap(), before | 0x0002_0000);
+    }
+}

@@ -30,15 +30,22 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The transport settings shared by servers and clients.
-fn transport() -> Arc<TransportConfig> {
+/// The transport settings of servers and clients: idle timeout, keep-alive, and how
+/// many streams of each kind the peer may have open at once. A server's clients open
+/// streams (requests; a peer controller's Raft messages), so a server allows
+/// [`MAX_CONCURRENT_STREAMS`]; no server opens a stream on a connection a client made
+/// (a controller reaches an agent on the agent's own port), so a client allows none.
+/// QUIC sets up the state of every stream a peer may open when the connection opens:
+/// a client allowing 1,024 of each kind spent a few thousand table inserts on each
+/// connection, a `tranche` command's one connection included.
+fn transport(peer_streams: u32) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     t.max_idle_timeout(Some(
         IdleTimeout::try_from(IDLE_TIMEOUT).expect("10 s is a valid idle timeout"),
     ));
     t.keep_alive_interval(Some(KEEP_ALIVE));
-    t.max_concurrent_bidi_streams(VarInt::from_u32(MAX_CONCURRENT_STREAMS));
-    t.max_concurrent_uni_streams(VarInt::from_u32(MAX_CONCURRENT_STREAMS));
+    t.max_concurrent_bidi_streams(VarInt::from_u32(peer_streams));
+    t.max_concurrent_uni_streams(VarInt::from_u32(peer_streams));
     Arc::new(t)
 }
 
@@ -174,7 +181,7 @@ pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> 
         detail: e.to_string(),
     })?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    config.transport_config(transport());
+    config.transport_config(transport(MAX_CONCURRENT_STREAMS));
     Ok(config)
 }
 
@@ -219,7 +226,7 @@ pub fn client_config(files: &TlsFiles) -> Result<quinn::ClientConfig, TlsError> 
         detail: e.to_string(),
     })?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
-    config.transport_config(transport());
+    config.transport_config(transport(0));
     Ok(config)
 }
 

@@ -232,8 +232,9 @@ impl Agent {
         let tls = cfg.tls.clone();
         let mut client = Client::new(cfg.controller_addrs(), &tls)
             .map_err(|e| AgentError::Client(e.to_string()))?;
-        let server =
+        let mut server =
             tranche_tls::server_config(&tls).map_err(|e| AgentError::Client(e.to_string()))?;
+        tranche_tls::only_client_streams(&mut server, tranche_tls::ClientStreams::Bidi);
         let addr: std::net::SocketAddr = cfg.logs_addr.parse().expect("validated");
         let logs = quinn::Endpoint::server(server, addr)
             .map_err(|e| AgentError::Client(format!("cannot listen on logs_addr {addr}: {e}")))?;

@@ -15,12 +15,21 @@ use crate::node::{storage, RaftNode};
 use crate::peer::PeerNet;
 use crate::quic::ClientPort;
 use crate::service::{Isolation, Service};
+use tranche_tls::ClientStreams;
 
-fn endpoint(addr: &str, files: &TlsFiles, what: &str) -> Result<quinn::Endpoint, NodeError> {
+/// A QUIC endpoint listening on `addr`, whose clients open streams of `kind`.
+fn endpoint(
+    addr: &str,
+    files: &TlsFiles,
+    what: &str,
+    kind: ClientStreams,
+) -> Result<quinn::Endpoint, NodeError> {
     let addr: SocketAddr = addr
         .parse()
         .map_err(|_| NodeError::Other(format!("{what}: `{addr}` is not an IP address and port")))?;
-    let server = tranche_tls::server_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
+    let mut server =
+        tranche_tls::server_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
+    tranche_tls::only_client_streams(&mut server, kind);
     let mut ep = quinn::Endpoint::server(server, addr)
         .map_err(|e| NodeError::Other(format!("cannot listen on {what} {addr}: {e}")))?;
     let client = tranche_tls::client_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
@@ -58,8 +67,9 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         } else {
             "peer_addr"
         },
+        ClientStreams::Uni,
     )?;
-    let client_ep = endpoint(&cfg.client_addr, &files, "client_addr")?;
+    let client_ep = endpoint(&cfg.client_addr, &files, "client_addr", ClientStreams::Bidi)?;
     let http = match &cfg.http_addr {
         Some(addr) => {
             let listener = crate::http::bind(addr).map_err(NodeError::Other)?;

@@ -41,7 +41,10 @@ pub use crl::{load_crls, revoke, Revocation, RevokeTarget, CRL_FILE};
 pub use error::TlsError;
 pub use https::{https_server_config, CertVerifier, HTTP_ALPN};
 pub use identity::{identity_of_cert, peer_identity, validate_name, Identity, Role};
-pub use quic::{client_config, server_config, IDLE_TIMEOUT, KEEP_ALIVE, MAX_CONCURRENT_STREAMS};
+pub use quic::{
+    client_config, only_client_streams, server_config, ClientStreams, IDLE_TIMEOUT, KEEP_ALIVE,
+    MAX_CONCURRENT_STREAMS,
+};
 
 /// The TLS server name every controller certificate carries and every client verifies,
 /// whatever address it dials: `controller.tranche`.

@@ -38,15 +38,34 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 /// QUIC sets up the state of every stream a peer may open when the connection opens:
 /// a client allowing 1,024 of each kind spent a few thousand table inserts on each
 /// connection, a `tranche` command's one connection included.
-fn transport(peer_streams: u32) -> Arc<TransportConfig> {
+fn transport(bidi: u32, uni: u32) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     t.max_idle_timeout(Some(
         IdleTimeout::try_from(IDLE_TIMEOUT).expect("10 s is a valid idle timeout"),
     ));
     t.keep_alive_interval(Some(KEEP_ALIVE));
-    t.max_concurrent_bidi_streams(VarInt::from_u32(peer_streams));
-    t.max_concurrent_uni_streams(VarInt::from_u32(peer_streams));
+    t.max_concurrent_bidi_streams(VarInt::from_u32(bidi));
+    t.max_concurrent_uni_streams(VarInt::from_u32(uni));
     Arc::new(t)
+}
+
+/// The kind of stream a server's clients open: requests are bidirectional (a client's
+/// commands, a controller's placements to an agent), a peer controller's Raft
+/// messages unidirectional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientStreams {
+    Bidi,
+    Uni,
+}
+
+/// Lets the server's clients open up to [`MAX_CONCURRENT_STREAMS`] streams of the one
+/// kind they use and none of the other, which then costs nothing per connection.
+pub fn only_client_streams(config: &mut quinn::ServerConfig, kind: ClientStreams) {
+    let (bidi, uni) = match kind {
+        ClientStreams::Bidi => (MAX_CONCURRENT_STREAMS, 0),
+        ClientStreams::Uni => (0, MAX_CONCURRENT_STREAMS),
+    };
+    config.transport_config(transport(bidi, uni));
 }
 
 pub(crate) fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
@@ -181,7 +200,7 @@ pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> 
         detail: e.to_string(),
     })?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    config.transport_config(transport(MAX_CONCURRENT_STREAMS));
+    config.transport_config(transport(MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS));
     Ok(config)
 }
 
@@ -226,7 +245,7 @@ pub fn client_config(files: &TlsFiles) -> Result<quinn::ClientConfig, TlsError> 
         detail: e.to_string(),
     })?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
-    config.transport_config(transport(0));
+    config.transport_config(transport(0, 0));
     Ok(config)
 }
 

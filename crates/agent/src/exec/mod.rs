@@ -19,6 +19,10 @@
 //! | `opt-ml/` | agent, job | a SageMaker job's `/opt/ml` (see [`sagemaker_env`]); its `model/` and `output/` are kept in `<spool>/sagemaker/` |
 //! | `bundle/` | agent | OCI only: `config.json`, and the rootfs or the overlay mounted over a cached one |
 //!
+//! `<spool>/attempts` carries ext4's `T` attribute (set by the agent where the file
+//! system has it), so that the attempts' directories spread over the block groups
+//! (see `fsutil::spread_subdirectories`).
+//!
 //! The agent starts `tranche-agent shim --dir <attemptdir>` (a hidden subcommand) in a
 //! new session with stdin on `/dev/null`; the shim forks once more so that it is no
 //! child of the agent, makes itself a child subreaper (every orphaned descendant of the

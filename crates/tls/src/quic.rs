@@ -33,8 +33,8 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 /// The transport settings of servers and clients: idle timeout, keep-alive, and how
 /// many streams of each kind the peer may have open at once. A server's clients open
 /// streams (requests; a peer controller's Raft messages), so a server allows
-/// [`MAX_CONCURRENT_STREAMS`]; no server opens a stream on a connection a client made
-/// (a controller reaches an agent on the agent's own port), so a client allows none.
+/// [`MAX_CONCURRENT_STREAMS`]; no server opens a stream on a connection a client made,
+/// so a client allows none.
 /// QUIC sets up the state of every stream a peer may open when the connection opens:
 /// a client allowing 1,024 of each kind spent a few thousand table inserts on each
 /// connection, a `tranche` command's one connection included.
@@ -49,9 +49,9 @@ fn transport(bidi: u32, uni: u32) -> Arc<TransportConfig> {
     Arc::new(t)
 }
 
-/// The kind of stream a server's clients open: requests are bidirectional (a client's
-/// commands, a controller's placements to an agent), a peer controller's Raft
-/// messages unidirectional.
+/// The kind of stream a server's clients open: requests are bidirectional (commands
+/// and reads at a controller's client port, a job's output read at an agent's log
+/// port), a peer controller's Raft messages unidirectional.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientStreams {
     Bidi,

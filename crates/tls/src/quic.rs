@@ -54,7 +54,9 @@ fn transport(bidi: u32, uni: u32) -> Arc<TransportConfig> {
 /// port), a peer controller's Raft messages unidirectional.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientStreams {
+    /// Bidirectional streams: a request and its answer.
     Bidi,
+    /// Unidirectional streams: one message each.
     Uni,
 }
 

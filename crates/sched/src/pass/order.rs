@@ -439,13 +439,10 @@ impl<'a> Pass<'a> {
     fn fits_once_stopped(&self, ask: Ask<'a>, borrowed: bool) -> bool {
         let sv = &self.shares[ask.s];
         let u = ask.u;
-        let limit = if borrowed {
-            sv.ceiling[u]
-        } else {
-            Some(sv.max[u] as u64)
-        };
         sv.stopping[u] > 0
-            && limit.is_none_or(|l| (sv.used[u] - sv.stopping[u] + ask.need()) as u64 <= l)
+            && sv
+                .limit(u, borrowed)
+                .is_none_or(|l| (sv.used[u] - sv.stopping[u] + ask.need()) as u64 <= l)
     }
 
     /// The share's jobs of unit `u` being stopped, and when the last one's grace ends.

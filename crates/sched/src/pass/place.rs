@@ -75,12 +75,10 @@ impl<'a> Pass<'a> {
         // The share's own limit, counted as the state machine will re-verify it: GPUs of
         // jobs still stopping count until they have exited.
         let sv = &self.shares[s];
-        let limit = if borrowed {
-            sv.ceiling[u]
-        } else {
-            Some(sv.max[u] as u64)
-        };
-        if let Some(limit) = limit.filter(|l| (sv.used[u] + need) as u64 > *l) {
+        if let Some(limit) = sv
+            .limit(u, borrowed)
+            .filter(|l| (sv.used[u] + need) as u64 > *l)
+        {
             return Err(if borrowed {
                 PendingReasonOf::BorrowLimit {
                     used: sv.used[u],

@@ -561,7 +561,7 @@ impl<'a> Pass<'a> {
                     break;
                 }
             }
-            if avail + freed >= g && !vs.is_empty() {
+            if avail + freed >= g {
                 opts.push(((dearest, gpus, n), vs, g.saturating_sub(freed)));
             }
         }

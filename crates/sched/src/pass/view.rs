@@ -103,6 +103,15 @@ impl ShareView<'_> {
             0
         }
     }
+    /// The most GPUs of unit `u` the share may use: its max, or its ceiling for a job
+    /// that borrows (`None`: no ceiling).
+    pub(super) fn limit(&self, u: Ux, borrowed: bool) -> Option<u64> {
+        if borrowed {
+            self.ceiling[u]
+        } else {
+            Some(self.max[u] as u64)
+        }
+    }
     /// GPUs over max that are not already being given back (negative: room left).
     pub(super) fn excess(&self, u: Ux) -> i64 {
         self.used[u] as i64 - self.stopping[u] as i64 - self.max[u] as i64

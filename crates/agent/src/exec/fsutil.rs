@@ -26,6 +26,9 @@ pub(crate) fn now_nanos() -> u128 {
         .unwrap_or(0)
 }
 
+/// The `T` attribute of chattr(1) (`FS_TOPDIR_FL` in linux/fs.h).
+const FS_TOPDIR_FL: nix::libc::c_int = 0x0002_0000;
+
 /// Marks directory `dir` as the top of a directory hierarchy for ext4's inode
 /// allocator (the `T` attribute of chattr(1)), so that the directories made in it are
 /// spread over the file system's block groups, each with its files, rather than
@@ -36,7 +39,6 @@ pub(crate) fn now_nanos() -> u128 {
 /// and failures leave the directory as it is.
 pub(crate) fn spread_subdirectories(dir: &Path) {
     use std::os::fd::AsRawFd;
-    const FS_TOPDIR_FL: nix::libc::c_int = 0x0002_0000;
     let Ok(f) = File::open(dir) else {
         return;
     };
@@ -165,11 +167,22 @@ mod tests {
             );
             return;
         };
-        assert_eq!(before & 0x0002_0000, 0, "a fresh directory is not marked");
-        spread_subdirectories(t.path());
-        assert_eq!(flags(t.path()).unwrap() & 0x0002_0000, 0x0002_0000);
-        // Marking it again changes nothing and does not fail.
-        spread_subdirectories(t.path());
-        assert_eq!(flags(t.path()).unwrap(), before | 0x0002_0000);
+        assert_eq!(before & FS_TOPDIR_FL, 0, "a fresh directory is not marked");
+        let _ex = crate::exec::Executors::new(t.path()).unwrap();
+        let attempts = t.path().join("attempts");
+        let marked = flags(&attempts).unwrap();
+        assert_eq!(
+            marked & FS_TOPDIR_FL,
+            FS_TOPDIR_FL,
+            "the attempts directory"
+        );
+        assert_eq!(
+            flags(t.path()).unwrap(),
+            before,
+            "the spool itself is left alone"
+        );
+        // Marking it again (an agent restarting on its spool) changes nothing.
+        spread_subdirectories(&attempts);
+        assert_eq!(flags(&attempts).unwrap(), marked);
     }
 }

@@ -59,6 +59,14 @@ enum Cmd {
         #[arg(long)]
         dir: std::path::PathBuf,
     },
+    /// Fork the shims of the attempts the agent asks for on standard input (started by
+    /// the agent itself, not by people).
+    #[command(hide = true)]
+    ShimLauncher {
+        /// The agent's spool directory (to tell the agents of a host apart in `ps`).
+        #[arg(long)]
+        spool: std::path::PathBuf,
+    },
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -73,6 +81,7 @@ pub fn main() -> ExitCode {
             json,
         } => inventory(backend, &fake, &node, &units, json),
         Cmd::Shim { dir } => crate::exec::shim_main(&dir),
+        Cmd::ShimLauncher { spool: _ } => crate::exec::launcher_main(),
         Cmd::Run { config, json_logs } => run(&config, json_logs),
     }
 }

@@ -42,6 +42,17 @@ macro_rules! on_v1_and_v2 {
     };
 }
 
+/// The attempt's shim's pid, from its `shim.pid` file.
+fn shim_pid(a: &tranche_agent::exec::Attempt) -> i32 {
+    std::fs::read_to_string(a.dir().join("shim.pid"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// The job's main pid, from the attempt's `pid` file.
 fn main_pid(a: &tranche_agent::exec::Attempt) -> i32 {
     wait_pid_file(&a.dir().join("pid"), LONG)
@@ -644,13 +655,7 @@ fn a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped() {
     let ex = Executors::new(spool.path()).unwrap();
     let a = ex.start(&spec("host", &["sleep", "1000"])).unwrap();
     let pid = main_pid(&a);
-    let shim: i32 = std::fs::read_to_string(a.dir().join("shim.pid"))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let shim = shim_pid(&a);
     // SAFETY: kill(2) on the shim this test started.
     assert_eq!(unsafe { nix::libc::kill(shim, nix::libc::SIGKILL) }, 0);
     wait_until("the shim to go", LONG, || pid_gone(shim));
@@ -804,4 +809,83 @@ fn two_spools_run_the_same_attempt_side_by_side(test: &str, mode: CgroupMode) {
     assert_eq!(wait_exit(&again, LONG).code, Some(0));
     assert_eq!(stdout(&again), "from again\n");
     assert_nothing_left(test, &again, &[p2]);
+}
+
+/// The shim launchers running for the executors spooling in `spool` (from their
+/// command lines; a launcher that has exited but is not reaped yet has none).
+fn launchers_of(spool: &Path) -> Vec<i32> {
+    let needle = format!("shim-launcher\0--spool\0{}\0", spool.display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(raw) = std::fs::read(e.path().join("cmdline")) {
+            if raw.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// The field after the command name in `/proc/<pid>/stat`: state, then the parent's pid.
+fn parent_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn shims_are_forked_by_one_launcher_which_is_replaced_when_it_dies() {
+    init();
+    let spool = test_dir();
+    let work = test_dir();
+    let ex = Executors::new(spool.path()).unwrap();
+    assert!(
+        launchers_of(spool.path()).is_empty(),
+        "started before any attempt"
+    );
+    let a = ex.start(&job_waiting_for_go(work.path())).unwrap();
+    let first = launchers_of(spool.path());
+    assert_eq!(first.len(), 1, "launchers: {first:?}");
+    // The shim is named for `ps`, and is neither the launcher's child nor this
+    // process's.
+    let shim = shim_pid(&a);
+    let comm = std::fs::read_to_string(format!("/proc/{shim}/comm")).unwrap();
+    assert_eq!(comm.trim(), "tranche-shim");
+    let cmdline = std::fs::read(format!("/proc/{shim}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    let shown = cmdline.trim_end_matches('\0');
+    assert_eq!(shown, format!("tranche-shim {}", a.dir().display()));
+    let parent = parent_of(shim);
+    assert!(
+        parent != first[0] && parent != std::process::id() as i32,
+        "the shim's parent is {parent}"
+    );
+    // A launcher that dies is replaced by the next attempt's start.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until("the launcher is gone", LONG, || {
+        launchers_of(spool.path()).is_empty()
+    });
+    let b = ex
+        .start(&spec("host", &["sh", "-c", "echo second"]))
+        .unwrap();
+    assert_eq!(wait_exit(&b, LONG).code, Some(0), "{}", stderr(&b));
+    assert_eq!(stdout(&b), "second\n");
+    let second = launchers_of(spool.path());
+    assert_eq!(second.len(), 1, "launchers: {second:?}");
+    assert_ne!(second, first);
+    // Dropping the executors (as the agent stopping does) ends the launcher and
+    // leaves the job running.
+    drop(ex);
+    assert!(launchers_of(spool.path()).is_empty());
+    assert!(a.alive() && a.exit().is_none());
+    std::fs::write(work.path().join("go"), "").unwrap();
+    assert_eq!(wait_exit(&a, LONG).code, Some(0));
+    assert_eq!(stdout(&a), "done\n");
 }

@@ -3,14 +3,14 @@
 //! agent process left running.
 
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use super::attempt::{cleanup_attempt, Attempt};
 use super::cgroup::{self, Cgroups};
+use super::launcher::{Launched, Launcher};
 use super::spec::validate;
 use super::spool::{
     attempt_name, cgroup_name, container_id, files, parse_attempt_name, remove_attempt_dir,
@@ -20,6 +20,19 @@ use super::{fsutil, image, oci, sagemaker, CgroupMode, ExecError, LaunchSpec, AG
 
 /// How long [`Executors::start`] waits for the shim to report the job running.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a shim the launcher did not answer for may take to record `shim.pid`
+/// before the attempt is taken as not started.
+const UNANSWERED_GRACE: Duration = Duration::from_secs(5);
+
+/// The binary shims run from: `$TRANCHE_AGENT_BIN`, else the running executable.
+fn shim_binary() -> Result<PathBuf, String> {
+    match std::env::var_os(AGENT_BIN_ENV) {
+        Some(b) if !b.is_empty() => Ok(PathBuf::from(b)),
+        _ => std::env::current_exe()
+            .map_err(|e| format!("cannot locate the tranche-agent binary: {e}")),
+    }
+}
 
 /// The executors of one node: the spool directory, the OCI runtime found on the node
 /// and the cgroup support detected.
@@ -41,6 +54,8 @@ pub struct Executors {
     runtime: Option<PathBuf>,
     runtime_root: PathBuf,
     cgroups: Cgroups,
+    /// The shim launcher, started on the first attempt (see `launcher`).
+    launcher: Mutex<Option<Launcher>>,
 }
 
 impl Executors {
@@ -85,6 +100,7 @@ impl Executors {
             runtime,
             runtime_root,
             cgroups,
+            launcher: Mutex::new(None),
         })
     }
 
@@ -299,44 +315,31 @@ impl Executors {
             command: spec.command_line(),
             reason,
         };
-        let bin = match std::env::var_os(AGENT_BIN_ENV) {
-            Some(b) if !b.is_empty() => PathBuf::from(b),
-            _ => std::env::current_exe()
-                .map_err(|e| launch_err(format!("cannot locate the tranche-agent binary: {e}")))?,
-        };
         let log_path = dir.join(files::SHIM_LOG);
-        let log = fsutil::open_append(&log_path)?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| ExecError::io("duplicating", &log_path, e))?;
-        let mut cmd = Command::new(&bin);
-        cmd.arg("shim")
-            .arg("--dir")
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            // Out of the agent's process group at once (a Ctrl-C to the agent's terminal
-            // does not reach it); the supervising process takes a session of its own.
-            // Without code to run between fork and exec, the spawn is a posix_spawn,
-            // which copies none of the agent's memory map.
-            .process_group(0);
-        let mut child = cmd.spawn().map_err(|e| {
-            launch_err(format!(
-                "cannot run the shim `{} shim` (set {AGENT_BIN_ENV}?): {e}",
-                bin.display()
-            ))
-        })?;
-        // The shim forks at once and its first process exits: reap it.
-        let st = child
-            .wait()
-            .map_err(|e| launch_err(format!("waiting for the shim: {e}")))?;
-        if !st.success() {
-            return Err(launch_err(format!(
-                "the shim failed ({st}): {}",
-                fsutil::tail(&log_path, 2000)
-            )));
-        }
+        // Whether the shim's first process is known to have ended (having recorded
+        // `shim.pid` or failed): with no answer from the launcher it may still be on
+        // its way, and its absence is not taken as a failure for a while.
+        let answered = match self.ask_launcher(dir).map_err(launch_err)? {
+            Launched::Code(0) => true,
+            Launched::Code(code) => {
+                return Err(launch_err(format!(
+                    "the shim failed (exit status {code}): {}",
+                    fsutil::read_string(&dir.join(files::LAUNCH_ERROR))
+                        .map(|m| m.trim().to_string())
+                        .unwrap_or_else(|| fsutil::tail(&log_path, 2000))
+                )))
+            }
+            Launched::Unanswered(e) => {
+                tracing::warn!(
+                    "job {} attempt {}: the shim launcher did not answer ({e}); waiting for \
+                     the shim to show up",
+                    spec.job,
+                    spec.attempt
+                );
+                false
+            }
+        };
+        let since = Instant::now();
         let deadline = Instant::now() + START_TIMEOUT;
         let mut nap = Duration::from_millis(1);
         loop {
@@ -346,7 +349,7 @@ impl Executors {
             if dir.join(files::PID).exists() || dir.join(files::EXIT).exists() {
                 return Ok(());
             }
-            if !shim_alive(dir) {
+            if !shim_alive(dir) && (answered || since.elapsed() >= UNANSWERED_GRACE) {
                 // Re-check: the shim may have written its files just before exiting.
                 if let Some(msg) = fsutil::read_string(&dir.join(files::LAUNCH_ERROR)) {
                     return Err(launch_err(msg.trim().to_string()));
@@ -368,6 +371,44 @@ impl Executors {
             sleep(nap);
             nap = (nap * 2).min(Duration::from_millis(20));
         }
+    }
+
+    /// Asks the shim launcher for the shim of the attempt in `dir`, starting the
+    /// launcher first where there is none or the one there was has gone (a request it
+    /// did not take forked nothing, so it is sent to a fresh one once).
+    fn ask_launcher(&self, dir: &Path) -> Result<Launched, String> {
+        let mut launcher = self.launcher.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = None;
+        for _ in 0..2 {
+            if launcher.is_none() {
+                let bin = shim_binary()?;
+                let l = Launcher::start(&bin, &self.spool).map_err(|e| {
+                    format!(
+                        "cannot run the shim launcher `{} shim-launcher` (set {AGENT_BIN_ENV}?): {e}",
+                        bin.display()
+                    )
+                })?;
+                *launcher = Some(l);
+            }
+            let l = launcher.as_mut().expect("started above");
+            match l.launch(dir) {
+                Ok(Launched::Code(c)) => return Ok(Launched::Code(c)),
+                Ok(Launched::Unanswered(e)) => {
+                    // It took the request and then failed: a shim may be running, so
+                    // the request is not repeated; the next one gets a new launcher.
+                    *launcher = None;
+                    return Ok(Launched::Unanswered(e));
+                }
+                Err(e) => {
+                    *launcher = None;
+                    last = Some(e);
+                }
+            }
+        }
+        Err(format!(
+            "the shim launcher did not take the request: {}",
+            last.map(|e| e.to_string()).unwrap_or_default()
+        ))
     }
 
     /// Every attempt in the spool that has not been acknowledged: running ones, and

@@ -23,11 +23,14 @@
 //! system has it), so that the attempts' directories spread over the block groups
 //! (see `fsutil::spread_subdirectories`).
 //!
-//! The agent starts `tranche-agent shim --dir <attemptdir>` (a hidden subcommand) in a
-//! new session with stdin on `/dev/null`; the shim forks once more so that it is no
-//! child of the agent, makes itself a child subreaper (every orphaned descendant of the
-//! job is re-parented to it), launches the job, reaps it and its descendants, writes
-//! `exit.json` and exits. Killing the agent (even with SIGKILL) therefore never kills a
+//! Each attempt has a shim, which the agent has forked by its shim launcher (one small
+//! single-threaded process, `tranche-agent shim-launcher`, started from the agent's
+//! binary; see `launcher`): the shim starts as `tranche-agent shim --dir <attemptdir>`
+//! (a hidden subcommand) would, in a process group of its own with stdin on
+//! `/dev/null`, and appears in `ps` as `tranche-shim`. It forks once more so that it is
+//! no child of the agent or the launcher, makes itself a child subreaper (every
+//! orphaned descendant of the job is re-parented to it), launches the job, reaps it and
+//! its descendants, writes `exit.json` and exits. Killing the agent (even with SIGKILL) therefore never kills a
 //! job, and a restarted agent re-adopts the attempts by scanning the spool
 //! ([`Executors::adopt`]).
 //!
@@ -61,6 +64,7 @@ mod error;
 mod executors;
 mod fsutil;
 mod image;
+mod launcher;
 pub mod ledger;
 mod oci;
 pub mod output;
@@ -78,6 +82,7 @@ pub use attempt::{Attempt, CgroupDirs, KillMethod, StopOutcome};
 pub use cgroup::CgroupMode;
 pub use error::ExecError;
 pub use executors::Executors;
+pub use launcher::launcher_main;
 pub use output::OutputFile;
 pub use sagemaker::{kept_sagemaker_output, sagemaker_env};
 pub use shim::shim_main;

@@ -34,14 +34,29 @@ fn log(dir: &Path, msg: &str) {
 }
 
 /// Entry point of the hidden `tranche-agent shim --dir <attemptdir>` subcommand: runs
-/// the attempt described by the directory's `spec.json` and `plan.json`.
+/// the attempt described by the directory's `spec.json` and `plan.json`. The agent
+/// has its shims forked by the shim launcher (see `launcher`), which runs the same
+/// code; the subcommand runs one by hand.
 ///
 /// The first process forks, records the second one in `shim.pid` and exits at once (so
-/// the agent reaps it and the shim is nobody's child the agent has to wait for); the
-/// second one, in a session of its own, supervises the job. Must be called before any thread is started.
+/// whoever started it reaps it and the shim is nobody's child anyone has to wait for);
+/// the second one, in a session of its own, supervises the job. Must be called before
+/// any thread is started.
 pub fn shim_main(dir: &Path) -> ExitCode {
-    // SAFETY: called from `main` of a single-threaded process; the child only goes on
-    // running ordinary Rust code, as the parent would have.
+    if run_shim(dir) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The shim's work, in a process that has just started (by exec, or forked by the
+/// shim launcher): true where this process, the first one or the supervising one,
+/// did its part. Must be called from a single-threaded process.
+pub(super) fn run_shim(dir: &Path) -> bool {
+    // SAFETY: called in a single-threaded process (the shim's `main`, or the child the
+    // launcher forked); the child only goes on running ordinary Rust code, as the
+    // parent would have.
     match unsafe { nix::unistd::fork() } {
         Err(e) => {
             log(dir, &format!("fork: {e}"));
@@ -49,7 +64,7 @@ pub fn shim_main(dir: &Path) -> ExitCode {
                 &dir.join(files::LAUNCH_ERROR),
                 format!("the shim could not fork: {e}\n").as_bytes(),
             );
-            return ExitCode::FAILURE;
+            return false;
         }
         Ok(ForkResult::Parent { child }) => {
             let pid = child.as_raw();
@@ -58,10 +73,10 @@ pub fn shim_main(dir: &Path) -> ExitCode {
                 &dir.join(files::SHIM_PID),
                 format!("{pid} {start}\n").as_bytes(),
             ) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(()) => true,
                 Err(e) => {
                     log(dir, &e.to_string());
-                    ExitCode::FAILURE
+                    false
                 }
             };
         }
@@ -73,10 +88,10 @@ pub fn shim_main(dir: &Path) -> ExitCode {
         log(dir, &format!("setsid: {e}"));
     }
     match supervise(dir) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => true,
         Err(e) => {
             log(dir, &e);
-            ExitCode::FAILURE
+            false
         }
     }
 }

@@ -52,13 +52,6 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Supervise one attempt of a job (started by the agent itself, not by people).
-    #[command(hide = true)]
-    Shim {
-        /// The attempt directory (`<spool>/attempts/<job>.<attempt>`).
-        #[arg(long)]
-        dir: std::path::PathBuf,
-    },
     /// Fork the shims of the attempts the agent asks for on standard input (started by
     /// the agent itself, not by people).
     #[command(hide = true)]
@@ -80,7 +73,6 @@ pub fn main() -> ExitCode {
             units,
             json,
         } => inventory(backend, &fake, &node, &units, json),
-        Cmd::Shim { dir } => crate::exec::shim_main(&dir),
         Cmd::ShimLauncher { spool: _ } => crate::exec::launcher_main(),
         Cmd::Run { config, json_logs } => run(&config, json_logs),
     }

@@ -849,21 +849,16 @@ fn shims_are_forked_by_one_launcher_which_is_replaced_when_it_dies() {
     let a = ex.start(&job_waiting_for_go(work.path())).unwrap();
     let first = launchers_of(spool.path());
     assert_eq!(first.len(), 1, "launchers: {first:?}");
-    // The shim is named for `ps`, and is neither the launcher's child nor this
-    // process's.
+    // The shim is the launcher's child, named for `ps` after its attempt.
     let shim = shim_pid(&a);
+    assert_eq!(parent_of(shim), first[0]);
     let comm = std::fs::read_to_string(format!("/proc/{shim}/comm")).unwrap();
     assert_eq!(comm.trim(), "tranche-shim");
     let cmdline = std::fs::read(format!("/proc/{shim}/cmdline")).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline);
     let shown = cmdline.trim_end_matches('\0');
     assert_eq!(shown, format!("tranche-shim {}", a.dir().display()));
-    let parent = parent_of(shim);
-    assert!(
-        parent != first[0] && parent != std::process::id() as i32,
-        "the shim's parent is {parent}"
-    );
-    // A launcher that dies is replaced by the next attempt's start.
+    // A launcher that dies is replaced by the next attempt's start; its shim goes on.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(first[0]),
         nix::sys::signal::Signal::SIGKILL,
@@ -877,6 +872,28 @@ fn shims_are_forked_by_one_launcher_which_is_replaced_when_it_dies() {
         .unwrap();
     assert_eq!(wait_exit(&b, LONG).code, Some(0), "{}", stderr(&b));
     assert_eq!(stdout(&b), "second\n");
+    // The new launcher reaps the shims it forked once they end.
+    let b_shim = shim_pid(&b);
+    wait_until("the second shim is reaped", LONG, || {
+        !Path::new(&format!("/proc/{b_shim}")).exists()
+    });
+    // Attempts started at once from several threads each get their own shim.
+    let many: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let ex = &ex;
+                scope.spawn(move || {
+                    ex.start(&spec("host", &["sh", "-c", &format!("echo {i}")]))
+                        .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, m) in many.iter().enumerate() {
+        assert_eq!(wait_exit(m, LONG).code, Some(0), "{}", stderr(m));
+        assert_eq!(stdout(m), format!("{i}\n"));
+    }
     let second = launchers_of(spool.path());
     assert_eq!(second.len(), 1, "launchers: {second:?}");
     assert_ne!(second, first);

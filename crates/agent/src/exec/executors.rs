@@ -16,7 +16,9 @@ use super::spool::{
     attempt_name, cgroup_name, container_id, files, parse_attempt_name, remove_attempt_dir,
     shim_alive, ExecKind, LaunchRecord,
 };
-use super::{fsutil, image, oci, sagemaker, CgroupMode, ExecError, LaunchSpec, AGENT_BIN_ENV};
+use super::{
+    fsutil, image, oci, procfs, sagemaker, CgroupMode, ExecError, LaunchSpec, AGENT_BIN_ENV,
+};
 
 /// How long [`Executors::start`] waits for the shim to report the job running.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -316,18 +318,16 @@ impl Executors {
             reason,
         };
         let log_path = dir.join(files::SHIM_LOG);
-        // Whether the shim's first process is known to have ended (having recorded
-        // `shim.pid` or failed): with no answer from the launcher it may still be on
-        // its way, and its absence is not taken as a failure for a while.
-        let answered = match self.ask_launcher(dir).map_err(launch_err)? {
-            Launched::Code(0) => true,
-            Launched::Code(code) => {
-                return Err(launch_err(format!(
-                    "the shim failed (exit status {code}): {}",
+        // The shim, as the launcher forked it; with no answer from the launcher it may
+        // or may not have been, and is looked for in `shim.pid` for a while.
+        let shim = match self.ask_launcher(dir).map_err(launch_err)? {
+            Launched::Forked { pid, start } => Some((pid, start)),
+            Launched::NotForked => {
+                return Err(launch_err(
                     fsutil::read_string(&dir.join(files::LAUNCH_ERROR))
                         .map(|m| m.trim().to_string())
-                        .unwrap_or_else(|| fsutil::tail(&log_path, 2000))
-                )))
+                        .unwrap_or_else(|| "the shim launcher could not fork".into()),
+                ))
             }
             Launched::Unanswered(e) => {
                 tracing::warn!(
@@ -336,10 +336,14 @@ impl Executors {
                     spec.job,
                     spec.attempt
                 );
-                false
+                None
             }
         };
         let since = Instant::now();
+        let alive = || match shim {
+            Some((pid, start)) => procfs::alive(pid, Some(start)),
+            None => shim_alive(dir) || since.elapsed() < UNANSWERED_GRACE,
+        };
         let deadline = Instant::now() + START_TIMEOUT;
         let mut nap = Duration::from_millis(1);
         loop {
@@ -349,7 +353,7 @@ impl Executors {
             if dir.join(files::PID).exists() || dir.join(files::EXIT).exists() {
                 return Ok(());
             }
-            if !shim_alive(dir) && (answered || since.elapsed() >= UNANSWERED_GRACE) {
+            if !alive() {
                 // Re-check: the shim may have written its files just before exiting.
                 if let Some(msg) = fsutil::read_string(&dir.join(files::LAUNCH_ERROR)) {
                     return Err(launch_err(msg.trim().to_string()));
@@ -375,40 +379,41 @@ impl Executors {
 
     /// Asks the shim launcher for the shim of the attempt in `dir`, starting the
     /// launcher first where there is none or the one there was has gone (a request it
-    /// did not take forked nothing, so it is sent to a fresh one once).
+    /// did not take forked nothing, so it is sent to a fresh one once). Only the
+    /// sending holds the lock; the answer is waited for without it.
     fn ask_launcher(&self, dir: &Path) -> Result<Launched, String> {
-        let mut launcher = self.launcher.lock().unwrap_or_else(|e| e.into_inner());
-        let mut last = None;
-        for _ in 0..2 {
-            if launcher.is_none() {
-                let bin = shim_binary()?;
-                let l = Launcher::start(&bin, &self.spool).map_err(|e| {
-                    format!(
-                        "cannot run the shim launcher `{} shim-launcher` (set {AGENT_BIN_ENV}?): {e}",
-                        bin.display()
-                    )
-                })?;
-                *launcher = Some(l);
-            }
-            let l = launcher.as_mut().expect("started above");
-            match l.launch(dir) {
-                Ok(Launched::Code(c)) => return Ok(Launched::Code(c)),
-                Ok(Launched::Unanswered(e)) => {
-                    // It took the request and then failed: a shim may be running, so
-                    // the request is not repeated; the next one gets a new launcher.
+        let sent = {
+            let mut launcher = self.launcher.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = None;
+            let mut sent = None;
+            for _ in 0..2 {
+                if launcher.as_ref().is_none_or(|l| l.gone()) {
                     *launcher = None;
-                    return Ok(Launched::Unanswered(e));
+                    let bin = shim_binary()?;
+                    let l = Launcher::start(&bin, &self.spool).map_err(|e| {
+                        format!(
+                            "cannot run the shim launcher `{} shim-launcher` (set {AGENT_BIN_ENV}?): {e}",
+                            bin.display()
+                        )
+                    })?;
+                    *launcher = Some(l);
                 }
-                Err(e) => {
-                    *launcher = None;
-                    last = Some(e);
+                match launcher.as_mut().expect("started above").send(dir) {
+                    Ok(s) => {
+                        sent = Some(s);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
                 }
             }
-        }
-        Err(format!(
-            "the shim launcher did not take the request: {}",
-            last.map(|e| e.to_string()).unwrap_or_default()
-        ))
+            sent.ok_or_else(|| {
+                format!(
+                    "the shim launcher did not take the request: {}",
+                    last.map(|e| e.to_string()).unwrap_or_default()
+                )
+            })?
+        };
+        Ok(sent.answer())
     }
 
     /// Every attempt in the spool that has not been acknowledged: running ones, and

@@ -25,12 +25,10 @@
 //!
 //! Each attempt has a shim, which the agent has forked by its shim launcher (one small
 //! single-threaded process, `tranche-agent shim-launcher`, started from the agent's
-//! binary; see `launcher`): the shim starts as `tranche-agent shim --dir <attemptdir>`
-//! (a hidden subcommand) would, in a process group of its own with stdin on
-//! `/dev/null`, and appears in `ps` as `tranche-shim`. It forks once more so that it is
-//! no child of the agent or the launcher, makes itself a child subreaper (every
+//! binary; see `launcher`). The shim (`tranche-shim <attemptdir>` in `ps`) runs in a
+//! session of its own with stdin on `/dev/null`, makes itself a child subreaper (every
 //! orphaned descendant of the job is re-parented to it), launches the job, reaps it and
-//! its descendants, writes `exit.json` and exits. Killing the agent (even with SIGKILL) therefore never kills a
+//! its descendants, writes `exit.json` and exits. It is no child of the agent. Killing the agent (even with SIGKILL) therefore never kills a
 //! job, and a restarted agent re-adopts the attempts by scanning the spool
 //! ([`Executors::adopt`]).
 //!
@@ -52,7 +50,7 @@
 //!
 //! `spec` is what an attempt runs ([`LaunchSpec`]), `spool` the attempt directories
 //! and their records, `executors` starts and adopts attempts ([`Executors`]),
-//! `attempt` watches, stops and reaps one ([`Attempt`]), `shim` supervises it on the
+//! `attempt` watches, stops and reaps one ([`Attempt`]), `launcher` forks its shim, `shim` supervises it on the
 //! node; `output` expands `--output`/`--error` patterns and creates and reads those
 //! files; `sagemaker` gives a SageMaker training job its container contract
 //! (`/opt/ml`, the `SM_*` variables); `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
@@ -85,13 +83,12 @@ pub use executors::Executors;
 pub use launcher::launcher_main;
 pub use output::OutputFile;
 pub use sagemaker::{kept_sagemaker_output, sagemaker_env};
-pub use shim::shim_main;
 pub use signal::signal_number;
 pub use spec::{job_env, ArrayTask, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};
 pub use spool::{kept_logs, kept_output, ExecKind, ExitStatus};
 
-/// Environment variable naming the `tranche-agent` binary whose hidden `shim`
-/// subcommand supervises each attempt; unset, the running executable is used.
+/// Environment variable naming the `tranche-agent` binary whose hidden `shim-launcher`
+/// subcommand forks the shims; unset, the running executable is used.
 pub const AGENT_BIN_ENV: &str = "TRANCHE_AGENT_BIN";
 
 /// Environment variable naming the OCI runtime binary; unset, `runc` is looked for in

@@ -221,7 +221,7 @@ pub(crate) fn create_as(path: &Path, who: Option<As>, truncate: bool) -> io::Res
         .and_then(|()| nix::unistd::setgroups(&groups));
     if let Err(e) = back {
         // Nothing more may run with the user's credentials half applied.
-        eprintln!("tranche-agent shim: cannot return to the agent's credentials: {e}");
+        eprintln!("tranche-shim: cannot return to the agent's credentials: {e}");
         std::process::abort();
     }
     opened

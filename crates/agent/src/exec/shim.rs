@@ -1,19 +1,19 @@
-//! The shim: `tranche-agent shim --dir <attemptdir>`, one per attempt, started by the
-//! agent in a new session. It launches the job, reaps it and every descendant (it is
-//! their child subreaper), and writes `exit.json` once no process of the job is left.
+//! The shim: one per attempt, forked by the agent's shim launcher, in a session of its
+//! own. It launches the job, reaps it and every descendant (it is their child
+//! subreaper), and writes `exit.json` once no process of the job is left.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::libc;
-use nix::unistd::{ForkResult, Gid, Uid};
+use nix::unistd::{Gid, Uid};
 use tranche_model::{GpuIndex, JobId};
 
 use super::ledger::{self, LedgerEntry};
@@ -26,66 +26,28 @@ use super::{
 };
 
 fn log(dir: &Path, msg: &str) {
-    eprintln!(
-        "{} tranche-agent shim {}: {msg}",
-        fsutil::now_ms(),
-        dir.display()
-    );
+    eprintln!("{} tranche-shim {}: {msg}", fsutil::now_ms(), dir.display());
 }
 
-/// Entry point of the hidden `tranche-agent shim --dir <attemptdir>` subcommand: runs
-/// the attempt described by the directory's `spec.json` and `plan.json`. The agent
-/// has its shims forked by the shim launcher (see `launcher`), which runs the same
-/// code; the subcommand runs one by hand.
-///
-/// The first process forks, records the second one in `shim.pid` and exits at once (so
-/// whoever started it reaps it and the shim is nobody's child anyone has to wait for);
-/// the second one, in a session of its own, supervises the job. Must be called before
-/// any thread is started.
-pub fn shim_main(dir: &Path) -> ExitCode {
-    if run_shim(dir) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-/// The shim's work, in a process that has just started (by exec, or forked by the
-/// shim launcher): true where this process, the first one or the supervising one,
-/// did its part. Must be called from a single-threaded process.
+/// The shim's work, in the process the shim launcher forked for the attempt in `dir`
+/// (see `launcher`): it takes a session of its own, records itself in `shim.pid` (pid
+/// and start time), and supervises the attempt described by the directory's
+/// `spec.json` and `plan.json`. True where all of that was done. Must be called in a
+/// single-threaded process.
 pub(super) fn run_shim(dir: &Path) -> bool {
-    // SAFETY: called in a single-threaded process (the shim's `main`, or the child the
-    // launcher forked); the child only goes on running ordinary Rust code, as the
-    // parent would have.
-    match unsafe { nix::unistd::fork() } {
-        Err(e) => {
-            log(dir, &format!("fork: {e}"));
-            let _ = fsutil::write_atomic(
-                &dir.join(files::LAUNCH_ERROR),
-                format!("the shim could not fork: {e}\n").as_bytes(),
-            );
-            return false;
-        }
-        Ok(ForkResult::Parent { child }) => {
-            let pid = child.as_raw();
-            let start = procfs::stat(pid).map(|s| s.starttime).unwrap_or(0);
-            return match fsutil::write_atomic(
-                &dir.join(files::SHIM_PID),
-                format!("{pid} {start}\n").as_bytes(),
-            ) {
-                Ok(()) => true,
-                Err(e) => {
-                    log(dir, &e.to_string());
-                    false
-                }
-            };
-        }
-        Ok(ForkResult::Child) => {}
-    }
     // A session of its own: nothing the agent's session or terminal goes through (a
     // hang-up, a signal to its process group) reaches the job.
     if let Err(e) = nix::unistd::setsid() {
         log(dir, &format!("setsid: {e}"));
+    }
+    let pid = std::process::id() as i32;
+    let start = procfs::stat(pid).map(|s| s.starttime).unwrap_or(0);
+    if let Err(e) = fsutil::write_atomic(
+        &dir.join(files::SHIM_PID),
+        format!("{pid} {start}\n").as_bytes(),
+    ) {
+        log(dir, &format!("cannot record the shim's pid: {e}"));
+        return false;
     }
     match supervise(dir) {
         Ok(()) => true,

@@ -54,7 +54,7 @@ struct Local {
     attempt: Arc<Attempt>,
     /// The checkpoint signal of the job, as the work item gave it.
     signal: String,
-    running_reported: bool,
+    running: RunningReport,
     stopping: bool,
     /// When the job's time limit ends (counted from its start on this agent).
     time_limit_at: Option<Instant>,
@@ -72,7 +72,7 @@ impl Local {
         Local {
             attempt,
             signal,
-            running_reported: false,
+            running: RunningReport::Unsent,
             stopping: false,
             time_limit_at,
             stopped_for: None,
@@ -89,6 +89,17 @@ impl Local {
         }
         self.attempt.exit()
     }
+}
+
+/// Where the report that an attempt runs stands: sent once, by whoever starts the
+/// attempt or, for one adopted after a restart or whose report was not delivered, by
+/// the next reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunningReport {
+    Unsent,
+    /// On its way (the attempt's start, or a reconcile, sends it).
+    Sending,
+    Sent,
 }
 
 /// An attempt on this node: its job and attempt number.
@@ -540,13 +551,16 @@ impl Agent {
                             e.time_limit_at = Some(Instant::now() + Duration::from_millis(left));
                         }
                     }
-                    !e.running_reported && e.exit().is_none()
+                    let report = e.running == RunningReport::Unsent && e.exit().is_none();
+                    if report {
+                        e.running = RunningReport::Sending;
+                    }
+                    report
                 };
                 if report {
-                    self.progress(key, Progress::Running).await;
-                    if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
-                        e.running_reported = true;
-                    }
+                    // Off the poll loop: the next work list need not wait for it.
+                    let agent = self.clone();
+                    tokio::spawn(async move { agent.report_running(key).await });
                 }
             }
         }
@@ -626,19 +640,17 @@ impl Agent {
         match started {
             Ok(a) => {
                 info!(job = item.job.0, attempt = item.attempt, "attempt started");
-                self.local.lock().unwrap().insert(
-                    key,
-                    Local::new(
-                        Arc::new(a),
-                        item.signal.clone(),
-                        item.time_limit_s
-                            .map(|s| Instant::now() + Duration::from_secs(s)),
-                    ),
+                let mut local = Local::new(
+                    Arc::new(a),
+                    item.signal.clone(),
+                    item.time_limit_s
+                        .map(|s| Instant::now() + Duration::from_secs(s)),
                 );
-                self.progress(key, Progress::Running).await;
-                if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
-                    e.running_reported = true;
-                }
+                // Sending from here: a reconcile while the report is on its way does not
+                // send it again.
+                local.running = RunningReport::Sending;
+                self.local.lock().unwrap().insert(key, local);
+                self.report_running(key).await;
             }
             Err(e) => {
                 // A refusal is the user's or the config's doing, not the node's: the
@@ -657,6 +669,19 @@ impl Agent {
                 )
                 .await;
             }
+        }
+    }
+
+    /// Reports that an attempt runs (its `running` is `Sending`); a report not
+    /// delivered is sent again by the next reconcile.
+    async fn report_running(&self, key: Key) {
+        let delivered = self.progress(key, Progress::Running).await;
+        if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+            e.running = if delivered {
+                RunningReport::Sent
+            } else {
+                RunningReport::Unsent
+            };
         }
     }
 

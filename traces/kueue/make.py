@@ -14,6 +14,9 @@ environment), a ClusterQueue a LEND_AND_BORROW share of 20 GPUs with a borrow li
 500% (100 units above its 20) and in-share preemption on. Kueue's test has no nodes;
 here each cohort has 2 nodes of 60 GPUs, so that every workload fits on a node and
 placement is not what is measured. Jobs exit at once on their signal.
+
+policy-one-node.toml is the same with one node of 120 GPUs per cohort: a cohort's
+quota then never comes in pieces, as in Kueue, which has no nodes.
 """
 
 COHORTS, QUEUES = 5, 6
@@ -36,30 +39,36 @@ with open("jobs.csv", "w") as f:
     for t, n, s, g, d, p in rows:
         f.write(f"{t:.3f},{n},{s},{g},{d},{p}\n")
 
-out = [
-    "# Kueue's scheduler performance test as a Tranche policy; made by make.py beside it.",
-    "# 5 cohorts, each a queue on its own environment of 2 nodes of 60 GPUs; 6 shares",
-    "# of 20 GPUs per cohort, each borrowing up to 100 more (500%), in-share preemption on.",
-]
-for c in range(1, COHORTS + 1):
-    out += ["", "[[environments]]", f'name = "cohort{c}"', f'selector = {{ cohort = "c{c}" }}']
-for c in range(1, COHORTS + 1):
-    out += ["", "[[queues]]", f'name = "cohort{c}"', f'environment = "cohort{c}"']
-for c in range(1, COHORTS + 1):
-    out += ["", "[[nodes]]", f'name = "c{c}n"', "count = 2", 'unit = "h100"', "gpus = 60",
-            f'labels = {{ cohort = "c{c}" }}']
-for c in range(1, COHORTS + 1):
-    for q in range(1, QUEUES + 1):
-        out += [
-            "",
-            "[[shares]]",
-            f'name = "c{c}-cq{q}"',
-            f'queue = "cohort{c}"',
-            'capacity_limits = [{ unit = "h100", max = 20 }]',
-            'strategy = "LEND_AND_BORROW"',
-            "borrow_limit = 500",
-            "in_share_preemption = true",
-            "default_grace_s = 1",
-        ]
+def policy(count, gpus):
+    out = [
+        "# Kueue's scheduler performance test as a Tranche policy; made by make.py beside it.",
+        f"# 5 cohorts, each a queue on its own environment of {count} node{'s' if count > 1 else ''} of {gpus} GPUs; 6 shares",
+        "# of 20 GPUs per cohort, each borrowing up to 100 more (500%), in-share preemption on.",
+    ]
+    for c in range(1, COHORTS + 1):
+        out += ["", "[[environments]]", f'name = "cohort{c}"', f'selector = {{ cohort = "c{c}" }}']
+    for c in range(1, COHORTS + 1):
+        out += ["", "[[queues]]", f'name = "cohort{c}"', f'environment = "cohort{c}"']
+    for c in range(1, COHORTS + 1):
+        out += ["", "[[nodes]]", f'name = "c{c}n"', f"count = {count}", 'unit = "h100"', f"gpus = {gpus}",
+                f'labels = {{ cohort = "c{c}" }}']
+    for c in range(1, COHORTS + 1):
+        for q in range(1, QUEUES + 1):
+            out += [
+                "",
+                "[[shares]]",
+                f'name = "c{c}-cq{q}"',
+                f'queue = "cohort{c}"',
+                'capacity_limits = [{ unit = "h100", max = 20 }]',
+                'strategy = "LEND_AND_BORROW"',
+                "borrow_limit = 500",
+                "in_share_preemption = true",
+                "default_grace_s = 1",
+            ]
+    return "\n".join(out) + "\n"
+
+
 with open("policy.toml", "w") as f:
-    f.write("\n".join(out) + "\n")
+    f.write(policy(2, 60))
+with open("policy-one-node.toml", "w") as f:
+    f.write(policy(1, 120))

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use tranche_model::{Gpu, GpuIndex, Unit};
+use tranche_model::{Gpu, GpuIndex, Unit, MAX_GPUS_PER_NODE_INVENTORY};
 
 /// One GPU as the agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -105,19 +105,18 @@ impl FakeInventory {
             spec: spec.to_string(),
             rule: rule.to_string(),
         };
+        let count_rule =
+            format!("COUNT must be a whole number, 1 to {MAX_GPUS_PER_NODE_INVENTORY}");
         let mut gpus = Vec::new();
         for group in spec.split(',') {
             let group = group.trim();
             let (n, unit) = group
                 .split_once('x')
                 .ok_or_else(|| bad("each group is `COUNT x UNIT`, e.g. `8 x h100`"))?;
-            let n: u32 = n
-                .trim()
-                .parse()
-                .map_err(|_| bad("COUNT must be a whole number, 1 to 64"))?;
+            let n: u32 = n.trim().parse().map_err(|_| bad(&count_rule))?;
             let unit = unit.trim();
-            if n == 0 || n > 64 {
-                return Err(bad("COUNT must be a whole number, 1 to 64"));
+            if n == 0 || n as usize > MAX_GPUS_PER_NODE_INVENTORY {
+                return Err(bad(&count_rule));
             }
             if Unit::from(unit).validate("unit").is_err() {
                 return Err(bad("UNIT must be a capacity unit name such as `h100`"));
@@ -136,8 +135,10 @@ impl FakeInventory {
                 });
             }
         }
-        if gpus.len() > 64 {
-            return Err(bad("a node has at most 64 GPUs"));
+        if gpus.len() > MAX_GPUS_PER_NODE_INVENTORY {
+            return Err(bad(&format!(
+                "a node has at most {MAX_GPUS_PER_NODE_INVENTORY} GPUs"
+            )));
         }
         Ok(FakeInventory { gpus })
     }
@@ -402,10 +403,20 @@ mod tests {
         assert_eq!(g[5].uuid, "GPU-fake-n1-5");
         let map = f.unit_map();
         assert_eq!(map.unit_for(&g[4]).unwrap().as_str(), "a100");
-        for bad in ["8 h100", "0 x h100", "x h100", "65 x h100", "8 x H 100"] {
+        for bad in [
+            "8 h100",
+            "0 x h100",
+            "x h100",
+            "129 x h100",
+            "100 x h100, 29 x a100",
+            "8 x H 100",
+        ] {
             let e = FakeInventory::parse(bad, "n1").err().unwrap().to_string();
             assert!(e.contains(bad), "{e}");
         }
+        // A node standing for a whole pool (Kueue's benchmark: 120 GPUs a cohort).
+        let big = FakeInventory::parse("120 x h100", "n1").unwrap();
+        assert_eq!(big.gpus().unwrap().len(), 120);
     }
 
     #[test]

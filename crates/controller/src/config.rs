@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use tranche_model::MAX_GPUS_PER_NODE_INVENTORY;
 use tranche_proto::Member;
 
 /// The whole file. Unknown keys are refused, so a typo is an error, not a default.
@@ -343,10 +344,10 @@ impl Config {
             ));
         }
         for (name, t) in &aws.instance_types {
-            if t.gpus == 0 || t.gpus > 64 {
+            if t.gpus == 0 || t.gpus as usize > MAX_GPUS_PER_NODE_INVENTORY {
                 return Err(bad(
                     "aws.instance_types",
-                    &format!("`{name}`: gpus must be 1 to 64"),
+                    &format!("`{name}`: gpus must be 1 to {MAX_GPUS_PER_NODE_INVENTORY}"),
                 ));
             }
             if tranche_model::Unit::from(t.unit.as_str())

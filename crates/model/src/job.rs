@@ -12,7 +12,7 @@ use std::fmt;
 pub const MAX_JOB_PRIORITY: u32 = 9999;
 pub const MAX_RETRY_ATTEMPTS: u32 = 10;
 pub const MAX_NODES_PER_JOB: u32 = 4096;
-pub const MAX_GPUS_PER_NODE: u32 = 64;
+pub const MAX_GPUS_PER_NODE: u32 = crate::node::MAX_GPUS_PER_NODE_INVENTORY as u32;
 pub const MAX_CLIENT_TOKEN_LEN: usize = 64;
 pub const MAX_ENV_ENTRIES: usize = 256;
 pub const MAX_COMMAND_ARGS: usize = 4096;

@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub const MAX_GPUS_PER_NODE_INVENTORY: usize = 64;
+/// The most GPUs one node may report. Real nodes hold 8 or 16; the bound is wide
+/// enough for a fake node that stands for a whole pool without placement constraints
+/// (as a cohort does in Kueue's benchmark, `traces/kueue/`).
+pub const MAX_GPUS_PER_NODE_INVENTORY: usize = 128;
 
 /// One GPU as the agent reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 
 use crate::scenario::{LimitSpec, NodeSpec, Scenario, ScenarioError, ShareSpec};
 use std::collections::BTreeMap;
-use tranche_model::Strategy;
+use tranche_model::{Strategy, MAX_GPUS_PER_NODE_INVENTORY};
 
 /// Parses `"64 x 8 h100"`: COUNT x GPUS UNIT, several groups joined by `+` or `,`.
 pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, String> {
@@ -41,8 +41,12 @@ pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, String> {
             let gpus: u32 = gpus
                 .parse()
                 .ok()
-                .filter(|g| (1..=64).contains(g))
-                .ok_or_else(|| bad("GPUS must be a whole number 1-64"))?;
+                .filter(|g| (1..=MAX_GPUS_PER_NODE_INVENTORY as u32).contains(g))
+                .ok_or_else(|| {
+                    bad(&format!(
+                        "GPUS must be a whole number 1-{MAX_GPUS_PER_NODE_INVENTORY}"
+                    ))
+                })?;
             Ok(NodeSpec {
                 name: if many {
                     format!("g{}n", i + 1)
@@ -180,7 +184,7 @@ strategy = "LEND"
         assert!(parse_nodes("0 x 8 h100")
             .unwrap_err()
             .contains("at least 1"));
-        assert!(parse_nodes("1 x 99 h100").unwrap_err().contains("1-64"));
+        assert!(parse_nodes("1 x 129 h100").unwrap_err().contains("1-128"));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
-use tranche_model::{ObjState, Strategy};
+use tranche_model::{ObjState, Strategy, MAX_GPUS_PER_NODE_INVENTORY};
 
 /// The latest instant and the longest duration a scenario may state, in seconds (about
 /// 31 years): far beyond any real policy question, and far from overflowing the
@@ -223,10 +223,10 @@ impl Scenario {
             if n.count == Some(0) {
                 return Err(err(format!("nodes[{i}].count"), "must be at least 1"));
             }
-            if n.gpus == 0 || n.gpus > 64 {
+            if n.gpus == 0 || n.gpus as usize > MAX_GPUS_PER_NODE_INVENTORY {
                 return Err(err(
                     format!("nodes[{i}].gpus"),
-                    format!("must be 1-64, got {}", n.gpus),
+                    format!("must be 1-{MAX_GPUS_PER_NODE_INVENTORY}, got {}", n.gpus),
                 ));
             }
             for name in expand_names(n) {

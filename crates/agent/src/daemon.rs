@@ -153,6 +153,8 @@ pub struct Agent {
     filing: Mutex<std::collections::HashSet<Key>>,
     /// Notified when a watched shim has gone.
     shim_gone: Arc<tokio::sync::Notify>,
+    /// Attempts whose exit report is on its way: not reported again meanwhile.
+    reporting: Mutex<std::collections::HashSet<Key>>,
 }
 
 /// Why an attempt did not start.
@@ -281,6 +283,7 @@ impl Agent {
             starting: Mutex::new(HashMap::new()),
             filing: Mutex::new(std::collections::HashSet::new()),
             shim_gone: Arc::new(tokio::sync::Notify::new()),
+            reporting: Mutex::new(std::collections::HashSet::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
@@ -749,14 +752,19 @@ impl Agent {
                     .map(|(k, l)| (*k, l.attempt.clone()))
                     .collect()
             };
-            // Reported side by side, all before the next look: an exit is reported again
-            // only when it was not delivered.
-            let mut reports = tokio::task::JoinSet::new();
+            // Each exit is reported on a task of its own, so that one ending while
+            // others' reports are on their way goes at once; an exit whose report is on
+            // its way is not sent again, one not delivered is at a later look.
             for (key, a) in exited {
+                if !self.reporting.lock().unwrap().insert(key) {
+                    continue;
+                }
                 let agent = self.clone();
-                reports.spawn(async move { agent.report_exit(key, a).await });
+                tokio::spawn(async move {
+                    agent.report_exit(key, a).await;
+                    agent.reporting.lock().unwrap().remove(&key);
+                });
             }
-            while reports.join_next().await.is_some() {}
             let overdue: Vec<Key> = {
                 let mut l = self.local.lock().unwrap();
                 l.iter_mut()

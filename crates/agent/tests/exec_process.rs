@@ -814,19 +814,11 @@ fn two_spools_run_the_same_attempt_side_by_side(test: &str, mode: CgroupMode) {
 /// The shim launchers running for the executors spooling in `spool` (from their
 /// command lines; a launcher that has exited but is not reaped yet has none).
 fn launchers_of(spool: &Path) -> Vec<i32> {
-    let needle = format!("shim-launcher\0--spool\0{}\0", spool.display());
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if let Ok(raw) = std::fs::read(e.path().join("cmdline")) {
-            if raw.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                out.push(pid);
-            }
-        }
-    }
-    out
+    let needle = format!("shim-launcher --spool {} ", spool.display());
+    tranche_local::pids_matching(&needle)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// The field after the command name in `/proc/<pid>/stat`: state, then the parent's pid.

@@ -641,15 +641,25 @@ pub fn interrupt(pid: u32) {
 
 /// Command lines of every process whose command line contains `needle` (from /proc).
 pub fn processes_matching(needle: &str) -> Vec<String> {
+    pids_matching(needle).into_iter().map(|(_, l)| l).collect()
+}
+
+/// Pid and command line of every process whose command line, its arguments joined by
+/// spaces (each followed by one), contains `needle` (from /proc). A process that has
+/// exited but is not reaped yet has no command line.
+pub fn pids_matching(needle: &str) -> Vec<(i32, String)> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
     };
     for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if let Ok(raw) = std::fs::read(e.path().join("cmdline")) {
             let line = String::from_utf8_lossy(&raw).replace('\0', " ");
             if line.contains(needle) {
-                out.push(line);
+                out.push((pid, line));
             }
         }
     }

@@ -11,9 +11,9 @@
 //! answers at once with the child's pid and start time; the child, named
 //! `tranche-shim`, with standard input on `/dev/null` and its output to the attempt's
 //! `shim.log`, takes a session of its own, records itself in `shim.pid` and supervises
-//! the attempt (see `shim`). Nothing but the fork is done between a request and its
-//! answer, so requests from many attempts started at once do not queue behind each
-//! other's file writes.
+//! the attempt (see `shim`). Nothing but the fork and a read of the child's start time
+//! is done between a request and its answer, so requests from many attempts started at
+//! once do not queue behind each other's file writes.
 //!
 //! The shims are the launcher's children, and it reaps them as they end. It exits when
 //! the agent's end of the socket closes (the agent stopped or was killed); its shims
@@ -190,17 +190,7 @@ fn become_shim(dir: &Path) -> bool {
 /// otherwise show the launcher's. The arguments' memory is this process's own (its
 /// stack); nothing reads it after the fork.
 fn set_command_line(text: &str) {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return;
-    };
-    // Fields after the command name (which may hold spaces), from the state (field 3):
-    // arg_start and arg_end are fields 48 and 49.
-    let Some(close) = stat.rfind(')') else { return };
-    let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
-    let (Some(start), Some(end)) = (
-        fields.get(45).and_then(|f| f.parse::<usize>().ok()),
-        fields.get(46).and_then(|f| f.parse::<usize>().ok()),
-    ) else {
+    let Some((start, end)) = procfs::own_arg_range() else {
         return;
     };
     if end <= start + 1 {

@@ -34,12 +34,25 @@ pub(crate) fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&text)
 }
 
+/// The fields of a `/proc/<pid>/stat` text after the command name, from the state
+/// (field 3) on: `pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt
+/// majflt cmajflt utime stime cutime cstime priority nice num_threads itrealvalue
+/// starttime ...`; comm may hold spaces and parentheses, so the split is after the last
+/// ')'.
+fn fields_after_comm(text: &str) -> Option<Vec<&str>> {
+    Some(text[text.rfind(')')? + 1..].split_whitespace().collect())
+}
+
+/// Where this process's argument strings lie in its memory: `arg_start` and `arg_end`
+/// (fields 48 and 49 of `/proc/self/stat`).
+pub(crate) fn own_arg_range() -> Option<(usize, usize)> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let f = fields_after_comm(&text)?;
+    Some((f.get(45)?.parse().ok()?, f.get(46)?.parse().ok()?))
+}
+
 fn parse_stat(text: &str) -> Option<Stat> {
-    // `pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt
-    // cmajflt utime stime cutime cstime priority nice num_threads itrealvalue
-    // starttime ...`; comm may hold spaces and parentheses, so split after the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f = fields_after_comm(text)?;
     Some(Stat {
         state: f.first()?.chars().next()?,
         ppid: f.get(1)?.parse().ok()?,

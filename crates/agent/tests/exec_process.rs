@@ -76,9 +76,11 @@ fn output_and_exit_code(test: &str, mode: CgroupMode) {
     assert_eq!(st.code, Some(3), "{st:?}");
     assert_eq!(st.signal, None);
     assert_eq!(stdout(&a), "hello\n");
-    // The exit is recorded only once the cgroup is gone.
+    // The exit is recorded only once the cgroup is empty; its directory is removed
+    // when the end is acknowledged, not on the way to the exit.
+    let dirs = a.cgroup_dirs().unwrap();
+    assert!(dirs.track.exists() && cgroup_procs(&dirs.track).is_empty());
     assert_nothing_left(test, &a, &[pid]);
-    a.acknowledge().unwrap();
     assert!(!a.dir().exists());
 }
 
@@ -670,7 +672,6 @@ fn a_vanished_shim_leaves_a_lost_attempt_that_can_still_be_stopped() {
     assert_eq!((out.status().code, out.status().signal), (None, None));
     assert_eq!(a.exit(), Some(*out.status()));
     assert_nothing_left(test, &a, &[pid]);
-    a.acknowledge().unwrap();
     assert!(ex.adopt().unwrap().is_empty());
 }
 
@@ -786,23 +787,40 @@ fn two_spools_run_the_same_attempt_side_by_side(test: &str, mode: CgroupMode) {
     assert!(!cgroup_procs(&d1.track).contains(&p2));
     assert!(cgroup_procs(&d2.track).contains(&p2));
 
-    // The first ends; its cgroup goes, the other's stays with its job in it.
+    // The first ends; its cgroup goes once the end is acknowledged, the other's stays
+    // with its job in it.
     go("one");
     assert_eq!(wait_exit(&a1, LONG).code, Some(0));
     assert_eq!(stdout(&a1), "from one\n");
+    assert!(cgroup_procs(&d1.track).is_empty());
+    a1.acknowledge().unwrap();
     assert!(!d1.track.exists(), "{} left behind", d1.track.display());
     assert!(a2.alive() && cgroup_procs(&d2.track).contains(&p2));
-    a1.acknowledge().unwrap();
 
-    // The first spool starts the same attempt again: clearing what an earlier
-    // incarnation left in its cgroup kills nothing of the other spool's job.
+    // An earlier incarnation of the attempt left its cgroup with a process in it (an
+    // agent stopped between making the cgroup and recording the attempt).
+    std::fs::create_dir(&d1.track).unwrap();
+    let mut stray = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    std::fs::write(d1.track.join("cgroup.procs"), stray.id().to_string()).unwrap();
+    assert_eq!(cgroup_procs(&d1.track), [stray.id() as i32]);
+    // The first spool starts the same attempt again: what the earlier incarnation left
+    // in its cgroup is killed, and nothing of the other spool's job.
     let again = start(&ex1, "again");
     assert_eq!(again.cgroup_dirs().unwrap().track, d1.track);
+    let killed = stray.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed),
+        Some(9)
+    );
+    let procs = cgroup_procs(&d1.track);
+    assert!(procs.contains(&main_pid(&again)), "{procs:?}");
+    assert!(!procs.contains(&(stray.id() as i32)), "{procs:?}");
     assert!(a2.alive() && cgroup_procs(&d2.track).contains(&p2));
 
     go("two");
     assert_eq!(wait_exit(&a2, LONG).code, Some(0));
     assert_eq!(stdout(&a2), "from two\n");
+    a2.acknowledge().unwrap();
     assert!(!d2.track.exists(), "{} left behind", d2.track.display());
     assert!(again.alive() && d1.track.exists());
     go("again");

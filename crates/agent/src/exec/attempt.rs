@@ -458,7 +458,21 @@ impl Attempt {
 
 /// Undoes what may outlive the job's processes when its shim is gone: the container's
 /// runtime state, the overlay mount and the cgroups.
+///
+/// A process job's cgroup is removed here once it is empty, even while the shim is
+/// still on its way out: the shim leaves it (see `shim::record`). What a container
+/// leaves is the shim's to undo while it lives.
 pub(super) fn cleanup_attempt(dir: &Path, plan: &LaunchRecord) {
+    let remove_cgroup = |plan: &LaunchRecord| {
+        if let Some(cg) = &plan.cgroup {
+            if cg.exists() && cg.procs().is_empty() {
+                cg.remove();
+            }
+        }
+    };
+    if plan.kind == ExecKind::Process {
+        remove_cgroup(plan);
+    }
     if shim_alive(dir) {
         return;
     }
@@ -468,9 +482,7 @@ pub(super) fn cleanup_attempt(dir: &Path, plan: &LaunchRecord) {
     if let Some(m) = &plan.rootfs_mount {
         oci::unmount(m);
     }
-    if let Some(cg) = &plan.cgroup {
-        if cg.exists() && cg.procs().is_empty() {
-            cg.remove();
-        }
+    if plan.kind == ExecKind::Oci {
+        remove_cgroup(plan);
     }
 }

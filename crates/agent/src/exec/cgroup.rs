@@ -388,11 +388,25 @@ impl CgroupPlan {
         self.track.is_dir()
     }
 
-    /// Creates the directories and writes the limits.
+    /// Creates the directories and writes the limits. A directory that is there
+    /// already was left by an earlier incarnation of this attempt (an agent stopped
+    /// between making it and recording the attempt): whatever runs in it is killed and
+    /// it is made anew. Making it first, rather than looking for it first, spares every
+    /// start a lookup in the directory where every other attempt's cgroup is being made
+    /// and removed (on cgroup v1 such lookups wait behind those changes).
     pub(crate) fn create(&self, cpus: u32, memory_mb: u64) -> io::Result<()> {
         for d in self.dirs() {
-            match std::fs::create_dir(&d) {
+            let made = match std::fs::create_dir(&d) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    self.clear_dir(&d, Instant::now());
+                    std::fs::create_dir(&d)
+                }
+                r => r,
+            };
+            match made {
                 Ok(()) => {}
+                // Still there: a process in it outlived SIGKILL's wait. It is used as
+                // it is, emptied of the old attempt's processes as far as they die.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => {
                     return Err(io::Error::new(
@@ -478,22 +492,27 @@ impl CgroupPlan {
     pub(crate) fn clear_leftover(&self) {
         let t0 = Instant::now();
         for d in self.dirs() {
-            if !d.is_dir() {
-                continue;
-            }
-            let probe = CgroupPlan {
-                track: d.clone(),
-                v2: self.v2,
-                extra: Vec::new(),
-                memory: None,
-                cpu: None,
-            };
-            while !probe.procs().is_empty() && t0.elapsed() < Duration::from_secs(5) {
-                let _ = probe.signal(nix::libc::SIGKILL);
-                sleep(Duration::from_millis(10));
+            if d.is_dir() {
+                self.clear_dir(&d, t0);
             }
         }
-        self.remove();
+    }
+
+    /// Kills the processes in directory `d` of this attempt (for up to 5 s from `t0`)
+    /// and removes it.
+    fn clear_dir(&self, d: &Path, t0: Instant) {
+        let probe = CgroupPlan {
+            track: d.to_path_buf(),
+            v2: self.v2,
+            extra: Vec::new(),
+            memory: None,
+            cpu: None,
+        };
+        while !probe.procs().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            let _ = probe.signal(nix::libc::SIGKILL);
+            sleep(Duration::from_millis(10));
+        }
+        probe.remove();
     }
 }
 

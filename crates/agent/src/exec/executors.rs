@@ -242,7 +242,6 @@ impl Executors {
                             self.cgroups.describe()
                         );
                     }
-                    cg.clear_leftover();
                     match cg.create(spec.cpus, spec.memory_mb) {
                         Ok(()) => plan.cgroup = Some(cg),
                         Err(e) => {

@@ -2,7 +2,7 @@
 //! GPUs and each time it gives them back, written by the attempt's shim.
 //!
 //! `bind` is written before the job's first process is started, `free` after the last
-//! one is gone (and its cgroup or container removed) and before the attempt's end is
+//! one is gone (and its container removed) and before the attempt's end is
 //! recorded, so that the interval a line pair gives covers every instant the job could
 //! touch the GPUs. A line is `<unix time in µs> bind|free <job> <attempt> <i,j,...>`,
 //! written with one `write` on a file opened for appending, so lines of concurrent

@@ -183,9 +183,15 @@ fn record(
         if let Some(m) = &plan.rootfs_mount {
             oci::unmount(m);
         }
-        if let Some(cg) = &plan.cgroup {
-            if cg.exists() {
-                cg.remove();
+        // A container's cgroup goes with it. A process job's is empty by now (its
+        // processes have been waited for) and is removed when the end is acknowledged
+        // (`cleanup_attempt`), off the path that gives the GPUs back: removing a
+        // cgroup waits behind other attempts' cgroups being made and removed.
+        if plan.kind == ExecKind::Oci {
+            if let Some(cg) = &plan.cgroup {
+                if cg.exists() {
+                    cg.remove();
+                }
             }
         }
     }
@@ -205,8 +211,8 @@ fn record(
             }
         }
     };
-    // The GPUs are given back after every process and the cgroup or container are
-    // gone, and before the end is recorded (which lets them be given to another job).
+    // The GPUs are given back after every process (and a container) is gone, and
+    // before the end is recorded (which lets them be given to another job).
     if let Some((path, job, attempt, gpus)) = ledger {
         if let Err(e) = ledger::append(&path, &LedgerEntry::now(false, job, attempt, gpus)) {
             log(

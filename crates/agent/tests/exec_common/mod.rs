@@ -292,7 +292,8 @@ pub fn cgroup_dirs(test: &str, a: &Attempt) -> Option<CgroupDirs> {
     dirs
 }
 
-/// Asserts that nothing of the ended attempt `a` is left: none of `pids`, and no cgroup
+/// Asserts that nothing of the ended attempt `a` is left: none of `pids`, no process
+/// in its cgroup, and, once its end is acknowledged (which this does), no cgroup
 /// directory of it (said loudly where it has none to check).
 pub fn assert_nothing_left(test: &str, a: &Attempt, pids: &[i32]) {
     assert!(
@@ -304,7 +305,18 @@ pub fn assert_nothing_left(test: &str, a: &Attempt, pids: &[i32]) {
     for &p in pids {
         assert!(pid_gone(p), "process {p} of job {} survived", a.job());
     }
-    if let Some(dirs) = cgroup_dirs(test, a) {
+    let dirs = cgroup_dirs(test, a);
+    if let Some(dirs) = &dirs {
+        for d in &dirs.all {
+            assert!(
+                cgroup_procs(d).is_empty(),
+                "cgroup {} still holds processes",
+                d.display()
+            );
+        }
+    }
+    a.acknowledge().unwrap();
+    if let Some(dirs) = dirs {
         for d in dirs.all {
             assert!(!d.exists(), "cgroup {} left behind", d.display());
         }

@@ -17,7 +17,13 @@ placement is not what is measured. Jobs exit at once on their signal.
 
 policy-one-node.toml is the same with one node of 120 GPUs per cohort: a cohort's
 quota then never comes in pieces, as in Kueue, which has no nodes.
+
+`make.py --layout 80,40 FILE` writes only a policy, to FILE, with nodes of those sizes
+in every cohort (one node of each size, named c<cohort>n<i>): for trying other layouts
+with `tranche sim`.
 """
+
+import argparse
 
 COHORTS, QUEUES = 5, 6
 CLASSES = [  # name, count, units, duration s, priority, interval s
@@ -26,23 +32,14 @@ CLASSES = [  # name, count, units, duration s, priority, interval s
     ("large", 50, 20, 1.0, 200, 1.2),
 ]
 
-rows = []
-for c in range(1, COHORTS + 1):
-    for q in range(1, QUEUES + 1):
-        share = f"c{c}-cq{q}"
-        for name, count, units, dur, prio, every in CLASSES:
-            for i in range(count):
-                rows.append((round(i * every, 3), f"{share}-{name}-{i}", share, units, dur, prio))
-rows.sort(key=lambda r: r[0])
-with open("jobs.csv", "w") as f:
-    f.write("submit_s,name,share,gpus,duration_s,priority\n")
-    for t, n, s, g, d, p in rows:
-        f.write(f"{t:.3f},{n},{s},{g},{d},{p}\n")
-
-def policy(count, gpus):
+def policy(count, gpus, layout=None):
+    """A policy with `count` nodes of `gpus` per cohort, or with `layout`, a list of node
+    sizes, one node of each per cohort."""
+    nodes = (f"{count} node{'s' if count > 1 else ''} of {gpus} GPUs" if layout is None
+             else "nodes of " + " + ".join(map(str, layout)) + " GPUs")
     out = [
         "# Kueue's scheduler performance test as a Tranche policy; made by make.py beside it.",
-        f"# 5 cohorts, each a queue on its own environment of {count} node{'s' if count > 1 else ''} of {gpus} GPUs; 6 shares",
+        f"# 5 cohorts, each a queue on its own environment of {nodes}; 6 shares",
         "# of 20 GPUs per cohort, each borrowing up to 100 more (500%), in-share preemption on.",
     ]
     for c in range(1, COHORTS + 1):
@@ -50,8 +47,11 @@ def policy(count, gpus):
     for c in range(1, COHORTS + 1):
         out += ["", "[[queues]]", f'name = "cohort{c}"', f'environment = "cohort{c}"']
     for c in range(1, COHORTS + 1):
-        out += ["", "[[nodes]]", f'name = "c{c}n"', f"count = {count}", 'unit = "h100"', f"gpus = {gpus}",
-                f'labels = {{ cohort = "c{c}" }}']
+        sizes = [(f"c{c}n", count, gpus)] if layout is None else [
+            (f"c{c}n{i}", 1, g) for i, g in enumerate(layout)]
+        for name, n, g in sizes:
+            out += ["", "[[nodes]]", f'name = "{name}"', f"count = {n}", 'unit = "h100"', f"gpus = {g}",
+                    f'labels = {{ cohort = "c{c}" }}']
     for c in range(1, COHORTS + 1):
         for q in range(1, QUEUES + 1):
             out += [
@@ -67,6 +67,33 @@ def policy(count, gpus):
             ]
     return "\n".join(out) + "\n"
 
+
+args = argparse.ArgumentParser(description="Kueue's scheduler benchmark as a trace and policy")
+args.add_argument("--layout", help="node sizes per cohort, e.g. 80,40: write only a policy, to OUT")
+args.add_argument("out", nargs="?", help="the policy file --layout writes")
+args = args.parse_args()
+if args.layout:
+    if not args.out:
+        raise SystemExit("--layout needs the file to write the policy to")
+    layout = [int(x) for x in args.layout.split(",")]
+    if any(g < 1 or g > 128 for g in layout):
+        raise SystemExit(f"--layout {args.layout}: every node has 1 to 128 GPUs")
+    with open(args.out, "w") as f:
+        f.write(policy(0, 0, layout))
+    raise SystemExit(0)
+
+rows = []
+for c in range(1, COHORTS + 1):
+    for q in range(1, QUEUES + 1):
+        share = f"c{c}-cq{q}"
+        for name, count, units, dur, prio, every in CLASSES:
+            for i in range(count):
+                rows.append((round(i * every, 3), f"{share}-{name}-{i}", share, units, dur, prio))
+rows.sort(key=lambda r: r[0])
+with open("jobs.csv", "w") as f:
+    f.write("submit_s,name,share,gpus,duration_s,priority\n")
+    for t, n, s, g, d, p in rows:
+        f.write(f"{t:.3f},{n},{s},{g},{d},{p}\n")
 
 with open("policy.toml", "w") as f:
     f.write(policy(2, 60))

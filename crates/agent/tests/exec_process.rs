@@ -800,7 +800,10 @@ fn two_spools_run_the_same_attempt_side_by_side(test: &str, mode: CgroupMode) {
     // An earlier incarnation of the attempt left its cgroup with a process in it (an
     // agent stopped between making the cgroup and recording the attempt).
     std::fs::create_dir(&d1.track).unwrap();
-    let mut stray = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let mut stray = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     std::fs::write(d1.track.join("cgroup.procs"), stray.id().to_string()).unwrap();
     assert_eq!(cgroup_procs(&d1.track), [stray.id() as i32]);
     // The first spool starts the same attempt again: what the earlier incarnation left

@@ -456,33 +456,27 @@ impl Attempt {
     }
 }
 
-/// Undoes what may outlive the job's processes when its shim is gone: the container's
-/// runtime state, the overlay mount and the cgroups.
-///
-/// A process job's cgroup is removed here once it is empty, even while the shim is
-/// still on its way out: the shim leaves it (see `shim::record`). What a container
-/// leaves is the shim's to undo while it lives.
+/// Undoes what may outlive the job's processes: a process job's cgroup, once empty,
+/// even while the shim is still on its way out (the shim leaves it, see
+/// `shim::record`); a container's runtime state, overlay mount and cgroup once its
+/// shim, which undoes them while it lives, is gone.
 pub(super) fn cleanup_attempt(dir: &Path, plan: &LaunchRecord) {
-    let remove_cgroup = |plan: &LaunchRecord| {
+    let remove_cgroup = || {
         if let Some(cg) = &plan.cgroup {
-            if cg.exists() && cg.procs().is_empty() {
-                cg.remove();
-            }
+            cg.remove_if_empty();
         }
     };
-    if plan.kind == ExecKind::Process {
-        remove_cgroup(plan);
-    }
-    if shim_alive(dir) {
-        return;
-    }
-    if plan.kind == ExecKind::Oci {
-        oci::delete_stale(plan);
-    }
-    if let Some(m) = &plan.rootfs_mount {
-        oci::unmount(m);
-    }
-    if plan.kind == ExecKind::Oci {
-        remove_cgroup(plan);
+    match plan.kind {
+        ExecKind::Process => remove_cgroup(),
+        ExecKind::Oci => {
+            if shim_alive(dir) {
+                return;
+            }
+            oci::delete_stale(plan);
+            if let Some(m) = &plan.rootfs_mount {
+                oci::unmount(m);
+            }
+            remove_cgroup();
+        }
     }
 }

@@ -487,6 +487,13 @@ impl CgroupPlan {
         }
     }
 
+    /// Removes the directories if no process is left in them.
+    pub(crate) fn remove_if_empty(&self) {
+        if self.exists() && self.procs().is_empty() {
+            self.remove();
+        }
+    }
+
     /// Kills whatever a previous incarnation of this attempt left in these cgroups
     /// and removes them.
     pub(crate) fn clear_leftover(&self) {

@@ -18,9 +18,9 @@ placement is not what is measured. Jobs exit at once on their signal.
 policy-one-node.toml is the same with one node of 120 GPUs per cohort: a cohort's
 quota then never comes in pieces, as in Kueue, which has no nodes.
 
-`make.py --layout 80,40 FILE` writes only a policy, to FILE, with nodes of those sizes
-in every cohort (one node of each size, named c<cohort>n<i>): for trying other layouts
-with `tranche sim`.
+`make.py --layout 80,40 FILE` writes only a policy, to FILE, with one node of each of
+those sizes in every cohort (named c<cohort>n<i>): for trying other layouts with
+`tranche sim`.
 """
 
 import argparse
@@ -32,11 +32,9 @@ CLASSES = [  # name, count, units, duration s, priority, interval s
     ("large", 50, 20, 1.0, 200, 1.2),
 ]
 
-def policy(count, gpus, layout=None):
-    """A policy with `count` nodes of `gpus` per cohort, or with `layout`, a list of node
-    sizes, one node of each per cohort."""
-    nodes = (f"{count} node{'s' if count > 1 else ''} of {gpus} GPUs" if layout is None
-             else "nodes of " + " + ".join(map(str, layout)) + " GPUs")
+def policy(layout):
+    """A policy whose every cohort has the nodes of `layout`, a list of (count, GPUs)."""
+    nodes = " + ".join(f"{n} node{'s' if n > 1 else ''} of {g} GPUs" for n, g in layout)
     out = [
         "# Kueue's scheduler performance test as a Tranche policy; made by make.py beside it.",
         f"# 5 cohorts, each a queue on its own environment of {nodes}; 6 shares",
@@ -47,9 +45,8 @@ def policy(count, gpus, layout=None):
     for c in range(1, COHORTS + 1):
         out += ["", "[[queues]]", f'name = "cohort{c}"', f'environment = "cohort{c}"']
     for c in range(1, COHORTS + 1):
-        sizes = [(f"c{c}n", count, gpus)] if layout is None else [
-            (f"c{c}n{i}", 1, g) for i, g in enumerate(layout)]
-        for name, n, g in sizes:
+        for i, (n, g) in enumerate(layout):
+            name = f"c{c}n" if len(layout) == 1 else f"c{c}n{i}"
             out += ["", "[[nodes]]", f'name = "{name}"', f"count = {n}", 'unit = "h100"', f"gpus = {g}",
                     f'labels = {{ cohort = "c{c}" }}']
     for c in range(1, COHORTS + 1):
@@ -69,17 +66,17 @@ def policy(count, gpus, layout=None):
 
 
 args = argparse.ArgumentParser(description="Kueue's scheduler benchmark as a trace and policy")
-args.add_argument("--layout", help="node sizes per cohort, e.g. 80,40: write only a policy, to OUT")
+args.add_argument("--layout", help="GPUs of each node of a cohort, e.g. 80,40: write only a policy, to OUT")
 args.add_argument("out", nargs="?", help="the policy file --layout writes")
 args = args.parse_args()
 if args.layout:
     if not args.out:
         raise SystemExit("--layout needs the file to write the policy to")
-    layout = [int(x) for x in args.layout.split(",")]
-    if any(g < 1 or g > 128 for g in layout):
-        raise SystemExit(f"--layout {args.layout}: every node has 1 to 128 GPUs")
+    sizes = args.layout.split(",")
+    if not all(x.isdigit() and 1 <= int(x) <= 128 for x in sizes):
+        raise SystemExit(f"--layout {args.layout}: GPUs per node, separated by commas, each 1 to 128")
     with open(args.out, "w") as f:
-        f.write(policy(0, 0, layout))
+        f.write(policy([(1, int(x)) for x in sizes]))
     raise SystemExit(0)
 
 rows = []
@@ -96,6 +93,6 @@ with open("jobs.csv", "w") as f:
         f.write(f"{t:.3f},{n},{s},{g},{d},{p}\n")
 
 with open("policy.toml", "w") as f:
-    f.write(policy(2, 60))
+    f.write(policy([(2, 60)]))
 with open("policy-one-node.toml", "w") as f:
-    f.write(policy(1, 120))
+    f.write(policy([(1, 120)]))

@@ -40,6 +40,12 @@ const STARTING_AFTER: Duration = Duration::from_millis(100);
 /// How often the monitor looks for every attempt's end in the spool, watched or not.
 const SWEEP: Duration = Duration::from_secs(1);
 
+/// How many acknowledged attempts are cleared at once (see `Agent::clearing`).
+const CLEARING: u32 = 2;
+
+/// How long a stopping agent waits for the clearing of attempts already acknowledged.
+const CLEARING_ON_STOP: Duration = Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("{0}")]
@@ -153,6 +159,10 @@ pub struct Agent {
     filing: Mutex<std::collections::HashSet<Key>>,
     /// Notified when a watched shim has gone.
     shim_gone: Arc<tokio::sync::Notify>,
+    /// Acknowledged attempts are cleared [`CLEARING`] at a time: clearing (files moved
+    /// and removed, the cgroup removed) takes the same directory and cgroup locks as an
+    /// attempt's start, and many at once would make the starts wait behind them.
+    clearing: tokio::sync::Semaphore,
     /// Attempts whose exit report is on its way: not reported again meanwhile.
     reporting: Mutex<std::collections::HashSet<Key>>,
 }
@@ -283,6 +293,7 @@ impl Agent {
             starting: Mutex::new(HashMap::new()),
             filing: Mutex::new(std::collections::HashSet::new()),
             shim_gone: Arc::new(tokio::sync::Notify::new()),
+            clearing: tokio::sync::Semaphore::new(CLEARING as usize),
             reporting: Mutex::new(std::collections::HashSet::new()),
         };
         // Attempts started by an earlier agent process keep running under their shims.
@@ -363,6 +374,10 @@ impl Agent {
         mon.abort();
         health.abort();
         logs.abort();
+        // Attempts the controllers have acknowledged are cleared before the agent goes
+        // (their turns come first: the semaphore is fair), so that none is left for
+        // the next start to find; one not cleared by then is cleared by that start.
+        let _ = tokio::time::timeout(CLEARING_ON_STOP, self.clearing.acquire_many(CLEARING)).await;
         info!("agent stopping; jobs keep running under their shims");
     }
 
@@ -735,23 +750,44 @@ impl Agent {
             if sweep {
                 swept = Instant::now();
             }
-            let exited: Vec<(Key, Arc<Attempt>)> = {
+            // Under the lock only what is in memory; the spool is read on a blocking
+            // thread, so that the runtime's workers (the connection to the controllers,
+            // every report) never wait on the file system.
+            let (new, known, look) = {
                 let mut l = self.local.lock().unwrap();
+                let mut new = vec![];
                 for e in l.values_mut().filter(|e| !e.watched) {
                     e.watched = true;
-                    self.watch(e);
+                    // Not looked for in the spool while its watch is set up: a watch that
+                    // cannot be made looks again.
+                    e.look.store(false, Ordering::Release);
+                    new.push((e.attempt.clone(), e.look.clone()));
                 }
-                l.iter()
-                    .filter(|(_, l)| {
-                        if sweep {
-                            l.attempt.exit().is_some()
-                        } else {
-                            l.exit().is_some()
-                        }
-                    })
-                    .map(|(k, l)| (*k, l.attempt.clone()))
-                    .collect()
+                let mut known = vec![];
+                let mut look = vec![];
+                for (k, e) in l.iter() {
+                    if e.attempt.known_exit().is_some() {
+                        known.push((*k, e.attempt.clone()));
+                    } else if sweep || e.look.load(Ordering::Acquire) {
+                        look.push((*k, e.attempt.clone()));
+                    }
+                }
+                (new, known, look)
             };
+            for (attempt, look) in new {
+                self.watch(attempt, look);
+            }
+            let mut exited = known;
+            if !look.is_empty() {
+                let found = tokio::task::spawn_blocking(move || {
+                    look.into_iter()
+                        .filter(|(_, a)| a.exit().is_some())
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or_default();
+                exited.extend(found);
+            }
             // Each exit is reported on a task of its own, so that one ending while
             // others' reports are on their way goes at once; an exit whose report is on
             // its way is not sent again, one not delivered is at a later look.
@@ -796,29 +832,34 @@ impl Agent {
     }
 
     /// Waits on the attempt's shim's pidfd, if it has one: until it fires, the monitor
-    /// does not look for the attempt's end in the spool.
-    fn watch(&self, e: &Local) {
-        let Some(fd) = e.attempt.shim_pidfd() else {
-            return;
-        };
-        // SAFETY: an OwnedFd is a valid open descriptor that stays the same until it is
-        // dropped, which happens with the AsyncFd.
-        let registered = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-        };
-        let fd = match registered {
-            Ok(fd) => fd,
-            Err(err) => {
-                debug!("cannot wait on the shim's pidfd: {err}");
-                return;
-            }
-        };
-        e.look.store(false, Ordering::Release);
-        let look = e.look.clone();
+    /// does not look for the attempt's end in the spool (`look` is false). The pidfd is
+    /// found on a blocking thread (it reads the spool); where there is none, `look` is
+    /// set again and the monitor looks in the spool.
+    fn watch(&self, attempt: Arc<Attempt>, look: Arc<AtomicBool>) {
         let gone = self.shim_gone.clone();
         tokio::spawn(async move {
-            // Readable once the shim has ended; an error is taken as that too.
-            let _ = fd.readable().await;
+            let fd = tokio::task::spawn_blocking(move || attempt.shim_pidfd())
+                .await
+                .ok()
+                .flatten();
+            let registered = fd.map(|fd| {
+                // SAFETY: an OwnedFd is a valid open descriptor that stays the same
+                // until it is dropped, which happens with the AsyncFd.
+                unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        fd,
+                        tokio::io::Interest::READABLE,
+                    )
+                }
+            });
+            match registered {
+                Some(Ok(fd)) => {
+                    // Readable once the shim has ended; an error is taken as that too.
+                    let _ = fd.readable().await;
+                }
+                Some(Err(err)) => debug!("cannot wait on the shim's pidfd: {err}"),
+                None => {}
+            }
             look.store(true, Ordering::Release);
             gone.notify_one();
         });
@@ -865,7 +906,15 @@ impl Agent {
             // without an exit, and be stopped as an orphan).
             self.filing.lock().unwrap().insert(key);
             self.local.lock().unwrap().remove(&key);
-            if let Err(e) = a.acknowledge() {
+            // File-system work (the directory's files moved and removed, the cgroup
+            // removed) is done on a blocking thread: on the runtime's workers it would
+            // hold up the connection to the controllers and every other report. One
+            // attempt at a time (see `clearing`).
+            let cleared = {
+                let _turn = self.clearing.acquire().await;
+                tokio::task::spawn_blocking(move || a.acknowledge()).await
+            };
+            if let Ok(Err(e)) = cleared {
                 warn!(job = key.job.0, "cannot clear the attempt dir: {e}");
             }
             self.filing.lock().unwrap().remove(&key);

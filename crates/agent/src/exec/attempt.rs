@@ -219,6 +219,12 @@ impl Attempt {
         procfs::alive(pid, Some(start)).then_some(fd)
     }
 
+    /// How the attempt ended, where that is known already (read before): no file is
+    /// read.
+    pub fn known_exit(&self) -> Option<ExitStatus> {
+        self.exited.get().copied()
+    }
+
     fn look_for_exit(&self) -> Option<ExitStatus> {
         let path = self.dir.join(files::EXIT);
         if let Some(st) = read_exit(&path) {

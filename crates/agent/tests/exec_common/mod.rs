@@ -448,7 +448,9 @@ pub fn stop_a_job_that_outlives_term(a: &Attempt, grace: Duration, term_note: &P
 }
 
 /// A temporary directory for a spool (the directory itself, or its `spool/`): when
-/// dropped, every job still running from it is killed before the directory goes.
+/// dropped, every job still running from it is killed before the directory goes, and
+/// every attempt in it is acknowledged, which removes its cgroup (a cgroup outlives
+/// the spool's directory: one not removed here would be left on the machine).
 /// Jobs outlive their handles by design; a test that fails midway leaves none behind.
 pub struct TestDir(tempfile::TempDir);
 
@@ -479,6 +481,11 @@ impl Drop for TestDir {
                     let _ = a.kill_all();
                     std::thread::sleep(Duration::from_millis(10));
                 }
+                // Its end is recorded once its shim sees the cgroup empty.
+                while a.exit().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = a.acknowledge();
             }
         }
     }

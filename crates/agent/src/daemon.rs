@@ -375,8 +375,8 @@ impl Agent {
         health.abort();
         logs.abort();
         // Attempts the controllers have acknowledged are cleared before the agent goes
-        // (their turns come first: the semaphore is fair), so that none is left for
-        // the next start to find; one not cleared by then is cleared by that start.
+        // (their turns come first: the semaphore is fair); one not cleared by then is
+        // left to the next agent, which adopts every attempt in the spool.
         let _ = tokio::time::timeout(CLEARING_ON_STOP, self.clearing.acquire_many(CLEARING)).await;
         info!("agent stopping; jobs keep running under their shims");
     }

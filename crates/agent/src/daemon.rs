@@ -908,8 +908,8 @@ impl Agent {
             self.local.lock().unwrap().remove(&key);
             // File-system work (the directory's files moved and removed, the cgroup
             // removed) is done on a blocking thread: on the runtime's workers it would
-            // hold up the connection to the controllers and every other report. One
-            // attempt at a time (see `clearing`).
+            // hold up the connection to the controllers and every other report.
+            // [`CLEARING`] attempts at a time (see `clearing`).
             let cleared = {
                 let _turn = self.clearing.acquire().await;
                 tokio::task::spawn_blocking(move || a.acknowledge()).await

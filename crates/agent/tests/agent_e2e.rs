@@ -114,20 +114,7 @@ impl Drop for TestCluster {
     fn drop(&mut self) {
         for i in 0..self.0.agents.len() {
             self.0.kill_agent(i);
-            if let Ok(execs) = tranche_agent::exec::Executors::new(&self.0.agents[i].spool) {
-                let attempts = execs.adopt().unwrap_or_default();
-                for a in &attempts {
-                    let _ = a.kill_all();
-                }
-                // Acknowledged, each attempt's cgroup goes (it would outlive the spool).
-                let deadline = Instant::now() + Duration::from_secs(10);
-                for a in &attempts {
-                    while a.exit().is_none() && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    let _ = a.acknowledge();
-                }
-            }
+            exec_common::clear_spool(&self.0.agents[i].spool);
         }
     }
 }

@@ -448,9 +448,8 @@ pub fn stop_a_job_that_outlives_term(a: &Attempt, grace: Duration, term_note: &P
 }
 
 /// A temporary directory for a spool (the directory itself, or its `spool/`): when
-/// dropped, every job still running from it is killed before the directory goes, and
-/// every attempt in it is acknowledged, which removes its cgroup (a cgroup outlives
-/// the spool's directory: one not removed here would be left on the machine).
+/// dropped, every job still running from it is killed before the directory goes and
+/// every attempt in it is acknowledged (see [`clear_spool`]).
 /// Jobs outlive their handles by design; a test that fails midway leaves none behind.
 pub struct TestDir(tempfile::TempDir);
 
@@ -468,26 +467,32 @@ impl TestDir {
 impl Drop for TestDir {
     fn drop(&mut self) {
         for spool in [self.path().to_path_buf(), self.path().join("spool")] {
-            if !spool.join("attempts").is_dir() {
-                continue;
-            }
-            let Ok(ex) = Executors::new(&spool) else {
-                continue;
-            };
-            let attempts = ex.adopt().unwrap_or_default();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            for a in &attempts {
-                while a.alive() && Instant::now() < deadline {
-                    let _ = a.kill_all();
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                // Its end is recorded once its shim sees the cgroup empty.
-                while a.exit().is_none() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                let _ = a.acknowledge();
+            if spool.join("attempts").is_dir() {
+                clear_spool(&spool);
             }
         }
+    }
+}
+
+/// Kills every job still running from `spool` and acknowledges every attempt in it,
+/// which removes its cgroup: a cgroup outlives the spool's directory, and one not
+/// removed here would be left on the machine.
+pub fn clear_spool(spool: &Path) {
+    let Ok(ex) = Executors::new(spool) else {
+        return;
+    };
+    let attempts = ex.adopt().unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for a in &attempts {
+        while a.alive() && Instant::now() < deadline {
+            let _ = a.kill_all();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Its end is recorded once its shim sees the cgroup empty.
+        while a.exit().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = a.acknowledge();
     }
 }
 

@@ -1,7 +1,9 @@
 //! Handling a `Ready`, in the order raft-rs documents (see its `five_mem_node`
 //! example): send what needs no persistence, install a snapshot, apply committed
 //! entries, persist everything new in one fsync'd transaction, send what needed it,
-//! answer clients, and advance.
+//! answer clients, and advance. A follower applies its committed entries after the
+//! transaction instead: its answer to the leader's append, which the leader's commit
+//! waits for, then does not wait for the apply.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -69,10 +71,14 @@ impl RaftNode {
             self.requests.read_state(rs);
         }
 
-        // 4. Entries committed on a majority are applied (their answers wait for the
-        //    batch below, which makes them durable here too).
-        let committed = rd.take_committed_entries();
-        self.apply_entries(committed)?;
+        // 4. Entries committed on a majority are applied, and their writes answered at
+        //    once: an entry is committed only when a majority has it durable (raft-rs
+        //    counts the leader only once the leader's own transaction is written). A
+        //    follower applies them after step 6.
+        let mut committed = Some(rd.take_committed_entries());
+        if self.is_leader() {
+            self.apply_entries(committed.take().unwrap_or_default())?;
+        }
 
         // 5. New entries, hard state, conf state, applied index and a state image
         //    when one is due: one fsync'd transaction.
@@ -130,6 +136,10 @@ impl RaftNode {
         // 6. Messages that needed the batch durable (votes, append answers).
         let pmsgs = rd.take_persisted_messages();
         self.send_messages(pmsgs);
+        if let Some(committed) = committed {
+            self.apply_entries(committed)?;
+            self.answer_deferred();
+        }
 
         // 7. Advance: raft-rs hands back the commit index and what became committed
         //    meanwhile, and any further messages.
@@ -208,7 +218,7 @@ impl RaftNode {
                         }
                         if p.origin == self.id {
                             if let Some(w) = self.requests.writes.remove(&p.id) {
-                                self.requests.deferred.push((w.reply, Ok(r)));
+                                let _ = w.reply.send(Ok(r));
                             }
                         }
                     }

@@ -1,8 +1,8 @@
 //! Requests waiting on the Raft log: writes until their entry is applied (answered
 //! then: a committed entry is durable on a majority), membership changes likewise,
 //! reads until this controller has applied the leader's read index. Each has a
-//! deadline; a membership change's answer is held until the batch that stores the new
-//! conf state is durable.
+//! deadline; a membership change's answer is held until the `Ready` it was applied in
+//! has had its batch written.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -27,7 +27,7 @@ pub(super) struct Requests {
     pub reads: HashMap<u64, Pending<Done>>,
     /// Read barriers whose read index is known, waiting for `applied` to reach it.
     pub reads_waiting: Vec<(u64, Pending<Done>)>,
-    /// Membership answers held until the batch that stores the conf state is written.
+    /// Membership answers held until the current `Ready`'s batch is written.
     pub deferred_changes: Vec<(oneshot::Sender<Done>, Done)>,
 }
 
@@ -82,8 +82,8 @@ impl Requests {
         }
     }
 
-    /// Sends the membership answers whose batch is durable, and the reads `applied`
-    /// now covers.
+    /// Sends the membership answers held for the batch just written, and the reads
+    /// `applied` now covers.
     pub fn answer_deferred(&mut self, applied: u64) {
         for (tx, r) in self.deferred_changes.drain(..) {
             let _ = tx.send(r);

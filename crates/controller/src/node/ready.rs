@@ -1,9 +1,10 @@
 //! Handling a `Ready`, in the order raft-rs documents (see its `five_mem_node`
 //! example): send what needs no persistence, install a snapshot, apply committed
-//! entries, persist everything new in one fsync'd transaction, send what needed it,
-//! answer clients, and advance. A follower applies its committed entries after the
-//! transaction instead: its answer to the leader's append, which the leader's commit
-//! waits for, then does not wait for the apply.
+//! entries (answering their writes), persist everything new in one fsync'd
+//! transaction, send what needed it, answer reads and membership changes, and advance.
+//! A follower applies its committed entries after the transaction instead: its answer
+//! to the leader's append, which the leader's commit waits for, then does not wait for
+//! the apply.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -75,10 +76,13 @@ impl RaftNode {
         //    once: an entry is committed only when a majority has it durable (raft-rs
         //    counts the leader only once the leader's own transaction is written). A
         //    follower applies them after step 6.
-        let mut committed = Some(rd.take_committed_entries());
-        if self.is_leader() {
-            self.apply_entries(committed.take().unwrap_or_default())?;
-        }
+        let committed = rd.take_committed_entries();
+        let (now, after_batch) = if self.is_leader() {
+            (committed, Vec::new())
+        } else {
+            (Vec::new(), committed)
+        };
+        self.apply_entries(now)?;
 
         // 5. New entries, hard state, conf state, applied index and a state image
         //    when one is due: one fsync'd transaction.
@@ -136,10 +140,8 @@ impl RaftNode {
         // 6. Messages that needed the batch durable (votes, append answers).
         let pmsgs = rd.take_persisted_messages();
         self.send_messages(pmsgs);
-        if let Some(committed) = committed {
-            self.apply_entries(committed)?;
-            self.answer_deferred();
-        }
+        // A follower's committed entries (step 4); its reads are answered below.
+        self.apply_entries(after_batch)?;
 
         // 7. Advance: raft-rs hands back the commit index and what became committed
         //    meanwhile, and any further messages.

@@ -74,6 +74,53 @@ fn rule2_a_reserve_shares_idle_gpus_are_kept_for_it() {
     assert_eq!(h.plan(), ["place i1 n2[0]"]);
 }
 
+#[test]
+fn rule2_lower_priority_jobs_do_not_take_the_room_a_higher_priority_one_waits_for() {
+    let mut h = cluster(2, 4);
+    h.share(share("a", LendAndBorrow, 4));
+    h.share(share("b", LendAndBorrow, 4));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.running("b1", "b", 0, &[("n1", &[1, 2, 3])]);
+    h.running("b2", "b", 0, &[("n2", &[0, 1, 2, 3])]);
+    h.waiting("big", "a", 4, 1, 5);
+    h.waiting("small", "a", 1, 1, 0);
+    // a uses 1 of its 4: big is above max and can only borrow, and nothing is idle.
+    // small would be within max, but the room left is big's: small may borrow, not
+    // reclaim, so that a's usage falls to what big needs.
+    assert!(h.plan().is_empty());
+    assert_eq!(
+        h.reasons()["small"],
+        "needs 1 g on one node; 0 free, no node has 1 free"
+    );
+    // Once a1 ends, big is within max and reclaims a node; small borrows the GPU a1
+    // left.
+    h.exit("a1");
+    assert_eq!(
+        h.plan(),
+        [
+            "preempt b2 reclaim for big",
+            "hold big n2:4",
+            "place small n1[0] borrowed"
+        ]
+    );
+}
+
+#[test]
+fn rule2_a_job_that_can_only_borrow_keeps_no_room_from_lower_priorities() {
+    let mut h = cluster(2, 4);
+    h.share(share("a", LendAndBorrow, 2));
+    h.share(share("b", LendAndBorrow, 2));
+    h.running("b1", "b", 0, &[("n1", &[0, 1, 2, 3])]);
+    h.running("b2", "b", 0, &[("n2", &[0, 1, 2, 3])]);
+    h.waiting("huge", "a", 4, 1, 5);
+    h.waiting("small", "a", 1, 1, 0);
+    // huge (4) is more than a's max (2) could ever hold: small reclaims a's room.
+    assert_eq!(
+        h.plan(),
+        ["preempt b2 reclaim for small", "hold small n2:1"]
+    );
+}
+
 // ---- rule 3: reclaim -------------------------------------------------------------------
 
 #[test]

@@ -288,7 +288,8 @@ fn check(
             continue;
         }
         let g = j.spec.request.gpus_per_node;
-        if st.share_used(&s.name, &unit) + held_for(st, &s.name) + g > s.max_for(&unit) {
+        let kept = room_kept_above(st, s, j, &unit);
+        if st.share_used(&s.name, &unit) + held_for(st, &s.name) + kept + g > s.max_for(&unit) {
             continue;
         }
         for n in st.nodes.values().filter(|n| n.schedulable()) {
@@ -503,6 +504,26 @@ fn footprint(st: &State, share: &ShareName) -> u32 {
         .sum();
     let held = held_for(st, share);
     st.share_used(share, &unit) + held - held.min(own_stopping)
+}
+
+/// The room rule 2 keeps in a share that may borrow for its waiting jobs of higher
+/// priority than `j` (each within what the share's max could hold, without a hold).
+fn room_kept_above(st: &State, s: &QuotaShare, j: &Job, unit: &Unit) -> u32 {
+    if s.resource_sharing.strategy != Strategy::LendAndBorrow {
+        return 0;
+    }
+    let max = s.max_for(unit);
+    st.jobs
+        .values()
+        .filter(|w| {
+            w.status == JobStatus::Runnable
+                && w.hold.is_none()
+                && w.spec.share == s.name
+                && w.spec.priority > j.spec.priority
+                && w.spec.request.total_gpus() <= max
+        })
+        .map(|w| w.spec.request.total_gpus())
+        .sum()
 }
 
 /// GPUs held for the share's waiting preemptors.

@@ -215,10 +215,21 @@ impl<'a> Pass<'a> {
             return;
         }
         let mark = self.plan.actions.len();
-        self.own_job(k, w, s, u, deferred);
+        let waits = self.own_job(k, w, s, u, deferred);
         self.array_count(k.id, w, mark);
+        // Only a job that its share's max could ever hold within it waits for room
+        // there; one that can only ever borrow keeps nothing from the others.
+        let need = w.gpus_per_node * w.nodes;
+        if let (true, Some(u)) = (waits, u) {
+            let sv = &mut self.shares[s];
+            if need <= sv.max[u] {
+                sv.ahead[u].add(k.priority.0, need);
+            }
+        }
     }
 
+    /// Returns whether the job still waits for room in its share: it neither started
+    /// nor holds GPUs, and it could start once there is room.
     fn own_job(
         &mut self,
         k: &RunKey,
@@ -226,7 +237,7 @@ impl<'a> Pass<'a> {
         s: usize,
         u: Option<Ux>,
         deferred: &mut [Vec<Deferred<'a>>],
-    ) {
+    ) -> bool {
         let Some(u) = u else {
             let env = self.shares[s]
                 .env
@@ -239,7 +250,7 @@ impl<'a> Pass<'a> {
                     env,
                 },
             );
-            return;
+            return false;
         };
         let ask = Ask {
             id: k.id,
@@ -249,7 +260,7 @@ impl<'a> Pass<'a> {
             prio: k.priority.0,
         };
         if w.has_hold && self.holder(ask) {
-            return;
+            return false;
         }
         let sv = &self.shares[s];
         let need = ask.need();
@@ -264,22 +275,32 @@ impl<'a> Pass<'a> {
                 strategy: sv.strategy.clone(),
             };
             self.reason(k.id, w, why);
-            return;
+            return false;
         }
-        if sv.used[u] + sv.held[u] + need <= sv.max[u] {
+        // Rule 1 and 2: in a share that may borrow, a job's room counts the GPUs its
+        // share's waiting jobs of higher priority want; without it the job borrows. (A
+        // share that cannot borrow lets it start within max: it would otherwise wait
+        // beside free GPUs, and rule 4 gives the share's higher priorities their room.)
+        let above = if sv.q.borrows() {
+            self.shares[s].ahead[u].above(ask.prio)
+        } else {
+            0
+        };
+        let sv = &self.shares[s];
+        if sv.used[u] + sv.held[u] + above + need <= sv.max[u] {
             let why = match self.try_place(ask, false, None) {
-                Ok(()) => return,
+                Ok(()) => return false,
                 Err(why) => why,
             };
             // Rule 3: reclaim from over-max shares; rule 4: in-share preemption.
             let mut protect = None;
             if self.try_preempt(ask, Mode::Reclaim, &mut protect) {
-                return;
+                return false;
             }
             if self.shares[s].q.in_share_preemption
                 && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect)
             {
-                return;
+                return false;
             }
             let why = match protect {
                 Some(until) => PendingReasonOf::MinRuntime { until },
@@ -293,7 +314,7 @@ impl<'a> Pass<'a> {
             if sv.q.in_share_preemption
                 && self.try_preempt(ask, Mode::InShare(ask.prio), &mut protect)
             {
-                return;
+                return false;
             }
             let sv = &self.shares[s];
             let why = match protect {
@@ -309,6 +330,7 @@ impl<'a> Pass<'a> {
             };
             self.reason(k.id, w, why);
         }
+        true
     }
 
     /// The borrow pass for one job (rule 5): up to the share's ceiling, on idle GPUs,

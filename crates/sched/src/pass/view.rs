@@ -86,6 +86,54 @@ pub(super) struct ShareView<'a> {
     /// GPUs of this share's jobs being stopped for its own preemptors (in-share): its
     /// holds cover them, so they are not counted twice.
     pub(super) stopping_own: Vec<u32>,
+    /// Per unit, during the own-capacity pass: the GPUs its jobs visited so far wait
+    /// for (see [`Ahead`]).
+    pub(super) ahead: Vec<Ahead>,
+}
+
+/// The GPUs a share's waiting jobs want, gathered as the own-capacity pass visits them
+/// in rule 1's order (priority descending): a job's room in its share counts those of
+/// strictly higher priority, so that the share's lower-priority jobs do not take the
+/// room its higher-priority ones wait for.
+#[derive(Clone, Copy)]
+pub(super) struct Ahead {
+    /// The priority of the latest job counted.
+    prio: u32,
+    /// GPUs of the jobs counted at that priority.
+    at_prio: u32,
+    /// GPUs of the jobs counted at higher priorities.
+    above: u32,
+}
+
+impl Ahead {
+    pub(super) const NONE: Ahead = Ahead {
+        prio: u32::MAX,
+        at_prio: 0,
+        above: 0,
+    };
+
+    fn reach(&mut self, prio: u32) {
+        if prio < self.prio {
+            *self = Ahead {
+                prio,
+                at_prio: 0,
+                above: self.above + self.at_prio,
+            };
+        }
+    }
+
+    /// GPUs wanted by the waiting jobs of priority above `prio`. Jobs come in
+    /// priority order, never higher than one seen before.
+    pub(super) fn above(&mut self, prio: u32) -> u32 {
+        self.reach(prio);
+        self.above
+    }
+
+    /// Counts a job of priority `prio` that waits for `need` GPUs.
+    pub(super) fn add(&mut self, prio: u32, need: u32) {
+        self.reach(prio);
+        self.at_prio += need;
+    }
 }
 
 impl ShareView<'_> {
@@ -271,6 +319,7 @@ impl<'a> Pass<'a> {
                 stopping: vec![0; nu_count],
                 held: vec![0; nu_count],
                 stopping_own: vec![0; nu_count],
+                ahead: vec![Ahead::NONE; nu_count],
             });
         }
         pass.build_pools();

@@ -8,7 +8,9 @@
 //!   was waiting;
 //! - wait: from a job's submit to its first SCHEDULED;
 //! - room at arrival: the share's usage, plus its waiting jobs of the same or higher
-//!   priority, plus the job's own need, within the share's max when the job arrived;
+//!   priority (with those of higher priority submitted at the same instant, which rule
+//!   1 puts ahead of it), plus the job's own need, within the share's max when the job
+//!   arrived;
 //!   such a job "started late" when it waited longer than its share's grace plus one
 //!   second (the quota guarantee of DESIGN §3);
 //! - borrowed: a share's usage above its max; lent: the borrowed GPUs, spread over the
@@ -209,6 +211,39 @@ enum Ev {
 
 const HOUR_MS: f64 = 3_600_000.0;
 
+/// Per event, for a submit: the GPUs of its share's jobs of higher priority submitted at
+/// the same instant after it in the events' order (0 for other events). `evs` is sorted
+/// by time, the submits of one instant in the runs' order.
+fn same_instant_above(evs: &[(Millis, Ev, usize, usize)], runs: &[JobRun]) -> Vec<u64> {
+    let mut above = vec![0; evs.len()];
+    let mut i = 0;
+    while i < evs.len() {
+        let t = evs[i].0;
+        let mut k = i;
+        while k < evs.len() && evs[k].0 == t {
+            k += 1;
+        }
+        // Walk the instant's submits backwards, gathering GPUs per (share, priority).
+        let mut later: HashMap<usize, BTreeMap<u32, u64>> = HashMap::new();
+        use std::ops::Bound::{Excluded, Unbounded};
+        for x in (i..k).rev() {
+            let (_, ev, s, j) = evs[x];
+            if ev != Ev::Submit {
+                continue;
+            }
+            let r = &runs[j];
+            let by_prio = later.entry(s).or_default();
+            above[x] = by_prio
+                .range((Excluded(r.priority), Unbounded))
+                .map(|(_, n)| n)
+                .sum();
+            *by_prio.entry(r.priority).or_default() += r.gpus as u64;
+        }
+        i = k;
+    }
+    above
+}
+
 /// Computes the figures; `buckets` is the resolution of the plots' series.
 pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
     let ns = setup.shares.len();
@@ -302,8 +337,9 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
     let mut waiting: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); ns];
     let (mut gpu_ms, mut waiting_ms, mut used_waiting_ms) = (0f64, 0u64, 0f64);
     let mut longest_with_room = 0;
+    let above_now = same_instant_above(&evs, runs);
     let mut t_prev = start;
-    for &(t, ev, s, j) in &evs {
+    for (i, &(t, ev, s, j)) in evs.iter().enumerate() {
         if t > t_prev {
             let dt = (t - t_prev) as f64;
             let total: u64 = used.iter().sum();
@@ -349,7 +385,8 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
         let g = r.gpus as u64;
         match ev {
             Ev::Submit => {
-                let ahead: u64 = waiting[s].range(r.priority..).map(|(_, n)| n).sum();
+                let ahead: u64 =
+                    waiting[s].range(r.priority..).map(|(_, n)| n).sum::<u64>() + above_now[i];
                 if used[s] + ahead + g <= setup.shares[s].max as u64 {
                     sf[s].room_at_arrival += 1;
                     let wait = r.attempts.first().map(|a| a.start - r.submit);

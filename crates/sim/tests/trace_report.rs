@@ -141,6 +141,38 @@ fn a_job_with_room_that_waits_past_its_grace_started_late() {
 }
 
 #[test]
+fn a_higher_priority_job_submitted_at_the_same_instant_is_ahead_of_a_job() {
+    let setup = Setup {
+        shares: vec![ShareInfo {
+            name: "a".into(),
+            max: 4,
+            strategy: Strategy::LendAndBorrow,
+            grace_s: 10,
+        }],
+        total_gpus: 8,
+    };
+    let job = |name: &str, gpus, priority, start: u64| JobRun {
+        name: name.into(),
+        share: "a".into(),
+        gpus,
+        priority,
+        submit: 0,
+        attempts: vec![at(start, 100, false)],
+        status: JobStatus::Succeeded,
+    };
+    // Both arrive at 0, x first in the trace. y's priority puts it ahead of x (rule
+    // 1), and y takes the share's 4: x has no room, so its wait of 30 s is not late.
+    // With equal priorities x is ahead of y: both have room (0 + 2 and 2 + 2 ≤ 4), and
+    // x, started after 30 s, is late.
+    let runs = [job("x", 2, 0, 30), job("y", 4, 5, 0)];
+    let f = figures(&setup, &runs, 10);
+    assert_eq!((f.room_at_arrival, f.started_late), (1, 0));
+    let runs = [job("x", 2, 0, 30), job("y", 2, 0, 0)];
+    let f = figures(&setup, &runs, 10);
+    assert_eq!((f.room_at_arrival, f.started_late), (2, 1));
+}
+
+#[test]
 fn a_share_the_policy_does_not_have_names_its_line() {
     let sc = policy::load(POLICY, Some(policy::parse_nodes("1 x 4 h100").unwrap())).unwrap();
     let jobs = parse(

@@ -109,6 +109,12 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
             unit,
             share.resource_sharing.strategy
         ));
+        if let Some((gpus, jobs)) = tranche_sched::estimate::room_kept_above(state, job) {
+            lines.push(format!(
+                "the share's room is kept for its {jobs} waiting job(s) of higher priority \
+                 ({gpus} {unit} GPU(s)): until they start this job may only borrow idle GPUs"
+            ));
+        }
     }
     let standing = (job.status == JobStatus::Runnable)
         .then(|| tranche_sched::estimate::standings(state, now).remove(&job.id))

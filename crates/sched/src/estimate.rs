@@ -169,3 +169,40 @@ pub fn standings(st: &State, now: Millis) -> BTreeMap<JobId, Standing> {
     }
     out
 }
+
+/// Room that rule 2 keeps from a waiting job: where its share may borrow and the job
+/// would be within the share's max but for the share's waiting jobs of higher priority
+/// (those its max could hold at all), their GPUs and how many they are. Such a job may
+/// only borrow idle GPUs until they start.
+pub fn room_kept_above(st: &State, job: &Job) -> Option<(u32, u32)> {
+    let share = st.shares.get(&job.spec.share)?;
+    if share.resource_sharing.strategy != Strategy::LendAndBorrow
+        || job.status != JobStatus::Runnable
+        || job.hold.is_some()
+    {
+        return None;
+    }
+    let unit = &job.spec.request.unit;
+    let max = share.max_for(unit);
+    let held: u32 = st
+        .holding_jobs()
+        .filter(|h| h.spec.share == share.name && &h.spec.request.unit == unit)
+        .filter_map(|h| h.hold.as_ref())
+        .flat_map(|h| h.nodes.iter().map(|(_, g)| *g))
+        .sum();
+    let have = st.share_used(&share.name, unit) + held;
+    let need = job.spec.request.total_gpus();
+    let units = st.unit_names();
+    let (mut gpus, mut jobs) = (0, 0);
+    for (k, w) in st.runnable_in(&share.name) {
+        if k.priority.0 <= job.spec.priority {
+            break;
+        }
+        let g = w.gpus_per_node * w.nodes;
+        if !w.has_hold && g <= max && units.get(w.unit_id as usize) == Some(unit) {
+            gpus += g;
+            jobs += 1;
+        }
+    }
+    (have + need <= max && have + gpus + need > max).then_some((gpus, jobs))
+}

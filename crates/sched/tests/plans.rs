@@ -6,6 +6,7 @@ mod harness;
 use harness::{share, H};
 use tranche_model::Strategy::{Lend, LendAndBorrow, Reserve};
 use tranche_model::*;
+use tranche_sched::estimate::room_kept_above;
 use tranche_state::Command;
 
 fn nodes(n: u32, gpus: u32) -> Vec<(String, &'static str, u32)> {
@@ -82,8 +83,8 @@ fn rule2_lower_priority_jobs_do_not_take_the_room_a_higher_priority_one_waits_fo
     h.running("a1", "a", 0, &[("n1", &[0])]);
     h.running("b1", "b", 0, &[("n1", &[1, 2, 3])]);
     h.running("b2", "b", 0, &[("n2", &[0, 1, 2, 3])]);
-    h.waiting("big", "a", 4, 1, 5);
-    h.waiting("small", "a", 1, 1, 0);
+    let big = h.waiting("big", "a", 4, 1, 5);
+    let small = h.waiting("small", "a", 1, 1, 0);
     // a uses 1 of its 4: big is above max and can only borrow, and nothing is idle.
     // small would be within max, but the room left is big's: small may borrow, not
     // reclaim, so that a's usage falls to what big needs.
@@ -92,6 +93,9 @@ fn rule2_lower_priority_jobs_do_not_take_the_room_a_higher_priority_one_waits_fo
         h.reasons()["small"],
         "needs 1 g on one node; 0 free, no node has 1 free"
     );
+    // `tranche explain` says why small does not reclaim; nothing keeps big's room.
+    let kept = |h: &H, id| room_kept_above(&h.st, &h.st.jobs[&id]);
+    assert_eq!((kept(&h, small), kept(&h, big)), (Some((4, 1)), None));
     // Once a1 ends, big is within max and reclaims a node; small borrows the GPU a1
     // left.
     h.exit("a1");

@@ -2,7 +2,10 @@
 //! plan, cgroup or container bundle, and shim), and adopting the attempts an earlier
 //! agent process left running.
 
+use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::thread::sleep;
@@ -19,6 +22,7 @@ use super::spool::{
 use super::{
     fsutil, image, oci, procfs, sagemaker, CgroupMode, ExecError, LaunchSpec, AGENT_BIN_ENV,
 };
+use nix::libc;
 
 /// How long [`Executors::start`] waits for the shim to report the job running.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,6 +30,71 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a shim the launcher did not answer for may take to record `shim.pid`
 /// before the attempt is taken as not started.
 const UNANSWERED_GRACE: Duration = Duration::from_secs(5);
+
+/// The longest the start loop waits on its [`StartWatch`] between looks at the
+/// attempt's files, in case a record arrived in a way the watch does not see.
+const WATCH_LOOK: Duration = Duration::from_millis(50);
+
+/// Wakes the start loop when a record is renamed into the attempt's directory (each is
+/// written by a rename: [`fsutil::write_atomic`]) or when the shim ends, so that the
+/// loop looks at the files once per such event instead of every few milliseconds (an
+/// open, two stats and a read of `/proc` each time, thousands of times a second on a
+/// node starting many short jobs). Where the kernel gives no inotify instance (its
+/// per-user limit, `fs.inotify.max_user_instances`, is shared by every agent and tool
+/// of the user), or the launcher gave no shim pid, the loop polls as it did.
+struct StartWatch {
+    inotify: OwnedFd,
+    /// The shim's pidfd, until it has fired (a pidfd stays readable).
+    shim: Option<OwnedFd>,
+}
+
+impl StartWatch {
+    fn new(dir: &Path, pid: i32) -> Option<StartWatch> {
+        let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: inotify_init1 takes flags and returns a new descriptor, or -1.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+        let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a valid descriptor and a NUL-terminated path.
+        let wd = unsafe {
+            libc::inotify_add_watch(inotify.as_raw_fd(), path.as_ptr(), libc::IN_MOVED_TO)
+        };
+        (wd >= 0).then(|| StartWatch {
+            inotify,
+            shim: procfs::pidfd_open(pid),
+        })
+    }
+
+    /// Waits up to `timeout` for a rename into the directory or the shim's end.
+    fn wait(&mut self, timeout: Duration) {
+        let pollfd = |fd: i32| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [
+            pollfd(self.inotify.as_raw_fd()),
+            pollfd(self.shim.as_ref().map_or(-1, |f| f.as_raw_fd())),
+        ];
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: two pollfd entries of this array; poll skips a negative descriptor.
+        if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) } <= 0 {
+            return;
+        }
+        if fds[0].revents != 0 {
+            let mut buf = [0u8; 4096];
+            // SAFETY: reads into this buffer, at most its length; the descriptor does not
+            // block. Events left unread wake the next wait at once.
+            unsafe { libc::read(fds[0].fd, buf.as_mut_ptr().cast(), buf.len()) };
+        }
+        if fds[1].revents != 0 {
+            self.shim = None;
+        }
+    }
+}
 
 /// The binary shims run from: `$TRANCHE_AGENT_BIN`, else the running executable.
 fn shim_binary() -> Result<PathBuf, String> {
@@ -345,6 +414,8 @@ impl Executors {
         };
         let deadline = Instant::now() + START_TIMEOUT;
         let mut nap = Duration::from_millis(1);
+        // Set up before the first look, so that no record written after it is missed.
+        let mut watch = shim.and_then(|(pid, _)| StartWatch::new(dir, pid));
         loop {
             if let Some(msg) = fsutil::read_string(&dir.join(files::LAUNCH_ERROR)) {
                 return Err(launch_err(msg.trim().to_string()));
@@ -371,8 +442,15 @@ impl Executors {
                     START_TIMEOUT.as_secs()
                 )));
             }
-            sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(20));
+            match watch.as_mut() {
+                Some(w) => {
+                    w.wait(WATCH_LOOK.min(deadline.saturating_duration_since(Instant::now())))
+                }
+                None => {
+                    sleep(nap);
+                    nap = (nap * 2).min(Duration::from_millis(20));
+                }
+            }
         }
     }
 

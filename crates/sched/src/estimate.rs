@@ -184,11 +184,11 @@ pub fn room_kept_above(st: &State, job: &Job) -> Option<(u32, u32)> {
     }
     let unit = &job.spec.request.unit;
     let max = share.max_for(unit);
+    // A holder's GPUs count in full, as the pass counts them.
     let held: u32 = st
         .holding_jobs()
         .filter(|h| h.spec.share == share.name && &h.spec.request.unit == unit)
-        .filter_map(|h| h.hold.as_ref())
-        .flat_map(|h| h.nodes.iter().map(|(_, g)| *g))
+        .map(|h| h.spec.request.total_gpus())
         .sum();
     let have = st.share_used(&share.name, unit) + held;
     let need = job.spec.request.total_gpus();

@@ -215,6 +215,7 @@ const HOUR_MS: f64 = 3_600_000.0;
 /// the same instant after it in the events' order (0 for other events). `evs` is sorted
 /// by time, the submits of one instant in the runs' order.
 fn same_instant_above(evs: &[(Millis, Ev, usize, usize)], runs: &[JobRun]) -> Vec<u64> {
+    use std::ops::Bound::{Excluded, Unbounded};
     let mut above = vec![0; evs.len()];
     let mut i = 0;
     while i < evs.len() {
@@ -225,7 +226,6 @@ fn same_instant_above(evs: &[(Millis, Ev, usize, usize)], runs: &[JobRun]) -> Ve
         }
         // Walk the instant's submits backwards, gathering GPUs per (share, priority).
         let mut later: HashMap<usize, BTreeMap<u32, u64>> = HashMap::new();
-        use std::ops::Bound::{Excluded, Unbounded};
         for x in (i..k).rev() {
             let (_, ev, s, j) = evs[x];
             if ev != Ev::Submit {

@@ -508,6 +508,8 @@ fn footprint(st: &State, share: &ShareName) -> u32 {
 
 /// The room rule 2 keeps in a share that may borrow for its waiting jobs of higher
 /// priority than `j` (each within what the share's max could hold, without a hold).
+/// Worked out from the jobs here, apart from the scheduler's bookkeeping and
+/// `tranche_sched::estimate::room_kept_above`, as the other checks are.
 fn room_kept_above(st: &State, s: &QuotaShare, j: &Job, unit: &Unit) -> u32 {
     if s.resource_sharing.strategy != Strategy::LendAndBorrow {
         return 0;

@@ -217,12 +217,13 @@ impl<'a> Pass<'a> {
         let mark = self.plan.actions.len();
         let waits = self.own_job(k, w, s, u, deferred);
         self.array_count(k.id, w, mark);
-        // Only a job that its share's max could ever hold within it waits for room
-        // there; one that can only ever borrow keeps nothing from the others.
-        let need = w.gpus_per_node * w.nodes;
+        // Only a share that may borrow reads what its waiting jobs want (rule 2), and
+        // only a job its max could ever hold waits for room there: one that can only
+        // ever borrow keeps nothing from the others.
         if let (true, Some(u)) = (waits, u) {
             let sv = &mut self.shares[s];
-            if need <= sv.max[u] {
+            let need = w.gpus_per_node * w.nodes;
+            if sv.q.borrows() && need <= sv.max[u] {
                 sv.ahead[u].add(k.priority.0, need);
             }
         }

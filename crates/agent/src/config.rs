@@ -18,6 +18,15 @@ pub struct AgentConfig {
     pub controllers: Vec<String>,
     /// Attempt directories (spec, output, exit status) and unpacked images.
     pub spool_dir: PathBuf,
+    /// Where attempts' directories are kept while they run (default
+    /// `<spool_dir>/attempts`). Their records (spec, launch record, pids, exit status)
+    /// have to outlive the agent's and the shims' processes, not the node, so a tmpfs
+    /// such as `/run/tranche-agent` spares the disk the dozen file creations and
+    /// removals of every attempt. A job's output kept by the agent (no `--output`) and
+    /// a SageMaker job's `/opt/ml` are then in memory while the attempt runs, and
+    /// copied to `<spool_dir>` when it ends. Not to be shared with another agent.
+    #[serde(default)]
+    pub attempts_dir: Option<PathBuf>,
     /// `nvml` (the default: the real GPUs) or `fake`.
     #[serde(default = "default_inventory")]
     pub inventory: String,
@@ -213,6 +222,20 @@ impl AgentConfig {
                 "rendezvous_ports",
                 "must be a port range LO-HI with 0 < LO <= HI <= 65535, e.g. \"20000-29999\"",
             ));
+        }
+        if let Some(d) = &cfg.attempts_dir {
+            if !d.is_absolute() {
+                return Err(bad(
+                    "attempts_dir",
+                    "must be an absolute path, e.g. \"/run/tranche-agent\"",
+                ));
+            }
+            if d.starts_with(&cfg.spool_dir) && d != &cfg.spool_dir.join("attempts") {
+                return Err(bad(
+                    "attempts_dir",
+                    "must be outside `spool_dir` (or its `attempts` directory, the default)",
+                ));
+            }
         }
         if cfg.heartbeat_ms == 0 || cfg.heartbeat_ms > 60_000 {
             return Err(bad("heartbeat_ms", "must be 1 to 60000"));

@@ -34,6 +34,34 @@ fn bad_configs_name_the_field() {
     assert!(e.contains("`fence_after_s`"), "{e}");
     let e = refused(base.replace("node = \"gpu01\"", "node = \"GPU 01\""));
     assert!(e.contains("`node`"), "{e}");
+    for dir in ["run/tranche-agent", "/var/spool/tranche/logs"] {
+        let e = refused(base.replace(
+            "# attempts_dir = \"/run/tranche-agent\"",
+            &format!("attempts_dir = \"{dir}\""),
+        ));
+        assert!(e.contains("`attempts_dir`"), "{dir}: {e}");
+    }
+}
+
+#[test]
+fn attempts_may_be_kept_outside_the_spool() {
+    let base = example();
+    assert_eq!(
+        AgentConfig::parse(&base, "a.toml").unwrap().attempts_dir,
+        None
+    );
+    let cfg = AgentConfig::parse(
+        &base.replace(
+            "# attempts_dir = \"/run/tranche-agent\"",
+            "attempts_dir = \"/run/tranche-agent\"",
+        ),
+        "a.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.attempts_dir.as_deref(),
+        Some(std::path::Path::new("/run/tranche-agent"))
+    );
 }
 
 #[test]

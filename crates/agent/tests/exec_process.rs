@@ -919,3 +919,75 @@ fn shims_are_forked_by_one_launcher_which_is_replaced_when_it_dies() {
     assert_eq!(wait_exit(&a, LONG).code, Some(0));
     assert_eq!(stdout(&a), "done\n");
 }
+
+/// A directory for attempts outside a spool: on `/dev/shm` (a tmpfs, another file
+/// system than the spool's) where this machine has it, else beside the spool.
+fn attempts_elsewhere() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let t = if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    };
+    t.unwrap()
+}
+
+/// With `attempts_dir` set, attempts run from there, while what outlives them stays in
+/// the spool: the kept output (moved across file systems), the GPU ledger.
+#[test]
+fn attempts_kept_outside_the_spool_keep_their_output_and_ledger_in_it() {
+    init();
+    let spool = test_dir();
+    let elsewhere = attempts_elsewhere();
+    let attempts = elsewhere.path().join("attempts-n1");
+    let ex = Executors::open(spool.path(), Some(&attempts), CgroupMode::Auto).unwrap();
+    let mut s = spec("host", &["sh", "-c", "echo out; echo err >&2"]);
+    s.gpus = gpus(&[2]);
+    let a = ex.start(&s).unwrap();
+    assert!(a.dir().starts_with(&attempts), "{}", a.dir().display());
+    assert!(!spool.path().join("attempts").exists());
+    let st = wait_exit(&a, LONG);
+    assert_eq!(st.code, Some(0), "{}", stderr(&a));
+    a.acknowledge().unwrap();
+    assert!(!a.dir().exists());
+    let (out, err) = tranche_agent::exec::kept_logs(spool.path(), s.job, s.attempt);
+    assert_eq!(std::fs::read_to_string(out).unwrap(), "out\n");
+    assert_eq!(std::fs::read_to_string(err).unwrap(), "err\n");
+    let (entries, bad) = tranche_agent::exec::ledger::read(spool.path()).unwrap();
+    assert_eq!((entries.len(), bad), (2, 0), "{entries:?}");
+    assert!(entries[0].bind && !entries[1].bind);
+    assert_eq!(entries[0].gpus, [GpuIndex(2)]);
+    assert!(ex.adopt().unwrap().is_empty());
+}
+
+/// An agent restarted with another `attempts_dir` (or without one) still adopts the
+/// attempts running from the one before: none is left unsupervised.
+#[test]
+fn a_restart_that_moves_the_attempts_directory_adopts_the_running_ones() {
+    init();
+    let spool = test_dir();
+    let work = tempfile::tempdir().unwrap();
+    let elsewhere = attempts_elsewhere();
+    let attempts = elsewhere.path().join("attempts-n1");
+    let job = {
+        let ex = Executors::open(spool.path(), Some(&attempts), CgroupMode::Auto).unwrap();
+        ex.start(&job_waiting_for_go(work.path())).unwrap().job()
+    };
+    // Back to the default, `<spool>/attempts`.
+    let ex = Executors::new(spool.path()).unwrap();
+    let found = ex.adopt().unwrap();
+    assert_eq!(found.len(), 1, "the running attempt was not adopted");
+    assert_eq!(found[0].job(), job);
+    assert!(found[0].dir().starts_with(&attempts));
+    assert!(found[0].alive() && found[0].exit().is_none());
+    // And a new attempt starts in the new place.
+    let b = ex.start(&spec("host", &["true"])).unwrap();
+    assert!(b.dir().starts_with(spool.path().join("attempts")));
+    wait_exit(&b, LONG);
+    b.acknowledge().unwrap();
+    std::fs::write(work.path().join("go"), "").unwrap();
+    assert_eq!(wait_exit(&found[0], LONG).code, Some(0));
+    assert_eq!(stdout(&found[0]), "done\n");
+    found[0].acknowledge().unwrap();
+    assert!(ex.adopt().unwrap().is_empty());
+}

@@ -125,9 +125,7 @@ impl Attempt {
 
     /// The attempt's cgroup name, below `tranche/` in each hierarchy used.
     pub fn cgroup_name(&self) -> String {
-        let attempts = self.dir.parent().unwrap_or(Path::new("/"));
-        let spool = attempts.parent().unwrap_or(attempts);
-        cgroup_name(spool, self.job, self.attempt)
+        cgroup_name(&self.plan.spool_of(&self.dir), self.job, self.attempt)
     }
 
     /// The attempt's cgroup directories, as decided when it started; `None` for an
@@ -438,7 +436,7 @@ impl Attempt {
         cleanup_attempt(&self.dir, &self.plan);
         let parent = self.dir.parent().unwrap_or(Path::new("/"));
         // The output outlives the attempt dir: it moves to `<spool>/logs`.
-        let spool = parent.parent().unwrap_or(parent);
+        let spool = &self.plan.spool_of(&self.dir);
         // So does the record of its files elsewhere, which the log port reads them by.
         let (out, err) = (self.dir.join(files::STDOUT), self.dir.join(files::STDERR));
         let (kept_out, kept_err) = kept_logs(spool, self.job, self.attempt);
@@ -451,7 +449,7 @@ impl Attempt {
         );
         for (from, to) in [(out, kept_out), (err, kept_err), outputs] {
             if from.exists() {
-                if let Err(e) = std::fs::rename(&from, &to) {
+                if let Err(e) = fsutil::move_path(&from, &to) {
                     tracing::warn!("cannot keep {}: {e}", from.display());
                 }
             }

@@ -117,10 +117,33 @@ fn shim_binary() -> Result<PathBuf, String> {
 /// hierarchies, or into the v2 one where it has those controllers. Runc is given the
 /// same cgroup path (`/tranche/<spool>-<job>.<attempt>`) and chooses its hierarchies
 /// itself; a container is tracked where the default would track it.
+/// Where a spool records the directory its attempts are kept in.
+const ATTEMPTS_DIR_RECORD: &str = "attempts-dir";
+
+/// The directories other than `attempts` that this spool's attempts were kept in
+/// before (the default `<spool>/attempts` and the one last recorded), where they still
+/// exist; records `attempts` as the current one.
+fn moved_attempts(spool: &Path, attempts: &Path) -> Result<Vec<PathBuf>, ExecError> {
+    let record = spool.join(ATTEMPTS_DIR_RECORD);
+    let mut earlier = vec![spool.join("attempts")];
+    if let Some(text) = fsutil::read_string(&record) {
+        earlier.push(PathBuf::from(text.trim_end_matches('\n')));
+    }
+    earlier.retain(|d| d != attempts && d.is_dir());
+    earlier.dedup();
+    let current = format!("{}\n", attempts.display());
+    if fsutil::read_string(&record).as_deref() != Some(current.as_str()) {
+        fsutil::write_atomic(&record, current.as_bytes())?;
+    }
+    Ok(earlier)
+}
+
 #[derive(Debug)]
 pub struct Executors {
     spool: PathBuf,
     attempts: PathBuf,
+    /// Directories this spool's attempts were kept in before `attempts`, still there.
+    earlier: Vec<PathBuf>,
     images: PathBuf,
     runtime: Option<PathBuf>,
     runtime_root: PathBuf,
@@ -140,14 +163,32 @@ impl Executors {
     /// Executors as [`Executors::new`], tracking process jobs in the cgroup hierarchy
     /// `mode` asks for; refused where that hierarchy cannot be used.
     pub fn with_cgroups(spool: &Path, mode: CgroupMode) -> Result<Executors, ExecError> {
-        let spool = if spool.is_absolute() {
-            spool.to_path_buf()
-        } else {
-            std::env::current_dir()
-                .map_err(|e| ExecError::io("reading the current directory", spool, e))?
-                .join(spool)
+        Executors::open(spool, None, mode)
+    }
+
+    /// Executors as [`Executors::with_cgroups`], keeping the attempts' directories in
+    /// `attempts` (created if missing) rather than `<spool>/attempts`: the agent's
+    /// `attempts_dir`, e.g. on a tmpfs. The output kept after an attempt, the GPU ledger
+    /// and the images stay in the spool.
+    pub fn open(
+        spool: &Path,
+        attempts: Option<&Path>,
+        mode: CgroupMode,
+    ) -> Result<Executors, ExecError> {
+        let absolute = |p: &Path| -> Result<PathBuf, ExecError> {
+            if p.is_absolute() {
+                Ok(p.to_path_buf())
+            } else {
+                Ok(std::env::current_dir()
+                    .map_err(|e| ExecError::io("reading the current directory", p, e))?
+                    .join(p))
+            }
         };
-        let attempts = spool.join("attempts");
+        let spool = absolute(spool)?;
+        let attempts = match attempts {
+            Some(a) => absolute(a)?,
+            None => spool.join("attempts"),
+        };
         let images = spool.join("images");
         let runtime_root = spool.join("runc");
         for d in [&attempts, &images, &runtime_root] {
@@ -155,6 +196,7 @@ impl Executors {
                 .map_err(|e| ExecError::io("creating spool directory", d, e))?;
         }
         fsutil::spread_subdirectories(&attempts);
+        let earlier = moved_attempts(&spool, &attempts)?;
         let runtime = oci::find_runtime();
         let cgroups =
             Cgroups::detect(mode).map_err(|reason| ExecError::Cgroups { mode, reason })?;
@@ -167,6 +209,7 @@ impl Executors {
         Ok(Executors {
             spool,
             attempts,
+            earlier,
             images,
             runtime,
             runtime_root,
@@ -252,6 +295,7 @@ impl Executors {
             runtime_root: None,
             container_id: None,
             rootfs_mount: None,
+            spool: Some(self.spool.clone()),
         };
         match self.launch(spec, &dir, &mut plan, prepared) {
             Ok(()) => Ok(Attempt::new(
@@ -498,12 +542,27 @@ impl Executors {
     /// and attempt. An attempt whose shim and processes are all gone without an
     /// `exit.json` (the node lost the shim) is given an exit with neither code nor
     /// signal. Meant for agent start-up, before new attempts are started.
+    ///
+    /// The attempts of the directories this spool's agents kept them in before (another
+    /// `attempts_dir`, see [`Executors::open`]) are adopted as well, where they are still
+    /// there: a restart that moves the attempts' directory leaves no running job behind.
     pub fn adopt(&self) -> Result<Vec<Attempt>, ExecError> {
-        let rd = std::fs::read_dir(&self.attempts)
-            .map_err(|e| ExecError::io("listing attempts", &self.attempts, e))?;
         let mut out = Vec::new();
+        self.adopt_in(&self.attempts, &mut out)?;
+        for d in &self.earlier {
+            if let Err(e) = self.adopt_in(d, &mut out) {
+                tracing::warn!("{e}");
+            }
+        }
+        out.sort_by_key(|a| (a.job, a.attempt));
+        Ok(out)
+    }
+
+    fn adopt_in(&self, attempts: &Path, out: &mut Vec<Attempt>) -> Result<(), ExecError> {
+        let rd = std::fs::read_dir(attempts)
+            .map_err(|e| ExecError::io("listing attempts", attempts, e))?;
         for ent in rd {
-            let ent = ent.map_err(|e| ExecError::io("listing attempts", &self.attempts, e))?;
+            let ent = ent.map_err(|e| ExecError::io("listing attempts", attempts, e))?;
             let fname = ent.file_name();
             let Some(fname) = fname.to_str() else {
                 continue;
@@ -530,7 +589,7 @@ impl Executors {
                         "removing attempt directory {}, which no shim runs: {e}",
                         path.display()
                     );
-                    remove_attempt_dir(&self.attempts, &path);
+                    remove_attempt_dir(attempts, &path);
                     continue;
                 }
                 Err(e) => {
@@ -553,6 +612,7 @@ impl Executors {
                         runtime_root: None,
                         container_id: None,
                         rootfs_mount: None,
+                        spool: Some(self.spool.clone()),
                     };
                     fsutil::write_json(&path.join(files::PLAN), &plan)?;
                     plan
@@ -562,7 +622,6 @@ impl Executors {
             a.exit(); // settles lost attempts
             out.push(a);
         }
-        out.sort_by_key(|a| (a.job, a.attempt));
-        Ok(out)
+        Ok(())
     }
 }

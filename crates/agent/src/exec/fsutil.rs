@@ -114,6 +114,46 @@ pub(crate) fn read_string(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
+/// Moves a file or a directory tree from `from` to `to`: a rename, or, where the two
+/// are on different file systems (an `attempts_dir` on a tmpfs), a copy followed by the
+/// removal of `from`. Symbolic links are copied as links; `to`'s parent must exist.
+pub(crate) fn move_path(from: &Path, to: &Path) -> io::Result<()> {
+    match std::fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
+            copy_tree(from, to)?;
+            if std::fs::symlink_metadata(from)?.is_dir() {
+                std::fs::remove_dir_all(from)
+            } else {
+                std::fs::remove_file(from)
+            }
+        }
+        other => other,
+    }
+}
+
+/// Copies `from` to `to` (which must not exist), keeping permissions and owners.
+fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(from)?;
+    if meta.file_type().is_symlink() {
+        return std::os::unix::fs::symlink(std::fs::read_link(from)?, to);
+    }
+    if meta.is_dir() {
+        std::fs::create_dir(to)?;
+        for ent in std::fs::read_dir(from)? {
+            let ent = ent?;
+            copy_tree(&ent.path(), &to.join(ent.file_name()))?;
+        }
+        std::fs::set_permissions(to, meta.permissions())?;
+    } else {
+        std::fs::copy(from, to)?;
+    }
+    // The job's user keeps its files; where the agent may not give them away (not
+    // root), they stay the agent's.
+    let _ = std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()));
+    Ok(())
+}
+
 /// Opens a file for appending, creating it if needed.
 pub(crate) fn open_append(path: &Path) -> Result<File, ExecError> {
     OpenOptions::new()
@@ -147,6 +187,39 @@ pub(crate) fn tail(path: &Path, max: u64) -> String {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+
+    /// A tree moves whole, across file systems too: from `/dev/shm` (a tmpfs) to the
+    /// temporary directory where this machine has it, else within one.
+    #[test]
+    fn a_tree_moves_whole() {
+        let shm = Path::new("/dev/shm");
+        let src = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let from = src.path().join("model");
+        std::fs::create_dir_all(from.join("sub")).unwrap();
+        std::fs::write(from.join("weights.bin"), b"0123").unwrap();
+        std::fs::write(from.join("sub/config.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink("weights.bin", from.join("latest")).unwrap();
+        let to = dst.path().join("model");
+        move_path(&from, &to).unwrap();
+        assert!(!from.exists());
+        assert_eq!(std::fs::read(to.join("weights.bin")).unwrap(), b"0123");
+        assert_eq!(std::fs::read(to.join("sub/config.json")).unwrap(), b"{}");
+        assert_eq!(
+            std::fs::read_link(to.join("latest")).unwrap(),
+            Path::new("weights.bin")
+        );
+        let file = src.path().join("stdout");
+        std::fs::write(&file, b"out\n").unwrap();
+        move_path(&file, &dst.path().join("stdout")).unwrap();
+        assert!(!file.exists());
+        assert_eq!(std::fs::read(dst.path().join("stdout")).unwrap(), b"out\n");
+    }
 
     /// The directory's inode flags, where its file system has them.
     fn flags(dir: &Path) -> Option<nix::libc::c_int> {

@@ -264,7 +264,7 @@ pub(super) fn keep(dir: &Path, spool: &Path, job: JobId, attempt: AttemptNo) {
     for d in ["model", "output"] {
         let from = root.join(d);
         if from.is_dir() {
-            if let Err(e) = std::fs::rename(&from, kept.join(d)) {
+            if let Err(e) = fsutil::move_path(&from, &kept.join(d)) {
                 tracing::warn!("cannot keep {}: {e}", from.display());
             }
         }

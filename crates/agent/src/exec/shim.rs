@@ -76,8 +76,7 @@ fn supervise(dir: &Path) -> Result<(), String> {
     }
     // The GPUs are taken before anything of the job can run.
     let ledger = (!spec.gpus.is_empty())
-        .then(|| ledger::ledger_of_attempt(dir))
-        .flatten()
+        .then(|| ledger::ledger_of(&plan.spool_of(dir)))
         .map(|path| {
             let gpus: Vec<GpuIndex> = spec.gpus.iter().map(|g| g.index).collect();
             (path, spec.job, spec.attempt, gpus)

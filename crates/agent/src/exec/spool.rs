@@ -76,6 +76,24 @@ pub(crate) struct LaunchRecord {
     /// the shim when the container is gone.
     #[serde(default)]
     pub rootfs_mount: Option<PathBuf>,
+    /// The spool the attempt belongs to (its kept output, the GPU ledger). Absent in
+    /// records of agents that kept every attempt in `<spool>/attempts`, whose spool is
+    /// the attempt directory's grandparent.
+    #[serde(default)]
+    pub spool: Option<PathBuf>,
+}
+
+impl LaunchRecord {
+    /// The spool of the attempt whose directory is `dir`.
+    pub fn spool_of(&self, dir: &Path) -> PathBuf {
+        match &self.spool {
+            Some(s) => s.clone(),
+            None => {
+                let attempts = dir.parent().unwrap_or(Path::new("/"));
+                attempts.parent().unwrap_or(attempts).to_path_buf()
+            }
+        }
+    }
 }
 
 /// Names of the files of an attempt directory.

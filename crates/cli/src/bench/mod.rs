@@ -97,6 +97,23 @@ struct AgentCluster {
     tmp: tempfile::TempDir,
 }
 
+/// A directory of this run's own under `dir` (the option `flag`'s value), removed when
+/// dropped; `None` without one.
+fn own_dir_under(
+    dir: &Option<std::path::PathBuf>,
+    flag: &str,
+    prefix: &str,
+) -> Result<Option<tempfile::TempDir>, String> {
+    dir.as_ref()
+        .map(|d| {
+            tempfile::Builder::new()
+                .prefix(prefix)
+                .tempdir_in(d)
+                .map_err(|e| format!("{flag} {}: {e}", d.display()))
+        })
+        .transpose()
+}
+
 async fn agent_cluster() -> Result<AgentCluster, String> {
     agent_cluster_spooled(None).await
 }

@@ -45,6 +45,12 @@ pub struct ReplayArgs {
     /// durations divided by it; grace periods are not).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
+    /// Where the agents keep their attempts' directories while they run (their
+    /// `attempts_dir`), e.g. a tmpfs such as `/dev/shm`: a directory of this run's own
+    /// under DIR, removed after it. Their spools (kept output, GPU ledger) and the
+    /// controllers' data stay in the run's temporary dir [default: in the spools].
+    #[arg(long, value_name = "DIR")]
+    attempts_dir: Option<PathBuf>,
     /// One JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -148,6 +154,12 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
 
     let bins_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let (tranched, agent) = binaries(bins_dir.path())?;
+    // Bound before the cluster, so removed after its processes have stopped.
+    let attempts_root = super::own_dir_under(
+        &args.attempts_dir,
+        "--attempts-dir",
+        "tranche-replay-attempts-",
+    )?;
     // Bound in this order, dropped in the reverse: the processes first, the dir last.
     let AgentCluster {
         tmp: _tmp,
@@ -179,6 +191,13 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
             .collect();
         let extra = format!("heartbeat_ms = 1000\nlabels = {{ {} }}", labels.join(", "));
         for name in expand_names(n) {
+            let extra = match &attempts_root {
+                Some(root) => {
+                    let dir = root.path().join(&name).display().to_string();
+                    format!("attempts_dir = {}\n{extra}", toml::Value::String(dir))
+                }
+                None => extra.clone(),
+            };
             c.add_agent(&agent, &name, &format!("{} x {}", n.gpus, n.unit), &extra)?;
             nodes += 1;
         }

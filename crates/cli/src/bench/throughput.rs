@@ -246,15 +246,7 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     } = {
         // A directory of this run's own under --spool-dir, removed after it: agents
         // adopt whatever attempts they find in their spools.
-        let spools = match &args.spool_dir {
-            Some(d) => Some(
-                tempfile::Builder::new()
-                    .prefix("tranche-bench-spool-")
-                    .tempdir_in(d)
-                    .map_err(|e| format!("--spool-dir {}: {e}", d.display()))?,
-            ),
-            None => None,
-        };
+        let spools = super::own_dir_under(&args.spool_dir, "--spool-dir", "tranche-bench-spool-")?;
         let root = spools.as_ref().map(|t| t.path().to_path_buf());
         _spools = spools;
         agent_cluster_spooled(root).await?

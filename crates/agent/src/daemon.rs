@@ -769,9 +769,14 @@ impl Agent {
                 }
                 let mut known = vec![];
                 let mut look = vec![];
+                // An exit whose report is on its way is not copied out again: this runs
+                // every 10 ms, and an attempt's copy is its whole spec.
+                let reporting = self.reporting.lock().unwrap();
                 for (k, e) in l.iter() {
                     if e.attempt.known_exit().is_some() {
-                        known.push((*k, e.attempt.clone()));
+                        if !reporting.contains(k) {
+                            known.push((*k, e.attempt.clone()));
+                        }
                     } else if sweep || e.look.load(Ordering::Acquire) {
                         look.push((*k, e.attempt.clone()));
                     }

@@ -435,6 +435,53 @@ fn a_missing_program_is_a_clear_error_and_leaves_nothing() {
     assert!(matches!(err, ExecError::Launch { .. }), "{err}");
 }
 
+/// The job's process is started clean, whatever the shim's state: standard input on
+/// `/dev/null`, a process group of its own, no signal blocked or ignored (the shim, a
+/// Rust program, ignores SIGPIPE), and its program looked up on the job's own `PATH`
+/// as `execvp` does (a candidate that may not be run is passed over).
+#[test]
+fn a_job_starts_clean_and_is_found_on_its_own_path() {
+    init();
+    let spool = test_dir();
+    let ex = Executors::new(spool.path()).unwrap();
+    let bin = test_dir();
+    let (first, second) = (bin.path().join("first"), bin.path().join("second"));
+    for d in [&first, &second] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let script = "#!/bin/sh\nread -r _ _ _ _ pgid _ < /proc/$$/stat\necho \"$0 pgid=$pgid pid=$$\"\ngrep -E '^Sig(Blk|Ign)' /proc/$$/status\nreadlink /proc/$$/fd/0\n";
+    // Not executable: passed over for the one after it on PATH.
+    std::fs::write(first.join("probe"), script).unwrap();
+    std::fs::write(second.join("probe"), script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(second.join("probe"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut s = spec("host", &["probe"]);
+    s.env.insert(
+        "PATH".into(),
+        format!("{}:{}:/usr/bin:/bin", first.display(), second.display()),
+    );
+    let a = ex.start(&s).unwrap();
+    assert_eq!(wait_exit(&a, LONG).code, Some(0), "{}", stderr(&a));
+    let out = stdout(&a);
+    let lines: Vec<&str> = out.lines().collect();
+    let pid = lines[0].rsplit("pid=").next().unwrap();
+    assert_eq!(
+        lines[0],
+        format!("{} pgid={pid} pid={pid}", second.join("probe").display()),
+        "{out}"
+    );
+    assert_eq!(lines[1], "SigBlk:\t0000000000000000", "{out}");
+    assert_eq!(lines[2], "SigIgn:\t0000000000000000", "{out}");
+    assert_eq!(lines[3], "/dev/null", "{out}");
+
+    // Only a candidate that may not be run: the error says so.
+    s.job = job_id();
+    s.env.insert("PATH".into(), first.display().to_string());
+    let msg = ex.start(&s).unwrap_err().to_string();
+    assert!(msg.contains("cannot run `probe`"), "{msg}");
+    assert!(msg.contains("Permission denied"), "{msg}");
+}
+
 #[test]
 fn an_attempt_cannot_be_started_twice() {
     init();

@@ -70,6 +70,7 @@ mod procfs;
 mod sagemaker;
 mod shim;
 mod signal;
+mod spawn;
 mod spec;
 mod spool;
 

@@ -3,11 +3,9 @@
 //! subreaper), and writes `exit.json` once no process of the job is left.
 
 use std::fs::File;
-use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ use super::spec::AttemptNo;
 use super::spool::{files, LaunchRecord};
 use super::DEFAULT_PATH;
 use super::{
-    fsutil, job_env, oci, procfs, sagemaker, sagemaker_env, ExecKind, ExitStatus, LaunchSpec,
+    fsutil, job_env, oci, procfs, sagemaker, sagemaker_env, spawn, ExecKind, ExitStatus, LaunchSpec,
 };
 
 fn log(dir: &Path, msg: &str) {
@@ -268,14 +266,6 @@ fn run_process(
     env.extend(sagemaker_env(spec, Some(&dir.join(sagemaker::OPT_ML))));
     env.entry("PATH".into())
         .or_insert_with(|| DEFAULT_PATH.into());
-    let mut cmd = Command::new(&spec.command[0]);
-    cmd.args(&spec.command[1..])
-        .env_clear()
-        .envs(&env)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0);
     let mut joins = Vec::new();
     match &plan.cgroup {
         Some(cg) => {
@@ -293,50 +283,34 @@ fn run_process(
             "no cgroup for this job: every process of it is found by its process group and as a descendant of this shim",
         ),
     }
-    let fds: Vec<i32> = joins.iter().map(|f| f.as_raw_fd()).collect();
+    let stdin = File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
     let cwd = spec.cwd.as_deref().unwrap_or("/");
     let user = spec.user;
-    if user.is_none() {
-        cmd.current_dir(cwd);
-    }
+    let path = env.get("PATH").cloned().unwrap_or_default();
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let fds: Vec<i32> = joins.iter().map(|f| f.as_raw_fd()).collect();
     // With a user, the job enters its directory as that user, once it is one: a home
     // that only its owner may enter (on NFS with root squashed, not even root) works.
-    let cwd_c = std::ffi::CString::new(cwd).map_err(|_| "the cwd has a NUL byte".to_string())?;
-    let groups: Vec<Gid> = spec.groups.iter().map(|&g| Gid::from_raw(g)).collect();
-    // SAFETY: the closure runs between fork and exec; it only makes system calls
-    // (getpid, write, setgroups, setgid, setuid, chdir) and formats into a stack buffer.
-    // Privileges are dropped in the one order that works: the groups while still root,
-    // then the gid, then the uid (after which neither could change).
-    unsafe {
-        cmd.pre_exec(move || {
-            // `itoa` formats into a buffer on the stack: nothing is allocated after fork.
-            let mut buf = itoa::Buffer::new();
-            let pid = buf.format(libc::getpid() as u32).as_bytes();
-            for &fd in &fds {
-                if libc::write(fd, pid.as_ptr().cast(), pid.len()) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            if let Some((uid, gid)) = user {
-                nix::unistd::setgroups(&groups).map_err(io::Error::from)?;
-                nix::unistd::setgid(Gid::from_raw(gid)).map_err(io::Error::from)?;
-                nix::unistd::setuid(Uid::from_raw(uid)).map_err(io::Error::from)?;
-                if libc::chdir(cwd_c.as_ptr()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().map_err(|e| match user {
+    let main = spawn::spawn(&spawn::Launch {
+        argv: &spec.command,
+        env: &env,
+        path: &path,
+        stdin: stdin.as_raw_fd(),
+        stdout: stdout.as_raw_fd(),
+        stderr: stderr.as_raw_fd(),
+        cgroup_procs: &fds,
+        user,
+        groups: &spec.groups,
+        cwd,
+    })
+    .map_err(|e| match user {
         Some((uid, gid)) => format!(
             "cannot run `{}` as uid {uid} (gid {gid}) in {cwd}: {e}",
             spec.command[0]
         ),
         None => format!("cannot run `{}`: {e}", spec.command[0]),
     })?;
-    drop(joins);
-    let main = child.id() as i32;
+    drop((joins, stdin, stdout, stderr));
     fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())
         .map_err(|e| e.to_string())?;
     log(dir, &format!("job running as pid {main}"));

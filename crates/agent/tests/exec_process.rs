@@ -480,6 +480,15 @@ fn a_job_starts_clean_and_is_found_on_its_own_path() {
     let msg = ex.start(&s).unwrap_err().to_string();
     assert!(msg.contains("cannot run `probe`"), "{msg}");
     assert!(msg.contains("Permission denied"), "{msg}");
+
+    // A file that is no executable is not handed to a shell.
+    let plain = bin.path().join("plain");
+    std::fs::write(&plain, "echo not a program\n").unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut s = spec("host", &[plain.to_str().unwrap()]);
+    s.job = job_id();
+    let msg = ex.start(&s).unwrap_err().to_string();
+    assert!(msg.contains("Exec format error"), "{msg}");
 }
 
 #[test]

@@ -286,7 +286,6 @@ fn run_process(
     let stdin = File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
     let cwd = spec.cwd.as_deref().unwrap_or("/");
     let user = spec.user;
-    let path = env.get("PATH").cloned().unwrap_or_default();
     let env: Vec<(String, String)> = env.into_iter().collect();
     let fds: Vec<i32> = joins.iter().map(|f| f.as_raw_fd()).collect();
     // With a user, the job enters its directory as that user, once it is one: a home
@@ -294,7 +293,6 @@ fn run_process(
     let main = spawn::spawn(&spawn::Launch {
         argv: &spec.command,
         env: &env,
-        path: &path,
         stdin: stdin.as_raw_fd(),
         stdout: stdout.as_raw_fd(),
         stderr: stderr.as_raw_fd(),

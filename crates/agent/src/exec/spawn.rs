@@ -16,19 +16,22 @@
 //! that way is sent back on a close-on-exec pipe, and the child exits.
 
 use std::ffi::CString;
-use std::io;
-use std::os::fd::RawFd;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, RawFd};
 
+use nix::fcntl::OFlag;
 use nix::libc::{self, c_char, c_int, c_void};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
 
 /// What a job's process is started with.
 pub(super) struct Launch<'a> {
-    /// argv; the first is the program, looked up on `path` when it has no `/`.
+    /// argv; the first is the program, looked up on the environment's `PATH` when it
+    /// has no `/`.
     pub argv: &'a [String],
     /// The whole environment.
     pub env: &'a [(String, String)],
-    /// The job's `PATH`.
-    pub path: &'a str,
     pub stdin: RawFd,
     pub stdout: RawFd,
     pub stderr: RawFd,
@@ -45,14 +48,11 @@ pub(super) struct Launch<'a> {
 const STACK: usize = 256 * 1024;
 
 /// Everything the child reads, made before the clone.
-struct Child {
+struct Child<'a> {
+    launch: &'a Launch<'a>,
     programs: Vec<CString>,
     argv: Vec<*const c_char>,
     envp: Vec<*const c_char>,
-    stdio: [RawFd; 3],
-    cgroup_procs: Vec<RawFd>,
-    user: Option<(u32, u32)>,
-    groups: Vec<libc::gid_t>,
     cwd: CString,
     err: RawFd,
 }
@@ -75,8 +75,12 @@ pub(super) fn spawn(l: &Launch) -> io::Result<i32> {
     let programs: Vec<CString> = if program.contains('/') {
         vec![cstring("command", program)?]
     } else {
-        l.path
-            .split(':')
+        let path = l
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map_or("", |(_, v)| v);
+        path.split(':')
             .map(|d| {
                 let d = if d.is_empty() { "." } else { d };
                 cstring("command", &format!("{}/{program}", d.trim_end_matches('/')))
@@ -98,66 +102,37 @@ pub(super) fn spawn(l: &Launch) -> io::Result<i32> {
     let mut envp: Vec<*const c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
 
-    let mut pipe = [0 as c_int; 2];
-    // SAFETY: two ints for the pipe's ends.
-    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let child = Child {
+        launch: l,
         programs,
         argv,
         envp,
-        stdio: [l.stdin, l.stdout, l.stderr],
-        cgroup_procs: l.cgroup_procs.to_vec(),
-        user: l.user,
-        groups: l.groups.to_vec(),
         cwd: cstring("working directory", l.cwd)?,
-        err: pipe[1],
+        err: write.as_raw_fd(),
     };
     let result = clone_child(&child);
-    // SAFETY: the write end is ours; the child no longer has it (exec or exit).
-    unsafe { libc::close(pipe[1]) };
-    let pid = match result {
-        Ok(pid) => pid,
-        Err(e) => {
-            // SAFETY: the read end is ours.
-            unsafe { libc::close(pipe[0]) };
-            return Err(e);
-        }
-    };
-    let mut buf = [0u8; 4];
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: reading into the rest of a buffer of ours.
-        let n = unsafe { libc::read(pipe[0], buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n > 0 {
-            got += n as usize;
-        } else if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break;
-        }
-    }
-    // SAFETY: the read end is ours.
-    unsafe { libc::close(pipe[0]) };
-    if got == 0 {
+    // The child no longer has the write end (exec or exit): closed here, a read of the
+    // other ends at once.
+    drop(write);
+    let pid = result?;
+    let mut sent = Vec::new();
+    File::from(read).read_to_end(&mut sent)?;
+    if sent.is_empty() {
         return Ok(pid);
     }
     // The child failed before its exec, and has exited: reap it.
-    let mut st = 0;
-    // SAFETY: waiting for our own child.
-    while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
-        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-    {}
-    Err(if got == buf.len() {
-        io::Error::from_raw_os_error(i32::from_le_bytes(buf))
-    } else {
-        io::Error::other("the job's process failed before its exec")
+    while waitpid(Pid::from_raw(pid), None) == Err(nix::errno::Errno::EINTR) {}
+    Err(match <[u8; 4]>::try_from(sent.as_slice()) {
+        Ok(b) => io::Error::from_raw_os_error(i32::from_le_bytes(b)),
+        Err(_) => io::Error::other("the job's process failed before its exec"),
     })
 }
 
 /// The clone itself, with every signal blocked across it (the child unblocks them once
 /// every disposition is the default), so that no handler runs in the child on the shim's
 /// memory.
-fn clone_child(child: &Child) -> io::Result<i32> {
+fn clone_child(child: &Child<'_>) -> io::Result<i32> {
     // SAFETY: an anonymous private mapping for the child's stack, its lowest page made a
     // guard; unmapped below once the child has exec'd or exited.
     let stack = unsafe {
@@ -192,7 +167,7 @@ fn clone_child(child: &Child) -> io::Result<i32> {
             child_main,
             top,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            child as *const Child as *mut c_void,
+            child as *const Child<'_> as *mut c_void,
         )
     };
     let err = io::Error::last_os_error();
@@ -221,7 +196,8 @@ struct KernelSigaction {
 /// The child, between the clone and the exec: system calls only.
 extern "C" fn child_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `Child` the parent keeps alive while it is suspended.
-    let c = unsafe { &*(arg as *const Child) };
+    let c = unsafe { &*(arg as *const Child<'_>) };
+    let l = c.launch;
     // SAFETY: every call below is a system call on values prepared before the clone.
     unsafe {
         let fail = |errno: c_int| -> c_int {
@@ -230,7 +206,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
             libc::_exit(127)
         };
         let errno = || *libc::__errno_location();
-        for (target, &fd) in c.stdio.iter().enumerate() {
+        for (target, fd) in [l.stdin, l.stdout, l.stderr].into_iter().enumerate() {
             let target = target as c_int;
             if fd == target {
                 // Already there; it only needs to survive the exec.
@@ -266,19 +242,19 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        if !c.cgroup_procs.is_empty() {
+        if !l.cgroup_procs.is_empty() {
             let pid = libc::syscall(libc::SYS_getpid) as u32;
             let mut buf = itoa::Buffer::new();
             let text = buf.format(pid).as_bytes();
-            for &fd in &c.cgroup_procs {
+            for &fd in l.cgroup_procs {
                 if libc::write(fd, text.as_ptr().cast(), text.len()) < 0 {
                     return fail(errno());
                 }
             }
         }
-        if let Some((uid, gid)) = c.user {
+        if let Some((uid, gid)) = l.user {
             // The groups while still root, then the gid, then the uid.
-            if libc::syscall(libc::SYS_setgroups, c.groups.len(), c.groups.as_ptr()) < 0
+            if libc::syscall(libc::SYS_setgroups, l.groups.len(), l.groups.as_ptr()) < 0
                 || libc::syscall(libc::SYS_setgid, gid) < 0
                 || libc::syscall(libc::SYS_setuid, uid) < 0
             {

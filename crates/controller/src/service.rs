@@ -178,6 +178,11 @@ impl Service {
         if let Some(e) = denied {
             return Response::Error(e);
         }
+        // The session is the caller's: whatever identity the client wrote is replaced.
+        let request = request.map(|r| tranche_state::RequestId {
+            identity: who.to_string(),
+            ..r
+        });
         // An access key gets its id here, so `into_command` never sees the request.
         let command = match command {
             ClientCommand::IssueAccessKey { user, role } => {
@@ -255,6 +260,8 @@ impl Service {
             role,
             created_at: 0,
             revoked_at: None,
+            issuer_serial: None,
+            expires_at: None,
         };
         match self
             .propose(tranche_state::Command::PutAccessKey(key.clone()), None)
@@ -1028,6 +1035,8 @@ mod tests {
             role,
             created_at: 0,
             revoked_at: None,
+            issuer_serial: None,
+            expires_at: None,
         };
         let mut sh = r.service.shared.write().unwrap();
         sh.state.apply(&Command::PutAccessKey(k), at).unwrap();

@@ -67,6 +67,13 @@ pub struct AccessKey {
     pub created_at: Millis,
     /// Set once `tranche keys revoke` ran; a revoked key signs nothing.
     pub revoked_at: Option<Millis>,
+    /// The serial number, in lower-case hex, of the certificate of the identity that
+    /// issued the key, so that revoking that certificate can end the key too. `None`
+    /// for keys issued before stored format 6, and where the issuer's serial was not
+    /// known.
+    pub issuer_serial: Option<String>,
+    /// When the key stops signing (entry time, ms); `None`: it does not expire.
+    pub expires_at: Option<Millis>,
 }
 
 impl AccessKey {
@@ -79,6 +86,21 @@ impl AccessKey {
                 "id",
                 format!("must be 1 to {MAX_ACCESS_KEY_ID_LEN} ASCII letters and digits"),
             ));
+        }
+        if let Some(serial) = &self.issuer_serial {
+            // RFC 5280: a serial number is at most 20 octets.
+            if serial.is_empty()
+                || serial.len() > 40
+                || !serial.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return Err(invalid(
+                    "issuer_serial",
+                    format!(
+                        "must be 1 to 40 hexadecimal digits (a certificate serial of at most 20 bytes), got {} characters",
+                        serial.len()
+                    ),
+                ));
+            }
         }
         self.user.validate("user")
     }

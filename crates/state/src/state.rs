@@ -15,6 +15,14 @@ pub struct AwsState {
     pub tags: BTreeMap<String, BTreeMap<String, String>>,
 }
 
+/// A user's submits to a share in one minute of entry time (minutes counted from the
+/// epoch, so every controller cuts them alike).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitWindow {
+    pub minute: u64,
+    pub submits: u32,
+}
+
 /// Order of RUNNABLE jobs inside a share: priority descending, then submit time
 /// ascending (a requeued job keeps its original submit time), then id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -381,14 +389,18 @@ pub struct State {
     /// (user, client token) → the job the first submit created.
     pub tokens: BTreeMap<(UserName, String), JobId>,
     pub next_job_id: u64,
-    /// Client sessions: the answers to requests a client may still retry.
-    pub sessions: BTreeMap<u64, crate::session::Session>,
+    /// Client sessions by (identity, client id): the answers to requests a client may
+    /// still retry.
+    pub sessions: BTreeMap<(String, u64), crate::session::Session>,
     /// When idle sessions were last looked for (entry time).
     pub sessions_swept_at: Millis,
     /// GPU time per share, user and unit, by hour (see [`crate::ledger`]).
     pub ledger: crate::ledger::Ledger,
     /// Access keys and object tags of the AWS Batch-compatible endpoint.
     pub aws: AwsState,
+    /// Submits per (share, user) in the current minute of entry time, for
+    /// [`JobLimits::submits_per_user_per_minute`].
+    pub submit_rate: BTreeMap<(ShareName, UserName), SubmitWindow>,
     #[serde(skip)]
     pub(crate) index: Index,
 }
@@ -409,6 +421,7 @@ impl PartialEq for State {
             && self.sessions_swept_at == o.sessions_swept_at
             && self.ledger == o.ledger
             && self.aws == o.aws
+            && self.submit_rate == o.submit_rate
     }
 }
 impl Eq for State {}

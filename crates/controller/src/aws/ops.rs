@@ -925,6 +925,8 @@ impl Endpoint {
             default_grace_s: DEFAULT_GRACE_S,
             max_grace_s: MAX_GRACE_S,
             min_runtime_s: 0,
+            max_user_priority: tranche_model::DEFAULT_MAX_USER_PRIORITY,
+            limits: Default::default(),
         }))
         .await?;
         self.tag_new(cx, format!("quota-share/{name}"), r.tags)

@@ -134,8 +134,11 @@ async function api(path, opts) {
   const o = opts || {};
   const headers = {Authorization: `Bearer ${app.token}`};
   let body;
-  if (o.json !== undefined) {
+  // Every change is sent as JSON, even without a body: the API refuses other types.
+  if (o.json !== undefined || (o.method || 'GET') !== 'GET') {
     headers['Content-Type'] = 'application/json';
+  }
+  if (o.json !== undefined) {
     body = JSON.stringify(o.json);
   }
   const r = await fetch(`/api/v1/${path}`, {method: o.method || 'GET', headers, body, signal: o.signal});

@@ -73,7 +73,10 @@ impl PeerNet {
                 a.insert(*id, addr);
             }
         }
-        *self.names.write().unwrap() = members.iter().map(|(id, m)| (*id, m.name.clone())).collect();
+        *self.names.write().unwrap() = members
+            .iter()
+            .map(|(id, m)| (*id, m.name.clone()))
+            .collect();
     }
 
     /// Whether a frame that says it comes from `from` may be taken from a connection

@@ -138,7 +138,11 @@ impl Service {
     /// the whole queue, so it is done at most once per applied index and second, and
     /// every read in between (`Explain`, `Jobs` with standings, the dashboard) gets
     /// the same answer.
-    pub fn standings(&self, sh: &crate::mailbox::Shared, now: tranche_model::Millis) -> Arc<Standings> {
+    pub fn standings(
+        &self,
+        sh: &crate::mailbox::Shared,
+        now: tranche_model::Millis,
+    ) -> Arc<Standings> {
         let key = (sh.applied, now / 1000);
         let mut cached = self.standings.lock().unwrap();
         if let Some((k, s)) = cached.as_ref() {
@@ -175,7 +179,12 @@ impl Service {
     }
 
     /// Answers one request of `who` that came through `origin`.
-    pub async fn handle_from(&self, who: &Identity, origin: Origin, req: ClientRequest) -> Response {
+    pub async fn handle_from(
+        &self,
+        who: &Identity,
+        origin: Origin,
+        req: ClientRequest,
+    ) -> Response {
         match req {
             ClientRequest::Write { request, command } => {
                 self.write(who, origin, request, command).await
@@ -423,7 +432,12 @@ impl Service {
 
     /// Whether `who` may ask `query`, and (unless `stale`) the read barrier after which
     /// this controller's state has every write acknowledged before the call.
-    async fn before_read(&self, who: &Identity, query: &Query, stale: bool) -> Result<(), ApiError> {
+    async fn before_read(
+        &self,
+        who: &Identity,
+        query: &Query,
+        stale: bool,
+    ) -> Result<(), ApiError> {
         if who.role == Role::Agent && !matches!(query, Query::Job(_) | Query::Controllers) {
             return Err(ApiError::Unauthorized(format!(
                 "{who} may read only its node's jobs and the controllers"
@@ -595,7 +609,9 @@ fn check_content(origin: Origin, cmd: &ClientCommand) -> Result<(), ApiError> {
                 ),
             ))
         }
-        ClientCommand::Submit(spec) if spec.sagemaker.is_some() && origin != Origin::AwsEndpoint => {
+        ClientCommand::Submit(spec)
+            if spec.sagemaker.is_some() && origin != Origin::AwsEndpoint =>
+        {
             Err(invalid(
                 "sagemaker",
                 "is set only by the AWS Batch-compatible endpoint (SubmitServiceJob), which \
@@ -975,7 +991,14 @@ mod tests {
 
     /// The write is refused as invalid, naming `field` and with `text` in its rule,
     /// and nothing reaches the node task.
-    async fn expect_invalid(r: &Rig, id: &Identity, origin: Origin, c: ClientCommand, field: &str, text: &str) {
+    async fn expect_invalid(
+        r: &Rig,
+        id: &Identity,
+        origin: Origin,
+        c: ClientCommand,
+        field: &str,
+        text: &str,
+    ) {
         let before = r.written.lock().unwrap().len();
         match r.service.handle_from(id, origin, write(c.clone())).await {
             Response::Error(ApiError::Rejected(ApplyError::Invalid(v))) => {
@@ -984,7 +1007,11 @@ mod tests {
             }
             other => panic!("{id} {c:?}: {other:?}"),
         }
-        assert_eq!(r.written.lock().unwrap().len(), before, "a refused write went on");
+        assert_eq!(
+            r.written.lock().unwrap().len(),
+            before,
+            "a refused write went on"
+        );
     }
 
     #[tokio::test]
@@ -996,26 +1023,55 @@ mod tests {
             j.spec.env.insert("HF_TOKEN".into(), "secret".into());
             j.spec.cwd = Some("/home/alice".into());
         }
-        let read = |q: Query| ClientRequest::Read { query: q, stale: false };
+        let read = |q: Query| ClientRequest::Read {
+            query: q,
+            stale: false,
+        };
         let seen = |resp: Response| match resp {
             Response::Job(j) => *j,
             other => panic!("{other:?}"),
         };
-        for id in [who(Role::User, "alice"), who(Role::Operator, "ops"), who(Role::Admin, "root"), who(Role::Agent, "n1")] {
-            let j = seen(r.service.handle(&id, read(Query::Job(JobId(1).into()))).await);
+        for id in [
+            who(Role::User, "alice"),
+            who(Role::Operator, "ops"),
+            who(Role::Admin, "root"),
+            who(Role::Agent, "n1"),
+        ] {
+            let j = seen(
+                r.service
+                    .handle(&id, read(Query::Job(JobId(1).into())))
+                    .await,
+            );
             assert_eq!(j.spec.env["HF_TOKEN"], "secret", "{id}");
             assert!(!j.spec.is_redacted(), "{id}");
         }
         let bob = who(Role::User, "bob");
-        let j = seen(r.service.handle(&bob, read(Query::Job(JobId(1).into()))).await);
+        let j = seen(
+            r.service
+                .handle(&bob, read(Query::Job(JobId(1).into())))
+                .await,
+        );
         assert!(j.spec.is_redacted());
         assert!(j.spec.env.is_empty() && j.spec.command.is_empty() && j.spec.cwd.is_none());
-        assert_eq!((j.id, j.spec.user.as_str(), j.status), (JobId(1), "alice", j.status));
+        assert_eq!(
+            (j.id, j.spec.user.as_str(), j.status),
+            (JobId(1), "alice", j.status)
+        );
         // The output is for those who see everything of the job.
-        let job = r.service.shared.read().unwrap().state.job(JobId(1)).unwrap().clone();
+        let job = r
+            .service
+            .shared
+            .read()
+            .unwrap()
+            .state
+            .job(JobId(1))
+            .unwrap()
+            .clone();
         assert!(may_read_output(&who(Role::User, "alice"), &job).is_ok());
         assert!(may_read_output(&who(Role::Operator, "ops"), &job).is_ok());
-        assert!(matches!(may_read_output(&bob, &job), Err(ApiError::Unauthorized(m)) if m.contains("belongs to alice")));
+        assert!(
+            matches!(may_read_output(&bob, &job), Err(ApiError::Unauthorized(m)) if m.contains("belongs to alice"))
+        );
         assert!(may_read_output(&who(Role::Agent, "n1"), &job).is_err());
     }
 
@@ -1032,25 +1088,62 @@ mod tests {
             instance_type: "ml.p5.48xlarge".into(),
         }));
         let submit = ClientCommand::Submit(sm);
-        expect_invalid(&r, &alice, Origin::Client, submit.clone(), "sagemaker", "AWS Batch-compatible endpoint").await;
-        match r.service.handle_from(&alice, Origin::AwsEndpoint, write(submit)).await {
+        expect_invalid(
+            &r,
+            &alice,
+            Origin::Client,
+            submit.clone(),
+            "sagemaker",
+            "AWS Batch-compatible endpoint",
+        )
+        .await;
+        match r
+            .service
+            .handle_from(&alice, Origin::AwsEndpoint, write(submit))
+            .await
+        {
             Response::Applied(_) => {}
             other => panic!("{other:?}"),
         }
-        let cancel = |n: usize| ClientCommand::Cancel { job: JobId(1).into(), reason: "x".repeat(n) };
+        let cancel = |n: usize| ClientCommand::Cancel {
+            job: JobId(1).into(),
+            reason: "x".repeat(n),
+        };
         for origin in [Origin::Client, Origin::AwsEndpoint] {
-            expect_invalid(&r, &alice, origin, cancel(MAX_REASON_BYTES + 1), "reason", "at most 1024 bytes, got 1025").await;
+            expect_invalid(
+                &r,
+                &alice,
+                origin,
+                cancel(MAX_REASON_BYTES + 1),
+                "reason",
+                "at most 1024 bytes, got 1025",
+            )
+            .await;
         }
         expect_written(&r, &alice, cancel(MAX_REASON_BYTES)).await;
-        let drain = ClientCommand::DrainNode { node: "n1".into(), reason: "r".repeat(2000), now: false };
-        expect_invalid(&r, &who(Role::Operator, "ops"), Origin::Client, drain, "reason", "got 2000").await;
+        let drain = ClientCommand::DrainNode {
+            node: "n1".into(),
+            reason: "r".repeat(2000),
+            now: false,
+        };
+        expect_invalid(
+            &r,
+            &who(Role::Operator, "ops"),
+            Origin::Client,
+            drain,
+            "reason",
+            "got 2000",
+        )
+        .await;
     }
 
     #[tokio::test]
     async fn m9_a_node_that_holds_jobs_keeps_its_labels_and_gpus() {
         let r = rig(false);
         let n1 = who(Role::Agent, "n1");
-        let inv = r.service.shared.read().unwrap().state.nodes[&NodeName::from("n1")].inventory.clone();
+        let inv = r.service.shared.read().unwrap().state.nodes[&NodeName::from("n1")]
+            .inventory
+            .clone();
         // The same inventory again (an agent restart), or a GPU lost or unhealthy: taken.
         expect_written(&r, &n1, ClientCommand::RegisterNode(inv.clone())).await;
         let mut sick = inv.clone();
@@ -1062,16 +1155,47 @@ mod tests {
         // New labels or new GPUs while job 1 runs there: refused.
         let mut relabel = inv.clone();
         relabel.labels.insert("env".into(), "prod".into());
-        expect_invalid(&r, &n1, Origin::Client, ClientCommand::RegisterNode(relabel.clone()), "labels", "holds 1 GPU(s)").await;
+        expect_invalid(
+            &r,
+            &n1,
+            Origin::Client,
+            ClientCommand::RegisterNode(relabel.clone()),
+            "labels",
+            "holds 1 GPU(s)",
+        )
+        .await;
         let mut more = inv.clone();
-        more.gpus.push(tranche_model::Gpu { index: tranche_model::GpuIndex(1), uuid: "GPU-1".into(), ..inv.gpus[0].clone() });
-        expect_invalid(&r, &n1, Origin::Client, ClientCommand::RegisterNode(more), "gpus", "new GPUs (1 h100 (GPU-1))").await;
+        more.gpus.push(tranche_model::Gpu {
+            index: tranche_model::GpuIndex(1),
+            uuid: "GPU-1".into(),
+            ..inv.gpus[0].clone()
+        });
+        expect_invalid(
+            &r,
+            &n1,
+            Origin::Client,
+            ClientCommand::RegisterNode(more),
+            "gpus",
+            "new GPUs (1 h100 (GPU-1))",
+        )
+        .await;
         // A node that holds nothing may change what it declares (and it is logged).
         let mut idle = inv.clone();
         idle.name = "n2".into();
-        r.service.shared.write().unwrap().state.apply(&Command::RegisterNode(idle.clone()), 5).unwrap();
+        r.service
+            .shared
+            .write()
+            .unwrap()
+            .state
+            .apply(&Command::RegisterNode(idle.clone()), 5)
+            .unwrap();
         idle.labels.insert("env".into(), "prod".into());
-        expect_written(&r, &who(Role::Agent, "n2"), ClientCommand::RegisterNode(idle)).await;
+        expect_written(
+            &r,
+            &who(Role::Agent, "n2"),
+            ClientCommand::RegisterNode(idle),
+        )
+        .await;
     }
 
     fn share_cmd() -> ClientCommand {

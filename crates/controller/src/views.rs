@@ -49,7 +49,9 @@ pub fn jobs(
     let limit = f.limit.map(|l| l as usize).unwrap_or(usize::MAX);
     let all: Box<dyn Iterator<Item = &Job>> = match f.array {
         Some(a) => match state.job(a).and_then(|j| j.array.as_ref()) {
-            Some(t) if t.array == a => Box::new(state.tasks_of(a, t.count).filter(move |j| j.id > after)),
+            Some(t) if t.array == a => {
+                Box::new(state.tasks_of(a, t.count).filter(move |j| j.id > after))
+            }
             _ => Box::new(std::iter::empty()),
         },
         None => Box::new(

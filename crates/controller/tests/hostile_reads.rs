@@ -109,7 +109,13 @@ impl Https {
         let resp = send.send_request(req).await.unwrap();
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec();
         Reply {
             status,
             headers,
@@ -129,7 +135,13 @@ impl Https {
 
     /// An AWS operation signed with `key` as botocore signs it; `date` replaces the
     /// `X-Amz-Date` header after signing when given (as raw bytes).
-    async fn aws(&self, key: &(String, String), op: &str, body: Value, date: Option<&[u8]>) -> Reply {
+    async fn aws(
+        &self,
+        key: &(String, String),
+        op: &str,
+        body: Value,
+        date: Option<&[u8]>,
+    ) -> Reply {
         self.aws_at(key, &format!("/v1/{op}"), &format!("/v1/{op}"), body, date)
             .await
     }
@@ -143,7 +155,10 @@ impl Https {
         body: Value,
         date: Option<&[u8]>,
     ) -> Reply {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
         let body = body.to_string().into_bytes();
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static(TLS_NAME));
@@ -257,91 +272,181 @@ fn training_payload() -> String {
     .to_string()
 }
 
-#[test]
-fn h3_m2_l11_l1_l2_a_hostile_tenant_reads_and_acts_on_nothing_of_another() {
+/// The tenants: users alice and bob and operator ops, their certificates and QUIC
+/// clients, and alice's job `job` (submitted over QUIC, held).
+struct Tenants {
+    alice: Client,
+    bob: Client,
+    ops: Client,
+    alice_files: TlsFiles,
+    bob_files: TlsFiles,
+    ops_files: TlsFiles,
+    job: JobId,
+}
+
+async fn tenants(r: &mut Rig) -> Tenants {
+    ready(r).await;
+    let t = Tenants {
+        alice: r.c.client(Role::User, "alice").unwrap(),
+        bob: r.c.client(Role::User, "bob").unwrap(),
+        ops: r.c.client(Role::Operator, "ops").unwrap(),
+        alice_files: r.c.issue(Role::User, "alice").unwrap(),
+        bob_files: r.c.issue(Role::User, "bob").unwrap(),
+        ops_files: r.c.issue(Role::Operator, "ops").unwrap(),
+        job: JobId(0),
+    };
+    let (job, _) = t.alice.submit(alice_spec()).await.unwrap();
+    Tenants { job, ..t }
+}
+
+/// Runs `test` against a fresh cluster, one cluster test at a time.
+fn with_cluster(test: impl AsyncFnOnce(&mut Rig, Tenants)) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut r = start(dir.path());
-    let alice_files = r.c.issue(Role::User, "alice").unwrap();
-    let bob_files = r.c.issue(Role::User, "bob").unwrap();
-    let ops_files = r.c.issue(Role::Operator, "ops").unwrap();
     rt().block_on(async {
-        ready(&mut r).await;
-        let alice = r.c.client(Role::User, "alice").unwrap();
-        let bob = r.c.client(Role::User, "bob").unwrap();
-        let ops = r.c.client(Role::Operator, "ops").unwrap();
-        let (id, _) = alice.submit(alice_spec()).await.unwrap();
+        let t = tenants(&mut r).await;
+        test(&mut r, t).await
+    });
+}
 
-        // ---- H3 over QUIC: bob gets the summary, alice and the operator everything.
-        let seen = job_of(&bob, id).await;
+/// Alice's SageMaker job, submitted through the AWS endpoint with her key: its id.
+async fn alice_service_job(r: &Rig, alice_key: &(String, String)) -> String {
+    let submitted = r
+        .https
+        .aws(
+            alice_key,
+            "submitservicejob",
+            json!({"jobName": "alice-train", "jobQueue": "q", "serviceJobType": "SAGEMAKER_TRAINING",
+                   "quotaShareName": "lend", "serviceRequestPayload": training_payload()}),
+            None,
+        )
+        .await;
+    assert_eq!(submitted.status, 200, "{}", submitted.text());
+    submitted.json()["jobId"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn h3_bob_reads_only_the_summary_of_alices_job_over_quic() {
+    with_cluster(async |_r, t| {
+        let seen = job_of(&t.bob, t.job).await;
         assert!(seen.spec.is_redacted(), "{seen:?}");
-        assert!(!format!("{seen:?}").contains(SECRET), "bob read a secret: {seen:?}");
-        assert_eq!((seen.id, seen.spec.user.as_str()), (id, "alice"));
+        assert!(
+            !format!("{seen:?}").contains(SECRET),
+            "bob read a secret: {seen:?}"
+        );
+        assert_eq!((seen.id, seen.spec.user.as_str()), (t.job, "alice"));
         assert_eq!(seen.status, JobStatus::Pending);
         assert_eq!(seen.spec.request.gpus_per_node, 1);
-        for (who, client) in [("alice", &alice), ("ops", &ops)] {
-            let j = job_of(client, id).await;
+        for (who, client) in [("alice", &t.alice), ("ops", &t.ops)] {
+            let j = job_of(client, t.job).await;
             assert_eq!(j.spec.env["HF_TOKEN"], SECRET, "{who}");
             assert_eq!(j.spec.command[1], format!("--token={SECRET}"), "{who}");
         }
         // The explanation and the list carry no spec either.
-        let explained = bob.read(Query::Explain(id.into()), false).await.unwrap();
+        let explained = t
+            .bob
+            .read(Query::Explain(t.job.into()), false)
+            .await
+            .unwrap();
         assert!(!format!("{explained:?}").contains(SECRET));
+        let list = t
+            .bob
+            .read(Query::Jobs(Default::default()), false)
+            .await
+            .unwrap();
+        assert!(!format!("{list:?}").contains(SECRET));
+    });
+}
 
-        // ---- H3 over HTTPS.
-        let path = format!("/api/v1/jobs/{}", id.0);
-        let b = r.https.call(&bob_files, "GET", &path, None).await;
+#[test]
+fn h3_bob_reads_only_the_summary_of_alices_job_over_https() {
+    with_cluster(async |r, t| {
+        let path = format!("/api/v1/jobs/{}", t.job.0);
+        let b = r.https.call(&t.bob_files, "GET", &path, None).await;
         assert_eq!(b.status, 200, "{}", b.text());
-        assert!(!b.text().contains(SECRET), "bob read a secret: {}", b.text());
+        assert!(
+            !b.text().contains(SECRET),
+            "bob read a secret: {}",
+            b.text()
+        );
         let v = b.json();
         assert_eq!(v["spec"]["env"], json!({}));
         assert_eq!(v["spec"]["user"], json!("alice"));
-        assert!(v["hidden"].as_array().unwrap().contains(&json!("env")), "{v}");
-        for f in [&alice_files, &ops_files] {
+        assert!(
+            v["hidden"].as_array().unwrap().contains(&json!("env")),
+            "{v}"
+        );
+        for f in [&t.alice_files, &t.ops_files] {
             let a = r.https.call(f, "GET", &path, None).await;
             assert_eq!(a.json()["spec"]["env"]["HF_TOKEN"], json!(SECRET));
             assert_eq!(a.json()["hidden"], json!([]));
         }
-        // The log relay refuses bob with the same rule.
-        let logs = r.https.call(&bob_files, "GET", &format!("{path}/logs"), None).await;
+        // The log relay refuses bob by the same rule.
+        let logs = r
+            .https
+            .call(&t.bob_files, "GET", &format!("{path}/logs"), None)
+            .await;
         assert_eq!(logs.status, 403, "{}", logs.text());
-        let list = r.https.call(&bob_files, "GET", "/api/v1/jobs?limit=1", None).await;
+        let list = r
+            .https
+            .call(&t.bob_files, "GET", "/api/v1/jobs?limit=1", None)
+            .await;
         assert_eq!(list.status, 200, "{}", list.text());
         assert!(!list.text().contains(SECRET));
+    });
+}
 
-        // ---- H3 over the AWS endpoint: alice's SageMaker job, read with bob's key.
-        let alice_key = access_key(&alice, "alice").await;
-        let bob_key = access_key(&bob, "bob").await;
-        let submitted = r
+#[test]
+fn h3_bob_reads_no_payload_of_alices_service_job_over_aws() {
+    with_cluster(async |r, t| {
+        let alice_key = access_key(&t.alice, "alice").await;
+        let bob_key = access_key(&t.bob, "bob").await;
+        let id = alice_service_job(r, &alice_key).await;
+        let describe = json!({"jobId": id});
+        let d = r
             .https
-            .aws(
-                &alice_key,
-                "submitservicejob",
-                json!({"jobName": "alice-train", "jobQueue": "q", "serviceJobType": "SAGEMAKER_TRAINING",
-                       "quotaShareName": "lend", "serviceRequestPayload": training_payload()}),
-                None,
-            )
+            .aws(&bob_key, "describeservicejob", describe.clone(), None)
             .await;
-        assert_eq!(submitted.status, 200, "{}", submitted.text());
-        let sm_id = submitted.json()["jobId"].as_str().unwrap().to_string();
-        let describe = json!({"jobId": sm_id});
-        let d = r.https.aws(&bob_key, "describeservicejob", describe.clone(), None).await;
         assert_eq!(d.status, 200, "{}", d.text());
-        assert!(!d.text().contains(SECRET), "bob read a secret: {}", d.text());
-        assert!(d.json().get("serviceRequestPayload").is_none(), "{}", d.text());
+        assert!(
+            !d.text().contains(SECRET),
+            "bob read a secret: {}",
+            d.text()
+        );
+        assert!(
+            d.json().get("serviceRequestPayload").is_none(),
+            "{}",
+            d.text()
+        );
         assert_eq!(d.json()["jobName"], json!("alice-train"));
-        let d = r.https.aws(&alice_key, "describeservicejob", describe, None).await;
-        assert!(d.json()["serviceRequestPayload"].as_str().unwrap().contains(SECRET));
+        let d = r
+            .https
+            .aws(&alice_key, "describeservicejob", describe, None)
+            .await;
+        assert!(d.json()["serviceRequestPayload"]
+            .as_str()
+            .unwrap()
+            .contains(SECRET));
         for status in ["RUNNABLE", "PENDING"] {
             let l = r
                 .https
-                .aws(&bob_key, "listservicejobs", json!({"jobStatus": status}), None)
+                .aws(
+                    &bob_key,
+                    "listservicejobs",
+                    json!({"jobStatus": status}),
+                    None,
+                )
                 .await;
             assert_eq!(l.status, 200, "{}", l.text());
             assert!(!l.text().contains(SECRET));
         }
+    });
+}
 
-        // ---- M2: a SageMaker part straight over QUIC is refused, naming the field.
+#[test]
+fn m2_a_quic_submit_with_a_sagemaker_part_is_refused() {
+    with_cluster(async |_r, t| {
         let mut sm = alice_spec();
         sm.sagemaker = Some(Box::new(SageMakerJob {
             training_job_name: "x".into(),
@@ -350,107 +455,182 @@ fn h3_m2_l11_l1_l2_a_hostile_tenant_reads_and_acts_on_nothing_of_another() {
             payload: "{}".into(),
             instance_type: "ml.p5.48xlarge".into(),
         }));
-        match alice.submit(sm).await {
+        match t.alice.submit(sm).await {
             Err(ClientError::Api(ApiError::Rejected(ApplyError::Invalid(v)))) => {
                 assert_eq!(v.field, "sagemaker", "{v}");
                 assert!(v.rule.contains("[aws.file_systems]"), "{v}");
             }
             other => panic!("a QUIC submit with a SageMaker part: {other:?}"),
         }
+    });
+}
 
-        // ---- L11: bob terminates alice's jobs, waiting or ended: refused, as an
-        // unknown job is.
+#[test]
+fn l11_bob_cannot_terminate_alices_service_jobs_and_ids_are_no_oracle() {
+    with_cluster(async |r, t| {
+        let alice_key = access_key(&t.alice, "alice").await;
+        let bob_key = access_key(&t.bob, "bob").await;
+        let sm_id = alice_service_job(r, &alice_key).await;
+        // Alice's QUIC job, ended.
         let cancel = ClientCommand::Cancel {
-            job: id.into(),
+            job: t.job.into(),
             reason: "done".into(),
         };
-        assert!(alice.command(cancel).await.unwrap().is_ok());
-        for (job, what) in [(sm_id.clone(), "waiting"), (id.0.to_string(), "cancelled")] {
-            let t = r
+        assert!(t.alice.command(cancel).await.unwrap().is_ok());
+        for (job, what) in [
+            (sm_id.clone(), "waiting"),
+            (t.job.0.to_string(), "cancelled"),
+        ] {
+            let r = r
                 .https
-                .aws(&bob_key, "terminateservicejob", json!({"jobId": job, "reason": "mine"}), None)
+                .aws(
+                    &bob_key,
+                    "terminateservicejob",
+                    json!({"jobId": job, "reason": "mine"}),
+                    None,
+                )
                 .await;
-            assert_eq!(t.status, 400, "{what}: {}", t.text());
-            assert!(t.text().contains("may not terminate it"), "{what}: {}", t.text());
+            assert_eq!(r.status, 400, "{what}: {}", r.text());
+            assert!(
+                r.text().contains("may not terminate it"),
+                "{what}: {}",
+                r.text()
+            );
         }
+        let terminate = |job: &str| json!({"jobId": job, "reason": "x"});
         let unknown = r
             .https
-            .aws(&bob_key, "terminateservicejob", json!({"jobId": "999999", "reason": "x"}), None)
+            .aws(&bob_key, "terminateservicejob", terminate("999999"), None)
             .await;
-        let strip = |t: &str| t.replace(&sm_id, "ID").replace("999999", "ID");
         let other = r
             .https
-            .aws(&bob_key, "terminateservicejob", json!({"jobId": sm_id, "reason": "x"}), None)
+            .aws(&bob_key, "terminateservicejob", terminate(&sm_id), None)
             .await;
+        let strip = |t: &Reply| {
+            t.json()["message"]
+                .to_string()
+                .replace(&sm_id, "ID")
+                .replace("999999", "ID")
+        };
         assert_eq!(
-            (unknown.status, strip(&unknown.json()["message"].to_string())),
-            (other.status, strip(&other.json()["message"].to_string())),
+            (unknown.status, strip(&unknown)),
+            (other.status, strip(&other)),
             "an unknown job and another's are answered alike"
         );
         let many = r
             .https
-            .aws(&bob_key, "terminateservicejobs", json!({"jobs": [sm_id, "999999"], "reason": "x"}), None)
+            .aws(
+                &bob_key,
+                "terminateservicejobs",
+                json!({"jobs": [sm_id, "999999"], "reason": "x"}),
+                None,
+            )
             .await;
         assert_eq!(many.status, 200, "{}", many.text());
         assert_eq!(many.json()["successful"], json!([]), "{}", many.text());
-        let sm_job = job_of(&alice, JobId(sm_id.parse().unwrap())).await;
-        assert_eq!(sm_job.status, JobStatus::Runnable, "bob's terminate went through");
+        let sm_job = job_of(&t.alice, JobId(sm_id.parse().unwrap())).await;
+        assert!(!sm_job.status.is_terminal(), "bob's terminate went through");
         // Alice terminates her own.
-        let t = r
+        let mine = r
             .https
-            .aws(&alice_key, "terminateservicejob", json!({"jobId": sm_id, "reason": "mine"}), None)
+            .aws(&alice_key, "terminateservicejob", terminate(&sm_id), None)
             .await;
-        assert_eq!(t.status, 200, "{}", t.text());
+        assert_eq!(mine.status, 200, "{}", mine.text());
+    });
+}
 
-        // ---- L1: a change without Content-Type: application/json, or from another
-        // site's page, is refused and changes nothing.
-        let (held, _) = alice.submit({
-            let mut s = alice_spec();
-            s.hold = false;
-            s.env.clear();
-            s
-        })
-        .await
-        .unwrap();
-        let hold = format!("/api/v1/jobs/{}/hold", held.0);
-        let none = r.https.send(Some(&alice_files), "POST", &hold, &HeaderMap::new(), b"").await;
-        assert_eq!(none.status, 415, "{}", none.text());
-        assert!(none.text().contains("Content-Type"), "{}", none.text());
-        let mut form = HeaderMap::new();
-        form.insert("content-type", HeaderValue::from_static("text/plain"));
-        let plain = r.https.send(Some(&alice_files), "POST", &hold, &form, b"").await;
-        assert_eq!(plain.status, 415, "{}", plain.text());
-        let mut cross = HeaderMap::new();
-        cross.insert("content-type", HeaderValue::from_static("application/json"));
-        cross.insert("origin", HeaderValue::from_static("https://evil.example"));
-        let x = r.https.send(Some(&alice_files), "POST", &hold, &cross, b"").await;
-        assert_eq!(x.status, 403, "{}", x.text());
-        assert!(!job_of(&alice, held).await.held, "a refused hold went through");
-        // The same request as the dashboard sends it is taken.
+#[test]
+fn l1_a_change_a_browser_could_send_across_sites_is_refused() {
+    with_cluster(async |r, t| {
+        let hold = format!("/api/v1/jobs/{}/hold", t.job.0);
+        // Alice's job is held at submit: release it (as the dashboard does), then try
+        // to hold it again the ways another site's page could.
+        let release = format!("/api/v1/jobs/{}/release", t.job.0);
         let mut same = HeaderMap::new();
         same.insert("content-type", HeaderValue::from_static("application/json"));
-        same.insert("origin", HeaderValue::from_static("https://controller.tranche"));
-        let ok = r.https.send(Some(&alice_files), "POST", &hold, &same, b"").await;
+        same.insert(
+            "origin",
+            HeaderValue::from_static("https://controller.tranche"),
+        );
+        let ok = r
+            .https
+            .send(Some(&t.alice_files), "POST", &release, &same, b"")
+            .await;
         assert_eq!(ok.status, 200, "{}", ok.text());
-        assert!(job_of(&alice, held).await.held);
+        assert!(!job_of(&t.alice, t.job).await.held);
         assert_eq!(ok.headers["x-content-type-options"], "nosniff");
         assert!(ok.headers["content-security-policy"]
             .to_str()
             .unwrap()
             .contains("default-src 'none'"));
+        let none = r
+            .https
+            .send(Some(&t.alice_files), "POST", &hold, &HeaderMap::new(), b"")
+            .await;
+        assert_eq!(none.status, 415, "{}", none.text());
+        assert!(none.text().contains("Content-Type"), "{}", none.text());
+        let mut form = HeaderMap::new();
+        form.insert("content-type", HeaderValue::from_static("text/plain"));
+        let plain = r
+            .https
+            .send(Some(&t.alice_files), "POST", &hold, &form, b"")
+            .await;
+        assert_eq!(plain.status, 415, "{}", plain.text());
+        let mut cross = HeaderMap::new();
+        cross.insert("content-type", HeaderValue::from_static("application/json"));
+        cross.insert("origin", HeaderValue::from_static("https://evil.example"));
+        let x = r
+            .https
+            .send(Some(&t.alice_files), "POST", &hold, &cross, b"")
+            .await;
+        assert_eq!(x.status, 403, "{}", x.text());
+        assert!(
+            !job_of(&t.alice, t.job).await.held,
+            "a refused hold went through"
+        );
+    });
+}
 
-        // ---- L2: a date with a multi-byte character is a signature error, not a 500.
+#[test]
+fn l2_a_multibyte_amz_date_is_a_signature_error_not_a_500() {
+    with_cluster(async |r, t| {
+        let bob_key = access_key(&t.bob, "bob").await;
         let bad = r
             .https
-            .aws(&bob_key, "listservicejobs", json!({}), Some("202é001T000000Z".as_bytes()))
+            .aws(
+                &bob_key,
+                "listservicejobs",
+                json!({}),
+                Some("202é001T000000Z".as_bytes()),
+            )
             .await;
         assert_eq!(bad.status, 403, "{}", bad.text());
-        assert!(bad.text().contains("IncompleteSignatureException"), "{}", bad.text());
-        // ---- L3: a signed path sent with a dot segment is refused.
+        assert!(
+            bad.text().contains("IncompleteSignatureException"),
+            "{}",
+            bad.text()
+        );
+    });
+}
+
+#[test]
+fn l3_a_signed_request_sent_to_a_path_with_dot_segments_is_refused() {
+    with_cluster(async |r, t| {
+        let alice_key = access_key(&t.alice, "alice").await;
+        let id = alice_service_job(r, &alice_key).await;
+        // Signed for TerminateServiceJob; sent to the tags route with the same
+        // canonical path.
         let moved = r
             .https
-            .aws_at(&bob_key, "/v1/terminateservicejob", "/v1/tags/../terminateservicejob", json!({}), None)
+            .aws_at(
+                &alice_key,
+                "/v1/terminateservicejob",
+                "/v1/tags/../terminateservicejob",
+                json!({"jobId": id, "reason": "x"}),
+                None,
+            )
             .await;
-        assert!(moved.text().contains("segments"), "{} {}", moved.status, moved.text());
+        assert_eq!(moved.status, 403, "{}", moved.text());
+        assert!(moved.text().contains("segments"), "{}", moved.text());
     });
 }

@@ -1009,10 +1009,23 @@ mod tests {
 
     #[test]
     fn l3_paths_that_are_not_canonical_are_refused_before_the_signature() {
-        for good in ["/", "/v1/listservicejobs", "/v1/tags/arn:aws:batch:x:1:job-queue/q", "/a/"] {
+        for good in [
+            "/",
+            "/v1/listservicejobs",
+            "/v1/tags/arn:aws:batch:x:1:job-queue/q",
+            "/a/",
+        ] {
             assert!(is_canonical_path(good), "{good}");
         }
-        for bad in ["", "v1/x", "//v1/x", "/v1//x", "/v1/./x", "/v1/../v1/x", "/v1/x/.."] {
+        for bad in [
+            "",
+            "v1/x",
+            "//v1/x",
+            "/v1//x",
+            "/v1/./x",
+            "/v1/../v1/x",
+            "/v1/x/..",
+        ] {
             assert!(!is_canonical_path(bad), "{bad}");
         }
         // A request botocore signed verifies; the same with a dot segment added (the

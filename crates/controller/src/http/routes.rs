@@ -288,7 +288,11 @@ pub async fn list_jobs(
     let more = found.len() > limit as usize;
     found.truncate(limit as usize);
     let jobs: Vec<JobSummaryView> = found.iter().map(Into::into).collect();
-    let next_after = if more { jobs.last().map(|j| j.id) } else { None };
+    let next_after = if more {
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
     Ok(Json(JobPage { jobs, next_after }))
 }
 

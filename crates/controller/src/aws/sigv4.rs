@@ -1032,7 +1032,8 @@ mod tests {
         // same canonical path, so the same signature) is refused.
         let v = &BOTOCORE[0];
         assert!(check(&v.request(), SIGNED_AT).is_ok());
-        let moved = format!("/v1/x/..{}", v.request().path);
+        let moved = v.request().path.replacen("/v1/", "/v1/x/../", 1);
+        assert_eq!(canonical_path(&moved), canonical_path(v.request().path));
         let req = SignedRequest {
             path: Box::leak(moved.into_boxed_str()),
             ..v.request()

@@ -64,7 +64,15 @@ pub struct Service {
     /// The latest standings of the waiting jobs, with the applied index and the
     /// second they are of (see [`Service::standings`]).
     standings: std::sync::Mutex<Option<((u64, u64), Arc<Standings>)>>,
+    /// Node labels set by the controllers' config (`[agents.labels]`).
+    pinned_labels: std::collections::BTreeMap<String, Labels>,
 }
+
+type Labels = std::collections::BTreeMap<String, String>;
+
+/// The prefix of the labels an agent sets about itself (its log and rendezvous ports),
+/// which no environment selects.
+const AGENT_LABEL_PREFIX: &str = "tranche.";
 
 /// Every waiting job's standing (position and estimated start).
 pub type Standings = std::collections::BTreeMap<JobId, tranche_model::Standing>;
@@ -105,6 +113,7 @@ impl Service {
             isolation,
             key_secret: None,
             standings: Default::default(),
+            pinned_labels: Default::default(),
         }
     }
 
@@ -113,6 +122,40 @@ impl Service {
     pub fn with_key_secret(mut self, secret: Option<KeySecret>) -> Service {
         self.key_secret = secret.map(Arc::new);
         self
+    }
+
+    /// The service with node labels set by the controllers' config (`[agents.labels]`,
+    /// node name → labels): a registration of such a node gets those labels, whatever
+    /// its agent declares (but its own `tranche.` ones).
+    pub fn with_pinned_labels(
+        mut self,
+        labels: std::collections::BTreeMap<String, Labels>,
+    ) -> Service {
+        self.pinned_labels = labels;
+        self
+    }
+
+    /// A registration with the labels the config sets for its node, if any.
+    fn pin_labels(&self, command: ClientCommand) -> ClientCommand {
+        let ClientCommand::RegisterNode(mut inv) = command else {
+            return command;
+        };
+        if let Some(pinned) = self.pinned_labels.get(inv.name.as_str()) {
+            let (own, declared): (Labels, Labels) = std::mem::take(&mut inv.labels)
+                .into_iter()
+                .partition(|(k, _)| k.starts_with(AGENT_LABEL_PREFIX));
+            if &declared != pinned {
+                tracing::warn!(
+                    node = %inv.name,
+                    declared = ?declared,
+                    pinned = ?pinned,
+                    "a node's agent declares other labels than the config's [agents.labels]; the config's are kept"
+                );
+            }
+            inv.labels = pinned.clone();
+            inv.labels.extend(own);
+        }
+        ClientCommand::RegisterNode(inv)
     }
 
     /// The cluster's key secret, where one is configured.
@@ -247,6 +290,7 @@ impl Service {
         request: Option<tranche_state::RequestId>,
         command: ClientCommand,
     ) -> Response {
+        let command = self.pin_labels(command);
         let denied = {
             let sh = self.shared.read().unwrap();
             authorize(who, origin, &command, &sh.state).err()
@@ -645,7 +689,14 @@ fn check_registration(
         .filter(|g| !before.contains(&key(g)))
         .map(|g| format!("{} {} ({})", g.index, g.unit, g.uuid))
         .collect();
-    let relabelled = old.inventory.labels != inv.labels;
+    // The agent's own `tranche.` labels (its ports) are no environment's selector.
+    let selectable = |l: &Labels| -> Labels {
+        l.iter()
+            .filter(|(k, _)| !k.starts_with(AGENT_LABEL_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let relabelled = selectable(&old.inventory.labels) != selectable(&inv.labels);
     let lost = old.inventory.gpus.len() > inv.gpus.len() - gained.len();
     if !relabelled && gained.is_empty() && !lost {
         return Ok(());
@@ -1135,6 +1186,49 @@ mod tests {
             "got 2000",
         )
         .await;
+    }
+
+    #[tokio::test]
+    async fn m9_labels_pinned_in_the_config_replace_what_the_agent_declares() {
+        let mut r = rig(false);
+        let pinned: Labels = [("pool".to_string(), "batch".to_string())].into();
+        r.service = r
+            .service
+            .with_pinned_labels([("n1".to_string(), pinned.clone())].into());
+        let n1 = who(Role::Agent, "n1");
+        let mut inv = r.service.shared.read().unwrap().state.nodes[&NodeName::from("n1")]
+            .inventory
+            .clone();
+        r.service
+            .shared
+            .write()
+            .unwrap()
+            .state
+            .nodes
+            .get_mut(&NodeName::from("n1"))
+            .unwrap()
+            .inventory
+            .labels = pinned.clone();
+        inv.labels.insert("pool".into(), "prod".into());
+        inv.labels
+            .insert("tranche.logs".into(), "127.0.0.1:1".into());
+        match r
+            .service
+            .handle(&n1, write(ClientCommand::RegisterNode(inv)))
+            .await
+        {
+            Response::Applied(_) => {}
+            other => panic!("{other:?}"),
+        }
+        let last = r.written.lock().unwrap().last().cloned();
+        match last {
+            Some(Command::RegisterNode(i)) => {
+                assert_eq!(i.labels["pool"], "batch");
+                assert_eq!(i.labels["tranche.logs"], "127.0.0.1:1");
+                assert_eq!(i.labels.len(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -674,10 +674,10 @@ pub fn show(args: &ShowArgs) -> ExitCode {
         println!("Job {} \"{}\"  {}", j.job_ref(), s.name, j.status);
         if hidden {
             println!(
-                "  (job of {}: its {} are shown only to {} and to operators and admins)",
-                s.user,
-                tranche_model::REDACTED_FIELDS.join(", "),
-                s.user
+                "  (a job of {}: its command, environment, image, working directory, output \
+                 files, tags and SageMaker request are shown only to {} and to operators and \
+                 admins)",
+                s.user, s.user
             );
         }
         if let Some(a) = &j.array {

@@ -731,7 +731,9 @@ function jobPage(root, id) {
           el('dt', {}, 'Share'), el('dd', {}, `${s.share} (queue ${s.queue})`),
           el('dt', {}, 'User'), el('dd', {}, s.user),
           el('dt', {}, 'Asks for'), el('dd', {}, `${s.gpus_per_node} × ${s.unit} on ${s.nodes} node(s), priority ${s.priority}`),
-          el('dt', {}, 'Command'), el('dd', {}, el('code', {}, s.command.join(' '))),
+          el('dt', {}, 'Command'), el('dd', {}, job.hidden.length
+            ? el('span', {class: 'muted'}, `hidden: its command, environment and paths are shown only to ${s.user}, operators and admins`)
+            : el('code', {}, s.command.join(' '))),
           el('dt', {}, 'Submitted'), el('dd', {}, `${localTime(job.submitted_at)} (${duration(Date.now() - job.submitted_at)} ago)`),
           el('dt', {}, 'Time limit'), el('dd', {}, s.time_limit_s ? duration(s.time_limit_s * 1000) : 'none'),
           el('dt', {}, 'Preemptions'), el('dd', {}, `${job.preemptions} (failures ${job.failures})`),

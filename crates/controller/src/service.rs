@@ -487,6 +487,13 @@ impl Service {
                 "{who} may read only its node's jobs and the controllers"
             )));
         }
+        // A pass over the whole state, to compare controllers: not for every user.
+        if who.role == Role::User && matches!(query, Query::Digest) {
+            return Err(ApiError::Unauthorized(format!(
+                "{who}: the state digest (a pass over the whole state, to compare \
+                 controllers) is for operators and admins"
+            )));
+        }
         if !stale && !matches!(query, Query::Controllers) {
             self.barrier().await?;
         }
@@ -1124,6 +1131,54 @@ mod tests {
             matches!(may_read_output(&bob, &job), Err(ApiError::Unauthorized(m)) if m.contains("belongs to alice"))
         );
         assert!(may_read_output(&who(Role::Agent, "n1"), &job).is_err());
+    }
+
+    #[tokio::test]
+    async fn l12_reads_do_bounded_work_under_the_state_lock() {
+        let r = rig(false);
+        let read = |q: Query| ClientRequest::Read {
+            query: q,
+            stale: false,
+        };
+        // The digest serializes the whole state: operators and admins only.
+        let alice = who(Role::User, "alice");
+        assert!(matches!(
+            r.service.handle(&alice, read(Query::Digest)).await,
+            Response::Error(ApiError::Unauthorized(m)) if m.contains("operators and admins")
+        ));
+        assert!(matches!(
+            r.service
+                .handle(&who(Role::Operator, "ops"), read(Query::Digest))
+                .await,
+            Response::Digest(_)
+        ));
+        // A page starts at its cursor and stops at its limit.
+        for n in 0..5 {
+            let mut sh = r.service.shared.write().unwrap();
+            sh.state
+                .apply(&Command::Submit(spec("alice", "lend")), 10 + n)
+                .unwrap();
+        }
+        let page = |after: u64, limit: u32| {
+            let f = JobFilter {
+                limit: Some(limit),
+                ..Default::default()
+            };
+            let sh = r.service.shared.read().unwrap();
+            views::jobs(&sh.state, &f, JobId(after), 20, None)
+                .iter()
+                .map(|j| j.id.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(page(0, 2), [1, 2]);
+        assert_eq!(page(2, 2), [3, 4]);
+        assert_eq!(page(5, 10), [6]);
+        // Standings are estimated once per applied index and second.
+        let sh = r.service.shared.read().unwrap();
+        let a = r.service.standings(&sh, 5_000);
+        let b = r.service.standings(&sh, 5_999);
+        let c = r.service.standings(&sh, 6_000);
+        assert!(Arc::ptr_eq(&a, &b) && !Arc::ptr_eq(&a, &c));
     }
 
     #[tokio::test]

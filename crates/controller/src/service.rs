@@ -141,9 +141,7 @@ impl Service {
             return command;
         };
         if let Some(pinned) = self.pinned_labels.get(inv.name.as_str()) {
-            let (own, declared): (Labels, Labels) = std::mem::take(&mut inv.labels)
-                .into_iter()
-                .partition(|(k, _)| k.starts_with(AGENT_LABEL_PREFIX));
+            let (own, declared) = split_labels(&inv.labels);
             if &declared != pinned {
                 tracing::warn!(
                     node = %inv.name,
@@ -306,6 +304,13 @@ impl Service {
             ClientCommand::Submit(mut spec) => {
                 self.share_defaults(&mut spec);
                 ClientCommand::Submit(spec).into_command()
+            }
+            ClientCommand::RegisterNode(inv) => {
+                let inv = {
+                    let sh = self.shared.read().unwrap();
+                    settle_registration(who, inv, &sh.state)
+                };
+                ClientCommand::RegisterNode(inv).into_command()
             }
             c => c.into_command(),
         };
@@ -675,18 +680,31 @@ fn check_content(origin: Origin, cmd: &ClientCommand) -> Result<(), ApiError> {
     }
 }
 
-/// Whether an agent's registration may replace what its node declared before. A node
-/// that holds jobs keeps its labels and its GPUs while they run (it may lose GPUs or
-/// report them unhealthy, never gain or relabel them), so that no agent steers other
-/// tenants' jobs to itself by declaring what their environments select. Any change is
-/// logged.
-fn check_registration(
+/// A node's labels as (the agent's own `tranche.` labels, its ports; the others, which
+/// environments select).
+fn split_labels(labels: &Labels) -> (Labels, Labels) {
+    labels
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| k.starts_with(AGENT_LABEL_PREFIX))
+}
+
+/// What of an agent's registration is taken. A node that holds jobs keeps the labels
+/// environments select and its GPUs while they run: it may lose GPUs or report them
+/// unhealthy, but a registration that relabels it or adds GPUs is taken with the
+/// labels and GPUs it had, so that no agent steers other tenants' jobs to itself by
+/// declaring what their environments select. The change is taken once the node holds
+/// no jobs and its agent registers again (drain the node, then restart its agent).
+/// The registration itself is never refused for it: an agent waits for its
+/// registration before it heartbeats, and its node would go DOWN with its jobs. Every
+/// change is logged.
+fn settle_registration(
     who: &Identity,
-    inv: &tranche_model::NodeInventory,
+    mut inv: tranche_model::NodeInventory,
     state: &State,
-) -> Result<(), ApiError> {
+) -> tranche_model::NodeInventory {
     let Some(old) = state.nodes.get(&inv.name) else {
-        return Ok(());
+        return inv;
     };
     let key = |g: &tranche_model::Gpu| (g.index, g.uuid.clone(), g.unit.clone());
     let before: std::collections::BTreeSet<_> = old.inventory.gpus.iter().map(key).collect();
@@ -696,17 +714,12 @@ fn check_registration(
         .filter(|g| !before.contains(&key(g)))
         .map(|g| format!("{} {} ({})", g.index, g.unit, g.uuid))
         .collect();
-    // The agent's own `tranche.` labels (its ports) are no environment's selector.
-    let selectable = |l: &Labels| -> Labels {
-        l.iter()
-            .filter(|(k, _)| !k.starts_with(AGENT_LABEL_PREFIX))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
-    let relabelled = selectable(&old.inventory.labels) != selectable(&inv.labels);
+    let (own, selectable) = split_labels(&inv.labels);
+    let (_, selectable_before) = split_labels(&old.inventory.labels);
+    let relabelled = selectable != selectable_before;
     let lost = old.inventory.gpus.len() > inv.gpus.len() - gained.len();
     if !relabelled && gained.is_empty() && !lost {
-        return Ok(());
+        return inv;
     }
     let holds = old.allocated.iter().flatten().count();
     tracing::warn!(
@@ -721,21 +734,17 @@ fn check_registration(
         "a node's agent declares other labels or GPUs than before"
     );
     if holds > 0 && (relabelled || !gained.is_empty()) {
-        let what = match (relabelled, gained.is_empty()) {
-            (true, true) => "other labels".to_string(),
-            (false, _) => format!("new GPUs ({})", gained.join(", ")),
-            (true, false) => format!("other labels and new GPUs ({})", gained.join(", ")),
-        };
-        return Err(invalid(
-            if relabelled { "labels" } else { "gpus" },
-            format!(
-                "node {} holds {holds} GPU(s) of running jobs: it may not declare {what} \
-                 until they end (drain it first)",
-                inv.name
-            ),
-        ));
+        tracing::warn!(
+            node = %inv.name,
+            holds,
+            "the node holds GPUs of running jobs: its new labels and GPUs are not taken \
+             until it holds none (drain it, then restart its agent)"
+        );
+        inv.labels = selectable_before;
+        inv.labels.extend(own);
+        inv.gpus.retain(|g| before.contains(&key(g)));
     }
-    Ok(())
+    inv
 }
 
 /// The roles a key of this identity may have: a user's only `user`, an operator's
@@ -827,9 +836,7 @@ pub fn authorize(
         (_, DrainNode { .. } | ResumeNode { .. }) => deny(format!(
             "{who}: only operator and admin certificates may drain and resume nodes"
         )),
-        (Role::Agent, RegisterNode(inv)) if inv.name.as_str() == who.name => {
-            check_registration(who, inv, state)
-        }
+        (Role::Agent, RegisterNode(inv)) if inv.name.as_str() == who.name => Ok(()),
         (Role::Agent, JobProgress { job, attempt, .. }) => match state.job(*job) {
             Some(j)
                 if j.attempts.iter().any(|a| {
@@ -1301,33 +1308,43 @@ mod tests {
         let mut lost = inv.clone();
         lost.gpus.clear();
         expect_written(&r, &n1, ClientCommand::RegisterNode(lost)).await;
-        // New labels or new GPUs while job 1 runs there: refused.
+        // New labels or new GPUs while job 1 runs there: the registration is taken
+        // without them (the agent goes on heartbeating its running job).
+        let taken = |c: ClientCommand| {
+            let r = &r;
+            let n1 = &n1;
+            async move {
+                match r.service.handle(n1, write(c)).await {
+                    Response::Applied(_) => {}
+                    other => panic!("{other:?}"),
+                }
+                match r.written.lock().unwrap().last().cloned() {
+                    Some(Command::RegisterNode(i)) => i,
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
         let mut relabel = inv.clone();
         relabel.labels.insert("env".into(), "prod".into());
-        expect_invalid(
-            &r,
-            &n1,
-            Origin::Client,
-            ClientCommand::RegisterNode(relabel.clone()),
-            "labels",
-            "holds 1 GPU(s)",
-        )
-        .await;
+        relabel
+            .labels
+            .insert("tranche.logs".into(), "127.0.0.1:2".into());
+        let got = taken(ClientCommand::RegisterNode(relabel)).await;
+        assert_eq!(got.labels.get("env"), None, "{got:?}");
+        assert_eq!(
+            got.labels["tranche.logs"], "127.0.0.1:2",
+            "its own labels are taken"
+        );
         let mut more = inv.clone();
         more.gpus.push(tranche_model::Gpu {
             index: tranche_model::GpuIndex(1),
             uuid: "GPU-1".into(),
             ..inv.gpus[0].clone()
         });
-        expect_invalid(
-            &r,
-            &n1,
-            Origin::Client,
-            ClientCommand::RegisterNode(more),
-            "gpus",
-            "new GPUs (1 h100 (GPU-1))",
-        )
-        .await;
+        assert_eq!(
+            taken(ClientCommand::RegisterNode(more)).await.gpus,
+            inv.gpus
+        );
         // A node that holds nothing may change what it declares (and it is logged).
         let mut idle = inv.clone();
         idle.name = "n2".into();

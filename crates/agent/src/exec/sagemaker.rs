@@ -191,15 +191,23 @@ pub(super) fn command(
     }
 }
 
-/// Writes the tree in the attempt directory `dir` (see the module docs); `host`: the
-/// job runs on the node, its channels are symlinked in, else they are mount points.
-pub(super) fn write_tree(spec: &LaunchSpec, dir: &Path, host: bool) -> Result<(), ExecError> {
+/// Writes the tree at `root` (see the module docs); `host`: the job runs on the node,
+/// its channels are symlinked in, else they are mount points. Every directory is 0700
+/// and every file 0600, all given to the job's user once written: only that user
+/// reads the hyperparameters and what the job leaves in `model/`, `output/` and
+/// `checkpoints/`.
+pub(super) fn write_tree(spec: &LaunchSpec, root: &Path, host: bool) -> Result<(), ExecError> {
+    use std::os::unix::fs::DirBuilderExt;
     let Some(sm) = spec.sagemaker.as_deref() else {
         return Ok(());
     };
-    let root = dir.join(OPT_ML);
+    let root = root.to_path_buf();
     let mkdir = |p: &Path| {
-        std::fs::create_dir_all(p).map_err(|e| ExecError::io("creating directory", p, e))
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(p)
+            .map_err(|e| ExecError::io("creating directory", p, e))
     };
     let config = root.join("input/config");
     let data = root.join("input/data");
@@ -221,14 +229,25 @@ pub(super) fn write_tree(spec: &LaunchSpec, dir: &Path, host: bool) -> Result<()
         }
     }
     for d in ["model", "output", "output/data", "checkpoints"] {
-        let p = root.join(d);
-        mkdir(&p)?;
-        if let Some((uid, gid)) = spec.user {
-            std::os::unix::fs::chown(&p, Some(uid), Some(gid))
-                .map_err(|e| ExecError::io("giving the job's user", &p, e))?;
-        }
+        mkdir(&root.join(d))?;
+    }
+    if let Some((uid, gid)) = spec.user {
+        give(&root, uid, gid)?;
     }
     Ok(())
+}
+
+/// Gives `p` and everything below it (written by the agent, not followed through a
+/// symbolic link) to `uid`:`gid`.
+pub(super) fn give(p: &Path, uid: u32, gid: u32) -> Result<(), ExecError> {
+    let err = |e| ExecError::io("giving the job's user", p, e);
+    let m = std::fs::symlink_metadata(p).map_err(err)?;
+    if m.is_dir() {
+        for ent in std::fs::read_dir(p).map_err(err)? {
+            give(&ent.map_err(err)?.path(), uid, gid)?;
+        }
+    }
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).map_err(err)
 }
 
 /// The container's mounts of the tree in the attempt directory `dir`: it at
@@ -250,23 +269,38 @@ pub(super) fn mounts(spec: &LaunchSpec, dir: &Path) -> Vec<Value> {
 }
 
 /// Moves an ended attempt's `opt-ml/model` and `opt-ml/output` (if it has them) out of
-/// its directory `dir` to [`kept_sagemaker_output`].
-pub(super) fn keep(dir: &Path, spool: &Path, job: JobId, attempt: AttemptNo) {
-    let root = dir.join(OPT_ML);
-    if !root.is_dir() {
+/// its tree `root` (`<base>/<...>/opt-ml`, everything below `base` the job's user's,
+/// who owns it as `owner`) to [`kept_sagemaker_output`], which only root can enter. The
+/// user may still be changing the tree from another job: it is moved (or copied,
+/// across file systems) from descriptors opened without following a symbolic link,
+/// and only what `owner` owns is copied (see [`fsutil::move_beneath`]).
+pub(super) fn keep(
+    base: &Path,
+    root: &Path,
+    owner: u32,
+    spool: &Path,
+    job: JobId,
+    attempt: AttemptNo,
+) {
+    let Ok(rel) = root.strip_prefix(base) else {
+        return;
+    };
+    if std::fs::symlink_metadata(root).is_err() {
         return;
     }
     let kept = kept_sagemaker_output(spool, job, attempt);
-    if let Err(e) = std::fs::create_dir_all(&kept) {
+    let made = fsutil::private_dir(&spool.join("sagemaker"))
+        .map_err(|e| e.to_string())
+        .and_then(|()| std::fs::create_dir_all(&kept).map_err(|e| e.to_string()));
+    if let Err(e) = made {
         tracing::warn!("cannot keep {}: {e}", root.display());
         return;
     }
     for d in ["model", "output"] {
-        let from = root.join(d);
-        if from.is_dir() {
-            if let Err(e) = fsutil::move_path(&from, &kept.join(d)) {
-                tracing::warn!("cannot keep {}: {e}", from.display());
-            }
+        match fsutil::move_beneath(base, &rel.join(d), &kept.join(d), owner) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("cannot keep {}: {e}", root.join(d).display()),
         }
     }
 }
@@ -413,8 +447,8 @@ mod tests {
     fn the_tree_holds_the_config_files_and_the_channel_mount_points() {
         let t = tempfile::tempdir().unwrap();
         let s = rank1();
-        write_tree(&s, t.path(), false).unwrap();
         let root = t.path().join(OPT_ML);
+        write_tree(&s, &root, false).unwrap();
         let read = |p: &str| -> Value {
             serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
         };

@@ -45,7 +45,8 @@ fn executors_at(
     attempts: Option<&Path>,
     policy: JobPolicy,
 ) -> Option<Executors> {
-    let ex = executors_on(test, spool, tranche_agent::exec::CgroupMode::Auto)?;
+    // What the machine offers is checked (and said) once; those executors go at once.
+    executors_on(test, spool, tranche_agent::exec::CgroupMode::Auto)?;
     Some(
         Executors::open(spool, attempts, tranche_agent::exec::CgroupMode::Auto)
             .unwrap()

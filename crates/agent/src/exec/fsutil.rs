@@ -61,7 +61,8 @@ pub(crate) fn spread_subdirectories(dir: &Path) {
 /// Creates directory `dir` (and its missing parents) mode 0700, or, where it exists,
 /// makes it 0700 and, when the agent is root, owned by root: the spool's directories
 /// hold every job's environment and output, which no other account may read. A path
-/// that exists but is no directory (or is a symbolic link) is an error.
+/// that exists but is no directory is an error (the admin's symbolic link to one is
+/// followed).
 pub(crate) fn private_dir(dir: &Path) -> Result<(), ExecError> {
     let err = |e| ExecError::io("creating spool directory", dir, e);
     std::fs::DirBuilder::new()
@@ -69,12 +70,12 @@ pub(crate) fn private_dir(dir: &Path) -> Result<(), ExecError> {
         .mode(0o700)
         .create(dir)
         .map_err(err)?;
-    let m = std::fs::symlink_metadata(dir).map_err(err)?;
+    let m = std::fs::metadata(dir).map_err(err)?;
     if !m.is_dir() {
         return Err(err(io::Error::other("not a directory")));
     }
     if nix::unistd::geteuid().is_root() && (m.uid() != 0 || m.gid() != 0) {
-        std::os::unix::fs::lchown(dir, Some(0), Some(0)).map_err(err)?;
+        std::os::unix::fs::chown(dir, Some(0), Some(0)).map_err(err)?;
     }
     if m.mode() & 0o7777 != 0o700 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;

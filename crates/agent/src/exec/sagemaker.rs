@@ -4,7 +4,10 @@
 //!
 //! # The tree
 //!
-//! Before the shim starts, the agent writes `opt-ml/` in the attempt directory:
+//! Before the shim starts, the agent writes `opt-ml/`: in the attempt directory for a
+//! container, in the job's own directory `<work_dir>/<job>.<attempt>/` for a job of
+//! image `host` (which must reach it, and no user enters the spool). Every directory
+//! of it is 0700 and every file 0600, the job's user's:
 //!
 //! | path | content |
 //! |---|---|
@@ -12,7 +15,7 @@
 //! | `input/config/resourceconfig.json` | `current_host`, `current_instance_type`, `current_group_name`, `hosts`, `instance_groups`, `network_interface_name` |
 //! | `input/config/inputdataconfig.json` | `{"<channel>": {"TrainingInputMode": "File"}}` |
 //! | `input/data/<channel>` | a container: the mount point of the channel's directory (read-only); `host`: a symlink to it |
-//! | `model/`, `output/`, `output/data/`, `checkpoints/` | empty, owned by the job's user |
+//! | `model/`, `output/`, `output/data/`, `checkpoints/` | empty |
 //!
 //! The hosts are `algo-1` … `algo-N`, one per member of the gang in rank order (the
 //! [`Rendezvous`](super::Rendezvous)); this node is `algo-<rank+1>`. A job of one node
@@ -20,13 +23,14 @@
 //!
 //! A container gets the tree bind-mounted at `/opt/ml`, each channel's directory
 //! mounted read-only at `/opt/ml/input/data/<channel>` over it. A job of image `host`
-//! has no mount namespace: it reads the same tree in the spool, and every `SM_*` path
-//! variable names the spool's path (`SM_MODEL_DIR=<attempt dir>/opt-ml/model`, ...)
-//! and each `SM_CHANNEL_<NAME>` the channel's directory on the node.
+//! has no mount namespace: it reads the tree in its own directory, and every `SM_*`
+//! path variable names that path (`SM_MODEL_DIR=<work_dir>/<job>.<attempt>/opt-ml/model`,
+//! ...) and each `SM_CHANNEL_<NAME>` the channel's directory on the node.
 //!
 //! Once the controller has the attempt's exit, `opt-ml/model` and `opt-ml/output` are
 //! kept as the job's output in `<spool>/sagemaker/<job>.<attempt>/` (see
-//! [`kept_sagemaker_output`]), as its stdout and stderr are kept in `<spool>/logs`.
+//! [`kept_sagemaker_output`]), as its stdout and stderr are kept in `<spool>/logs`;
+//! the job's own directory is removed.
 //!
 //! # The command
 //!
@@ -109,7 +113,7 @@ fn var_suffix(name: &str) -> String {
 }
 
 /// The `SM_*` variables and `TRAINING_JOB_NAME` of a SageMaker job (none for another
-/// job). `host_tree`: the attempt's `opt-ml/` for a job of image `host`, whose paths
+/// job). `host_tree`: the job's `opt-ml/` on the node for a job of image `host`, whose paths
 /// are then the node's; `None` for a container, which sees `/opt/ml`.
 pub fn sagemaker_env(spec: &LaunchSpec, host_tree: Option<&Path>) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();

@@ -195,20 +195,7 @@ fn h4_a_host_sagemaker_jobs_opt_ml_is_its_users_alone() {
     wait_until("alice's model", LONG, || stdout(&a).contains("sesame-42"));
     let model = PathBuf::from(stdout(&a).lines().next().unwrap());
     wait_file(&model.join("w.bin"), LONG);
-    assert!(!model.starts_with(ex.spool()), "{}", model.display());
     let opt_ml = model.parent().unwrap();
-    assert_eq!(
-        mode(&opt_ml.join("input/config/hyperparameters.json")),
-        0o600
-    );
-    for d in ["model", "output", "checkpoints"] {
-        assert_eq!(mode(&opt_ml.join(d)), 0o700, "{d}");
-        assert_eq!(
-            std::fs::metadata(opt_ml.join(d)).unwrap().uid(),
-            alice.uid,
-            "{d}"
-        );
-    }
     let probe = format!(
         "cat {}/input/config/hyperparameters.json {}/w.bin 2>&1; ls {} 2>&1; exit 0",
         opt_ml.display(),
@@ -222,6 +209,19 @@ fn h4_a_host_sagemaker_jobs_opt_ml_is_its_users_alone() {
     );
     assert!(!seen.contains("weights"), "bob read alice's model: {seen}");
     assert!(seen.contains("Permission denied"), "{seen}");
+    assert!(!model.starts_with(ex.spool()), "{}", model.display());
+    assert_eq!(
+        mode(&opt_ml.join("input/config/hyperparameters.json")),
+        0o600
+    );
+    for d in ["model", "output", "checkpoints"] {
+        assert_eq!(mode(&opt_ml.join(d)), 0o700, "{d}");
+        assert_eq!(
+            std::fs::metadata(opt_ml.join(d)).unwrap().uid(),
+            alice.uid,
+            "{d}"
+        );
+    }
     a.stop(9, Duration::from_secs(1));
     a.acknowledge().unwrap();
     let kept = kept_sagemaker_output(ex.spool(), a.job(), a.attempt());
@@ -325,60 +325,71 @@ fn h5_a_symlink_swapped_into_the_kept_output_never_leaks_a_root_file() {
     };
     let mut accounts = TestAccounts::new();
     let alice = account(&accounts.user("alice", &[], true));
+    // A directory only root may read, holding what the copy must never get.
     let secret = t.path().join("secret");
-    std::fs::write(&secret, "TOPSECRET\n").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    const N: usize = 300;
-    let mut s = spec(
-        "host",
-        &[
-            "sh",
-            "-c",
-            &format!(
-                "echo $SM_MODEL_DIR; for i in $(seq 1 {N}); do echo mine > $SM_MODEL_DIR/f$i; \
-                 ln -s {} $SM_MODEL_DIR/l$i; done",
-                secret.display()
-            ),
-        ],
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("x"), "TOPSECRET\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The model: directories `d<i>` holding `x`, and links `l<i>` to the secret one.
+    const N: usize = 8;
+    let script = format!(
+        "echo $SM_MODEL_DIR; for i in $(seq 1 {N}); do mkdir $SM_MODEL_DIR/d$i; \
+         echo mine > $SM_MODEL_DIR/d$i/x; ln -s {} $SM_MODEL_DIR/l$i; done",
+        secret.display()
     );
-    s.sagemaker = Some(Box::new(SageMakerJob {
-        training_job_name: "t".into(),
-        hyperparameters: Default::default(),
-        channels: Default::default(),
-        payload: "{}".into(),
-        instance_type: "ml.p4d.24xlarge".into(),
-    }));
-    alice.apply_to(&mut s, "n3", None).unwrap();
-    let a = ex.start(&s).unwrap();
-    let st = wait_exit(&a, LONG);
-    assert_eq!(st.code, Some(0), "{}", stderr(&a));
-    let model = PathBuf::from(stdout(&a).lines().next().unwrap());
-    // Alice's other job, as it were: swaps every file with its link, as fast as it can.
-    let stop = Arc::new(AtomicBool::new(false));
-    let swapper = {
-        let (stop, model) = (stop.clone(), model.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                for i in 1..=N {
-                    exchange(&model.join(format!("f{i}")), &model.join(format!("l{i}")));
-                }
-            }
-        })
-    };
-    std::thread::sleep(Duration::from_millis(50));
-    a.acknowledge().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    let kept = kept_sagemaker_output(ex.spool(), a.job(), a.attempt()).join("model");
     let mut regular = 0;
-    for ent in std::fs::read_dir(&kept).unwrap() {
-        let p = ent.unwrap().path();
-        let m = std::fs::symlink_metadata(&p).unwrap();
-        if m.is_file() {
-            regular += 1;
-            let text = std::fs::read_to_string(&p).unwrap();
-            assert_eq!(text, "mine\n", "{} holds a root-only file", p.display());
-            assert_eq!(m.uid(), alice.uid);
+    for _round in 0..5 {
+        let mut s = spec("host", &["sh", "-c", &script]);
+        s.sagemaker = Some(Box::new(SageMakerJob {
+            training_job_name: "t".into(),
+            hyperparameters: Default::default(),
+            channels: Default::default(),
+            payload: "{}".into(),
+            instance_type: "ml.p4d.24xlarge".into(),
+        }));
+        alice.apply_to(&mut s, "n3", None).unwrap();
+        let a = ex.start(&s).unwrap();
+        let st = wait_exit(&a, LONG);
+        assert_eq!(st.code, Some(0), "{}", stderr(&a));
+        let model = PathBuf::from(stdout(&a).lines().next().unwrap());
+        // Alice's other jobs, as it were: each swaps a directory with its link, as fast
+        // as it can, while root copies the tree.
+        let stop = Arc::new(AtomicBool::new(false));
+        let swappers: Vec<_> = (1..=N)
+            .map(|i| {
+                let (stop, model) = (stop.clone(), model.clone());
+                std::thread::spawn(move || {
+                    let (d, l) = (model.join(format!("d{i}")), model.join(format!("l{i}")));
+                    while !stop.load(Ordering::Relaxed) {
+                        exchange(&d, &l);
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        a.acknowledge().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for s in swappers {
+            s.join().unwrap();
+        }
+        let kept = kept_sagemaker_output(ex.spool(), a.job(), a.attempt()).join("model");
+        for ent in std::fs::read_dir(&kept).unwrap() {
+            let ent = ent.unwrap();
+            // A link is kept as a link (its target is not read); a directory's `x` is
+            // the copy.
+            if !ent.file_type().unwrap().is_dir() {
+                continue;
+            }
+            let x = ent.path().join("x");
+            let Ok(m) = std::fs::symlink_metadata(&x) else {
+                continue;
+            };
+            if m.is_file() {
+                regular += 1;
+                let text = std::fs::read_to_string(&x).unwrap();
+                assert_eq!(text, "mine\n", "{} holds a root-only file", x.display());
+                assert_eq!(m.uid(), alice.uid);
+            }
         }
     }
     assert!(regular > 0, "nothing of the model was kept");

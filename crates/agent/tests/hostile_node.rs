@@ -141,7 +141,7 @@ fn h4_another_tenant_reads_nothing_of_a_job_in_the_spool() {
         out.display(),
         spool.join("attempts").display()
     );
-    let (code, seen, _) = run_as(&ex, &bob, &probe);
+    let (code, seen, _) = run_as(ex, bob, &probe);
     assert_eq!(code, Some(0));
     assert!(!seen.contains("hunter2"), "bob read alice's job: {seen}");
     assert!(seen.contains("Permission denied"), "{seen}");
@@ -150,14 +150,14 @@ fn h4_another_tenant_reads_nothing_of_a_job_in_the_spool() {
     let (kept, _) = kept_logs(&spool, a.job(), a.attempt());
     assert_eq!(mode(&kept), 0o600);
     assert!(std::fs::read_to_string(&kept).unwrap().contains("hunter2"));
-    let (_, seen, _) = run_as(&ex, &bob, &format!("cat {} 2>&1; exit 0", kept.display()));
+    let (_, seen, _) = run_as(ex, bob, &format!("cat {} 2>&1; exit 0", kept.display()));
     assert!(
         !seen.contains("hunter2"),
         "bob read alice's kept log: {seen}"
     );
     // A spool left wide open by an earlier agent is closed at start.
     std::fs::set_permissions(spool.join("logs"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let _ex = executors(test, &t, JobPolicy::default()).unwrap();
+    let _ex = executors(test, t, JobPolicy::default()).unwrap();
     assert_eq!(mode(&spool.join("logs")), 0o700);
 }
 
@@ -202,7 +202,7 @@ fn h4_a_host_sagemaker_jobs_opt_ml_is_its_users_alone() {
         model.display(),
         ex.work_dir().display()
     );
-    let (_, seen, _) = run_as(&ex, &bob, &probe);
+    let (_, seen, _) = run_as(ex, bob, &probe);
     assert!(
         !seen.contains("sesame-42"),
         "bob read alice's hyperparameters: {seen}"
@@ -251,7 +251,7 @@ fn c1_a_setuid_root_file_does_not_make_a_process_job_root() {
     std::os::unix::fs::chown(&rootid, Some(0), Some(0)).unwrap();
     std::fs::set_permissions(&rootid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     let script = format!("grep NoNewPrivs /proc/self/status; {} -u", rootid.display());
-    let (code, out, err) = run_as(&ex, &alice, &script);
+    let (code, out, err) = run_as(ex, alice, &script);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
@@ -594,7 +594,7 @@ fn m8_a_job_without_requests_gets_default_memory_and_pids_limits() {
         .collect();
     a.stop(9, Duration::from_secs(1));
     a.acknowledge().unwrap();
-    assert_eq!(limit, (2 * 768u64 << 20).to_string());
+    assert_eq!(limit, ((2 * 768u64) << 20).to_string());
     assert_eq!(pids, ["600"]);
 }
 

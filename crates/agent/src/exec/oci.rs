@@ -334,6 +334,11 @@ pub(crate) fn mount_overlay(lower: &Path, bundle: &Path) -> Result<PathBuf, Stri
     for d in [&upper, &work, &merged] {
         std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
     }
+    // The container's `/` is the upper layer's root: it takes the image root's mode,
+    // not what the agent's umask (0077 in its unit) left.
+    let root_mode = std::fs::metadata(lower).map_or(0o755, |m| m.permissions().mode() & 0o7777);
+    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(root_mode))
+        .map_err(|e| format!("setting the mode of {}: {e}", upper.display()))?;
     let paths = [lower, &upper, &work];
     if paths
         .iter()

@@ -254,7 +254,8 @@ impl Agent {
             &cfg.spool_dir,
             cfg.attempts_dir.as_deref(),
             cfg.cgroup_mode(),
-        )?);
+        )?
+        .with_image_policy(cfg.image_policy()));
         info!(cgroups = %execs.cgroup_summary(), "executors ready");
         let tls = cfg.tls.clone();
         let mut client = Client::new(cfg.controller_addrs(), &tls)

@@ -145,6 +145,7 @@ pub struct Executors {
     /// Directories this spool's attempts were kept in before `attempts`, still there.
     earlier: Vec<PathBuf>,
     images: PathBuf,
+    image_policy: image::ImagePolicy,
     runtime: Option<PathBuf>,
     runtime_root: PathBuf,
     cgroups: Cgroups,
@@ -211,11 +212,18 @@ impl Executors {
             attempts,
             earlier,
             images,
+            image_policy: image::ImagePolicy::default(),
             runtime,
             runtime_root,
             cgroups,
             launcher: Mutex::new(None),
         })
+    }
+
+    /// These executors, with `policy`'s image roots and limits.
+    pub fn with_image_policy(mut self, policy: image::ImagePolicy) -> Executors {
+        self.image_policy = policy;
+        self
     }
 
     /// The spool directory.
@@ -267,7 +275,13 @@ impl Executors {
                 let runtime = self.runtime.clone().ok_or_else(|| ExecError::NoRuntime {
                     image: spec.image.clone(),
                 })?;
-                let rootfs = image::prepare(&self.images, &spec.image)?;
+                let who = spec.user.map(|(uid, gid)| super::ImageUser {
+                    uid,
+                    gid,
+                    groups: spec.groups.clone(),
+                });
+                let rootfs =
+                    image::prepare(&self.images, &self.image_policy, &spec.image, who.as_ref())?;
                 let devices = oci::gpu_devices(spec)?;
                 Some((runtime, rootfs, devices))
             }

@@ -306,6 +306,9 @@ fn two_faced_fifo(path: &Path, first: Vec<u8>, then: Vec<u8>) -> Arc<AtomicBool>
                     nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
                     let _ = f.write_all(if served == 0 { &first } else { &then });
                     served += 1;
+                    drop(f);
+                    // The reader sees the end, closes, and opens again for the next read.
+                    std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(2)),
             }

@@ -190,8 +190,13 @@ impl Setup {
 
     /// Every path under the image cache, for what may not be there.
     fn cache_tree(&self) -> Vec<(PathBuf, std::fs::Metadata)> {
+        Setup::tree_of(&self.images())
+    }
+
+    /// Every path under `dir`, not following symlinks.
+    fn tree_of(dir: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
         let mut out = Vec::new();
-        let mut todo = vec![self.images()];
+        let mut todo = vec![dir.to_path_buf()];
         while let Some(d) = todo.pop() {
             let Ok(rd) = std::fs::read_dir(&d) else {
                 continue;
@@ -629,4 +634,74 @@ fn l7_whiteouts_of_dot_and_dotdot_are_refused() {
             .expect_err("the whiteout was applied");
         assert!(e.contains("must name a file"), "{name}: {e}");
     }
+}
+
+#[test]
+fn c1_a_container_of_a_hostile_image_runs_without_setuid_files_or_devices() {
+    let test = "c1_a_container_of_a_hostile_image_runs_without_setuid_files_or_devices";
+    if lacks_accounts(test, Need::Containers) {
+        return;
+    }
+    init();
+    let Some(s) = Setup::new(test) else { return };
+    // The busybox rootfs as a first layer, then the review's hostile layer: busybox
+    // setuid-root as `/rootsh`, a raw-disk node, a character device.
+    let base = busybox_rootfs(&s.work);
+    let mut b = tar::Builder::new(Vec::new());
+    b.follow_symlinks(false);
+    b.append_dir_all(".", &base).unwrap();
+    let first = b.into_inner().unwrap();
+    let bb = std::fs::read(base.join("bin/busybox")).unwrap();
+    let mut b = tar::Builder::new(Vec::new());
+    file(&mut b, "rootsh", 0o4755, 0, &bb);
+    device(&mut b, "disk", tar::EntryType::Block, 8, 0);
+    device(&mut b, "rng", tar::EntryType::Char, 10, 183);
+    let l = layout(
+        &s.work.join("evil"),
+        &[first, b.into_inner().unwrap()],
+        true,
+    );
+    give(&s.work, &s.acct);
+    let ex = tranche_agent::exec::Executors::new(&s.spool.path().join("spool")).unwrap();
+    let mut job = spec(
+        l.path.to_str().unwrap(),
+        &[
+            "sh",
+            "-c",
+            "stat -c '%A %u %g' /rootsh; \
+             if [ -e /disk ] || [ -e /rng ]; then echo DEVICES; else echo none; fi; id -u",
+        ],
+    );
+    job.user = Some((s.acct.uid, s.acct.gid));
+    job.groups = s.acct.groups.clone();
+    let a = ex.start(&job).unwrap();
+    wait_exit(&a, Duration::from_secs(30));
+    let out = stdout(&a);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"-rwxr-xr-x 0 0"),
+        "{out}\n{}",
+        stderr(&a)
+    );
+    assert!(
+        out.contains("\nnone\n"),
+        "a device node is in the container: {out}"
+    );
+    assert_eq!(
+        lines.last(),
+        Some(&s.acct.uid.to_string().as_str()),
+        "{out}"
+    );
+    // And in the cache, where a host job might look for them.
+    let cached = s.spool.path().join("spool/images");
+    for (p, m) in Setup::tree_of(&cached) {
+        assert_eq!(m.mode() & 0o6000, 0, "{} is setid", p.display());
+        assert!(
+            !p.ends_with("disk") && !p.ends_with("rng"),
+            "{}",
+            p.display()
+        );
+    }
+    let _ = a.acknowledge();
 }

@@ -288,15 +288,18 @@ fn c1_setuid_bits_device_nodes_and_owners_never_leave_a_users_layer() {
     );
 }
 
-/// A FIFO at `path` whose writer serves `first` to the first reader and `then` to
-/// every later one, until the returned flag is set.
-fn two_faced_fifo(path: &Path, first: Vec<u8>, then: Vec<u8>) -> Arc<AtomicBool> {
+/// A FIFO at `path` whose writer serves `first` to the first reader, then, before that
+/// reader sees the end, renames a regular file holding `then` over `path`: whoever
+/// hashes the blob from one open and reads it again from another gets `then` the
+/// second time.
+fn fifo_then_file(path: &Path, first: Vec<u8>, then: Vec<u8>) -> Arc<AtomicBool> {
     nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let evil = path.with_extension("next");
+    std::fs::write(&evil, then).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let (path, stop2) = (path.to_path_buf(), stop.clone());
     std::thread::spawn(move || {
         use std::os::unix::fs::OpenOptionsExt;
-        let mut served = 0;
         while !stop2.load(Ordering::Relaxed) {
             // Non-blocking: ENXIO until a reader opens it.
             match std::fs::OpenOptions::new()
@@ -309,11 +312,9 @@ fn two_faced_fifo(path: &Path, first: Vec<u8>, then: Vec<u8>) -> Arc<AtomicBool>
                     let flags = nix::fcntl::OFlag::from_bits_truncate(flags)
                         & !nix::fcntl::OFlag::O_NONBLOCK;
                     nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
-                    let _ = f.write_all(if served == 0 { &first } else { &then });
-                    served += 1;
-                    drop(f);
-                    // The reader sees the end, closes, and opens again for the next read.
-                    std::thread::sleep(Duration::from_millis(100));
+                    let _ = f.write_all(&first);
+                    let _ = std::fs::rename(&evil, &path);
+                    return;
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(2)),
             }
@@ -323,14 +324,14 @@ fn two_faced_fifo(path: &Path, first: Vec<u8>, then: Vec<u8>) -> Arc<AtomicBool>
 }
 
 #[test]
-fn h1_a_fifo_blob_serving_the_genuine_layer_to_the_hash_is_refused() {
-    let test = "h1_a_fifo_blob_serving_the_genuine_layer_to_the_hash_is_refused";
+fn h1_a_blob_swapped_after_its_hash_is_never_read_again() {
+    let test = "h1_a_blob_swapped_after_its_hash_is_never_read_again";
     let Some(s) = Setup::new(test) else { return };
     let good = one_file_layer("app", b"genuine\n");
     let evil = one_file_layer("app", b"evil\n");
     let l = layout(&s.work, std::slice::from_ref(&good), false);
     let blob = l.path.join("blobs/sha256").join(&l.layer_hex[0]);
-    let stop = two_faced_fifo(&blob, good, evil);
+    let stop = fifo_then_file(&blob, good, evil);
     give(&s.work, &s.acct);
     let images = s.images();
     let (path, w) = (l.path.clone(), who(&s.acct));

@@ -70,23 +70,27 @@ fn index(layout: &Path, manifest: &[u8]) {
     .expect("writes index.json");
 }
 
+/// A header of `kind`, `mode` and `size`, owned by root.
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(1_700_000_000);
+    h
+}
+
 /// A small valid layer: a directory, a file, a symlink.
 pub fn sample_layer() -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Directory);
-    h.set_mode(0o755);
-    h.set_size(0);
+    let mut h = header(tar::EntryType::Directory, 0o755, 0);
     b.append_data(&mut h, "etc", &[][..]).expect("appends");
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Regular);
-    h.set_mode(0o644);
-    h.set_size(3);
+    let mut h = header(tar::EntryType::Regular, 0o644, 3);
     b.append_data(&mut h, "etc/os", &b"ok\n"[..])
         .expect("appends");
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Symlink);
-    h.set_size(0);
+    let mut h = header(tar::EntryType::Symlink, 0o777, 0);
     b.append_link(&mut h, "os", "/etc/os").expect("appends");
     b.into_inner().expect("finishes")
 }
@@ -206,52 +210,60 @@ fn split<'a>(mut b: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
     out
 }
 
+/// A layer of setuid, setgid and device entries and a FIFO; with `escapes`, also
+/// paths and links that leave the root and whiteouts of `.`/`..`.
+fn hostile_layer(escapes: bool) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut add = |kind: tar::EntryType, path: &str, mode: u32, link: Option<&str>, data: &[u8]| {
+        let mut h = header(kind, mode, data.len() as u64);
+        if matches!(kind, tar::EntryType::Block | tar::EntryType::Char) {
+            h.set_device_major(8).expect("sets");
+            h.set_device_minor(0).expect("sets");
+        }
+        if let Some(l) = link {
+            h.set_link_name_literal(l).expect("sets");
+        }
+        // `path` may hold `..`, which `append_data` refuses: set it raw.
+        let name = path.as_bytes();
+        h.as_old_mut().name[..name.len()].copy_from_slice(name);
+        h.set_cksum();
+        b.append(&h, data).expect("appends");
+    };
+    use tar::EntryType as T;
+    add(T::Regular, "rootsh", 0o4755, None, b"#!/bin/sh\n");
+    add(T::Directory, "d", 0o6777, None, b"");
+    add(T::Block, "disk", 0o666, None, b"");
+    add(T::Char, "d/mem", 0o666, None, b"");
+    add(T::Fifo, "fifo", 0o666, None, b"");
+    add(T::Symlink, "abs", 0o777, Some("/"), b"");
+    add(T::Regular, "abs/d/new", 0o2755, None, b"x");
+    add(T::Regular, "d/.wh..wh..opq", 0o644, None, b"");
+    if escapes {
+        add(T::Symlink, "up", 0o777, Some("../../../outside"), b"");
+        add(T::Symlink, "loop", 0o777, Some("loop/x"), b"");
+        add(T::Regular, "up/victim", 0o644, None, b"overwritten");
+        add(T::Regular, "abs/../outside/new", 0o644, None, b"x");
+        add(T::Link, "hard2", 0o644, Some("up/victim"), b"");
+        add(T::Regular, ".wh.up", 0o644, None, b"");
+        add(T::Regular, "d/.wh..", 0o644, None, b"");
+        add(T::Link, "hard", 0o644, Some("../outside/victim"), b"");
+        add(T::Regular, "../escape", 0o644, None, b"x");
+    }
+    b.into_inner().expect("finishes")
+}
+
 /// Seeds: hostile layers (setuid, devices, FIFOs, `..`, absolute and looping symlinks,
 /// hard links out of the root, whiteouts of `.`/`..`, an opaque directory), an index
 /// and a manifest of each shape, and an archive of a layout.
 pub fn seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    let hostile = {
-        let mut b = tar::Builder::new(Vec::new());
-        let mut add =
-            |kind: tar::EntryType, path: &str, mode: u32, link: Option<&str>, data: &[u8]| {
-                let mut h = tar::Header::new_gnu();
-                h.set_entry_type(kind);
-                h.set_mode(mode);
-                h.set_uid(0);
-                h.set_size(data.len() as u64);
-                if matches!(kind, tar::EntryType::Block | tar::EntryType::Char) {
-                    h.set_device_major(8).expect("sets");
-                    h.set_device_minor(0).expect("sets");
-                }
-                if let Some(l) = link {
-                    h.set_link_name_literal(l).expect("sets");
-                }
-                // `path` may hold `..`, which `append_data` refuses: set it raw.
-                let name = path.as_bytes();
-                h.as_old_mut().name[..name.len()].copy_from_slice(name);
-                h.set_cksum();
-                b.append(&h, data).expect("appends");
-            };
-        use tar::EntryType as T;
-        add(T::Regular, "rootsh", 0o4755, None, b"#!/bin/sh\n");
-        add(T::Directory, "d", 0o6777, None, b"");
-        add(T::Block, "disk", 0o666, None, b"");
-        add(T::Char, "d/mem", 0o666, None, b"");
-        add(T::Fifo, "fifo", 0o666, None, b"");
-        add(T::Symlink, "up", 0o777, Some("../../../outside"), b"");
-        add(T::Symlink, "abs", 0o777, Some("/"), b"");
-        add(T::Symlink, "loop", 0o777, Some("loop/x"), b"");
-        add(T::Regular, "up/victim", 0o644, None, b"overwritten");
-        add(T::Regular, "abs/../outside/new", 0o644, None, b"x");
-        add(T::Regular, "../escape", 0o644, None, b"x");
-        add(T::Link, "hard", 0o644, Some("../outside/victim"), b"");
-        add(T::Link, "hard2", 0o644, Some("up/victim"), b"");
-        add(T::Regular, "d/.wh..wh..opq", 0o644, None, b"");
-        add(T::Regular, "d/.wh..", 0o644, None, b"");
-        add(T::Regular, ".wh.up", 0o644, None, b"");
-        b.into_inner().expect("finishes")
-    };
+    // What a valid image may hold but must not keep (setid bits, devices, a FIFO), and
+    // what no valid image holds (paths and links out of the root, whiteouts of `..`).
+    let kept_out = hostile_layer(false);
+    let hostile = hostile_layer(true);
+    let mut valid = vec![0u8];
+    valid.extend(&kept_out);
+    out.push(valid);
     let mut first = vec![0u8];
     first.extend(sample_layer());
     first.extend(LAYER_SEP);
@@ -259,7 +271,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
     out.push(first);
     let mut gz = flate2::write::GzEncoder::new(vec![0u8], flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, &hostile).expect("compresses");
-    // The input's first byte (0: layers) is the encoder's first byte of output.
+    // The kind byte (0: layers), then the gzip stream.
     out.push(gz.finish().expect("compresses"));
     let tmp = tempfile::tempdir().expect("a temporary directory");
     std::fs::create_dir_all(tmp.path().join("blobs/sha256")).expect("makes the layout");
@@ -268,7 +280,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
     let mut idx = vec![1u8];
     idx.extend(
         json!({"schemaVersion": 2, "manifests": [
-            {"mediaType": "application/vnd.oci.image.index.v1+json",
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json",
              "digest": format!("sha256:{mh}"), "size": m.len(),
              "platform": {"os": "linux", "architecture": "amd64"}}]})
         .to_string()

@@ -664,6 +664,9 @@ fn c1_a_container_of_a_hostile_image_runs_without_setuid_files_or_devices() {
     );
     give(&s.work, &s.acct);
     let ex = tranche_agent::exec::Executors::new(&s.spool.path().join("spool")).unwrap();
+    let cache = s.spool.path().join("spool/images");
+    let mode = std::fs::metadata(&cache).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the image cache is open to the node's jobs");
     let mut job = spec(
         l.path.to_str().unwrap(),
         &[
@@ -695,8 +698,7 @@ fn c1_a_container_of_a_hostile_image_runs_without_setuid_files_or_devices() {
         "{out}"
     );
     // And in the cache, where a host job might look for them.
-    let cached = s.spool.path().join("spool/images");
-    for (p, m) in Setup::tree_of(&cached) {
+    for (p, m) in Setup::tree_of(&cache) {
         assert_eq!(m.mode() & 0o6000, 0, "{} is setid", p.display());
         assert!(
             !p.ends_with("disk") && !p.ends_with("rng"),

@@ -196,6 +196,8 @@ impl Executors {
             std::fs::create_dir_all(d)
                 .map_err(|e| ExecError::io("creating spool directory", d, e))?;
         }
+        image::private_dir(&images)
+            .map_err(|e| ExecError::io("making the image cache private", &images, e))?;
         fsutil::spread_subdirectories(&attempts);
         let earlier = moved_attempts(&spool, &attempts)?;
         let runtime = oci::find_runtime();

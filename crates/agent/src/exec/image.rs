@@ -177,8 +177,10 @@ pub fn prepare(
     }
 }
 
-/// Makes the agent's directory `dir` (created if missing) mode 0700.
-fn private_dir(dir: &Path) -> io::Result<()> {
+/// Makes the agent's directory `dir` (created if missing) mode 0700: no job on the
+/// node reaches the image cache (entries of an older agent included, which are never
+/// used again and are replaced when their image is unpacked again).
+pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
         _ => {}

@@ -247,8 +247,10 @@ pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Resu
     let mut whiteouts: Vec<(PathBuf, Option<String>)> = Vec::new();
     {
         let mut ar = tar::Archive::new(open(budget)?);
+        let mut count = budget.clone();
         for e in ar.entries().map_err(|e| e.to_string())? {
             let e = e.map_err(|e| e.to_string())?;
+            count.entry()?;
             let path = e.path().map_err(|e| e.to_string())?.into_owned();
             let Some(rel) = clean(&path)? else { continue };
             let name = rel

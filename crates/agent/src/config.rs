@@ -132,6 +132,57 @@ pub struct AgentConfig {
     /// `<spool_dir>.work`, beside the spool, which only root enters.
     #[serde(default)]
     pub work_dir: Option<PathBuf>,
+    /// Where container images may be used as they are, and how large they may be.
+    #[serde(default)]
+    pub images: ImagesConfig,
+}
+
+/// The `[images]` table: the image cache's trusted roots and limits (see
+/// [`crate::exec::ImagePolicy`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesConfig {
+    /// Absolute directories whose rootfs directories jobs use as they are; a rootfs
+    /// directory anywhere else is copied into the image cache for each new content.
+    #[serde(default)]
+    pub roots: Vec<PathBuf>,
+    /// Largest blob of an image (a layer as stored), MiB.
+    #[serde(default = "default_max_blob_mb")]
+    pub max_blob_mb: u64,
+    /// Largest image (its blobs as stored, or a copied rootfs directory), MiB.
+    #[serde(default = "default_max_image_mb")]
+    pub max_image_mb: u64,
+    /// Largest unpacked image, MiB.
+    #[serde(default = "default_max_unpacked_mb")]
+    pub max_unpacked_mb: u64,
+    /// Most files, directories and links of an unpacked image.
+    #[serde(default = "default_max_entries")]
+    pub max_entries: u64,
+}
+
+impl Default for ImagesConfig {
+    fn default() -> ImagesConfig {
+        ImagesConfig {
+            roots: Vec::new(),
+            max_blob_mb: default_max_blob_mb(),
+            max_image_mb: default_max_image_mb(),
+            max_unpacked_mb: default_max_unpacked_mb(),
+            max_entries: default_max_entries(),
+        }
+    }
+}
+
+fn default_max_blob_mb() -> u64 {
+    crate::exec::image_defaults::MAX_BLOB_MB
+}
+fn default_max_image_mb() -> u64 {
+    crate::exec::image_defaults::MAX_IMAGE_MB
+}
+fn default_max_unpacked_mb() -> u64 {
+    crate::exec::image_defaults::MAX_UNPACKED_MB
+}
+fn default_max_entries() -> u64 {
+    crate::exec::image_defaults::MAX_ENTRIES
 }
 
 fn default_inventory() -> String {
@@ -341,6 +392,36 @@ impl AgentConfig {
                 ));
             }
         }
+        if cfg.images.roots.iter().any(|r| !r.is_absolute()) {
+            return Err(bad(
+                "images.roots",
+                "must list absolute directories, e.g. [\"/srv/rootfs\"]",
+            ));
+        }
+        for (field, v) in [
+            ("images.max_blob_mb", cfg.images.max_blob_mb),
+            ("images.max_image_mb", cfg.images.max_image_mb),
+            ("images.max_unpacked_mb", cfg.images.max_unpacked_mb),
+        ] {
+            if v == 0 || v > 1 << 30 {
+                return Err(bad(
+                    field,
+                    &format!("must be 1 to {} (MiB), not {v}", 1u64 << 30),
+                ));
+            }
+        }
+        if cfg.images.max_entries == 0 {
+            return Err(bad("images.max_entries", "must be at least 1, not 0"));
+        }
+        if cfg.images.max_blob_mb > cfg.images.max_image_mb {
+            return Err(bad(
+                "images.max_blob_mb",
+                &format!(
+                    "must be at most images.max_image_mb ({}), not {}",
+                    cfg.images.max_image_mb, cfg.images.max_blob_mb
+                ),
+            ));
+        }
         for (name, account) in &cfg.users {
             if name != "*" {
                 if let Err(e) = tranche_model::UserName::from(name.as_str()).validate("users") {
@@ -391,6 +472,18 @@ impl AgentConfig {
             device_dir: self.device_dir.clone(),
             job_devices: self.job_devices.clone(),
             work_dir: self.work_dir.clone(),
+        }
+    }
+
+    /// The image cache's policy from `[images]` (validated by [`AgentConfig::parse`]).
+    pub fn image_policy(&self) -> crate::exec::ImagePolicy {
+        let i = &self.images;
+        crate::exec::ImagePolicy {
+            roots: i.roots.clone(),
+            max_blob_bytes: i.max_blob_mb << 20,
+            max_image_bytes: i.max_image_mb << 20,
+            max_unpacked_bytes: i.max_unpacked_mb << 20,
+            max_entries: i.max_entries,
         }
     }
 

@@ -260,7 +260,8 @@ impl Agent {
                 inventory.cpus,
                 inventory.memory_mb,
                 inventory.gpus.len(),
-            )),
+            ))
+            .with_image_policy(cfg.image_policy()),
         );
         info!(cgroups = %execs.cgroup_summary(), "executors ready");
         let tls = cfg.tls.clone();

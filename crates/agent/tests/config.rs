@@ -183,3 +183,43 @@ fn the_job_rules_default_and_refuse_bad_values() {
     let e = refused(set("deny_groups = [\"a:b\"]"));
     assert!(e.contains("`deny_groups`") && e.contains("\"a:b\""), "{e}");
 }
+
+#[test]
+fn the_images_table_sets_roots_and_limits() {
+    let base = example();
+    let policy = AgentConfig::parse(&base, "a.toml").unwrap().image_policy();
+    assert!(policy.roots.is_empty());
+    assert_eq!(policy.max_blob_bytes, 16 << 30);
+    assert_eq!(policy.max_entries, 2_000_000);
+    let set = |from: &str, to: &str| base.replace(from, to);
+    let cfg = AgentConfig::parse(
+        &set("# roots = [\"/srv/rootfs\"]", "roots = [\"/srv/rootfs\"]")
+            .replace("# max_unpacked_mb = 131072", "max_unpacked_mb = 100"),
+        "a.toml",
+    )
+    .unwrap();
+    let policy = cfg.image_policy();
+    assert_eq!(policy.roots, vec![std::path::PathBuf::from("/srv/rootfs")]);
+    assert_eq!(policy.max_unpacked_bytes, 100 << 20);
+    let refused = |text: String| match AgentConfig::parse(&text, "a.toml") {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    };
+    let e = refused(set("# roots = [\"/srv/rootfs\"]", "roots = [\"srv\"]"));
+    assert!(
+        e.contains("`images.roots`") && e.contains("absolute"),
+        "{e}"
+    );
+    let e = refused(set("# max_blob_mb = 16384", "max_blob_mb = 0"));
+    assert!(
+        e.contains("`images.max_blob_mb`") && e.contains("not 0"),
+        "{e}"
+    );
+    let e = refused(set("# max_blob_mb = 16384", "max_blob_mb = 70000"));
+    assert!(
+        e.contains("at most images.max_image_mb (65536), not 70000"),
+        "{e}"
+    );
+    let e = refused(set("# max_entries = 2000000", "max_entries = 0"));
+    assert!(e.contains("`images.max_entries`"), "{e}");
+}

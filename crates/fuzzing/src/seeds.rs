@@ -38,6 +38,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "state_image" => vec![codec::seal(&w.image()), w.state.snapshot()],
         "policy_file" => vec![POLICY.as_bytes().to_vec()],
         "scenario_file" => vec![SCENARIO.as_bytes().to_vec()],
+        "image_layout" => crate::image::seeds(),
         _ => vec![],
     }
 }

@@ -146,6 +146,7 @@ pub struct Executors {
     /// Directories this spool's attempts were kept in before `attempts`, still there.
     earlier: Vec<PathBuf>,
     images: PathBuf,
+    image_policy: image::ImagePolicy,
     runtime: Option<PathBuf>,
     runtime_root: PathBuf,
     cgroups: Cgroups,
@@ -255,6 +256,7 @@ impl Executors {
             attempts,
             earlier,
             images,
+            image_policy: image::ImagePolicy::default(),
             runtime,
             runtime_root,
             cgroups,
@@ -292,6 +294,12 @@ impl Executors {
             .mode(0o700)
             .create(work)
             .map_err(|e| ExecError::io("creating directory", work, e))
+    }
+
+    /// These executors, with `policy`'s image roots and limits.
+    pub fn with_image_policy(mut self, policy: image::ImagePolicy) -> Executors {
+        self.image_policy = policy;
+        self
     }
 
     /// The spool directory.
@@ -343,7 +351,13 @@ impl Executors {
                 let runtime = self.runtime.clone().ok_or_else(|| ExecError::NoRuntime {
                     image: spec.image.clone(),
                 })?;
-                let rootfs = image::prepare(&self.images, &spec.image)?;
+                let who = spec.user.map(|(uid, gid)| super::ImageUser {
+                    uid,
+                    gid,
+                    groups: spec.groups.clone(),
+                });
+                let rootfs =
+                    image::prepare(&self.images, &self.image_policy, &spec.image, who.as_ref())?;
                 let devices = oci::gpu_devices(spec, &self.policy.device_dir)?;
                 Some((runtime, rootfs, devices))
             }

@@ -58,6 +58,7 @@
 //! (`/opt/ml`, the `SM_*` variables); `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
 //! and `cgroup` are the container runtime, the image cache and the cgroup hierarchies.
 
+mod as_user;
 mod attempt;
 mod cgroup;
 mod error;
@@ -65,6 +66,7 @@ mod executors;
 mod fsutil;
 mod image;
 mod launcher;
+mod layer;
 pub mod ledger;
 mod oci;
 pub mod output;
@@ -83,7 +85,11 @@ use std::path::PathBuf;
 pub use attempt::{Attempt, CgroupDirs, KillMethod, StopOutcome};
 pub use cgroup::CgroupMode;
 pub use error::ExecError;
+pub use as_user::ImageUser;
 pub use executors::Executors;
+pub use image::{
+    defaults as image_defaults, prepare as prepare_image, ImagePolicy, Prepared as PreparedImage,
+};
 pub use launcher::launcher_main;
 pub use output::OutputFile;
 pub use policy::JobPolicy;

@@ -465,11 +465,60 @@ fn owns_key(who: &Identity, key: &AccessKey) -> bool {
     key.user.as_str() == who.name && key_roles(who).contains(&key.role)
 }
 
+/// The sizes and priorities a command may carry, checked before it is proposed, so
+/// that an oversize command never reaches the log (the state machine checks the
+/// sizes again when it applies a command). A user may give a job a priority up to its
+/// share's `max_user_priority`, at submit and update; operators and admins up to
+/// [`tranche_model::MAX_JOB_PRIORITY`]. Replicated commands carry no role, so the
+/// priority cap is kept here, where every surface (QUIC, HTTP, the AWS endpoint)
+/// authorizes its writes.
+fn within_limits(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
+    use ClientCommand::*;
+    let invalid = |e: tranche_model::ValidationError| {
+        ApiError::Rejected(tranche_state::ApplyError::Invalid(e))
+    };
+    let capped = |share: &tranche_model::ShareName, priority: u32| {
+        let Some(share) = state.shares.get(share) else {
+            return Ok(());
+        };
+        if who.role == Role::User && priority > share.max_user_priority {
+            return Err(invalid(tranche_model::ValidationError::new(
+                "priority",
+                format!(
+                    "a user may set at most share {}'s max_user_priority ({}), got {priority}; operators and admins may set up to {}",
+                    share.name,
+                    share.max_user_priority,
+                    tranche_model::MAX_JOB_PRIORITY
+                ),
+            )));
+        }
+        Ok(())
+    };
+    match cmd {
+        Submit(spec) => {
+            spec.validate_sizes().map_err(invalid)?;
+            capped(&spec.share, spec.priority)
+        }
+        UpdatePriority { job, priority } => {
+            let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
+            match first.and_then(|id| state.job(id)) {
+                Some(j) => capped(&j.spec.share, *priority),
+                None => Ok(()),
+            }
+        }
+        Cancel { reason, .. } | DrainNode { reason, .. } => {
+            tranche_model::validate_reason(reason).map_err(invalid)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The authorization rules: whether this certificate may send this command, checked
 /// against the applied state (the state machine checks the rest when it applies the
 /// command). Leader-only commands have no client form, so they need no rule.
 pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
     use ClientCommand::*;
+    within_limits(who, cmd, state)?;
     let own_job = |job: &JobRef| -> Result<(), ApiError> {
         let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
         match first.and_then(|id| state.job(id)) {

@@ -218,8 +218,8 @@ fn h2_an_array_with_a_big_env_is_stored_once_and_a_restarted_controller_replays_
     rt().block_on(async {
         let (mut c, admin) = start(dir.path(), JobLimits::default()).await;
         let alice = c.client(Role::User, "alice").unwrap();
-        // 60 KB of env (under the 64 KiB limit) × 5,000 tasks (alice's pending
-        // limit): 300 MB if each task held its own copy.
+        // 60 KB of env (under the 64 KiB limit) × 5,000 tasks: 300 MB if each task
+        // held its own copy.
         let mut big = job("alice");
         big.env.insert("A".into(), "a".repeat(30_000));
         big.env.insert("B".into(), "b".repeat(30_000));

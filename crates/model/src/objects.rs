@@ -227,7 +227,10 @@ pub struct QuotaShare {
 ///
 /// The defaults suit a rack of a few hundred users: far above what scripts of normal
 /// use reach (Slurm's default `MaxJobCount` is 10,000 for a whole cluster), low enough
-/// that one user cannot fill a controller's memory.
+/// that one user cannot fill a controller's memory: the tasks of an array share one
+/// spec, so a full-size array (10,000 tasks) fits; what one user's jobs may hold at
+/// most is `max_jobs_per_user` × [`crate::MAX_SPEC_BYTES`] for jobs that are not
+/// arrays (10,000 × 256 KiB with the defaults), which an admin lowers with either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JobLimits {
@@ -250,7 +253,7 @@ pub struct JobLimits {
 impl Default for JobLimits {
     fn default() -> Self {
         JobLimits {
-            max_pending_per_user: 5_000,
+            max_pending_per_user: 10_000,
             max_jobs_per_user: 10_000,
             max_jobs_per_share: 50_000,
             max_arrays_per_user: 100,

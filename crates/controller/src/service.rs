@@ -517,8 +517,13 @@ fn within_limits(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(
 /// against the applied state (the state machine checks the rest when it applies the
 /// command). Leader-only commands have no client form, so they need no rule.
 pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
+    permitted(who, cmd, state)?;
+    within_limits(who, cmd, state)
+}
+
+/// Whether this role and name may send this command at all.
+fn permitted(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
     use ClientCommand::*;
-    within_limits(who, cmd, state)?;
     let own_job = |job: &JobRef| -> Result<(), ApiError> {
         let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
         match first.and_then(|id| state.job(id)) {

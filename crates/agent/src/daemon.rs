@@ -256,11 +256,7 @@ impl Agent {
                 cfg.attempts_dir.as_deref(),
                 cfg.cgroup_mode(),
             )?
-            .with_policy(cfg.job_policy(
-                inventory.cpus,
-                inventory.memory_mb,
-                inventory.gpus.len(),
-            ))
+            .with_policy(cfg.job_policy(inventory.cpus, inventory.memory_mb, inventory.gpus.len()))
             .with_image_policy(cfg.image_policy()),
         );
         info!(cgroups = %execs.cgroup_summary(), "executors ready");

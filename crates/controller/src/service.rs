@@ -90,9 +90,6 @@ pub enum Origin {
     AwsEndpoint,
 }
 
-/// The longest reason a cancel or a drain may carry, in bytes.
-pub const MAX_REASON_BYTES: usize = 1024;
-
 fn stopping() -> Response {
     Response::Error(ApiError::Unavailable("the controller is stopping".into()))
 }
@@ -657,21 +654,11 @@ fn invalid(field: &str, rule: String) -> ApiError {
     ApiError::Rejected(ApplyError::Invalid(ValidationError::new(field, rule)))
 }
 
-/// The rules on a command's content that hold whoever sends it: a reason's length,
-/// and that only the AWS endpoint sets a job's SageMaker part.
+/// The rule on a command's content that depends on the surface it came through: only
+/// the AWS endpoint sets a job's SageMaker part. (Sizes and reasons are checked by
+/// [`within_limits`], the same for every surface.)
 fn check_content(origin: Origin, cmd: &ClientCommand) -> Result<(), ApiError> {
     match cmd {
-        ClientCommand::Cancel { reason, .. } | ClientCommand::DrainNode { reason, .. }
-            if reason.len() > MAX_REASON_BYTES =>
-        {
-            Err(invalid(
-                "reason",
-                format!(
-                    "must be at most {MAX_REASON_BYTES} bytes, got {}",
-                    reason.len()
-                ),
-            ))
-        }
         ClientCommand::Submit(spec)
             if spec.sagemaker.is_some() && origin != Origin::AwsEndpoint =>
         {
@@ -770,10 +757,69 @@ fn owns_key(who: &Identity, key: &AccessKey) -> bool {
     key.user.as_str() == who.name && key_roles(who).contains(&key.role)
 }
 
+/// The sizes and priorities a command may carry, checked before it is proposed, so
+/// that an oversize command never reaches the log (the state machine checks the
+/// sizes again when it applies a command). A user may give a job a priority up to its
+/// share's `max_user_priority`, at submit and update; operators and admins up to
+/// [`tranche_model::MAX_JOB_PRIORITY`]. Replicated commands carry no role, so the
+/// priority cap is kept here, where every surface (QUIC, HTTP, the AWS endpoint)
+/// authorizes its writes.
+fn within_limits(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
+    use ClientCommand::*;
+    let invalid = |e: tranche_model::ValidationError| {
+        ApiError::Rejected(tranche_state::ApplyError::Invalid(e))
+    };
+    let capped = |share: &tranche_model::ShareName, priority: u32| {
+        let Some(share) = state.shares.get(share) else {
+            return Ok(());
+        };
+        if who.role == Role::User && priority > share.max_user_priority {
+            return Err(invalid(tranche_model::ValidationError::new(
+                "priority",
+                format!(
+                    "a user may set at most share {}'s max_user_priority ({}), got {priority}; operators and admins may set up to {}",
+                    share.name,
+                    share.max_user_priority,
+                    tranche_model::MAX_JOB_PRIORITY
+                ),
+            )));
+        }
+        Ok(())
+    };
+    match cmd {
+        Submit(spec) => {
+            spec.validate_sizes().map_err(invalid)?;
+            capped(&spec.share, spec.priority)
+        }
+        UpdatePriority { job, priority } => {
+            let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
+            match first.and_then(|id| state.job(id)) {
+                Some(j) => capped(&j.spec.share, *priority),
+                None => Ok(()),
+            }
+        }
+        Cancel { reason, .. } | DrainNode { reason, .. } => {
+            tranche_model::validate_reason(reason).map_err(invalid)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The authorization rules: whether this certificate may send this command, checked
 /// against the applied state (the state machine checks the rest when it applies the
 /// command). Leader-only commands have no client form, so they need no rule.
 pub fn authorize(
+    who: &Identity,
+    origin: Origin,
+    cmd: &ClientCommand,
+    state: &State,
+) -> Result<(), ApiError> {
+    permitted(who, origin, cmd, state)?;
+    within_limits(who, cmd, state)
+}
+
+/// Whether this role and name may send this command at all, from this surface.
+fn permitted(
     who: &Identity,
     origin: Origin,
     cmd: &ClientCommand,
@@ -1092,8 +1138,10 @@ mod tests {
         {
             let mut sh = r.service.shared.write().unwrap();
             let j = sh.state.jobs.get_mut(&JobId(1)).unwrap();
-            j.spec.env.insert("HF_TOKEN".into(), "secret".into());
-            j.spec.cwd = Some("/home/alice".into());
+            std::sync::Arc::make_mut(&mut j.spec)
+                .env
+                .insert("HF_TOKEN".into(), "secret".into());
+            std::sync::Arc::make_mut(&mut j.spec).cwd = Some("/home/alice".into());
         }
         let read = |q: Query| ClientRequest::Read {
             query: q,
@@ -1234,13 +1282,13 @@ mod tests {
                 &r,
                 &alice,
                 origin,
-                cancel(MAX_REASON_BYTES + 1),
+                cancel(tranche_model::MAX_REASON_BYTES + 1),
                 "reason",
                 "at most 1024 bytes, got 1025",
             )
             .await;
         }
-        expect_written(&r, &alice, cancel(MAX_REASON_BYTES)).await;
+        expect_written(&r, &alice, cancel(tranche_model::MAX_REASON_BYTES)).await;
         let drain = ClientCommand::DrainNode {
             node: "n1".into(),
             reason: "r".repeat(2000),

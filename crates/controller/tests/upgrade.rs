@@ -223,11 +223,12 @@ fn write_fixture() {
         }]) {
             ok(&admin, cmd).await;
         }
-        ok(
-            &admin,
-            ClientCommand::PutShare(demo::share("vision", Strategy::Lend, 2, &[])),
-        )
-        .await;
+        // Format 6: `vision` has its own cap on users' priorities and job limits.
+        let mut vision = demo::share("vision", Strategy::Lend, 2, &[]);
+        vision.max_user_priority = 20;
+        vision.limits.max_jobs_per_user = 500;
+        vision.limits.submits_per_user_per_minute = 100;
+        ok(&admin, ClientCommand::PutShare(vision)).await;
         let mut nlp = demo::share("nlp", Strategy::LendAndBorrow, 2, &[]);
         nlp.resource_sharing.borrow_limit = Some(-1);
         nlp.default_grace_s = 1;
@@ -438,6 +439,11 @@ fn an_older_release_data_dirs_of_format_4_are_read_unchanged() {
 #[test]
 fn the_previous_release_data_dirs_are_read_unchanged() {
     read_unchanged_then("format-5", 5, fixture_tags_kept);
+}
+
+#[test]
+fn this_release_data_dirs_are_read_unchanged() {
+    read_unchanged_then("format-6", tranche_state::codec::FORMAT, fixture_tags_kept);
 }
 
 /// The stored format a data dir records, once its controller has opened it.

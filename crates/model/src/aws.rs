@@ -155,8 +155,35 @@ pub struct SageMakerJob {
     pub instance_type: String,
 }
 
+/// Most bytes of a hyperparameter's name and value (SageMaker's limits).
+pub const MAX_HYPERPARAMETER_KEY_BYTES: usize = 256;
+pub const MAX_HYPERPARAMETER_VALUE_BYTES: usize = 2500;
+
 impl SageMakerJob {
     pub fn validate(&self) -> Result<(), ValidationError> {
+        for (field, v, max) in [
+            ("TrainingJobName", &self.training_job_name, 128),
+            ("ResourceConfig.InstanceType", &self.instance_type, 64),
+        ] {
+            if v.len() > max {
+                return Err(invalid(
+                    field,
+                    format!("must be at most {max} bytes, got {}", v.len()),
+                ));
+            }
+        }
+        for (k, v) in &self.hyperparameters {
+            if k.len() > MAX_HYPERPARAMETER_KEY_BYTES || v.len() > MAX_HYPERPARAMETER_VALUE_BYTES {
+                return Err(invalid(
+                    "HyperParameters",
+                    format!(
+                        "a name must be at most {MAX_HYPERPARAMETER_KEY_BYTES} bytes and a value at most {MAX_HYPERPARAMETER_VALUE_BYTES}, got {} and {}",
+                        k.len(),
+                        v.len()
+                    ),
+                ));
+            }
+        }
         if self.hyperparameters.len() > MAX_HYPERPARAMETERS {
             return Err(invalid(
                 "HyperParameters",
@@ -181,10 +208,13 @@ impl SageMakerJob {
                     format!("`{name}`: must be 1 to 64 letters, digits, `-` or `_`"),
                 ));
             }
-            if !path.starts_with('/') {
+            if !path.starts_with('/') || path.len() > crate::MAX_PATH_BYTES {
                 return Err(invalid(
                     format!("InputDataConfig.{name}.DirectoryPath"),
-                    "must be an absolute path",
+                    format!(
+                        "must be an absolute path of at most {} bytes",
+                        crate::MAX_PATH_BYTES
+                    ),
                 ));
             }
         }

@@ -17,8 +17,8 @@ mod ids;
 mod job;
 mod node;
 mod objects;
-mod redact;
 pub mod policy_file;
+mod redact;
 mod standing;
 pub mod text_limits;
 

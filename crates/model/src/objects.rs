@@ -226,8 +226,13 @@ pub struct QuotaShare {
 /// that user); an admin lifts a limit by applying the share again.
 ///
 /// The defaults suit a rack of a few hundred users: far above what scripts of normal
-/// use reach (Slurm's default `MaxJobCount` is 10,000 for a whole cluster), low enough
-/// that one user cannot fill a controller's memory.
+/// use reach (Slurm's default `MaxJobCount` is 10,000 for a whole cluster), and a
+/// bound on what one user makes the controllers hold. The tasks of an array share one
+/// spec, so a full-size array (10,000 tasks) costs one spec and a small record per
+/// task; jobs that are not arrays hold a spec each, so one user's jobs in a share hold
+/// at most `max_jobs_per_user` × [`crate::MAX_SPEC_BYTES`] of specs (2.5 GiB with the
+/// defaults, reached only by 10,000 jobs each at the spec size limit), which an admin
+/// lowers with either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JobLimits {
@@ -250,7 +255,7 @@ pub struct JobLimits {
 impl Default for JobLimits {
     fn default() -> Self {
         JobLimits {
-            max_pending_per_user: 5_000,
+            max_pending_per_user: 10_000,
             max_jobs_per_user: 10_000,
             max_jobs_per_share: 50_000,
             max_arrays_per_user: 100,

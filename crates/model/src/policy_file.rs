@@ -9,7 +9,7 @@
 //!
 //! ```toml
 //! [limits]                      # every share of this file
-//! max_pending_per_user = 5000   # SUBMITTED, PENDING or RUNNABLE, per user and share
+//! max_pending_per_user = 10000  # SUBMITTED, PENDING or RUNNABLE, per user and share
 //! max_jobs_per_user = 10000     # not yet ended, per user and share
 //! max_jobs_per_share = 50000    # not yet ended, the share's users together
 //! max_arrays_per_user = 100     # arrays with a task not yet ended

@@ -27,7 +27,7 @@ impl Job {
     /// This job without the parts listed in [`REDACTED_FIELDS`].
     pub fn redacted(&self) -> Job {
         Job {
-            spec: self.spec.redacted(),
+            spec: std::sync::Arc::new(self.spec.redacted()),
             ..self.clone()
         }
     }

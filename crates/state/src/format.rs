@@ -245,6 +245,7 @@ pub mod v5 {
                 submit_rate: BTreeMap::new(),
                 index: Default::default(),
             };
+            st.share_array_specs();
             st.rebuild_index();
             st
         }
@@ -469,7 +470,7 @@ pub mod v4 {
         fn from(j: Job) -> Self {
             tranche_model::Job {
                 id: j.id,
-                spec: j.spec.into(),
+                spec: std::sync::Arc::new(j.spec.into()),
                 status: j.status,
                 submitted_at: j.submitted_at,
                 attempts: j.attempts,

@@ -82,10 +82,10 @@ mod spool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use as_user::ImageUser;
 pub use attempt::{Attempt, CgroupDirs, KillMethod, StopOutcome};
 pub use cgroup::CgroupMode;
 pub use error::ExecError;
-pub use as_user::ImageUser;
 pub use executors::Executors;
 pub use image::{
     defaults as image_defaults, prepare as prepare_image, ImagePolicy, Prepared as PreparedImage,

@@ -95,9 +95,11 @@ pub async fn array_memory(args: &ArrayMemoryArgs) -> Result<(), String> {
     let alice = c.client(Role::User, "alice")?;
     alice.prefer(leader);
     let mut spec: JobSpec = demo::job("borrow", "alice", "array-memory");
-    spec.array = Some(ArraySpec::parse(&format!("0-{}", args.tasks - 1)).map_err(|e| e.to_string())?);
+    spec.array =
+        Some(ArraySpec::parse(&format!("0-{}", args.tasks - 1)).map_err(|e| e.to_string())?);
     spec.hold = true;
-    spec.env.insert("PAYLOAD".into(), "x".repeat(args.env_bytes));
+    spec.env
+        .insert("PAYLOAD".into(), "x".repeat(args.env_bytes));
     let t = Instant::now();
     let outcome = alice.submit(spec).await;
     let submit_ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -154,7 +156,12 @@ pub async fn array_memory(args: &ArrayMemoryArgs) -> Result<(), String> {
 
 /// One steady user's submits, one every `every`, until `stop`: latencies in ms and
 /// the number refused or failed.
-async fn steady(client: Arc<Client>, every: Duration, stop: Arc<AtomicBool>, tag: &'static str) -> (Vec<f64>, u64) {
+async fn steady(
+    client: Arc<Client>,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    tag: &'static str,
+) -> (Vec<f64>, u64) {
     let mut lat = Vec::new();
     let mut failed = 0;
     let mut n = 0u64;
@@ -163,7 +170,10 @@ async fn steady(client: Arc<Client>, every: Duration, stop: Arc<AtomicBool>, tag
         tick.tick().await;
         n += 1;
         let t = Instant::now();
-        match client.submit(demo::job("lend", "alice", &format!("{tag}{n}"))).await {
+        match client
+            .submit(demo::job("lend", "alice", &format!("{tag}{n}")))
+            .await
+        {
             Ok(_) => lat.push(t.elapsed().as_secs_f64() * 1000.0),
             Err(_) => failed += 1,
         }
@@ -199,8 +209,13 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
     for _ in 0..args.clients {
         let m = c.client(Role::User, "mallory")?;
         m.prefer(leader);
-        let (stop, accepted, refused, seq, tx) =
-            (stop.clone(), accepted.clone(), refused.clone(), seq.clone(), tx.clone());
+        let (stop, accepted, refused, seq, tx) = (
+            stop.clone(),
+            accepted.clone(),
+            refused.clone(),
+            seq.clone(),
+            tx.clone(),
+        );
         floods.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let token = format!("m{}", seq.fetch_add(1, Ordering::Relaxed));
@@ -235,7 +250,10 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
     let elapsed = started.elapsed().as_secs_f64();
     let b = Spread::of(&base_lat);
     let d = Spread::of(&lat);
-    let (acc, refd) = (accepted.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+    let (acc, refd) = (
+        accepted.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
     if args.json {
         print_json(serde_json::json!({
             "duration_s": elapsed,

@@ -578,7 +578,7 @@ impl JobView {
                 .map(|d| format!("{}:{}", d.kind.as_str(), d.job))
                 .collect(),
             status: j.status.into(),
-            spec: (&j.spec).into(),
+            spec: (&*j.spec).into(),
             submitted_at: j.submitted_at,
             attempts: j.attempts.iter().map(AttemptView::from).collect(),
             transitions: j

@@ -18,6 +18,7 @@ pub mod training;
 pub mod wire;
 
 use std::sync::{Arc, RwLockReadGuard};
+use std::time::Duration;
 
 use axum::extract::{Path, Request, State as AxState};
 use axum::http::Method;
@@ -41,11 +42,14 @@ pub struct Endpoint {
     pub cap: capacity::Capacity,
     /// The cluster's key secret (see [`keys`]).
     master: Vec<u8>,
+    /// A request's body must arrive within this (`[http] body_timeout_s`).
+    pub body_timeout: Duration,
 }
 
 impl Endpoint {
-    pub fn new(cfg: AwsConfig, master: Vec<u8>) -> Endpoint {
+    pub fn new(cfg: AwsConfig, master: Vec<u8>, body_timeout: Duration) -> Endpoint {
         Endpoint {
+            body_timeout,
             arns: arn::Arns {
                 region: cfg.region.clone(),
                 account: cfg.account_id.clone(),
@@ -116,7 +120,34 @@ pub fn router() -> Router<Arc<Api>> {
         .route("/v1/{op}", post(operation))
 }
 
-/// Reads the body and verifies the signature: the caller, or the refusal.
+/// The request as [`sigv4::verify`] reads it.
+fn signed<'a>(parts: &'a axum::http::request::Parts, body: &'a [u8]) -> sigv4::SignedRequest<'a> {
+    sigv4::SignedRequest {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query().unwrap_or(""),
+        headers: &parts.headers,
+        body,
+    }
+}
+
+/// Whether access key `id` may sign requests now.
+fn key_is_live(state: &State, id: &str) -> bool {
+    state
+        .aws
+        .keys
+        .get(id)
+        .is_some_and(|k| k.revoked_at.is_none())
+}
+
+/// Verifies the signature: the caller, or the refusal.
+///
+/// Everything the headers alone decide is checked before a byte of the body is read
+/// (the `Authorization` header's form, the credential's scope, region and date,
+/// `X-Amz-Date` within 15 minutes, and that the access key exists and is live), so a
+/// client without a live key cannot make the controller hold a body open. The body
+/// must then arrive within `[http] body_timeout_s`, and the signature over it is
+/// checked.
 async fn authenticate(
     api: &Api,
     req: Request,
@@ -127,26 +158,48 @@ async fn authenticate(
         )
     })?;
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| AwsError::client(format!("the request body is larger than {MAX_BODY} bytes")))?
-        .to_vec();
     let now_s = wall_ms() / 1000;
     let regions = ep.regions();
+    {
+        // The checks up to the key's secret: a live key here stops the check (the
+        // signature is over the body, read next) without deriving anything.
+        let sh = api.shared.read().unwrap();
+        let live = std::cell::Cell::new(false);
+        let pre = sigv4::verify(&signed(&parts, &[]), &regions, now_s, |id| {
+            live.set(key_is_live(&sh.state, id));
+            None
+        });
+        match pre {
+            Err(sigv4::SigError::UnknownKey) if live.get() => {}
+            Err(e) => return Err(AwsError::auth(e.code(), e.message())),
+            Ok(_) => unreachable!("no secret was given"),
+        }
+    }
+    let timeout = ep.body_timeout;
+    let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(b)) => b.to_vec(),
+        Ok(Err(_)) => {
+            return Err(AwsError::client(format!(
+                "the request body is larger than {MAX_BODY} bytes"
+            )))
+        }
+        Err(_) => {
+            return Err(AwsError {
+                status: axum::http::StatusCode::REQUEST_TIMEOUT,
+                code: "ClientException",
+                message: format!(
+                    "the request body did not arrive within {} s (the limit is \
+                     http.body_timeout_s = {})",
+                    timeout.as_secs(),
+                    timeout.as_secs()
+                ),
+            })
+        }
+    };
     let key_id = {
         let sh = api.shared.read().unwrap();
-        let keys = &sh.state.aws.keys;
-        let signed = sigv4::SignedRequest {
-            method: parts.method.as_str(),
-            path: parts.uri.path(),
-            query: parts.uri.query().unwrap_or(""),
-            headers: &parts.headers,
-            body: &bytes,
-        };
-        let v = sigv4::verify(&signed, &regions, now_s, |id| {
-            keys.get(id)
-                .filter(|k| k.revoked_at.is_none())
-                .map(|_| keys::derive_secret(&ep.master, id))
+        let v = sigv4::verify(&signed(&parts, &bytes), &regions, now_s, |id| {
+            key_is_live(&sh.state, id).then(|| keys::derive_secret(&ep.master, id))
         })
         .map_err(|e| AwsError::auth(e.code(), e.message()))?;
         v.access_key_id

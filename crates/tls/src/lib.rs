@@ -41,7 +41,7 @@ pub use certs::{
     init_ca, issue, issue_valid_between, load_certs, load_key, TlsFiles, CA_CERT_FILE, CA_KEY_FILE,
     CA_VALID_DAYS,
 };
-pub use crl::{load_crls, revoke, Revocation, RevokeTarget, CRL_FILE};
+pub use crl::{load_crls, revoke, serial_of_cert, Revocation, RevokeTarget, CRL_FILE};
 pub use error::TlsError;
 pub use https::{https_server_config, CertVerifier, HTTP_ALPN};
 pub use identity::{identity_of_cert, peer_identity, validate_name, Identity, Role};

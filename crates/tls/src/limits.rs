@@ -15,7 +15,7 @@
 //! [limits]
 //! client_streams = 64                 # concurrent requests of a user, operator or admin connection
 //! service_streams = 1024              # ... of an agent's or controller's connection
-//! connections_per_identity = 64       # open connections of one certificate identity
+//! connections_per_identity = 64       # open connections of one identity (controllers: no cap)
 //! receive_window_kib = 16384          # unread bytes QUIC buffers per connection
 //! stream_receive_window_kib = 2048    # ... per stream
 //! connection_request_mib = 64         # request bytes being read or handled, per connection
@@ -43,7 +43,8 @@ pub struct QuicLimits {
     pub client_streams: u32,
     /// Concurrent request streams on a connection of an agent or a controller.
     pub service_streams: u32,
-    /// Open connections of one identity (role and name) to this port.
+    /// Open connections of one identity (role and name) to this port; controllers'
+    /// are not counted (one relays each job output it serves over its own).
     pub connections_per_identity: u32,
     /// Bytes QUIC buffers for a connection before the application reads them, in KiB.
     pub receive_window_kib: u64,
@@ -168,7 +169,9 @@ impl Gate {
     /// (the caller closes it with [`CLOSE_TOO_MANY`] and that text).
     pub fn admit(self: &Arc<Self>, conn: &quinn::Connection) -> Result<Admitted, String> {
         let who = peer_identity(conn).map_err(|e| e.to_string())?;
-        {
+        // A controller opens one connection per job output it relays from an agent's
+        // log port, so its connections are not capped; every other identity's are.
+        if who.role != Role::Controller {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
             let n = open.entry(who.clone()).or_insert(0);
             if *n >= self.limits.connections_per_identity {

@@ -13,6 +13,7 @@
 //! A list that no longer reads (damaged, from another CA, revoking this process's own
 //! certificate) is logged and the previous one stays in force.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -58,9 +59,19 @@ struct Reloading {
     polling: std::sync::Once,
 }
 
+/// The client and server verifiers and the revoked serials of one reading of the list.
+type Verifiers = (
+    Arc<dyn ClientCertVerifier>,
+    Arc<WebPkiServerVerifier>,
+    Arc<HashSet<String>>,
+);
+
 struct Current {
     client: Arc<dyn ClientCertVerifier>,
     server: Arc<WebPkiServerVerifier>,
+    /// The serials the list revokes (lower-case hex), for what certificates issued
+    /// (access keys).
+    revoked: Arc<HashSet<String>>,
     crl_mtime: Option<SystemTime>,
     checked: Instant,
 }
@@ -78,10 +89,7 @@ fn crl_mtime(path: &Option<PathBuf>) -> Option<SystemTime> {
 }
 
 impl Reloading {
-    fn build(
-        files: &TlsFiles,
-        provider: Arc<CryptoProvider>,
-    ) -> Result<(Arc<dyn ClientCertVerifier>, Arc<WebPkiServerVerifier>), TlsError> {
+    fn build(files: &TlsFiles, provider: Arc<CryptoProvider>) -> Result<Verifiers, TlsError> {
         // The checks of the files (the CA, the list, this process's own certificate
         // not revoked), then the verifiers with the certificate made optional: the
         // wrapper says whether a port requires one.
@@ -103,24 +111,29 @@ impl Reloading {
             .only_check_end_entity_revocation()
             .build()
             .map_err(|e| failed("server", e.to_string()))?;
-        Ok((client, server))
+        Ok((
+            client,
+            server,
+            Arc::new(crate::crl::revoked_serials(&crls(files)?)),
+        ))
     }
 
     /// The verifiers in force, rebuilt first when the revocation list's file changed.
-    fn current(&self) -> (Arc<dyn ClientCertVerifier>, Arc<WebPkiServerVerifier>) {
+    fn current(&self) -> Verifiers {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if cur.checked.elapsed() >= CRL_RECHECK {
             cur.checked = Instant::now();
             let m = crl_mtime(&self.files.crl);
             if m != cur.crl_mtime {
                 match Self::build(&self.files, self.provider.clone()) {
-                    Ok((client, server)) => {
+                    Ok((client, server, revoked)) => {
                         tracing::info!(
                             crl = %self.files.crl.clone().unwrap_or_default().display(),
                             "revocation list changed: reloaded for every port"
                         );
                         cur.client = client;
                         cur.server = server;
+                        cur.revoked = revoked;
                         cur.crl_mtime = m;
                         self.changes.send_modify(|n| *n += 1);
                     }
@@ -128,7 +141,7 @@ impl Reloading {
                 }
             }
         }
-        (cur.client.clone(), cur.server.clone())
+        (cur.client.clone(), cur.server.clone(), cur.revoked.clone())
     }
 
     /// Looks at the list every [`CRL_RECHECK`] while anything holds this verifier, so
@@ -162,7 +175,7 @@ impl CertVerifier {
     /// optional; fails on a bad CA, a bad list, or a list that revokes `files.cert`.
     pub fn new(files: &TlsFiles) -> Result<Arc<CertVerifier>, TlsError> {
         let provider = provider();
-        let (client, server) = Reloading::build(files, provider.clone())?;
+        let (client, server, revoked) = Reloading::build(files, provider.clone())?;
         Ok(Arc::new(CertVerifier {
             inner: Arc::new(Reloading {
                 files: files.clone(),
@@ -170,6 +183,7 @@ impl CertVerifier {
                 current: Mutex::new(Current {
                     client,
                     server,
+                    revoked,
                     crl_mtime: crl_mtime(&files.crl),
                     checked: Instant::now(),
                 }),
@@ -202,6 +216,18 @@ impl CertVerifier {
             .0
             .verify_client_cert(cert, &[], now)
             .map(|_| ())
+    }
+
+    /// Whether the current list revokes the certificate of serial `serial` (hex as
+    /// [`Revocation::serial`](crate::Revocation) prints it; case and leading zeros
+    /// do not matter).
+    pub fn revokes_serial(&self, serial: &str) -> bool {
+        let s = serial.trim().to_ascii_lowercase().replace(':', "");
+        let s = s.trim_start_matches("0x").trim_start_matches('0');
+        self.inner
+            .current()
+            .2
+            .contains(if s.is_empty() { "0" } else { s })
     }
 
     /// Watches `conn` until it ends: when the revocation list changes (and once a

@@ -124,3 +124,17 @@ async fn m6_quic_client_rereads_the_crl_and_refuses_a_revoked_server() {
         .expect_err("a revoked server is refused by a running client");
     assert!(refused.to_lowercase().contains("revoked"), "{refused}");
 }
+
+#[tokio::test]
+async fn m6_revoked_serials_are_known_after_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c1, alice) = pki(dir.path());
+    let certs = CertVerifier::new(&c1).unwrap();
+    let der = tranche_tls::load_certs(&alice.cert).unwrap();
+    let serial = tranche_tls::serial_of_cert(&der[0]).unwrap();
+    assert!(!certs.revokes_serial(&serial));
+    let r = revoke(dir.path(), &RevokeTarget::Cert(alice.cert.clone())).unwrap();
+    assert_eq!(r.serial, serial);
+    tokio::time::sleep(tranche_tls::CRL_RECHECK + Duration::from_millis(200)).await;
+    assert!(certs.revokes_serial(&serial.to_uppercase()));
+}

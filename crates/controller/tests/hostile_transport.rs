@@ -522,3 +522,27 @@ fn l9_controller_data_dir_is_private() {
     );
     assert_eq!(mode & 0o777, 0o700, "data dir mode {:o}", mode & 0o777);
 }
+
+#[test]
+fn m7_idle_kept_alive_https_connection_is_closed() {
+    use tokio::io::AsyncWriteExt;
+    let (_g, _dir, mut c) = setup("[http]\nidle_timeout_s = 2\n");
+    let addr = c.controllers[0].http_addr.clone().unwrap();
+    let ca = c.certs.join("ca.pem");
+    rt().block_on(async {
+        leader(&mut c).await;
+        let mut s = connect(&addr, tls(&ca, None)).await.unwrap();
+        s.write_all(b"GET /api/v1/jobs HTTP/1.1\r\nhost: controller.tranche\r\n\r\n")
+            .await
+            .unwrap();
+        // One answer, then nothing either way: the server closes the connection
+        // (read_all returns at the close, long before its 20 s).
+        let start = std::time::Instant::now();
+        let got = read_all(&mut s, Duration::from_secs(20), |_| false).await;
+        assert!(got.starts_with("HTTP/1.1 401"), "{got}");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "an idle kept-alive connection stayed open"
+        );
+    });
+}

@@ -35,9 +35,17 @@ pub struct PeerNet {
     restarted: Mutex<HashSet<u64>>,
     /// Fault injection: controllers whose traffic is dropped both ways.
     blocked: Arc<RwLock<HashSet<u64>>>,
+    /// Closes an incoming connection whose peer's certificate is revoked later.
+    certs: std::sync::OnceLock<Arc<tranche_tls::CertVerifier>>,
 }
 
 impl PeerNet {
+    /// Incoming connections are closed when `certs` refuses their peer later (a
+    /// revoked controller certificate).
+    pub fn watch_certs(&self, certs: Arc<tranche_tls::CertVerifier>) {
+        let _ = self.certs.set(certs);
+    }
+
     pub fn new(id: u64, addr: String, endpoint: quinn::Endpoint) -> Arc<PeerNet> {
         Arc::new(PeerNet {
             id,
@@ -50,6 +58,7 @@ impl PeerNet {
             addrs: RwLock::new(BTreeMap::new()),
             queues: Mutex::new(HashMap::new()),
             blocked: Arc::new(RwLock::new(HashSet::new())),
+            certs: std::sync::OnceLock::new(),
         })
     }
 
@@ -189,7 +198,11 @@ impl PeerNet {
                     }
                 };
                 match peer_identity(&conn) {
-                    Ok(id) if id.role == Role::Controller => {}
+                    Ok(id) if id.role == Role::Controller => {
+                        if let Some(certs) = me.certs.get() {
+                            certs.close_when_refused(&conn);
+                        }
+                    }
                     Ok(id) => {
                         warn!(peer = %conn.remote_address(), identity = %id, "refused a non-controller on the peer port");
                         conn.close(

@@ -131,6 +131,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     });
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
+    net.watch_certs(certs.clone());
     let work = Arc::new(WorkWatch::default());
     let shared = Arc::new(RwLock::new(shared));
     if let Some(addr) = &cfg.metrics_addr {

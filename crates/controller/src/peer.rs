@@ -191,18 +191,19 @@ impl PeerNet {
             let node = node.clone();
             tokio::spawn(async move {
                 let conn = match incoming.await {
-                    Ok(c) => c,
+                    Ok(c) => {
+                        if let Some(certs) = me.certs.get() {
+                            certs.close_when_refused(&c);
+                        }
+                        c
+                    }
                     Err(e) => {
                         debug!("peer handshake failed: {e}");
                         return;
                     }
                 };
                 match peer_identity(&conn) {
-                    Ok(id) if id.role == Role::Controller => {
-                        if let Some(certs) = me.certs.get() {
-                            certs.close_when_refused(&conn);
-                        }
-                    }
+                    Ok(id) if id.role == Role::Controller => {}
                     Ok(id) => {
                         warn!(peer = %conn.remote_address(), identity = %id, "refused a non-controller on the peer port");
                         conn.close(

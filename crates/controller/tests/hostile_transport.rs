@@ -546,3 +546,29 @@ fn m7_idle_kept_alive_https_connection_is_closed() {
         );
     });
 }
+
+#[test]
+fn m6_revoked_certificate_is_refused_on_a_kept_alive_https_connection() {
+    use tokio::io::AsyncWriteExt;
+    let (_g, _dir, mut c) = setup("");
+    let alice = c.issue(Role::User, "alice").unwrap();
+    let addr = c.controllers[0].http_addr.clone().unwrap();
+    let ca = c.certs.join("ca.pem");
+    rt().block_on(async {
+        leader(&mut c).await;
+        let mut s = connect(&addr, tls(&ca, Some(&alice))).await.unwrap();
+        let req = b"GET /api/v1/whoami HTTP/1.1\r\nhost: controller.tranche\r\n\r\n";
+        s.write_all(req).await.unwrap();
+        let first = read_all(&mut s, Duration::from_secs(10), |t| t.contains('}')).await;
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        revoke(&c.certs, &RevokeTarget::Cert(alice.cert.clone())).unwrap();
+        tokio::time::sleep(tranche_tls::CRL_RECHECK + Duration::from_millis(500)).await;
+        // The same connection, opened before the revocation, asks again.
+        s.write_all(req).await.unwrap();
+        let second = read_all(&mut s, Duration::from_secs(10), |t| t.contains('}')).await;
+        assert!(
+            second.starts_with("HTTP/1.1 401") && second.contains("revoked"),
+            "a revoked certificate's kept-alive connection was answered: {second}"
+        );
+    });
+}

@@ -356,6 +356,7 @@ pub async fn serve(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let certs = api.certs.clone();
     let app = router(api);
     if let Ok(a) = listener.local_addr() {
         info!(addr = %a, "HTTPS API serving");
@@ -386,6 +387,7 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
+        let certs = certs.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -408,9 +410,29 @@ pub async fn serve(
             let peer = Peer { cert, der, addr };
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    // The certificate a kept-alive connection was opened with is
+                    // checked again on every request: revoked or expired since, the
+                    // request is refused and the connection closed.
+                    let refused = peer
+                        .der
+                        .as_ref()
+                        .and_then(|der| certs.check(der, rustls_pki_types::UnixTime::now()).err());
                     req.extensions_mut().insert(peer.clone());
                     let app = app.clone();
                     async move {
+                        if let Some(e) = refused {
+                            let mut r = axum::response::IntoResponse::into_response(
+                                error::HttpError::unauthenticated(format!(
+                                    "the client certificate of this connection is refused now: {}",
+                                    tranche_tls::token::cert_error_text(&e)
+                                )),
+                            );
+                            r.headers_mut().insert(
+                                axum::http::header::CONNECTION,
+                                axum::http::HeaderValue::from_static("close"),
+                            );
+                            return Ok(r);
+                        }
                         // A handler that panics answers 500 in the API's error shape;
                         // the connection and the controller carry on.
                         let call = std::panic::AssertUnwindSafe(

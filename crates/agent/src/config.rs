@@ -89,6 +89,100 @@ pub struct AgentConfig {
     /// not listed (a test or single-user cluster whose jobs all run as one account).
     #[serde(default)]
     pub users: BTreeMap<String, String>,
+    /// The lowest uid a job may run as (root aside, see `allow_root`): system accounts
+    /// below it (daemons, `www-data`, ...) are refused. Default 1000.
+    #[serde(default = "default_min_uid")]
+    pub min_uid: u32,
+    /// Groups whose members jobs may not run as: membership in any of them is root, or
+    /// near it, on the node (default `root`, `sudo`, `wheel`, `adm`, `disk`, `docker`,
+    /// `lxd`, `shadow`). A group the node does not have is skipped.
+    #[serde(default = "default_deny_groups")]
+    pub deny_groups: Vec<String>,
+    /// Shares whose process jobs may gain privileges through setuid/setgid programs
+    /// (`sudo`, ...). Every other process job runs with `PR_SET_NO_NEW_PRIVS`, as every
+    /// container does. Default: none.
+    #[serde(default)]
+    pub allow_setuid_shares: Vec<String>,
+    /// Memory limit of a job that asks for none, in MiB per GPU it has (a job without
+    /// GPUs gets one GPU's worth). Default: the memory offered to jobs divided by the
+    /// node's GPUs. 0: no limit.
+    #[serde(default)]
+    pub default_memory_mb_per_gpu: Option<u64>,
+    /// CPU limit of a job that asks for none, in whole CPUs per GPU it has (as memory).
+    /// Default: the CPUs offered to jobs divided by the node's GPUs (at least 1). 0: no
+    /// limit.
+    #[serde(default)]
+    pub default_cpus_per_gpu: Option<u32>,
+    /// `pids.max` of every job, per GPU it has (a job without GPUs gets one GPU's
+    /// worth). Default 4096; 1 to 4194304.
+    #[serde(default = "default_pids_max_per_gpu")]
+    pub pids_max_per_gpu: u64,
+    /// Where the GPUs' device nodes are (`nvidia<N>`, `nvidiactl`, `nvidia-uvm`):
+    /// default `/dev`.
+    #[serde(default = "default_device_dir")]
+    pub device_dir: PathBuf,
+    /// Device nodes, or directories of them, that every process job may open besides
+    /// the standard ones (`/dev/null`, ttys, ...) and its own GPUs; every other device
+    /// is denied to it where the node has the cgroup v1 `devices` controller. Default
+    /// `["/dev/infiniband"]` (RDMA for NCCL and MPI).
+    #[serde(default = "default_job_devices")]
+    pub job_devices: Vec<PathBuf>,
+    /// Where a process job gets a directory of its own on the node, owned by its user
+    /// (a SageMaker job's `/opt/ml`): `<work_dir>/<job>.<attempt>`. Default
+    /// `<spool_dir>.work`, beside the spool, which only root enters.
+    #[serde(default)]
+    pub work_dir: Option<PathBuf>,
+    /// Where container images may be used as they are, and how large they may be.
+    #[serde(default)]
+    pub images: ImagesConfig,
+}
+
+/// The `[images]` table: the image cache's trusted roots and limits (see
+/// [`crate::exec::ImagePolicy`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesConfig {
+    /// Absolute directories whose rootfs directories jobs use as they are; a rootfs
+    /// directory anywhere else is copied into the image cache for each new content.
+    #[serde(default)]
+    pub roots: Vec<PathBuf>,
+    /// Largest blob of an image (a layer as stored), MiB.
+    #[serde(default = "default_max_blob_mb")]
+    pub max_blob_mb: u64,
+    /// Largest image (its blobs as stored, or a copied rootfs directory), MiB.
+    #[serde(default = "default_max_image_mb")]
+    pub max_image_mb: u64,
+    /// Largest unpacked image, MiB.
+    #[serde(default = "default_max_unpacked_mb")]
+    pub max_unpacked_mb: u64,
+    /// Most files, directories and links of an unpacked image.
+    #[serde(default = "default_max_entries")]
+    pub max_entries: u64,
+}
+
+impl Default for ImagesConfig {
+    fn default() -> ImagesConfig {
+        ImagesConfig {
+            roots: Vec::new(),
+            max_blob_mb: default_max_blob_mb(),
+            max_image_mb: default_max_image_mb(),
+            max_unpacked_mb: default_max_unpacked_mb(),
+            max_entries: default_max_entries(),
+        }
+    }
+}
+
+fn default_max_blob_mb() -> u64 {
+    crate::exec::image_defaults::MAX_BLOB_MB
+}
+fn default_max_image_mb() -> u64 {
+    crate::exec::image_defaults::MAX_IMAGE_MB
+}
+fn default_max_unpacked_mb() -> u64 {
+    crate::exec::image_defaults::MAX_UNPACKED_MB
+}
+fn default_max_entries() -> u64 {
+    crate::exec::image_defaults::MAX_ENTRIES
 }
 
 fn default_inventory() -> String {
@@ -109,6 +203,25 @@ fn default_rendezvous_ports() -> String {
 }
 fn default_cgroup() -> String {
     "auto".into()
+}
+fn default_min_uid() -> u32 {
+    1000
+}
+fn default_deny_groups() -> Vec<String> {
+    [
+        "root", "sudo", "wheel", "adm", "disk", "docker", "lxd", "shadow",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn default_pids_max_per_gpu() -> u64 {
+    crate::exec::policy::DEFAULT_PIDS_MAX_PER_GPU
+}
+fn default_device_dir() -> PathBuf {
+    PathBuf::from("/dev")
+}
+fn default_job_devices() -> Vec<PathBuf> {
+    vec![PathBuf::from("/dev/infiniband")]
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -239,6 +352,69 @@ impl AgentConfig {
         if let Err(e) = cfg.cgroup.parse::<CgroupMode>() {
             return Err(bad("cgroup", &e));
         }
+        if !(1..=4_194_304).contains(&cfg.pids_max_per_gpu) {
+            return Err(bad(
+                "pids_max_per_gpu",
+                &format!("is {}; must be 1 to 4194304", cfg.pids_max_per_gpu),
+            ));
+        }
+        if let Some(d) = &cfg.work_dir {
+            if !d.is_absolute() || d.starts_with(&cfg.spool_dir) {
+                return Err(bad(
+                    "work_dir",
+                    "must be an absolute path outside `spool_dir` (its users enter it), \
+                     e.g. \"/var/spool/tranche.work\"",
+                ));
+            }
+        }
+        for (field, p) in std::iter::once(("device_dir", &cfg.device_dir))
+            .chain(cfg.job_devices.iter().map(|p| ("job_devices", p)))
+        {
+            if !p.is_absolute() {
+                return Err(bad(
+                    field,
+                    &format!("`{}` must be an absolute path", p.display()),
+                ));
+            }
+        }
+        for g in &cfg.deny_groups {
+            if let Err(rule) = check_account_name(g) {
+                return Err(bad(
+                    "deny_groups",
+                    &format!("\"{g}\": the group name {rule}"),
+                ));
+            }
+        }
+        if cfg.images.roots.iter().any(|r| !r.is_absolute()) {
+            return Err(bad(
+                "images.roots",
+                "must list absolute directories, e.g. [\"/srv/rootfs\"]",
+            ));
+        }
+        for (field, v) in [
+            ("images.max_blob_mb", cfg.images.max_blob_mb),
+            ("images.max_image_mb", cfg.images.max_image_mb),
+            ("images.max_unpacked_mb", cfg.images.max_unpacked_mb),
+        ] {
+            if v == 0 || v > 1 << 30 {
+                return Err(bad(
+                    field,
+                    &format!("must be 1 to {} (MiB), not {v}", 1u64 << 30),
+                ));
+            }
+        }
+        if cfg.images.max_entries == 0 {
+            return Err(bad("images.max_entries", "must be at least 1, not 0"));
+        }
+        if cfg.images.max_blob_mb > cfg.images.max_image_mb {
+            return Err(bad(
+                "images.max_blob_mb",
+                &format!(
+                    "must be at most images.max_image_mb ({}), not {}",
+                    cfg.images.max_image_mb, cfg.images.max_blob_mb
+                ),
+            ));
+        }
         for (name, account) in &cfg.users {
             if name != "*" {
                 if let Err(e) = tranche_model::UserName::from(name.as_str()).validate("users") {
@@ -263,7 +439,45 @@ impl AgentConfig {
                 ));
             }
         }
+        if let Some(account) = cfg.users.get("*") {
+            tracing::warn!(
+                "{path}: [users] \"*\" = \"{account}\" runs the job of every user not listed \
+                 as the one account {account}: tenants can read and change each other's jobs \
+                 and files on this node. Use it only for a test or single-user cluster"
+            );
+        }
         Ok(cfg)
+    }
+
+    /// The rules for the jobs of a node offering `cpus` and `memory_mb` to jobs, with
+    /// `gpus` GPUs.
+    pub fn job_policy(&self, cpus: u32, memory_mb: u64, gpus: usize) -> crate::exec::JobPolicy {
+        let gpus = gpus.max(1);
+        crate::exec::JobPolicy {
+            allow_setuid_shares: self.allow_setuid_shares.clone(),
+            default_memory_mb_per_gpu: self
+                .default_memory_mb_per_gpu
+                .unwrap_or(memory_mb / gpus as u64),
+            default_cpus_per_gpu: self
+                .default_cpus_per_gpu
+                .unwrap_or((cpus / gpus as u32).max(1)),
+            pids_max_per_gpu: self.pids_max_per_gpu,
+            device_dir: self.device_dir.clone(),
+            job_devices: self.job_devices.clone(),
+            work_dir: self.work_dir.clone(),
+        }
+    }
+
+    /// The image cache's policy from `[images]` (validated by [`AgentConfig::parse`]).
+    pub fn image_policy(&self) -> crate::exec::ImagePolicy {
+        let i = &self.images;
+        crate::exec::ImagePolicy {
+            roots: i.roots.clone(),
+            max_blob_bytes: i.max_blob_mb << 20,
+            max_image_bytes: i.max_image_mb << 20,
+            max_unpacked_bytes: i.max_unpacked_mb << 20,
+            max_entries: i.max_entries,
+        }
     }
 
     /// The `cgroup` setting (validated by [`AgentConfig::parse`]).

@@ -253,11 +253,15 @@ fn host_memory_mb() -> u64 {
 impl Agent {
     pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
         let (mut inventory, fake_devices, gpus) = node_inventory(&cfg)?;
-        let execs = Arc::new(Executors::open(
-            &cfg.spool_dir,
-            cfg.attempts_dir.as_deref(),
-            cfg.cgroup_mode(),
-        )?);
+        let execs = Arc::new(
+            Executors::open(
+                &cfg.spool_dir,
+                cfg.attempts_dir.as_deref(),
+                cfg.cgroup_mode(),
+            )?
+            .with_policy(cfg.job_policy(inventory.cpus, inventory.memory_mb, inventory.gpus.len()))
+            .with_image_policy(cfg.image_policy()),
+        );
         info!(cgroups = %execs.cgroup_summary(), "executors ready");
         let tls = cfg.tls.clone();
         let mut client = Client::new(cfg.controller_addrs(), &tls)

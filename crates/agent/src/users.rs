@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Gid, Group, Uid, User};
 
 use crate::config::AgentConfig;
 use crate::exec::LaunchSpec;
@@ -48,6 +48,28 @@ pub enum Refusal {
          root jobs (set `allow_root = true` to allow them)"
     )]
     Root { user: String, node: String },
+    #[error(
+        "user {user} would run as the account {account} (uid {uid}) on node {node}, below \
+         the agent config's min_uid = {min_uid}: system accounts do not run jobs"
+    )]
+    SystemAccount {
+        user: String,
+        account: String,
+        uid: u32,
+        min_uid: u32,
+        node: String,
+    },
+    #[error(
+        "user {user} would run as the account {account} (uid {uid}) on node {node}, which is \
+         in the group {group}, and the agent config's deny_groups refuses its members"
+    )]
+    DeniedGroup {
+        user: String,
+        account: String,
+        uid: u32,
+        group: String,
+        node: String,
+    },
     #[error("cannot look up the account of user {user} on node {node}: {reason}")]
     Lookup {
         user: String,
@@ -89,8 +111,9 @@ pub fn account_name<'a>(users: &'a BTreeMap<String, String>, user: &'a str) -> &
         .map_or(user, String::as_str)
 }
 
-/// Looks up the account of `user` on this node and applies the config's rules (root only
-/// with `allow_root`).
+/// Looks up the account of `user` on this node and applies the config's rules: root only
+/// with `allow_root`; any other account from `min_uid` up and in none of the
+/// `deny_groups`.
 pub fn resolve(cfg: &AgentConfig, user: &str) -> Result<Account, Refusal> {
     let node = cfg.node.clone();
     let name = account_name(&cfg.users, user);
@@ -121,6 +144,32 @@ pub fn resolve(cfg: &AgentConfig, user: &str) -> Result<Account, Refusal> {
         .collect();
     groups.sort_unstable();
     groups.dedup();
+    let uid = u.uid.as_raw();
+    if uid != 0 {
+        if uid < cfg.min_uid {
+            return Err(Refusal::SystemAccount {
+                user: user.to_string(),
+                account: name.to_string(),
+                uid,
+                min_uid: cfg.min_uid,
+                node,
+            });
+        }
+        for g in &cfg.deny_groups {
+            let Ok(Some(grp)) = Group::from_name(g) else {
+                continue;
+            };
+            if groups.contains(&grp.gid.as_raw()) || u.gid == grp.gid {
+                return Err(Refusal::DeniedGroup {
+                    user: user.to_string(),
+                    account: name.to_string(),
+                    uid,
+                    group: g.clone(),
+                    node,
+                });
+            }
+        }
+    }
     Ok(Account {
         user: user.to_string(),
         name: name.to_string(),

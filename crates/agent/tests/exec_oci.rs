@@ -31,7 +31,7 @@ fn busybox_rootfs_runs_with_its_gpu_devices() {
     init();
     let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
-    let ex = Executors::new(&t.path().join("spool")).unwrap();
+    let ex = executors_trusting(&t.path().join("spool"), t.path());
     let mut s = spec(
         rootfs.to_str().unwrap(),
         &[
@@ -395,7 +395,7 @@ fn oci_stop_lets_a_checkpointing_job_exit_in_grace() {
     init();
     let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
-    let ex = Executors::new(&t.path().join("spool")).unwrap();
+    let ex = executors_trusting(&t.path().join("spool"), t.path());
     let a = ex
         .start(&spec(
             rootfs.to_str().unwrap(),
@@ -434,7 +434,7 @@ fn oci_stop_signals_then_kills_every_process_after_the_grace() {
     init();
     let t = test_dir();
     let rootfs = busybox_rootfs(t.path());
-    let ex = Executors::new(&t.path().join("spool")).unwrap();
+    let ex = executors_trusting(&t.path().join("spool"), t.path());
     // The container's init notes SIGTERM and goes on; its child, in a session of its
     // own, ignores SIGTERM.
     let a = ex
@@ -497,7 +497,7 @@ fn oci_jobs_are_adopted_by_a_new_agent() {
     s.memory_mb = 64;
     s.cpus = 1;
     {
-        let ex = Executors::new(&spool).unwrap();
+        let ex = executors_trusting(&spool, t.path());
         let a = ex.start(&s).unwrap();
         match memory_limit_file(&a.cgroup_name()) {
             Some(f) => {
@@ -512,7 +512,7 @@ fn oci_jobs_are_adopted_by_a_new_agent() {
             ),
         }
     }
-    let ex = Executors::new(&spool).unwrap();
+    let ex = executors_trusting(&spool, t.path());
     let found = ex.adopt().unwrap();
     assert_eq!(found.len(), 1);
     let a = &found[0];

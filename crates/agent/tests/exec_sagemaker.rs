@@ -260,10 +260,11 @@ fn a_sagemaker_rootfs_without_a_command_is_not_started() {
     );
 }
 
-/// A `host` job reads the same tree in the spool, through variables naming the node's
-/// paths, and its model is kept the same way; given no command, it is not started.
+/// A `host` job reads the same tree in a directory of its own outside the spool
+/// (`<work_dir>/<job>.<attempt>`), through variables naming the node's paths, and its
+/// model is kept the same way; given no command, it is not started.
 #[test]
-fn a_sagemaker_host_job_reads_its_tree_in_the_spool() {
+fn a_sagemaker_host_job_reads_its_tree_in_its_own_directory() {
     init();
     let t = test_dir();
     let train = channel(t.path());
@@ -276,7 +277,11 @@ echo "$SM_CHANNEL_TRAIN $SM_MODEL_DIR" > "$SM_OUTPUT_DIR/paths.txt"
     let mut s = spec("host", &["sh", "-c", script]);
     s.sagemaker = Some(Box::new(sagemaker(&train)));
     let a = ex.start(&s).unwrap();
-    let tree = a.dir().join("opt-ml");
+    let tree = ex
+        .work_dir()
+        .join(format!("{}.{}", a.job(), a.attempt()))
+        .join("opt-ml");
+    assert!(tree.is_dir(), "{}", tree.display());
     let kept = run_to_the_end(&ex, &a);
     assert_eq!(
         std::fs::read_to_string(kept.join("model/out.txt")).unwrap(),
@@ -291,6 +296,7 @@ echo "$SM_CHANNEL_TRAIN $SM_MODEL_DIR" > "$SM_OUTPUT_DIR/paths.txt"
         std::fs::read_to_string(kept.join("output/paths.txt")).unwrap(),
         format!("{} {}/model\n", train.display(), tree.display())
     );
+    assert!(!tree.exists(), "the job's own directory is removed");
 
     let mut s = spec("host", &[]);
     s.sagemaker = Some(Box::new(sagemaker(&train)));

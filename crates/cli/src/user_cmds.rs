@@ -660,13 +660,26 @@ pub fn show(args: &ShowArgs) -> ExitCode {
             Response::Job(j) => j,
             other => return Err(unexpected(&other)),
         };
+        let hidden = j.spec.is_redacted();
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&*j).unwrap_or_default());
+            let mut v = serde_json::to_value(&*j).unwrap_or_default();
+            if let (true, Some(m)) = (hidden, v.as_object_mut()) {
+                m.insert("hidden".into(), tranche_model::REDACTED_FIELDS.into());
+            }
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             return Ok(());
         }
         let now = now_ms();
         let s = &j.spec;
         println!("Job {} \"{}\"  {}", j.job_ref(), s.name, j.status);
+        if hidden {
+            println!(
+                "  (a job of {}: its command, environment, image, working directory, output \
+                 files, tags and SageMaker request are shown only to {} and to operators and \
+                 admins)",
+                s.user, s.user
+            );
+        }
         if let Some(a) = &j.array {
             let limit = a
                 .max_running
@@ -705,14 +718,21 @@ pub fn show(args: &ShowArgs) -> ExitCode {
             "  user {}  share {}  queue {}  priority {}",
             s.user, s.share, s.queue, s.priority
         );
-        println!(
-            "  request {} x {} GPU(s) of {}  image {}  command {}",
-            s.request.nodes,
-            s.request.gpus_per_node,
-            s.request.unit,
-            s.image,
-            command_line(&s.command)
-        );
+        if hidden {
+            println!(
+                "  request {} x {} GPU(s) of {}",
+                s.request.nodes, s.request.gpus_per_node, s.request.unit
+            );
+        } else {
+            println!(
+                "  request {} x {} GPU(s) of {}  image {}  command {}",
+                s.request.nodes,
+                s.request.gpus_per_node,
+                s.request.unit,
+                s.image,
+                command_line(&s.command)
+            );
+        }
         let grace = s
             .checkpoint
             .grace_s

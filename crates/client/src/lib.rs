@@ -398,6 +398,8 @@ impl Client {
     ) -> Result<Result<Outcome, ApiError>, ClientError> {
         let (seq, first_incomplete) = self.seqs.lock().unwrap().begin();
         let request = tranche_state::RequestId {
+            // Set by the controller from this client's certificate.
+            identity: String::new(),
             client: self.session,
             seq,
             first_incomplete,

@@ -155,6 +155,11 @@ pub struct AgentsConfig {
     /// exceed the agents' `fence_after` plus the longest grace period, so that an agent
     /// cut off from the controllers has stopped its jobs before they run elsewhere.
     pub down_after_s: u64,
+    /// `gpu01 = { pool = "prod" }`: a node's labels (what environments select), set
+    /// here rather than by its agent. For a node named here they replace whatever its
+    /// agent declares, but for the agent's own `tranche.` labels. The same on every
+    /// controller.
+    pub labels: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }
 
 impl Default for AgentsConfig {
@@ -162,6 +167,7 @@ impl Default for AgentsConfig {
         AgentsConfig {
             unreachable_after_s: 10,
             down_after_s: 120,
+            labels: Default::default(),
         }
     }
 }

@@ -1,6 +1,12 @@
 //! Controller-to-controller transport: QUIC with mutual TLS, only `controller`
 //! certificates accepted. Everything queued for one peer is sent as one frame on one
 //! unidirectional stream, so raft messages are batched per destination.
+//!
+//! A frame names its sender's Raft id (`PeerFrame.from`); it is taken only from the
+//! controller whose certificate carries that member's name. For an id this controller
+//! does not know yet (a controller that joins learns the members from the leader), the
+//! first certificate name seen with it is kept, and the id's frames must come with
+//! that name afterwards.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -24,9 +30,13 @@ pub struct PeerNet {
     addr: String,
     endpoint: quinn::Endpoint,
     addrs: RwLock<BTreeMap<u64, SocketAddr>>,
+    /// Each member's name (its certificate's name), by Raft id.
+    names: RwLock<BTreeMap<u64, String>>,
     /// Addresses learned from incoming frames of controllers not (yet) in the
     /// membership this controller knows.
     learned: RwLock<BTreeMap<u64, SocketAddr>>,
+    /// The certificate names that ids not (yet) in the membership came with.
+    learned_names: RwLock<BTreeMap<u64, String>>,
     queues: Mutex<HashMap<u64, mpsc::UnboundedSender<PeerItem>>>,
     incarnation: u64,
     /// The latest incarnation seen from each peer.
@@ -51,6 +61,8 @@ impl PeerNet {
             id,
             addr,
             learned: RwLock::new(BTreeMap::new()),
+            names: RwLock::new(BTreeMap::new()),
+            learned_names: RwLock::new(BTreeMap::new()),
             incarnation: rand::random(),
             seen: Mutex::new(HashMap::new()),
             restarted: Mutex::new(HashSet::new()),
@@ -70,6 +82,18 @@ impl PeerNet {
                 a.insert(*id, addr);
             }
         }
+        *self.names.write().unwrap() = members
+            .iter()
+            .map(|(id, m)| (*id, m.name.clone()))
+            .collect();
+    }
+
+    /// Whether a frame that says it comes from `from` may be taken from a connection
+    /// whose certificate carries `cert_name` (see the module's comment).
+    fn sender_is(&self, from: u64, cert_name: &str) -> Result<(), String> {
+        let known = self.names.read().unwrap().get(&from).cloned();
+        let mut learned = self.learned_names.write().unwrap();
+        admit(known.as_deref(), &mut learned, from, cert_name)
     }
 
     pub fn set_blocked(&self, ids: &[u64]) {
@@ -202,8 +226,8 @@ impl PeerNet {
                         return;
                     }
                 };
-                match peer_identity(&conn) {
-                    Ok(id) if id.role == Role::Controller => {}
+                let cert_name = match peer_identity(&conn) {
+                    Ok(id) if id.role == Role::Controller => id.name,
                     Ok(id) => {
                         warn!(peer = %conn.remote_address(), identity = %id, "refused a non-controller on the peer port");
                         conn.close(
@@ -219,7 +243,7 @@ impl PeerNet {
                         conn.close(CLOSE_BAD_CERT.into(), e.to_string().as_bytes());
                         return;
                     }
-                }
+                };
                 while let Ok(mut s) = conn.accept_uni().await {
                     let payload = match frame::read_payload(&mut s, MAX_PEER_FRAME).await {
                         Ok(Some(p)) => p,
@@ -241,6 +265,10 @@ impl PeerNet {
                     if me.is_blocked(f.from) {
                         continue;
                     }
+                    if let Err(e) = me.sender_is(f.from, &cert_name) {
+                        warn!(peer = %conn.remote_address(), "refused a peer frame: {e}");
+                        continue;
+                    }
                     me.learn(f.from, &f.from_addr);
                     me.note_incarnation(f.from, f.incarnation);
                     if node
@@ -259,8 +287,54 @@ impl PeerNet {
     }
 }
 
+/// The rule of [`PeerNet::sender_is`]: `from` is member `known`'s id (when this
+/// controller knows it), or an id first seen with `cert_name` (kept in `learned`).
+fn admit(
+    known: Option<&str>,
+    learned: &mut BTreeMap<u64, String>,
+    from: u64,
+    cert_name: &str,
+) -> Result<(), String> {
+    let expected = match known {
+        Some(name) => name.to_string(),
+        None => learned
+            .entry(from)
+            .or_insert_with(|| cert_name.to_string())
+            .clone(),
+    };
+    if expected == cert_name {
+        Ok(())
+    } else {
+        Err(format!(
+            "it names controller id {from}, which is `{expected}`, but comes from the \
+             certificate of `{cert_name}`"
+        ))
+    }
+}
+
 impl crate::service::Isolation for PeerNet {
     fn set_blocked(&self, ids: &[u64]) {
         PeerNet::set_blocked(self, ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::admit;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn l4_a_frame_is_taken_only_from_the_certificate_of_the_member_it_names() {
+        let mut learned = BTreeMap::new();
+        // Member 1 is ctl1: its own certificate passes, another controller's does not.
+        assert!(admit(Some("ctl1"), &mut learned, 1, "ctl1").is_ok());
+        let e = admit(Some("ctl1"), &mut learned, 1, "ctl2").unwrap_err();
+        assert!(e.contains("controller id 1") && e.contains("ctl2"), "{e}");
+        // An id not in the membership yet is bound to the first name it came with.
+        assert!(admit(None, &mut learned, 7, "ctl7").is_ok());
+        assert!(admit(None, &mut learned, 7, "ctl7").is_ok());
+        assert!(admit(None, &mut learned, 7, "old-ctl").is_err());
+        // A refused frame teaches nothing.
+        assert_eq!(learned.len(), 1);
     }
 }

@@ -156,8 +156,11 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         .fault_injection
         .then(|| net.clone() as Arc<dyn Isolation>);
     let shared_for_http = shared.clone();
-    let service =
-        Arc::new(Service::new(tx, work, shared, beats, isolation).with_key_secret(key_secret));
+    let service = Arc::new(
+        Service::new(tx, work, shared, beats, isolation)
+            .with_key_secret(key_secret)
+            .with_pinned_labels(cfg.agents.labels.clone()),
+    );
     if let Some((listener, tls, certs)) = http {
         let client_addr = client_ep
             .local_addr()

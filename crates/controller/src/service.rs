@@ -5,16 +5,39 @@
 //! Writes are authorized here against the applied state, then turned into the
 //! replicated command and handed to the Raft node task; the state machine checks the
 //! rest when it applies them. Heartbeats are answered here, from the leader's memory.
+//!
+//! Each rule is written once, here, and every surface (the QUIC client port, the HTTP
+//! API, the AWS Batch-compatible endpoint) goes through it: [`authorize`] for writes,
+//! [`job_visibility`] for what a read shows of a job.
+//!
+//! ## Who sees what of a job
+//!
+//! | caller | its own jobs | other users' jobs |
+//! |---|---|---|
+//! | admin, operator (and controller) | everything | everything |
+//! | user | everything | the summary |
+//! | agent | everything of the jobs placed on its node | refused |
+//!
+//! "Everything" is the whole record: spec (image, command, env, working directory,
+//! output and error paths, tags, the SageMaker request), attempts and transitions.
+//! "The summary" is the same record with those spec parts emptied
+//! ([`tranche_model::Job::redacted`], [`tranche_model::REDACTED_FIELDS`]): id, name,
+//! user, share, queue, state, request (GPUs), priority, times, attempts, transitions
+//! and reasons. Job lists (`Jobs`, `Queue`, `Explain`, the event stream, the AWS
+//! `ListServiceJobs`) carry only summaries, which every role but agents reads. A job's
+//! output (the HTTP log relay) is for those who see everything of it, agents and
+//! controllers excepted ([`may_read_output`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tranche_model::{AccessKey, JobRef, KeyRole, UserName};
+use tranche_model::{AccessKey, Job, JobId, JobRef, KeyRole, UserName, ValidationError};
 use tranche_proto::{
-    ApiError, ClientCommand, ClientRequest, Query, Response, MAX_NODE_WORK_WAIT_MS,
+    ApiError, ClientCommand, ClientRequest, JobFilter, JobSummary, Query, Response,
+    MAX_NODE_WORK_WAIT_MS,
 };
-use tranche_state::State;
+use tranche_state::{ApplyError, State};
 use tranche_tls::{Identity, Role};
 
 use crate::aws::keys::{new_key_id, KeySecret};
@@ -38,11 +61,34 @@ pub struct Service {
     /// The cluster's key secret (`[aws] key_secret_file`), from which access keys'
     /// secrets are derived; `None`: no keys can be issued or checked here.
     key_secret: Option<Arc<KeySecret>>,
+    /// The latest standings of the waiting jobs, with the applied index and the
+    /// second they are of (see [`Service::standings`]).
+    standings: std::sync::Mutex<Option<((u64, u64), Arc<Standings>)>>,
+    /// Node labels set by the controllers' config (`[agents.labels]`).
+    pinned_labels: std::collections::BTreeMap<String, Labels>,
 }
+
+type Labels = std::collections::BTreeMap<String, String>;
+
+/// The prefix of the labels an agent sets about itself (its log and rendezvous ports),
+/// which no environment selects.
+const AGENT_LABEL_PREFIX: &str = "tranche.";
+
+/// Every waiting job's standing (position and estimated start).
+pub type Standings = std::collections::BTreeMap<JobId, tranche_model::Standing>;
 
 /// What an issue of an access key answers where no key secret file is configured.
 pub const NO_KEY_SECRET: &str =
     "this cluster has no [aws] key_secret_file; access keys cannot be issued";
+
+/// Where a request comes from. A client (the QUIC client port, the HTTP API) sends
+/// what it likes; this controller's AWS Batch-compatible endpoint builds a job's
+/// SageMaker part itself, only from its catalog (`[aws.images]`, `[aws.file_systems]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Client,
+    AwsEndpoint,
+}
 
 fn stopping() -> Response {
     Response::Error(ApiError::Unavailable("the controller is stopping".into()))
@@ -63,6 +109,8 @@ impl Service {
             beats,
             isolation,
             key_secret: None,
+            standings: Default::default(),
+            pinned_labels: Default::default(),
         }
     }
 
@@ -71,6 +119,38 @@ impl Service {
     pub fn with_key_secret(mut self, secret: Option<KeySecret>) -> Service {
         self.key_secret = secret.map(Arc::new);
         self
+    }
+
+    /// The service with node labels set by the controllers' config (`[agents.labels]`,
+    /// node name → labels): a registration of such a node gets those labels, whatever
+    /// its agent declares (but its own `tranche.` ones).
+    pub fn with_pinned_labels(
+        mut self,
+        labels: std::collections::BTreeMap<String, Labels>,
+    ) -> Service {
+        self.pinned_labels = labels;
+        self
+    }
+
+    /// A registration with the labels the config sets for its node, if any.
+    fn pin_labels(&self, command: ClientCommand) -> ClientCommand {
+        let ClientCommand::RegisterNode(mut inv) = command else {
+            return command;
+        };
+        if let Some(pinned) = self.pinned_labels.get(inv.name.as_str()) {
+            let (own, declared) = split_labels(&inv.labels);
+            if &declared != pinned {
+                tracing::warn!(
+                    node = %inv.name,
+                    declared = ?declared,
+                    pinned = ?pinned,
+                    "a node's agent declares other labels than the config's [agents.labels]; the config's are kept"
+                );
+            }
+            inv.labels = pinned.clone();
+            inv.labels.extend(own);
+        }
+        ClientCommand::RegisterNode(inv)
     }
 
     /// The cluster's key secret, where one is configured.
@@ -92,6 +172,27 @@ impl Service {
         Some((key.clone(), secret.secret_of(id)))
     }
 
+    /// Every waiting job's standing in `sh`'s state at `now`. Estimating them looks at
+    /// the whole queue, so it is done at most once per applied index and second, and
+    /// every read in between (`Explain`, `Jobs` with standings, the dashboard) gets
+    /// the same answer.
+    pub fn standings(
+        &self,
+        sh: &crate::mailbox::Shared,
+        now: tranche_model::Millis,
+    ) -> Arc<Standings> {
+        let key = (sh.applied, now / 1000);
+        let mut cached = self.standings.lock().unwrap();
+        if let Some((k, s)) = cached.as_ref() {
+            if *k == key {
+                return s.clone();
+            }
+        }
+        let s = Arc::new(tranche_sched::estimate::standings(&sh.state, now));
+        *cached = Some((key, s.clone()));
+        s
+    }
+
     /// Waits until this controller has applied every write committed before the call
     /// (a Raft read index), so that a read of its state after it is linearizable.
     pub async fn barrier(&self) -> Result<(), ApiError> {
@@ -110,10 +211,22 @@ impl Service {
         }
     }
 
-    /// Answers one request of `who`.
+    /// Answers one request of `who`, sent by a client.
     pub async fn handle(&self, who: &Identity, req: ClientRequest) -> Response {
+        self.handle_from(who, Origin::Client, req).await
+    }
+
+    /// Answers one request of `who` that came through `origin`.
+    pub async fn handle_from(
+        &self,
+        who: &Identity,
+        origin: Origin,
+        req: ClientRequest,
+    ) -> Response {
         match req {
-            ClientRequest::Write { request, command } => self.write(who, request, command).await,
+            ClientRequest::Write { request, command } => {
+                self.write(who, origin, request, command).await
+            }
             ClientRequest::Read {
                 query:
                     Query::NodeWork {
@@ -168,16 +281,23 @@ impl Service {
     async fn write(
         &self,
         who: &Identity,
+        origin: Origin,
         request: Option<tranche_state::RequestId>,
         command: ClientCommand,
     ) -> Response {
+        let command = self.pin_labels(command);
         let denied = {
             let sh = self.shared.read().unwrap();
-            authorize(who, &command, &sh.state).err()
+            authorize(who, origin, &command, &sh.state).err()
         };
         if let Some(e) = denied {
             return Response::Error(e);
         }
+        // The session is the caller's: whatever identity the client wrote is replaced.
+        let request = request.map(|r| tranche_state::RequestId {
+            identity: who.to_string(),
+            ..r
+        });
         // An access key gets its id here, so `into_command` never sees the request.
         let command = match command {
             ClientCommand::IssueAccessKey { user, role } => {
@@ -186,6 +306,13 @@ impl Service {
             ClientCommand::Submit(mut spec) => {
                 self.share_defaults(&mut spec);
                 ClientCommand::Submit(spec).into_command()
+            }
+            ClientCommand::RegisterNode(inv) => {
+                let inv = {
+                    let sh = self.shared.read().unwrap();
+                    settle_registration(who, inv, &sh.state)
+                };
+                ClientCommand::RegisterNode(inv).into_command()
             }
             c => c.into_command(),
         };
@@ -255,6 +382,8 @@ impl Service {
             role,
             created_at: 0,
             revoked_at: None,
+            issuer_serial: None,
+            expires_at: None,
         };
         match self
             .propose(tranche_state::Command::PutAccessKey(key.clone()), None)
@@ -354,39 +483,63 @@ impl Service {
         Response::NodeWork(views::node_work(&sh.state, &node, sh.applied, now))
     }
 
-    async fn read(&self, who: &Identity, query: Query, stale: bool) -> Response {
+    /// Whether `who` may ask `query`, and (unless `stale`) the read barrier after which
+    /// this controller's state has every write acknowledged before the call.
+    async fn before_read(
+        &self,
+        who: &Identity,
+        query: &Query,
+        stale: bool,
+    ) -> Result<(), ApiError> {
         if who.role == Role::Agent && !matches!(query, Query::Job(_) | Query::Controllers) {
-            return Response::Error(ApiError::Unauthorized(format!(
+            return Err(ApiError::Unauthorized(format!(
                 "{who} may read only its node's jobs and the controllers"
             )));
         }
+        // A pass over the whole state, to compare controllers: not for every user.
+        if who.role == Role::User && matches!(query, Query::Digest) {
+            return Err(ApiError::Unauthorized(format!(
+                "{who}: the state digest (a pass over the whole state, to compare \
+                 controllers) is for operators and admins"
+            )));
+        }
         if !stale && !matches!(query, Query::Controllers) {
-            if let Err(e) = self.barrier().await {
-                return Response::Error(e);
-            }
+            self.barrier().await?;
+        }
+        Ok(())
+    }
+
+    async fn read(&self, who: &Identity, query: Query, stale: bool) -> Response {
+        if let Err(e) = self.before_read(who, &query, stale).await {
+            return Response::Error(e);
         }
         if let Query::AccessKeys { user } = &query {
             return self.access_keys(who, user.as_ref());
         }
-        match self.answer(&query) {
-            // An agent needs a job's details only for the jobs it runs (or ran).
-            Response::Job(j)
-                if who.role == Role::Agent
-                    && !j
-                        .attempts
-                        .iter()
-                        .any(|a| a.allocation.iter().any(|n| n.node.as_str() == who.name)) =>
-            {
-                Response::Error(ApiError::Unauthorized(format!(
-                    "{who} may read only jobs placed on its own node; job {} was not",
-                    j.id
-                )))
-            }
-            r => r,
-        }
+        self.answer(who, &query)
     }
 
-    fn answer(&self, q: &Query) -> Response {
+    /// A page of the job list: the jobs with ids above `after` that `filter` keeps, at
+    /// most `filter.limit` of them (the summary of each, which every role but agents
+    /// reads). Only the page is built under the state lock.
+    pub async fn jobs_after(
+        &self,
+        who: &Identity,
+        filter: JobFilter,
+        after: JobId,
+    ) -> Result<Vec<JobSummary>, ApiError> {
+        let query = Query::Jobs(filter);
+        self.before_read(who, &query, false).await?;
+        let Query::Jobs(f) = query else {
+            unreachable!("built above")
+        };
+        let sh = self.shared.read().unwrap();
+        let now = wall_ms().max(sh.last_now);
+        let standings = f.standing.then(|| self.standings(&sh, now));
+        Ok(views::jobs(&sh.state, &f, after, now, standings.as_deref()))
+    }
+
+    fn answer(&self, who: &Identity, q: &Query) -> Response {
         let sh = self.shared.read().unwrap();
         let now = wall_ms().max(sh.last_now);
         let st = &sh.state;
@@ -397,13 +550,16 @@ impl Service {
                 .ok_or_else(|| ApiError::NotFound(format!("job {r} does not exist")))
         };
         match q {
-            Query::Jobs(f) => Response::Jobs(views::jobs(st, f, now)),
-            Query::Job(r) => match find(r) {
-                Ok(j) => Response::Job(Box::new(j.clone())),
+            Query::Jobs(f) => {
+                let standings = f.standing.then(|| self.standings(&sh, now));
+                Response::Jobs(views::jobs(st, f, JobId(0), now, standings.as_deref()))
+            }
+            Query::Job(r) => match find(r).and_then(|j| job_as_seen_by(who, j)) {
+                Ok(j) => Response::Job(Box::new(j)),
                 Err(e) => Response::Error(e),
             },
             Query::Explain(r) => match find(r) {
-                Ok(j) => Response::Explain(views::explain(st, j, now)),
+                Ok(j) => Response::Explain(views::explain(st, j, now, &self.standings(&sh, now))),
                 Err(e) => Response::Error(e),
             },
             Query::Shares => Response::Shares(views::shares(st)),
@@ -442,6 +598,149 @@ fn deny(msg: String) -> Result<(), ApiError> {
     Err(ApiError::Unauthorized(msg))
 }
 
+/// How much of a job a caller sees (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobVisibility {
+    /// The whole record.
+    Full,
+    /// The record without [`tranche_model::REDACTED_FIELDS`].
+    Summary,
+}
+
+/// How much of `job` `who` sees: the one rule for every read of a job, whatever the
+/// surface. An agent is refused the jobs never placed on its node.
+pub fn job_visibility(who: &Identity, job: &Job) -> Result<JobVisibility, ApiError> {
+    let placed_here = || {
+        job.attempts
+            .iter()
+            .any(|a| a.allocation.iter().any(|n| n.node.as_str() == who.name))
+    };
+    match who.role {
+        Role::Admin | Role::Operator | Role::Controller => Ok(JobVisibility::Full),
+        Role::User if job.spec.user.as_str() == who.name => Ok(JobVisibility::Full),
+        Role::User => Ok(JobVisibility::Summary),
+        Role::Agent if placed_here() => Ok(JobVisibility::Full),
+        Role::Agent => Err(ApiError::Unauthorized(format!(
+            "{who} may read only jobs placed on its own node; job {} was not",
+            job.job_ref()
+        ))),
+    }
+}
+
+/// `job` as `who` may see it ([`job_visibility`]).
+pub fn job_as_seen_by(who: &Identity, job: &Job) -> Result<Job, ApiError> {
+    Ok(match job_visibility(who, job)? {
+        JobVisibility::Full => job.clone(),
+        JobVisibility::Summary => job.redacted(),
+    })
+}
+
+/// Whether `who` may read `job`'s output: a person (admin, operator, user) who sees
+/// everything of it.
+pub fn may_read_output(who: &Identity, job: &Job) -> Result<(), ApiError> {
+    let seen = job_visibility(who, job)?;
+    match (who.role, seen) {
+        (Role::Admin | Role::Operator | Role::User, JobVisibility::Full) => Ok(()),
+        (Role::User, JobVisibility::Summary) => deny(format!(
+            "{who} may read only its own jobs' output; job {} belongs to {}",
+            job.job_ref(),
+            job.spec.user
+        )),
+        _ => deny(format!("{who} may not read jobs' output")),
+    }
+}
+
+fn invalid(field: &str, rule: String) -> ApiError {
+    ApiError::Rejected(ApplyError::Invalid(ValidationError::new(field, rule)))
+}
+
+/// The rule on a command's content that depends on the surface it came through: only
+/// the AWS endpoint sets a job's SageMaker part. (Sizes and reasons are checked by
+/// [`within_limits`], the same for every surface.)
+fn check_content(origin: Origin, cmd: &ClientCommand) -> Result<(), ApiError> {
+    match cmd {
+        ClientCommand::Submit(spec)
+            if spec.sagemaker.is_some() && origin != Origin::AwsEndpoint =>
+        {
+            Err(invalid(
+                "sagemaker",
+                "is set only by the AWS Batch-compatible endpoint (SubmitServiceJob), which \
+                 takes images from [aws.images] and channels from [aws.file_systems]; submit \
+                 the job without it"
+                    .into(),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A node's labels as (the agent's own `tranche.` labels, its ports; the others, which
+/// environments select).
+fn split_labels(labels: &Labels) -> (Labels, Labels) {
+    labels
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| k.starts_with(AGENT_LABEL_PREFIX))
+}
+
+/// What of an agent's registration is taken. A node that holds jobs keeps the labels
+/// environments select and its GPUs while they run: it may lose GPUs or report them
+/// unhealthy, but a registration that relabels it or adds GPUs is taken with the
+/// labels and GPUs it had, so that no agent steers other tenants' jobs to itself by
+/// declaring what their environments select. The change is taken once the node holds
+/// no jobs and its agent registers again (drain the node, then restart its agent).
+/// The registration itself is never refused for it: an agent waits for its
+/// registration before it heartbeats, and its node would go DOWN with its jobs. Every
+/// change is logged.
+fn settle_registration(
+    who: &Identity,
+    mut inv: tranche_model::NodeInventory,
+    state: &State,
+) -> tranche_model::NodeInventory {
+    let Some(old) = state.nodes.get(&inv.name) else {
+        return inv;
+    };
+    let key = |g: &tranche_model::Gpu| (g.index, g.uuid.clone(), g.unit.clone());
+    let before: std::collections::BTreeSet<_> = old.inventory.gpus.iter().map(key).collect();
+    let gained: Vec<String> = inv
+        .gpus
+        .iter()
+        .filter(|g| !before.contains(&key(g)))
+        .map(|g| format!("{} {} ({})", g.index, g.unit, g.uuid))
+        .collect();
+    let (own, selectable) = split_labels(&inv.labels);
+    let (_, selectable_before) = split_labels(&old.inventory.labels);
+    let relabelled = selectable != selectable_before;
+    let lost = old.inventory.gpus.len() > inv.gpus.len() - gained.len();
+    if !relabelled && gained.is_empty() && !lost {
+        return inv;
+    }
+    let holds = old.allocated.iter().flatten().count();
+    tracing::warn!(
+        node = %inv.name,
+        agent = %who,
+        labels_before = ?old.inventory.labels,
+        labels_now = ?inv.labels,
+        gpus_before = old.inventory.gpus.len(),
+        gpus_now = inv.gpus.len(),
+        gained = ?gained,
+        holds,
+        "a node's agent declares other labels or GPUs than before"
+    );
+    if holds > 0 && (relabelled || !gained.is_empty()) {
+        tracing::warn!(
+            node = %inv.name,
+            holds,
+            "the node holds GPUs of running jobs: its new labels and GPUs are not taken \
+             until it holds none (drain it, then restart its agent)"
+        );
+        inv.labels = selectable_before;
+        inv.labels.extend(own);
+        inv.gpus.retain(|g| before.contains(&key(g)));
+    }
+    inv
+}
+
 /// The roles a key of this identity may have: a user's only `user`, an operator's
 /// `operator` or `user`, an admin's any; agents and controllers have none.
 fn key_roles(who: &Identity) -> &'static [KeyRole] {
@@ -458,11 +757,76 @@ fn owns_key(who: &Identity, key: &AccessKey) -> bool {
     key.user.as_str() == who.name && key_roles(who).contains(&key.role)
 }
 
+/// The sizes and priorities a command may carry, checked before it is proposed, so
+/// that an oversize command never reaches the log (the state machine checks the
+/// sizes again when it applies a command). A user may give a job a priority up to its
+/// share's `max_user_priority`, at submit and update; operators and admins up to
+/// [`tranche_model::MAX_JOB_PRIORITY`]. Replicated commands carry no role, so the
+/// priority cap is kept here, where every surface (QUIC, HTTP, the AWS endpoint)
+/// authorizes its writes.
+fn within_limits(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
+    use ClientCommand::*;
+    let invalid = |e: tranche_model::ValidationError| {
+        ApiError::Rejected(tranche_state::ApplyError::Invalid(e))
+    };
+    let capped = |share: &tranche_model::ShareName, priority: u32| {
+        let Some(share) = state.shares.get(share) else {
+            return Ok(());
+        };
+        if who.role == Role::User && priority > share.max_user_priority {
+            return Err(invalid(tranche_model::ValidationError::new(
+                "priority",
+                format!(
+                    "a user may set at most share {}'s max_user_priority ({}), got {priority}; operators and admins may set up to {}",
+                    share.name,
+                    share.max_user_priority,
+                    tranche_model::MAX_JOB_PRIORITY
+                ),
+            )));
+        }
+        Ok(())
+    };
+    match cmd {
+        Submit(spec) => {
+            spec.validate_sizes().map_err(invalid)?;
+            capped(&spec.share, spec.priority)
+        }
+        UpdatePriority { job, priority } => {
+            let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
+            match first.and_then(|id| state.job(id)) {
+                Some(j) => capped(&j.spec.share, *priority),
+                None => Ok(()),
+            }
+        }
+        Cancel { reason, .. } | DrainNode { reason, .. } => {
+            tranche_model::validate_reason(reason).map_err(invalid)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The authorization rules: whether this certificate may send this command, checked
 /// against the applied state (the state machine checks the rest when it applies the
 /// command). Leader-only commands have no client form, so they need no rule.
-pub fn authorize(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
+pub fn authorize(
+    who: &Identity,
+    origin: Origin,
+    cmd: &ClientCommand,
+    state: &State,
+) -> Result<(), ApiError> {
+    permitted(who, origin, cmd, state)?;
+    within_limits(who, cmd, state)
+}
+
+/// Whether this role and name may send this command at all, from this surface.
+fn permitted(
+    who: &Identity,
+    origin: Origin,
+    cmd: &ClientCommand,
+    state: &State,
+) -> Result<(), ApiError> {
     use ClientCommand::*;
+    check_content(origin, cmd)?;
     let own_job = |job: &JobRef| -> Result<(), ApiError> {
         let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
         match first.and_then(|id| state.job(id)) {
@@ -741,6 +1105,318 @@ mod tests {
             Some(&c.into_command()),
             "the write reached the node as its replicated command"
         );
+    }
+
+    /// The write is refused as invalid, naming `field` and with `text` in its rule,
+    /// and nothing reaches the node task.
+    async fn expect_invalid(
+        r: &Rig,
+        id: &Identity,
+        origin: Origin,
+        c: ClientCommand,
+        field: &str,
+        text: &str,
+    ) {
+        let before = r.written.lock().unwrap().len();
+        match r.service.handle_from(id, origin, write(c.clone())).await {
+            Response::Error(ApiError::Rejected(ApplyError::Invalid(v))) => {
+                assert_eq!(v.field, field, "{v}");
+                assert!(v.rule.contains(text), "{v}");
+            }
+            other => panic!("{id} {c:?}: {other:?}"),
+        }
+        assert_eq!(
+            r.written.lock().unwrap().len(),
+            before,
+            "a refused write went on"
+        );
+    }
+
+    #[tokio::test]
+    async fn h3_another_users_job_is_read_as_its_summary_by_every_query() {
+        let r = rig(false);
+        {
+            let mut sh = r.service.shared.write().unwrap();
+            let j = sh.state.jobs.get_mut(&JobId(1)).unwrap();
+            std::sync::Arc::make_mut(&mut j.spec)
+                .env
+                .insert("HF_TOKEN".into(), "secret".into());
+            std::sync::Arc::make_mut(&mut j.spec).cwd = Some("/home/alice".into());
+        }
+        let read = |q: Query| ClientRequest::Read {
+            query: q,
+            stale: false,
+        };
+        let seen = |resp: Response| match resp {
+            Response::Job(j) => *j,
+            other => panic!("{other:?}"),
+        };
+        for id in [
+            who(Role::User, "alice"),
+            who(Role::Operator, "ops"),
+            who(Role::Admin, "root"),
+            who(Role::Agent, "n1"),
+        ] {
+            let j = seen(
+                r.service
+                    .handle(&id, read(Query::Job(JobId(1).into())))
+                    .await,
+            );
+            assert_eq!(j.spec.env["HF_TOKEN"], "secret", "{id}");
+            assert!(!j.spec.is_redacted(), "{id}");
+        }
+        let bob = who(Role::User, "bob");
+        let j = seen(
+            r.service
+                .handle(&bob, read(Query::Job(JobId(1).into())))
+                .await,
+        );
+        assert!(j.spec.is_redacted());
+        assert!(j.spec.env.is_empty() && j.spec.command.is_empty() && j.spec.cwd.is_none());
+        assert_eq!(
+            (j.id, j.spec.user.as_str(), j.status),
+            (JobId(1), "alice", j.status)
+        );
+        // The output is for those who see everything of the job.
+        let job = r
+            .service
+            .shared
+            .read()
+            .unwrap()
+            .state
+            .job(JobId(1))
+            .unwrap()
+            .clone();
+        assert!(may_read_output(&who(Role::User, "alice"), &job).is_ok());
+        assert!(may_read_output(&who(Role::Operator, "ops"), &job).is_ok());
+        assert!(
+            matches!(may_read_output(&bob, &job), Err(ApiError::Unauthorized(m)) if m.contains("belongs to alice"))
+        );
+        assert!(may_read_output(&who(Role::Agent, "n1"), &job).is_err());
+    }
+
+    #[tokio::test]
+    async fn l12_reads_do_bounded_work_under_the_state_lock() {
+        let r = rig(false);
+        let read = |q: Query| ClientRequest::Read {
+            query: q,
+            stale: false,
+        };
+        // The digest serializes the whole state: operators and admins only.
+        let alice = who(Role::User, "alice");
+        assert!(matches!(
+            r.service.handle(&alice, read(Query::Digest)).await,
+            Response::Error(ApiError::Unauthorized(m)) if m.contains("operators and admins")
+        ));
+        assert!(matches!(
+            r.service
+                .handle(&who(Role::Operator, "ops"), read(Query::Digest))
+                .await,
+            Response::Digest(_)
+        ));
+        // A page starts at its cursor and stops at its limit.
+        for n in 0..5 {
+            let mut sh = r.service.shared.write().unwrap();
+            sh.state
+                .apply(&Command::Submit(spec("alice", "lend")), 10 + n)
+                .unwrap();
+        }
+        let page = |after: u64, limit: u32| {
+            let f = JobFilter {
+                limit: Some(limit),
+                ..Default::default()
+            };
+            let sh = r.service.shared.read().unwrap();
+            views::jobs(&sh.state, &f, JobId(after), 20, None)
+                .iter()
+                .map(|j| j.id.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(page(0, 2), [1, 2]);
+        assert_eq!(page(2, 2), [3, 4]);
+        assert_eq!(page(5, 10), [6]);
+        // Standings are estimated once per applied index and second.
+        let sh = r.service.shared.read().unwrap();
+        let a = r.service.standings(&sh, 5_000);
+        let b = r.service.standings(&sh, 5_999);
+        let c = r.service.standings(&sh, 6_000);
+        assert!(Arc::ptr_eq(&a, &b) && !Arc::ptr_eq(&a, &c));
+    }
+
+    #[tokio::test]
+    async fn m2_sagemaker_only_from_the_aws_endpoint_and_reasons_capped_for_every_origin() {
+        let r = rig(false);
+        let alice = who(Role::User, "alice");
+        let mut sm = spec("alice", "lend");
+        sm.sagemaker = Some(Box::new(tranche_model::SageMakerJob {
+            training_job_name: "t".into(),
+            hyperparameters: Default::default(),
+            channels: [("x".to_string(), "/".to_string())].into(),
+            payload: "{}".into(),
+            instance_type: "ml.p5.48xlarge".into(),
+        }));
+        let submit = ClientCommand::Submit(sm);
+        expect_invalid(
+            &r,
+            &alice,
+            Origin::Client,
+            submit.clone(),
+            "sagemaker",
+            "AWS Batch-compatible endpoint",
+        )
+        .await;
+        match r
+            .service
+            .handle_from(&alice, Origin::AwsEndpoint, write(submit))
+            .await
+        {
+            Response::Applied(_) => {}
+            other => panic!("{other:?}"),
+        }
+        let cancel = |n: usize| ClientCommand::Cancel {
+            job: JobId(1).into(),
+            reason: "x".repeat(n),
+        };
+        for origin in [Origin::Client, Origin::AwsEndpoint] {
+            expect_invalid(
+                &r,
+                &alice,
+                origin,
+                cancel(tranche_model::MAX_REASON_BYTES + 1),
+                "reason",
+                "at most 1024 bytes, got 1025",
+            )
+            .await;
+        }
+        expect_written(&r, &alice, cancel(tranche_model::MAX_REASON_BYTES)).await;
+        let drain = ClientCommand::DrainNode {
+            node: "n1".into(),
+            reason: "r".repeat(2000),
+            now: false,
+        };
+        expect_invalid(
+            &r,
+            &who(Role::Operator, "ops"),
+            Origin::Client,
+            drain,
+            "reason",
+            "got 2000",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn m9_labels_pinned_in_the_config_replace_what_the_agent_declares() {
+        let mut r = rig(false);
+        let pinned: Labels = [("pool".to_string(), "batch".to_string())].into();
+        r.service = r
+            .service
+            .with_pinned_labels([("n1".to_string(), pinned.clone())].into());
+        let n1 = who(Role::Agent, "n1");
+        let mut inv = r.service.shared.read().unwrap().state.nodes[&NodeName::from("n1")]
+            .inventory
+            .clone();
+        r.service
+            .shared
+            .write()
+            .unwrap()
+            .state
+            .nodes
+            .get_mut(&NodeName::from("n1"))
+            .unwrap()
+            .inventory
+            .labels = pinned.clone();
+        inv.labels.insert("pool".into(), "prod".into());
+        inv.labels
+            .insert("tranche.logs".into(), "127.0.0.1:1".into());
+        match r
+            .service
+            .handle(&n1, write(ClientCommand::RegisterNode(inv)))
+            .await
+        {
+            Response::Applied(_) => {}
+            other => panic!("{other:?}"),
+        }
+        let last = r.written.lock().unwrap().last().cloned();
+        match last {
+            Some(Command::RegisterNode(i)) => {
+                assert_eq!(i.labels["pool"], "batch");
+                assert_eq!(i.labels["tranche.logs"], "127.0.0.1:1");
+                assert_eq!(i.labels.len(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn m9_a_node_that_holds_jobs_keeps_its_labels_and_gpus() {
+        let r = rig(false);
+        let n1 = who(Role::Agent, "n1");
+        let inv = r.service.shared.read().unwrap().state.nodes[&NodeName::from("n1")]
+            .inventory
+            .clone();
+        // The same inventory again (an agent restart), or a GPU lost or unhealthy: taken.
+        expect_written(&r, &n1, ClientCommand::RegisterNode(inv.clone())).await;
+        let mut sick = inv.clone();
+        sick.gpus[0].healthy = false;
+        expect_written(&r, &n1, ClientCommand::RegisterNode(sick)).await;
+        let mut lost = inv.clone();
+        lost.gpus.clear();
+        expect_written(&r, &n1, ClientCommand::RegisterNode(lost)).await;
+        // New labels or new GPUs while job 1 runs there: the registration is taken
+        // without them (the agent goes on heartbeating its running job).
+        let taken = |c: ClientCommand| {
+            let r = &r;
+            let n1 = &n1;
+            async move {
+                match r.service.handle(n1, write(c)).await {
+                    Response::Applied(_) => {}
+                    other => panic!("{other:?}"),
+                }
+                match r.written.lock().unwrap().last().cloned() {
+                    Some(Command::RegisterNode(i)) => i,
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        let mut relabel = inv.clone();
+        relabel.labels.insert("env".into(), "prod".into());
+        relabel
+            .labels
+            .insert("tranche.logs".into(), "127.0.0.1:2".into());
+        let got = taken(ClientCommand::RegisterNode(relabel)).await;
+        assert_eq!(got.labels.get("env"), None, "{got:?}");
+        assert_eq!(
+            got.labels["tranche.logs"], "127.0.0.1:2",
+            "its own labels are taken"
+        );
+        let mut more = inv.clone();
+        more.gpus.push(tranche_model::Gpu {
+            index: tranche_model::GpuIndex(1),
+            uuid: "GPU-1".into(),
+            ..inv.gpus[0].clone()
+        });
+        assert_eq!(
+            taken(ClientCommand::RegisterNode(more)).await.gpus,
+            inv.gpus
+        );
+        // A node that holds nothing may change what it declares (and it is logged).
+        let mut idle = inv.clone();
+        idle.name = "n2".into();
+        r.service
+            .shared
+            .write()
+            .unwrap()
+            .state
+            .apply(&Command::RegisterNode(idle.clone()), 5)
+            .unwrap();
+        idle.labels.insert("env".into(), "prod".into());
+        expect_written(
+            &r,
+            &who(Role::Agent, "n2"),
+            ClientCommand::RegisterNode(idle),
+        )
+        .await;
     }
 
     fn share_cmd() -> ClientCommand {
@@ -1028,6 +1704,8 @@ mod tests {
             role,
             created_at: 0,
             revoked_at: None,
+            issuer_serial: None,
+            expires_at: None,
         };
         let mut sh = r.service.shared.write().unwrap();
         sh.state.apply(&Command::PutAccessKey(k), at).unwrap();

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use tranche_model::{Job, JobId, JobStatus, Millis, StopKind, Unit};
+use tranche_model::{Job, JobId, JobStatus, Millis, Standing, StopKind, Unit};
 use tranche_proto::{
     Explanation, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, Rendezvous,
     ShareUsage, StateDigest, StopOrder, UnitUsage, WorkItem,
@@ -35,31 +35,50 @@ pub fn summary(job: &Job, now: Millis) -> JobSummary {
     }
 }
 
-pub fn jobs(state: &State, f: &JobFilter, now: Millis) -> Vec<JobSummary> {
+/// The summaries of the jobs with ids above `after` that `f` keeps, lowest ids first,
+/// at most `f.limit` of them: the scan starts at `after` and stops at the limit, so a
+/// page costs its own size (plus the jobs its filters skip), not the whole state.
+/// `standings`: every waiting job's standing, where `f.standing` asks for them.
+pub fn jobs(
+    state: &State,
+    f: &JobFilter,
+    after: JobId,
+    now: Millis,
+    standings: Option<&BTreeMap<JobId, Standing>>,
+) -> Vec<JobSummary> {
     let limit = f.limit.map(|l| l as usize).unwrap_or(usize::MAX);
     let all: Box<dyn Iterator<Item = &Job>> = match f.array {
         Some(a) => match state.job(a).and_then(|j| j.array.as_ref()) {
-            Some(t) if t.array == a => Box::new(state.tasks_of(a, t.count)),
+            Some(t) if t.array == a => {
+                Box::new(state.tasks_of(a, t.count).filter(move |j| j.id > after))
+            }
             _ => Box::new(std::iter::empty()),
         },
-        None => Box::new(state.jobs.values()),
+        None => Box::new(
+            state
+                .jobs
+                .range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+                .map(|(_, j)| j),
+        ),
     };
-    let standings = f
-        .standing
-        .then(|| tranche_sched::estimate::standings(state, now))
-        .unwrap_or_default();
     all.filter(|j| f.share.as_ref().is_none_or(|s| &j.spec.share == s))
         .filter(|j| f.user.as_ref().is_none_or(|u| &j.spec.user == u))
         .filter(|j| f.status.is_empty() || f.status.contains(&j.status))
         .take(limit)
         .map(|j| JobSummary {
-            standing: standings.get(&j.id).cloned(),
+            standing: standings.and_then(|s| s.get(&j.id)).cloned(),
             ..summary(j, now)
         })
         .collect()
 }
 
-pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
+/// `standings`: every waiting job's standing (only a RUNNABLE job's is shown).
+pub fn explain(
+    state: &State,
+    job: &Job,
+    now: Millis,
+    standings: &BTreeMap<JobId, Standing>,
+) -> Explanation {
     let mut lines = Vec::new();
     let s = summary(job, now);
     lines.push(format!("status {}", job.status.as_str()));
@@ -117,7 +136,7 @@ pub fn explain(state: &State, job: &Job, now: Millis) -> Explanation {
         }
     }
     let standing = (job.status == JobStatus::Runnable)
-        .then(|| tranche_sched::estimate::standings(state, now).remove(&job.id))
+        .then(|| standings.get(&job.id).cloned())
         .flatten();
     Explanation {
         job: s,

@@ -56,6 +56,14 @@ async fn ready(c: &mut LocalCluster) -> (Client, usize) {
 
 async fn setup(admin: &Client) {
     for cmd in demo::objects() {
+        // The load below submits faster than a user may by default.
+        let cmd = match cmd {
+            ClientCommand::PutShare(s) => ClientCommand::PutShare(tranche_model::QuotaShare {
+                limits: tranche_model::JobLimits::widest(),
+                ..s
+            }),
+            c => c,
+        };
         let r = admin.command(cmd).await.expect("write answered");
         assert!(r.is_ok(), "demo object refused: {r:?}");
     }

@@ -223,11 +223,12 @@ fn write_fixture() {
         }]) {
             ok(&admin, cmd).await;
         }
-        ok(
-            &admin,
-            ClientCommand::PutShare(demo::share("vision", Strategy::Lend, 2, &[])),
-        )
-        .await;
+        // Format 6: `vision` has its own cap on users' priorities and job limits.
+        let mut vision = demo::share("vision", Strategy::Lend, 2, &[]);
+        vision.max_user_priority = 20;
+        vision.limits.max_jobs_per_user = 500;
+        vision.limits.submits_per_user_per_minute = 100;
+        ok(&admin, ClientCommand::PutShare(vision)).await;
         let mut nlp = demo::share("nlp", Strategy::LendAndBorrow, 2, &[]);
         nlp.resource_sharing.borrow_limit = Some(-1);
         nlp.default_grace_s = 1;
@@ -431,13 +432,18 @@ fn an_older_release_data_dirs_of_format_3_are_read_unchanged() {
 }
 
 #[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+fn an_older_release_data_dirs_of_format_4_are_read_unchanged() {
     read_unchanged("format-4", 4);
 }
 
 #[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged_then("format-5", 5, fixture_tags_kept);
+}
+
+#[test]
 fn this_release_data_dirs_are_read_unchanged() {
-    read_unchanged_then("format-5", tranche_state::codec::FORMAT, fixture_tags_kept);
+    read_unchanged_then("format-6", tranche_state::codec::FORMAT, fixture_tags_kept);
 }
 
 /// The stored format a data dir records, once its controller has opened it.
@@ -474,15 +480,15 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (_tmp, mut c, expected) = fixture_copy("format-4");
+    let (_tmp, mut c, expected) = fixture_copy("format-5");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
         data_dir_format(&dirs[0]),
-        Some(4),
+        Some(5),
         "the previous release's data dir"
     );
     rt().block_on(async {
-        // c2 and c3 start on this build (a majority); c1 still holds format-4 data.
+        // c2 and c3 start on this build (a majority); c1 still holds format-5 data.
         c.start(1).unwrap();
         c.start(2).unwrap();
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -506,7 +512,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             }
             acked
         });
-        // Then each controller in turn: c1 starts on its format-4 data dir while the
+        // Then each controller in turn: c1 starts on its format-5 data dir while the
         // others serve; then c2 and c3 are restarted, one at a time.
         c.start(0).unwrap();
         caught_up(&mut c, &admin, 0).await;
@@ -599,7 +605,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4 and 5"
+                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5 and 6"
             ),
             "controller {} log: {log}",
             i + 1

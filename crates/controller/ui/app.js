@@ -134,8 +134,11 @@ async function api(path, opts) {
   const o = opts || {};
   const headers = {Authorization: `Bearer ${app.token}`};
   let body;
-  if (o.json !== undefined) {
+  // Every change is sent as JSON, even without a body: the API refuses other types.
+  if (o.json !== undefined || (o.method || 'GET') !== 'GET') {
     headers['Content-Type'] = 'application/json';
+  }
+  if (o.json !== undefined) {
     body = JSON.stringify(o.json);
   }
   const r = await fetch(`/api/v1/${path}`, {method: o.method || 'GET', headers, body, signal: o.signal});
@@ -728,7 +731,9 @@ function jobPage(root, id) {
           el('dt', {}, 'Share'), el('dd', {}, `${s.share} (queue ${s.queue})`),
           el('dt', {}, 'User'), el('dd', {}, s.user),
           el('dt', {}, 'Asks for'), el('dd', {}, `${s.gpus_per_node} × ${s.unit} on ${s.nodes} node(s), priority ${s.priority}`),
-          el('dt', {}, 'Command'), el('dd', {}, el('code', {}, s.command.join(' '))),
+          el('dt', {}, 'Command'), el('dd', {}, job.hidden.length
+            ? el('span', {class: 'muted'}, `hidden: its command, environment and paths are shown only to ${s.user}, operators and admins`)
+            : el('code', {}, s.command.join(' '))),
           el('dt', {}, 'Submitted'), el('dd', {}, `${localTime(job.submitted_at)} (${duration(Date.now() - job.submitted_at)} ago)`),
           el('dt', {}, 'Time limit'), el('dd', {}, s.time_limit_s ? duration(s.time_limit_s * 1000) : 'none'),
           el('dt', {}, 'Preemptions'), el('dd', {}, `${job.preemptions} (failures ${job.failures})`),

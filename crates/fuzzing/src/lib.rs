@@ -8,8 +8,11 @@
 //! which replays the seed corpus and every committed regression input and then mutates
 //! the seeds for a few seconds. [`seeds`] builds real encoded inputs for every target.
 //!
-//! This crate does no I/O of its own; only its tests read the committed corpus.
+//! This crate does no I/O of its own, except the `image_layout` target, which builds
+//! its input into an image layout and unpacks it in a temporary directory; only its
+//! tests read the committed corpus.
 
+pub mod image;
 pub mod mutate;
 pub mod seeds;
 
@@ -74,6 +77,11 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "scenario_file",
         run: scenario_file,
+        framed: false,
+    },
+    Target {
+        name: "image_layout",
+        run: image::image_layout,
         framed: false,
     },
 ];

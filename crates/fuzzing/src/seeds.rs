@@ -38,6 +38,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "state_image" => vec![codec::seal(&w.image()), w.state.snapshot()],
         "policy_file" => vec![POLICY.as_bytes().to_vec()],
         "scenario_file" => vec![SCENARIO.as_bytes().to_vec()],
+        "image_layout" => crate::image::seeds(),
         _ => vec![],
     }
 }
@@ -113,6 +114,7 @@ impl World {
             .collect();
         out.push(ClientRequest::Write {
             request: Some(tranche_state::RequestId {
+                identity: String::new(),
                 client: 0xfeed,
                 seq: 3,
                 first_incomplete: 2,
@@ -252,6 +254,7 @@ impl World {
                     now: self.now,
                     cmd,
                     request: (i % 2 == 0).then_some(tranche_state::RequestId {
+                        identity: "user:alice".into(),
                         client: 0xfeed,
                         seq: i as u64 + 1,
                         first_incomplete: 1,
@@ -307,6 +310,7 @@ impl World {
             id: 4,
             cmd: self.commands().swap_remove(2),
             request: Some(tranche_state::RequestId {
+                identity: String::new(),
                 client: 0xfeed,
                 seq: 9,
                 first_incomplete: 8,

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 
 use tranche_model::{
-    CapacityLimit, Gpu, GpuIndex, IdleAssignment, JobQueue, JobSpec, NodeInventory, ObjState,
-    QuotaShare, ResourceSharing, SchedulingPolicy, ServiceEnvironment, Strategy,
+    CapacityLimit, Gpu, GpuIndex, IdleAssignment, JobLimits, JobQueue, JobSpec, NodeInventory,
+    ObjState, QuotaShare, ResourceSharing, SchedulingPolicy, ServiceEnvironment, Strategy,
+    DEFAULT_MAX_USER_PRIORITY,
 };
 use tranche_proto::ClientCommand;
 
@@ -28,6 +29,8 @@ pub fn share(name: &str, strategy: Strategy, max: u32, members: &[&str]) -> Quot
         default_grace_s: 30,
         max_grace_s: 600,
         min_runtime_s: 0,
+        max_user_priority: DEFAULT_MAX_USER_PRIORITY,
+        limits: JobLimits::default(),
     }
 }
 

@@ -67,6 +67,13 @@ pub struct AccessKey {
     pub created_at: Millis,
     /// Set once `tranche keys revoke` ran; a revoked key signs nothing.
     pub revoked_at: Option<Millis>,
+    /// The serial number, in lower-case hex, of the certificate of the identity that
+    /// issued the key, so that revoking that certificate can end the key too. `None`
+    /// for keys issued before stored format 6, and where the issuer's serial was not
+    /// known.
+    pub issuer_serial: Option<String>,
+    /// When the key stops signing (entry time, ms); `None`: it does not expire.
+    pub expires_at: Option<Millis>,
 }
 
 impl AccessKey {
@@ -79,6 +86,21 @@ impl AccessKey {
                 "id",
                 format!("must be 1 to {MAX_ACCESS_KEY_ID_LEN} ASCII letters and digits"),
             ));
+        }
+        if let Some(serial) = &self.issuer_serial {
+            // RFC 5280: a serial number is at most 20 octets.
+            if serial.is_empty()
+                || serial.len() > 40
+                || !serial.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return Err(invalid(
+                    "issuer_serial",
+                    format!(
+                        "must be 1 to 40 hexadecimal digits (a certificate serial of at most 20 bytes), got {} characters",
+                        serial.len()
+                    ),
+                ));
+            }
         }
         self.user.validate("user")
     }
@@ -133,8 +155,35 @@ pub struct SageMakerJob {
     pub instance_type: String,
 }
 
+/// Most bytes of a hyperparameter's name and value (SageMaker's limits).
+pub const MAX_HYPERPARAMETER_KEY_BYTES: usize = 256;
+pub const MAX_HYPERPARAMETER_VALUE_BYTES: usize = 2500;
+
 impl SageMakerJob {
     pub fn validate(&self) -> Result<(), ValidationError> {
+        for (field, v, max) in [
+            ("TrainingJobName", &self.training_job_name, 128),
+            ("ResourceConfig.InstanceType", &self.instance_type, 64),
+        ] {
+            if v.len() > max {
+                return Err(invalid(
+                    field,
+                    format!("must be at most {max} bytes, got {}", v.len()),
+                ));
+            }
+        }
+        for (k, v) in &self.hyperparameters {
+            if k.len() > MAX_HYPERPARAMETER_KEY_BYTES || v.len() > MAX_HYPERPARAMETER_VALUE_BYTES {
+                return Err(invalid(
+                    "HyperParameters",
+                    format!(
+                        "a name must be at most {MAX_HYPERPARAMETER_KEY_BYTES} bytes and a value at most {MAX_HYPERPARAMETER_VALUE_BYTES}, got {} and {}",
+                        k.len(),
+                        v.len()
+                    ),
+                ));
+            }
+        }
         if self.hyperparameters.len() > MAX_HYPERPARAMETERS {
             return Err(invalid(
                 "HyperParameters",
@@ -159,10 +208,13 @@ impl SageMakerJob {
                     format!("`{name}`: must be 1 to 64 letters, digits, `-` or `_`"),
                 ));
             }
-            if !path.starts_with('/') {
+            if !path.starts_with('/') || path.len() > crate::MAX_PATH_BYTES {
                 return Err(invalid(
                     format!("InputDataConfig.{name}.DirectoryPath"),
-                    "must be an absolute path",
+                    format!(
+                        "must be an absolute path of at most {} bytes",
+                        crate::MAX_PATH_BYTES
+                    ),
                 ));
             }
         }

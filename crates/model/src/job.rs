@@ -8,6 +8,7 @@ use crate::Millis;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 pub const MAX_JOB_PRIORITY: u32 = 9999;
 pub const MAX_RETRY_ATTEMPTS: u32 = 10;
@@ -17,6 +18,62 @@ pub const MAX_CLIENT_TOKEN_LEN: usize = 64;
 pub const MAX_ENV_ENTRIES: usize = 256;
 pub const MAX_COMMAND_ARGS: usize = 4096;
 pub const MAX_TAGS: usize = 50;
+/// Most bytes of a job's environment in all: each name and value, plus the `=` and the
+/// NUL the kernel counts for each entry (64 KiB).
+pub const MAX_ENV_BYTES: usize = 64 << 10;
+/// Most bytes of one environment variable's name.
+pub const MAX_ENV_NAME_BYTES: usize = 256;
+/// Most bytes of one environment variable's value (32 KiB).
+pub const MAX_ENV_VALUE_BYTES: usize = 32 << 10;
+/// Most bytes of a job's command line in all, each argument with its NUL (64 KiB).
+pub const MAX_COMMAND_BYTES: usize = 64 << 10;
+/// Most bytes of a job tag's key and of its value.
+pub const MAX_TAG_KEY_BYTES: usize = 128;
+pub const MAX_TAG_VALUE_BYTES: usize = 256;
+/// Most bytes of a path (working directory, output and error files, image).
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Most bytes of a whole job spec's text (env, command, tags, paths, names and a
+/// SageMaker request together): 256 KiB.
+pub const MAX_SPEC_BYTES: usize = 256 << 10;
+/// Most bytes of a reason given with a cancel, a drain or a node's state, and kept in
+/// a job's or node's record.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// Checks a reason's size: at most [`MAX_REASON_BYTES`].
+pub fn validate_reason(reason: &str) -> Result<(), ValidationError> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(invalid(
+            "reason",
+            format!(
+                "must be at most {MAX_REASON_BYTES} bytes, got {}",
+                reason.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `reason` cut to at most [`MAX_REASON_BYTES`] (at a character boundary), for
+/// reasons that must be kept whatever their size (a node's report of how a job ended).
+pub fn capped_reason(reason: &str) -> &str {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let mut end = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
+/// A key as an error names it: at most its first 64 bytes.
+fn shown(k: &str) -> &str {
+    let mut end = k.len().min(64);
+    while !k.is_char_boundary(end) {
+        end -= 1;
+    }
+    &k[..end]
+}
 
 /// `{unit, gpus_per_node, nodes}`. `nodes > 1` is a gang: all nodes or none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,17 +237,23 @@ impl JobSpec {
                 ),
             ));
         }
-        if self.image.is_empty() || self.image.len() > 4096 {
+        if self.image.is_empty() || self.image.len() > MAX_PATH_BYTES {
             return Err(invalid(
                 "image",
-                "must be 1-4096 characters (a rootfs path, an OCI layout or archive, or `host`)",
+                format!(
+                    "must be 1-{MAX_PATH_BYTES} bytes (a rootfs path, an OCI layout or archive, or `host`), got {}",
+                    self.image.len()
+                ),
             ));
         }
         if let Some(d) = &self.cwd {
-            if !d.starts_with('/') || d.len() > 4096 || d.contains('\0') {
+            if !d.starts_with('/') || d.len() > MAX_PATH_BYTES || d.contains('\0') {
                 return Err(invalid(
                     "cwd",
-                    "must be an absolute path of at most 4096 characters",
+                    format!(
+                        "must be an absolute path of at most {MAX_PATH_BYTES} bytes without NUL, got {} bytes",
+                        d.len()
+                    ),
                 ));
             }
         }
@@ -200,29 +263,15 @@ impl JobSpec {
         self.dependency.validate()?;
         for (field, p) in [("output", &self.output), ("error", &self.error)] {
             if let Some(p) = p {
-                if p.is_empty() || p.len() > 4096 || p.contains('\0') {
-                    return Err(invalid(field, "must be a path of 1-4096 characters"));
+                if p.is_empty() || p.len() > MAX_PATH_BYTES || p.contains('\0') {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "must be a path of 1-{MAX_PATH_BYTES} bytes without NUL, got {} bytes",
+                            p.len()
+                        ),
+                    ));
                 }
-            }
-        }
-        if self.command.len() > MAX_COMMAND_ARGS {
-            return Err(invalid(
-                "command",
-                format!("must have at most {MAX_COMMAND_ARGS} arguments"),
-            ));
-        }
-        if self.env.len() > MAX_ENV_ENTRIES {
-            return Err(invalid(
-                "env",
-                format!("must have at most {MAX_ENV_ENTRIES} entries"),
-            ));
-        }
-        for k in self.env.keys() {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(invalid(
-                    format!("env.{k}"),
-                    "names must be non-empty without '=' or NUL",
-                ));
             }
         }
         if let Some(t) = self.time_limit_s {
@@ -263,13 +312,130 @@ impl JobSpec {
                 ));
             }
         }
+        self.validate_sizes()
+    }
+
+    /// Checks what the spec's size grows with: the number and bytes of its env, command
+    /// and tags, and its text in all ([`MAX_SPEC_BYTES`]). Part of [`JobSpec::validate`],
+    /// and checked alone before a submit is proposed (its queue and unit may still be
+    /// filled in from its share's).
+    pub fn validate_sizes(&self) -> Result<(), ValidationError> {
+        if self.command.len() > MAX_COMMAND_ARGS {
+            return Err(invalid(
+                "command",
+                format!("must have at most {MAX_COMMAND_ARGS} arguments"),
+            ));
+        }
+        if self.env.len() > MAX_ENV_ENTRIES {
+            return Err(invalid(
+                "env",
+                format!("must have at most {MAX_ENV_ENTRIES} entries"),
+            ));
+        }
+        let command_bytes: usize = self.command.iter().map(|a| a.len() + 1).sum();
+        if command_bytes > MAX_COMMAND_BYTES {
+            return Err(invalid(
+                "command",
+                format!(
+                    "must be at most {MAX_COMMAND_BYTES} bytes in all (each argument with its NUL), got {command_bytes}"
+                ),
+            ));
+        }
+        let mut env_bytes = 0;
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(invalid(
+                    format!("env.{}", shown(k)),
+                    "names must be non-empty without '=' or NUL",
+                ));
+            }
+            if k.len() > MAX_ENV_NAME_BYTES {
+                return Err(invalid(
+                    format!("env.{}", shown(k)),
+                    format!(
+                        "a name must be at most {MAX_ENV_NAME_BYTES} bytes, got {}",
+                        k.len()
+                    ),
+                ));
+            }
+            if v.len() > MAX_ENV_VALUE_BYTES {
+                return Err(invalid(
+                    format!("env.{k}"),
+                    format!(
+                        "a value must be at most {MAX_ENV_VALUE_BYTES} bytes, got {}",
+                        v.len()
+                    ),
+                ));
+            }
+            env_bytes += k.len() + v.len() + 2;
+        }
+        if env_bytes > MAX_ENV_BYTES {
+            return Err(invalid(
+                "env",
+                format!(
+                    "must be at most {MAX_ENV_BYTES} bytes in all (each NAME=value with its NUL), got {env_bytes}"
+                ),
+            ));
+        }
         if self.tags.len() > MAX_TAGS {
             return Err(invalid(
                 "tags",
                 format!("must have at most {MAX_TAGS} entries"),
             ));
         }
+        for (k, v) in &self.tags {
+            if k.len() > MAX_TAG_KEY_BYTES || v.len() > MAX_TAG_VALUE_BYTES {
+                return Err(invalid(
+                    format!("tags.{}", shown(k)),
+                    format!(
+                        "a key must be at most {MAX_TAG_KEY_BYTES} bytes and a value at most {MAX_TAG_VALUE_BYTES}, got {} and {}",
+                        k.len(),
+                        v.len()
+                    ),
+                ));
+            }
+        }
+        let total = self.text_bytes();
+        if total > MAX_SPEC_BYTES {
+            return Err(invalid(
+                "spec",
+                format!(
+                    "must be at most {MAX_SPEC_BYTES} bytes of text in all (env, command, tags, paths, names and SageMaker request), got {total}"
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The bytes of the spec's text: what its size in memory and in the log grows
+    /// with.
+    pub fn text_bytes(&self) -> usize {
+        let strs = |m: &BTreeMap<String, String>| -> usize {
+            m.iter().map(|(k, v)| k.len() + v.len() + 2).sum()
+        };
+        let opt = |o: &Option<String>| o.as_ref().map_or(0, |s| s.len());
+        let sm = self.sagemaker.as_ref().map_or(0, |sm| {
+            sm.training_job_name.len()
+                + strs(&sm.hyperparameters)
+                + strs(&sm.channels)
+                + sm.payload.len()
+                + sm.instance_type.len()
+        });
+        self.name.as_str().len()
+            + self.queue.as_str().len()
+            + self.share.as_str().len()
+            + self.user.as_str().len()
+            + self.request.unit.as_str().len()
+            + self.image.len()
+            + self.command.iter().map(|a| a.len() + 1).sum::<usize>()
+            + strs(&self.env)
+            + strs(&self.tags)
+            + opt(&self.client_token)
+            + opt(&self.cwd)
+            + opt(&self.output)
+            + opt(&self.error)
+            + self.checkpoint.signal.len()
+            + sm
     }
 
     /// Checks the parts that depend on the share: the grace period against its max.
@@ -758,7 +924,10 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
-    pub spec: JobSpec,
+    /// Shared between the tasks of an array (one spec in memory for all of them, and
+    /// one in a state image: see `tranche_state`'s stored jobs); a task whose priority
+    /// is changed gets its own, or shares a sibling's of that priority.
+    pub spec: Arc<JobSpec>,
     pub status: JobStatus,
     /// Original submit time; kept across requeues so the job keeps its place.
     pub submitted_at: Millis,

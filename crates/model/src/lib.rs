@@ -18,6 +18,7 @@ mod job;
 mod node;
 mod objects;
 pub mod policy_file;
+mod redact;
 mod standing;
 pub mod text_limits;
 
@@ -28,6 +29,7 @@ pub use ids::*;
 pub use job::*;
 pub use node::*;
 pub use objects::*;
+pub use redact::REDACTED_FIELDS;
 pub use standing::*;
 
 /// Milliseconds since the Unix epoch (controller) or since the start of a scenario

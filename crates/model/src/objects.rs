@@ -15,6 +15,14 @@ pub const MAX_QUEUE_PRIORITY: u32 = 1000;
 /// Upper bound on any grace period or minimum runtime, in seconds (one week).
 pub const MAX_DURATION_S: u64 = 7 * 24 * 3600;
 
+/// The highest priority a user may give a job of a share that does not set
+/// `max_user_priority`. Priorities order jobs inside a share, and a share with
+/// in-share preemption lets a higher priority stop a lower one: 0–100 leaves users the
+/// small numbers they use to order their own work (Slurm's `nice`, AWS's
+/// `schedulingPriority` in practice), while 101–9999 stays with operators and admins,
+/// who can always lift one job above everything users can set.
+pub const DEFAULT_MAX_USER_PRIORITY: u32 = 100;
+
 /// ENABLED or DISABLED, for environments, queues and shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -201,6 +209,116 @@ pub struct QuotaShare {
     pub max_grace_s: u64,
     /// A running job younger than this is not a preemption victim.
     pub min_runtime_s: u64,
+    /// The highest priority a user may set on a job of this share, at submit and
+    /// update (operators and admins may set up to [`crate::MAX_JOB_PRIORITY`]).
+    pub max_user_priority: u32,
+    /// How many jobs the share and each of its users may have, and how fast a user
+    /// may submit.
+    pub limits: JobLimits,
+}
+
+/// Limits on jobs, per quota share: for each user of the share (as Slurm's limits of
+/// an association, user × account) and for the share as a whole (Slurm's `Grp*`
+/// limits). Each task of an array counts as a job, as in Slurm. A job counts from its
+/// submit until it ends (SUCCEEDED, FAILED or CANCELLED), so ended jobs free their
+/// place. The per-user limits hold for the job's user, whoever sends the submit (an
+/// admin or operator submitting for a user through the AWS endpoint counts against
+/// that user); an admin lifts a limit by applying the share again.
+///
+/// The defaults suit a rack of a few hundred users: far above what scripts of normal
+/// use reach (Slurm's default `MaxJobCount` is 10,000 for a whole cluster), and a
+/// bound on what one user makes the controllers hold. The tasks of an array share one
+/// spec, so a full-size array (10,000 tasks) costs one spec and a small record per
+/// task; jobs that are not arrays hold a spec each, so one user's jobs in a share hold
+/// at most `max_jobs_per_user` × [`crate::MAX_SPEC_BYTES`] of specs (2.5 GiB with the
+/// defaults, reached only by 10,000 jobs each at the spec size limit), which an admin
+/// lowers with either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobLimits {
+    /// Jobs a user may have waiting (SUBMITTED, PENDING or RUNNABLE) in the share.
+    pub max_pending_per_user: u32,
+    /// Jobs a user may have in the share, waiting or running (Slurm's
+    /// `MaxSubmitJobs`).
+    pub max_jobs_per_user: u32,
+    /// Jobs the share may have in all, waiting or running (`GrpSubmitJobs`).
+    pub max_jobs_per_share: u32,
+    /// Arrays a user may have in the share with at least one task not ended.
+    pub max_arrays_per_user: u32,
+    /// Submits a user may make to the share per minute of entry time (an array is one
+    /// submit).
+    pub submits_per_user_per_minute: u32,
+    /// Tasks one array may have (at most [`crate::MAX_ARRAY_TASKS`]).
+    pub max_array_tasks: u32,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        JobLimits {
+            max_pending_per_user: 10_000,
+            max_jobs_per_user: 10_000,
+            max_jobs_per_share: 50_000,
+            max_arrays_per_user: 100,
+            submits_per_user_per_minute: 600,
+            max_array_tasks: crate::MAX_ARRAY_TASKS,
+        }
+    }
+}
+
+/// The highest any one of [`JobLimits`]' numbers may be set to.
+pub const MAX_JOB_LIMIT: u32 = 1_000_000;
+
+impl JobLimits {
+    /// The widest limits allowed, for benchmarks and simulations that measure the
+    /// scheduler rather than the limits.
+    pub fn widest() -> JobLimits {
+        JobLimits {
+            max_pending_per_user: MAX_JOB_LIMIT,
+            max_jobs_per_user: MAX_JOB_LIMIT,
+            max_jobs_per_share: MAX_JOB_LIMIT,
+            max_arrays_per_user: MAX_JOB_LIMIT,
+            submits_per_user_per_minute: MAX_JOB_LIMIT,
+            max_array_tasks: crate::MAX_ARRAY_TASKS,
+        }
+    }
+
+    /// Checks each number: at least 1 (0 would refuse every submit: disable the share
+    /// instead), at most [`MAX_JOB_LIMIT`], and the array size at most
+    /// [`crate::MAX_ARRAY_TASKS`].
+    pub fn validate(&self, field: &str) -> Result<(), ValidationError> {
+        for (name, v, max) in [
+            (
+                "max_pending_per_user",
+                self.max_pending_per_user,
+                MAX_JOB_LIMIT,
+            ),
+            ("max_jobs_per_user", self.max_jobs_per_user, MAX_JOB_LIMIT),
+            ("max_jobs_per_share", self.max_jobs_per_share, MAX_JOB_LIMIT),
+            (
+                "max_arrays_per_user",
+                self.max_arrays_per_user,
+                MAX_JOB_LIMIT,
+            ),
+            (
+                "submits_per_user_per_minute",
+                self.submits_per_user_per_minute,
+                MAX_JOB_LIMIT,
+            ),
+            (
+                "max_array_tasks",
+                self.max_array_tasks,
+                crate::MAX_ARRAY_TASKS,
+            ),
+        ] {
+            if v == 0 || v > max {
+                return Err(invalid(
+                    format!("{field}.{name}"),
+                    format!("must be 1 to {max}, got {v}"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl QuotaShare {
@@ -245,6 +363,17 @@ impl QuotaShare {
                 ));
             }
         }
+        if self.max_user_priority > crate::MAX_JOB_PRIORITY {
+            return Err(invalid(
+                "max_user_priority",
+                format!(
+                    "must be 0-{}, got {}",
+                    crate::MAX_JOB_PRIORITY,
+                    self.max_user_priority
+                ),
+            ));
+        }
+        self.limits.validate("limits")?;
         if self.default_grace_s > self.max_grace_s {
             return Err(invalid(
                 "default_grace_s",
@@ -306,6 +435,8 @@ mod tests {
             default_grace_s: 60,
             max_grace_s: 600,
             min_runtime_s: 0,
+            max_user_priority: DEFAULT_MAX_USER_PRIORITY,
+            limits: JobLimits::default(),
         }
     }
 

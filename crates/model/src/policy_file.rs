@@ -1,14 +1,34 @@
 //! The policy file `tranche apply -f` reads (TOML): environments, scheduling policies,
 //! queues and quota shares, turned into the model's objects. The text is checked
 //! against [`crate::text_limits`] before it is parsed.
+//!
+//! Job limits ([`crate::JobLimits`]) are kept per quota share. A top-level `[limits]`
+//! table sets them for every share of the file, and a share's own `limits` table
+//! overrides any of them; a number set in neither takes [`crate::JobLimits`]'
+//! default:
+//!
+//! ```toml
+//! [limits]                      # every share of this file
+//! max_pending_per_user = 10000  # SUBMITTED, PENDING or RUNNABLE, per user and share
+//! max_jobs_per_user = 10000     # not yet ended, per user and share
+//! max_jobs_per_share = 50000    # not yet ended, the share's users together
+//! max_arrays_per_user = 100     # arrays with a task not yet ended
+//! submits_per_user_per_minute = 600
+//! max_array_tasks = 10000
+//!
+//! [[shares]]
+//! name = "vision"
+//! max_user_priority = 100       # users' highest job priority (default 100)
+//! limits = { max_jobs_per_user = 2000 }
+//! ```
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
 use crate::{
-    CapacityLimit, IdleAssignment, JobQueue, ObjState, QuotaShare, ResourceSharing,
-    SchedulingPolicy, ServiceEnvironment, Strategy,
+    CapacityLimit, IdleAssignment, JobLimits, JobQueue, ObjState, QuotaShare, ResourceSharing,
+    SchedulingPolicy, ServiceEnvironment, Strategy, DEFAULT_MAX_USER_PRIORITY,
 };
 
 /// The objects a policy file describes, each kind in file order.
@@ -31,6 +51,38 @@ struct PolicyFile {
     queues: Vec<QueueEntry>,
     #[serde(default)]
     shares: Vec<ShareEntry>,
+    #[serde(default)]
+    limits: LimitsEntry,
+}
+
+/// Job limits as a file writes them: any of them, the rest from the level above.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsEntry {
+    max_pending_per_user: Option<u32>,
+    max_jobs_per_user: Option<u32>,
+    max_jobs_per_share: Option<u32>,
+    max_arrays_per_user: Option<u32>,
+    submits_per_user_per_minute: Option<u32>,
+    max_array_tasks: Option<u32>,
+}
+
+impl LimitsEntry {
+    /// `self`'s numbers over `base`.
+    fn over(&self, base: JobLimits) -> JobLimits {
+        JobLimits {
+            max_pending_per_user: self
+                .max_pending_per_user
+                .unwrap_or(base.max_pending_per_user),
+            max_jobs_per_user: self.max_jobs_per_user.unwrap_or(base.max_jobs_per_user),
+            max_jobs_per_share: self.max_jobs_per_share.unwrap_or(base.max_jobs_per_share),
+            max_arrays_per_user: self.max_arrays_per_user.unwrap_or(base.max_arrays_per_user),
+            submits_per_user_per_minute: self
+                .submits_per_user_per_minute
+                .unwrap_or(base.submits_per_user_per_minute),
+            max_array_tasks: self.max_array_tasks.unwrap_or(base.max_array_tasks),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +137,14 @@ struct ShareEntry {
     max_grace_s: u64,
     #[serde(default)]
     min_runtime_s: u64,
+    #[serde(default = "max_user_priority")]
+    max_user_priority: u32,
+    #[serde(default)]
+    limits: LimitsEntry,
+}
+
+fn max_user_priority() -> u32 {
+    DEFAULT_MAX_USER_PRIORITY
 }
 
 fn default_grace() -> u64 {
@@ -100,6 +160,7 @@ fn max_grace() -> u64 {
 pub fn parse(text: &str) -> Result<PolicyObjects, String> {
     crate::text_limits::check_toml("policy file", text)?;
     let f: PolicyFile = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+    let file_limits = f.limits.over(JobLimits::default());
     Ok(PolicyObjects {
         environments: f
             .environments
@@ -147,6 +208,8 @@ pub fn parse(text: &str) -> Result<PolicyObjects, String> {
                 default_grace_s: s.default_grace_s,
                 max_grace_s: s.max_grace_s,
                 min_runtime_s: s.min_runtime_s,
+                max_user_priority: s.max_user_priority,
+                limits: s.limits.over(file_limits),
             })
             .collect(),
     })
@@ -159,9 +222,52 @@ mod tests {
         let text = include_str!("../../../config/policy.toml");
         let o = super::parse(text).unwrap();
         assert!(!o.shares.is_empty());
+        for s in &o.shares {
+            s.validate().unwrap();
+        }
         let deep = format!("{text}\nx = {}", "[".repeat(10_000));
         let e = super::parse(&deep).unwrap_err();
         assert!(e.starts_with("policy file: line "), "{e}");
         assert!(e.ends_with("nesting deeper than 32 levels"), "{e}");
+    }
+
+    #[test]
+    fn limits_come_from_the_share_then_the_file_then_the_defaults() {
+        let text = r#"
+            [limits]
+            max_jobs_per_user = 300
+            submits_per_user_per_minute = 20
+
+            [[shares]]
+            name = "a"
+            queue = "q"
+            strategy = "LEND"
+            capacity_limits = [{ unit = "h100", max = 8 }]
+            max_user_priority = 10
+            limits = { max_jobs_per_user = 40 }
+
+            [[shares]]
+            name = "b"
+            queue = "q"
+            strategy = "LEND"
+            capacity_limits = [{ unit = "h100", max = 8 }]
+        "#;
+        let o = super::parse(text).unwrap();
+        let d = crate::JobLimits::default();
+        let (a, b) = (&o.shares[0], &o.shares[1]);
+        assert_eq!((a.max_user_priority, b.max_user_priority), (10, 100));
+        assert_eq!(
+            (a.limits.max_jobs_per_user, b.limits.max_jobs_per_user),
+            (40, 300)
+        );
+        assert_eq!(a.limits.submits_per_user_per_minute, 20);
+        assert_eq!(b.limits.max_pending_per_user, d.max_pending_per_user);
+        let e = super::parse(&text.replace("max_jobs_per_user = 40", "max_jobz = 1")).unwrap_err();
+        assert!(e.contains("max_jobz"), "{e}");
+        let mut bad = a.clone();
+        bad.limits.max_array_tasks = 20_000;
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.field, "limits.max_array_tasks");
+        assert!(e.rule.contains("1 to 10000, got 20000"), "{e}");
     }
 }

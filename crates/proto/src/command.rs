@@ -119,6 +119,8 @@ impl ClientCommand {
                 role,
                 created_at: 0,
                 revoked_at: None,
+                issuer_serial: None,
+                expires_at: None,
             }),
             C::RevokeAccessKey { id } => Command::RevokeAccessKey { id },
         }

@@ -6,20 +6,20 @@
 //! the body, a version it does not speak, a body that does not decode, and a body with
 //! bytes left over.
 //!
-//! Version 5 is this build's. Controllers still read version-4 frames from each other
+//! Version 6 is this build's. Controllers still read version-5 frames from each other
 //! (a controller of the previous release, during a rolling upgrade); the client port
-//! answers a version-4 request with a version-4 error that tells the user to upgrade the
-//! client; and a client that gets a version-4 answer says the controllers are older.
+//! answers a version-5 request with a version-5 error that tells the user to upgrade the
+//! client; and a client that gets a version-5 answer says the controllers are older.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this build speaks on every stream.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// The previous release's protocol version, still read between controllers.
-pub const PREVIOUS_PROTOCOL_VERSION: u16 = 4;
+pub const PREVIOUS_PROTOCOL_VERSION: u16 = 5;
 
 /// The largest client request or response frame (16 MiB).
 pub const MAX_CLIENT_FRAME: usize = 16 << 20;

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use tranche_model::Millis;
 use tranche_state::codec::{self, FormatError};
-use tranche_state::format::{v2, v3, v4};
+use tranche_state::format::{v2, v3, v4, v5};
 use tranche_state::{Command, RequestId, State};
 
 use crate::frame::{self, FrameError, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION};
@@ -112,13 +112,18 @@ impl Proposal {
         if version == codec::FORMAT {
             return codec::decode(body).map_err(bad);
         }
-        // Formats 1 and 2 lay their entries out alike; formats 3 and 4 differ in their
-        // commands.
-        let p: v4::Proposal = match version {
-            4 => codec::decode(body).map_err(bad)?,
-            3 => codec::decode::<v3::Proposal>(body).map_err(bad)?.into(),
+        // Formats 1 and 2 lay their entries out alike; formats 3, 4 and 5 differ in
+        // their commands, format 5 in its request ids too.
+        let p: v5::Proposal = match version {
+            5 => codec::decode(body).map_err(bad)?,
+            4 => codec::decode::<v4::Proposal>(body).map_err(bad)?.into(),
+            3 => {
+                let p: v4::Proposal = codec::decode::<v3::Proposal>(body).map_err(bad)?.into();
+                p.into()
+            }
             _ => {
                 let p: v3::Proposal = codec::decode::<v2::Proposal>(body).map_err(bad)?.into();
+                let p: v4::Proposal = p.into();
                 p.into()
             }
         };
@@ -127,20 +132,20 @@ impl Proposal {
             id: p.id,
             now: p.now,
             cmd: p.cmd.into(),
-            request: p.request,
+            request: p.request.map(Into::into),
         })
     }
 }
 
-/// What a controller of the previous protocol version (4) sends: its forwarded writes
-/// carry that format's command.
+/// What a controller of the previous protocol version (5) sends: its forwarded writes
+/// carry that format's command and request id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum PreviousItem {
     Raft(Vec<u8>),
     Forward {
         id: u64,
-        cmd: v4::Command,
-        request: Option<RequestId>,
+        cmd: v5::Command,
+        request: Option<v5::RequestId>,
     },
 }
 
@@ -173,7 +178,7 @@ impl PeerFrame {
                     PreviousItem::Forward { id, cmd, request } => PeerItem::Forward {
                         id,
                         cmd: cmd.into(),
-                        request,
+                        request: request.map(Into::into),
                     },
                 })
                 .collect(),
@@ -266,7 +271,51 @@ mod tests {
             "{p:?}"
         );
 
-        // A peer frame of protocol 4 with a forwarded submit.
+        // As format 5 wrote it: a share with no priority cap or limits, and a request
+        // id with no identity.
+        let v5_share = v5::QuotaShare {
+            name: "s".into(),
+            queue: "q".into(),
+            capacity_limits: vec![],
+            resource_sharing: tranche_model::ResourceSharing {
+                strategy: tranche_model::Strategy::Lend,
+                borrow_limit: None,
+            },
+            in_share_preemption: true,
+            state: tranche_model::ObjState::Enabled,
+            members: vec![],
+            default_grace_s: 1,
+            max_grace_s: 2,
+            min_runtime_s: 3,
+        };
+        let v5_request = v5::RequestId {
+            client: 11,
+            seq: 2,
+            first_incomplete: 1,
+        };
+        let v5_entry = v5::Proposal {
+            origin: 1,
+            id: 4,
+            now: 5,
+            cmd: v5::Command::PutShare(v5_share),
+            request: Some(v5_request),
+        };
+        let p = Proposal::open(&sealed_as(5, &v5_entry)).unwrap();
+        match &p.cmd {
+            Command::PutShare(s) => assert_eq!(
+                (s.min_runtime_s, s.max_user_priority, s.limits),
+                (
+                    3,
+                    tranche_model::DEFAULT_MAX_USER_PRIORITY,
+                    tranche_model::JobLimits::default()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        let r = p.request.unwrap();
+        assert_eq!((r.identity.as_str(), r.client, r.seq), ("", 11, 2));
+
+        // A peer frame of protocol 5 with a forwarded submit and its request id.
         let f = PreviousFrame {
             from: 3,
             from_addr: "127.0.0.1:1".into(),
@@ -275,8 +324,8 @@ mod tests {
                 PreviousItem::Raft(vec![1, 2]),
                 PreviousItem::Forward {
                     id: 5,
-                    cmd: v4::Command::Submit(v4_spec),
-                    request: None,
+                    cmd: v5::Command::Submit(v4_spec.into()),
+                    request: Some(v5_request),
                 },
             ],
         };
@@ -284,7 +333,7 @@ mod tests {
         let got = PeerFrame::decode_payload(&bytes[4..]).unwrap();
         assert_eq!((got.from, got.incarnation, got.items.len()), (3, 4, 2));
         assert!(
-            matches!(&got.items[1], PeerItem::Forward { id: 5, cmd: Command::Submit(s), .. } if s.hold && s.sagemaker.is_none())
+            matches!(&got.items[1], PeerItem::Forward { id: 5, cmd: Command::Submit(s), request: Some(r) } if s.hold && s.sagemaker.is_none() && r.client == 11)
         );
         let mut older = bytes.clone();
         older[5] = 1;

@@ -680,6 +680,9 @@ pub fn objects(sc: &Scenario) -> Objects {
                 .unwrap_or(3600)
                 .max(s.default_grace_s.unwrap_or(60)),
             min_runtime_s: s.min_runtime_s.unwrap_or(0),
+            // The simulator measures scheduling: submits are not limited.
+            max_user_priority: tranche_model::MAX_JOB_PRIORITY,
+            limits: tranche_model::JobLimits::widest(),
         })
         .collect();
     Objects {

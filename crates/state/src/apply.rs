@@ -8,6 +8,26 @@ use std::cmp::Reverse;
 use std::collections::BTreeSet;
 use tranche_model::*;
 
+/// `event` with its reason cut to [`MAX_REASON_BYTES`].
+fn capped_progress(event: &Progress) -> std::borrow::Cow<'_, Progress> {
+    use std::borrow::Cow;
+    match event {
+        Progress::Exited {
+            code,
+            reason: Some(r),
+        } if r.len() > MAX_REASON_BYTES => Cow::Owned(Progress::Exited {
+            code: *code,
+            reason: Some(capped_reason(r).to_string()),
+        }),
+        Progress::Lost { reason } if reason.len() > MAX_REASON_BYTES => {
+            Cow::Owned(Progress::Lost {
+                reason: capped_reason(reason).to_string(),
+            })
+        }
+        _ => Cow::Borrowed(event),
+    }
+}
+
 impl State {
     /// Applies `cmd` at time `now`. Deterministic and total: it never panics on any input,
     /// and an error leaves the state exactly as it was.
@@ -84,11 +104,13 @@ impl State {
                 n.down = None;
                 n.unreachable = false;
             }),
+            // A node's report is kept whatever its reason's size: the reason is cut
+            // to MAX_REASON_BYTES rather than the report refused.
             Command::JobProgress {
                 job,
                 attempt,
                 event,
-            } => self.progress(*job, *attempt, event, now),
+            } => self.progress(*job, *attempt, &capped_progress(event), now),
             Command::ApplyPlan(plan) => return Ok(Outcome::Plan(self.apply_plan(plan, now))),
         };
         out.map(|()| {
@@ -365,6 +387,7 @@ impl State {
         }
         spec.validate_for_share(share)?;
         self.check_can_ever_fit(spec, &queue.environment)?;
+        let window = self.check_job_limits(spec, share, now)?;
         let deps = self.resolve_dependency(spec)?;
         let tasks: Vec<Option<ArrayTask>> = match &spec.array {
             None => vec![None],
@@ -390,8 +413,10 @@ impl State {
             self.tokens
                 .insert((spec.user.clone(), token.clone()), first);
         }
+        // One spec for every task of an array: each task holds a reference to it.
         let mut task_spec = spec.clone();
         task_spec.array = None;
+        let task_spec = std::sync::Arc::new(task_spec);
         let mut never = vec![];
         for array in tasks {
             let id = JobId(self.next_job_id);
@@ -435,6 +460,7 @@ impl State {
                 reason,
                 nodes: vec![],
             });
+            self.index.count_job(&job, job.status, true);
             self.jobs.insert(id, job);
             if let Some(why) = &deps.never {
                 never.push((id, why.clone()));
@@ -443,11 +469,103 @@ impl State {
         for (id, why) in never {
             self.set_status(id, JobStatus::Cancelled, &why, vec![], now);
         }
+        let key = (spec.share.clone(), spec.user.clone());
+        if !self.submit_rate.contains_key(&key) {
+            // Entries of past minutes count for nothing: dropped as new ones come.
+            self.submit_rate.retain(|_, w| w.minute == window.minute);
+        }
+        self.submit_rate.insert(key, window);
         self.version += 1;
         Ok(Outcome::Submitted {
             job: first,
             existing: false,
         })
+    }
+
+    /// Checks a submit against its share's job limits ([`JobLimits`]): the tasks it
+    /// adds against what its user and the share have not yet ended, and the user's
+    /// submits of this minute of entry time. Returns the user's submit window with
+    /// this submit counted.
+    fn check_job_limits(
+        &self,
+        spec: &JobSpec,
+        share: &QuotaShare,
+        now: Millis,
+    ) -> Result<SubmitWindow, ApplyError> {
+        let limits = &share.limits;
+        let (user, name) = (&spec.user, &share.name);
+        let tasks = match &spec.array {
+            Some(a) => {
+                let n = a.indices().len() as u32;
+                if n > limits.max_array_tasks {
+                    return Err(ValidationError::new(
+                        "array",
+                        format!(
+                            "an array of share {name} may have at most {} tasks (max_array_tasks), got {n}",
+                            limits.max_array_tasks
+                        ),
+                    )
+                    .into());
+                }
+                n
+            }
+            None => 1,
+        };
+        let over = |has: String, limit: &str, max: u32| {
+            conflict(format!(
+                "{has}, and {limit} of share {name} is {max}; this submit adds {tasks}. Wait for jobs to end, or ask an admin to raise the limit"
+            ))
+        };
+        let o = self.owned_in(&spec.share, user);
+        if o.waiting + tasks > limits.max_pending_per_user {
+            return Err(over(
+                format!("user {user} has {} waiting jobs in share {name}", o.waiting),
+                "max_pending_per_user",
+                limits.max_pending_per_user,
+            ));
+        }
+        if o.jobs + tasks > limits.max_jobs_per_user {
+            return Err(over(
+                format!("user {user} has {} jobs not ended in share {name}", o.jobs),
+                "max_jobs_per_user",
+                limits.max_jobs_per_user,
+            ));
+        }
+        let in_share = self.share_job_count(&spec.share);
+        if in_share + tasks > limits.max_jobs_per_share {
+            return Err(over(
+                format!("share {name} has {in_share} jobs not ended"),
+                "max_jobs_per_share",
+                limits.max_jobs_per_share,
+            ));
+        }
+        if spec.array.is_some() && o.arrays >= limits.max_arrays_per_user {
+            return Err(over(
+                format!(
+                    "user {user} has {} arrays with tasks not ended in share {name}",
+                    o.arrays
+                ),
+                "max_arrays_per_user",
+                limits.max_arrays_per_user,
+            ));
+        }
+        let minute = now / 60_000;
+        let mut window = self
+            .submit_rate
+            .get(&(spec.share.clone(), user.clone()))
+            .copied()
+            .filter(|w| w.minute == minute)
+            .unwrap_or(SubmitWindow { minute, submits: 0 });
+        if window.submits >= limits.submits_per_user_per_minute {
+            return Err(conflict(format!(
+                "user {user} has made {} submits to share {name} this minute, and submits_per_user_per_minute of share {name} is {}; retry in {} s",
+                window.submits,
+                limits.submits_per_user_per_minute,
+                (60_000 - now % 60_000).div_ceil(1000)
+            )));
+        }
+        window.submits += 1;
+        Ok(window)
     }
 
     pub(crate) fn cancel(
@@ -530,7 +648,15 @@ impl State {
         }
     }
 
-    pub(crate) fn update_priority(&mut self, id: JobId, priority: u32) -> Result<(), ApplyError> {
+    /// Sets a job's priority. A task of an array shares its spec with a sibling that
+    /// has that priority already (`donor`, else found among the siblings), so that the
+    /// array's tasks hold at most one spec per priority in use.
+    pub(crate) fn update_priority(
+        &mut self,
+        id: JobId,
+        priority: u32,
+        donor: &mut Option<std::sync::Arc<JobSpec>>,
+    ) -> Result<(), ApplyError> {
         let job = self.jobs.get(&id).ok_or_else(|| not_found("job", id))?;
         if priority > MAX_JOB_PRIORITY {
             return Err(ValidationError::new(
@@ -549,8 +675,17 @@ impl State {
         let runnable = job.status == JobStatus::Runnable;
         let old = RunKey::of(job);
         let share = job.spec.share.clone();
+        if donor.as_ref().is_none_or(|d| d.priority != priority) {
+            *donor = self.sibling_spec(job, priority);
+        }
         let job = self.jobs.get_mut(&id).expect("job exists");
-        job.spec.priority = priority;
+        match donor {
+            Some(d) => job.spec = d.clone(),
+            None => {
+                std::sync::Arc::make_mut(&mut job.spec).priority = priority;
+                *donor = Some(job.spec.clone());
+            }
+        }
         if let Some(r) = self.index.running_mut(&share, id) {
             r.priority = priority;
         }
@@ -562,6 +697,23 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// The spec of a task of `job`'s array whose priority is `priority` (all tasks of
+    /// an array have the same spec but for their priority).
+    fn sibling_spec(&self, job: &Job, priority: u32) -> Option<std::sync::Arc<JobSpec>> {
+        if job.spec.priority == priority {
+            return Some(job.spec.clone());
+        }
+        let a = job.array.as_ref()?;
+        let first = a.array.0;
+        self.jobs
+            .range(JobId(first)..JobId(first + a.count as u64))
+            .map(|(_, j)| j)
+            .find(|j| {
+                j.spec.priority == priority && j.array.as_ref().is_some_and(|t| t.array == a.array)
+            })
+            .map(|j| j.spec.clone())
     }
 
     /// Moves a job to `to`, records the transition and keeps the indexes in step.
@@ -635,6 +787,7 @@ impl State {
         if !from.is_active() && to.is_active() {
             self.index.activate(job);
         }
+        self.index.recount_job(job, from, to);
         job.status = to;
         job.transitions.push(Transition {
             at: now,
@@ -975,9 +1128,7 @@ impl State {
             )
             .into());
         }
-        if reason.len() > 1024 {
-            return Err(ValidationError::new("reason", "must be at most 1024 characters").into());
-        }
+        validate_reason(reason)?;
         self.nodes.get_mut(name).expect("exists").drain = Some(reason.to_string());
         if stop {
             for id in self.jobs_on(name) {
@@ -1000,6 +1151,7 @@ impl State {
         if !self.nodes.contains_key(name) {
             return Err(not_found("node", name));
         }
+        validate_reason(reason)?;
         if reason.trim().is_empty() {
             return Err(
                 ValidationError::new("reason", "marking a node DOWN needs a reason").into(),

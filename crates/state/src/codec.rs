@@ -22,11 +22,11 @@ use serde::Serialize;
 pub const MAX_DECODE_BYTES: usize = 512 << 20;
 
 /// The stored format this build writes.
-pub const FORMAT: u16 = 5;
+pub const FORMAT: u16 = 6;
 
 /// The stored formats this build reads: its own and the earlier releases' (each read
 /// through the newer ones' migrations, see [`crate::format`]).
-pub const FORMATS_READ: [u16; 5] = [1, 2, 3, 4, 5];
+pub const FORMATS_READ: [u16; 6] = [1, 2, 3, 4, 5, 6];
 
 /// The envelope's first bytes.
 pub const MAGIC: [u8; 3] = [0xFF, b'T', b'R'];
@@ -90,7 +90,7 @@ pub fn open(bytes: &[u8]) -> Result<(u16, &[u8]), FormatError> {
             return Err(FormatError::Decode {
                 version: 0,
                 reason: "a broken envelope".into(),
-            })
+            });
         }
         _ => return Ok((1, bytes)),
     };
@@ -150,7 +150,7 @@ mod tests {
         assert_eq!(e, FormatError::Unknown { found: 9 });
         assert_eq!(
             e.to_string(),
-            "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4 and 5"
+            "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5 and 6"
         );
         assert!(open(&[0xFF, b'T']).is_err());
     }

@@ -186,6 +186,7 @@ impl State {
         reason: &str,
         now: Millis,
     ) -> Result<(), ApplyError> {
+        validate_reason(reason)?;
         let ids = self.resolve(r)?;
         if let [id] = ids[..] {
             return self.cancel(id, reason, now);
@@ -203,7 +204,7 @@ impl State {
     ) -> Result<(), ApplyError> {
         let ids = self.resolve(r)?;
         if let [id] = ids[..] {
-            return self.update_priority(id, priority);
+            return self.update_priority(id, priority, &mut None);
         }
         if priority > MAX_JOB_PRIORITY {
             return Err(ValidationError::new(
@@ -212,8 +213,9 @@ impl State {
             )
             .into());
         }
+        let mut donor = None;
         for id in self.unfinished(r, ids)? {
-            self.update_priority(id, priority)?;
+            self.update_priority(id, priority, &mut donor)?;
         }
         Ok(())
     }

@@ -11,8 +11,12 @@
 //! (`JobRef`). Format 5 adds the AWS Batch-compatible endpoint's part: a SageMaker
 //! training job's part of a spec (`JobSpec::sagemaker`), the state's access keys and
 //! tags (`State::aws`), and the commands that change them (`PutAccessKey`,
-//! `RevokeAccessKey`, `TagResource`, `UntagResource`, appended). Reading an older
-//! format goes through each newer one in turn (1 → 2 → 3 → 4 → 5).
+//! `RevokeAccessKey`, `TagResource`, `UntagResource`, appended). Format 6 adds a
+//! quota share's `max_user_priority` and job limits, an access key's issuer serial
+//! and expiry, each share's and user's submits of the current minute
+//! (`State::submit_rate`), and keys client sessions by (identity, client id): a
+//! request id carries the caller's identity. Reading an older format goes through
+//! each newer one in turn (1 → 2 → 3 → 4 → 5 → 6).
 
 use std::collections::BTreeMap;
 
@@ -23,11 +27,281 @@ use crate::codec::{self, FormatError};
 use crate::session::Session;
 use crate::state::State;
 
-/// The types of format 4 that differ from today's, frozen as that release wrote them.
-pub mod v4 {
+/// The types of format 5 that differ from today's, frozen as that release wrote them.
+pub mod v5 {
     use super::*;
     use crate::ledger::Ledger;
-    use crate::{Plan, Progress, RequestId};
+    use crate::{Plan, Progress};
+
+    /// A format-5 quota share: no users' priority cap, no job limits.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct QuotaShare {
+        pub name: ShareName,
+        pub queue: QueueName,
+        pub capacity_limits: Vec<CapacityLimit>,
+        pub resource_sharing: ResourceSharing,
+        pub in_share_preemption: bool,
+        pub state: ObjState,
+        pub members: Vec<UserName>,
+        pub default_grace_s: u64,
+        pub max_grace_s: u64,
+        pub min_runtime_s: u64,
+    }
+
+    /// A format-5 access key: no issuer serial, no expiry.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct AccessKey {
+        pub id: String,
+        pub user: UserName,
+        pub role: KeyRole,
+        pub created_at: Millis,
+        pub revoked_at: Option<Millis>,
+    }
+
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct AwsState {
+        pub keys: BTreeMap<String, AccessKey>,
+        pub tags: BTreeMap<String, BTreeMap<String, String>>,
+    }
+
+    /// A format-5 request id: no identity.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RequestId {
+        pub client: u64,
+        pub seq: u64,
+        pub first_incomplete: u64,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct State {
+        pub version: u64,
+        pub environments: BTreeMap<EnvName, ServiceEnvironment>,
+        pub policies: BTreeMap<PolicyName, SchedulingPolicy>,
+        pub queues: BTreeMap<QueueName, JobQueue>,
+        pub shares: BTreeMap<ShareName, QuotaShare>,
+        pub nodes: BTreeMap<NodeName, tranche_model::Node>,
+        pub jobs: BTreeMap<JobId, Job>,
+        pub tokens: BTreeMap<(UserName, String), JobId>,
+        pub next_job_id: u64,
+        pub sessions: BTreeMap<u64, Session>,
+        pub sessions_swept_at: Millis,
+        pub ledger: Ledger,
+        pub aws: AwsState,
+    }
+
+    /// Format 5's log command: its quota share and access key.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum Command {
+        PutEnvironment(ServiceEnvironment),
+        DeleteEnvironment(EnvName),
+        PutPolicy(SchedulingPolicy),
+        DeletePolicy(PolicyName),
+        PutQueue(JobQueue),
+        DeleteQueue(QueueName),
+        PutShare(QuotaShare),
+        DeleteShare(ShareName),
+        Submit(JobSpec),
+        Cancel {
+            job: JobRef,
+            reason: String,
+        },
+        UpdatePriority {
+            job: JobRef,
+            priority: u32,
+        },
+        RegisterNode(NodeInventory),
+        Heartbeat {
+            node: NodeName,
+        },
+        DrainNode {
+            node: NodeName,
+            reason: String,
+            now: bool,
+        },
+        ResumeNode {
+            node: NodeName,
+        },
+        NodeUnreachable {
+            node: NodeName,
+        },
+        NodeDown {
+            node: NodeName,
+            reason: String,
+        },
+        NodeUp {
+            node: NodeName,
+        },
+        JobProgress {
+            job: JobId,
+            attempt: u32,
+            event: Progress,
+        },
+        ApplyPlan(Plan),
+        Hold {
+            job: JobRef,
+        },
+        Release {
+            job: JobRef,
+        },
+        PruneLedger {
+            before_hour: u64,
+        },
+        PutAccessKey(AccessKey),
+        RevokeAccessKey {
+            id: String,
+        },
+        TagResource {
+            resource: String,
+            tags: BTreeMap<String, String>,
+        },
+        UntagResource {
+            resource: String,
+            keys: Vec<String>,
+        },
+    }
+
+    /// What a format-5 log entry carries (see `tranche_proto::peer::Proposal`).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Proposal {
+        pub origin: u64,
+        pub id: u64,
+        pub now: Millis,
+        pub cmd: Command,
+        pub request: Option<RequestId>,
+    }
+
+    impl From<QuotaShare> for tranche_model::QuotaShare {
+        /// A format-5 share gets the default cap on users' priorities and the
+        /// default job limits: jobs already submitted keep their priority, and a
+        /// share already over a limit takes no new jobs until it is under it again.
+        fn from(s: QuotaShare) -> Self {
+            tranche_model::QuotaShare {
+                name: s.name,
+                queue: s.queue,
+                capacity_limits: s.capacity_limits,
+                resource_sharing: s.resource_sharing,
+                in_share_preemption: s.in_share_preemption,
+                state: s.state,
+                members: s.members,
+                default_grace_s: s.default_grace_s,
+                max_grace_s: s.max_grace_s,
+                min_runtime_s: s.min_runtime_s,
+                max_user_priority: DEFAULT_MAX_USER_PRIORITY,
+                limits: JobLimits::default(),
+            }
+        }
+    }
+
+    impl From<AccessKey> for tranche_model::AccessKey {
+        /// A format-5 key's issuer is not known, and it does not expire.
+        fn from(k: AccessKey) -> Self {
+            tranche_model::AccessKey {
+                id: k.id,
+                user: k.user,
+                role: k.role,
+                created_at: k.created_at,
+                revoked_at: k.revoked_at,
+                issuer_serial: None,
+                expires_at: None,
+            }
+        }
+    }
+
+    impl From<RequestId> for crate::RequestId {
+        /// A format-5 request's sender is not known: its session is keyed by an empty
+        /// identity, which no caller has (the controller always sets one).
+        fn from(r: RequestId) -> Self {
+            crate::RequestId {
+                identity: String::new(),
+                client: r.client,
+                seq: r.seq,
+                first_incomplete: r.first_incomplete,
+            }
+        }
+    }
+
+    impl From<State> for crate::State {
+        /// Format 5's sessions are dropped (they cannot be told apart by identity; a
+        /// client retrying across the upgrade is answered afresh), and no submits are
+        /// counted yet in the current minute.
+        fn from(s: State) -> Self {
+            let mut st = crate::State {
+                version: s.version,
+                environments: s.environments,
+                policies: s.policies,
+                queues: s.queues,
+                shares: s.shares.into_iter().map(|(k, v)| (k, v.into())).collect(),
+                nodes: s.nodes,
+                jobs: s.jobs,
+                tokens: s.tokens,
+                next_job_id: s.next_job_id,
+                sessions: BTreeMap::new(),
+                sessions_swept_at: s.sessions_swept_at,
+                ledger: s.ledger,
+                aws: crate::AwsState {
+                    keys: s.aws.keys.into_iter().map(|(k, v)| (k, v.into())).collect(),
+                    tags: s.aws.tags,
+                },
+                submit_rate: BTreeMap::new(),
+                index: Default::default(),
+            };
+            st.share_array_specs();
+            st.rebuild_index();
+            st
+        }
+    }
+
+    impl From<Command> for crate::Command {
+        fn from(c: Command) -> Self {
+            use crate::Command as C;
+            match c {
+                Command::PutEnvironment(e) => C::PutEnvironment(e),
+                Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
+                Command::PutPolicy(p) => C::PutPolicy(p),
+                Command::DeletePolicy(n) => C::DeletePolicy(n),
+                Command::PutQueue(q) => C::PutQueue(q),
+                Command::DeleteQueue(n) => C::DeleteQueue(n),
+                Command::PutShare(s) => C::PutShare(s.into()),
+                Command::DeleteShare(n) => C::DeleteShare(n),
+                Command::Submit(spec) => C::Submit(spec),
+                Command::Cancel { job, reason } => C::Cancel { job, reason },
+                Command::UpdatePriority { job, priority } => C::UpdatePriority { job, priority },
+                Command::RegisterNode(inv) => C::RegisterNode(inv),
+                Command::Heartbeat { node } => C::Heartbeat { node },
+                Command::DrainNode { node, reason, now } => C::DrainNode { node, reason, now },
+                Command::ResumeNode { node } => C::ResumeNode { node },
+                Command::NodeUnreachable { node } => C::NodeUnreachable { node },
+                Command::NodeDown { node, reason } => C::NodeDown { node, reason },
+                Command::NodeUp { node } => C::NodeUp { node },
+                Command::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                } => C::JobProgress {
+                    job,
+                    attempt,
+                    event,
+                },
+                Command::ApplyPlan(p) => C::ApplyPlan(p),
+                Command::Hold { job } => C::Hold { job },
+                Command::Release { job } => C::Release { job },
+                Command::PruneLedger { before_hour } => C::PruneLedger { before_hour },
+                Command::PutAccessKey(k) => C::PutAccessKey(k.into()),
+                Command::RevokeAccessKey { id } => C::RevokeAccessKey { id },
+                Command::TagResource { resource, tags } => C::TagResource { resource, tags },
+                Command::UntagResource { resource, keys } => C::UntagResource { resource, keys },
+            }
+        }
+    }
+}
+
+/// The types of format 4 that differ from format 5's, frozen as that release wrote them.
+pub mod v4 {
+    use super::v5::QuotaShare;
+    use super::v5::RequestId;
+    use super::*;
+    use crate::ledger::Ledger;
+    use crate::{Plan, Progress};
 
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct JobSpec {
@@ -196,7 +470,7 @@ pub mod v4 {
         fn from(j: Job) -> Self {
             tranche_model::Job {
                 id: j.id,
-                spec: j.spec.into(),
+                spec: std::sync::Arc::new(j.spec.into()),
                 status: j.status,
                 submitted_at: j.submitted_at,
                 attempts: j.attempts,
@@ -213,10 +487,10 @@ pub mod v4 {
         }
     }
 
-    impl From<State> for crate::State {
+    impl From<State> for super::v5::State {
         /// A format-4 state has no access keys and no tags.
         fn from(s: State) -> Self {
-            let mut st = crate::State {
+            super::v5::State {
                 version: s.version,
                 environments: s.environments,
                 policies: s.policies,
@@ -229,17 +503,26 @@ pub mod v4 {
                 sessions: s.sessions,
                 sessions_swept_at: s.sessions_swept_at,
                 ledger: s.ledger,
-                aws: crate::AwsState::default(),
-                index: Default::default(),
-            };
-            st.rebuild_index();
-            st
+                aws: Default::default(),
+            }
         }
     }
 
-    impl From<Command> for crate::Command {
+    impl From<Proposal> for super::v5::Proposal {
+        fn from(p: Proposal) -> Self {
+            super::v5::Proposal {
+                origin: p.origin,
+                id: p.id,
+                now: p.now,
+                cmd: p.cmd.into(),
+                request: p.request,
+            }
+        }
+    }
+
+    impl From<Command> for super::v5::Command {
         fn from(c: Command) -> Self {
-            use crate::Command as C;
+            use super::v5::Command as C;
             match c {
                 Command::PutEnvironment(e) => C::PutEnvironment(e),
                 Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
@@ -279,8 +562,10 @@ pub mod v4 {
 
 /// The types of format 3 that differ from format 4's, frozen as that release wrote them.
 pub mod v3 {
+    use super::v5::QuotaShare;
+    use super::v5::RequestId;
     use super::*;
-    use crate::{Plan, Progress, RequestId};
+    use crate::{Plan, Progress};
 
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct JobSpec {
@@ -524,8 +809,10 @@ pub mod v3 {
 
 /// The types of format 2 that differ from format 3's, frozen as that release wrote them.
 pub mod v2 {
+    use super::v5::QuotaShare;
+    use super::v5::RequestId;
     use super::*;
-    use crate::{Plan, Progress, RequestId};
+    use crate::{Plan, Progress};
 
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct JobSpec {
@@ -751,6 +1038,7 @@ pub mod v2 {
 
 /// The types of format 1 that differ from format 2's, frozen as that release wrote them.
 pub mod v1 {
+    use super::v5::QuotaShare;
     use super::*;
 
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -819,27 +1107,33 @@ pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
     fn read<T: serde::de::DeserializeOwned>(version: u16, bytes: &[u8]) -> Result<T, FormatError> {
         codec::decode(bytes).map_err(|reason| FormatError::Decode { version, reason })
     }
-    let v4: v4::State = match version {
+    let v5: v5::State = match version {
         1 => {
             let v2: v2::State = read::<v1::State>(version, bytes)?.into();
             let v3: v3::State = v2.into();
-            v3.into()
+            let v4: v4::State = v3.into();
+            v4.into()
         }
         2 => {
             let v3: v3::State = read::<v2::State>(version, bytes)?.into();
-            v3.into()
+            let v4: v4::State = v3.into();
+            v4.into()
         }
-        3 => read::<v3::State>(version, bytes)?.into(),
-        4 => read(version, bytes)?,
+        3 => {
+            let v4: v4::State = read::<v3::State>(version, bytes)?.into();
+            v4.into()
+        }
+        4 => read::<v4::State>(version, bytes)?.into(),
+        5 => read(version, bytes)?,
         codec::FORMAT => {
             return State::restore(bytes).map_err(|e| FormatError::Decode {
                 version,
                 reason: e.to_string(),
-            })
+            });
         }
         found => return Err(FormatError::Unknown { found }),
     };
-    Ok(v4.into())
+    Ok(v5.into())
 }
 
 #[cfg(test)]
@@ -890,7 +1184,7 @@ mod tests {
     fn a_format_2_submit_becomes_todays_with_no_working_directory() {
         let spec = v2_job().spec;
         let c: v3::Command = v2::Command::Submit(spec).into();
-        let c: Command = v4::Command::from(c).into();
+        let c: Command = v5::Command::from(v4::Command::from(c)).into();
         match c {
             Command::Submit(s) => assert_eq!((s.cwd, s.user.as_str()), (None, "alice")),
             other => panic!("{other:?}"),
@@ -900,7 +1194,7 @@ mod tests {
             reason: "no heartbeat for 9 s".into(),
         }
         .into();
-        let c: Command = v4::Command::from(c).into();
+        let c: Command = v5::Command::from(v4::Command::from(c)).into();
         assert_eq!(
             c,
             Command::NodeDown {
@@ -917,7 +1211,7 @@ mod tests {
             reason: "x".into(),
         }
         .into();
-        let c: Command = c.into();
+        let c: Command = v5::Command::from(c).into();
         assert_eq!(
             c,
             Command::Cancel {
@@ -943,7 +1237,7 @@ mod tests {
 
     #[test]
     fn a_format_4_submit_becomes_todays_with_no_sagemaker_part() {
-        let c: Command = v4::Command::Submit(v4_job().spec).into();
+        let c: Command = v5::Command::from(v4::Command::Submit(v4_job().spec)).into();
         match c {
             Command::Submit(s) => assert_eq!(
                 (s.sagemaker, s.hold, s.output.as_deref(), s.user.as_str()),
@@ -967,7 +1261,7 @@ mod tests {
             ),
         ] {
             assert_eq!(codec::encode(&old), codec::encode(&today));
-            assert_eq!(Command::from(old), today);
+            assert_eq!(Command::from(v5::Command::from(old)), today);
         }
     }
 
@@ -1014,6 +1308,73 @@ mod tests {
     }
 
     #[test]
+    fn a_format_5_state_migrates_with_capped_priorities_default_limits_and_no_sessions() {
+        let share = v5::QuotaShare {
+            name: "s".into(),
+            queue: "q".into(),
+            capacity_limits: vec![CapacityLimit {
+                unit: "h100".into(),
+                max: 4,
+            }],
+            resource_sharing: ResourceSharing {
+                strategy: Strategy::Lend,
+                borrow_limit: None,
+            },
+            in_share_preemption: true,
+            state: ObjState::Enabled,
+            members: vec!["alice".into()],
+            default_grace_s: 30,
+            max_grace_s: 600,
+            min_runtime_s: 7,
+        };
+        let key = v5::AccessKey {
+            id: "TKAAAAAAAAAAAAAAAAAA".into(),
+            user: "alice".into(),
+            role: KeyRole::User,
+            created_at: 3,
+            revoked_at: None,
+        };
+        let v4: v4::State = v3::State::from(v2::State {
+            version: 1,
+            environments: BTreeMap::new(),
+            policies: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            shares: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            jobs: [(JobId(1), v2_job())].into(),
+            tokens: BTreeMap::new(),
+            next_job_id: 2,
+            sessions: BTreeMap::new(),
+            sessions_swept_at: 0,
+        })
+        .into();
+        let mut old: v5::State = v4.into();
+        old.shares.insert("s".into(), share);
+        old.aws.keys.insert(key.id.clone(), key);
+        old.sessions.insert(9, Session::default());
+        old.version = 12;
+        let got = decode_state(5, &codec::encode(&old)).unwrap();
+        assert_eq!((got.version, got.next_job_id), (12, 2));
+        let s = &got.shares[&ShareName::from("s")];
+        assert_eq!(
+            (s.min_runtime_s, s.max_user_priority, s.limits),
+            (7, DEFAULT_MAX_USER_PRIORITY, JobLimits::default())
+        );
+        s.validate().unwrap();
+        let k = &got.aws.keys["TKAAAAAAAAAAAAAAAAAA"];
+        assert_eq!(
+            (k.created_at, &k.issuer_serial, k.expires_at),
+            (3, &None, None)
+        );
+        assert!(got.sessions.is_empty() && got.submit_rate.is_empty());
+        assert_eq!(got.jobs[&JobId(1)].spec.user.as_str(), "alice");
+        got.check_index().unwrap();
+        // Format 6's bytes are not format 5's.
+        assert!(decode_state(5, &got.snapshot()).is_err());
+        assert_eq!(decode_state(codec::FORMAT, &got.snapshot()).unwrap(), got);
+    }
+
+    #[test]
     fn a_format_1_state_migrates_with_its_nodes_and_jobs() {
         let mut st = State::new();
         let inv = NodeInventory {
@@ -1031,7 +1392,7 @@ mod tests {
             environments: st.environments.clone(),
             policies: st.policies.clone(),
             queues: st.queues.clone(),
-            shares: st.shares.clone(),
+            shares: BTreeMap::new(),
             nodes: [(
                 n.inventory.name.clone(),
                 v1::Node {
@@ -1048,7 +1409,7 @@ mod tests {
             jobs: BTreeMap::new(),
             tokens: st.tokens.clone(),
             next_job_id: st.next_job_id,
-            sessions: st.sessions.clone(),
+            sessions: BTreeMap::new(),
             sessions_swept_at: st.sessions_swept_at,
         };
         let got = decode_state(1, &codec::encode(&old)).unwrap();

@@ -10,6 +10,11 @@
 //! client may still retry, applies a request only the first time, and answers its copies
 //! with the first answer. Answers below `first_incomplete` are forgotten: the client has
 //! them. A session unused for [`SESSION_IDLE_MS`] (entry time) is forgotten whole.
+//!
+//! A session is the pair (identity, client id): the identity is the caller's
+//! certificate identity, which the controller writes into the request id itself, so a
+//! client id learnt by someone else reaches neither the answers nor the
+//! `first_incomplete` of its holder's session.
 
 use std::collections::BTreeMap;
 
@@ -26,8 +31,12 @@ pub const SESSION_IDLE_MS: Millis = 10 * 60 * 1000;
 pub const MAX_ANSWERS_PER_SESSION: usize = 1024;
 
 /// Which request of which client a command is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestId {
+    /// Who sent it (`role:name`, the certificate identity's text). A client sends it
+    /// empty; the controller that receives the request replaces it with the caller's
+    /// identity before it proposes the command, so a client cannot choose it.
+    pub identity: String,
     /// Chosen at random by the client, once per process.
     pub client: u64,
     /// 1, 2, 3... per client; retries of a request keep its number.
@@ -68,7 +77,8 @@ impl State {
             };
         };
         self.expire_sessions(now);
-        let s = self.sessions.entry(req.client).or_default();
+        let key = (req.identity.clone(), req.client);
+        let s = self.sessions.entry(key.clone()).or_default();
         s.last_used = now;
         s.first_incomplete = s.first_incomplete.max(req.first_incomplete);
         let keep = s.first_incomplete;
@@ -89,7 +99,7 @@ impl State {
             };
         }
         let result = self.apply(cmd, now);
-        let s = self.sessions.get_mut(&req.client).expect("session exists");
+        let s = self.sessions.get_mut(&key).expect("session exists");
         s.answers.insert(req.seq, result.clone());
         while s.answers.len() > MAX_ANSWERS_PER_SESSION {
             s.answers.pop_first();

@@ -15,6 +15,14 @@ pub struct AwsState {
     pub tags: BTreeMap<String, BTreeMap<String, String>>,
 }
 
+/// A user's submits to a share in one minute of entry time (minutes counted from the
+/// epoch, so every controller cuts them alike).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitWindow {
+    pub minute: u64,
+    pub submits: u32,
+}
+
 /// Order of RUNNABLE jobs inside a share: priority descending, then submit time
 /// ascending (a requeued job keeps its original submit time), then id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -224,6 +232,21 @@ pub(crate) struct Index {
     /// a submit finds the largest node of its unit in its environment without reading
     /// every node's inventory.
     pub node_units: BTreeMap<Unit, BTreeSet<(Reverse<u32>, NodeName)>>,
+    /// Jobs not yet ended per (share, user), for the share's job limits.
+    pub owned: BTreeMap<(ShareName, UserName), Owned>,
+    /// Jobs not yet ended per share.
+    pub share_jobs: BTreeMap<ShareName, u32>,
+    /// Tasks not yet ended per array.
+    pub array_open: BTreeMap<JobId, u32>,
+}
+
+/// A user's jobs in a share that have not ended: waiting (SUBMITTED, PENDING,
+/// RUNNABLE), all, and arrays with a task not ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owned {
+    pub waiting: u32,
+    pub jobs: u32,
+    pub arrays: u32,
 }
 
 /// Who holds an active job's GPUs, for the ledger: its user, unit, and whether its
@@ -255,6 +278,57 @@ pub(crate) fn node_capacity(n: &Node) -> BTreeMap<Unit, u32> {
 }
 
 impl Index {
+    /// Adds (or, with `add` false, takes away) what `job` in `status` counts for the
+    /// job limits: nothing once ended.
+    pub(crate) fn count_job(&mut self, job: &Job, status: JobStatus, add: bool) {
+        if status.is_terminal() {
+            return;
+        }
+        fn step(v: &mut u32, add: bool) {
+            if add {
+                *v += 1;
+            } else {
+                *v = v.saturating_sub(1);
+            }
+        }
+        let spec = &job.spec;
+        let key = (spec.share.clone(), spec.user.clone());
+        let o = self.owned.entry(key.clone()).or_default();
+        step(&mut o.jobs, add);
+        if !status.is_active() {
+            step(&mut o.waiting, add);
+        }
+        if let Some(a) = &job.array {
+            let open = self.array_open.entry(a.array).or_default();
+            let was = *open;
+            step(open, add);
+            let now = *open;
+            if now == 0 {
+                self.array_open.remove(&a.array);
+            }
+            if (was == 0) != (now == 0) {
+                step(&mut o.arrays, add);
+            }
+        }
+        if *o == Owned::default() {
+            self.owned.remove(&key);
+        }
+        let n = self.share_jobs.entry(spec.share.clone()).or_default();
+        step(n, add);
+        if *n == 0 {
+            self.share_jobs.remove(&spec.share);
+        }
+    }
+
+    /// Moves `job`'s counts from status `from` to `to`, when that changes them.
+    pub(crate) fn recount_job(&mut self, job: &Job, from: JobStatus, to: JobStatus) {
+        let class = |s: JobStatus| (s.is_terminal(), s.is_active());
+        if class(from) != class(to) {
+            self.count_job(job, from, false);
+            self.count_job(job, to, true);
+        }
+    }
+
     /// Entries are removed when they empty, so an index kept up step by step equals
     /// one rebuilt from the data (`State::check_index` compares them as they are).
     pub(crate) fn remove_runnable(&mut self, share: &ShareName, key: &RunKey) {
@@ -377,18 +451,24 @@ pub struct State {
     pub queues: BTreeMap<QueueName, JobQueue>,
     pub shares: BTreeMap<ShareName, QuotaShare>,
     pub nodes: BTreeMap<NodeName, Node>,
+    /// Stored with each distinct spec once (see [`stored_jobs`]).
+    #[serde(with = "stored_jobs")]
     pub jobs: BTreeMap<JobId, Job>,
     /// (user, client token) → the job the first submit created.
     pub tokens: BTreeMap<(UserName, String), JobId>,
     pub next_job_id: u64,
-    /// Client sessions: the answers to requests a client may still retry.
-    pub sessions: BTreeMap<u64, crate::session::Session>,
+    /// Client sessions by (identity, client id): the answers to requests a client may
+    /// still retry.
+    pub sessions: BTreeMap<(String, u64), crate::session::Session>,
     /// When idle sessions were last looked for (entry time).
     pub sessions_swept_at: Millis,
     /// GPU time per share, user and unit, by hour (see [`crate::ledger`]).
     pub ledger: crate::ledger::Ledger,
     /// Access keys and object tags of the AWS Batch-compatible endpoint.
     pub aws: AwsState,
+    /// Submits per (share, user) in the current minute of entry time, for
+    /// [`JobLimits::submits_per_user_per_minute`].
+    pub submit_rate: BTreeMap<(ShareName, UserName), SubmitWindow>,
     #[serde(skip)]
     pub(crate) index: Index,
 }
@@ -409,6 +489,7 @@ impl PartialEq for State {
             && self.sessions_swept_at == o.sessions_swept_at
             && self.ledger == o.ledger
             && self.aws == o.aws
+            && self.submit_rate == o.submit_rate
     }
 }
 impl Eq for State {}
@@ -438,6 +519,21 @@ impl State {
         Ok(s)
     }
 
+    /// Makes the tasks of each array share one spec where their specs are equal (a
+    /// state read from a format that stored a spec per job).
+    pub(crate) fn share_array_specs(&mut self) {
+        let mut last: Option<(JobId, std::sync::Arc<JobSpec>)> = None;
+        for j in self.jobs.values_mut() {
+            let Some(a) = &j.array else { continue };
+            match &last {
+                Some((array, spec)) if *array == a.array && **spec == *j.spec => {
+                    j.spec = spec.clone();
+                }
+                _ => last = Some((a.array, j.spec.clone())),
+            }
+        }
+    }
+
     pub(crate) fn rebuild_index(&mut self) {
         let mut ix = Index::default();
         for n in self.nodes.values() {
@@ -448,6 +544,7 @@ impl State {
             ix.nodes.id(n.name());
         }
         for job in self.jobs.values() {
+            ix.count_job(job, job.status, true);
             for d in &job.deps {
                 ix.dependents.entry(d.job).or_default().insert(job.id);
             }
@@ -493,6 +590,20 @@ impl State {
     /// How many jobs of a share are active.
     pub fn running_count_in(&self, share: &ShareName) -> usize {
         self.index.active_by_share.get(share).map_or(0, |m| m.len())
+    }
+
+    /// `user`'s jobs in `share` that have not ended.
+    pub fn owned_in(&self, share: &ShareName, user: &UserName) -> Owned {
+        self.index
+            .owned
+            .get(&(share.clone(), user.clone()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// How many jobs of `share` have not ended.
+    pub fn share_job_count(&self, share: &ShareName) -> u32 {
+        self.index.share_jobs.get(share).copied().unwrap_or(0)
     }
 
     /// Each node's number (as [`Running`] records give it), in the order of
@@ -609,6 +720,12 @@ impl State {
         if a.node_units != b.node_units {
             return Err("node units index differs".into());
         }
+        if (&a.owned, &a.share_jobs, &a.array_open) != (&b.owned, &b.share_jobs, &b.array_open) {
+            return Err(format!(
+                "job counts differ: {:?} {:?} vs {:?} {:?}",
+                a.owned, a.share_jobs, b.owned, b.share_jobs
+            ));
+        }
         if a.share_used != b.share_used || a.queue_used != b.queue_used {
             return Err(format!(
                 "usage index differs: {:?} vs {:?}",
@@ -657,5 +774,131 @@ impl State {
             ));
         }
         Ok(())
+    }
+}
+
+/// How a state image holds the jobs (format 6): each distinct spec once, then each job
+/// with the number of its spec. The tasks of an array share one spec in memory
+/// ([`Job::spec`] is an `Arc`); an image that wrote the spec per job would multiply
+/// it by the array's size on every snapshot sent, install and restart. Reading an
+/// image shares each spec again between the jobs that name it.
+pub mod stored_jobs {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    #[derive(Serialize)]
+    struct JobsOut<'a> {
+        specs: Vec<&'a JobSpec>,
+        jobs: Vec<JobOut<'a>>,
+    }
+
+    /// A job as stored: [`Job`]'s fields in order, its spec by number.
+    #[derive(Serialize)]
+    struct JobOut<'a> {
+        id: JobId,
+        spec: u32,
+        status: JobStatus,
+        submitted_at: Millis,
+        attempts: &'a Vec<Attempt>,
+        transitions: &'a Vec<Transition>,
+        stop: &'a Option<Stop>,
+        hold: &'a Option<Hold>,
+        pending_reason: &'a Option<PendingReason>,
+        preemptions: u32,
+        failures: u32,
+        array: &'a Option<ArrayTask>,
+        deps: &'a Vec<Dep>,
+        held: bool,
+    }
+
+    #[derive(Deserialize)]
+    struct JobsIn {
+        specs: Vec<JobSpec>,
+        jobs: Vec<JobIn>,
+    }
+
+    #[derive(Deserialize)]
+    struct JobIn {
+        id: JobId,
+        spec: u32,
+        status: JobStatus,
+        submitted_at: Millis,
+        attempts: Vec<Attempt>,
+        transitions: Vec<Transition>,
+        stop: Option<Stop>,
+        hold: Option<Hold>,
+        pending_reason: Option<PendingReason>,
+        preemptions: u32,
+        failures: u32,
+        array: Option<ArrayTask>,
+        deps: Vec<Dep>,
+        held: bool,
+    }
+
+    pub fn serialize<S: Serializer>(jobs: &BTreeMap<JobId, Job>, s: S) -> Result<S::Ok, S::Error> {
+        let mut numbers: HashMap<*const JobSpec, u32> = HashMap::new();
+        let mut specs = Vec::new();
+        let mut out = Vec::with_capacity(jobs.len());
+        for j in jobs.values() {
+            let n = *numbers.entry(Arc::as_ptr(&j.spec)).or_insert_with(|| {
+                specs.push(&*j.spec);
+                specs.len() as u32 - 1
+            });
+            out.push(JobOut {
+                id: j.id,
+                spec: n,
+                status: j.status,
+                submitted_at: j.submitted_at,
+                attempts: &j.attempts,
+                transitions: &j.transitions,
+                stop: &j.stop,
+                hold: &j.hold,
+                pending_reason: &j.pending_reason,
+                preemptions: j.preemptions,
+                failures: j.failures,
+                array: &j.array,
+                deps: &j.deps,
+                held: j.held,
+            });
+        }
+        JobsOut { specs, jobs: out }.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<JobId, Job>, D::Error> {
+        let JobsIn { specs, jobs } = JobsIn::deserialize(d)?;
+        let specs: Vec<Arc<JobSpec>> = specs.into_iter().map(Arc::new).collect();
+        jobs.into_iter()
+            .map(|j| {
+                let spec = specs.get(j.spec as usize).cloned().ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "job {} names spec {} of {}",
+                        j.id,
+                        j.spec,
+                        specs.len()
+                    ))
+                })?;
+                Ok((
+                    j.id,
+                    Job {
+                        id: j.id,
+                        spec,
+                        status: j.status,
+                        submitted_at: j.submitted_at,
+                        attempts: j.attempts,
+                        transitions: j.transitions,
+                        stop: j.stop,
+                        hold: j.hold,
+                        pending_reason: j.pending_reason,
+                        preemptions: j.preemptions,
+                        failures: j.failures,
+                        array: j.array,
+                        deps: j.deps,
+                        held: j.held,
+                    },
+                ))
+            })
+            .collect()
     }
 }

@@ -33,6 +33,8 @@ fn share(name: &str, strategy: Strategy, max: u32) -> QuotaShare {
         default_grace_s: 30,
         max_grace_s: 600,
         min_runtime_s: 0,
+        max_user_priority: DEFAULT_MAX_USER_PRIORITY,
+        limits: JobLimits::default(),
     }
 }
 
@@ -649,6 +651,7 @@ fn a_request_applies_once_however_often_it_is_retried() {
     let mut st = cluster();
     let job = submit(&mut st, "a", 1, 1, 1);
     let req = |seq, first_incomplete| RequestId {
+        identity: "user:alice".into(),
         client: 7,
         seq,
         first_incomplete,
@@ -681,7 +684,11 @@ fn a_request_applies_once_however_often_it_is_retried() {
     let c = st.apply_request(Some(&req(4, 4)), &prio(10), 8);
     assert!(c.fresh);
     assert_eq!(
-        st.sessions[&7].answers.keys().copied().collect::<Vec<_>>(),
+        st.sessions[&("user:alice".to_string(), 7)]
+            .answers
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
         vec![4]
     );
     let ghost = st.apply_request(Some(&req(2, 2)), &prio(97), 9);
@@ -690,18 +697,54 @@ fn a_request_applies_once_however_often_it_is_retried() {
     // Sessions are replicated state: in the snapshot, and gone when long idle.
     let back = State::restore(&st.snapshot()).unwrap();
     assert_eq!(back, st);
-    assert!(back.sessions.contains_key(&7));
+    assert!(back.sessions.contains_key(&("user:alice".to_string(), 7)));
     let other = RequestId {
+        identity: "user:alice".into(),
         client: 8,
         seq: 1,
         first_incomplete: 1,
     };
     st.apply_request(Some(&other), &prio(11), 9 + SESSION_IDLE_MS + 60_000);
     assert!(
-        !st.sessions.contains_key(&7),
+        !st.sessions.contains_key(&("user:alice".to_string(), 7)),
         "an idle session is forgotten"
     );
-    assert!(st.sessions.contains_key(&8));
+    assert!(st.sessions.contains_key(&("user:alice".to_string(), 8)));
+}
+
+/// A session is (identity, client id): another identity that learnt or guessed a
+/// client id neither reads that client's cached answers nor moves its
+/// `first_incomplete` (so the client's own retries still apply once).
+#[test]
+fn l5_a_client_id_used_by_another_identity_reaches_nothing_of_its_session() {
+    let mut st = cluster();
+    let job = submit(&mut st, "a", 1, 1, 1);
+    let req = |who: &str, seq, first_incomplete| RequestId {
+        identity: who.into(),
+        client: 7,
+        seq,
+        first_incomplete,
+    };
+    let prio = |p| Command::UpdatePriority {
+        job: JobRef::job(job),
+        priority: p,
+    };
+    let a = st.apply_request(Some(&req("user:alice", 1, 1)), &prio(5), 2);
+    assert!(a.fresh && a.result.is_ok());
+    // The same client id and number from bob is bob's own request: applied, not
+    // answered from alice's session.
+    let b = st.apply_request(Some(&req("user:bob", 1, 1)), &prio(6), 3);
+    assert!(b.fresh, "bob was answered from alice's session");
+    assert_eq!(st.jobs[&job].spec.priority, 6);
+    // Bob claims everything below 1000 was answered: alice's session is untouched.
+    st.apply_request(Some(&req("user:bob", 1000, 1000)), &prio(7), 4);
+    let again = st.apply_request(Some(&req("user:alice", 1, 1)), &prio(5), 5);
+    assert_eq!((again.fresh, again.result), (false, a.result));
+    assert_eq!(
+        st.jobs[&job].spec.priority, 7,
+        "alice's retry applied twice"
+    );
+    assert_eq!(st.sessions.len(), 2);
 }
 
 fn lost(st: &mut State, job: JobId, reason: &str, now: Millis) {
@@ -1332,6 +1375,8 @@ fn key(id: &str, user: &str) -> AccessKey {
         role: KeyRole::User,
         created_at: 0,
         revoked_at: None,
+        issuer_serial: None,
+        expires_at: None,
     }
 }
 

@@ -441,7 +441,9 @@ impl Attempt {
         let (out, err) = (self.dir.join(files::STDOUT), self.dir.join(files::STDERR));
         let (kept_out, kept_err) = kept_logs(spool, self.job, self.attempt);
         if let Some(logs) = kept_out.parent() {
-            let _ = std::fs::create_dir_all(logs);
+            if let Err(e) = fsutil::private_dir(logs) {
+                tracing::warn!("{e}");
+            }
         }
         let outputs = (
             self.dir.join(files::OUTPUTS),
@@ -454,9 +456,31 @@ impl Attempt {
                 }
             }
         }
-        sagemaker::keep(&self.dir, spool, self.job, self.attempt);
+        let owner = self
+            .spec
+            .user
+            .map_or_else(|| nix::unistd::geteuid().as_raw(), |(uid, _)| uid);
+        let base = match &self.plan.work {
+            Some(w) => w.parent().unwrap_or(Path::new("/")),
+            None => &self.dir,
+        };
+        let opt_ml = self.plan.opt_ml_of(&self.dir);
+        sagemaker::keep(base, &opt_ml, owner, spool, self.job, self.attempt);
+        remove_work_dir(&self.plan);
         remove_attempt_dir(parent, &self.dir);
         Ok(())
+    }
+}
+
+/// Removes a process job's own directory outside the spool (see
+/// [`LaunchRecord::work`]), whatever its user left in it.
+pub(super) fn remove_work_dir(plan: &LaunchRecord) {
+    if let Some(w) = &plan.work {
+        match std::fs::remove_dir_all(w) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("removing {}: {e}", w.display()),
+        }
     }
 }
 

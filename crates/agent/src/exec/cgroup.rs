@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::policy::{CharDev, Limits};
 use super::procfs;
 
 /// The parent of every attempt's cgroup, below each hierarchy's root.
@@ -101,10 +102,19 @@ pub(crate) struct Cgroups {
     runtime: Option<Hier>,
     memory: Option<Hier>,
     cpu: Option<Hier>,
+    /// Where `pids.max` goes.
+    pids: Option<Hier>,
+    /// The v1 `devices` controller, which confines a process job to its own GPUs. A
+    /// pure v2 node has no such controller: there a device filter is a BPF program
+    /// attached to the cgroup (`BPF_CGROUP_DEVICE`), which runc installs for containers
+    /// but which the agent does not install for process jobs (no maintained crate does
+    /// it without a BPF toolchain at build time); the agent warns at start, and GPU
+    /// jobs that must be confined run in containers there.
+    devices: Option<Hier>,
 }
 
 /// Cgroup mounts from `/proc/self/mountinfo`: v1 controllers (`pids`, `freezer`,
-/// `memory`, `cpu`) to mount points, and the v2 mount point.
+/// `memory`, `cpu`, `devices`) to mount points, and the v2 mount point.
 pub(crate) fn mounts() -> (BTreeMap<String, PathBuf>, Option<PathBuf>) {
     parse_mounts(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
 }
@@ -128,7 +138,7 @@ fn parse_mounts(text: &str) -> (BTreeMap<String, PathBuf>, Option<PathBuf>) {
             }
             "cgroup" => {
                 for opt in rf.get(2).unwrap_or(&"").split(',') {
-                    if matches!(opt, "pids" | "freezer" | "memory" | "cpu") {
+                    if matches!(opt, "pids" | "freezer" | "memory" | "cpu" | "devices") {
                         v1.entry(opt.to_string()).or_insert_with(|| mp.clone());
                     }
                 }
@@ -227,6 +237,9 @@ impl Cgroups {
                 if has("cpu") {
                     cg.cpu = Some(h.clone());
                 }
+                if has("pids") {
+                    cg.pids = Some(h.clone());
+                }
                 cg.runtime = Some(h.clone());
                 cg.track = Some(h);
             }
@@ -236,6 +249,8 @@ impl Cgroups {
                 .or_else(v2_hier);
             cg.memory = v1_hier("memory");
             cg.cpu = v1_hier("cpu");
+            cg.pids = v1_hier("pids");
+            cg.devices = v1_hier("devices");
             cg.track = cg.runtime.clone();
         }
         match mode {
@@ -275,6 +290,9 @@ impl Cgroups {
                     if cg.cpu.is_none() && has("cpu") {
                         cg.cpu = Some(h.clone());
                     }
+                    if cg.pids.is_none() && has("pids") {
+                        cg.pids = Some(h.clone());
+                    }
                 }
                 cg.track = Some(h);
             }
@@ -299,25 +317,32 @@ impl Cgroups {
             None => "none".to_string(),
         };
         format!(
-            "track={}, memory={}, cpu={}, containers={}",
+            "track={}, memory={}, cpu={}, containers={}, pids={}, devices={}",
             one(&self.track),
             one(&self.memory),
             one(&self.cpu),
-            one(&self.runtime)
+            one(&self.runtime),
+            one(&self.pids),
+            one(&self.devices)
         )
     }
 
+    /// Whether process jobs can be confined to their own devices (a v1 `devices`
+    /// hierarchy the agent may write).
+    pub(crate) fn confines_devices(&self) -> bool {
+        self.devices.is_some()
+    }
+
     /// The cgroups of a process-executor attempt named `name` (`<spool>-<job>.<attempt>`),
-    /// or `None` without a usable tracking hierarchy. Memory and CPU directories are
-    /// included only when those limits are asked for.
-    pub(crate) fn plan_for(&self, name: &str, cpus: u32, memory_mb: u64) -> Option<CgroupPlan> {
+    /// or `None` without a usable tracking hierarchy. Memory, CPU and pids directories
+    /// are included only when those limits are asked for; the `devices` one where the
+    /// node has that controller.
+    pub(crate) fn plan_for(&self, name: &str, limits: Limits) -> Option<CgroupPlan> {
         let track = self.track.as_ref()?;
         let mut plan = CgroupPlan {
             track: track.dir(name),
             v2: track.v2,
-            extra: Vec::new(),
-            memory: None,
-            cpu: None,
+            ..CgroupPlan::default()
         };
         let mut limit = |h: &Option<Hier>, wanted: bool| -> Option<(PathBuf, bool)> {
             let h = h.as_ref().filter(|_| wanted)?;
@@ -327,10 +352,14 @@ impl Cgroups {
             }
             Some((d, h.v2))
         };
-        let memory = limit(&self.memory, memory_mb > 0);
-        let cpu = limit(&self.cpu, cpus > 0);
+        let memory = limit(&self.memory, limits.memory_mb > 0);
+        let cpu = limit(&self.cpu, limits.cpus > 0);
+        let pids = limit(&self.pids, limits.pids > 0);
+        let devices = limit(&self.devices, true).map(|(d, _)| d);
         plan.memory = memory;
         plan.cpu = cpu;
+        plan.pids = pids;
+        plan.devices = devices;
         Some(plan)
     }
 
@@ -341,15 +370,13 @@ impl Cgroups {
         Some(CgroupPlan {
             track: track.dir(name),
             v2: track.v2,
-            extra: Vec::new(),
-            memory: None,
-            cpu: None,
+            ..CgroupPlan::default()
         })
     }
 }
 
 /// The cgroup directories of one attempt (`plan.json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct CgroupPlan {
     /// The directory whose `cgroup.procs` lists every process of the job.
     pub track: PathBuf,
@@ -364,6 +391,12 @@ pub(crate) struct CgroupPlan {
     /// Where the CPU limit is written, and whether that is v2.
     #[serde(default)]
     pub cpu: Option<(PathBuf, bool)>,
+    /// Where `pids.max` is written, and whether that is v2.
+    #[serde(default)]
+    pub pids: Option<(PathBuf, bool)>,
+    /// The v1 `devices` directory, denied every device but those allowed.
+    #[serde(default)]
+    pub devices: Option<PathBuf>,
 }
 
 fn write(path: &Path, value: &str) -> io::Result<()> {
@@ -394,7 +427,8 @@ impl CgroupPlan {
     /// it is made anew. Making it first, rather than looking for it first, spares every
     /// start a lookup in the directory where every other attempt's cgroup is being made
     /// and removed (on cgroup v1 such lookups wait behind those changes).
-    pub(crate) fn create(&self, cpus: u32, memory_mb: u64) -> io::Result<()> {
+    pub(crate) fn create(&self, limits: Limits, devices: &[CharDev]) -> io::Result<()> {
+        let (cpus, memory_mb) = (limits.cpus, limits.memory_mb);
         for d in self.dirs() {
             let made = match std::fs::create_dir(&d) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -431,6 +465,17 @@ impl CgroupPlan {
             } else {
                 write(&d.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
                 write(&d.join("cpu.cfs_quota_us"), &quota.to_string())?;
+            }
+        }
+        if let Some((d, _)) = &self.pids {
+            write(&d.join("pids.max"), &limits.pids.to_string())?;
+        }
+        if let Some(d) = &self.devices {
+            // Everything denied first (which also clears what the parent passed
+            // down), then each allowed device.
+            write(&d.join("devices.deny"), "a")?;
+            for dev in devices {
+                write(&d.join("devices.allow"), &dev.rule())?;
             }
         }
         Ok(())
@@ -511,9 +556,7 @@ impl CgroupPlan {
         let probe = CgroupPlan {
             track: d.to_path_buf(),
             v2: self.v2,
-            extra: Vec::new(),
-            memory: None,
-            cpu: None,
+            ..CgroupPlan::default()
         };
         while !probe.procs().is_empty() && t0.elapsed() < Duration::from_secs(5) {
             let _ = probe.signal(nix::libc::SIGKILL);
@@ -674,15 +717,33 @@ mod tests {
             runtime: None,
             memory: hier(t.path().join("memory").to_str().unwrap(), false, "memory"),
             cpu: hier(t.path().join("cpu").to_str().unwrap(), false, "cpu"),
+            ..Cgroups::default()
         };
         for h in ["pids", "memory", "cpu"] {
             std::fs::create_dir_all(t.path().join(h).join(PARENT)).unwrap();
         }
-        let plan = cg.plan_for("abcd0123-7.1", 2, 96).unwrap();
+        let plan = cg
+            .plan_for(
+                "abcd0123-7.1",
+                Limits {
+                    cpus: 2,
+                    memory_mb: 96,
+                    pids: 0,
+                },
+            )
+            .unwrap();
         let dir = |h: &str| t.path().join(h).join(PARENT).join("abcd0123-7.1");
         assert_eq!(plan.dirs(), [dir("pids"), dir("memory"), dir("cpu")]);
         assert!(!plan.v2);
-        plan.create(2, 96).unwrap();
+        plan.create(
+            Limits {
+                cpus: 2,
+                memory_mb: 96,
+                pids: 0,
+            },
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             read(&dir("memory").join("memory.limit_in_bytes")),
             (96u64 << 20).to_string()
@@ -694,7 +755,16 @@ mod tests {
         // v1 has no cgroup.kill: killing goes process by process.
         assert!(!plan.kill_all_fast());
         // No limit asked for: only the tracking directory.
-        let plan = cg.plan_for("abcd0123-8.1", 0, 0).unwrap();
+        let plan = cg
+            .plan_for(
+                "abcd0123-8.1",
+                Limits {
+                    cpus: 0,
+                    memory_mb: 0,
+                    pids: 0,
+                },
+            )
+            .unwrap();
         assert_eq!(
             plan.dirs(),
             [t.path().join("pids").join(PARENT).join("abcd0123-8.1")]
@@ -712,13 +782,31 @@ mod tests {
             runtime: v2.clone(),
             memory: v2.clone(),
             cpu: v2,
+            ..Cgroups::default()
         };
         std::fs::create_dir_all(t.path().join(PARENT)).unwrap();
-        let plan = cg.plan_for("abcd0123-7.1", 3, 64).unwrap();
+        let plan = cg
+            .plan_for(
+                "abcd0123-7.1",
+                Limits {
+                    cpus: 3,
+                    memory_mb: 64,
+                    pids: 0,
+                },
+            )
+            .unwrap();
         let dir = t.path().join(PARENT).join("abcd0123-7.1");
         assert_eq!(plan.dirs(), std::slice::from_ref(&dir));
         assert!(plan.v2);
-        plan.create(3, 64).unwrap();
+        plan.create(
+            Limits {
+                cpus: 3,
+                memory_mb: 64,
+                pids: 0,
+            },
+            &[],
+        )
+        .unwrap();
         assert_eq!(read(&dir.join("memory.max")), (64u64 << 20).to_string());
         assert_eq!(read(&dir.join("cpu.max")), "300000 100000");
         assert!(!dir.join("memory.limit_in_bytes").exists());
@@ -737,14 +825,32 @@ mod tests {
             runtime: hier(&p("pids"), false, "pids"),
             memory: hier(&p("memory"), false, "memory"),
             cpu: hier(&p("cpu"), false, "cpu"),
+            ..Cgroups::default()
         };
         for h in ["unified", "memory", "cpu"] {
             std::fs::create_dir_all(t.path().join(h).join(PARENT)).unwrap();
         }
-        let plan = cg.plan_for("x-1.0", 1, 32).unwrap();
+        let plan = cg
+            .plan_for(
+                "x-1.0",
+                Limits {
+                    cpus: 1,
+                    memory_mb: 32,
+                    pids: 0,
+                },
+            )
+            .unwrap();
         let dir = |h: &str| t.path().join(h).join(PARENT).join("x-1.0");
         assert_eq!(plan.dirs(), [dir("unified"), dir("memory"), dir("cpu")]);
-        plan.create(1, 32).unwrap();
+        plan.create(
+            Limits {
+                cpus: 1,
+                memory_mb: 32,
+                pids: 0,
+            },
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             read(&dir("memory").join("memory.limit_in_bytes")),
             (32u64 << 20).to_string()

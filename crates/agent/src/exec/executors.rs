@@ -11,9 +11,10 @@ use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use super::attempt::{cleanup_attempt, Attempt};
+use super::attempt::{cleanup_attempt, remove_work_dir, Attempt};
 use super::cgroup::{self, Cgroups};
 use super::launcher::{Launched, Launcher};
+use super::policy::JobPolicy;
 use super::spec::validate;
 use super::spool::{
     attempt_name, cgroup_name, container_id, files, parse_attempt_name, remove_attempt_dir,
@@ -145,11 +146,41 @@ pub struct Executors {
     /// Directories this spool's attempts were kept in before `attempts`, still there.
     earlier: Vec<PathBuf>,
     images: PathBuf,
+    image_policy: image::ImagePolicy,
     runtime: Option<PathBuf>,
     runtime_root: PathBuf,
     cgroups: Cgroups,
     /// The shim launcher, started on the first attempt (see `launcher`).
     launcher: Mutex<Option<Launcher>>,
+    policy: JobPolicy,
+}
+
+/// Warns where the file system of `dir` lets a setuid file or a device node take
+/// effect (not mounted `nosuid,nodev`): the spool holds files of the jobs' images.
+fn check_mount_flags(dir: &Path) {
+    match nix::sys::statvfs::statvfs(dir) {
+        Ok(st) => {
+            use nix::sys::statvfs::FsFlags;
+            let flags = st.flags();
+            let missing: Vec<&str> = [(FsFlags::ST_NOSUID, "nosuid"), (FsFlags::ST_NODEV, "nodev")]
+                .into_iter()
+                .filter(|(f, _)| !flags.contains(*f))
+                .map(|(_, n)| n)
+                .collect();
+            if !missing.is_empty() {
+                tracing::warn!(
+                    "the spool {} is on a file system mounted without {}: a setuid file or a \
+                     device node there would take effect. Bind-mount it onto itself with \
+                     those options, e.g. in /etc/fstab: `{} {} none bind,nosuid,nodev 0 0`",
+                    dir.display(),
+                    missing.join(","),
+                    dir.display(),
+                    dir.display()
+                );
+            }
+        }
+        Err(e) => tracing::warn!("cannot read the mount flags of {}: {e}", dir.display()),
+    }
 }
 
 impl Executors {
@@ -191,10 +222,18 @@ impl Executors {
         };
         let images = spool.join("images");
         let runtime_root = spool.join("runc");
-        for d in [&attempts, &images, &runtime_root] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| ExecError::io("creating spool directory", d, e))?;
+        // Every job's environment and output is in there: only root enters.
+        for d in [
+            &spool,
+            &attempts,
+            &images,
+            &runtime_root,
+            &spool.join("logs"),
+            &spool.join("sagemaker"),
+        ] {
+            fsutil::private_dir(d)?;
         }
+        check_mount_flags(&spool);
         fsutil::spread_subdirectories(&attempts);
         let earlier = moved_attempts(&spool, &attempts)?;
         let runtime = oci::find_runtime();
@@ -205,17 +244,62 @@ impl Executors {
                 "no writable cgroup hierarchy: process jobs are tracked by process group and \
                  shim descendants, and their cpu/memory limits are not enforced"
             );
+        } else if !cgroups.confines_devices() {
+            tracing::warn!(
+                "no writable cgroup v1 devices hierarchy: process jobs can open every GPU of \
+                 the node (containers are confined by their runtime); run GPU jobs in \
+                 containers on this node"
+            );
         }
         Ok(Executors {
             spool,
             attempts,
             earlier,
             images,
+            image_policy: image::ImagePolicy::default(),
             runtime,
             runtime_root,
             cgroups,
             launcher: Mutex::new(None),
+            policy: JobPolicy::default(),
         })
+    }
+
+    /// These executors with the node's rules for jobs (the agent config's).
+    pub fn with_policy(mut self, policy: JobPolicy) -> Executors {
+        self.policy = policy;
+        self
+    }
+
+    /// The directory process jobs' own directories are made in (see
+    /// [`JobPolicy::work_dir`]).
+    pub fn work_dir(&self) -> PathBuf {
+        self.policy.work_dir.clone().unwrap_or_else(|| {
+            let mut name = self.spool.file_name().unwrap_or_default().to_os_string();
+            name.push(".work");
+            self.spool.with_file_name(name)
+        })
+    }
+
+    /// Makes the process job's own directory `work` (see [`LaunchRecord::work`]) in
+    /// [`Executors::work_dir`], which is root's and 0711: its users enter their own
+    /// directory there, and list nothing.
+    fn make_work_dir(&self, work: &Path) -> Result<(), ExecError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let root = self.work_dir();
+        fsutil::private_dir(&root)?;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| ExecError::io("creating directory", &root, e))?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(work)
+            .map_err(|e| ExecError::io("creating directory", work, e))
+    }
+
+    /// These executors, with `policy`'s image roots and limits.
+    pub fn with_image_policy(mut self, policy: image::ImagePolicy) -> Executors {
+        self.image_policy = policy;
+        self
     }
 
     /// The spool directory.
@@ -267,8 +351,14 @@ impl Executors {
                 let runtime = self.runtime.clone().ok_or_else(|| ExecError::NoRuntime {
                     image: spec.image.clone(),
                 })?;
-                let rootfs = image::prepare(&self.images, &spec.image)?;
-                let devices = oci::gpu_devices(spec)?;
+                let who = spec.user.map(|(uid, gid)| super::ImageUser {
+                    uid,
+                    gid,
+                    groups: spec.groups.clone(),
+                });
+                let rootfs =
+                    image::prepare(&self.images, &self.image_policy, &spec.image, who.as_ref())?;
+                let devices = oci::gpu_devices(spec, &self.policy.device_dir)?;
                 Some((runtime, rootfs, devices))
             }
         };
@@ -283,7 +373,11 @@ impl Executors {
         } else {
             spec
         };
-        match std::fs::create_dir(&dir) {
+        let made = {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&dir)
+        };
+        match made {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(exists()),
             Err(e) => return Err(ExecError::io("creating attempt directory", &dir, e)),
@@ -296,6 +390,9 @@ impl Executors {
             container_id: None,
             rootfs_mount: None,
             spool: Some(self.spool.clone()),
+            no_new_privs: kind == ExecKind::Process && self.policy.no_new_privs(&spec.share),
+            work: (kind == ExecKind::Process && spec.sagemaker.is_some())
+                .then(|| self.work_dir().join(&name)),
         };
         match self.launch(spec, &dir, &mut plan, prepared) {
             Ok(()) => Ok(Attempt::new(
@@ -325,6 +422,7 @@ impl Executors {
                     sleep(Duration::from_millis(10));
                 }
                 cleanup_attempt(&dir, &plan);
+                remove_work_dir(&plan);
                 remove_attempt_dir(&self.attempts, &dir);
                 Err(e)
             }
@@ -339,13 +437,21 @@ impl Executors {
         prepared: Option<(PathBuf, image::Prepared, Vec<oci::Device>)>,
     ) -> Result<(), ExecError> {
         fsutil::write_json(&dir.join(files::SPEC), spec)?;
-        sagemaker::write_tree(spec, dir, prepared.is_none())?;
+        if let Some(work) = &plan.work {
+            self.make_work_dir(work)?;
+        }
+        sagemaker::write_tree(spec, &plan.opt_ml_of(dir), prepared.is_none())?;
+        if let (Some(work), Some((uid, gid))) = (&plan.work, spec.user) {
+            std::os::unix::fs::lchown(work, Some(uid), Some(gid))
+                .map_err(|e| ExecError::io("giving the job's user", work, e))?;
+        }
+        let limits = self.policy.limits(spec);
         match prepared {
             None => {
                 let cg_name = cgroup_name(&self.spool, spec.job, spec.attempt);
-                if let Some(cg) = self.cgroups.plan_for(&cg_name, spec.cpus, spec.memory_mb) {
-                    if (spec.memory_mb > 0 && cg.memory.is_none())
-                        || (spec.cpus > 0 && cg.cpu.is_none())
+                if let Some(cg) = self.cgroups.plan_for(&cg_name, limits) {
+                    if (limits.memory_mb > 0 && cg.memory.is_none())
+                        || (limits.cpus > 0 && cg.cpu.is_none())
                     {
                         tracing::warn!(
                             "job {} attempt {}: no writable memory or cpu cgroup, its limits \
@@ -355,7 +461,8 @@ impl Executors {
                             self.cgroups.describe()
                         );
                     }
-                    match cg.create(spec.cpus, spec.memory_mb) {
+                    let devices = self.policy.allowed_devices(spec);
+                    match cg.create(limits, &devices) {
                         Ok(()) => plan.cgroup = Some(cg),
                         Err(e) => {
                             tracing::warn!(
@@ -367,7 +474,7 @@ impl Executors {
                             cg.remove();
                         }
                     }
-                } else if spec.cpus > 0 || spec.memory_mb > 0 {
+                } else if limits.cpus > 0 || limits.memory_mb > 0 {
                     tracing::warn!(
                         "job {} attempt {}: no writable cgroup, cpu/memory limits not enforced",
                         spec.job,
@@ -392,15 +499,22 @@ impl Executors {
                             plan.rootfs_mount = Some(merged.clone());
                             merged
                         }
+                        // Never the cache itself: what one container changed there
+                        // every later container of the image would run.
                         Err(e) => {
-                            tracing::warn!(
-                                "job {} attempt {}: cannot mount an overlay over the cached \
-                                 image rootfs ({e}); the container writes into the cache at {}",
-                                spec.job,
-                                spec.attempt,
-                                rootfs.path.display()
-                            );
-                            rootfs.path.clone()
+                            return Err(ExecError::Launch {
+                                job: spec.job,
+                                attempt: spec.attempt,
+                                image: spec.image.clone(),
+                                command: spec.command_line(),
+                                reason: format!(
+                                    "cannot mount an overlay over the cached image rootfs {} \
+                                     ({e}); the container is not run on the shared cache \
+                                     itself. The node needs overlayfs (modprobe overlay) on \
+                                     the spool's file system",
+                                    rootfs.path.display()
+                                ),
+                            })
                         }
                     }
                 } else {
@@ -413,6 +527,7 @@ impl Executors {
                     &rootfs,
                     &devices,
                     &cgroup::runtime_path(&cg_name),
+                    limits,
                 );
                 fsutil::write_json(&bundle.join("config.json"), &config)?;
             }
@@ -613,6 +728,8 @@ impl Executors {
                         container_id: None,
                         rootfs_mount: None,
                         spool: Some(self.spool.clone()),
+                        no_new_privs: false,
+                        work: None,
                     };
                     fsutil::write_json(&path.join(files::PLAN), &plan)?;
                     plan

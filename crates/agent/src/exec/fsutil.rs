@@ -2,6 +2,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -56,8 +58,33 @@ pub(crate) fn spread_subdirectories(dir: &Path) {
     }
 }
 
+/// Creates directory `dir` (and its missing parents) mode 0700, or, where it exists,
+/// makes it 0700 and, when the agent is root, owned by root: the spool's directories
+/// hold every job's environment and output, which no other account may read. A path
+/// that exists but is no directory is an error (the admin's symbolic link to one is
+/// followed).
+pub(crate) fn private_dir(dir: &Path) -> Result<(), ExecError> {
+    let err = |e| ExecError::io("creating spool directory", dir, e);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(err)?;
+    let m = std::fs::metadata(dir).map_err(err)?;
+    if !m.is_dir() {
+        return Err(err(io::Error::other("not a directory")));
+    }
+    if nix::unistd::geteuid().is_root() && (m.uid() != 0 || m.gid() != 0) {
+        std::os::unix::fs::chown(dir, Some(0), Some(0)).map_err(err)?;
+    }
+    if m.mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory,
-/// renamed over `path`. A reader (the agent, a shim, an agent started after a crash)
+/// renamed over `path`; mode 0600 (the records hold the job's environment). A reader (the agent, a shim, an agent started after a crash)
 /// sees the old file or the new one, never a part.
 ///
 /// Not fsynced: the spool's records have to outlive the agent's and the shims'
@@ -79,7 +106,11 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExecError> {
         now_nanos()
     ));
     let res = (|| -> io::Result<()> {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         drop(f);
         std::fs::rename(&tmp, path)
@@ -117,10 +148,17 @@ pub(crate) fn read_string(path: &Path) -> Option<String> {
 /// Moves a file or a directory tree from `from` to `to`: a rename, or, where the two
 /// are on different file systems (an `attempts_dir` on a tmpfs), a copy followed by the
 /// removal of `from`. Symbolic links are copied as links; `to`'s parent must exist.
+/// For a tree that only root can reach (an attempt directory); a tree its job's user
+/// can change goes through [`move_beneath`].
 pub(crate) fn move_path(from: &Path, to: &Path) -> io::Result<()> {
     match std::fs::rename(from, to) {
         Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
-            copy_tree(from, to)?;
+            let parent = from.parent().unwrap_or(Path::new("/"));
+            let name = from
+                .file_name()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+            let dir = open_dir_at(None, parent.as_os_str(), None)?;
+            copy_at(&dir, name, to, None)?;
             if std::fs::symlink_metadata(from)?.is_dir() {
                 std::fs::remove_dir_all(from)
             } else {
@@ -131,33 +169,236 @@ pub(crate) fn move_path(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// Copies `from` to `to` (which must not exist), keeping permissions and owners.
-fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(from)?;
-    if meta.file_type().is_symlink() {
-        return std::os::unix::fs::symlink(std::fs::read_link(from)?, to);
+/// Moves `base/rel` to `to` where everything below `base` (a directory only root may
+/// change) belongs to a job's user, who may still be changing it from another job:
+/// every component of `rel` is opened without following a symbolic link and must be
+/// owned by `owner`; the rename (or, across file systems, the copy) works from the
+/// directory so opened, never from a path looked up again. A copy takes only what
+/// `owner` owns (see [`copy_at`]). The source of a copy is left in place: the caller
+/// removes the job's directory.
+pub(crate) fn move_beneath(base: &Path, rel: &Path, to: &Path, owner: u32) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = rel
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut dir = open_dir_at(None, base.as_os_str(), None)?;
+    for c in rel.parent().unwrap_or(Path::new("")).components() {
+        let std::path::Component::Normal(c) = c else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "only plain names below the base",
+            ));
+        };
+        dir = open_dir_at(Some(&dir), c, Some(owner))?;
     }
-    if meta.is_dir() {
-        std::fs::create_dir(to)?;
-        for ent in std::fs::read_dir(from)? {
-            let ent = ent?;
-            copy_tree(&ent.path(), &to.join(ent.file_name()))?;
+    let cname = std::ffi::CString::new(name.as_bytes())?;
+    let cto = std::ffi::CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: a directory descriptor we hold and two NUL-terminated names.
+    let r = unsafe {
+        nix::libc::renameat(
+            dir.as_raw_fd(),
+            cname.as_ptr(),
+            nix::libc::AT_FDCWD,
+            cto.as_ptr(),
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(nix::libc::EXDEV) {
+        return Err(e);
+    }
+    copy_at(&dir, name, to, Some(owner))
+}
+
+/// `fstat` of an open descriptor.
+fn fstat(fd: &OwnedFd) -> io::Result<nix::libc::stat> {
+    // SAFETY: stat is plain data, filled by fstat on a descriptor we hold.
+    let mut st: nix::libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { nix::libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Opens `name` in `dir` (or the path `name` itself without `dir`) without following a
+/// symbolic link at its end (`ELOOP` for one), without blocking (a FIFO), as no
+/// controlling terminal.
+fn open_nofollow(dir: Option<&OwnedFd>, name: &std::ffi::OsStr, flags: i32) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(name.as_bytes())?;
+    let at = dir.map_or(nix::libc::AT_FDCWD, |d| d.as_raw_fd());
+    let f = nix::libc::O_RDONLY
+        | nix::libc::O_CLOEXEC
+        | nix::libc::O_NONBLOCK
+        | nix::libc::O_NOCTTY
+        | flags
+        | if dir.is_some() {
+            nix::libc::O_NOFOLLOW
+        } else {
+            0
+        };
+    // SAFETY: a NUL-terminated name; the descriptor returned is owned below.
+    let fd = unsafe { nix::libc::openat(at, c.as_ptr(), f) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens the directory `name` in `dir` (see [`open_nofollow`]); with `owner`, refuses
+/// one that `owner` does not own.
+fn open_dir_at(
+    dir: Option<&OwnedFd>,
+    name: &std::ffi::OsStr,
+    owner: Option<u32>,
+) -> io::Result<OwnedFd> {
+    let fd = open_nofollow(dir, name, nix::libc::O_DIRECTORY)?;
+    if let Some(o) = owner {
+        let st = fstat(&fd)?;
+        if st.st_uid != o {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is owned by uid {}, not by the job's uid {o}",
+                    name.to_string_lossy(),
+                    st.st_uid
+                ),
+            ));
         }
-        std::fs::set_permissions(to, meta.permissions())?;
-    } else {
-        std::fs::copy(from, to)?;
     }
-    // The job's user keeps its files; where the agent may not give them away (not
-    // root), they stay the agent's.
-    let _ = std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()));
+    Ok(fd)
+}
+
+/// The names in the open directory `dir` (`.` and `..` left out).
+fn entries(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: dup of a descriptor we hold; fdopendir owns the copy, closedir closes it.
+    let dup = unsafe { nix::libc::fcntl(dir.as_raw_fd(), nix::libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let d = unsafe { nix::libc::fdopendir(dup) };
+    if d.is_null() {
+        let e = io::Error::last_os_error();
+        unsafe { nix::libc::close(dup) };
+        return Err(e);
+    }
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: a stream fdopendir returned; each entry is read before the next call.
+        let ent = unsafe { nix::libc::readdir(d) };
+        if ent.is_null() {
+            break;
+        }
+        let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
+        let b = name.to_bytes();
+        if b != b"." && b != b".." {
+            out.push(std::ffi::OsStr::from_bytes(b).to_os_string());
+        }
+    }
+    // SAFETY: the stream, closed once.
+    unsafe { nix::libc::closedir(d) };
+    Ok(out)
+}
+
+/// Copies `name` in the open directory `dir` to `to` (which must not exist), keeping
+/// modes (less setuid/setgid) and owners as the opened files have them. Nothing is
+/// looked up by path on the source side: each entry is opened relative to its
+/// directory's descriptor without following a symbolic link, and what the descriptor
+/// turns out to be (`fstat`) decides: a directory is copied, a regular file is copied,
+/// a symbolic link is copied as a link; anything else (a FIFO, a device, a socket) is
+/// left out. With `owner`, so is anything `owner` does not own: whatever the tree's
+/// user swaps in meanwhile, root never reads a file that user could not.
+fn copy_at(dir: &OwnedFd, name: &std::ffi::OsStr, to: &Path, owner: Option<u32>) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let fd = match open_nofollow(Some(dir), name, 0) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            let c = std::ffi::CString::new(name.as_bytes())?;
+            // SAFETY: stat filled by fstatat on a name in a directory we hold.
+            let mut st: nix::libc::stat = unsafe { std::mem::zeroed() };
+            if unsafe {
+                nix::libc::fstatat(
+                    dir.as_raw_fd(),
+                    c.as_ptr(),
+                    &mut st,
+                    nix::libc::AT_SYMLINK_NOFOLLOW,
+                )
+            } != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if owner.is_some_and(|o| o != st.st_uid) {
+                return Ok(());
+            }
+            let mut buf = vec![0u8; 4096];
+            // SAFETY: reads at most the buffer's length into it.
+            let n = unsafe {
+                nix::libc::readlinkat(
+                    dir.as_raw_fd(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            buf.truncate(n as usize);
+            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&buf), to)?;
+            let _ = std::os::unix::fs::lchown(to, Some(st.st_uid), Some(st.st_gid));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let st = fstat(&fd)?;
+    if owner.is_some_and(|o| o != st.st_uid) {
+        tracing::warn!(
+            "not copying {}: owned by uid {}, not by the job's user",
+            to.display(),
+            st.st_uid
+        );
+        return Ok(());
+    }
+    let mode = st.st_mode & 0o1777;
+    match st.st_mode & nix::libc::S_IFMT {
+        nix::libc::S_IFDIR => {
+            std::fs::DirBuilder::new().mode(0o700).create(to)?;
+            for ent in entries(&fd)? {
+                copy_at(&fd, &ent, &to.join(&ent), owner)?;
+            }
+            let _ = std::os::unix::fs::lchown(to, Some(st.st_uid), Some(st.st_gid));
+            std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))?;
+        }
+        nix::libc::S_IFREG => {
+            let mut src = File::from(fd);
+            let mut dst = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(to)?;
+            io::copy(&mut src, &mut dst)?;
+            nix::unistd::fchown(&dst, Some(st.st_uid.into()), Some(st.st_gid.into()))
+                .map_err(io::Error::from)?;
+            dst.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))?;
+        }
+        _ => tracing::warn!(
+            "not copying {}: neither a regular file, a directory nor a symbolic link",
+            to.display()
+        ),
+    }
     Ok(())
 }
 
-/// Opens a file for appending, creating it if needed.
+/// Opens a file for appending, creating it (0600) if needed.
 pub(crate) fn open_append(path: &Path) -> Result<File, ExecError> {
     OpenOptions::new()
         .create(true)
+        .mode(0o600)
         .append(true)
         .open(path)
         .map_err(|e| ExecError::io("opening", path, e))

@@ -1,28 +1,52 @@
-//! Container images: a rootfs directory used as is, or an OCI image layout (a directory
-//! with `oci-layout`, `index.json` and `blobs/`) or a `.tar`/`.tar.gz` of one, unpacked
-//! once per manifest digest into `<spool>/images/<algorithm>-<hex>/rootfs`.
+//! Container images: a rootfs directory, an OCI image layout (a directory with
+//! `oci-layout`, `index.json` and `blobs/`) or a `.tar`/`.tar.gz` of one, made into a
+//! rootfs in the image cache `<spool>/images/<key>/rootfs`.
 //!
-//! Unpacking verifies every blob's digest, then applies the layers in order. A layer
-//! is read twice: first for its whiteouts (`.wh.NAME` deletes `NAME` of the layers
-//! below, `.wh..wh..opq` empties its directory of them), which are applied, then for
-//! its files. Paths are resolved inside the rootfs as if it were `/` (symlinks
-//! included), so a layer can never write or delete outside it.
+//! An image is a user's files, so:
+//!
+//! * They are opened with the job user's credentials (see `as_user`): a user names only
+//!   what they can read themselves. `index.json` and the blobs must be regular files
+//!   (no symlink at the end of the path, no FIFO or device: they are opened
+//!   non-blocking and checked on the open descriptor).
+//! * Every blob is copied into a staging directory of the cache (root's, mode 0700),
+//!   hashed while copied, and refused unless it hashes to its digest; a blob's size and
+//!   the staged bytes of an image are capped ([`ImagePolicy`]). Nothing is read from
+//!   the user's files after that copy. An archive is read as a stream: only its
+//!   regular entries `[DIR/]blobs/<algorithm>/<hex>` and `index.json` are taken, and
+//!   nothing of it is unpacked on the node.
+//! * A cache entry is keyed by the digest of the top manifest (or index), and used only
+//!   once the user's copy of that blob was read and verified now: an entry is a function
+//!   of those bytes alone, since every blob below is verified when the entry is built.
+//!   What a user's `index.json` claims never selects an entry by itself.
+//! * A plain directory (no `index.json`) under one of the admin's `images.roots` is used
+//!   as the rootfs as it is. Any other directory is copied, with the user's rights, into
+//!   the cache (keyed by the SHA-256 of that copy), so that runc never works in a
+//!   directory that the user can change meanwhile.
+//! * Layers are applied by `layer`: no device node, FIFO, setuid or setgid bit, and no
+//!   owner but root comes out of them, within the unpacked-size and entry caps.
+//!
+//! The cache directory and everything in it belong to root; `<spool>/images` is made
+//! 0700, so that no job on the node reaches an image's files except through its own
+//! container.
 
-use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
+use nix::libc;
 use serde_json::Value;
 use sha2::Digest;
 
+use super::as_user::{self, ImageUser};
 use super::fsutil;
+use super::layer::{self, Budget};
 use super::ExecError;
 
 /// A rootfs ready for a container.
 #[derive(Debug, Clone)]
-pub(crate) struct Prepared {
+pub struct Prepared {
     /// The rootfs directory.
     pub path: PathBuf,
     /// It is the image cache's, shared by attempts: mount an overlay over it.
@@ -31,10 +55,59 @@ pub(crate) struct Prepared {
     pub env: Vec<String>,
     /// The image configuration's `WorkingDir`.
     pub workdir: Option<String>,
-    /// The image configuration's `Entrypoint` (none for a rootfs directory, or for a
-    /// cache entry unpacked by an agent that did not record it).
+    /// The image configuration's `Entrypoint` (none for a rootfs directory).
     pub entrypoint: Option<Vec<String>>,
 }
+
+/// Where images may be used as they are, and how large an image may be: the agent's
+/// `[images]` (see `config/agent.toml`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePolicy {
+    /// Directories whose rootfs directories are used as they are (the admin vouches
+    /// that no user can write them). Empty: every rootfs directory is copied.
+    pub roots: Vec<PathBuf>,
+    /// Largest blob (a layer as stored, compressed or not), in bytes.
+    pub max_blob_bytes: u64,
+    /// Largest image: its blobs as stored, or the copy of a rootfs directory, in bytes.
+    pub max_image_bytes: u64,
+    /// Largest unpacked image: the layers' tar streams as decompressed, and the files'
+    /// content, in bytes.
+    pub max_unpacked_bytes: u64,
+    /// Most entries (files, directories, links) of an unpacked image.
+    pub max_entries: u64,
+}
+
+/// The defaults of the agent's `[images]` limits.
+pub mod defaults {
+    /// `images.max_blob_mb`: 16 GiB.
+    pub const MAX_BLOB_MB: u64 = 16 << 10;
+    /// `images.max_image_mb`: 64 GiB.
+    pub const MAX_IMAGE_MB: u64 = 64 << 10;
+    /// `images.max_unpacked_mb`: 128 GiB.
+    pub const MAX_UNPACKED_MB: u64 = 128 << 10;
+    /// `images.max_entries`.
+    pub const MAX_ENTRIES: u64 = 2_000_000;
+}
+
+impl Default for ImagePolicy {
+    fn default() -> ImagePolicy {
+        ImagePolicy {
+            roots: Vec::new(),
+            max_blob_bytes: defaults::MAX_BLOB_MB << 20,
+            max_image_bytes: defaults::MAX_IMAGE_MB << 20,
+            max_unpacked_bytes: defaults::MAX_UNPACKED_MB << 20,
+            max_entries: defaults::MAX_ENTRIES,
+        }
+    }
+}
+
+/// The largest `index.json`, manifest or image configuration read.
+const MAX_JSON: u64 = 4 << 20;
+
+/// The version of the cache entries' layout; an entry of another version (an older
+/// agent's, unpacked with fewer checks) is never used, and is replaced when built
+/// again.
+const CACHE_FORMAT: u64 = 2;
 
 /// A list of strings in an image configuration (`Env`, `Entrypoint`); `None` where it
 /// is absent or empty.
@@ -52,40 +125,71 @@ const INDEX_TYPES: &[&str] = &[
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ];
 
-/// Resolves `image` into a rootfs, unpacking it into the cache under `images` if it is
-/// an OCI image layout or archive not unpacked before.
-pub(crate) fn prepare(images: &Path, image: &str) -> Result<Prepared, ExecError> {
+/// Resolves `image` into a rootfs for a job of `who` (the agent's own credentials where
+/// `None`), unpacking or copying it into the cache under `images` where needed.
+pub fn prepare(
+    images: &Path,
+    policy: &ImagePolicy,
+    image: &str,
+    who: Option<&ImageUser>,
+) -> Result<Prepared, ExecError> {
     let err = |reason: String| ExecError::Image {
         image: image.to_string(),
         reason,
     };
+    fsutil::private_dir(images)?;
     let p = Path::new(image);
-    let meta = std::fs::metadata(p).map_err(|e| {
+    let f = as_user::open(who, None, p, false).map_err(|e| {
         err(format!(
             "{e}: expected \"host\", a rootfs directory, an OCI image layout directory, \
-             or a .tar/.tar.gz of one"
+             or a .tar/.tar.gz of one, that the job's user can read"
         ))
     })?;
-    let p = p
-        .canonicalize()
-        .map_err(|e| err(format!("resolving the path: {e}")))?;
-    if meta.is_dir() {
-        if p.join("index.json").is_file() {
-            from_layout(images, &p).map_err(err)
-        } else {
-            Ok(Prepared {
-                path: p,
-                shared: false,
-                env: Vec::new(),
-                workdir: None,
-                entrypoint: None,
-            })
+    let kind = f.metadata().map_err(|e| err(e.to_string()))?.file_type();
+    if kind.is_dir() {
+        match as_user::open_regular(who, Some(&f), Path::new("index.json")) {
+            Ok(index) => {
+                let mut src = Source::Layout { who, dir: f };
+                from_index(images, policy, &mut src, index, "index.json").map_err(err)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(dir) = under_roots(policy, p, who) {
+                    return Ok(Prepared {
+                        path: dir,
+                        shared: false,
+                        env: Vec::new(),
+                        workdir: None,
+                        entrypoint: None,
+                    });
+                }
+                from_directory(images, policy, p, who).map_err(err)
+            }
+            Err(e) => Err(err(format!("index.json: {e}"))),
         }
-    } else if meta.is_file() {
-        from_archive(images, &p).map_err(err)
+    } else if kind.is_file() {
+        let f = as_user::blocking(f).map_err(|e| err(e.to_string()))?;
+        from_archive(images, policy, f).map_err(err)
     } else {
-        Err(err("neither a directory nor a file".into()))
+        Err(err(format!(
+            "is {}: neither a directory nor a regular file",
+            as_user::kind_name(&kind)
+        )))
     }
+}
+
+/// The directory `p` resolves to (with `who`'s rights), if it lies under one of the
+/// policy's roots.
+fn under_roots(policy: &ImagePolicy, p: &Path, who: Option<&ImageUser>) -> Option<PathBuf> {
+    if policy.roots.is_empty() {
+        return None;
+    }
+    let real = as_user::run_as(who, || p.canonicalize()).ok()?.ok()?;
+    policy
+        .roots
+        .iter()
+        .filter_map(|r| r.canonicalize().ok())
+        .any(|r| real.starts_with(r))
+        .then_some(real)
 }
 
 /// A content descriptor.
@@ -103,7 +207,6 @@ fn host_arch() -> &'static str {
         a => a,
     }
 }
-
 /// Picks the manifest for this node from an index: the only one, or the one for
 /// `linux/<arch>`.
 fn choose(index: &Value, what: &str) -> Result<Desc, String> {
@@ -164,70 +267,250 @@ fn cache_key(digest: &str) -> Result<String, String> {
     Ok(format!("{a}-{h}"))
 }
 
-/// The path of a blob, checked against its digest.
-fn blob(layout: &Path, digest: &str) -> Result<PathBuf, String> {
-    let (algo, hex) = split_digest(digest)?;
-    let path = layout.join("blobs").join(algo).join(hex);
-    let mut f = File::open(&path).map_err(|e| format!("blob {digest}: {e}"))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let actual = match algo {
-        "sha256" => hash_all::<sha2::Sha256>(&mut f, &mut buf),
-        _ => hash_all::<sha2::Sha512>(&mut f, &mut buf),
-    }
-    .map_err(|e| format!("reading blob {digest}: {e}"))?;
-    if actual != hex {
-        return Err(format!(
-            "blob {digest} is corrupt: its content hashes to {algo}:{actual}"
-        ));
-    }
-    Ok(path)
+/// A hasher of one of the digests' algorithms.
+enum Hasher {
+    Sha256(sha2::Sha256),
+    Sha512(sha2::Sha512),
 }
 
-fn hash_all<D: Digest>(r: &mut impl Read, buf: &mut [u8]) -> io::Result<String> {
-    let mut h = D::new();
-    loop {
-        let n = r.read(buf)?;
-        if n == 0 {
-            break;
+impl Hasher {
+    fn new(algo: &str) -> Hasher {
+        if algo == "sha512" {
+            Hasher::Sha512(sha2::Sha512::new())
+        } else {
+            Hasher::Sha256(sha2::Sha256::new())
         }
-        h.update(&buf[..n]);
     }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+
+    fn update(&mut self, b: &[u8]) {
+        match self {
+            Hasher::Sha256(h) => h.update(b),
+            Hasher::Sha512(h) => h.update(b),
+        }
+    }
+
+    fn hex(self) -> String {
+        let bytes = match self {
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+            Hasher::Sha512(h) => h.finalize().to_vec(),
+        };
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
-fn read_json_blob(layout: &Path, digest: &str) -> Result<Value, String> {
-    let path = blob(layout, digest)?;
-    let text = std::fs::read(&path).map_err(|e| format!("blob {digest}: {e}"))?;
-    serde_json::from_slice(&text).map_err(|e| format!("blob {digest}: not JSON: {e}"))
+/// The agent's copies of an image's blobs, verified, in a directory of the cache that
+/// only root can enter; removed when dropped.
+struct Staging {
+    dir: PathBuf,
+    /// Digest → its verified copy.
+    blobs: HashMap<String, PathBuf>,
+    /// Bytes staged so far.
+    total: u64,
 }
 
-fn read_index(layout: &Path) -> Result<Value, String> {
-    let path = layout.join("index.json");
-    let text = std::fs::read(&path).map_err(|e| format!("index.json: {e}"))?;
-    serde_json::from_slice(&text).map_err(|e| format!("index.json: not JSON: {e}"))
+impl Staging {
+    fn new(images: &Path) -> Result<Staging, String> {
+        let dir = images.join(format!(
+            ".staging-{}-{}",
+            std::process::id(),
+            fsutil::now_nanos()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        Ok(Staging {
+            dir,
+            blobs: HashMap::new(),
+            total: 0,
+        })
+    }
+
+    /// A new file of the staging area, only the agent's.
+    fn create(&self, name: &str) -> Result<(PathBuf, File), String> {
+        let path = self.dir.join(name);
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| format!("creating {}: {e}", path.display()))?;
+        Ok((path, f))
+    }
+
+    /// Copies blob `digest` from `r` (at most `size_hint` bytes where the archive's
+    /// header says so), hashing it; refused unless it hashes to `digest` and fits the
+    /// policy's caps.
+    fn copy_blob(
+        &mut self,
+        policy: &ImagePolicy,
+        digest: &str,
+        r: &mut dyn Read,
+    ) -> Result<PathBuf, String> {
+        if let Some(p) = self.blobs.get(digest) {
+            return Ok(p.clone());
+        }
+        let (algo, hex) = split_digest(digest)?;
+        let (path, mut f) = self.create(&format!("{algo}-{hex}"))?;
+        let mut h = Hasher::new(algo);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut size = 0u64;
+        let res = (|| {
+            loop {
+                let n = r
+                    .read(&mut buf)
+                    .map_err(|e| format!("reading blob {digest}: {e}"))?;
+                if n == 0 {
+                    break;
+                }
+                size += n as u64;
+                if size > policy.max_blob_bytes {
+                    return Err(format!(
+                        "blob {digest} is larger than images.max_blob_mb = {} MiB",
+                        policy.max_blob_bytes >> 20
+                    ));
+                }
+                if self.total + size > policy.max_image_bytes {
+                    return Err(format!(
+                        "the image's blobs are larger than images.max_image_mb = {} MiB",
+                        policy.max_image_bytes >> 20
+                    ));
+                }
+                h.update(&buf[..n]);
+                f.write_all(&buf[..n])
+                    .map_err(|e| format!("copying blob {digest}: {e}"))?;
+            }
+            let actual = h.hex();
+            if actual != hex {
+                return Err(format!(
+                    "blob {digest} is corrupt: its content hashes to {algo}:{actual}"
+                ));
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        self.total += size;
+        self.blobs.insert(digest.to_string(), path.clone());
+        Ok(path)
+    }
+
+    /// Frees the copy of a blob no longer needed (a layer once applied).
+    fn forget(&mut self, digest: &str) {
+        if let Some(p) = self.blobs.remove(digest) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
-/// The image cache entry for an OCI image layout directory, built if missing.
-fn from_layout(images: &Path, layout: &Path) -> Result<Prepared, String> {
-    let index = read_index(layout)?;
-    let top = choose(&index, "index.json")?;
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Reads JSON of at most [`MAX_JSON`] bytes.
+fn read_json(r: impl Read, what: &str) -> Result<Value, String> {
+    let mut text = Vec::new();
+    r.take(MAX_JSON + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("{what}: {e}"))?;
+    if text.len() as u64 > MAX_JSON {
+        return Err(format!("{what}: larger than {} MiB", MAX_JSON >> 20));
+    }
+    serde_json::from_slice(&text).map_err(|e| format!("{what}: not JSON: {e}"))
+}
+
+/// Where an image's blobs come from.
+enum Source<'a> {
+    /// A layout directory, opened with the user's rights.
+    Layout {
+        who: Option<&'a ImageUser>,
+        dir: File,
+    },
+    /// An archive, opened with the user's rights; `complete` once every blob of it has
+    /// been staged.
+    Archive { file: File, complete: bool },
+}
+
+impl Source<'_> {
+    /// The verified copy of blob `digest`.
+    fn stage(
+        &mut self,
+        staging: &mut Staging,
+        policy: &ImagePolicy,
+        digest: &str,
+    ) -> Result<PathBuf, String> {
+        if let Some(p) = staging.blobs.get(digest) {
+            return Ok(p.clone());
+        }
+        let (algo, hex) = split_digest(digest)?;
+        match self {
+            Source::Layout { who, dir } => {
+                let rel = Path::new("blobs").join(algo).join(hex);
+                let mut f = as_user::open_regular(*who, Some(dir), &rel)
+                    .map_err(|e| format!("blob {digest}: {e}"))?;
+                staging.copy_blob(policy, digest, &mut f)
+            }
+            Source::Archive { file, complete } => {
+                if !*complete {
+                    scan_archive(file, staging, policy, u64::MAX)?;
+                    *complete = true;
+                }
+                staging
+                    .blobs
+                    .get(digest)
+                    .cloned()
+                    .ok_or_else(|| format!("blob {digest} is not in the archive"))
+            }
+        }
+    }
+
+    fn read_json(
+        &mut self,
+        staging: &mut Staging,
+        policy: &ImagePolicy,
+        digest: &str,
+    ) -> Result<Value, String> {
+        let path = self.stage(staging, policy, digest)?;
+        let f = File::open(&path).map_err(|e| format!("blob {digest}: {e}"))?;
+        read_json(f, &format!("blob {digest}"))
+    }
+}
+
+/// The cache entry for an image whose `index.json` is `index`.
+fn from_index(
+    images: &Path,
+    policy: &ImagePolicy,
+    src: &mut Source,
+    index: File,
+    what: &str,
+) -> Result<Prepared, String> {
+    let index = read_json(index, what)?;
+    let mut staging = Staging::new(images)?;
+    let top = choose(&index, what)?;
     let key = cache_key(&top.digest)?;
+    // The claimed digest selects an entry only once the blob was read and verified.
+    let manifest = src.read_json(&mut staging, policy, &top.digest)?;
     if let Some(p) = cached(images, &key) {
         return Ok(p);
     }
-    build(images, layout, &top, &key)
+    build(images, policy, src, &mut staging, top, manifest, &key)
 }
 
-/// A finished cache entry (a finished entry is renamed into place whole).
+/// A finished cache entry of this agent's format (a finished entry is renamed into
+/// place whole).
 fn cached(images: &Path, key: &str) -> Option<Prepared> {
     let dir = images.join(key);
     let rootfs = dir.join("rootfs");
-    if !rootfs.is_dir() {
+    let meta: Value =
+        fsutil::read_string(&dir.join("image.json")).and_then(|t| serde_json::from_str(&t).ok())?;
+    if meta["format"].as_u64() != Some(CACHE_FORMAT) || !rootfs.is_dir() {
         return None;
     }
-    let meta: Value = fsutil::read_string(&dir.join("image.json"))
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
     Some(Prepared {
         path: rootfs,
         shared: true,
@@ -237,10 +520,26 @@ fn cached(images: &Path, key: &str) -> Option<Prepared> {
     })
 }
 
-fn build(images: &Path, layout: &Path, top: &Desc, key: &str) -> Result<Prepared, String> {
+/// The image's configuration: `Env`, `WorkingDir`, `Entrypoint`.
+#[derive(Default)]
+struct ImageConfig {
+    env: Vec<String>,
+    workdir: Option<String>,
+    entrypoint: Option<Vec<String>>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    images: &Path,
+    policy: &ImagePolicy,
+    src: &mut Source,
+    staging: &mut Staging,
+    top: Desc,
+    mut manifest: Value,
+    key: &str,
+) -> Result<Prepared, String> {
     // Follow nested indexes down to the image manifest.
-    let mut desc = top.clone();
-    let mut manifest = read_json_blob(layout, &desc.digest)?;
+    let mut desc = top;
     for _ in 0..4 {
         let is_index = INDEX_TYPES.contains(&desc.media_type.as_str())
             || manifest["mediaType"]
@@ -251,23 +550,53 @@ fn build(images: &Path, layout: &Path, top: &Desc, key: &str) -> Result<Prepared
             break;
         }
         desc = choose(&manifest, &format!("index {}", desc.digest))?;
-        manifest = read_json_blob(layout, &desc.digest)?;
+        manifest = src.read_json(staging, policy, &desc.digest)?;
     }
     let layers = manifest["layers"]
         .as_array()
         .ok_or_else(|| format!("manifest {}: no `layers`", desc.digest))?
         .clone();
-    let (mut env, mut workdir, mut entrypoint) = (Vec::new(), None, None);
+    let mut config = ImageConfig::default();
     if let Some(cd) = manifest["config"]["digest"].as_str() {
-        let config = read_json_blob(layout, cd)?;
-        env = strings(&config["config"]["Env"]).unwrap_or_default();
-        entrypoint = strings(&config["config"]["Entrypoint"]);
-        workdir = config["config"]["WorkingDir"]
+        let c = src.read_json(staging, policy, cd)?;
+        config.env = strings(&c["config"]["Env"]).unwrap_or_default();
+        config.entrypoint = strings(&c["config"]["Entrypoint"]);
+        config.workdir = c["config"]["WorkingDir"]
             .as_str()
             .filter(|w| !w.is_empty())
             .map(str::to_string);
     }
+    let mut digests = Vec::new();
+    for (i, l) in layers.iter().enumerate() {
+        let digest = l["digest"]
+            .as_str()
+            .ok_or_else(|| format!("manifest {}: layer {i} has no digest", desc.digest))?;
+        split_digest(digest)?;
+        digests.push(digest.to_string());
+    }
+    let mut budget = Budget::new(policy.max_unpacked_bytes, policy.max_entries);
+    install(images, key, &desc.digest, &config, |rootfs| {
+        for (i, digest) in digests.iter().enumerate() {
+            let path = src.stage(staging, policy, digest)?;
+            layer::apply_layer(rootfs, &path, &mut budget)
+                .map_err(|e| format!("layer {i} ({digest}): {e}"))?;
+            staging.forget(digest);
+        }
+        Ok(())
+    })
+}
 
+/// Builds cache entry `key` in a temporary directory of the cache with `fill` (given
+/// the new rootfs), records `config`, and renames it into place; an entry of another
+/// format there is replaced, one of this format (another start built it meanwhile) is
+/// used.
+fn install(
+    images: &Path,
+    key: &str,
+    from: &str,
+    config: &ImageConfig,
+    fill: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<Prepared, String> {
     let tmp = images.join(format!(
         ".tmp-{key}-{}-{}",
         std::process::id(),
@@ -275,30 +604,34 @@ fn build(images: &Path, layout: &Path, top: &Desc, key: &str) -> Result<Prepared
     ));
     let rootfs = tmp.join("rootfs");
     let res = (|| -> Result<(), String> {
-        std::fs::create_dir_all(&rootfs)
-            .map_err(|e| format!("creating {}: {e}", rootfs.display()))?;
-        let _ = std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755));
-        for (i, l) in layers.iter().enumerate() {
-            let digest = l["digest"]
-                .as_str()
-                .ok_or_else(|| format!("manifest {}: layer {i} has no digest", desc.digest))?;
-            let path = blob(layout, digest)?;
-            apply_layer(&rootfs, &path).map_err(|e| format!("layer {i} ({digest}): {e}"))?;
-        }
-        let meta = serde_json::json!({"manifest": desc.digest, "env": env, "workdir": workdir,
-                                      "entrypoint": entrypoint});
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&tmp)
+            .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        std::fs::create_dir(&rootfs).map_err(|e| format!("creating {}: {e}", rootfs.display()))?;
+        std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", rootfs.display()))?;
+        fill(&rootfs)?;
+        let meta = serde_json::json!({"format": CACHE_FORMAT, "from": from, "env": config.env,
+                                      "workdir": config.workdir, "entrypoint": config.entrypoint});
         std::fs::write(tmp.join("image.json"), meta.to_string())
-            .map_err(|e| format!("writing image.json: {e}"))?;
-        Ok(())
+            .map_err(|e| format!("writing image.json: {e}"))
     })();
     if let Err(e) = res {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
     let dest = images.join(key);
+    if cached(images, key).is_none() && std::fs::symlink_metadata(&dest).is_ok() {
+        // An entry of an older format: out of the way, then gone.
+        let old = images.join(format!(".old-{key}-{}", fsutil::now_nanos()));
+        if std::fs::rename(&dest, &old).is_ok() {
+            let _ = std::fs::remove_dir_all(&old);
+        }
+    }
     if let Err(e) = std::fs::rename(&tmp, &dest) {
         let _ = std::fs::remove_dir_all(&tmp);
-        if !dest.join("rootfs").is_dir() {
+        if cached(images, key).is_none() {
             return Err(format!(
                 "moving the unpacked image to {}: {e}",
                 dest.display()
@@ -309,316 +642,253 @@ fn build(images: &Path, layout: &Path, top: &Desc, key: &str) -> Result<Prepared
     cached(images, key).ok_or_else(|| format!("{} vanished", dest.display()))
 }
 
-/// A reader of a file that may be gzip-compressed (detected by its magic bytes).
-fn open_maybe_gz(path: &Path) -> Result<Box<dyn Read>, String> {
-    let mut f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut magic = [0u8; 4];
-    let n = f.read(&mut magic).map_err(|e| e.to_string())?;
-    f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-    if n >= 2 && magic[..2] == [0x1f, 0x8b] {
-        Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
-            f,
-        ))))
-    } else if n == 4 && magic == [0x28, 0xb5, 0x2f, 0xfd] {
-        Err("zstd-compressed layers are not supported (use gzip or none)".into())
-    } else {
-        Ok(Box::new(BufReader::new(f)))
+/// A regular entry `[DIR/]blobs/<algorithm>/<hex>` of an archive: its digest.
+fn archive_blob(rel: &Path) -> Option<String> {
+    let parts: Vec<&str> = rel.iter().map(|c| c.to_str()).collect::<Option<_>>()?;
+    let n = parts.len();
+    if !(3..=4).contains(&n) || parts[n - 3] != "blobs" {
+        return None;
     }
+    let digest = format!("{}:{}", parts[n - 2], parts[n - 1]);
+    split_digest(&digest).ok()?;
+    Some(digest)
 }
 
-/// The image cache entry for an archive of an OCI image layout.
-fn from_archive(images: &Path, file: &Path) -> Result<Prepared, String> {
-    // Find index.json first: an image unpacked before needs nothing else.
+/// Reads the archive `file` from its start as a stream, staging (verified) each blob
+/// of at most `max` bytes not staged yet; returns its `index.json` (top level, or one
+/// directory down), if it has one. Links and every other kind of entry are ignored.
+fn scan_archive(
+    file: &File,
+    staging: &mut Staging,
+    policy: &ImagePolicy,
+    max: u64,
+) -> Result<Option<Value>, String> {
+    let f = file.try_clone().map_err(|e| e.to_string())?;
+    let too_big = format!(
+        "the archive is larger than images.max_image_mb = {} MiB",
+        policy.max_image_bytes >> 20
+    );
+    let mut ar = tar::Archive::new(layer::open_maybe_gz(
+        f,
+        policy.max_image_bytes.saturating_add(MAX_JSON),
+        too_big,
+    )?);
     let mut index = None;
-    let mut prefix = PathBuf::new();
+    for e in ar
+        .entries()
+        .map_err(|e| format!("reading the archive: {e}"))?
     {
-        let mut ar = tar::Archive::new(open_maybe_gz(file)?);
-        for e in ar
-            .entries()
-            .map_err(|e| format!("reading the archive: {e}"))?
+        let mut e = e.map_err(|e| format!("reading the archive: {e}"))?;
+        if !matches!(
+            e.header().entry_type(),
+            tar::EntryType::Regular | tar::EntryType::Continuous
+        ) {
+            continue;
+        }
+        let path = e.path().map_err(|e| e.to_string())?.into_owned();
+        let Some(rel) = layer::clean(&path)? else {
+            continue;
+        };
+        if index.is_none()
+            && rel.file_name().is_some_and(|n| n == "index.json")
+            && rel.components().count() <= 2
         {
-            let mut e = e.map_err(|e| format!("reading the archive: {e}"))?;
-            let path = e.path().map_err(|e| e.to_string())?.into_owned();
-            let Some(rel) = clean(&path)? else { continue };
-            if rel.file_name().is_some_and(|n| n == "index.json") && rel.components().count() <= 2 {
-                let mut text = Vec::new();
-                e.read_to_end(&mut text).map_err(|e| e.to_string())?;
-                index = Some(
-                    serde_json::from_slice::<Value>(&text)
-                        .map_err(|e| format!("index.json: not JSON: {e}"))?,
-                );
-                prefix = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-                break;
+            index = Some(read_json(&mut e, "index.json")?);
+        } else if let Some(digest) = archive_blob(&rel) {
+            if e.header().size().unwrap_or(u64::MAX) <= max {
+                staging.copy_blob(policy, &digest, &mut e)?;
             }
         }
     }
-    let index = index.ok_or("no index.json in the archive: not an OCI image layout")?;
+    Ok(index)
+}
+
+/// The cache entry for an archive of an OCI image layout. A first pass takes its
+/// `index.json` and small blobs (manifests, configurations), enough to verify the top
+/// digest and find a cached entry; only an image to unpack reads it again for the rest.
+fn from_archive(images: &Path, policy: &ImagePolicy, file: File) -> Result<Prepared, String> {
+    let mut staging = Staging::new(images)?;
+    let index = scan_archive(&file, &mut staging, policy, MAX_JSON)?
+        .ok_or("no index.json in the archive: not an OCI image layout")?;
     let top = choose(&index, "index.json")?;
     let key = cache_key(&top.digest)?;
+    let mut src = Source::Archive {
+        file,
+        complete: false,
+    };
+    let manifest = src.read_json(&mut staging, policy, &top.digest)?;
     if let Some(p) = cached(images, &key) {
         return Ok(p);
     }
-    let tmp = images.join(format!(
-        ".tmp-layout-{}-{}",
-        std::process::id(),
-        fsutil::now_nanos()
-    ));
-    let res = (|| {
-        std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
-        let mut ar = tar::Archive::new(open_maybe_gz(file)?);
-        ar.unpack(&tmp)
-            .map_err(|e| format!("unpacking the archive: {e}"))?;
-        let layout = tmp.join(&prefix);
-        build(images, &layout, &top, &key)
-    })();
-    let _ = std::fs::remove_dir_all(&tmp);
-    res
+    build(images, policy, &mut src, &mut staging, top, manifest, &key)
 }
 
-/// A layer path made relative, without `.`; `None` for the root itself; `..` refused.
-fn clean(p: &Path) -> Result<Option<PathBuf>, String> {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::RootDir | Component::CurDir => {}
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(format!("path `{}` leaves the rootfs", p.display()))
-            }
-        }
+/// The cache entry for a rootfs directory not under the policy's roots: a copy of it,
+/// read with the user's rights into a tar stream in the staging area, then unpacked as
+/// a layer is.
+fn from_directory(
+    images: &Path,
+    policy: &ImagePolicy,
+    dir: &Path,
+    who: Option<&ImageUser>,
+) -> Result<Prepared, String> {
+    let staging = Staging::new(images)?;
+    let (tar_path, file) = staging.create("rootfs.tar")?;
+    let mut out = HashingWriter {
+        inner: file,
+        hash: sha2::Sha256::new(),
+        written: 0,
+        max: policy.max_image_bytes,
+    };
+    as_user::run_as(who, || -> Result<(), String> {
+        let mut b = tar::Builder::new(&mut out);
+        let mut entries = 0u64;
+        walk(&mut b, dir, Path::new(""), policy, &mut entries, 0)?;
+        b.finish().map_err(|e| e.to_string())
+    })
+    .map_err(|e| format!("taking the job user's credentials: {e}"))??;
+    let hex: String = out
+        .hash
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let key = format!("tree-sha256-{hex}");
+    if let Some(p) = cached(images, &key) {
+        return Ok(p);
     }
-    Ok((!out.as_os_str().is_empty()).then_some(out))
+    let mut budget = Budget::new(policy.max_unpacked_bytes, policy.max_entries);
+    let from = format!("directory {}", dir.display());
+    install(images, &key, &from, &ImageConfig::default(), |rootfs| {
+        layer::apply_layer(rootfs, &tar_path, &mut budget)
+    })
 }
 
-/// Resolves `rel` inside `root` as if `root` were `/`: symlinks are followed (absolute
-/// ones from `root`, `..` stops at `root`), except the last component's unless
-/// `follow_last`; with `create`, missing directories are created.
-pub(crate) fn resolve_in_root(
+/// A file being written and hashed, failing past `max` bytes.
+struct HashingWriter {
+    inner: File,
+    hash: sha2::Sha256,
+    written: u64,
+    max: u64,
+}
+
+impl Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.written + buf.len() as u64 > self.max {
+            return Err(io::Error::other(format!(
+                "the directory is larger than images.max_image_mb = {} MiB",
+                self.max >> 20
+            )));
+        }
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Appends directory `root/rel`'s entries (sorted, so that the same tree gives the same
+/// stream) to `b`: directories, regular files and symlinks, owned by root; FIFOs,
+/// sockets and devices are left out. Runs with the job user's credentials.
+fn walk(
+    b: &mut tar::Builder<&mut HashingWriter>,
     root: &Path,
     rel: &Path,
-    follow_last: bool,
-    create: bool,
-) -> io::Result<PathBuf> {
-    let mut cur = root.to_path_buf();
-    let mut todo: VecDeque<PathBuf> = rel
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(PathBuf::from(n)),
-            Component::ParentDir => Some(PathBuf::from("..")),
-            _ => None,
-        })
-        .collect();
-    let mut hops = 0;
-    while let Some(c) = todo.pop_front() {
-        if c.as_os_str() == ".." {
-            if cur != root {
-                cur.pop();
-            }
-            continue;
-        }
-        let next = cur.join(&c);
-        let last = todo.is_empty();
-        match std::fs::symlink_metadata(&next) {
-            Ok(m) if m.file_type().is_symlink() && (!last || follow_last) => {
-                hops += 1;
-                if hops > 40 {
-                    return Err(io::Error::other(format!(
-                        "too many levels of symbolic links at {}",
-                        next.display()
-                    )));
-                }
-                let target = std::fs::read_link(&next)?;
-                if target.is_absolute() {
-                    cur = root.to_path_buf();
-                }
-                let mut front: VecDeque<PathBuf> = target
-                    .components()
-                    .filter_map(|c| match c {
-                        Component::Normal(n) => Some(PathBuf::from(n)),
-                        Component::ParentDir => Some(PathBuf::from("..")),
-                        _ => None,
-                    })
-                    .collect();
-                front.extend(todo);
-                todo = front;
-            }
-            Ok(_) => cur = next,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if create {
-                    std::fs::create_dir(&next)?;
-                    let _ = std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755));
-                }
-                cur = next;
-            }
-            Err(e) => return Err(e),
-        }
+    policy: &ImagePolicy,
+    entries: &mut u64,
+    depth: u32,
+) -> Result<(), String> {
+    if depth > 256 {
+        return Err(format!(
+            "`{}`: more than 256 directories deep",
+            rel.display()
+        ));
     }
-    Ok(cur)
-}
-
-/// Removes a file, symlink or directory tree (never following symlinks); absent is
-/// fine.
-fn remove_path(p: &Path) -> io::Result<()> {
-    match std::fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
-        Ok(_) => std::fs::remove_file(p),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-const WH_PREFIX: &str = ".wh.";
-const WH_OPAQUE: &str = ".wh..wh..opq";
-
-/// Applies one layer blob onto `root`.
-pub(crate) fn apply_layer(root: &Path, blob: &Path) -> Result<(), String> {
-    let as_root = nix::unistd::geteuid().is_root();
-    // Pass 1: whiteouts, applied to what the layers below left.
-    let mut whiteouts: Vec<(PathBuf, Option<String>)> = Vec::new();
-    {
-        let mut ar = tar::Archive::new(open_maybe_gz(blob)?);
-        for e in ar.entries().map_err(|e| e.to_string())? {
-            let e = e.map_err(|e| e.to_string())?;
-            let path = e.path().map_err(|e| e.to_string())?.into_owned();
-            let Some(rel) = clean(&path)? else { continue };
-            let name = rel
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-            if name == WH_OPAQUE {
-                whiteouts.push((parent, None));
-            } else if let Some(target) = name.strip_prefix(WH_PREFIX) {
-                if !target.starts_with(".wh.") && !target.is_empty() {
-                    whiteouts.push((parent, Some(target.to_string())));
-                }
-            }
+    let here = root.join(rel);
+    let mut names: Vec<_> = std::fs::read_dir(&here)
+        .map_err(|e| format!("{}: {e}", here.display()))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", here.display()))?;
+    names.sort();
+    for name in names {
+        *entries += 1;
+        if *entries > policy.max_entries {
+            return Err(format!(
+                "the directory has more than images.max_entries = {} files",
+                policy.max_entries
+            ));
         }
-    }
-    for (parent, name) in &whiteouts {
-        let dir = resolve_in_root(root, parent, true, false).map_err(|e| e.to_string())?;
-        let res = match name {
-            Some(n) => remove_path(&dir.join(n)),
-            None => match std::fs::read_dir(&dir) {
-                Ok(rd) => rd.flatten().try_for_each(|c| remove_path(&c.path())),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e),
-            },
-        };
-        res.map_err(|e| format!("whiteout in `{}`: {e}", parent.display()))?;
-    }
-    // Pass 2: the layer's files.
-    let mut ar = tar::Archive::new(open_maybe_gz(blob)?);
-    ar.set_preserve_permissions(true);
-    ar.set_preserve_ownerships(as_root);
-    ar.set_preserve_mtime(true);
-    ar.set_unpack_xattrs(false);
-    ar.set_overwrite(true);
-    for e in ar.entries().map_err(|e| e.to_string())? {
-        let mut e = e.map_err(|e| e.to_string())?;
-        let path = e.path().map_err(|e| e.to_string())?.into_owned();
-        let Some(rel) = clean(&path)? else { continue };
-        let Some(name) = rel.file_name().map(|n| n.to_os_string()) else {
-            continue;
-        };
-        if name.to_string_lossy().starts_with(WH_PREFIX) {
-            continue;
-        }
-        let ctx = |err: &dyn std::fmt::Display| format!("`{}`: {err}", rel.display());
-        let parent_rel = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-        let parent = resolve_in_root(root, &parent_rel, true, true).map_err(|e| ctx(&e))?;
-        if !parent.is_dir() {
-            return Err(ctx(&"its parent is not a directory"));
-        }
-        let dst = parent.join(&name);
-        use tar::EntryType as T;
-        let kind = e.header().entry_type();
-        match kind {
-            T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink => continue,
-            T::Directory => {
-                if let Ok(m) = std::fs::symlink_metadata(&dst) {
-                    if !m.is_dir() {
-                        std::fs::remove_file(&dst).map_err(|e| ctx(&e))?;
-                    }
-                }
-                e.unpack(&dst).map_err(|e| ctx(&e))?;
-            }
-            T::Link => {
-                let target = e
-                    .link_name()
-                    .map_err(|e| ctx(&e))?
-                    .ok_or_else(|| ctx(&"hard link without a target"))?
-                    .into_owned();
-                let target_rel = clean(&target)?.ok_or_else(|| ctx(&"hard link to the root"))?;
-                let src = resolve_in_root(root, &target_rel, false, false).map_err(|e| ctx(&e))?;
-                if src == dst {
-                    continue;
-                }
-                remove_path(&dst).map_err(|e| ctx(&e))?;
-                std::fs::hard_link(&src, &dst)
-                    .map_err(|e| ctx(&format!("hard link to `{}`: {e}", target.display())))?;
-            }
-            T::Char | T::Block | T::Fifo => {
-                remove_path(&dst).map_err(|e| ctx(&e))?;
-                special(&e, kind, &dst, as_root).map_err(|e| ctx(&e))?;
-            }
-            _ => {
-                remove_path(&dst).map_err(|e| ctx(&e))?;
-                e.unpack(&dst).map_err(|e| ctx(&e))?;
-            }
+        let r = rel.join(&name);
+        let p = root.join(&r);
+        let ctx = |e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
+        let m = std::fs::symlink_metadata(&p).map_err(|e| ctx(&e))?;
+        let mut h = tar::Header::new_gnu();
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(u64::try_from(m.mtime()).unwrap_or(0));
+        h.set_mode(m.mode() & 0o7777);
+        h.set_size(0);
+        let t = m.file_type();
+        if t.is_dir() {
+            h.set_entry_type(tar::EntryType::Directory);
+            b.append_data(&mut h, &r, io::empty())
+                .map_err(|e| ctx(&e))?;
+            walk(b, root, &r, policy, entries, depth + 1)?;
+        } else if t.is_symlink() {
+            let target = std::fs::read_link(&p).map_err(|e| ctx(&e))?;
+            h.set_entry_type(tar::EntryType::Symlink);
+            b.append_link(&mut h, &r, &target).map_err(|e| ctx(&e))?;
+        } else if t.is_file() {
+            // Opened without following a symlink and checked again on the descriptor:
+            // the user may have swapped it since.
+            let f = as_user::open_regular(None, None, &p).map_err(|e| ctx(&e))?;
+            let m = f.metadata().map_err(|e| ctx(&e))?;
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(m.len());
+            h.set_mode(m.mode() & 0o7777);
+            b.append_data(&mut h, &r, ExactLen { f, left: m.len() })
+                .map_err(|e| ctx(&e))?;
         }
     }
     Ok(())
 }
 
-/// Creates a device node or FIFO; device nodes need root and are skipped without it
-/// (the container's `/dev` is a fresh tmpfs anyway).
-fn special<R: Read>(
-    e: &tar::Entry<'_, R>,
-    kind: tar::EntryType,
-    dst: &Path,
-    as_root: bool,
-) -> io::Result<()> {
-    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-    let h = e.header();
-    let mode = Mode::from_bits_truncate(h.mode().unwrap_or(0o644) & 0o7777);
-    let res = if kind == tar::EntryType::Fifo {
-        nix::unistd::mkfifo(dst, mode)
-    } else {
-        if !as_root {
-            return Ok(());
+/// A file's first `left` bytes, an error where it is shorter now (it shrank while read).
+struct ExactLen {
+    f: File,
+    left: u64,
+}
+
+impl Read for ExactLen {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
         }
-        let major = u64::from(h.device_major()?.unwrap_or(0));
-        let minor = u64::from(h.device_minor()?.unwrap_or(0));
-        let flag = if kind == tar::EntryType::Char {
-            SFlag::S_IFCHR
-        } else {
-            SFlag::S_IFBLK
-        };
-        mknod(dst, flag, mode, makedev(major, minor))
-    };
-    match res {
-        Ok(()) => {}
-        Err(nix::errno::Errno::EPERM) => return Ok(()),
-        Err(e) => return Err(e.into()),
+        let max = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.f.read(&mut buf[..max])?;
+        if n == 0 {
+            return Err(io::Error::other("the file shrank while it was copied"));
+        }
+        self.left -= n as u64;
+        Ok(n)
     }
-    if as_root {
-        let uid = h.uid().ok().map(|u| nix::unistd::Uid::from_raw(u as u32));
-        let gid = h.gid().ok().map(|g| nix::unistd::Gid::from_raw(g as u32));
-        let _ = nix::unistd::fchownat(
-            nix::fcntl::AT_FDCWD,
-            dst,
-            uid,
-            gid,
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::layer::{apply_layer, clean, resolve_in_root};
     use super::*;
+
+    fn budget() -> Budget {
+        Budget::new(1 << 30, 100_000)
+    }
 
     fn layer(entries: &[(&str, Option<&[u8]>)]) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
@@ -664,7 +934,7 @@ mod tests {
             ]),
         )
         .unwrap();
-        apply_layer(&root, &l1).unwrap();
+        apply_layer(&root, &l1, &mut budget()).unwrap();
         // The opaque marker comes after the layer's own file in the same directory.
         let l2 = t.path().join("l2");
         std::fs::write(
@@ -677,7 +947,7 @@ mod tests {
             ]),
         )
         .unwrap();
-        apply_layer(&root, &l2).unwrap();
+        apply_layer(&root, &l2, &mut budget()).unwrap();
         assert!(!root.join("etc/a").exists());
         assert_eq!(std::fs::read(root.join("etc/b")).unwrap(), b"b");
         assert_eq!(std::fs::read(root.join("etc/c")).unwrap(), b"c");
@@ -712,13 +982,24 @@ mod tests {
         assert!(split_digest("sha256:../../etc").is_err());
         assert!(split_digest("md5:abc").is_err());
         let t = tempfile::tempdir().unwrap();
-        let d = t.path().join("blobs/sha256");
-        std::fs::create_dir_all(&d).unwrap();
+        let mut staging = Staging::new(t.path()).unwrap();
+        let policy = ImagePolicy::default();
         let hex = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"; // "hello"
-        std::fs::write(d.join(hex), b"hello").unwrap();
-        assert!(blob(t.path(), &format!("sha256:{hex}")).is_ok());
-        std::fs::write(d.join(hex), b"hellO").unwrap();
-        let e = blob(t.path(), &format!("sha256:{hex}")).unwrap_err();
+        let d = format!("sha256:{hex}");
+        let e = staging
+            .copy_blob(&policy, &d, &mut &b"hellO"[..])
+            .unwrap_err();
         assert!(e.contains("corrupt"), "{e}");
+        let p = staging.copy_blob(&policy, &d, &mut &b"hello"[..]).unwrap();
+        assert_eq!(std::fs::read(p).unwrap(), b"hello");
+        let small = ImagePolicy {
+            max_blob_bytes: 4,
+            ..ImagePolicy::default()
+        };
+        staging.forget(&d);
+        let e = staging
+            .copy_blob(&small, &d, &mut &b"hello"[..])
+            .unwrap_err();
+        assert!(e.contains("images.max_blob_mb"), "{e}");
     }
 }

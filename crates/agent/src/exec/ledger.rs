@@ -102,9 +102,11 @@ impl LedgerEntry {
 /// and the next `bind` synced on the node makes every earlier line durable with it
 /// (they are in the same file). That halves the ledger's disk writes.
 pub(crate) fn append(path: &Path, entry: &LedgerEntry) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)?;
     f.write_all(entry.to_line().as_bytes())?;
     if entry.bind {

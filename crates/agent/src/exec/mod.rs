@@ -3,7 +3,9 @@
 //!
 //! # A shim per attempt
 //!
-//! Every attempt has a directory `<spool>/attempts/<job>.<attempt>/` holding
+//! Every attempt has a directory `<spool>/attempts/<job>.<attempt>/` (0700; the spool and
+//! each of its directories are 0700 root, and every record is 0600: they hold the jobs'
+//! environments and output) holding
 //!
 //! | file | written by | content |
 //! |---|---|---|
@@ -16,7 +18,7 @@
 //! | `exit.json` | shim | `{"code", "signal", "at_ms"}`, written atomically once no process of the job is left |
 //! | `launch_error` | shim | why the job could not be started (the agent's [`Executors::start`] returns it) |
 //! | `shim.log`, `runtime.log` | shim, runc | diagnostics |
-//! | `opt-ml/` | agent, job | a SageMaker job's `/opt/ml` (see [`sagemaker_env`]); its `model/` and `output/` are kept in `<spool>/sagemaker/` |
+//! | `opt-ml/` | agent, job | a SageMaker container's `/opt/ml` (see [`sagemaker_env`]; a process job's is in its own directory outside the spool); its `model/` and `output/` are kept in `<spool>/sagemaker/` |
 //! | `bundle/` | agent | OCI only: `config.json`, and the rootfs or the overlay mounted over a cached one |
 //!
 //! `<spool>/attempts` carries ext4's `T` attribute (set by the agent where the file
@@ -56,6 +58,7 @@
 //! (`/opt/ml`, the `SM_*` variables); `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
 //! and `cgroup` are the container runtime, the image cache and the cgroup hierarchies.
 
+mod as_user;
 mod attempt;
 mod cgroup;
 mod error;
@@ -63,9 +66,11 @@ mod executors;
 mod fsutil;
 mod image;
 mod launcher;
+mod layer;
 pub mod ledger;
 mod oci;
 pub mod output;
+pub mod policy;
 mod procfs;
 mod sagemaker;
 mod shim;
@@ -77,12 +82,17 @@ mod spool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use as_user::ImageUser;
 pub use attempt::{Attempt, CgroupDirs, KillMethod, StopOutcome};
 pub use cgroup::CgroupMode;
 pub use error::ExecError;
 pub use executors::Executors;
+pub use image::{
+    defaults as image_defaults, prepare as prepare_image, ImagePolicy, Prepared as PreparedImage,
+};
 pub use launcher::launcher_main;
 pub use output::OutputFile;
+pub use policy::JobPolicy;
 pub use sagemaker::{kept_sagemaker_output, sagemaker_env};
 pub use signal::signal_number;
 pub use spec::{job_env, ArrayTask, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};

@@ -89,9 +89,9 @@ fn char_device(path: &str) -> Option<Result<(u64, u64), String>> {
 
 /// The device nodes of the attempt's GPUs: `/dev/nvidia<index>` for each, then
 /// `/dev/nvidiactl`, `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools` where the node has
-/// them. With `fake_devices` they are synthesized: `nvidia<index>` = 195:index and
-/// `nvidiactl` = 195:255, no uvm.
-pub(crate) fn gpu_devices(spec: &LaunchSpec) -> Result<Vec<Device>, ExecError> {
+/// them (looked up in `dev`, the node's `/dev`). With `fake_devices` they are
+/// synthesized: `nvidia<index>` = 195:index and `nvidiactl` = 195:255, no uvm.
+pub(crate) fn gpu_devices(spec: &LaunchSpec, dev: &Path) -> Result<Vec<Device>, ExecError> {
     let mut out = Vec::new();
     if spec.gpus.is_empty() {
         return Ok(out);
@@ -111,23 +111,29 @@ pub(crate) fn gpu_devices(spec: &LaunchSpec) -> Result<Vec<Device>, ExecError> {
         });
         return Ok(out);
     }
+    let on_node = |name: &str| dev.join(name).to_string_lossy().into_owned();
     for g in &spec.gpus {
-        let path = format!("/dev/nvidia{}", g.index);
+        let name = format!("nvidia{}", g.index);
         let gpu_err = |reason: String| ExecError::Gpu {
             index: g.index,
             uuid: g.uuid.clone(),
             reason,
         };
-        match char_device(&path) {
-            None => return Err(gpu_err(format!("{path} does not exist on this node"))),
+        let node_path = on_node(&name);
+        match char_device(&node_path) {
+            None => return Err(gpu_err(format!("{node_path} does not exist on this node"))),
             Some(Err(e)) => return Err(gpu_err(e)),
-            Some(Ok((major, minor))) => out.push(Device { path, major, minor }),
+            Some(Ok((major, minor))) => out.push(Device {
+                path: format!("/dev/{name}"),
+                major,
+                minor,
+            }),
         }
     }
-    for path in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
-        if let Some(Ok((major, minor))) = char_device(path) {
+    for name in ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"] {
+        if let Some(Ok((major, minor))) = char_device(&on_node(name)) {
             out.push(Device {
-                path: path.into(),
+                path: format!("/dev/{name}"),
                 major,
                 minor,
             });
@@ -202,6 +208,7 @@ pub(crate) fn config(
     rootfs: &image::Prepared,
     devices: &[Device],
     cgroups_path: &str,
+    limits: super::policy::Limits,
 ) -> Value {
     let env: Vec<String> = container_env(spec, &rootfs.env)
         .into_iter()
@@ -217,7 +224,14 @@ pub(crate) fn config(
         .or_else(|| rootfs.workdir.clone().filter(|w| w.starts_with('/')))
         .unwrap_or_else(|| "/".into());
     let (uid, gid) = spec.user.unwrap_or((0, 0));
-    let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
+    // A job of any account but root gets no capability at all (every set empty): with
+    // the node's network namespace, CAP_NET_BIND_SERVICE would let it take a
+    // privileged port, which NFS servers (`secure`) take as proof of root.
+    let caps = if uid == 0 {
+        json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"])
+    } else {
+        json!([])
+    };
     let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .map(|(_, hard)| hard)
         .unwrap_or(1024 * 1024);
@@ -265,23 +279,27 @@ pub(crate) fn config(
         );
     }
     let mut resources = json!({"devices": dev_rules});
-    if spec.memory_mb > 0 {
-        resources["memory"] = json!({"limit": spec.memory_mb.saturating_mul(1024 * 1024)});
+    if limits.memory_mb > 0 {
+        resources["memory"] = json!({"limit": limits.memory_mb.saturating_mul(1024 * 1024)});
     }
-    if spec.cpus > 0 {
-        resources["cpu"] = json!({"quota": u64::from(spec.cpus) * 100_000, "period": 100_000});
+    if limits.cpus > 0 {
+        resources["cpu"] = json!({"quota": u64::from(limits.cpus) * 100_000, "period": 100_000});
+    }
+    if limits.pids > 0 {
+        resources["pids"] = json!({"limit": limits.pids});
     }
 
     json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
-            "user": {"uid": uid, "gid": gid, "additionalGids": spec.groups},
+            "user": {"uid": uid, "gid": gid, "additionalGids": spec.groups, "umask": 0o022},
             "args": spec.command,
             "env": env,
             "cwd": cwd,
             "capabilities": {
                 "bounding": caps, "effective": caps, "permitted": caps, "ambient": caps,
+                "inheritable": caps,
             },
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": nofile, "soft": nofile}],
             "noNewPrivileges": true,
@@ -316,6 +334,11 @@ pub(crate) fn mount_overlay(lower: &Path, bundle: &Path) -> Result<PathBuf, Stri
     for d in [&upper, &work, &merged] {
         std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
     }
+    // The container's `/` is the upper layer's root: it takes the image root's mode,
+    // not what the agent's umask (0077 in its unit) left.
+    let root_mode = std::fs::metadata(lower).map_or(0o755, |m| m.permissions().mode() & 0o7777);
+    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(root_mode))
+        .map_err(|e| format!("setting the mode of {}: {e}", upper.display()))?;
     let paths = [lower, &upper, &work];
     if paths
         .iter()
@@ -465,7 +488,7 @@ mod tests {
             index: 7,
             count: 10,
         });
-        let devs = gpu_devices(&s).unwrap();
+        let devs = gpu_devices(&s, Path::new("/dev")).unwrap();
         let paths: Vec<_> = devs.iter().map(|d| d.path.as_str()).collect();
         assert_eq!(paths, ["/dev/nvidia5", "/dev/nvidia2", "/dev/nvidiactl"]);
         assert_eq!((devs[0].major, devs[0].minor), (195, 5));
@@ -484,6 +507,11 @@ mod tests {
             &prepared,
             &devs,
             "/tranche/1.0",
+            crate::exec::policy::Limits {
+                cpus: 2,
+                memory_mb: 512,
+                pids: 4096,
+            },
         );
         assert_eq!(c["process"]["user"]["uid"], 1000);
         assert_eq!(c["process"]["user"]["gid"], 100);
@@ -494,6 +522,21 @@ mod tests {
         assert_eq!(c["process"]["cwd"], "/work");
         assert_eq!(c["linux"]["resources"]["memory"]["limit"], 512u64 << 20);
         assert_eq!(c["linux"]["resources"]["cpu"]["quota"], 200_000);
+        assert_eq!(c["linux"]["resources"]["pids"]["limit"], 4096);
+        // A job of another account than root has no capability at all.
+        for set in [
+            "bounding",
+            "effective",
+            "permitted",
+            "ambient",
+            "inheritable",
+        ] {
+            assert_eq!(
+                c["process"]["capabilities"][set],
+                serde_json::json!([]),
+                "{set}"
+            );
+        }
         let env: Vec<&str> = c["process"]["env"]
             .as_array()
             .unwrap()
@@ -544,7 +587,17 @@ mod tests {
         let cwd = |home: &str, prepared: &image::Prepared| {
             let mut s = spec();
             s.cwd = Some(home.into());
-            config(&s, Path::new("/a"), root.path(), prepared, &[], "/t")["process"]["cwd"].clone()
+            let limits = crate::exec::policy::Limits::default();
+            config(
+                &s,
+                Path::new("/a"),
+                root.path(),
+                prepared,
+                &[],
+                "/t",
+                limits,
+            )["process"]["cwd"]
+                .clone()
         };
         assert_eq!(cwd("/home/asmith", &prepared), "/home/asmith");
         assert_eq!(cwd("/home/nobody", &prepared), "/work");
@@ -558,7 +611,7 @@ mod tests {
         let mut s = spec();
         s.fake_devices = false;
         s.gpus[0].index = GpuIndex(9999);
-        let e = gpu_devices(&s).unwrap_err().to_string();
+        let e = gpu_devices(&s, Path::new("/dev")).unwrap_err().to_string();
         assert!(e.contains("/dev/nvidia9999"), "{e}");
     }
 }

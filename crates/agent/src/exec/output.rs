@@ -135,6 +135,10 @@ pub(crate) struct Opened {
     pub uid: u32,
     /// A regular file (not `/dev/null` or another device).
     pub regular: bool,
+    /// The uid the job ran as: the log port serves the file only while that uid owns
+    /// it (absent from an older record: not served).
+    #[serde(default)]
+    pub job_uid: Option<u32>,
 }
 
 /// `outputs.json`: the files outside the spool the job writes to.
@@ -158,7 +162,8 @@ impl OutputsRecord {
 }
 
 impl Opened {
-    pub(crate) fn of(path: &Path, f: &File) -> io::Result<Opened> {
+    /// The record of `f`, opened at `path` for a job running as `job_uid`.
+    pub(crate) fn of(path: &Path, f: &File, job_uid: u32) -> io::Result<Opened> {
         let m = f.metadata()?;
         Ok(Opened {
             path: path.to_path_buf(),
@@ -166,6 +171,7 @@ impl Opened {
             ino: m.ino(),
             uid: m.uid(),
             regular: m.file_type().is_file(),
+            job_uid: Some(job_uid),
         })
     }
 
@@ -183,7 +189,8 @@ pub(crate) struct As<'a> {
     pub groups: &'a [u32],
 }
 
-/// Opens (creating it, mode 0644 less the umask) the file `path` for a job's stream,
+/// Opens (creating it, mode 0600: the job's output is its user's alone) the file `path`
+/// for a job's stream,
 /// with the job's credentials where `who` is given: its effective uid, gid and groups
 /// are the job's while the file is opened, so the kernel checks (and the file gets)
 /// exactly the user's rights. Appends; truncates first when `truncate`. A FIFO without
@@ -197,7 +204,7 @@ pub(crate) fn create_as(path: &Path, who: Option<As>, truncate: bool) -> io::Res
         let f = OpenOptions::new()
             .append(true)
             .create(true)
-            .mode(0o644)
+            .mode(0o600)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | trunc)
             .open(path)?;
         let flags = nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_GETFL)?;
@@ -262,6 +269,16 @@ impl OutputFile {
         let Some(opened) = &self.opened else {
             return File::open(&self.path);
         };
+        if opened.job_uid != Some(opened.uid) {
+            return Err(io::Error::other(match opened.job_uid {
+                Some(j) => format!(
+                    "owned by uid {}, not by the job's uid {j}: only a file of the job's own \
+                     user is served",
+                    opened.uid
+                ),
+                None => "recorded without the job's uid, so it is not served".to_string(),
+            }));
+        }
         if !opened.regular {
             return Err(io::Error::other(
                 "not a regular file (a device such as /dev/null): nothing of the job's output \
@@ -382,7 +399,8 @@ mod tests {
         let path = dir.path().join("out.txt");
         std::fs::write(&path, "job output\n").unwrap();
         let f = File::open(&path).unwrap();
-        let kept = OutputFile::outside(Opened::of(&path, &f).unwrap());
+        let me = nix::unistd::geteuid().as_raw();
+        let kept = OutputFile::outside(Opened::of(&path, &f, me).unwrap());
         let mut s = String::new();
         io::Read::read_to_string(&mut kept.open().unwrap(), &mut s).unwrap();
         assert_eq!(s, "job output\n");
@@ -400,7 +418,7 @@ mod tests {
         // A device keeps nothing.
         let null = Path::new("/dev/null");
         let n = File::open(null).unwrap();
-        let e = OutputFile::outside(Opened::of(null, &n).unwrap())
+        let e = OutputFile::outside(Opened::of(null, &n, 0).unwrap())
             .open()
             .unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");

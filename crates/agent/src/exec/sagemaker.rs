@@ -4,7 +4,10 @@
 //!
 //! # The tree
 //!
-//! Before the shim starts, the agent writes `opt-ml/` in the attempt directory:
+//! Before the shim starts, the agent writes `opt-ml/`: in the attempt directory for a
+//! container, in the job's own directory `<work_dir>/<job>.<attempt>/` for a job of
+//! image `host` (which must reach it, and no user enters the spool). Every directory
+//! of it is 0700 and every file 0600, the job's user's:
 //!
 //! | path | content |
 //! |---|---|
@@ -12,7 +15,7 @@
 //! | `input/config/resourceconfig.json` | `current_host`, `current_instance_type`, `current_group_name`, `hosts`, `instance_groups`, `network_interface_name` |
 //! | `input/config/inputdataconfig.json` | `{"<channel>": {"TrainingInputMode": "File"}}` |
 //! | `input/data/<channel>` | a container: the mount point of the channel's directory (read-only); `host`: a symlink to it |
-//! | `model/`, `output/`, `output/data/`, `checkpoints/` | empty, owned by the job's user |
+//! | `model/`, `output/`, `output/data/`, `checkpoints/` | empty |
 //!
 //! The hosts are `algo-1` … `algo-N`, one per member of the gang in rank order (the
 //! [`Rendezvous`](super::Rendezvous)); this node is `algo-<rank+1>`. A job of one node
@@ -20,13 +23,14 @@
 //!
 //! A container gets the tree bind-mounted at `/opt/ml`, each channel's directory
 //! mounted read-only at `/opt/ml/input/data/<channel>` over it. A job of image `host`
-//! has no mount namespace: it reads the same tree in the spool, and every `SM_*` path
-//! variable names the spool's path (`SM_MODEL_DIR=<attempt dir>/opt-ml/model`, ...)
-//! and each `SM_CHANNEL_<NAME>` the channel's directory on the node.
+//! has no mount namespace: it reads the tree in its own directory, and every `SM_*`
+//! path variable names that path (`SM_MODEL_DIR=<work_dir>/<job>.<attempt>/opt-ml/model`,
+//! ...) and each `SM_CHANNEL_<NAME>` the channel's directory on the node.
 //!
 //! Once the controller has the attempt's exit, `opt-ml/model` and `opt-ml/output` are
 //! kept as the job's output in `<spool>/sagemaker/<job>.<attempt>/` (see
-//! [`kept_sagemaker_output`]), as its stdout and stderr are kept in `<spool>/logs`.
+//! [`kept_sagemaker_output`]), as its stdout and stderr are kept in `<spool>/logs`;
+//! the job's own directory is removed.
 //!
 //! # The command
 //!
@@ -109,7 +113,7 @@ fn var_suffix(name: &str) -> String {
 }
 
 /// The `SM_*` variables and `TRAINING_JOB_NAME` of a SageMaker job (none for another
-/// job). `host_tree`: the attempt's `opt-ml/` for a job of image `host`, whose paths
+/// job). `host_tree`: the job's `opt-ml/` on the node for a job of image `host`, whose paths
 /// are then the node's; `None` for a container, which sees `/opt/ml`.
 pub fn sagemaker_env(spec: &LaunchSpec, host_tree: Option<&Path>) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
@@ -191,15 +195,23 @@ pub(super) fn command(
     }
 }
 
-/// Writes the tree in the attempt directory `dir` (see the module docs); `host`: the
-/// job runs on the node, its channels are symlinked in, else they are mount points.
-pub(super) fn write_tree(spec: &LaunchSpec, dir: &Path, host: bool) -> Result<(), ExecError> {
+/// Writes the tree at `root` (see the module docs); `host`: the job runs on the node,
+/// its channels are symlinked in, else they are mount points. Every directory is 0700
+/// and every file 0600, all given to the job's user once written: only that user
+/// reads the hyperparameters and what the job leaves in `model/`, `output/` and
+/// `checkpoints/`.
+pub(super) fn write_tree(spec: &LaunchSpec, root: &Path, host: bool) -> Result<(), ExecError> {
+    use std::os::unix::fs::DirBuilderExt;
     let Some(sm) = spec.sagemaker.as_deref() else {
         return Ok(());
     };
-    let root = dir.join(OPT_ML);
+    let root = root.to_path_buf();
     let mkdir = |p: &Path| {
-        std::fs::create_dir_all(p).map_err(|e| ExecError::io("creating directory", p, e))
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(p)
+            .map_err(|e| ExecError::io("creating directory", p, e))
     };
     let config = root.join("input/config");
     let data = root.join("input/data");
@@ -221,14 +233,25 @@ pub(super) fn write_tree(spec: &LaunchSpec, dir: &Path, host: bool) -> Result<()
         }
     }
     for d in ["model", "output", "output/data", "checkpoints"] {
-        let p = root.join(d);
-        mkdir(&p)?;
-        if let Some((uid, gid)) = spec.user {
-            std::os::unix::fs::chown(&p, Some(uid), Some(gid))
-                .map_err(|e| ExecError::io("giving the job's user", &p, e))?;
-        }
+        mkdir(&root.join(d))?;
+    }
+    if let Some((uid, gid)) = spec.user {
+        give(&root, uid, gid)?;
     }
     Ok(())
+}
+
+/// Gives `p` and everything below it (written by the agent, not followed through a
+/// symbolic link) to `uid`:`gid`.
+pub(super) fn give(p: &Path, uid: u32, gid: u32) -> Result<(), ExecError> {
+    let err = |e| ExecError::io("giving the job's user", p, e);
+    let m = std::fs::symlink_metadata(p).map_err(err)?;
+    if m.is_dir() {
+        for ent in std::fs::read_dir(p).map_err(err)? {
+            give(&ent.map_err(err)?.path(), uid, gid)?;
+        }
+    }
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).map_err(err)
 }
 
 /// The container's mounts of the tree in the attempt directory `dir`: it at
@@ -250,23 +273,38 @@ pub(super) fn mounts(spec: &LaunchSpec, dir: &Path) -> Vec<Value> {
 }
 
 /// Moves an ended attempt's `opt-ml/model` and `opt-ml/output` (if it has them) out of
-/// its directory `dir` to [`kept_sagemaker_output`].
-pub(super) fn keep(dir: &Path, spool: &Path, job: JobId, attempt: AttemptNo) {
-    let root = dir.join(OPT_ML);
-    if !root.is_dir() {
+/// its tree `root` (`<base>/<...>/opt-ml`, everything below `base` the job's user's,
+/// who owns it as `owner`) to [`kept_sagemaker_output`], which only root can enter. The
+/// user may still be changing the tree from another job: it is moved (or copied,
+/// across file systems) from descriptors opened without following a symbolic link,
+/// and only what `owner` owns is copied (see [`fsutil::move_beneath`]).
+pub(super) fn keep(
+    base: &Path,
+    root: &Path,
+    owner: u32,
+    spool: &Path,
+    job: JobId,
+    attempt: AttemptNo,
+) {
+    let Ok(rel) = root.strip_prefix(base) else {
+        return;
+    };
+    if std::fs::symlink_metadata(root).is_err() {
         return;
     }
     let kept = kept_sagemaker_output(spool, job, attempt);
-    if let Err(e) = std::fs::create_dir_all(&kept) {
+    let made = fsutil::private_dir(&spool.join("sagemaker"))
+        .map_err(|e| e.to_string())
+        .and_then(|()| std::fs::create_dir_all(&kept).map_err(|e| e.to_string()));
+    if let Err(e) = made {
         tracing::warn!("cannot keep {}: {e}", root.display());
         return;
     }
     for d in ["model", "output"] {
-        let from = root.join(d);
-        if from.is_dir() {
-            if let Err(e) = fsutil::move_path(&from, &kept.join(d)) {
-                tracing::warn!("cannot keep {}: {e}", from.display());
-            }
+        match fsutil::move_beneath(base, &rel.join(d), &kept.join(d), owner) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("cannot keep {}: {e}", root.join(d).display()),
         }
     }
 }
@@ -413,8 +451,8 @@ mod tests {
     fn the_tree_holds_the_config_files_and_the_channel_mount_points() {
         let t = tempfile::tempdir().unwrap();
         let s = rank1();
-        write_tree(&s, t.path(), false).unwrap();
         let root = t.path().join(OPT_ML);
+        write_tree(&s, &root, false).unwrap();
         let read = |p: &str| -> Value {
             serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
         };

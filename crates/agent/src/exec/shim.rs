@@ -19,9 +19,7 @@ use super::output::{self, As, Opened, OutputsRecord};
 use super::spec::AttemptNo;
 use super::spool::{files, LaunchRecord};
 use super::DEFAULT_PATH;
-use super::{
-    fsutil, job_env, oci, procfs, sagemaker, sagemaker_env, spawn, ExecKind, ExitStatus, LaunchSpec,
-};
+use super::{fsutil, job_env, oci, procfs, sagemaker_env, spawn, ExecKind, ExitStatus, LaunchSpec};
 
 fn log(dir: &Path, msg: &str) {
     eprintln!("{} tranche-shim {}: {msg}", fsutil::now_ms(), dir.display());
@@ -130,7 +128,11 @@ fn open_streams(dir: &Path, spec: &LaunchSpec) -> Result<(File, File), String> {
                 as_whom(spec)
             )
         })?;
-        let opened = Opened::of(path, &f).map_err(|e| format!("{}: {e}", path.display()))?;
+        let job_uid = spec
+            .user
+            .map_or_else(|| nix::unistd::geteuid().as_raw(), |(uid, _)| uid);
+        let opened =
+            Opened::of(path, &f, job_uid).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok((f, Some(opened)))
     };
     let (stdout, out_rec) = open(files::STDOUT, spec.stdout_file.as_ref())?;
@@ -263,7 +265,7 @@ fn run_process(
     stderr: File,
 ) -> Result<ExitStatus, String> {
     let mut env = job_env(spec);
-    env.extend(sagemaker_env(spec, Some(&dir.join(sagemaker::OPT_ML))));
+    env.extend(sagemaker_env(spec, Some(&plan.opt_ml_of(dir))));
     env.entry("PATH".into())
         .or_insert_with(|| DEFAULT_PATH.into());
     let mut joins = Vec::new();
@@ -300,6 +302,7 @@ fn run_process(
         user,
         groups: &spec.groups,
         cwd,
+        no_new_privs: plan.no_new_privs,
     })
     .map_err(|e| match user {
         Some((uid, gid)) => format!(

@@ -10,7 +10,9 @@
 //! process group, every signal's default disposition (the shim, a Rust program, ignores
 //! SIGPIPE) and an empty signal mask, writes its pid to each of its cgroups'
 //! `cgroup.procs`, drops to the job's groups, gid and uid (the raw system calls: glibc's
-//! would also act on the shim's threads, whose memory this is), enters its directory,
+//! would also act on the shim's threads, whose memory this is), sets
+//! `PR_SET_NO_NEW_PRIVS` unless the node lets the job's share run setuid programs,
+//! enters its directory,
 //! and execs the command, looked up on the job's own `PATH` as `execvp` does (without
 //! its fallback of running a file that is no executable with `/bin/sh`). An error on
 //! that way is sent back on a close-on-exec pipe, and the child exits.
@@ -42,6 +44,9 @@ pub(super) struct Launch<'a> {
     pub groups: &'a [u32],
     /// Entered after the uid is dropped.
     pub cwd: &'a str,
+    /// Sets `PR_SET_NO_NEW_PRIVS` before the exec: no setuid/setgid bit or file
+    /// capability of what the job executes raises its privileges.
+    pub no_new_privs: bool,
 }
 
 /// The child's stack. The child does little, in frames of its own.
@@ -261,6 +266,13 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
                 return fail(errno());
             }
         }
+        if l.no_new_privs
+            && libc::syscall(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0
+        {
+            return fail(errno());
+        }
+        // The usual umask, whatever the agent's own (its unit's is 0077).
+        libc::syscall(libc::SYS_umask, 0o022);
         if libc::chdir(c.cwd.as_ptr()) != 0 {
             return fail(errno());
         }

@@ -81,9 +81,26 @@ pub(crate) struct LaunchRecord {
     /// the attempt directory's grandparent.
     #[serde(default)]
     pub spool: Option<PathBuf>,
+    /// A process job runs with `PR_SET_NO_NEW_PRIVS` (see `JobPolicy`).
+    #[serde(default)]
+    pub no_new_privs: bool,
+    /// A process job's own directory on the node, outside the spool and owned by its
+    /// user (`<work_dir>/<job>.<attempt>`), holding its SageMaker `opt-ml/`; `None`:
+    /// `opt-ml/` is in the attempt directory (containers, which are given it by a
+    /// bind mount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work: Option<PathBuf>,
 }
 
 impl LaunchRecord {
+    /// Where the attempt in `dir` has its SageMaker `opt-ml/` tree.
+    pub fn opt_ml_of(&self, dir: &Path) -> PathBuf {
+        self.work
+            .as_deref()
+            .unwrap_or(dir)
+            .join(super::sagemaker::OPT_ML)
+    }
+
     /// The spool of the attempt whose directory is `dir`.
     pub fn spool_of(&self, dir: &Path) -> PathBuf {
         match &self.spool {

@@ -474,6 +474,18 @@ impl Drop for TestDir {
     }
 }
 
+/// Executors on `spool` that use rootfs directories under `root` as they are (the
+/// agent's `[images] roots`), as the tests that share files with a container through
+/// its rootfs need; any other rootfs directory is copied into the image cache.
+pub fn executors_trusting(spool: &Path, root: &Path) -> Executors {
+    Executors::new(spool)
+        .unwrap()
+        .with_image_policy(tranche_agent::exec::ImagePolicy {
+            roots: vec![root.to_path_buf()],
+            ..Default::default()
+        })
+}
+
 /// Kills every job still running from `spool` and acknowledges every attempt in it,
 /// which removes its cgroup: a cgroup outlives the spool's directory, and one not
 /// removed here would be left on the machine.

@@ -111,7 +111,7 @@ pub(super) fn start_cluster(
     Ok((KeepDir(Some(base)), c))
 }
 
-async fn prepare(c: &mut LocalCluster) -> Result<(Client, usize), String> {
+pub(super) async fn prepare(c: &mut LocalCluster) -> Result<(Client, usize), String> {
     let admin = c.client(Role::Admin, "admin")?;
     let leader = c
         .wait_leader(&admin, Duration::from_secs(15))

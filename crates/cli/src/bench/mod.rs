@@ -1,6 +1,8 @@
-//! `tranche bench`: the scheduler alone (`sched`), and local clusters of real
-//! processes (`submit`, `failover`, `preempt`, `scale`, `throughput`). Each prints text, or one JSON object
-//! with `--json`; a benchmark that cannot run prints why and exits with status 2.
+//! `tranche bench`: the scheduler alone (`sched`), local clusters of real processes
+//! (`submit`, `failover`, `preempt`, `scale`, `throughput`, `replay`), and what one
+//! tenant can do to the controllers (`array-memory`, `flood`). Each prints text, or one
+//! JSON object with `--json`; a benchmark that cannot run prints why and exits with
+//! status 2.
 
 mod cluster;
 mod preempt;
@@ -8,6 +10,7 @@ mod replay;
 mod scale;
 mod sched;
 mod stats;
+mod tenants;
 mod throughput;
 
 use std::path::PathBuf;
@@ -52,6 +55,17 @@ pub enum BenchCmd {
     ///
     /// Example: tranche bench replay --trace tests/traces/replay/jobs.csv --policy tests/traces/replay/policy.toml --speed 2
     Replay(replay::ReplayArgs),
+    /// The controllers' resident memory before and after one array job with a large
+    /// environment (held, so nothing runs), on a local controller trio.
+    ///
+    /// Example: tranche bench array-memory --tasks 10000 --env-bytes 64000
+    ArrayMemory(tenants::ArrayMemoryArgs),
+    /// One user submits as fast as it can on many connections while another submits at
+    /// a steady pace: the steady user's latency beside a quiet baseline, and how many of
+    /// the flood's submits were accepted and refused.
+    ///
+    /// Example: tranche bench flood --duration 60 --clients 32
+    Flood(tenants::FloodArgs),
 }
 
 pub fn bench(cmd: BenchCmd) -> ExitCode {
@@ -63,6 +77,8 @@ pub fn bench(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Scale(args) => block_on("scale", scale::scale(&args)),
         BenchCmd::Throughput(args) => block_on("throughput", throughput::throughput(&args)),
         BenchCmd::Replay(args) => replay::replay_cmd(&args),
+        BenchCmd::ArrayMemory(args) => block_on("array-memory", tenants::array_memory(&args)),
+        BenchCmd::Flood(args) => block_on("flood", tenants::flood(&args)),
     }
 }
 

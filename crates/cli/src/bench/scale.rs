@@ -171,12 +171,10 @@ pub async fn scale(args: &ScaleArgs) -> Result<(), String> {
         unit: "h100".into(),
         max: total,
     }]);
-    objects.push(ClientCommand::PutShare(demo::share(
-        "bench",
-        Strategy::Lend,
-        total,
-        &[],
-    )));
+    objects.push(ClientCommand::PutShare(tranche_model::QuotaShare {
+        limits: tranche_model::JobLimits::widest(),
+        ..demo::share("bench", Strategy::Lend, total, &[])
+    }));
     apply_all(&admin, objects)
         .await
         .map_err(|e| format!("policy refused: {e}"))?;

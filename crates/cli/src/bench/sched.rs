@@ -176,6 +176,8 @@ fn build(a: &SchedArgs, running: u32) -> State {
                 default_grace_s: 60,
                 max_grace_s: 600,
                 min_runtime_s: 0,
+                max_user_priority: tranche_model::MAX_JOB_PRIORITY,
+                limits: tranche_model::JobLimits::widest(),
             }),
             0,
         );

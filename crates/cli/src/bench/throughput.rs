@@ -95,12 +95,10 @@ fn policy() -> Vec<ClientCommand> {
         unit: "h100".into(),
         max: gpus,
     }]);
-    cmds.push(ClientCommand::PutShare(demo::share(
-        SHARE,
-        Strategy::Lend,
-        gpus,
-        &[],
-    )));
+    cmds.push(ClientCommand::PutShare(tranche_model::QuotaShare {
+        limits: tranche_model::JobLimits::widest(),
+        ..demo::share(SHARE, Strategy::Lend, gpus, &[])
+    }));
     cmds
 }
 

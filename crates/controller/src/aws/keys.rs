@@ -180,6 +180,8 @@ mod tests {
             role: tranche_model::KeyRole::User,
             created_at: 0,
             revoked_at: None,
+            issuer_serial: None,
+            expires_at: None,
         };
         k.validate().unwrap();
     }

@@ -102,7 +102,8 @@ impl Ctx<'_> {
             request: None,
             command,
         };
-        match self.api.service.handle(&self.who, req).await {
+        let origin = crate::service::Origin::AwsEndpoint;
+        match self.api.service.handle_from(&self.who, origin, req).await {
             Answer::Applied(o) => Ok(o),
             Answer::Error(e) => Err(e.into()),
             other => Err(AwsError::server(format!(

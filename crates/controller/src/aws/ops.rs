@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tranche_model::*;
-use tranche_proto::ClientCommand;
+use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Response as Answer};
 use tranche_state::State;
+
+use crate::service::{authorize, job_as_seen_by, Origin};
 
 use super::capacity::AwsLimit;
 use super::wire::{parse, AwsError, AwsResult, EXISTS};
@@ -35,6 +37,10 @@ const STATUSES: [&str; 8] = [
 /// Grace periods a share made here gets (those of the policy file's defaults).
 const DEFAULT_GRACE_S: u64 = 30;
 const MAX_GRACE_S: u64 = 600;
+
+/// The most jobs one `ListServiceJobs` call looks at under the state lock; past it the
+/// answer has what it found so far and a `nextToken` to go on from.
+const MAX_JOBS_SCANNED: usize = 10_000;
 
 fn state_of(member: &str, v: Option<&str>) -> AwsResult<Option<ObjState>> {
     match v {
@@ -82,7 +88,7 @@ fn page<T: Clone>(
             .parse::<usize>()
             .map_err(|_| AwsError::invalid("nextToken", "is not a token this endpoint gave"))?,
     };
-    let end = (start + max as usize).min(items.len());
+    let end = start.saturating_add(max as usize).min(items.len());
     let slice = items.get(start..end).unwrap_or(&[]).to_vec();
     let next = (end < items.len()).then(|| end.to_string());
     Ok((slice, next))
@@ -925,6 +931,8 @@ impl Endpoint {
             default_grace_s: DEFAULT_GRACE_S,
             max_grace_s: MAX_GRACE_S,
             min_runtime_s: 0,
+            max_user_priority: tranche_model::DEFAULT_MAX_USER_PRIORITY,
+            limits: Default::default(),
         }))
         .await?;
         self.tag_new(cx, format!("quota-share/{name}"), r.tags)
@@ -1237,7 +1245,7 @@ impl Endpoint {
             "attempts".into(),
             Value::Array(j.attempts.iter().map(|a| self.attempt_json(j, a)).collect()),
         );
-        if let Some(s) = &j.spec.sagemaker {
+        if let Some(s) = j.spec.sagemaker.as_ref().filter(|_| !j.spec.is_redacted()) {
             m.insert("serviceRequestPayload".into(), json!(s.payload));
         }
         if let Some(t) = j.spec.time_limit_s {
@@ -1270,6 +1278,28 @@ impl Endpoint {
         let id = self.arns.job_of(text).map_err(AwsError::client)?;
         st.job(id)
             .ok_or_else(|| AwsError::client(format!("service job {text} does not exist")))
+    }
+
+    /// A service job as the caller may see it: read through the service layer, which
+    /// leaves out of another user's job what only its owner sees (the request payload,
+    /// the environment, the tags).
+    async fn job_seen(&self, cx: &Ctx<'_>, text: &str) -> AwsResult<Job> {
+        let id = self.arns.job_of(text).map_err(AwsError::client)?;
+        let req = ClientRequest::Read {
+            query: Query::Job(JobRef::job(id)),
+            stale: false,
+        };
+        match cx.api.service.handle(&cx.who, req).await {
+            Answer::Job(j) => Ok(*j),
+            Answer::Error(ApiError::NotFound(_)) => Err(AwsError::client(format!(
+                "service job {text} does not exist"
+            ))),
+            Answer::Error(e) => Err(e.into()),
+            other => Err(AwsError::server(format!(
+                "the controller answered with {} where a job was expected; retry",
+                other.kind()
+            ))),
+        }
     }
 
     pub(super) async fn submit_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
@@ -1409,9 +1439,8 @@ impl Endpoint {
 
     pub(super) async fn describe_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
         let r: OneJob = parse(body)?;
-        let st = cx.state().await?;
-        let j = self.job_in(&st, required(&r.job_id, "jobId")?)?;
-        Ok(self.describe_json(j))
+        let j = self.job_seen(cx, required(&r.job_id, "jobId")?).await?;
+        Ok(self.describe_json(&j))
     }
 
     pub(super) async fn list_service_jobs(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
@@ -1470,31 +1499,51 @@ impl Endpoint {
                 o => return Err(AwsError::bad_enum("filters.1.name", o, &["JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT", "SHARE_IDENTIFIER", "QUOTA_SHARE_NAME"])),
             }
         }
+        let max = r.max_results.unwrap_or(100);
+        if !(1..=1000).contains(&max) {
+            return Err(AwsError::invalid("maxResults", "must be 1 to 1000"));
+        }
+        // Newest first: a token is the id the next page starts below.
+        let below = match r.next_token.as_deref() {
+            None => u64::MAX,
+            Some(t) => t
+                .parse::<u64>()
+                .map_err(|_| AwsError::invalid("nextToken", "is not a token this endpoint gave"))?,
+        };
         let st = cx.state().await?;
         if let Some(q) = &queue {
             if !st.queues.contains_key(&QueueName::from(q.as_str())) {
                 return Err(AwsError::client(format!("job queue {q} does not exist")));
             }
         }
-        // Newest first.
-        let all: Vec<&Job> = st
-            .jobs
-            .values()
-            .rev()
-            .filter(|j| queue.as_ref().is_none_or(|q| j.spec.queue.as_str() == q))
-            .filter(|j| !use_status || aws_status(j.status) == status)
-            .filter(|j| by_share.as_ref().is_none_or(|s| j.spec.share.as_str() == s))
-            .filter(|j| match &by_name {
-                None => true,
-                Some((n, true)) => j.spec.name.as_str().to_lowercase().starts_with(n.as_str()),
-                Some((n, false)) => j.spec.name.as_str().to_lowercase() == *n,
-            })
-            .filter(|j| before.is_none_or(|t| j.submitted_at < t))
-            .filter(|j| after.is_none_or(|t| j.submitted_at > t))
-            .collect();
-        let (items, next) = page(&all, r.max_results, r.next_token.as_deref())?;
-        let list: Vec<Value> = items.iter().map(|j| self.summary_json(j)).collect();
-        Ok(with_next(json!({ "jobSummaryList": list }), next))
+        let keeps = |j: &Job| {
+            queue.as_ref().is_none_or(|q| j.spec.queue.as_str() == q)
+                && (!use_status || aws_status(j.status) == status)
+                && by_share.as_ref().is_none_or(|s| j.spec.share.as_str() == s)
+                && match &by_name {
+                    None => true,
+                    Some((n, true)) => j.spec.name.as_str().to_lowercase().starts_with(n.as_str()),
+                    Some((n, false)) => j.spec.name.as_str().to_lowercase() == *n,
+                }
+                && before.is_none_or(|t| j.submitted_at < t)
+                && after.is_none_or(|t| j.submitted_at > t)
+        };
+        // At most `max` jobs listed and `MAX_JOBS_SCANNED` looked at.
+        let mut list = Vec::new();
+        let mut next = None;
+        for (n, (id, j)) in st.jobs.range(..JobId(below)).rev().enumerate() {
+            if n == MAX_JOBS_SCANNED || list.len() == max as usize {
+                next = Some(id.0 + 1);
+                break;
+            }
+            if keeps(j) {
+                list.push(self.summary_json(&job_as_seen_by(&cx.who, j)?));
+            }
+        }
+        Ok(with_next(
+            json!({ "jobSummaryList": list }),
+            next.map(|n: u64| n.to_string()),
+        ))
     }
 
     pub(super) async fn terminate_service_job(
@@ -1505,26 +1554,37 @@ impl Endpoint {
         let r: Terminate = parse(body)?;
         let text = required(&r.job_id, "jobId")?;
         let reason = required(&r.reason, "reason")?.clone();
-        let id = self.job_in(&*cx.state().await?, text)?.id;
-        self.terminate(cx, id, &reason).await?;
+        let id = self.arns.job_of(text).map_err(AwsError::client)?;
+        self.terminate(cx, text, id, &reason).await?;
         Ok(json!({}))
     }
 
-    /// Cancels a job; one that has already ended is left as it is.
-    async fn terminate(&self, cx: &Ctx<'_>, id: JobId, reason: &str) -> AwsResult<()> {
-        if cx
-            .state()
-            .await?
-            .job(id)
-            .is_some_and(|j| j.status.is_terminal())
-        {
-            return Ok(());
-        }
-        cx.write(ClientCommand::Cancel {
+    /// Cancels a job the caller may cancel; one that has already ended is left as it
+    /// is. The caller is authorized first, whatever the job's state, and a job that
+    /// does not exist is answered as one it may not cancel, so that the answer tells
+    /// nothing of other users' jobs.
+    async fn terminate(&self, cx: &Ctx<'_>, text: &str, id: JobId, reason: &str) -> AwsResult<()> {
+        let cancel = ClientCommand::Cancel {
             job: JobRef::job(id),
             reason: reason.to_string(),
-        })
-        .await?;
+        };
+        let ended = {
+            let st = cx.state().await?;
+            match authorize(&cx.who, Origin::AwsEndpoint, &cancel, &st) {
+                Ok(()) => {}
+                Err(ApiError::NotFound(_) | ApiError::Unauthorized(_)) => {
+                    return Err(AwsError::client(format!(
+                        "service job {text} does not exist, or {} may not terminate it",
+                        cx.who
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            }
+            st.job(id).is_some_and(|j| j.status.is_terminal())
+        };
+        if !ended {
+            cx.write(cancel).await?;
+        }
         Ok(())
     }
 
@@ -1551,12 +1611,7 @@ impl Endpoint {
                     continue;
                 }
             };
-            // A job that does not exist counts as terminated, as in AWS.
-            if cx.state().await?.job(id).is_none() {
-                ok.push(json!(text));
-                continue;
-            }
-            match self.terminate(cx, id, &reason).await {
+            match self.terminate(cx, text, id, &reason).await {
                 Ok(()) => ok.push(json!(text)),
                 Err(e) => errors.push(json!({"job": text, "code": e.code, "message": e.message})),
             }
@@ -1653,24 +1708,16 @@ impl Endpoint {
 
     pub(super) async fn list_tags(&self, cx: &Ctx<'_>, arn: &str) -> AwsResult<Value> {
         let t = self.tag_target(arn)?;
+        if let super::arn::Target::Job(_) = &t {
+            let j = self.job_seen(cx, arn).await?;
+            return Ok(json!({ "tags": j.spec.tags }));
+        }
         let st = cx.state().await?;
-        let tags = match &t {
-            super::arn::Target::Job(id) => match st.job(*id) {
-                Some(j) => json!(j.spec.tags),
-                None => {
-                    return Err(AwsError::client(format!(
-                        "service job {arn} does not exist"
-                    )))
-                }
-            },
-            _ => {
-                let key = t.tag_key().expect("an object's key");
-                if !st.tagged_object_exists(&key) {
-                    return Err(AwsError::client(format!("resource {arn} does not exist")));
-                }
-                tags_json(&st, Some(key))
-            }
-        };
+        let key = t.tag_key().expect("an object's key");
+        if !st.tagged_object_exists(&key) {
+            return Err(AwsError::client(format!("resource {arn} does not exist")));
+        }
+        let tags = tags_json(&st, Some(key));
         Ok(json!({ "tags": tags }))
     }
 

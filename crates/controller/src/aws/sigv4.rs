@@ -226,7 +226,31 @@ pub fn verify(
     now_s: u64,
     secret_of: impl Fn(&str) -> Option<String>,
 ) -> Result<Verified, SigError> {
+    // The signature covers the path with its dot and empty segments removed, while the
+    // routes see it as sent: a path that is not already in that form is refused, so
+    // that a request signed for one route cannot be sent to another.
+    if !is_canonical_path(req.path) {
+        return Err(SigError::Invalid(format!(
+            "the request path `{}` has empty, `.` or `..` segments; send the path as it is \
+             signed, without them",
+            req.path
+        )));
+    }
     verify_for(req, SERVICE, allowed_regions, now_s, secret_of)
+}
+
+/// Whether `path` is absolute and has no empty (but a trailing), `.` or `..` segment:
+/// what [`canonical_path`] leaves as it is.
+fn is_canonical_path(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    let last = segments.len() - 1;
+    segments
+        .iter()
+        .enumerate()
+        .all(|(i, s)| !matches!(*s, "." | "..") && (!s.is_empty() || i == last))
 }
 
 fn verify_for(
@@ -511,7 +535,8 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// `YYYYMMDDTHHMMSSZ` as seconds since the epoch.
 fn parse_amz_date(s: &str) -> Option<u64> {
     let b = s.as_bytes();
-    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+    // ASCII only: the fields below are byte ranges of the text.
+    if !s.is_ascii() || b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
         return None;
     }
     let num = |r: std::ops::Range<usize>| -> Option<u32> {
@@ -530,7 +555,7 @@ fn parse_amz_date(s: &str) -> Option<u64> {
     u64::try_from(t).ok()
 }
 
-fn format_amz_date(t: u64) -> String {
+pub fn format_amz_date(t: u64) -> String {
     let (y, m, d) = civil_from_days((t / 86_400) as i64);
     let s = t % 86_400;
     format!(
@@ -960,6 +985,62 @@ mod tests {
             "2026-12-01T09:57:44Z",
         ] {
             assert_eq!(parse_amz_date(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn l2_a_date_with_a_multibyte_character_is_refused_without_a_panic() {
+        // 16 bytes, `é` across byte 4: slicing it by byte ranges would panic.
+        assert_eq!("202é001T000000Z".len(), 16);
+        assert_eq!(parse_amz_date("202é001T000000Z"), None);
+        // As a header (HTTP carries it as raw bytes), refused as a bad date.
+        let v = &BOTOCORE[0];
+        let mut h = with_header(v, "x-amz-date", None).clone();
+        h.insert(
+            "x-amz-date",
+            axum::http::HeaderValue::from_bytes("202é001T000000Z".as_bytes()).unwrap(),
+        );
+        let req = SignedRequest {
+            headers: Box::leak(Box::new(h)),
+            ..v.request()
+        };
+        assert!(check(&req, SIGNED_AT).is_err());
+    }
+
+    #[test]
+    fn l3_paths_that_are_not_canonical_are_refused_before_the_signature() {
+        for good in [
+            "/",
+            "/v1/listservicejobs",
+            "/v1/tags/arn:aws:batch:x:1:job-queue/q",
+            "/a/",
+        ] {
+            assert!(is_canonical_path(good), "{good}");
+        }
+        for bad in [
+            "",
+            "v1/x",
+            "//v1/x",
+            "/v1//x",
+            "/v1/./x",
+            "/v1/../v1/x",
+            "/v1/x/..",
+        ] {
+            assert!(!is_canonical_path(bad), "{bad}");
+        }
+        // A request botocore signed verifies; the same with a dot segment added (the
+        // same canonical path, so the same signature) is refused.
+        let v = &BOTOCORE[0];
+        assert!(check(&v.request(), SIGNED_AT).is_ok());
+        let moved = v.request().path.replacen("/v1/", "/v1/x/../", 1);
+        assert_eq!(canonical_path(&moved), canonical_path(v.request().path));
+        let req = SignedRequest {
+            path: Box::leak(moved.into_boxed_str()),
+            ..v.request()
+        };
+        match check(&req, SIGNED_AT) {
+            Err(SigError::Invalid(m)) => assert!(m.contains("segments"), "{m}"),
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -479,7 +479,7 @@ pub async fn queue_standing(
                 )
             })
             .count() as u32;
-        (tranche_sched::estimate::standings(&sh.state, now), waiting)
+        (api.service.standings(&sh, now), waiting)
     };
     let with = |jobs: &[tranche_proto::JobSummary]| -> Vec<StandingJob> {
         jobs.iter()

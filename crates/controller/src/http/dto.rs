@@ -550,6 +550,9 @@ pub struct JobView {
     pub failures: u32,
     /// The exit code of the latest attempt, once it has exited.
     pub exit_code: Option<i32>,
+    /// The parts of `spec` left out because the caller sees only the summary of
+    /// another user's job (`image`, `command`, `env`, ...); empty when it sees all.
+    pub hidden: Vec<String>,
 }
 
 impl JobView {
@@ -575,7 +578,7 @@ impl JobView {
                 .map(|d| format!("{}:{}", d.kind.as_str(), d.job))
                 .collect(),
             status: j.status.into(),
-            spec: (&j.spec).into(),
+            spec: (&*j.spec).into(),
             submitted_at: j.submitted_at,
             attempts: j.attempts.iter().map(AttemptView::from).collect(),
             transitions: j
@@ -603,6 +606,14 @@ impl JobView {
             preemptions: j.preemptions,
             failures: j.failures,
             exit_code,
+            hidden: if j.spec.is_redacted() {
+                tranche_model::REDACTED_FIELDS
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect()
+            } else {
+                vec![]
+            },
         }
     }
 }

@@ -18,7 +18,6 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use tranche_client::ClientError;
 use tranche_proto::{ApiError, LogRequest, Query, Response as Answer, LOGS_LABEL};
-use tranche_tls::Role;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ErrorBody, HttpError};
@@ -78,22 +77,7 @@ pub async fn logs(
         Answer::Job(j) => j,
         other => return Err(unexpected(&other)),
     };
-    match caller.who.role {
-        Role::Admin | Role::Operator => {}
-        Role::User if job.spec.user.as_str() == caller.who.name => {}
-        Role::User => {
-            return Err(HttpError::from(ApiError::Unauthorized(format!(
-                "{} may read only its own jobs' output; job {id} belongs to {}",
-                caller.who, job.spec.user
-            ))))
-        }
-        _ => {
-            return Err(HttpError::from(ApiError::Unauthorized(format!(
-                "{} may not read jobs' output",
-                caller.who
-            ))))
-        }
-    }
+    crate::service::may_read_output(&caller.who, &job)?;
     let attempt = match q.attempt {
         Some(n) => job.attempts.iter().find(|a| a.number == n).ok_or_else(|| {
             HttpError::not_found(format!("job {id} has no attempt {n}")).with_field("attempt")

@@ -52,6 +52,8 @@ pub fn share(name: &str, strategy: Strategy, max: u32) -> QuotaShare {
         default_grace_s: 10,
         max_grace_s: 3600,
         min_runtime_s: 0,
+        max_user_priority: MAX_JOB_PRIORITY,
+        limits: JobLimits::widest(),
     }
 }
 

@@ -147,7 +147,17 @@ impl ClientPort {
                 return;
             }
         };
-        let resp = self.service.handle(who, req).await;
+        let serial = conn
+            .peer_identity()
+            .and_then(|a| {
+                a.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                    .ok()
+            })
+            .and_then(|c| c.first().and_then(|d| tranche_tls::serial_of_cert(d)));
+        let resp = self
+            .service
+            .handle_cert(who, crate::service::Origin::Client, serial, req)
+            .await;
         let _ = frame::write(&mut send, &resp).await;
         let _ = send.finish();
     }

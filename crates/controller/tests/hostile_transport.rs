@@ -4,7 +4,7 @@
 //! token, and the metrics port and data dir a default setup exposes.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tranche_local::{wait_until, LocalCluster, LocalOptions};
 use tranche_proto::{frame, ApiError, ClientRequest, Query, Response, MAX_CLIENT_FRAME};
@@ -569,6 +569,95 @@ fn m6_revoked_certificate_is_refused_on_a_kept_alive_https_connection() {
         assert!(
             second.starts_with("HTTP/1.1 401") && second.contains("revoked"),
             "a revoked certificate's kept-alive connection was answered: {second}"
+        );
+    });
+}
+
+/// A POST of `body` to `path` signed with access key `id` and `secret`, as raw HTTP/1.1.
+fn signed_post(path: &str, body: &str, id: &str, secret: &str) -> String {
+    use tranche_controller::aws::sigv4;
+    let (_, stamp) = amz_now();
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("host", "controller.tranche".parse().unwrap());
+    headers.insert("content-type", "application/json".parse().unwrap());
+    headers.insert("x-amz-date", stamp.parse().unwrap());
+    let req = sigv4::SignedRequest {
+        method: "POST",
+        path,
+        query: "",
+        headers: &headers,
+        body: body.as_bytes(),
+    };
+    let auth = sigv4::authorization(
+        &req,
+        id,
+        secret,
+        "us-west-2",
+        &["content-type", "host", "x-amz-date"],
+    );
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: controller.tranche\r\ncontent-type: application/json\r\n\
+         x-amz-date: {stamp}\r\nauthorization: {auth}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn m6_access_key_of_a_revoked_certificate_signs_nothing_and_keys_expire() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("key-secret");
+    std::fs::write(&secret, [9u8; 48]).unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (_g, _cluster_dir, mut c) = setup(&format!(
+        "[aws]\nkey_secret_file = \"{}\"\n",
+        secret.display()
+    ));
+    let alice = c.issue(Role::User, "alice").unwrap();
+    let addr = c.controllers[0].http_addr.clone().unwrap();
+    let ca = c.certs.join("ca.pem");
+    rt().block_on(async {
+        leader(&mut c).await;
+        // Alice issues her own key with her certificate.
+        let mine = tranche_client::Client::new(c.client_addrs(), &alice).unwrap();
+        let issued = mine
+            .request(&ClientRequest::Write {
+                request: None,
+                command: tranche_proto::ClientCommand::IssueAccessKey {
+                    user: "alice".into(),
+                    role: tranche_model::KeyRole::User,
+                },
+            })
+            .await
+            .unwrap();
+        let Response::AccessKey { key, secret } = issued else {
+            panic!("no key issued: {issued:?}");
+        };
+        // It expires, 90 days from now by default.
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let day = 86_400_000;
+        let expires = key.expires_at.expect("an issued key expires");
+        assert!(
+            expires > now + 89 * day && expires <= now + 90 * day + day,
+            "{expires}"
+        );
+        let ask = || signed_post("/v1/describeserviceenvironments", "{}", &key.id, &secret);
+        let mut s = connect(&addr, tls(&ca, None)).await.unwrap();
+        s.write_all(ask().as_bytes()).await.unwrap();
+        let before = read_all(&mut s, Duration::from_secs(10), |t| t.contains('}')).await;
+        assert!(before.starts_with("HTTP/1.1 200"), "{before}");
+
+        revoke(&c.certs, &RevokeTarget::Cert(alice.cert.clone())).unwrap();
+        tokio::time::sleep(tranche_tls::CRL_RECHECK + Duration::from_millis(500)).await;
+        let mut s = connect(&addr, tls(&ca, None)).await.unwrap();
+        s.write_all(ask().as_bytes()).await.unwrap();
+        let after = read_all(&mut s, Duration::from_secs(10), |t| t.contains('}')).await;
+        assert!(
+            after.starts_with("HTTP/1.1 403") && after.contains("revoked"),
+            "the key of a revoked certificate still signs: {after}"
         );
     });
 }

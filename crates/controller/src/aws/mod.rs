@@ -132,20 +132,53 @@ fn signed<'a>(parts: &'a axum::http::request::Parts, body: &'a [u8]) -> sigv4::S
     }
 }
 
-/// Whether access key `id` may sign requests now.
-fn key_is_live(state: &State, id: &str) -> bool {
-    state
-        .aws
-        .keys
-        .get(id)
-        .is_some_and(|k| k.revoked_at.is_none())
+/// Why access key `id` may not sign requests now (`None`: it may): unknown or
+/// revoked, past its `expires_at`, or issued by a certificate the current revocation
+/// list names. The error says which, in AWS's shape.
+fn key_refusal(api: &Api, state: &State, id: &str, now: Millis) -> Option<AwsError> {
+    let unknown = || {
+        AwsError::auth(
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+        )
+    };
+    let Some(k) = state.aws.keys.get(id) else {
+        return Some(unknown());
+    };
+    if k.revoked_at.is_some() {
+        return Some(unknown());
+    }
+    if let Some(t) = k.expires_at.filter(|t| *t <= now) {
+        return Some(AwsError::auth(
+            "ExpiredTokenException",
+            format!(
+                "The security token included in the request is expired: access key {id} \
+                 expired at {t} (ms since the epoch); issue a new one with `tranche keys issue`."
+            ),
+        ));
+    }
+    if let Some(serial) = k
+        .issuer_serial
+        .as_deref()
+        .filter(|s| api.certs.revokes_serial(s))
+    {
+        return Some(AwsError::auth(
+            "UnrecognizedClientException",
+            format!(
+                "The security token included in the request is invalid: access key {id} was \
+                 issued by the certificate of serial {serial}, which is revoked."
+            ),
+        ));
+    }
+    None
 }
 
 /// Verifies the signature: the caller, or the refusal.
 ///
 /// Everything the headers alone decide is checked before a byte of the body is read
 /// (the `Authorization` header's form, the credential's scope, region and date,
-/// `X-Amz-Date` within 15 minutes, and that the access key exists and is live), so a
+/// `X-Amz-Date` within 15 minutes, and that the access key exists and is live: not
+/// revoked, not expired, its issuing certificate not revoked), so a
 /// client without a live key cannot make the controller hold a body open. The body
 /// must then arrive within `[http] body_timeout_s`, and the signature over it is
 /// checked.
@@ -165,15 +198,16 @@ async fn authenticate(
         // The checks up to the key's secret: a live key here stops the check (the
         // signature is over the body, read next) without deriving anything.
         let sh = api.shared.read().unwrap();
-        let live = std::cell::Cell::new(false);
+        let refusal = std::cell::RefCell::new(None);
         let pre = sigv4::verify(&signed(&parts, &[]), &regions, now_s, |id| {
-            live.set(key_is_live(&sh.state, id));
+            *refusal.borrow_mut() = Some(key_refusal(api, &sh.state, id, wall_ms()));
             None
         });
-        match pre {
-            Err(sigv4::SigError::UnknownKey) if live.get() => {}
-            Err(e) => return Err(AwsError::auth(e.code(), e.message())),
-            Ok(_) => unreachable!("no secret was given"),
+        match (pre, refusal.into_inner()) {
+            (Err(sigv4::SigError::UnknownKey), Some(None)) => {}
+            (Err(sigv4::SigError::UnknownKey), Some(Some(e))) => return Err(e),
+            (Err(e), _) => return Err(AwsError::auth(e.code(), e.message())),
+            (Ok(_), _) => unreachable!("no secret was given"),
         }
     }
     let timeout = ep.body_timeout;
@@ -200,7 +234,9 @@ async fn authenticate(
     let key_id = {
         let sh = api.shared.read().unwrap();
         let v = sigv4::verify(&signed(&parts, &bytes), &regions, now_s, |id| {
-            key_is_live(&sh.state, id).then(|| keys::derive_secret(&ep.master, id))
+            key_refusal(api, &sh.state, id, wall_ms())
+                .is_none()
+                .then(|| keys::derive_secret(&ep.master, id))
         })
         .map_err(|e| AwsError::auth(e.code(), e.message()))?;
         v.access_key_id

@@ -355,36 +355,42 @@ fn amz_now() -> (String, String) {
     (stamp[..8].to_string(), stamp)
 }
 
-#[test]
-fn m7_slow_aws_bodies_are_cut_and_https_connections_capped() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("key-secret");
+/// A key secret file (0600, 48 bytes) in `dir`, as the `[aws]` table that names it.
+fn aws_table(dir: &std::path::Path) -> String {
+    let secret = dir.join("key-secret");
     std::fs::write(&secret, [7u8; 48]).unwrap();
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let mut c = start(
-        dir.path(),
-        &format!("[aws]\nkey_secret_file = \"{}\"\n", secret.display()),
-    );
+    format!("[aws]\nkey_secret_file = \"{}\"\n", secret.display())
+}
+
+/// Alice's access key, issued by `client`: the key and its secret.
+async fn alices_key(client: &tranche_client::Client) -> (tranche_model::AccessKey, String) {
+    let issued = client
+        .request(&ClientRequest::Write {
+            request: None,
+            command: tranche_proto::ClientCommand::IssueAccessKey {
+                user: "alice".into(),
+                role: tranche_model::KeyRole::User,
+            },
+        })
+        .await
+        .unwrap();
+    match issued {
+        Response::AccessKey { key, secret } => (key, secret),
+        other => panic!("no key issued: {other:?}"),
+    }
+}
+
+#[test]
+fn m7_slow_aws_bodies_are_cut_and_https_connections_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, _cluster_dir, mut c) = setup(&aws_table(dir.path()));
     let addr = c.controllers[0].http_addr.clone().unwrap();
     let ca = c.certs.join("ca.pem");
     rt().block_on(async {
         use tokio::io::AsyncWriteExt;
         let admin = leader(&mut c).await;
-        let key = match admin
-            .request(&ClientRequest::Write {
-                request: None,
-                command: tranche_proto::ClientCommand::IssueAccessKey {
-                    user: "alice".into(),
-                    role: tranche_model::KeyRole::User,
-                },
-            })
-            .await
-            .unwrap()
-        {
-            Response::AccessKey { key, .. } => key.id,
-            other => panic!("no key issued: {other:?}"),
-        };
+        let key = alices_key(&admin).await.0.id;
         let head = |auth: &str| {
             let (_, stamp) = amz_now();
             format!(
@@ -606,13 +612,7 @@ fn signed_post(path: &str, body: &str, id: &str, secret: &str) -> String {
 fn m6_access_key_of_a_revoked_certificate_signs_nothing_and_keys_expire() {
     use tokio::io::AsyncWriteExt;
     let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("key-secret");
-    std::fs::write(&secret, [9u8; 48]).unwrap();
-    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let (_g, _cluster_dir, mut c) = setup(&format!(
-        "[aws]\nkey_secret_file = \"{}\"\n",
-        secret.display()
-    ));
+    let (_g, _cluster_dir, mut c) = setup(&aws_table(dir.path()));
     let alice = c.issue(Role::User, "alice").unwrap();
     let addr = c.controllers[0].http_addr.clone().unwrap();
     let ca = c.certs.join("ca.pem");
@@ -620,19 +620,7 @@ fn m6_access_key_of_a_revoked_certificate_signs_nothing_and_keys_expire() {
         leader(&mut c).await;
         // Alice issues her own key with her certificate.
         let mine = tranche_client::Client::new(c.client_addrs(), &alice).unwrap();
-        let issued = mine
-            .request(&ClientRequest::Write {
-                request: None,
-                command: tranche_proto::ClientCommand::IssueAccessKey {
-                    user: "alice".into(),
-                    role: tranche_model::KeyRole::User,
-                },
-            })
-            .await
-            .unwrap();
-        let Response::AccessKey { key, secret } = issued else {
-            panic!("no key issued: {issued:?}");
-        };
+        let (key, secret) = alices_key(&mine).await;
         // It expires, 90 days from now by default.
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

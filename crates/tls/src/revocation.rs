@@ -2,8 +2,8 @@
 //! revocation list as it is *now*.
 //!
 //! The list's file (`[tls] crl`) is looked at no more than once a second, at a
-//! handshake or by a background poll, and read again when its modification time
-//! changes. Every port uses the same verifier: the HTTPS port (client certificates
+//! handshake or by a background poll, and read again when its modification time,
+//! length or inode changes. Every port uses the same verifier: the HTTPS port (client certificates
 //! optional, bearer tokens checked against it), the QUIC ports (controllers' client
 //! and peer ports, agents' log ports; certificates required), and the QUIC clients'
 //! check of the server they dial. So `tranche certs revoke` plus a copy of `crl.pem`
@@ -72,7 +72,7 @@ struct Current {
     /// The serials the list revokes (lower-case hex), for what certificates issued
     /// (access keys).
     revoked: Arc<HashSet<String>>,
-    crl_mtime: Option<SystemTime>,
+    crl_stamp: Option<CrlStamp>,
     checked: Instant,
 }
 
@@ -82,10 +82,24 @@ impl std::fmt::Debug for CertVerifier {
     }
 }
 
-fn crl_mtime(path: &Option<PathBuf>) -> Option<SystemTime> {
-    path.as_ref()
-        .and_then(|p| std::fs::metadata(p).ok())
-        .and_then(|m| m.modified().ok())
+/// What tells one version of the list's file from the next: its modification time
+/// (kept by the kernel to a few milliseconds only), its length (every revocation adds
+/// an entry) and its inode (a copy renamed into place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CrlStamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    ino: u64,
+}
+
+fn crl_stamp(path: &Option<PathBuf>) -> Option<CrlStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path.as_ref()?).ok()?;
+    Some(CrlStamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        ino: m.ino(),
+    })
 }
 
 impl Reloading {
@@ -123,8 +137,8 @@ impl Reloading {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if cur.checked.elapsed() >= CRL_RECHECK {
             cur.checked = Instant::now();
-            let m = crl_mtime(&self.files.crl);
-            if m != cur.crl_mtime {
+            let m = crl_stamp(&self.files.crl);
+            if m != cur.crl_stamp {
                 match Self::build(&self.files, self.provider.clone()) {
                     Ok((client, server, revoked)) => {
                         tracing::info!(
@@ -134,7 +148,7 @@ impl Reloading {
                         cur.client = client;
                         cur.server = server;
                         cur.revoked = revoked;
-                        cur.crl_mtime = m;
+                        cur.crl_stamp = m;
                         self.changes.send_modify(|n| *n += 1);
                     }
                     Err(e) => tracing::warn!("revocation list changed but cannot be used: {e}"),
@@ -184,7 +198,7 @@ impl CertVerifier {
                     client,
                     server,
                     revoked,
-                    crl_mtime: crl_mtime(&files.crl),
+                    crl_stamp: crl_stamp(&files.crl),
                     checked: Instant::now(),
                 }),
                 changes: watch::channel(0).0,

@@ -135,7 +135,12 @@ fn signed<'a>(parts: &'a axum::http::request::Parts, body: &'a [u8]) -> sigv4::S
 /// Why access key `id` may not sign requests now (`None`: it may): unknown or
 /// revoked, past its `expires_at`, or issued by a certificate the current revocation
 /// list names. The error says which, in AWS's shape.
-fn key_refusal(api: &Api, state: &State, id: &str, now: Millis) -> Option<AwsError> {
+fn key_refusal(
+    certs: &tranche_tls::CertVerifier,
+    state: &State,
+    id: &str,
+    now: Millis,
+) -> Option<AwsError> {
     let unknown = || {
         AwsError::auth(
             "UnrecognizedClientException",
@@ -160,7 +165,7 @@ fn key_refusal(api: &Api, state: &State, id: &str, now: Millis) -> Option<AwsErr
     if let Some(serial) = k
         .issuer_serial
         .as_deref()
-        .filter(|s| api.certs.revokes_serial(s))
+        .filter(|s| certs.revokes_serial(s))
     {
         return Some(AwsError::auth(
             "UnrecognizedClientException",
@@ -200,7 +205,7 @@ async fn authenticate(
         let sh = api.shared.read().unwrap();
         let refusal = std::cell::RefCell::new(None);
         let pre = sigv4::verify(&signed(&parts, &[]), &regions, now_s, |id| {
-            *refusal.borrow_mut() = Some(key_refusal(api, &sh.state, id, wall_ms()));
+            *refusal.borrow_mut() = Some(key_refusal(&api.certs, &sh.state, id, wall_ms()));
             None
         });
         match (pre, refusal.into_inner()) {
@@ -234,7 +239,7 @@ async fn authenticate(
     let key_id = {
         let sh = api.shared.read().unwrap();
         let v = sigv4::verify(&signed(&parts, &bytes), &regions, now_s, |id| {
-            key_refusal(api, &sh.state, id, wall_ms())
+            key_refusal(&api.certs, &sh.state, id, wall_ms())
                 .is_none()
                 .then(|| keys::derive_secret(&ep.master, id))
         })
@@ -378,6 +383,64 @@ fn percent_decode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::key_refusal;
+    use tranche_model::{AccessKey, KeyRole};
+    use tranche_tls::{revoke, CertVerifier, RevokeTarget, Role, TlsFiles};
+
+    #[test]
+    fn m6_an_expired_key_or_one_of_a_revoked_certificate_signs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        tranche_tls::init_ca(d, "t", false).unwrap();
+        let local = vec!["127.0.0.1".to_string()];
+        tranche_tls::issue(d, d, Role::Controller, "c1", &local, 30).unwrap();
+        let alice = tranche_tls::issue(d, d, Role::User, "alice", &[], 30).unwrap();
+        let spare = tranche_tls::issue(d, d, Role::User, "spare", &[], 30).unwrap();
+        let crl = revoke(d, &RevokeTarget::Cert(spare.cert)).unwrap().crl;
+        let c1 = TlsFiles {
+            crl: Some(crl),
+            ..TlsFiles::in_dir(d, Role::Controller, "c1")
+        };
+        let certs = CertVerifier::new(&c1).unwrap();
+        let serial = tranche_tls::serial_of_cert(&tranche_tls::load_certs(&alice.cert).unwrap()[0]);
+        let now = 1_000_000;
+        let mut state = tranche_state::State::new();
+        for (id, expires_at) in [("TKLIVE", Some(now + 1)), ("TKEXPIRED", Some(now))] {
+            state.aws.keys.insert(
+                id.into(),
+                AccessKey {
+                    id: id.into(),
+                    user: "alice".into(),
+                    role: KeyRole::User,
+                    created_at: 1,
+                    revoked_at: None,
+                    issuer_serial: serial.clone(),
+                    expires_at,
+                },
+            );
+        }
+        assert!(key_refusal(&certs, &state, "TKLIVE", now).is_none());
+        let e = key_refusal(&certs, &state, "TKEXPIRED", now).expect("an expired key");
+        assert_eq!(e.code, "ExpiredTokenException");
+        assert!(
+            e.message.contains("TKEXPIRED expired at 1000000"),
+            "{}",
+            e.message
+        );
+        let e = key_refusal(&certs, &state, "TKNONE", now).expect("an unknown key");
+        assert_eq!(e.code, "UnrecognizedClientException");
+
+        revoke(d, &RevokeTarget::Cert(alice.cert)).unwrap();
+        std::thread::sleep(tranche_tls::CRL_RECHECK + std::time::Duration::from_millis(200));
+        let e = key_refusal(&certs, &state, "TKLIVE", now).expect("a key of a revoked certificate");
+        assert!(
+            e.message
+                .contains(&format!("serial {}, which is revoked", serial.unwrap())),
+            "{}",
+            e.message
+        );
+    }
+
     #[test]
     fn query_pairs_are_decoded() {
         assert_eq!(

@@ -310,15 +310,8 @@ impl AgentConfig {
                 "must be an IP address and port, e.g. \"0.0.0.0:7102\"",
             ));
         }
-        if cfg
-            .metrics_addr
-            .as_ref()
-            .is_some_and(|a| a.parse::<SocketAddr>().is_err())
-        {
-            return Err(bad(
-                "metrics_addr",
-                "must be an IP address and port, e.g. \"0.0.0.0:9101\"",
-            ));
+        if let Some(Err(rule)) = cfg.metrics_addr.as_deref().map(tranche_tls::listen_addr) {
+            return Err(bad("metrics_addr", &rule));
         }
         if cfg
             .address

@@ -144,6 +144,9 @@ pub struct Agent {
     local: Mutex<HashMap<Key, Local>>,
     /// The log port (`tranche logs`), bound in `new`.
     logs: quinn::Endpoint,
+    /// The log port's limits: connections per identity, streams, request bytes, the
+    /// frame deadline; it also closes connections whose certificate is revoked.
+    logs_gate: Arc<tranche_tls::Gate>,
     last_contact: Mutex<Instant>,
     fenced: AtomicBool,
     /// Attempts whose end on this node the controllers have: a gang's attempt stays
@@ -263,9 +266,13 @@ impl Agent {
         let tls = cfg.tls.clone();
         let mut client = Client::new(cfg.controller_addrs(), &tls)
             .map_err(|e| AgentError::Client(e.to_string()))?;
-        let mut server =
-            tranche_tls::server_config(&tls).map_err(|e| AgentError::Client(e.to_string()))?;
-        tranche_tls::only_client_streams(&mut server, tranche_tls::ClientStreams::Bidi);
+        let certs =
+            tranche_tls::CertVerifier::new(&tls).map_err(|e| AgentError::Client(e.to_string()))?;
+        let mut server = tranche_tls::server_config_with(&tls, &certs)
+            .map_err(|e| AgentError::Client(e.to_string()))?;
+        let limits = tranche_tls::QuicLimits::default();
+        tranche_tls::only_client_streams(&mut server, tranche_tls::ClientStreams::Bidi, &limits);
+        let logs_gate = tranche_tls::Gate::new(limits, certs);
         let addr: std::net::SocketAddr = cfg.logs_addr.parse().expect("validated");
         let logs = quinn::Endpoint::server(server, addr)
             .map_err(|e| AgentError::Client(format!("cannot listen on logs_addr {addr}: {e}")))?;
@@ -295,6 +302,7 @@ impl Agent {
             drained_for: Mutex::new(None),
             local: Mutex::new(HashMap::new()),
             logs,
+            logs_gate,
             last_contact: Mutex::new(Instant::now()),
             fenced: AtomicBool::new(false),
             ended_here: Mutex::new(std::collections::HashSet::new()),
@@ -1027,9 +1035,18 @@ impl Agent {
         )
     }
 
+    /// Serves `GET /metrics` on `addr` (a bare port: 127.0.0.1). Metrics carry no
+    /// authentication, so an address off this machine is warned about.
     fn serve_metrics(self: Arc<Self>, addr: &str) -> Result<(), String> {
-        let server =
-            tiny_http::Server::http(addr).map_err(|e| format!("metrics_addr {addr}: {e}"))?;
+        let a = tranche_tls::listen_addr(addr).map_err(|e| format!("metrics_addr: {e}"))?;
+        if !a.ip().is_loopback() {
+            warn!(
+                addr = %a,
+                "metrics_addr is not a loopback address: every host that reaches it (every \
+                 job on this node too) reads the metrics without authentication"
+            );
+        }
+        let server = tiny_http::Server::http(a).map_err(|e| format!("metrics_addr {a}: {e}"))?;
         std::thread::Builder::new()
             .name("tranche-metrics".into())
             .spawn(move || {
@@ -1062,14 +1079,22 @@ impl Agent {
             let me = self.clone();
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else { return };
-                let Ok(who) = tranche_tls::peer_identity(&conn) else {
+                if tranche_tls::peer_identity(&conn).is_err() {
                     conn.close(2u32.into(), b"no usable client certificate");
                     return;
+                }
+                let admitted = match me.logs_gate.admit(&conn) {
+                    Ok(a) => Arc::new(a),
+                    Err(why) => {
+                        warn!(client = %conn.remote_address(), "log port refused a connection: {why}");
+                        conn.close(tranche_tls::CLOSE_TOO_MANY.into(), why.as_bytes());
+                        return;
+                    }
                 };
                 while let Ok((send, recv)) = conn.accept_bi().await {
                     let me = me.clone();
-                    let who = who.clone();
-                    tokio::spawn(async move { me.log_stream(who, send, recv).await });
+                    let admitted = admitted.clone();
+                    tokio::spawn(async move { me.log_stream(&admitted, send, recv).await });
                 }
             });
         }
@@ -1077,12 +1102,26 @@ impl Agent {
 
     async fn log_stream(
         &self,
-        who: tranche_tls::Identity,
+        admitted: &tranche_tls::Admitted,
         mut send: quinn::SendStream,
         mut recv: quinn::RecvStream,
     ) {
-        use tranche_proto::{frame, LogFrame, LogRequest, MAX_CLIENT_FRAME};
-        let req: LogRequest = match frame::read(&mut recv, MAX_CLIENT_FRAME).await {
+        use tranche_proto::{frame, LogFrame, LogRequest, MAX_LOG_REQUEST};
+        let who = admitted.who.clone();
+        // A request is a few bytes: its frame is capped, and reserved from the port's
+        // budgets while it is read and decoded.
+        let req = frame::read_payload_within(
+            &mut recv,
+            MAX_LOG_REQUEST,
+            admitted.frame_timeout(),
+            |len| admitted.reserve(len),
+        )
+        .await
+        .and_then(|p| match p {
+            Some((p, _reserved)) => frame::decode_payload::<LogRequest>(&p),
+            None => Err(frame::FrameError::Truncated),
+        });
+        let req: LogRequest = match req {
             Ok(r) => r,
             Err(e) => {
                 let _ = frame::write(

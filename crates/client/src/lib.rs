@@ -462,6 +462,29 @@ impl Client {
         req: &tranche_proto::LogRequest,
         mut sink: impl FnMut(&[u8]),
     ) -> Result<(u32, bool), ClientError> {
+        self.logs_paced(addr, node, req, |b| {
+            sink(&b);
+            std::future::ready(true)
+        })
+        .await
+    }
+
+    /// [`logs`](Self::logs) with a sink that paces the reading: the next chunk is read
+    /// from the agent only once the sink's future for this one is done, so a slow
+    /// consumer holds the agent back (QUIC flow control) instead of the output piling
+    /// up here. The sink's `false` stops the reading (the consumer went away): the
+    /// answer is then `Ok((0, true))`.
+    pub async fn logs_paced<F, Fut>(
+        &self,
+        addr: SocketAddr,
+        node: &str,
+        req: &tranche_proto::LogRequest,
+        mut sink: F,
+    ) -> Result<(u32, bool), ClientError>
+    where
+        F: FnMut(Vec<u8>) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         use tranche_proto::LogFrame;
         let conn = self
             .handshake(addr, &tranche_tls::agent_server_name(node))
@@ -485,7 +508,11 @@ impl Client {
         loop {
             let got = frame::read::<LogFrame, _>(&mut recv, MAX_CLIENT_FRAME).await;
             match got.map_err(|e| closed(e.into()))? {
-                LogFrame::Chunk(b) => sink(&b),
+                LogFrame::Chunk(b) => {
+                    if !sink(b).await {
+                        return Ok((0, true));
+                    }
+                }
                 LogFrame::End { attempt, running } => return Ok((attempt, running)),
                 LogFrame::Error(e) => return Err(ClientError::Api(e)),
             }

@@ -53,9 +53,19 @@ pub struct Config {
     /// certificate); absent: not served.
     #[serde(default)]
     pub http_addr: Option<String>,
-    /// Where Prometheus metrics are served (`GET /metrics`); absent: not served.
+    /// Where Prometheus metrics are served (`GET /metrics`, no authentication);
+    /// absent: not served. A bare port (`"9100"`) listens on 127.0.0.1 only; an
+    /// address on another interface is served as given, with a warning at start.
     #[serde(default)]
     pub metrics_addr: Option<String>,
+    /// `[limits]`: what one peer may cost the QUIC client port (streams, windows,
+    /// request bytes, connections per identity, the frame deadline); see
+    /// [`tranche_tls::QuicLimits`] for the defaults.
+    #[serde(default)]
+    pub limits: tranche_tls::QuicLimits,
+    /// `[http]`: connection caps and timeouts of the HTTPS port.
+    #[serde(default)]
+    pub http: HttpLimits,
     /// Worker threads for network and client work (the Raft loop has its own).
     #[serde(default = "default_threads")]
     pub threads: usize,
@@ -210,6 +220,35 @@ impl Default for AwsConfig {
     }
 }
 
+/// `[http]`: what clients of the HTTPS port (the API and the AWS endpoint) may hold.
+///
+/// ```toml
+/// [http]
+/// max_connections = 4096        # open connections, all clients together
+/// connections_per_ip = 256      # open connections from one IP address
+/// idle_timeout_s = 60           # a kept-alive connection idle this long is closed
+/// body_timeout_s = 30           # an AWS request's body must arrive within this
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpLimits {
+    pub max_connections: u32,
+    pub connections_per_ip: u32,
+    pub idle_timeout_s: u64,
+    pub body_timeout_s: u64,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            max_connections: 4096,
+            connections_per_ip: 256,
+            idle_timeout_s: 60,
+            body_timeout_s: 30,
+        }
+    }
+}
+
 /// How long the accounting ledger keeps its hours.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -316,11 +355,22 @@ impl Config {
             }
         }
         if let Some(a) = &self.metrics_addr {
-            if a.parse::<std::net::SocketAddr>().is_err() {
-                return Err(bad(
-                    "metrics_addr",
-                    "must be an IP address and port, e.g. 0.0.0.0:9100",
-                ));
+            if let Err(rule) = tranche_tls::listen_addr(a) {
+                return Err(bad("metrics_addr", &rule));
+            }
+        }
+        self.limits
+            .validate("limits")
+            .map_err(|rule| bad("limits", &rule))?;
+        let h = &self.http;
+        for (name, v) in [
+            ("http.max_connections", u64::from(h.max_connections)),
+            ("http.connections_per_ip", u64::from(h.connections_per_ip)),
+            ("http.idle_timeout_s", h.idle_timeout_s),
+            ("http.body_timeout_s", h.body_timeout_s),
+        ] {
+            if v == 0 {
+                return Err(bad("http", &format!("{name} must be at least 1, not 0")));
             }
         }
         if self.threads == 0 || self.threads > 256 {

@@ -206,9 +206,10 @@ pub fn render(shared: &SharedRef) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `addr` from a thread of its own.
+/// Serves `GET /metrics` on `addr` (a bare port: 127.0.0.1) from a thread of its own.
+/// Metrics carry no authentication, so an address off this machine is warned about.
 pub fn serve(addr: &str, shared: SharedRef) -> Result<(), String> {
-    let server = tiny_http::Server::http(addr).map_err(|e| format!("metrics_addr {addr}: {e}"))?;
+    let server = bind(addr)?;
     std::thread::Builder::new()
         .name("tranche-metrics".into())
         .spawn(move || {
@@ -228,4 +229,21 @@ pub fn serve(addr: &str, shared: SharedRef) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Binds the metrics port of `metrics_addr` (see [`tranche_tls::listen_addr`]).
+pub fn bind(addr: &str) -> Result<tiny_http::Server, String> {
+    let a = tranche_tls::listen_addr(addr).map_err(|e| format!("metrics_addr: {e}"))?;
+    if !a.ip().is_loopback() {
+        tracing::warn!(
+            addr = %a,
+            "metrics_addr is not a loopback address: every host that reaches it (every job's \
+             container on this machine too) reads the metrics without authentication"
+        );
+    }
+    let server = tiny_http::Server::http(a).map_err(|e| format!("metrics_addr {a}: {e}"))?;
+    if let Some(l) = server.server_addr().to_ip() {
+        tracing::info!(addr = %l, "metrics serving");
+    }
+    Ok(server)
 }

@@ -45,9 +45,17 @@ pub struct PeerNet {
     restarted: Mutex<HashSet<u64>>,
     /// Fault injection: controllers whose traffic is dropped both ways.
     blocked: Arc<RwLock<HashSet<u64>>>,
+    /// Closes an incoming connection whose peer's certificate is revoked later.
+    certs: std::sync::OnceLock<Arc<tranche_tls::CertVerifier>>,
 }
 
 impl PeerNet {
+    /// Incoming connections are closed when `certs` refuses their peer later (a
+    /// revoked controller certificate).
+    pub fn watch_certs(&self, certs: Arc<tranche_tls::CertVerifier>) {
+        let _ = self.certs.set(certs);
+    }
+
     pub fn new(id: u64, addr: String, endpoint: quinn::Endpoint) -> Arc<PeerNet> {
         Arc::new(PeerNet {
             id,
@@ -62,6 +70,7 @@ impl PeerNet {
             addrs: RwLock::new(BTreeMap::new()),
             queues: Mutex::new(HashMap::new()),
             blocked: Arc::new(RwLock::new(HashSet::new())),
+            certs: std::sync::OnceLock::new(),
         })
     }
 
@@ -206,7 +215,12 @@ impl PeerNet {
             let node = node.clone();
             tokio::spawn(async move {
                 let conn = match incoming.await {
-                    Ok(c) => c,
+                    Ok(c) => {
+                        if let Some(certs) = me.certs.get() {
+                            certs.close_when_refused(&c);
+                        }
+                        c
+                    }
                     Err(e) => {
                         debug!("peer handshake failed: {e}");
                         return;

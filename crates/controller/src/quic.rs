@@ -10,16 +10,20 @@ use std::sync::Arc;
 use tracing::{debug, info, warn};
 use tranche_proto::frame::{self, PREVIOUS_PROTOCOL_VERSION};
 use tranche_proto::{ApiError, ClientRequest, Response, MAX_CLIENT_FRAME, PROTOCOL_VERSION};
-use tranche_tls::{peer_identity, Identity};
+use tranche_tls::{Admitted, Gate, Identity, CLOSE_TOO_MANY};
 
 use crate::service::Service;
 
 /// QUIC application error codes on the client port.
 pub const CLOSE_BAD_FRAME: u32 = 3;
 pub const CLOSE_BAD_CERT: u32 = 2;
+/// The stop code of a request stream refused by a limit (the answer names it).
+pub const CLOSE_LIMIT: u32 = 6;
 
 pub struct ClientPort {
     pub service: Arc<Service>,
+    /// Admits connections and holds their limits (see [`tranche_tls::QuicLimits`]).
+    pub gate: Arc<Gate>,
 }
 
 /// What a client of the previous protocol version is told.
@@ -51,18 +55,23 @@ impl ClientPort {
                         return;
                     }
                 };
-                let who = match peer_identity(&conn) {
-                    Ok(i) => i,
-                    Err(e) => {
-                        conn.close(CLOSE_BAD_CERT.into(), e.to_string().as_bytes());
+                if tranche_tls::peer_identity(&conn).is_err() {
+                    conn.close(CLOSE_BAD_CERT.into(), b"no usable client certificate");
+                    return;
+                }
+                let admitted = match api.gate.admit(&conn) {
+                    Ok(a) => Arc::new(a),
+                    Err(why) => {
+                        warn!(client = %from, "refused a connection: {why}");
+                        conn.close(CLOSE_TOO_MANY.into(), why.as_bytes());
                         return;
                     }
                 };
                 while let Ok((send, recv)) = conn.accept_bi().await {
                     let api = api.clone();
-                    let who = who.clone();
+                    let admitted = admitted.clone();
                     let conn = conn.clone();
-                    tokio::spawn(async move { api.stream(conn, who, send, recv).await });
+                    tokio::spawn(async move { api.stream(conn, &admitted, send, recv).await });
                 }
             });
         }
@@ -71,14 +80,40 @@ impl ClientPort {
     async fn stream(
         &self,
         conn: quinn::Connection,
-        who: Identity,
+        admitted: &Admitted,
         mut send: quinn::SendStream,
         mut recv: quinn::RecvStream,
     ) {
-        let payload = match frame::read_payload(&mut recv, MAX_CLIENT_FRAME).await {
+        let who: &Identity = &admitted.who;
+        // The bytes reserved for this request stay held until it is answered.
+        let payload = match frame::read_payload_within(
+            &mut recv,
+            MAX_CLIENT_FRAME,
+            admitted.frame_timeout(),
+            |len| admitted.reserve(len),
+        )
+        .await
+        {
             Ok(Some(p)) => Ok(p),
             Ok(None) => Err(frame::FrameError::Truncated),
+            Err(e @ (frame::FrameError::Refused(_) | frame::FrameError::Deadline { .. })) => {
+                // Over a limit: this request is refused and its stream cut; the
+                // connection's other requests go on.
+                info!(client = %conn.remote_address(), identity = %who, "request refused: {e}");
+                let _ = recv.stop(CLOSE_LIMIT.into());
+                let _ = frame::write(
+                    &mut send,
+                    &Response::Error(ApiError::Unavailable(e.to_string())),
+                )
+                .await;
+                let _ = send.finish();
+                return;
+            }
             Err(e) => Err(e),
+        };
+        let (payload, _reserved) = match payload {
+            Ok((p, r)) => (Ok(p), Some(r)),
+            Err(e) => (Err(e), None),
         };
         if let Ok(p) = &payload {
             if frame::payload_version(p).ok() == Some(PREVIOUS_PROTOCOL_VERSION) {
@@ -112,7 +147,17 @@ impl ClientPort {
                 return;
             }
         };
-        let resp = self.service.handle(&who, req).await;
+        let serial = conn
+            .peer_identity()
+            .and_then(|a| {
+                a.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                    .ok()
+            })
+            .and_then(|c| c.first().and_then(|d| tranche_tls::serial_of_cert(d)));
+        let resp = self
+            .service
+            .handle_cert(who, crate::service::Origin::Client, serial, req)
+            .await;
         let _ = frame::write(&mut send, &resp).await;
         let _ = send.finish();
     }

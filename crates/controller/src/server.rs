@@ -15,26 +15,56 @@ use crate::node::{storage, RaftNode};
 use crate::peer::PeerNet;
 use crate::quic::ClientPort;
 use crate::service::{Isolation, Service};
-use tranche_tls::ClientStreams;
+use tranche_tls::{CertVerifier, ClientStreams, Gate, QuicLimits};
 
-/// A QUIC endpoint listening on `addr`, whose clients open streams of `kind`.
+/// A QUIC endpoint listening on `addr`, whose clients open streams of `kind`, with
+/// the port limits `limits`; certificates are checked by `certs` (whose revocation
+/// list every port shares).
 fn endpoint(
     addr: &str,
     files: &TlsFiles,
+    certs: &CertVerifier,
+    limits: &QuicLimits,
     what: &str,
     kind: ClientStreams,
 ) -> Result<quinn::Endpoint, NodeError> {
     let addr: SocketAddr = addr
         .parse()
         .map_err(|_| NodeError::Other(format!("{what}: `{addr}` is not an IP address and port")))?;
-    let mut server =
-        tranche_tls::server_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
-    tranche_tls::only_client_streams(&mut server, kind);
+    let mut server = tranche_tls::server_config_with(files, certs)
+        .map_err(|e| NodeError::Other(e.to_string()))?;
+    tranche_tls::only_client_streams(&mut server, kind, limits);
     let mut ep = quinn::Endpoint::server(server, addr)
         .map_err(|e| NodeError::Other(format!("cannot listen on {what} {addr}: {e}")))?;
     let client = tranche_tls::client_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
     ep.set_default_client_config(client);
     Ok(ep)
+}
+
+/// Creates the data dir 0700, or makes an existing one 0700: the Raft log and the
+/// state images hold every job's spec, env included, and only this controller's user
+/// reads them.
+fn private_dir(dir: &std::path::Path) -> Result<(), NodeError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let failed = |e: std::io::Error| {
+        NodeError::Other(format!("cannot create data_dir {}: {e}", dir.display()))
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(failed)?;
+    let mode = std::fs::metadata(dir).map_err(failed)?.permissions().mode() & 0o777;
+    if mode != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            NodeError::Other(format!(
+                "data_dir {} has mode {mode:o} and cannot be made 0700: {e}",
+                dir.display()
+            ))
+        })?;
+        info!(dir = %dir.display(), "data_dir was mode {mode:o}: made 0700");
+    }
+    Ok(())
 }
 
 /// Runs a controller until `shutdown` turns true (or the node fails).
@@ -53,15 +83,20 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         Some(path) => Some(crate::aws::keys::load_key_secret_file(path).map_err(NodeError::Other)?),
         None => None,
     };
+    private_dir(&cfg.data_dir)?;
     let storage::Opened {
         storage,
         shared,
         conf_state,
         image_index,
     } = storage::open(&cfg)?;
+    // One verifier, so one revocation list, for every port: reread when it changes.
+    let certs = CertVerifier::new(&files).map_err(|e| NodeError::Other(e.to_string()))?;
     let peer_ep = endpoint(
         cfg.peer_listen(),
         &files,
+        &certs,
+        &cfg.limits,
         if cfg.peer_listen.is_some() {
             "peer_listen"
         } else {
@@ -69,15 +104,20 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         },
         ClientStreams::Uni,
     )?;
-    let client_ep = endpoint(&cfg.client_addr, &files, "client_addr", ClientStreams::Bidi)?;
+    let client_ep = endpoint(
+        &cfg.client_addr,
+        &files,
+        &certs,
+        &cfg.limits,
+        "client_addr",
+        ClientStreams::Bidi,
+    )?;
     let http = match &cfg.http_addr {
         Some(addr) => {
             let listener = crate::http::bind(addr).map_err(NodeError::Other)?;
-            let certs = tranche_tls::CertVerifier::new(&files)
-                .map_err(|e| NodeError::Other(e.to_string()))?;
             let tls = tranche_tls::https_server_config(&files, certs.clone())
                 .map_err(|e| NodeError::Other(e.to_string()))?;
-            Some((listener, tls, certs))
+            Some((listener, tls, certs.clone()))
         }
         None => None,
     };
@@ -86,10 +126,12 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         Arc::new(crate::aws::Endpoint::new(
             cfg.aws.clone(),
             k.as_bytes().to_vec(),
+            std::time::Duration::from_secs(cfg.http.body_timeout_s),
         ))
     });
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
+    net.watch_certs(certs.clone());
     let work = Arc::new(WorkWatch::default());
     let shared = Arc::new(RwLock::new(shared));
     if let Some(addr) = &cfg.metrics_addr {
@@ -131,9 +173,18 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
             client_addr,
             aws.clone(),
         );
-        tokio::spawn(crate::http::serve(listener, tls, api, shutdown.clone()));
+        tokio::spawn(crate::http::serve(
+            listener,
+            tls,
+            api,
+            cfg.http.clone(),
+            shutdown.clone(),
+        ));
     }
-    let port = Arc::new(ClientPort { service });
+    let port = Arc::new(ClientPort {
+        service,
+        gate: Gate::new(cfg.limits.clone(), certs.clone()),
+    });
     tokio::spawn(port.serve(client_ep.clone()));
     info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");
     tranche_proto::service::notify("READY=1");

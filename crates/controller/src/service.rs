@@ -90,6 +90,10 @@ pub enum Origin {
     AwsEndpoint,
 }
 
+/// How long an access key signs requests after it is issued (AWS advises rotating
+/// keys every 90 days); `tranche keys issue` again for a new one.
+pub const ACCESS_KEY_TTL_DAYS: u32 = 90;
+
 fn stopping() -> Response {
     Response::Error(ApiError::Unavailable("the controller is stopping".into()))
 }
@@ -223,9 +227,22 @@ impl Service {
         origin: Origin,
         req: ClientRequest,
     ) -> Response {
+        self.handle_cert(who, origin, None, req).await
+    }
+
+    /// [`handle_from`](Self::handle_from) for a caller whose certificate's serial
+    /// (lower-case hex) is known: an access key it issues records it, so that
+    /// revoking the certificate ends the key too.
+    pub async fn handle_cert(
+        &self,
+        who: &Identity,
+        origin: Origin,
+        serial: Option<String>,
+        req: ClientRequest,
+    ) -> Response {
         match req {
             ClientRequest::Write { request, command } => {
-                self.write(who, origin, request, command).await
+                self.write(who, origin, serial, request, command).await
             }
             ClientRequest::Read {
                 query:
@@ -282,6 +299,7 @@ impl Service {
         &self,
         who: &Identity,
         origin: Origin,
+        serial: Option<String>,
         request: Option<tranche_state::RequestId>,
         command: ClientCommand,
     ) -> Response {
@@ -301,7 +319,7 @@ impl Service {
         // An access key gets its id here, so `into_command` never sees the request.
         let command = match command {
             ClientCommand::IssueAccessKey { user, role } => {
-                return self.issue_access_key(user, role).await
+                return self.issue_access_key(user, role, serial).await
             }
             ClientCommand::Submit(mut spec) => {
                 self.share_defaults(&mut spec);
@@ -372,7 +390,14 @@ impl Service {
     /// secret file every controller shares. It goes without the client's request id:
     /// a retry with the same id would be answered with the first outcome while naming
     /// a key id of its own; without it, a retry issues a second key instead.
-    async fn issue_access_key(&self, user: UserName, role: KeyRole) -> Response {
+    /// Issues a key that expires after [`ACCESS_KEY_TTL_DAYS`] and records the serial
+    /// of the issuing certificate, when known.
+    async fn issue_access_key(
+        &self,
+        user: UserName,
+        role: KeyRole,
+        issuer_serial: Option<String>,
+    ) -> Response {
         let Some(master) = self.key_secret.clone() else {
             return Response::Error(ApiError::BadRequest(NO_KEY_SECRET.into()));
         };
@@ -382,8 +407,8 @@ impl Service {
             role,
             created_at: 0,
             revoked_at: None,
-            issuer_serial: None,
-            expires_at: None,
+            issuer_serial,
+            expires_at: Some(wall_ms() + u64::from(ACCESS_KEY_TTL_DAYS) * 86_400_000),
         };
         match self
             .propose(tranche_state::Command::PutAccessKey(key.clone()), None)

@@ -24,6 +24,10 @@ pub const PREVIOUS_PROTOCOL_VERSION: u16 = 5;
 /// The largest client request or response frame (16 MiB).
 pub const MAX_CLIENT_FRAME: usize = 16 << 20;
 
+/// The largest request frame of an agent's log port (a `LogRequest` is a few dozen
+/// bytes; 64 KiB).
+pub const MAX_LOG_REQUEST: usize = 64 << 10;
+
 /// The largest frame between controllers; a state-machine snapshot travels in one
 /// (512 MiB).
 pub const MAX_PEER_FRAME: usize = 512 << 20;
@@ -47,6 +51,14 @@ pub enum FrameError {
     Truncated,
     #[error("stream error: {0}")]
     Io(String),
+    /// A limit of the reader's refused the frame; the text names it and its value.
+    #[error("{0}")]
+    Refused(String),
+    #[error(
+        "no whole frame arrived within {secs} s of the stream's opening (the limit is \
+         frame_timeout_s = {secs})"
+    )]
+    Deadline { secs: u64 },
 }
 
 fn config() -> bincode::config::Configuration {
@@ -136,6 +148,46 @@ pub async fn read_payload<R: AsyncRead + Unpin>(
     r: &mut R,
     limit: usize,
 ) -> Result<Option<Vec<u8>>, FrameError> {
+    match read_len(r, limit).await? {
+        Some(len) => read_body(r, len).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads one frame's payload as [`read_payload`] does, with two more limits: the frame
+/// must arrive whole within `deadline` (a peer that sends a length and stalls is
+/// cut), and `reserve` is asked for the frame's length before its body is read, so
+/// that a reader can bound the bytes it holds for all its peers' frames together.
+/// What `reserve` gives back is returned with the payload (hold it while the payload
+/// is in use); its refusal is [`FrameError::Refused`].
+pub async fn read_payload_within<R: AsyncRead + Unpin, P>(
+    r: &mut R,
+    limit: usize,
+    deadline: std::time::Duration,
+    reserve: impl FnOnce(usize) -> Result<P, String>,
+) -> Result<Option<(Vec<u8>, P)>, FrameError> {
+    let read = async {
+        let Some(len) = read_len(r, limit).await? else {
+            return Ok(None);
+        };
+        let held = reserve(len).map_err(FrameError::Refused)?;
+        let buf = read_body(r, len).await?;
+        Ok(Some((buf, held)))
+    };
+    match tokio::time::timeout(deadline, read).await {
+        Ok(r) => r,
+        Err(_) => Err(FrameError::Deadline {
+            secs: deadline.as_secs(),
+        }),
+    }
+}
+
+/// Reads a frame's 4-byte length and checks it against `limit`; `None` when the
+/// stream ended cleanly first.
+async fn read_len<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: usize,
+) -> Result<Option<usize>, FrameError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -156,8 +208,12 @@ pub async fn read_payload<R: AsyncRead + Unpin>(
     if len > limit {
         return Err(FrameError::TooLarge { len, limit });
     }
-    // The buffer grows as bytes arrive: a header alone cannot make the reader allocate
-    // up to the limit.
+    Ok(Some(len))
+}
+
+/// Reads a frame's body of `len` bytes. The buffer grows as bytes arrive: a header
+/// alone cannot make the reader allocate up to the limit.
+async fn read_body<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Vec<u8>, FrameError> {
     let mut buf = Vec::with_capacity(len.min(READ_CHUNK));
     (&mut *r)
         .take(len as u64)
@@ -167,7 +223,7 @@ pub async fn read_payload<R: AsyncRead + Unpin>(
     if buf.len() < len {
         return Err(FrameError::Truncated);
     }
-    Ok(Some(buf))
+    Ok(buf)
 }
 
 /// Reads and decodes one frame. A clean end of stream is `Truncated` here.

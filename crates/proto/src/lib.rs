@@ -10,5 +10,5 @@ pub mod peer;
 pub mod service;
 
 pub use command::ClientCommand;
-pub use frame::{FrameError, MAX_CLIENT_FRAME, MAX_PEER_FRAME, PROTOCOL_VERSION};
+pub use frame::{FrameError, MAX_CLIENT_FRAME, MAX_LOG_REQUEST, MAX_PEER_FRAME, PROTOCOL_VERSION};
 pub use msg::*;

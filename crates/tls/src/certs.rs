@@ -53,7 +53,7 @@ pub struct TlsFiles {
     /// The CA's certificate revocation list (`crl.pem`, written by
     /// [`revoke`](crate::revoke)): one PEM file holding one or more CRLs, each issued
     /// by the cluster CA. A peer whose certificate is listed is refused. Absent: no
-    /// certificate is taken as revoked. Read once, when the configuration is built.
+    /// certificate is taken as revoked. Read again whenever the file changes (looked at once a second).
     #[serde(default)]
     pub crl: Option<PathBuf>,
 }

@@ -228,6 +228,28 @@ fn parse_serial(text: &str) -> Result<Vec<u8>, TlsError> {
     Ok(bytes)
 }
 
+/// The serial numbers `crls` list, as [`Revocation::serial`] prints them (lower-case
+/// hex, no colons, no leading zeros). Lists that do not parse add nothing (they were
+/// checked against the CA when loaded).
+pub(crate) fn revoked_serials(
+    crls: &[CertificateRevocationListDer<'_>],
+) -> std::collections::HashSet<String> {
+    crls.iter()
+        .filter_map(|der| x509_parser::parse_x509_crl(der).ok())
+        .flat_map(|(_, crl)| {
+            crl.iter_revoked_certificates()
+                .map(|r| hex(trim_zeros(r.raw_serial())))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The serial number of a certificate (DER), as [`Revocation::serial`] prints it.
+pub fn serial_of_cert(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(hex(trim_zeros(cert.raw_serial())))
+}
+
 fn trim_zeros(b: &[u8]) -> &[u8] {
     let first = b.iter().position(|x| *x != 0).unwrap_or(b.len());
     &b[first..]

@@ -18,7 +18,9 @@
 //!
 //! Both ends of every connection refuse a peer whose certificate is expired, not yet
 //! valid, issued by another CA, or listed in the revocation list named by
-//! [`TlsFiles::crl`].
+//! [`TlsFiles::crl`]. The list is read again when its file changes, and a server's
+//! live connections whose peer it now revokes are closed ([`CertVerifier`]);
+//! [`Gate`] holds what one peer may cost a QUIC server ([`QuicLimits`]).
 //!
 //! The *ring* crypto provider is always passed explicitly; no process-wide rustls
 //! default is installed or needed.
@@ -30,21 +32,25 @@ mod crl;
 mod error;
 mod https;
 mod identity;
+mod limits;
 mod quic;
+mod revocation;
 pub mod token;
 
 pub use certs::{
     init_ca, issue, issue_valid_between, load_certs, load_key, TlsFiles, CA_CERT_FILE, CA_KEY_FILE,
     CA_VALID_DAYS,
 };
-pub use crl::{load_crls, revoke, Revocation, RevokeTarget, CRL_FILE};
+pub use crl::{load_crls, revoke, serial_of_cert, Revocation, RevokeTarget, CRL_FILE};
 pub use error::TlsError;
 pub use https::{https_server_config, CertVerifier, HTTP_ALPN};
 pub use identity::{identity_of_cert, peer_identity, validate_name, Identity, Role};
+pub use limits::{listen_addr, Admitted, Gate, QuicLimits, Reserved, CLOSE_TOO_MANY};
 pub use quic::{
-    client_config, only_client_streams, server_config, ClientStreams, IDLE_TIMEOUT, KEEP_ALIVE,
-    MAX_CONCURRENT_STREAMS,
+    client_config, only_client_streams, server_config, server_config_with, ClientStreams,
+    IDLE_TIMEOUT, KEEP_ALIVE, MAX_CONCURRENT_STREAMS,
 };
+pub use revocation::{CLOSE_CERT_REFUSED, CRL_RECHECK};
 
 /// The TLS server name every controller certificate carries and every client verifies,
 /// whatever address it dials: `controller.tranche`.

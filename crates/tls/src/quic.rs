@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{IdleTimeout, TransportConfig, VarInt};
-use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
@@ -13,7 +12,10 @@ use rustls::{CertificateError, RootCertStore};
 use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, UnixTime};
 use x509_parser::extensions::GeneralName;
 
-use crate::{load_certs, load_crls, load_key, TlsError, TlsFiles, ALPN, CONTROLLER_SERVER_NAME};
+use crate::{
+    load_certs, load_crls, load_key, CertVerifier, QuicLimits, TlsError, TlsFiles, ALPN,
+    CONTROLLER_SERVER_NAME,
+};
 
 /// A connection with no traffic (keep-alives included) for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,7 +40,7 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 /// QUIC sets up the state of every stream a peer may open when the connection opens:
 /// a client allowing 1,024 of each kind spent 3,072 table inserts on each
 /// connection, a `tranche` command's one connection included.
-fn transport(bidi: u32, uni: u32) -> Arc<TransportConfig> {
+pub(crate) fn base_transport(bidi: u32, uni: u32) -> TransportConfig {
     let mut t = TransportConfig::default();
     t.max_idle_timeout(Some(
         IdleTimeout::try_from(IDLE_TIMEOUT).expect("10 s is a valid idle timeout"),
@@ -46,7 +48,7 @@ fn transport(bidi: u32, uni: u32) -> Arc<TransportConfig> {
     t.keep_alive_interval(Some(KEEP_ALIVE));
     t.max_concurrent_bidi_streams(VarInt::from_u32(bidi));
     t.max_concurrent_uni_streams(VarInt::from_u32(uni));
-    Arc::new(t)
+    t
 }
 
 /// The kind of stream a server's clients open: requests are bidirectional (commands
@@ -60,14 +62,22 @@ pub enum ClientStreams {
     Uni,
 }
 
-/// Lets the server's clients open up to [`MAX_CONCURRENT_STREAMS`] streams of the one
-/// kind they use and none of the other, which then costs nothing per connection.
-pub fn only_client_streams(config: &mut quinn::ServerConfig, kind: ClientStreams) {
+/// Lets the server's clients open streams of the one kind they use and none of the
+/// other, which then costs nothing per connection, with the receive windows of
+/// `limits`. Request ports (bidirectional) start every connection at
+/// [`QuicLimits::client_streams`]; [`Gate::admit`](crate::Gate::admit) raises an
+/// agent's or controller's to [`QuicLimits::service_streams`]. The peer port
+/// (unidirectional, controllers only) allows [`MAX_CONCURRENT_STREAMS`].
+pub fn only_client_streams(
+    config: &mut quinn::ServerConfig,
+    kind: ClientStreams,
+    limits: &QuicLimits,
+) {
     let (bidi, uni) = match kind {
-        ClientStreams::Bidi => (MAX_CONCURRENT_STREAMS, 0),
+        ClientStreams::Bidi => (limits.client_streams, 0),
         ClientStreams::Uni => (0, MAX_CONCURRENT_STREAMS),
     };
-    config.transport_config(transport(bidi, uni));
+    config.transport_config(limits.transport(bidi, uni));
 }
 
 pub(crate) fn roots(files: &TlsFiles) -> Result<RootCertStore, TlsError> {
@@ -178,12 +188,24 @@ fn what(files: &TlsFiles) -> String {
 /// identity with [`peer_identity`](crate::peer_identity). ALPN is [`ALPN`]; idle
 /// timeout [`IDLE_TIMEOUT`], keep-alive [`KEEP_ALIVE`], up to
 /// [`MAX_CONCURRENT_STREAMS`] concurrent streams of each kind.
+///
+/// The revocation list is read again when its file changes (see [`CertVerifier`]).
 pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> {
+    server_config_with(files, &*CertVerifier::new(files)?)
+}
+
+/// [`server_config`] over a verifier the caller keeps, to close connections whose
+/// peer it refuses later ([`CertVerifier::close_when_refused`]) and to share one
+/// revocation list between ports.
+pub fn server_config_with(
+    files: &TlsFiles,
+    verifier: &CertVerifier,
+) -> Result<quinn::ServerConfig, TlsError> {
     let certs = load_certs(&files.cert)?;
     server_name_checked(files, &certs[0])?;
     let key = load_key(&files.key)?;
     let provider = provider();
-    let verifier = client_verifier(files, &certs, provider.clone())?;
+    let verifier = verifier.required();
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Rustls {
@@ -196,13 +218,16 @@ pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> 
             what: what(files),
             source: e,
         })?;
+    no_resumption(&mut tls);
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let quic = QuicServerConfig::try_from(tls).map_err(|e| TlsError::Quic {
         what: what(files),
         detail: e.to_string(),
     })?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    config.transport_config(transport(MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS));
+    config.transport_config(
+        QuicLimits::default().transport(MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
+    );
     Ok(config)
 }
 
@@ -215,40 +240,44 @@ pub fn server_config(files: &TlsFiles) -> Result<quinn::ServerConfig, TlsError> 
 /// controller, whatever its address (so an agent's or a user's certificate cannot pose
 /// as a controller). ALPN and transport settings are those of
 /// [`server_config`].
+///
+/// The revocation list is read again when its file changes (see [`CertVerifier`]).
 pub fn client_config(files: &TlsFiles) -> Result<quinn::ClientConfig, TlsError> {
     let certs = load_certs(&files.cert)?;
     let key = load_key(&files.key)?;
-    let provider = provider();
-    client_verifier(files, &certs, provider.clone())?;
-    let verifier =
-        WebPkiServerVerifier::builder_with_provider(Arc::new(roots(files)?), provider.clone())
-            .with_crls(crls(files)?)
-            .only_check_end_entity_revocation()
-            .build()
-            .map_err(|e| TlsError::Quic {
-                what: format!("server verifier for CA {}", files.ca.display()),
-                detail: e.to_string(),
-            })?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+    let verifier = CertVerifier::new(files)?.server();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Rustls {
             what: "TLS 1.3".into(),
             source: e,
         })?
-        .with_webpki_verifier(verifier)
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
         .with_client_auth_cert(certs, key)
         .map_err(|e| TlsError::Rustls {
             what: what(files),
             source: e,
         })?;
+    // A resumed session would skip the check of the server's certificate against
+    // the current revocation list.
+    tls.resumption = rustls::client::Resumption::disabled();
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let quic = QuicClientConfig::try_from(tls).map_err(|e| TlsError::Quic {
         what: what(files),
         detail: e.to_string(),
     })?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
-    config.transport_config(transport(0, 0));
+    config.transport_config(Arc::new(base_transport(0, 0)));
     Ok(config)
+}
+
+/// No session tickets and no session cache: a resumed session would skip the check
+/// of the client's certificate, so a certificate revoked since its first handshake
+/// would still get in. Every handshake is a full one.
+pub(crate) fn no_resumption(tls: &mut rustls::ServerConfig) {
+    tls.send_tls13_tickets = 0;
+    tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
 }
 
 /// A server certificate no client would accept is refused up front, with a message

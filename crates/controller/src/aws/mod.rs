@@ -18,6 +18,7 @@ pub mod training;
 pub mod wire;
 
 use std::sync::{Arc, RwLockReadGuard};
+use std::time::Duration;
 
 use axum::extract::{Path, Request, State as AxState};
 use axum::http::Method;
@@ -41,11 +42,14 @@ pub struct Endpoint {
     pub cap: capacity::Capacity,
     /// The cluster's key secret (see [`keys`]).
     master: Vec<u8>,
+    /// A request's body must arrive within this (`[http] body_timeout_s`).
+    pub body_timeout: Duration,
 }
 
 impl Endpoint {
-    pub fn new(cfg: AwsConfig, master: Vec<u8>) -> Endpoint {
+    pub fn new(cfg: AwsConfig, master: Vec<u8>, body_timeout: Duration) -> Endpoint {
         Endpoint {
+            body_timeout,
             arns: arn::Arns {
                 region: cfg.region.clone(),
                 account: cfg.account_id.clone(),
@@ -117,7 +121,72 @@ pub fn router() -> Router<Arc<Api>> {
         .route("/v1/{op}", post(operation))
 }
 
-/// Reads the body and verifies the signature: the caller, or the refusal.
+/// The request as [`sigv4::verify`] reads it.
+fn signed<'a>(parts: &'a axum::http::request::Parts, body: &'a [u8]) -> sigv4::SignedRequest<'a> {
+    sigv4::SignedRequest {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query().unwrap_or(""),
+        headers: &parts.headers,
+        body,
+    }
+}
+
+/// Why access key `id` may not sign requests now (`None`: it may): unknown or
+/// revoked, past its `expires_at`, or issued by a certificate the current revocation
+/// list names. The error says which, in AWS's shape.
+fn key_refusal(
+    certs: &tranche_tls::CertVerifier,
+    state: &State,
+    id: &str,
+    now: Millis,
+) -> Option<AwsError> {
+    let unknown = || {
+        AwsError::auth(
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+        )
+    };
+    let Some(k) = state.aws.keys.get(id) else {
+        return Some(unknown());
+    };
+    if k.revoked_at.is_some() {
+        return Some(unknown());
+    }
+    if let Some(t) = k.expires_at.filter(|t| *t <= now) {
+        return Some(AwsError::auth(
+            "ExpiredTokenException",
+            format!(
+                "The security token included in the request is expired: access key {id} \
+                 expired at {t} (ms since the epoch); issue a new one with `tranche keys issue`."
+            ),
+        ));
+    }
+    if let Some(serial) = k
+        .issuer_serial
+        .as_deref()
+        .filter(|s| certs.revokes_serial(s))
+    {
+        return Some(AwsError::auth(
+            "UnrecognizedClientException",
+            format!(
+                "The security token included in the request is invalid: access key {id} was \
+                 issued by the certificate of serial {serial}, which is revoked."
+            ),
+        ));
+    }
+    None
+}
+
+/// Verifies the signature: the caller, or the refusal.
+///
+/// Everything the headers alone decide is checked before a byte of the body is read
+/// (the `Authorization` header's form, the credential's scope, region and date,
+/// `X-Amz-Date` within 15 minutes, and that the access key exists and is live: not
+/// revoked, not expired, its issuing certificate not revoked), so a
+/// client without a live key cannot make the controller hold a body open. The body
+/// must then arrive within `[http] body_timeout_s`, and the signature over it is
+/// checked.
 async fn authenticate(
     api: &Api,
     req: Request,
@@ -128,26 +197,51 @@ async fn authenticate(
         )
     })?;
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| AwsError::client(format!("the request body is larger than {MAX_BODY} bytes")))?
-        .to_vec();
     let now_s = wall_ms() / 1000;
     let regions = ep.regions();
+    {
+        // The checks up to the key's secret: a live key here stops the check (the
+        // signature is over the body, read next) without deriving anything.
+        let sh = api.shared.read().unwrap();
+        let refusal = std::cell::RefCell::new(None);
+        let pre = sigv4::verify(&signed(&parts, &[]), &regions, now_s, |id| {
+            *refusal.borrow_mut() = Some(key_refusal(&api.certs, &sh.state, id, wall_ms()));
+            None
+        });
+        match (pre, refusal.into_inner()) {
+            (Err(sigv4::SigError::UnknownKey), Some(None)) => {}
+            (Err(sigv4::SigError::UnknownKey), Some(Some(e))) => return Err(e),
+            (Err(e), _) => return Err(AwsError::auth(e.code(), e.message())),
+            (Ok(_), _) => unreachable!("no secret was given"),
+        }
+    }
+    let timeout = ep.body_timeout;
+    let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(b)) => b.to_vec(),
+        Ok(Err(_)) => {
+            return Err(AwsError::client(format!(
+                "the request body is larger than {MAX_BODY} bytes"
+            )))
+        }
+        Err(_) => {
+            return Err(AwsError {
+                status: axum::http::StatusCode::REQUEST_TIMEOUT,
+                code: "ClientException",
+                message: format!(
+                    "the request body did not arrive within {} s (the limit is \
+                     http.body_timeout_s = {})",
+                    timeout.as_secs(),
+                    timeout.as_secs()
+                ),
+            })
+        }
+    };
     let key_id = {
         let sh = api.shared.read().unwrap();
-        let keys = &sh.state.aws.keys;
-        let signed = sigv4::SignedRequest {
-            method: parts.method.as_str(),
-            path: parts.uri.path(),
-            query: parts.uri.query().unwrap_or(""),
-            headers: &parts.headers,
-            body: &bytes,
-        };
-        let v = sigv4::verify(&signed, &regions, now_s, |id| {
-            keys.get(id)
-                .filter(|k| k.revoked_at.is_none())
-                .map(|_| keys::derive_secret(&ep.master, id))
+        let v = sigv4::verify(&signed(&parts, &bytes), &regions, now_s, |id| {
+            key_refusal(&api.certs, &sh.state, id, wall_ms())
+                .is_none()
+                .then(|| keys::derive_secret(&ep.master, id))
         })
         .map_err(|e| AwsError::auth(e.code(), e.message()))?;
         v.access_key_id
@@ -289,6 +383,64 @@ fn percent_decode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::key_refusal;
+    use tranche_model::{AccessKey, KeyRole};
+    use tranche_tls::{revoke, CertVerifier, RevokeTarget, Role, TlsFiles};
+
+    #[test]
+    fn m6_an_expired_key_or_one_of_a_revoked_certificate_signs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        tranche_tls::init_ca(d, "t", false).unwrap();
+        let local = vec!["127.0.0.1".to_string()];
+        tranche_tls::issue(d, d, Role::Controller, "c1", &local, 30).unwrap();
+        let alice = tranche_tls::issue(d, d, Role::User, "alice", &[], 30).unwrap();
+        let spare = tranche_tls::issue(d, d, Role::User, "spare", &[], 30).unwrap();
+        let crl = revoke(d, &RevokeTarget::Cert(spare.cert)).unwrap().crl;
+        let c1 = TlsFiles {
+            crl: Some(crl),
+            ..TlsFiles::in_dir(d, Role::Controller, "c1")
+        };
+        let certs = CertVerifier::new(&c1).unwrap();
+        let serial = tranche_tls::serial_of_cert(&tranche_tls::load_certs(&alice.cert).unwrap()[0]);
+        let now = 1_000_000;
+        let mut state = tranche_state::State::new();
+        for (id, expires_at) in [("TKLIVE", Some(now + 1)), ("TKEXPIRED", Some(now))] {
+            state.aws.keys.insert(
+                id.into(),
+                AccessKey {
+                    id: id.into(),
+                    user: "alice".into(),
+                    role: KeyRole::User,
+                    created_at: 1,
+                    revoked_at: None,
+                    issuer_serial: serial.clone(),
+                    expires_at,
+                },
+            );
+        }
+        assert!(key_refusal(&certs, &state, "TKLIVE", now).is_none());
+        let e = key_refusal(&certs, &state, "TKEXPIRED", now).expect("an expired key");
+        assert_eq!(e.code, "ExpiredTokenException");
+        assert!(
+            e.message.contains("TKEXPIRED expired at 1000000"),
+            "{}",
+            e.message
+        );
+        let e = key_refusal(&certs, &state, "TKNONE", now).expect("an unknown key");
+        assert_eq!(e.code, "UnrecognizedClientException");
+
+        revoke(d, &RevokeTarget::Cert(alice.cert)).unwrap();
+        std::thread::sleep(tranche_tls::CRL_RECHECK + std::time::Duration::from_millis(200));
+        let e = key_refusal(&certs, &state, "TKLIVE", now).expect("a key of a revoked certificate");
+        assert!(
+            e.message
+                .contains(&format!("serial {}, which is revoked", serial.unwrap())),
+            "{}",
+            e.message
+        );
+    }
+
     #[test]
     fn query_pairs_are_decoded() {
         assert_eq!(

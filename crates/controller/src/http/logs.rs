@@ -10,6 +10,9 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
+
+/// How many chunks of a job's output wait, at most, for a slow HTTP reader.
+const RELAY_CHUNKS: usize = 16;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::mpsc;
@@ -63,7 +66,10 @@ pub async fn logs(
     caller: Caller,
     Path(id): Path<String>,
     QueryArgs(q): QueryArgs<LogsQuery>,
+    headers: axum::http::HeaderMap,
+    peer: Option<axum::Extension<super::Peer>>,
 ) -> Result<Response, HttpError> {
+    let lease = super::Lease::of(&api, &headers, peer.as_deref());
     let id = job_id(&id)?;
     let follow = flag("follow", &q.follow)?;
     let stderr = flag("stderr", &q.stderr)?;
@@ -132,12 +138,16 @@ pub async fn logs(
         follow,
         offset: 0,
     };
-    let (tx, mut rx) = mpsc::unbounded_channel::<Result<Bytes, ApiError>>();
+    // A bounded channel: when the HTTP client reads slower than the job writes, the
+    // relay stops reading from the agent (QUIC flow control holds the agent back), so
+    // at most RELAY_CHUNKS chunks wait here per reader.
+    let (tx, mut rx) = mpsc::channel::<Result<Bytes, ApiError>>(RELAY_CHUNKS);
     tokio::spawn(async move {
         let sink_tx = tx.clone();
         let r = client
-            .logs(addr, node.as_str(), &req, |b| {
-                let _ = sink_tx.send(Ok(Bytes::copy_from_slice(b)));
+            .logs_paced(addr, node.as_str(), &req, |b| {
+                let sink_tx = sink_tx.clone();
+                async move { sink_tx.send(Ok(Bytes::from(b))).await.is_ok() }
             })
             .await;
         if let Err(e) = r {
@@ -145,7 +155,7 @@ pub async fn logs(
                 ClientError::Api(e) => e,
                 other => ApiError::Unavailable(format!("node {node}'s agent: {other}")),
             };
-            let _ = tx.send(Err(e));
+            let _ = tx.send(Err(e)).await;
         }
     });
     // The first piece decides the status: an error before any output is an error
@@ -165,6 +175,8 @@ pub async fn logs(
         futures_util::stream::iter([Ok::<Bytes, std::io::Error>(first)]),
         rest,
     );
+    // A followed log ends when the token it was opened with expires or is revoked.
+    let stream = lease.keep(Box::pin(stream), |_| None);
     let mut r = (StatusCode::OK, Body::from_stream(stream)).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

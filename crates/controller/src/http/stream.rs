@@ -166,7 +166,8 @@ impl Cursor {
 }
 
 /// Server-sent events: `job` (a job's status changed), `share` (a share's usage
-/// changed), `reset` (events were missed: read the state again).
+/// changed), `reset` (events were missed: read the state again), `end` (the token or
+/// certificate the stream was opened with expired or was revoked: the stream ends).
 #[utoipa::path(get, path = "/api/v1/events", tag = "events", params(EventsQuery,
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this log index")),
     responses(
@@ -178,8 +179,10 @@ pub async fn events(
     State(api): State<Arc<Api>>,
     caller: Caller,
     headers: HeaderMap,
+    peer: Option<axum::Extension<super::Peer>>,
     QueryArgs(q): QueryArgs<EventsQuery>,
 ) -> Result<Response, HttpError> {
+    let lease = super::Lease::of(&api, &headers, peer.as_deref());
     if !matches!(caller.who.role, Role::User | Role::Operator | Role::Admin) {
         return Err(HttpError::new(
             axum::http::StatusCode::FORBIDDEN,
@@ -237,6 +240,12 @@ pub async fn events(
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let b = c.next().await;
         Some((Ok::<Bytes, std::convert::Infallible>(b), c))
+    });
+    // The stream ends when the credential it was opened with lapses (the token's
+    // expiry, a revocation), with a last `end` event that says why.
+    let stream = lease.keep(Box::pin(stream), |why| {
+        let data = serde_json::json!({ "reason": why });
+        Some(Bytes::from(format!("event: end\ndata: {data}\n\n")))
     });
     let mut r = Body::from_stream(stream).into_response();
     let h = r.headers_mut();

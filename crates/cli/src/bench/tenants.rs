@@ -22,7 +22,7 @@ pub struct ArrayMemoryArgs {
     /// Tasks in the array.
     #[arg(long, default_value_t = 10_000)]
     tasks: u32,
-    /// Bytes of environment in the array's spec (one variable).
+    /// Bytes of environment in the array's spec (in variables of at most 32,000 bytes).
     #[arg(long, default_value_t = 64_000)]
     env_bytes: usize,
     /// Where the controllers' data dirs go (default: a temporary dir on this disk).
@@ -98,8 +98,14 @@ pub async fn array_memory(args: &ArrayMemoryArgs) -> Result<(), String> {
     spec.array =
         Some(ArraySpec::parse(&format!("0-{}", args.tasks - 1)).map_err(|e| e.to_string())?);
     spec.hold = true;
-    spec.env
-        .insert("PAYLOAD".into(), "x".repeat(args.env_bytes));
+    // In values of at most 32,000 bytes, under the per-value limit.
+    let mut left = args.env_bytes;
+    while left > 0 {
+        let n = left.min(32_000);
+        let name = format!("PAYLOAD_{}", spec.env.len());
+        spec.env.insert(name, "x".repeat(n));
+        left -= n;
+    }
     let t = Instant::now();
     let outcome = alice.submit(spec).await;
     let submit_ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -187,16 +193,33 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
     }
     let (_tmp, mut c) = start_cluster(3, &args.dir, "")?;
     let (_admin, leader) = prepare(&mut c).await?;
-    let alice = Arc::new(c.client(Role::User, "alice")?);
-    alice.prefer(leader);
+    // Alice's client runs on a thread and runtime of its own, so that the flood's
+    // client tasks (in this process) do not delay her submits before they are sent.
+    let addrs = c.client_addrs();
+    c.issue(Role::User, "alice")?;
+    let files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::User, "alice");
     let every = Duration::from_millis(args.every_ms);
+    let alice_run = move |stop: Arc<AtomicBool>, tag: &'static str| {
+        let (addrs, files) = (addrs.clone(), files.clone());
+        std::thread::spawn(move || -> Result<(Vec<f64>, u64), String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async move {
+                let alice = Client::new(addrs, &files).map_err(|e| e.to_string())?;
+                alice.prefer(leader);
+                Ok(steady(Arc::new(alice), every, stop, tag).await)
+            })
+        })
+    };
 
     // The quiet baseline: alice alone.
     let stop = Arc::new(AtomicBool::new(false));
-    let base = tokio::spawn(steady(alice.clone(), every, stop.clone(), "base"));
+    let base = alice_run(stop.clone(), "base");
     tokio::time::sleep(Duration::from_secs(args.baseline)).await;
     stop.store(true, Ordering::Relaxed);
-    let (base_lat, base_failed) = base.await.map_err(|e| e.to_string())?;
+    let (base_lat, base_failed) = base.join().map_err(|_| "alice's thread panicked")??;
 
     // The flood: mallory on `clients` connections, alice at her pace.
     let stop = Arc::new(AtomicBool::new(false));
@@ -234,11 +257,11 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
         }));
     }
     drop(tx);
-    let during = tokio::spawn(steady(alice.clone(), every, stop.clone(), "during"));
+    let during = alice_run(stop.clone(), "during");
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
     stop.store(true, Ordering::Relaxed);
-    let (lat, failed) = during.await.map_err(|e| e.to_string())?;
+    let (lat, failed) = during.join().map_err(|_| "alice's thread panicked")??;
     for f in floods {
         f.await.map_err(|e| e.to_string())?;
     }

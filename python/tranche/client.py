@@ -240,7 +240,9 @@ class Cluster:
         """One request on a pooled connection to `c`; a stale pooled connection is
         replaced once. Raises OSError or HTTPException when `c` cannot be reached."""
         headers = dict(self._headers)
-        if body is not None:
+        # Every change is JSON, even without a body: the API refuses a change a browser
+        # could send across sites (a form, a no-cors fetch), which has another type.
+        if body is not None or method != "GET":
             headers["Content-Type"] = "application/json"
         for _ in range(2):
             conn, reused = c.take(self._ctx, self.timeout)

@@ -306,7 +306,17 @@ impl Service {
         let command = self.pin_labels(command);
         let denied = {
             let sh = self.shared.read().unwrap();
-            authorize(who, origin, &command, &sh.state).err()
+            authorize(who, origin, &command, &sh.state)
+                .and_then(|()| match &command {
+                    // Job limits as the applied state stands: a submit over one is
+                    // refused here, not committed to the log to be refused there.
+                    ClientCommand::Submit(spec) => sh
+                        .state
+                        .check_submit_limits(spec, wall_ms())
+                        .map_err(ApiError::Rejected),
+                    _ => Ok(()),
+                })
+                .err()
         };
         if let Some(e) = denied {
             return Response::Error(e);
@@ -1266,6 +1276,47 @@ mod tests {
         let b = r.service.standings(&sh, 5_999);
         let c = r.service.standings(&sh, 6_000);
         assert!(Arc::ptr_eq(&a, &b) && !Arc::ptr_eq(&a, &c));
+    }
+
+    #[tokio::test]
+    async fn h2_a_submit_over_a_job_limit_is_refused_before_it_is_proposed() {
+        let r = rig(false);
+        let alice = who(Role::User, "alice");
+        // Alice's running job 1 fills her place in `lend`.
+        r.service
+            .shared
+            .write()
+            .unwrap()
+            .state
+            .shares
+            .get_mut(&tranche_model::ShareName::from("lend"))
+            .unwrap()
+            .limits
+            .max_jobs_per_user = 1;
+        let before = r.written.lock().unwrap().len();
+        match r
+            .service
+            .handle(&alice, write(ClientCommand::Submit(spec("alice", "lend"))))
+            .await
+        {
+            Response::Error(ApiError::Rejected(e)) => {
+                let text = e.to_string();
+                assert!(text.contains("max_jobs_per_user"), "{text}");
+            }
+            other => panic!("accepted: {other:?}"),
+        }
+        assert_eq!(
+            r.written.lock().unwrap().len(),
+            before,
+            "a refused submit reached the node task"
+        );
+        // Bob has room in the same share.
+        expect_written(
+            &r,
+            &who(Role::User, "bob"),
+            ClientCommand::Submit(spec("bob", "lend")),
+        )
+        .await;
     }
 
     #[tokio::test]

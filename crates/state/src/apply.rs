@@ -482,6 +482,18 @@ impl State {
         })
     }
 
+    /// Whether a submit of `spec` at `now` is within its share's job limits as this
+    /// state stands (a share it does not know passes: the submit is refused on apply,
+    /// naming it). The controllers refuse with it, before proposing, what the state
+    /// machine would refuse when it applies the submit, so that a user over a limit
+    /// fills no log with refused entries; the state machine still decides.
+    pub fn check_submit_limits(&self, spec: &JobSpec, now: Millis) -> Result<(), ApplyError> {
+        match self.shares.get(&spec.share) {
+            Some(share) => self.check_job_limits(spec, share, now).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     /// Checks a submit against its share's job limits ([`JobLimits`]): the tasks it
     /// adds against what its user and the share have not yet ended, and the user's
     /// submits of this minute of entry time. Returns the user's submit window with

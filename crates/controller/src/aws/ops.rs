@@ -1528,15 +1528,20 @@ impl Endpoint {
                 && before.is_none_or(|t| j.submitted_at < t)
                 && after.is_none_or(|t| j.submitted_at > t)
         };
-        // At most `max` jobs listed and `MAX_JOBS_SCANNED` looked at.
+        // At most `max` jobs listed and `MAX_JOBS_SCANNED` looked at; a token only where
+        // another job is listed after these, or the scan stopped before the end.
         let mut list = Vec::new();
         let mut next = None;
         for (n, (id, j)) in st.jobs.range(..JobId(below)).rev().enumerate() {
-            if n == MAX_JOBS_SCANNED || list.len() == max as usize {
+            if n == MAX_JOBS_SCANNED {
                 next = Some(id.0 + 1);
                 break;
             }
             if keeps(j) {
+                if list.len() == max as usize {
+                    next = Some(id.0 + 1);
+                    break;
+                }
                 list.push(self.summary_json(&job_as_seen_by(&cx.who, j)?));
             }
         }

@@ -303,7 +303,8 @@ pub async fn list_jobs(
         (status = 200, description = "The client token was seen: the first submit's job", body = Submitted),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn submit(
     State(api): State<Arc<Api>>,
@@ -380,7 +381,8 @@ pub async fn get_job(
         (status = 200, description = "The job after the change", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn update_job(
     State(api): State<Arc<Api>>,
@@ -413,7 +415,8 @@ pub async fn update_job(
         (status = 200, description = "The job after the cancel", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn cancel_job(
     State(api): State<Arc<Api>>,
@@ -438,7 +441,8 @@ pub async fn cancel_job(
         (status = 200, description = "The job after the hold", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn hold_job(
     State(api): State<Arc<Api>>,
@@ -457,7 +461,8 @@ pub async fn hold_job(
         (status = 200, description = "The job after the release", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn release_job(
     State(api): State<Arc<Api>>,
@@ -567,7 +572,8 @@ fn node_name(text: &str) -> Result<NodeName> {
         (status = 200, body = Done),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn drain(
     State(api): State<Arc<Api>>,
@@ -598,7 +604,8 @@ pub async fn drain(
         (status = 200, body = Done),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn resume(
     State(api): State<Arc<Api>>,
@@ -650,7 +657,8 @@ fn compare(cmd: &ClientCommand, o: &Objects) -> Option<bool> {
         (status = 200, body = PolicyResult),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ))]
 pub async fn apply_policy(
     State(api): State<Arc<Api>>,

@@ -94,6 +94,9 @@ pub enum Origin {
 /// keys every 90 days); `tranche keys issue` again for a new one.
 pub const ACCESS_KEY_TTL_DAYS: u32 = 90;
 
+/// How long the answer to a submit over a job limit waits (see [`Service::write`]).
+pub const OVER_LIMIT_DELAY: Duration = Duration::from_secs(1);
+
 fn stopping() -> Response {
     Response::Error(ApiError::Unavailable("the controller is stopping".into()))
 }
@@ -306,20 +309,24 @@ impl Service {
         let command = self.pin_labels(command);
         let denied = {
             let sh = self.shared.read().unwrap();
-            authorize(who, origin, &command, &sh.state)
-                .and_then(|()| match &command {
-                    // Job limits as the applied state stands: a submit over one is
-                    // refused here, not committed to the log to be refused there.
-                    ClientCommand::Submit(spec) => sh
-                        .state
-                        .check_submit_limits(spec, wall_ms())
-                        .map_err(ApiError::Rejected),
-                    _ => Ok(()),
-                })
-                .err()
+            authorize(who, origin, &command, &sh.state).err()
         };
         if let Some(e) = denied {
             return Response::Error(e);
+        }
+        // Job limits as the applied state stands: a submit over one is refused here,
+        // not committed to the log to be refused there. Its answer waits
+        // OVER_LIMIT_DELAY, so that a client that retries at once (a loop, or a hostile
+        // one) sends a request a second per stream, not thousands.
+        if let ClientCommand::Submit(spec) = &command {
+            let over = {
+                let sh = self.shared.read().unwrap();
+                sh.state.check_submit_limits(spec, wall_ms()).err()
+            };
+            if let Some(e) = over {
+                tokio::time::sleep(OVER_LIMIT_DELAY).await;
+                return Response::Error(ApiError::Rejected(e));
+            }
         }
         // The session is the caller's: whatever identity the client wrote is replaced.
         let request = request.map(|r| tranche_state::RequestId {

@@ -227,7 +227,7 @@ impl Default for AwsConfig {
 /// max_connections = 4096        # open connections, all clients together
 /// connections_per_ip = 256      # open connections from one IP address
 /// idle_timeout_s = 60           # a kept-alive connection idle this long is closed
-/// body_timeout_s = 30           # an AWS request's body must arrive within this
+/// body_timeout_s = 30           # a request's body (API or AWS) must arrive within this
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -417,10 +417,26 @@ fn m7_slow_aws_bodies_are_cut_and_https_connections_capped() {
         );
         let mut tls2 = connect(&addr, tls(&ca, None)).await.unwrap();
         tls2.write_all(head(&auth).as_bytes()).await.unwrap();
-        let answer = read_all(&mut tls2, Duration::from_secs(60), |s| s.contains('}')).await;
+        // The same for the API's JSON bodies, from a user's certificate, meanwhile.
+        let alice = c.issue(Role::User, "alice").unwrap();
+        let mut tls3 = connect(&addr, tls(&ca, Some(&alice))).await.unwrap();
+        tls3.write_all(
+            b"POST /api/v1/jobs HTTP/1.1\r\nhost: controller.tranche\r\n\
+              content-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"share\":",
+        )
+        .await
+        .unwrap();
+        let (answer, api_answer) = tokio::join!(
+            read_all(&mut tls2, Duration::from_secs(60), |s| s.contains('}')),
+            read_all(&mut tls3, Duration::from_secs(60), |s| s.contains('}')),
+        );
         assert!(
             answer.starts_with("HTTP/1.1 408") && answer.contains("body_timeout_s = 30"),
             "a slow body was not cut: {answer:?}"
+        );
+        assert!(
+            api_answer.starts_with("HTTP/1.1 408") && api_answer.contains("http.body_timeout_s"),
+            "a slow API body was not cut: {api_answer:?}"
         );
         // Connections from one address are capped (http.connections_per_ip = 256).
         let mut held = Vec::new();

@@ -113,7 +113,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
 /// A JSON body of at most [`MAX_BODY`] bytes, with `Content-Type: application/json`.
 pub struct JsonBody<T>(pub T);
 
-/// Reads the body, refusing one that is too large or not JSON. An empty body is
+/// How long a request's body may take to arrive (`[http] body_timeout_s`), put in each
+/// request's extensions by the server; 30 s where it is absent.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub std::time::Duration);
+
+/// Reads the body, refusing one that is too large, late or not JSON. An empty body is
 /// `None`.
 async fn body_bytes(req: Request) -> Result<Option<axum::body::Bytes>, HttpError> {
     let too_large = || {
@@ -142,9 +147,25 @@ async fn body_bytes(req: Request) -> Result<Option<axum::body::Bytes>, HttpError
             .trim()
             .eq_ignore_ascii_case("application/json")
     });
-    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+    let timeout = req
+        .extensions()
+        .get::<BodyTimeout>()
+        .map_or(std::time::Duration::from_secs(30), |t| t.0);
+    let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), MAX_BODY))
         .await
-        .map_err(|_| too_large())?;
+    {
+        Ok(read) => read.map_err(|_| too_large())?,
+        Err(_) => {
+            return Err(HttpError::new(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} s (http.body_timeout_s)",
+                    timeout.as_secs()
+                ),
+            ))
+        }
+    };
     if bytes.is_empty() {
         return Ok(None);
     }

@@ -344,6 +344,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let idle_timeout = Duration::from_secs(limits.idle_timeout_s);
+    let body_timeout = extract::BodyTimeout(Duration::from_secs(limits.body_timeout_s));
     let slots = Arc::new(Slots {
         limits,
         open: std::sync::Mutex::new((0, HashMap::new())),
@@ -418,6 +419,7 @@ pub async fn serve(
                         .as_ref()
                         .and_then(|der| certs.check(der, rustls_pki_types::UnixTime::now()).err());
                     req.extensions_mut().insert(peer.clone());
+                    req.extensions_mut().insert(body_timeout);
                     let app = app.clone();
                     async move {
                         if let Some(e) = refused {

@@ -31,6 +31,8 @@ busybox_static() {
   return 1
 }
 busybox_static || need+=(busybox-static)
+# The log relay's slow-reader test (agent_e2e) reads through curl.
+command -v curl >/dev/null 2>&1 || need+=(curl)
 # Debian's python3 makes virtualenvs only with python3-venv (ensurepip).
 if [[ ${TRANCHE_SKIP_PYTHON:-0} != 1 ]] && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)

@@ -557,6 +557,82 @@ async fn log_port(admin: &Client, id: JobId) -> (std::net::SocketAddr, String) {
     (addr, node.to_string())
 }
 
+/// The resident memory of process `pid` in MiB.
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        / 1024
+}
+
+/// M5: a client that follows a job's output over HTTPS and reads it slowly holds the
+/// controller's relay to a bounded buffer (backpressure onto the agent's stream): the
+/// job writes 256 MiB, curl reads 4 KiB/s, and the controller that relays grows by
+/// far less than what the job wrote.
+#[test]
+fn m5_a_slow_reader_of_followed_output_does_not_grow_the_controller() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if exec_common::which("curl").is_none() {
+        exec_common::not_run(
+            "m5_a_slow_reader_of_followed_output_does_not_grow_the_controller",
+            "no curl found",
+            "as root, `apt-get install -y curl` (scripts/test.sh does)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "4 x h100", 60, "");
+    let http = c.controllers[0].http_addr.clone().expect("an HTTPS port");
+    let port = http.rsplit(':').next().unwrap().to_string();
+    let pid = c.controllers[0].child.as_ref().unwrap().id();
+    let files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::Admin, "admin");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let spec = host_job("lender", "m5", "head -c 268435456 /dev/zero; sleep 120");
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        // The whole output is written before the reader starts.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let before = rss_mib(pid);
+        let mut curl = Proc::new("curl")
+            .args(["-sN", "--limit-rate", "4k", "-o", "/dev/null", "--cacert"])
+            .arg(&files.ca)
+            .arg("--cert")
+            .arg(&files.cert)
+            .arg("--key")
+            .arg(&files.key)
+            .arg("--connect-to")
+            .arg(format!("controller.tranche:{port}:127.0.0.1:{port}"))
+            .arg(format!(
+                "https://controller.tranche:{port}/api/v1/jobs/{id}/logs?follow=1"
+            ))
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let after = rss_mib(pid);
+        let _ = curl.kill();
+        let _ = curl.wait();
+        let _ = admin
+            .command(tranche_proto::ClientCommand::Cancel {
+                job: tranche_model::JobRef::job(id),
+                reason: "done".into(),
+            })
+            .await;
+        assert!(
+            after < before + 64,
+            "the relaying controller grew from {before} MiB to {after} MiB for a reader of 4 KiB/s"
+        );
+    });
+}
+
 #[test]
 fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

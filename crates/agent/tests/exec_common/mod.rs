@@ -323,7 +323,7 @@ pub fn assert_nothing_left(test: &str, a: &Attempt, pids: &[i32]) {
     }
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))

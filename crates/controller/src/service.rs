@@ -307,26 +307,28 @@ impl Service {
         command: ClientCommand,
     ) -> Response {
         let command = self.pin_labels(command);
-        let denied = {
+        // Job limits are checked as the applied state stands: a submit over one is
+        // refused here, not committed to the log to be refused there. Its answer waits
+        // OVER_LIMIT_DELAY, so that a client that retries at once (a loop, or a hostile
+        // one) sends a request a second per stream, not thousands.
+        let (denied, over_limit) = {
             let sh = self.shared.read().unwrap();
-            authorize(who, origin, &command, &sh.state).err()
+            match authorize(who, origin, &command, &sh.state) {
+                Err(e) => (Some(e), None),
+                Ok(()) => match &command {
+                    ClientCommand::Submit(spec) => {
+                        (None, sh.state.check_submit_limits(spec, wall_ms()).err())
+                    }
+                    _ => (None, None),
+                },
+            }
         };
         if let Some(e) = denied {
             return Response::Error(e);
         }
-        // Job limits as the applied state stands: a submit over one is refused here,
-        // not committed to the log to be refused there. Its answer waits
-        // OVER_LIMIT_DELAY, so that a client that retries at once (a loop, or a hostile
-        // one) sends a request a second per stream, not thousands.
-        if let ClientCommand::Submit(spec) = &command {
-            let over = {
-                let sh = self.shared.read().unwrap();
-                sh.state.check_submit_limits(spec, wall_ms()).err()
-            };
-            if let Some(e) = over {
-                tokio::time::sleep(OVER_LIMIT_DELAY).await;
-                return Response::Error(ApiError::Rejected(e));
-            }
+        if let Some(e) = over_limit {
+            tokio::time::sleep(OVER_LIMIT_DELAY).await;
+            return Response::Error(ApiError::Rejected(e));
         }
         // The session is the caller's: whatever identity the client wrote is replaced.
         let request = request.map(|r| tranche_state::RequestId {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tranche_client::{Client, ClientError};
+use tranche_client::Client;
 use tranche_local::{demo, LocalCluster};
 use tranche_model::{ArraySpec, JobSpec};
 use tranche_proto::ClusterStatus;
@@ -227,17 +227,16 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
     let refused = Arc::new(AtomicU64::new(0));
     let seq = Arc::new(AtomicU64::new(0));
     let mut floods = Vec::new();
-    let mut first_refusal: Option<String> = None;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let first_refusal = Arc::new(std::sync::OnceLock::<String>::new());
     for _ in 0..args.clients {
         let m = c.client(Role::User, "mallory")?;
         m.prefer(leader);
-        let (stop, accepted, refused, seq, tx) = (
+        let (stop, accepted, refused, seq, first_refusal) = (
             stop.clone(),
             accepted.clone(),
             refused.clone(),
             seq.clone(),
-            tx.clone(),
+            first_refusal.clone(),
         );
         floods.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -247,16 +246,14 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
                         accepted.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => {
+                        // Like a hostile client, it retries at once.
                         refused.fetch_add(1, Ordering::Relaxed);
-                        let _ = tx.send(user_text(&e));
-                        // A refused client backs off as a well-behaved one would not;
-                        // a hostile one retries at once.
+                        let _ = first_refusal.set(e.to_string());
                     }
                 }
             }
         }));
     }
-    drop(tx);
     let during = alice_run(stop.clone(), "during");
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
@@ -265,11 +262,7 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
     for f in floods {
         f.await.map_err(|e| e.to_string())?;
     }
-    while let Some(e) = rx.recv().await {
-        if first_refusal.is_none() {
-            first_refusal = Some(e);
-        }
-    }
+    let first_refusal = first_refusal.get().cloned();
     let elapsed = started.elapsed().as_secs_f64();
     let b = Spread::of(&base_lat);
     let d = Spread::of(&lat);
@@ -317,8 +310,4 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-fn user_text(e: &ClientError) -> String {
-    e.to_string()
 }

@@ -43,6 +43,10 @@ pub struct Config {
     pub agents: AgentsConfig,
     #[serde(default)]
     pub accounting: AccountingConfig,
+    /// `[retention]`: how long ended jobs stay in the replicated state, and how long
+    /// this controller's history keeps them after.
+    #[serde(default)]
+    pub retention: RetentionConfig,
     /// The AWS Batch-compatible endpoint (served on `http_addr` under `/v1/`).
     #[serde(default)]
     pub aws: AwsConfig,
@@ -266,6 +270,36 @@ impl Default for AccountingConfig {
     }
 }
 
+/// How long ended jobs stay in the replicated state (the *hot* state, in every
+/// controller's memory, snapshots and state images) and in this controller's history
+/// store (`history.redb` in its data dir) after they leave it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// An ended job leaves the hot state this many seconds after it ended (an array
+    /// once its last task has ended).
+    pub job_hot_s: u64,
+    /// At most this many ended jobs stay in the hot state; beyond it the oldest leave
+    /// before their `job_hot_s`.
+    pub job_hot_max: u64,
+    /// The history store drops jobs that ended more than this many days ago.
+    pub history_days: u32,
+    /// How often the leader looks for ended jobs to drop, in seconds. Tests and the
+    /// soak benchmark set it low; the default suits a cluster.
+    pub check_s: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            job_hot_s: 24 * 3600,
+            job_hot_max: 200_000,
+            history_days: 400,
+            check_s: 60,
+        }
+    }
+}
+
 /// A config file that could not be used; the message names the file and the field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -415,6 +449,12 @@ impl Config {
                     &format!("`{name}`: `{}` is not a valid capacity unit name", t.unit),
                 ));
             }
+        }
+        if self.retention.history_days == 0 {
+            return Err(bad("retention.history_days", "must be at least 1"));
+        }
+        if self.retention.check_s == 0 {
+            return Err(bad("retention.check_s", "must be at least 1"));
         }
         if self.accounting.retention_days == 0 {
             return Err(bad("accounting.retention_days", "must be at least 1"));

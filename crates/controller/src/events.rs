@@ -128,6 +128,7 @@ impl EventLog {
             // These change no job's status.
             Command::UpdatePriority { .. }
             | Command::PruneLedger { .. }
+            | Command::ForgetEnded { .. }
             | Command::PutEnvironment(_)
             | Command::PutPolicy(_)
             | Command::PutQueue(_)

@@ -8,6 +8,8 @@ pub mod cadence;
 pub mod cli;
 pub mod config;
 pub mod events;
+pub mod history;
+pub mod history_reads;
 pub mod http;
 pub mod liveness;
 pub mod mailbox;

@@ -64,6 +64,9 @@ pub struct Shared {
     pub pass_busy: Duration,
     /// Job transitions and share usage by applied index, for the event stream.
     pub events: crate::events::EventLog,
+    /// This controller's history store of ended jobs that left the state (`None` in
+    /// tests that run without a data dir).
+    pub history: Option<Arc<crate::history::History>>,
 }
 
 impl Shared {
@@ -88,6 +91,7 @@ impl Shared {
             last_pass: Duration::ZERO,
             pass_busy: Duration::ZERO,
             events: crate::events::EventLog::default(),
+            history: None,
         }
     }
 }

@@ -34,8 +34,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tranche_model::{AccessKey, Job, JobId, JobRef, KeyRole, UserName, ValidationError};
 use tranche_proto::{
-    ApiError, ClientCommand, ClientRequest, JobFilter, JobSummary, Query, Response,
-    MAX_NODE_WORK_WAIT_MS,
+    ApiError, ClientCommand, ClientRequest, HistoryFilter, HistoryPage, JobFilter, JobSummary,
+    Query, Response, MAX_NODE_WORK_WAIT_MS,
 };
 use tranche_state::{ApplyError, State};
 use tranche_tls::{Identity, Role};
@@ -342,6 +342,9 @@ impl Service {
             }
             ClientCommand::Submit(mut spec) => {
                 self.share_defaults(&mut spec);
+                if let Err(e) = self.settle_archived_deps(&mut spec) {
+                    return Response::Error(e);
+                }
                 ClientCommand::Submit(spec).into_command()
             }
             ClientCommand::RegisterNode(inv) => {
@@ -560,7 +563,89 @@ impl Service {
         if let Query::AccessKeys { user } = &query {
             return self.access_keys(who, user.as_ref());
         }
+        if let Query::History(f) = &query {
+            return match self.history_page(f) {
+                Ok(p) => Response::History(p),
+                Err(e) => Response::Error(e),
+            };
+        }
         self.answer(who, &query)
+    }
+
+    /// This controller's history store.
+    fn history(&self) -> Option<Arc<crate::history::History>> {
+        self.shared.read().unwrap().history.clone()
+    }
+
+    /// The job `r` names, from the history store, once it has left the state.
+    fn archived(&self, r: &JobRef) -> Result<Job, ApiError> {
+        let missing = || ApiError::NotFound(format!("job {r} does not exist"));
+        let history = self.history().ok_or_else(missing)?;
+        history
+            .find(r)
+            .map_err(ApiError::Unavailable)?
+            .ok_or_else(missing)
+    }
+
+    /// A page of ended jobs: see [`crate::history_reads`].
+    fn history_page(&self, f: &HistoryFilter) -> Result<HistoryPage, ApiError> {
+        crate::history_reads::page(&self.shared, f)
+    }
+
+    /// A submit's dependencies on jobs that have left the state are settled here,
+    /// from the history store: one whose condition the ended job met is dropped (as
+    /// the state machine drops a satisfied one), one it can never meet refuses the
+    /// submit, naming the job and how it ended.
+    fn settle_archived_deps(&self, spec: &mut tranche_model::JobSpec) -> Result<(), ApiError> {
+        if spec.dependency.after.is_empty() {
+            return Ok(());
+        }
+        let Some(history) = self.history() else {
+            return Ok(());
+        };
+        let missing: Vec<JobRef> = {
+            let sh = self.shared.read().unwrap();
+            spec.dependency
+                .after
+                .iter()
+                .flat_map(|(_, refs)| refs)
+                .filter(|r| sh.state.resolve(r).is_err())
+                .copied()
+                .collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut ended = std::collections::BTreeMap::new();
+        for r in &missing {
+            if let Some(jobs) = crate::history_reads::ended_jobs_of(&history, r)? {
+                ended.insert(*r, jobs);
+            }
+        }
+        for (kind, refs) in &mut spec.dependency.after {
+            let mut refused = None;
+            refs.retain(|r| match ended.get(r) {
+                None => true,
+                Some(jobs) => {
+                    for (id, status) in jobs {
+                        let dep = tranche_model::Dep { kind: *kind, job: *id };
+                        if dep.state(*status) == tranche_model::DepState::Never {
+                            refused.get_or_insert(format!(
+                                "job {r} ended {status} and has left the controllers' state; \
+                                 {} on it can never be met",
+                                kind.as_str()
+                            ));
+                        }
+                    }
+                    false
+                }
+            });
+            if let Some(rule) = refused {
+                return Err(invalid("dependency", rule));
+            }
+        }
+        spec.dependency.after.retain(|(_, refs)| !refs.is_empty());
+        Ok(())
     }
 
     /// A page of the job list: the jobs with ids above `after` that `filter` keeps, at
@@ -587,23 +672,28 @@ impl Service {
         let sh = self.shared.read().unwrap();
         let now = wall_ms().max(sh.last_now);
         let st = &sh.state;
-        let find = |r: &JobRef| {
-            st.resolve(r)
+        // A job that has left the state is read from the history store.
+        let find = |r: &JobRef| -> Result<std::borrow::Cow<'_, Job>, ApiError> {
+            match st
+                .resolve(r)
                 .ok()
                 .and_then(|ids| ids.first().and_then(|id| st.job(*id)))
-                .ok_or_else(|| ApiError::NotFound(format!("job {r} does not exist")))
+            {
+                Some(j) => Ok(std::borrow::Cow::Borrowed(j)),
+                None => self.archived(r).map(std::borrow::Cow::Owned),
+            }
         };
         match q {
             Query::Jobs(f) => {
                 let standings = f.standing.then(|| self.standings(&sh, now));
                 Response::Jobs(views::jobs(st, f, JobId(0), now, standings.as_deref()))
             }
-            Query::Job(r) => match find(r).and_then(|j| job_as_seen_by(who, j)) {
+            Query::Job(r) => match find(r).and_then(|j| job_as_seen_by(who, &j)) {
                 Ok(j) => Response::Job(Box::new(j)),
                 Err(e) => Response::Error(e),
             },
             Query::Explain(r) => match find(r) {
-                Ok(j) => Response::Explain(views::explain(st, j, now, &self.standings(&sh, now))),
+                Ok(j) => Response::Explain(views::explain(st, &j, now, &self.standings(&sh, now))),
                 Err(e) => Response::Error(e),
             },
             Query::Shares => Response::Shares(views::shares(st)),
@@ -616,6 +706,9 @@ impl Service {
                 Response::NodeWork(views::node_work(st, node, sh.applied, now))
             }
             // Answered in `read`, by who asks.
+            Query::History(_) => Response::Error(ApiError::BadRequest(
+                "the history is read outside the state lock".into(),
+            )),
             Query::AccessKeys { .. } => Response::Error(ApiError::BadRequest(
                 "access keys are listed per caller".into(),
             )),

@@ -94,6 +94,55 @@ pub enum Query {
     AccessKeys {
         user: Option<UserName>,
     },
+    /// Ended jobs, newest end first: those still in the replicated state and those
+    /// this controller's history store holds (see [`HistoryFilter`]).
+    History(HistoryFilter),
+}
+
+/// The most jobs one page of [`Query::History`] holds.
+pub const MAX_HISTORY_PAGE: u32 = 1000;
+
+/// Which ended jobs [`Query::History`] lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryFilter {
+    /// Jobs that ended at or after this time (ms since the epoch); `None`: all.
+    pub since: Option<Millis>,
+    pub user: Option<UserName>,
+    pub share: Option<ShareName>,
+    /// Empty: every ended status.
+    pub status: Vec<JobStatus>,
+    /// At most this many jobs (at most [`MAX_HISTORY_PAGE`]; 0: the default, 100).
+    pub limit: u32,
+    /// The page after this one: `HistoryPage::next` of the previous page.
+    pub before: Option<HistoryCursor>,
+}
+
+/// Where a history page ends: the end time and id of its last job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HistoryCursor {
+    pub ended_at: Millis,
+    pub id: JobId,
+}
+
+/// An ended job as the history lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedJob {
+    pub job: JobSummary,
+    pub ended_at: Millis,
+    /// The last attempt's exit code, when its process exited with one.
+    pub exit_code: Option<i32>,
+    /// Why it ended (its last transition's reason).
+    pub reason: String,
+    /// Whether it has left the replicated state (it is read from the history store).
+    pub archived: bool,
+}
+
+/// One page of [`Query::History`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryPage {
+    pub jobs: Vec<EndedJob>,
+    /// Where the next page starts; `None`: this is the last.
+    pub next: Option<HistoryCursor>,
 }
 
 /// The ledger's figures over a range (see `tranche_state::ledger`).
@@ -373,6 +422,7 @@ pub enum Response {
         secret: String,
     },
     AccessKeys(Vec<AccessKey>),
+    History(HistoryPage),
 }
 
 impl Response {
@@ -397,6 +447,7 @@ impl Response {
             Response::Report(_) => "an accounting report",
             Response::AccessKey { .. } => "an issued access key",
             Response::AccessKeys(_) => "an access key list",
+            Response::History(_) => "a page of ended jobs",
         }
     }
 }

@@ -109,7 +109,8 @@ impl Proposal {
     pub fn open(bytes: &[u8]) -> Result<Proposal, FormatError> {
         let (version, body) = codec::open(bytes)?;
         let bad = |reason: String| FormatError::Decode { version, reason };
-        if version == codec::FORMAT {
+        // Format 7 only appends a command to format 6's.
+        if version == codec::FORMAT || version == 6 {
             return codec::decode(body).map_err(bad);
         }
         // Formats 1 and 2 lay their entries out alike; formats 3, 4 and 5 differ in

@@ -84,6 +84,11 @@ impl State {
                 Ok(())
             }
             Command::Release { job } => self.release_jobs(job, now),
+            Command::ForgetEnded {
+                ended_before,
+                keep,
+                limit,
+            } => self.forget_ended(*ended_before, *keep, *limit),
             Command::PutAccessKey(k) => self.put_access_key(k, now),
             Command::RevokeAccessKey { id } => self.revoke_access_key(id, now),
             Command::TagResource { resource, tags } => self.tag_resource(resource, tags),
@@ -801,6 +806,7 @@ impl State {
         }
         self.index.recount_job(job, from, to);
         job.status = to;
+        let ended = to.is_terminal();
         job.transitions.push(Transition {
             at: now,
             from,
@@ -816,6 +822,9 @@ impl State {
                     }
                 }
             }
+        }
+        if ended {
+            self.note_ended(id);
         }
         true
     }

@@ -22,11 +22,11 @@ use serde::Serialize;
 pub const MAX_DECODE_BYTES: usize = 512 << 20;
 
 /// The stored format this build writes.
-pub const FORMAT: u16 = 6;
+pub const FORMAT: u16 = 7;
 
 /// The stored formats this build reads: its own and the earlier releases' (each read
 /// through the newer ones' migrations, see [`crate::format`]).
-pub const FORMATS_READ: [u16; 6] = [1, 2, 3, 4, 5, 6];
+pub const FORMATS_READ: [u16; 7] = [1, 2, 3, 4, 5, 6, 7];
 
 /// The envelope's first bytes.
 pub const MAGIC: [u8; 3] = [0xFF, b'T', b'R'];
@@ -150,7 +150,7 @@ mod tests {
         assert_eq!(e, FormatError::Unknown { found: 9 });
         assert_eq!(
             e.to_string(),
-            "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5 and 6"
+            "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6 and 7"
         );
         assert!(open(&[0xFF, b'T']).is_err());
     }

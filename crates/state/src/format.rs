@@ -15,8 +15,10 @@
 //! quota share's `max_user_priority` and job limits, an access key's issuer serial
 //! and expiry, each share's and user's submits of the current minute
 //! (`State::submit_rate`), and keys client sessions by (identity, client id): a
-//! request id carries the caller's identity. Reading an older format goes through
-//! each newer one in turn (1 → 2 → 3 → 4 → 5 → 6).
+//! request id carries the caller's identity. Format 7 appends the command that drops
+//! ended jobs from the state (`ForgetEnded`); its states are stored as format 6's, and
+//! a format-6 log entry reads as a format-7 one. Reading an older format goes through
+//! each newer one in turn (1 → 2 → 3 → 4 → 5 → 6 = 7).
 
 use std::collections::BTreeMap;
 
@@ -1125,7 +1127,8 @@ pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
         }
         4 => read::<v4::State>(version, bytes)?.into(),
         5 => read(version, bytes)?,
-        codec::FORMAT => {
+        // Format 7 stores the state as format 6 did.
+        6 | codec::FORMAT => {
             return State::restore(bytes).map_err(|e| FormatError::Decode {
                 version,
                 reason: e.to_string(),
@@ -1443,8 +1446,8 @@ mod tests {
         assert!(decode_state(1, &st.snapshot()).is_err());
         assert_eq!(decode_state(codec::FORMAT, &st.snapshot()).unwrap(), st);
         assert_eq!(
-            decode_state(7, &st.snapshot()),
-            Err(FormatError::Unknown { found: 7 })
+            decode_state(8, &st.snapshot()),
+            Err(FormatError::Unknown { found: 8 })
         );
     }
 }

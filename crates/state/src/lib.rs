@@ -19,6 +19,7 @@ mod depend;
 pub mod format;
 pub mod ledger;
 mod plan;
+pub mod retention;
 mod session;
 mod state;
 mod touch;

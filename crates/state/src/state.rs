@@ -238,6 +238,11 @@ pub(crate) struct Index {
     pub share_jobs: BTreeMap<ShareName, u32>,
     /// Tasks not yet ended per array.
     pub array_open: BTreeMap<JobId, u32>,
+    /// Ended retention entries (a job, or an array whose tasks have all ended, by its
+    /// id) by the time the entry ended: see [`crate::retention`].
+    pub ended: BTreeSet<(Millis, JobId)>,
+    /// How many jobs have ended.
+    pub ended_jobs: u64,
 }
 
 /// A user's jobs in a share that have not ended: waiting (SUBMITTED, PENDING,
@@ -565,6 +570,7 @@ impl State {
             }
         }
         self.index = ix;
+        self.rebuild_ended();
     }
 
     /// RUNNABLE jobs of a share in scheduling order.
@@ -724,6 +730,15 @@ impl State {
             return Err(format!(
                 "job counts differ: {:?} {:?} vs {:?} {:?}",
                 a.owned, a.share_jobs, b.owned, b.share_jobs
+            ));
+        }
+        if (&a.ended, a.ended_jobs) != (&b.ended, b.ended_jobs) {
+            return Err(format!(
+                "ended index differs: {} entries, {} jobs vs {} entries, {} jobs",
+                a.ended.len(),
+                a.ended_jobs,
+                b.ended.len(),
+                b.ended_jobs
             ));
         }
         if a.share_used != b.share_used || a.queue_used != b.queue_used {

@@ -37,6 +37,7 @@ impl State {
             | Command::DeleteShare(_) => return Touched::All,
             Command::Submit(_)
             | Command::PruneLedger { .. }
+            | Command::ForgetEnded { .. }
             | Command::PutAccessKey(_)
             | Command::RevokeAccessKey { .. }
             | Command::TagResource { .. }

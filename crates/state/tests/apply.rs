@@ -567,7 +567,40 @@ fn command() -> impl Gen<Value = Command> {
         1 => node_name.prop_map(|n| Command::NodeUp { node: n.into() }),
         1 => (share_name, 0u32..12, prop_oneof![Just(Strategy::Reserve), Just(Strategy::Lend), Just(Strategy::LendAndBorrow)])
             .prop_map(|(s, m, st)| Command::PutShare(share(s, st, m))),
+        // Times are offsets back from the entry's time, filled in by the runner.
+        2 => (0u64..20_000, 0u64..6, 1u32..8).prop_map(|(back, keep, limit)| Command::ForgetEnded { ended_before: back, keep, limit }),
     ]
+}
+
+/// A generated `ForgetEnded`'s cut-off, `back` ms before `now`.
+fn at_entry(c: Command, now: Millis) -> Command {
+    match c {
+        Command::ForgetEnded { ended_before: back, keep, limit } => Command::ForgetEnded {
+            ended_before: now.saturating_sub(back),
+            keep,
+            limit,
+        },
+        c => c,
+    }
+}
+
+/// What retention must never break: no job left names a job that is gone as a
+/// dependency, an array is whole or gone, and no job holds GPUs unknown to it.
+fn references_hold(st: &State) -> Result<(), String> {
+    for j in st.jobs.values() {
+        for d in &j.deps {
+            if !st.jobs.contains_key(&d.job) {
+                return Err(format!("job {} depends on {}, which is gone", j.id, d.job));
+            }
+        }
+        if let Some(a) = &j.array {
+            let n = st.tasks_of(a.array, a.count).count();
+            if n != a.count as usize {
+                return Err(format!("array {} holds {n} of its {} tasks", a.array, a.count));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What each node's agent must run or stop: its active attempts, their status and
@@ -602,8 +635,15 @@ proptest! {
             let now = 1000 * (i as u64 + 1);
             let c = match c {
                 Command::ApplyPlan(_) => Command::ApplyPlan(tranche_sched::plan(&st, now)),
-                c => c,
+                c => at_entry(c, now),
             };
+            let forgettable = match &c {
+                Command::ForgetEnded { ended_before, keep, limit } => st.forgettable(*ended_before, *keep, *limit),
+                _ => vec![],
+            };
+            for id in &forgettable {
+                prop_assert!(st.jobs[id].status.is_terminal(), "job {} has not ended", id);
+            }
             let before = st.snapshot();
             let touched = st.touched_by(&c);
             let work_before = work(&st);
@@ -621,6 +661,10 @@ proptest! {
                 }
             }
             st.check_index().map_err(TestCaseError::fail)?;
+            references_hold(&st).map_err(TestCaseError::fail)?;
+            for id in &forgettable {
+                prop_assert!(!st.jobs.contains_key(id), "job {} was to be forgotten", id);
+            }
             applied.push((c, now));
         }
         let restored = State::restore(&st.snapshot()).unwrap();
@@ -1256,19 +1300,24 @@ proptest! {
         let start = 1_000;
         ok(&mut st, Command::ResumeNode { node: "n1".into() }, start);
         let mut now = start;
+        // Jobs dropped by retention still count: the ledger keeps their hours.
+        let mut forgotten = vec![];
         for (c, gap_s) in cmds {
             now += gap_s * 1000;
             let c = match c {
                 Command::ApplyPlan(_) => Command::ApplyPlan(tranche_sched::plan(&st, now)),
-                c => c,
+                c => at_entry(c, now),
             };
+            if let Command::ForgetEnded { ended_before, keep, limit } = &c {
+                forgotten.extend(st.forgettable(*ended_before, *keep, *limit).into_iter().map(|id| st.jobs[&id].clone()));
+            }
             let _ = st.apply(&c, now);
         }
         let end = now + 5_000;
         let got = st.ledger_between(0, end);
         let mut held: BTreeMap<(String, String), u64> = BTreeMap::new();
         let mut by_user: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for j in st.jobs.values() {
+        for j in st.jobs.values().chain(&forgotten) {
             for a in &j.attempts {
                 let gpus: u64 = a.allocation.iter().map(|n| n.gpus.len() as u64).sum();
                 let ms = (a.ended_at.unwrap_or(end) - a.scheduled_at) * gpus;

@@ -1,6 +1,7 @@
-//! What one user can make the replicated state hold: spec sizes and reasons refused on
-//! apply (so an oversize entry already in the log never rebuilds memory on replay),
-//! one spec per array in memory and in the image, and each share's job limits.
+//! What the replicated state holds: spec sizes and reasons refused on apply (so an
+//! oversize entry already in the log never rebuilds memory on replay), one spec per
+//! array in memory and in the image, each share's job limits, and how long ended jobs
+//! stay (retention).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -408,4 +409,77 @@ fn a_node_report_with_an_oversize_reason_is_kept_cut() {
     let kept = j.transitions.iter().map(|t| t.reason.len()).max().unwrap();
     assert!(kept < 1200, "a {kept}-byte reason was kept");
     assert_eq!(capped_reason(&"é".repeat(1000)).len(), 1024);
+}
+
+fn cancel(st: &mut State, job: JobRef, now: Millis) {
+    ok(st, Command::Cancel { job, reason: "done with it".into() }, now);
+}
+
+fn forget(st: &mut State, ended_before: Millis, keep: u64, now: Millis) -> Vec<JobId> {
+    let ids = st.forgettable(ended_before, keep, 1_000);
+    ok(st, Command::ForgetEnded { ended_before, keep, limit: 1_000 }, now);
+    for id in &ids {
+        assert!(st.job(*id).is_none(), "job {id} is still held");
+    }
+    st.check_index().unwrap();
+    ids
+}
+
+#[test]
+fn ended_jobs_leave_after_their_hot_time_or_beyond_the_cap_oldest_first() {
+    let mut st = cluster(JobLimits::default());
+    let mut ids = vec![];
+    for (i, t) in ["t1", "t2", "t3"].iter().enumerate() {
+        let mut s = spec("alice");
+        s.client_token = Some(t.to_string());
+        let id = submitted(ok(&mut st, Command::Submit(s), 1));
+        cancel(&mut st, JobRef::job(id), 10 * (i as u64 + 1));
+        ids.push(id);
+    }
+    // A job that has not ended never leaves.
+    let waiting = submitted(ok(&mut st, Command::Submit(spec("bob")), 1));
+    assert_eq!(st.ended_count(), 3);
+    assert_eq!(st.oldest_ended(), Some(10));
+    // Ended before 15: the first only.
+    assert_eq!(forget(&mut st, 15, 100, 40), vec![ids[0]]);
+    // Its idempotency token went with it: the same token makes a new job.
+    let mut again = spec("alice");
+    again.client_token = Some("t1".into());
+    match ok(&mut st, Command::Submit(again), 41) {
+        Outcome::Submitted { job, existing } => assert!(job != ids[0] && !existing),
+        o => panic!("{o:?}"),
+    }
+    // At most one ended job stays: the oldest of the other two leaves.
+    assert_eq!(forget(&mut st, 0, 1, 42), vec![ids[1]]);
+    assert_eq!(st.ended_count(), 1);
+    assert!(st.job(ids[2]).is_some() && st.job(waiting).is_some());
+    // Nothing due: an entry that changes nothing else.
+    assert_eq!(forget(&mut st, 0, 1, 43), vec![]);
+}
+
+#[test]
+fn an_array_leaves_whole_once_its_last_task_has_ended() {
+    let mut st = cluster(JobLimits::default());
+    let mut s = spec("alice");
+    s.array = Some(ArraySpec {
+        ranges: vec![IndexRange { start: 0, end: 2, step: 1 }],
+        max_running: None,
+    });
+    let array = submitted(ok(&mut st, Command::Submit(s), 1));
+    for t in [0, 1] {
+        cancel(&mut st, JobRef { job: array, task: Some(t) }, 10);
+    }
+    // Two of three tasks have ended, long ago: the array stays whole.
+    assert_eq!(forget(&mut st, 1_000, 0, 20), vec![], "not even beyond the cap");
+    assert_eq!(st.ended_count(), 2);
+    cancel(&mut st, JobRef { job: array, task: Some(2) }, 50);
+    // The array ended when its last task did.
+    assert_eq!(forget(&mut st, 40, 100, 60), vec![]);
+    let gone = forget(&mut st, 51, 100, 61);
+    assert_eq!(gone.len(), 3);
+    assert_eq!(st.ended_count(), 0);
+    // A snapshot of what is left restores to the same state.
+    let back = State::restore(&st.snapshot()).unwrap();
+    assert_eq!(back, st);
+    back.check_index().unwrap();
 }

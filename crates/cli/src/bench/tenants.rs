@@ -37,7 +37,7 @@ pub struct FloodArgs {
     /// Seconds the flooding user submits for.
     #[arg(long, default_value_t = 60)]
     duration: u64,
-    /// Seconds of the quiet baseline (the steady user alone) before the flood.
+    /// Seconds of each quiet phase (the steady user alone), before and after the flood.
     #[arg(long, default_value_t = 20)]
     baseline: u64,
     /// Concurrent submits the flooding user keeps in flight, over as many connections.
@@ -262,10 +262,18 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
     for f in floods {
         f.await.map_err(|e| e.to_string())?;
     }
+    // Alice alone again, with mallory's accepted jobs still queued: what the flood's
+    // traffic costs her, apart from the longer queue it leaves behind.
+    let stop = Arc::new(AtomicBool::new(false));
+    let after = alice_run(stop.clone(), "after");
+    tokio::time::sleep(Duration::from_secs(args.baseline)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (after_lat, after_failed) = after.join().map_err(|_| "alice's thread panicked")??;
     let first_refusal = first_refusal.get().cloned();
     let elapsed = started.elapsed().as_secs_f64();
     let b = Spread::of(&base_lat);
     let d = Spread::of(&lat);
+    let a = Spread::of(&after_lat);
     let (acc, refd) = (
         accepted.load(Ordering::Relaxed),
         refused.load(Ordering::Relaxed),
@@ -280,6 +288,7 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
             "steady_every_ms": args.every_ms,
             "baseline": {"submits": base_lat.len(), "failed": base_failed, "p50_ms": b.p50, "p99_ms": b.p99, "max_ms": b.max},
             "during": {"submits": lat.len(), "failed": failed, "p50_ms": d.p50, "p99_ms": d.p99, "max_ms": d.max},
+            "after": {"submits": after_lat.len(), "failed": after_failed, "p50_ms": a.p50, "p99_ms": a.p99, "max_ms": a.max},
         }));
     } else {
         println!(
@@ -307,6 +316,14 @@ pub async fn flood(args: &FloodArgs) -> Result<(), String> {
             d.p50,
             d.p99,
             d.max
+        );
+        println!(
+            "alice after it:   {} submits, {} failed, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            after_lat.len(),
+            after_failed,
+            a.p50,
+            a.p99,
+            a.max
         );
     }
     Ok(())

@@ -10,11 +10,13 @@
 //! - [`ready`]: the `Ready` handling and applying entries;
 //! - [`pending`]: requests waiting on the log;
 //! - [`membership`]: conf changes, peer addresses, the published status;
-//! - [`schedule`]: the scheduling cadence, the one-plan-in-flight rule, and liveness.
+//! - [`schedule`]: the scheduling cadence, the one-plan-in-flight rule, and liveness;
+//! - [`retention`]: ended jobs leave the state for the history store.
 
 mod membership;
 mod pending;
 mod ready;
+mod retention;
 mod schedule;
 pub mod storage;
 
@@ -74,6 +76,12 @@ pub struct RaftNode {
     last_liveness: Instant,
     /// When the leader last looked for ledger hours past their retention.
     last_prune: Instant,
+    /// When the leader last looked for ended jobs past their retention, and whether
+    /// it then left some behind (a full batch).
+    last_forget: Instant,
+    forget_backlog: bool,
+    /// When this controller last dropped history records past their retention.
+    last_history_prune: Option<Instant>,
     /// Liveness verdicts proposed recently, per node, so they are not repeated.
     liveness_sent: HashMap<NodeName, (Verdict, Instant)>,
     /// Tells waiting agents that their node's work changed.
@@ -150,6 +158,9 @@ impl RaftNode {
             beats,
             last_liveness: Instant::now(),
             last_prune: Instant::now(),
+            last_forget: Instant::now(),
+            forget_backlog: false,
+            last_history_prune: None,
             liveness_sent: HashMap::new(),
             plan_inflight: None,
             next_wakeup: None,
@@ -183,6 +194,8 @@ impl RaftNode {
                     self.publish_status();
                     self.check_agents();
                     self.prune_ledger();
+                    self.forget_ended();
+                    self.prune_history();
                 }
                 msg = self.inbox.recv() => {
                     let Some(msg) = msg else { break };

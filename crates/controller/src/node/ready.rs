@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Snapshot};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
+use tranche_model::Millis;
 use tranche_proto::peer::Proposal;
 use tranche_proto::Member;
 use tranche_raftlog::PersistBatch;
@@ -21,7 +22,7 @@ use tranche_state::{Command, Outcome, Touched};
 
 use super::storage::restore_image;
 use super::{blocking, RaftNode};
-use crate::mailbox::NodeError;
+use crate::mailbox::{NodeError, Shared};
 use crate::planner::PlannerMsg;
 
 impl RaftNode {
@@ -194,6 +195,14 @@ impl RaftNode {
                             (_, None) => {}
                         }
                         let shr = &mut *sh;
+                        if let Command::ForgetEnded {
+                            ended_before,
+                            keep,
+                            limit,
+                        } = &*cmd
+                        {
+                            archive(shr, *ended_before, *keep, *limit)?;
+                        }
                         let before = shr.events.before(&shr.state, &cmd, e.index);
                         let applied = shr.state.apply_request(p.request.as_ref(), &cmd, now);
                         let r = applied.result;
@@ -294,4 +303,29 @@ impl RaftNode {
         }
         Ok(())
     }
+}
+
+/// Writes the jobs that `ForgetEnded` is about to drop to this controller's history
+/// store, durably, before they leave memory. A store that cannot be written stops the
+/// controller: it drops no job it could not keep.
+fn archive(sh: &mut Shared, ended_before: Millis, keep: u64, limit: u32) -> Result<(), NodeError> {
+    let Some(history) = &sh.history else {
+        return Ok(());
+    };
+    let ids = sh.state.forgettable(ended_before, keep, limit);
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let jobs = ids
+        .iter()
+        .filter_map(|id| sh.state.job(*id))
+        .map(|j| (tranche_state::retention::ended_at(j), j));
+    let t = Instant::now();
+    blocking(|| history.append(jobs)).map_err(|e| {
+        NodeError::Other(format!(
+            "{e}; the controller stops rather than drop ended jobs it could not keep"
+        ))
+    })?;
+    debug!(jobs = ids.len(), write_ms = t.elapsed().as_millis() as u64, "ended jobs moved to history");
+    Ok(())
 }

@@ -24,6 +24,9 @@ use crate::mailbox::{NodeError, Shared};
 /// The meta key that records a data dir's stored format.
 pub const FORMAT_KEY: &str = "format";
 
+/// The history store's file in the data dir (see [`crate::history`]).
+pub const HISTORY_FILE: &str = "history.redb";
+
 /// What [`open`] found in a data dir.
 pub struct Opened {
     pub storage: DiskStorage,
@@ -79,6 +82,12 @@ pub fn open(cfg: &Config) -> Result<Opened, NodeError> {
         info!(?voters, "bootstrapped a new cluster member");
     }
     let mut shared = Shared::new(cfg.id);
+    let history = crate::history::History::open(
+        &cfg.data_dir.join(HISTORY_FILE),
+        !cfg.raft.unsafe_no_fsync,
+    )
+    .map_err(NodeError::Other)?;
+    shared.history = Some(std::sync::Arc::new(history));
     let mut image_index = 0;
     if let Some(img) = storage.image() {
         let format = restore_image(&mut shared, &img.data).map_err(|e| refused(cfg, e))?;

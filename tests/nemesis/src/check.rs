@@ -20,6 +20,8 @@ pub struct FinalJob {
     pub reason: Option<String>,
     /// How many times it was preempted (and requeued).
     pub preemptions: u32,
+    /// Read from a controller's history store: it had left the replicated state.
+    pub archived: bool,
 }
 
 impl FinalJob {
@@ -83,6 +85,8 @@ pub struct Report {
     /// preempted without limit, so a failure is Tranche's, not the job's.
     pub failed: usize,
     pub jobs: usize,
+    /// Jobs read back from the controllers' history stores (ended, left the state).
+    pub archived: usize,
     /// Preemptions of the final jobs, all together (reclaims, in-share, drains).
     pub preemptions: u64,
     pub jobs_by_status: BTreeMap<String, usize>,
@@ -123,6 +127,7 @@ pub fn check(input: &Input) -> Report {
     }
     for j in input.jobs {
         r.preemptions += u64::from(j.preemptions);
+        r.archived += usize::from(j.archived);
         *r.jobs_by_status.entry(j.status.to_string()).or_default() += 1;
     }
     for op in input.ops {
@@ -363,6 +368,7 @@ mod tests {
 
     fn job(id: u64, name: &str, status: JobStatus, priority: u32) -> FinalJob {
         FinalJob {
+            archived: false,
             id,
             name: name.into(),
             status,

@@ -46,6 +46,11 @@ pub struct Args {
     /// reason (settling stops sooner when no job has ended for 60 s).
     #[arg(long, default_value_t = 600)]
     pub settle: u64,
+    /// Seconds an ended job stays in the replicated state before it leaves for the
+    /// controllers' history stores (`[retention] job_hot_s`); short, so that the run
+    /// forgets jobs while faults happen and the checker reads them back from history.
+    #[arg(long, default_value_t = 2)]
+    pub job_hot_s: u64,
 }
 
 fn main() -> ExitCode {

@@ -14,7 +14,10 @@ use serde::Serialize;
 use tranche_client::Client;
 use tranche_local::{free_port, LocalCluster, LocalOptions};
 use tranche_proto::ClientCommand;
-use tranche_proto::{ClientRequest, JobFilter, Query, Response};
+use std::collections::BTreeMap;
+use tranche_proto::{
+    ClientRequest, HistoryFilter, JobFilter, JobSummary, Query, Response, MAX_HISTORY_PAGE,
+};
 use tranche_tls::Role;
 
 use crate::check::{self, FinalJob, NodeLedger, Report};
@@ -260,25 +263,55 @@ async fn must(client: &Client, cmd: ClientCommand) -> Result<(), String> {
     Err(format!("{what}: no controller answered"))
 }
 
-async fn all_jobs(client: &Client) -> Result<Vec<FinalJob>, String> {
-    match client
+fn final_job(j: JobSummary, archived: bool) -> FinalJob {
+    FinalJob {
+        archived,
+        id: j.id.0,
+        name: j.name,
+        status: j.status,
+        priority: j.priority,
+        reason: j.reason,
+        preemptions: j.preemptions,
+    }
+}
+
+/// Every job: those in the replicated state, as `client` reads them, and the ended
+/// jobs that have left it, from the history store of every controller that answers
+/// (a controller's history is its own: one that caught up by snapshot lacks the
+/// records of jobs dropped before it).
+async fn all_jobs(client: &Client, probes: &[Client]) -> Result<Vec<FinalJob>, String> {
+    let mut jobs: BTreeMap<u64, FinalJob> = match client
         .read(Query::Jobs(JobFilter::default()), false)
         .await
         .map_err(|e| e.to_string())?
     {
-        Response::Jobs(js) => Ok(js
-            .into_iter()
-            .map(|j| FinalJob {
-                id: j.id.0,
-                name: j.name,
-                status: j.status,
-                priority: j.priority,
-                reason: j.reason,
-                preemptions: j.preemptions,
-            })
-            .collect()),
-        other => Err(format!("unexpected answer to a job list: {other:?}")),
+        Response::Jobs(js) => js.into_iter().map(|j| (j.id.0, final_job(j, false))).collect(),
+        other => return Err(format!("unexpected answer to a job list: {other:?}")),
+    };
+    for p in probes {
+        let mut before = None;
+        loop {
+            let req = ClientRequest::Read {
+                query: Query::History(HistoryFilter {
+                    limit: MAX_HISTORY_PAGE,
+                    before,
+                    ..Default::default()
+                }),
+                stale: true,
+            };
+            let Ok(Response::History(page)) = p.request_to(0, &req).await else {
+                break;
+            };
+            for e in page.jobs.into_iter().filter(|e| e.archived) {
+                jobs.entry(e.job.id.0).or_insert_with(|| final_job(e.job, true));
+            }
+            match page.next {
+                Some(c) => before = Some(c),
+                None => break,
+            }
+        }
     }
+    Ok(jobs.into_values().collect())
 }
 
 fn settled(jobs: &[FinalJob]) -> bool {
@@ -317,8 +350,11 @@ pub async fn run(args: Args, seed: u64) -> Result<RunOutput, String> {
     let (tranched, agent_bin) = binaries()?;
     let mut opts = LocalOptions::new(tranched);
     opts.fault_injection = false;
-    opts.extra_config =
-        format!("[agents]\nunreachable_after_s = 1\ndown_after_s = {DOWN_AFTER_S}\n");
+    opts.extra_config = format!(
+        "[agents]\nunreachable_after_s = 1\ndown_after_s = {DOWN_AFTER_S}\n\
+         [retention]\njob_hot_s = {}\ncheck_s = 1\n",
+        args.job_hot_s
+    );
     opts.log_filter = std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into());
     let mut cluster = LocalCluster::create(&dir, CONTROLLERS, opts)?;
 
@@ -460,12 +496,12 @@ pub async fn run(args: Args, seed: u64) -> Result<RunOutput, String> {
     // job has ended for `STALL` (something is stuck), or after `--settle` seconds.
     const STALL: Duration = Duration::from_secs(60);
     let deadline = settle_start + Duration::from_secs(args.settle);
-    let mut jobs = all_jobs(&admin).await?;
+    let mut jobs = all_jobs(&admin, &procs.probes).await?;
     let ended = |js: &[FinalJob]| js.iter().filter(|j| j.status.is_terminal()).count();
     let (mut last_ended, mut last_progress) = (ended(&jobs), Instant::now());
     while !settled(&jobs) && Instant::now() < deadline && last_progress.elapsed() < STALL {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if let Ok(j) = all_jobs(&admin).await {
+        if let Ok(j) = all_jobs(&admin, &procs.probes).await {
             jobs = j;
         }
         if ended(&jobs) > last_ended {

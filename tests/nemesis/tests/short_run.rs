@@ -59,6 +59,8 @@ fn twenty_seconds_of_faults_lose_and_duplicate_nothing() {
     assert!(v["faults_by_kind"].as_object().unwrap().len() >= 3, "{v}");
     assert!(n("acked") >= 20, "{v}");
     assert!(n("gpu_intervals") >= 10, "{v}");
+    // Ended jobs left the state during the run and were read back from history.
+    assert!(n("archived") >= 1, "{v}");
     assert!(
         v["jobs_by_status"]["SUCCEEDED"].as_u64().unwrap_or(0) >= 5,
         "{v}"

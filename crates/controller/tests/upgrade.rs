@@ -293,16 +293,10 @@ fn write_fixture() {
             },
         )
         .await;
-        // Format 5: a held SageMaker training job, and tags on share `vision`.
+        // Format 5: a held job, and tags on share `vision`. (A job's SageMaker part is
+        // set only by the AWS endpoint now; the format-5 and format-6 fixtures hold one.)
         let mut trains = spec("trains", "vision", "carol", 1, "echo train");
         trains.hold = true;
-        trains.sagemaker = Some(Box::new(tranche_model::SageMakerJob {
-            training_job_name: "fixture-training".into(),
-            hyperparameters: [("epochs".to_string(), "3".to_string())].into(),
-            channels: [("train".to_string(), "/tmp".to_string())].into(),
-            payload: r#"{"TrainingJobName":"fixture-training"}"#.into(),
-            instance_type: "ml.p5.48xlarge".into(),
-        }));
         let trains = submit(trains).await;
         wait_status(&admin, trains, "PENDING").await;
         ok(&admin, fixture_tags()).await;
@@ -437,13 +431,79 @@ fn an_older_release_data_dirs_of_format_4_are_read_unchanged() {
 }
 
 #[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+fn an_older_release_data_dirs_of_format_5_are_read_unchanged() {
     read_unchanged_then("format-5", 5, fixture_tags_kept);
 }
 
 #[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged_then("format-6", 6, fixture_tags_kept);
+}
+
+#[test]
 fn this_release_data_dirs_are_read_unchanged() {
-    read_unchanged_then("format-6", tranche_state::codec::FORMAT, fixture_tags_kept);
+    read_unchanged_then("format-7", tranche_state::codec::FORMAT, fixture_tags_kept);
+}
+
+/// The previous release's data dirs, upgraded, with ended jobs kept one second: the
+/// fixture's ended jobs (ended when it was written) leave the state for every
+/// controller's history store, and read back unchanged from there, also after every
+/// controller has restarted.
+#[test]
+fn after_an_upgrade_ended_jobs_leave_the_state_and_read_back_from_history() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, mut c, expected) = fixture_copy("format-6");
+    for ctl in &c.controllers {
+        let mut text = std::fs::read_to_string(&ctl.config).unwrap();
+        text += "\n[retention]\njob_hot_s = 1\ncheck_s = 1\n";
+        std::fs::write(&ctl.config, text).unwrap();
+    }
+    let ended: Vec<(JobId, &Value)> = expected["jobs"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, j)| ["SUCCEEDED", "FAILED", "CANCELLED"].contains(&j["status"].as_str().unwrap()))
+        .map(|(id, j)| (JobId(id.parse().unwrap()), j))
+        .collect();
+    assert!(ended.len() >= 3, "the fixture has ended jobs: {ended:?}");
+    rt().block_on(async {
+        let admin = start(&mut c).await;
+        wait_until("the ended jobs leave the state", Duration::from_secs(30), async || {
+            match admin.read(Query::Jobs(JobFilter::default()), false).await {
+                Ok(Response::Jobs(js)) if js.iter().all(|j| !j.status.is_terminal()) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+        .unwrap();
+        for (id, want) in &ended {
+            holds(want, &job(&admin, *id).await, &format!("job {id}")).unwrap();
+        }
+        // Every controller wrote its own history, durably: after a restart of all,
+        // each answers from its own store.
+        for i in 0..3 {
+            assert_eq!(c.stop(i), Some(0), "controller {i} stopped cleanly");
+        }
+        c.start_all().unwrap();
+        c.wait_leader(&admin, Duration::from_secs(30)).await.expect("a leader");
+        for i in 0..3 {
+            let probe = c.client_of(i, Role::Admin, "admin").unwrap();
+            let req = tranche_proto::ClientRequest::Read {
+                query: Query::History(Default::default()),
+                stale: true,
+            };
+            let page = match probe.request_to(0, &req).await.unwrap() {
+                Response::History(p) => p,
+                other => panic!("history of controller {i}: {other:?}"),
+            };
+            let mut got: Vec<JobId> = page.jobs.iter().filter(|e| e.archived).map(|e| e.job.id).collect();
+            got.sort();
+            let mut want: Vec<JobId> = ended.iter().map(|(id, _)| *id).collect();
+            want.sort();
+            assert_eq!(got, want, "controller {i}'s history");
+        }
+    });
+    drop(tmp);
 }
 
 /// The stored format a data dir records, once its controller has opened it.
@@ -480,15 +540,15 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (_tmp, mut c, expected) = fixture_copy("format-5");
+    let (_tmp, mut c, expected) = fixture_copy("format-6");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
         data_dir_format(&dirs[0]),
-        Some(5),
+        Some(6),
         "the previous release's data dir"
     );
     rt().block_on(async {
-        // c2 and c3 start on this build (a majority); c1 still holds format-5 data.
+        // c2 and c3 start on this build (a majority); c1 still holds format-6 data.
         c.start(1).unwrap();
         c.start(2).unwrap();
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -512,7 +572,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             }
             acked
         });
-        // Then each controller in turn: c1 starts on its format-5 data dir while the
+        // Then each controller in turn: c1 starts on its format-6 data dir while the
         // others serve; then c2 and c3 are restarted, one at a time.
         c.start(0).unwrap();
         caught_up(&mut c, &admin, 0).await;
@@ -605,7 +665,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5 and 6"
+                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6 and 7"
             ),
             "controller {} log: {log}",
             i + 1

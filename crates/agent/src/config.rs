@@ -135,6 +135,17 @@ pub struct AgentConfig {
     /// Where container images may be used as they are, and how large they may be.
     #[serde(default)]
     pub images: ImagesConfig,
+    /// How many days the agent keeps an ended attempt's output in the spool
+    /// (`<spool>/logs`: stdout, stderr, and the record of its `--output`/`--error`
+    /// files), counted from the output's last write; `tranche logs` of an older attempt
+    /// says it is no longer kept. Files a job wrote outside the spool are its user's and
+    /// never removed. Default 30; 0 keeps output forever.
+    #[serde(default = "default_output_keep_days")]
+    pub output_keep_days: u32,
+}
+
+fn default_output_keep_days() -> u32 {
+    30
 }
 
 /// The `[images]` table: the image cache's trusted roots and limits (see

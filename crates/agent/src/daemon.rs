@@ -352,6 +352,7 @@ impl Agent {
             }
         }
         let mon = tokio::spawn(self.clone().monitor());
+        let sweep = tokio::spawn(self.clone().sweep_output());
         let mut seen: Option<u64> = None;
         loop {
             let poll = self.client.read(
@@ -387,6 +388,7 @@ impl Agent {
             }
         }
         hb.abort();
+        sweep.abort();
         mon.abort();
         health.abort();
         logs.abort();
@@ -1074,6 +1076,37 @@ impl Agent {
     /// has ended, or the job's `--output`/`--error` files, found through the record the
     /// shim made of them (`outputs.json`, kept beside those logs) and read only while
     /// each path still leads to the file the job was given.
+    /// Once an hour, removes the kept output older than `output_keep_days`.
+    async fn sweep_output(self: Arc<Self>) {
+        let days = self.cfg.output_keep_days;
+        if days == 0 {
+            return;
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            tick.tick().await;
+            let keep = Duration::from_secs(u64::from(days) * 86_400);
+            let Some(before) = std::time::SystemTime::now().checked_sub(keep) else {
+                continue;
+            };
+            let spool = self.cfg.spool_dir.clone();
+            let n = tokio::task::spawn_blocking(move || crate::exec::sweep_kept_logs(&spool, before))
+                .await
+                .unwrap_or(0);
+            if n > 0 {
+                info!(files = n, days, "removed job output past output_keep_days");
+            }
+        }
+    }
+
+    /// What a missing output's error adds: how long this agent keeps output.
+    fn keep_note(&self) -> String {
+        match self.cfg.output_keep_days {
+            0 => String::new(),
+            d => format!(" (this agent keeps an attempt's output for output_keep_days = {d} after it ended)"),
+        }
+    }
+
     async fn serve_logs(self: Arc<Self>) {
         while let Some(incoming) = self.logs.accept().await {
             let me = self.clone();
@@ -1209,7 +1242,10 @@ impl Agent {
                         crate::exec::kept_output(&self.cfg.spool_dir, job, *a, false).is_some()
                     })
                     .ok_or_else(|| {
-                        ApiError::NotFound(format!("no output of job {job} on this node"))
+                        ApiError::NotFound(format!(
+                            "no output of job {job} on this node{}",
+                            self.keep_note()
+                        ))
                     })?,
             },
         };
@@ -1235,7 +1271,8 @@ impl Agent {
                     continue;
                 }
                 return Err(ApiError::NotFound(format!(
-                    "no output of job {job} attempt {attempt} on this node"
+                    "no output of job {job} attempt {attempt} on this node{}",
+                    self.keep_note()
                 )));
             };
             // A file outside the spool is read only while it is still the one the job

@@ -176,12 +176,13 @@ impl PeerNet {
                 }
             }
             let c = conn.as_ref().unwrap();
-            let bytes = frame::encode(&PeerFrame {
+            let bytes = PeerFrame {
                 from: self.id,
                 from_addr: self.addr.clone(),
                 incarnation: self.incarnation,
                 items,
-            });
+            }
+            .encode();
             let sent = async {
                 let mut s = c.open_uni().await.map_err(|e| e.to_string())?;
                 s.write_all(&bytes).await.map_err(|e| e.to_string())?;

@@ -13,7 +13,9 @@ use tranche_state::codec::{self, FormatError};
 use tranche_state::format::{v2, v3, v4, v5};
 use tranche_state::{Command, RequestId, State};
 
-use crate::frame::{self, FrameError, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use crate::frame::{
+    self, FrameError, PEER_PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 
 use crate::Member;
 
@@ -159,11 +161,18 @@ struct PreviousFrame {
 }
 
 impl PeerFrame {
+    /// The frame as a controller sends it, in [`PEER_PROTOCOL_VERSION`].
+    pub fn encode(&self) -> Vec<u8> {
+        frame::encode_as(self, PEER_PROTOCOL_VERSION)
+    }
+
     /// Reads a frame's payload from another controller, of this protocol version or
-    /// the previous one (a controller not yet upgraded).
+    /// an earlier one (a controller not yet upgraded): versions 7 and 6 lay frames out
+    /// alike, version 5 forwards writes in its own format.
     pub fn decode_payload(payload: &[u8]) -> Result<PeerFrame, FrameError> {
-        if frame::payload_version(payload)? == PROTOCOL_VERSION {
-            return frame::decode_payload(payload);
+        let v = frame::payload_version(payload)?;
+        if v == PEER_PROTOCOL_VERSION || v == PROTOCOL_VERSION {
+            return frame::decode_payload_of(payload, &[v]).map(|(_, f)| f);
         }
         let (_, f): (u16, PreviousFrame) =
             frame::decode_payload_of(payload, &[PREVIOUS_PROTOCOL_VERSION])?;
@@ -339,6 +348,34 @@ mod tests {
         let mut older = bytes.clone();
         older[5] = 1;
         assert!(PeerFrame::decode_payload(&older[4..]).is_err());
+    }
+
+    #[test]
+    fn peer_frames_are_version_7_and_version_6_frames_still_read() {
+        let f = PeerFrame {
+            from: 1,
+            from_addr: "127.0.0.1:1".into(),
+            incarnation: 2,
+            items: vec![PeerItem::Raft(vec![7])],
+        };
+        let bytes = f.encode();
+        assert_eq!(frame::payload_version(&bytes[4..]).unwrap(), PEER_PROTOCOL_VERSION);
+        assert_eq!(PeerFrame::decode_payload(&bytes[4..]).unwrap(), f);
+        // A controller of the previous release reads only versions 6 and 5: it refuses
+        // the frame whole, never an entry inside it.
+        assert!(frame::decode_payload_of::<PeerFrame>(&bytes[4..], &[PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION]).is_err());
+        // What such a controller sends (version 6) reads as today's.
+        let old = frame::encode_as(&f, PROTOCOL_VERSION);
+        assert_eq!(PeerFrame::decode_payload(&old[4..]).unwrap(), f);
+        // A format-6 entry inside it reads too: format 7 only appends a command.
+        let p = Proposal {
+            origin: 1,
+            id: 2,
+            now: 3,
+            cmd: Command::PruneLedger { before_hour: 4 },
+            request: None,
+        };
+        assert_eq!(Proposal::open(&sealed_as(6, &p)).unwrap(), p);
     }
 
     /// `v` sealed as format `version` wrote it.

@@ -96,7 +96,7 @@ pub use policy::JobPolicy;
 pub use sagemaker::{kept_sagemaker_output, sagemaker_env};
 pub use signal::signal_number;
 pub use spec::{job_env, ArrayTask, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};
-pub use spool::{kept_logs, kept_output, ExecKind, ExitStatus};
+pub use spool::{kept_logs, kept_output, sweep_kept_logs, ExecKind, ExitStatus};
 
 /// Environment variable naming the `tranche-agent` binary whose hidden `shim-launcher`
 /// subcommand forks the shims; unset, the running executable is used.

@@ -141,6 +141,28 @@ pub fn kept_logs(spool: &Path, job: JobId, attempt: AttemptNo) -> (PathBuf, Path
     )
 }
 
+/// Removes the kept output (`<spool>/logs`) last written before `before`; how many
+/// files it removed. Files of attempts still running are never there: an attempt's
+/// output moves into `logs` only once its end has been reported.
+pub fn sweep_kept_logs(spool: &Path, before: std::time::SystemTime) -> usize {
+    let Ok(rd) = std::fs::read_dir(spool.join("logs")) else {
+        return 0;
+    };
+    let mut n = 0;
+    for ent in rd.flatten() {
+        let old = ent
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .is_some_and(|t| t < before);
+        if old && std::fs::remove_file(ent.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Where an acknowledged attempt's record of its output files outside the spool is
 /// kept: `<spool>/logs/<job>.<attempt>.outputs.json`.
 pub(super) fn kept_outputs_record(spool: &Path, job: JobId, attempt: AttemptNo) -> PathBuf {
@@ -264,6 +286,27 @@ pub(super) fn parse_attempt_name(name: &str) -> Option<(JobId, AttemptNo)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_output_is_swept_by_the_age_of_its_last_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        let now = std::time::SystemTime::now();
+        let day = std::time::Duration::from_secs(86_400);
+        for (name, age_days) in [("1.1.stdout", 40), ("1.1.stderr", 40), ("2.1.stdout", 2)] {
+            let f = std::fs::File::create(logs.join(name)).unwrap();
+            f.set_modified(now - day * age_days).unwrap();
+        }
+        assert_eq!(sweep_kept_logs(dir.path(), now - day * 30), 2);
+        let left: Vec<_> = std::fs::read_dir(&logs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, vec!["2.1.stdout".to_string()]);
+        // No logs directory: nothing to do.
+        assert_eq!(sweep_kept_logs(&dir.path().join("none"), now), 0);
+    }
 
     #[test]
     fn attempt_names() {

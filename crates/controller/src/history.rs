@@ -203,12 +203,13 @@ impl History {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::Arc;
     use tranche_model::{JobSpec, JobStatus};
 
-    fn job(id: u64, user: &str) -> Job {
+    /// A SUCCEEDED job of `user`, with no attempts or transitions.
+    pub(crate) fn job(id: u64, user: &str) -> Job {
         let spec = JobSpec::new("j", "q", "s", user, "h100", 1, 1);
         Job {
             id: JobId(id),

@@ -1380,6 +1380,60 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b) && !Arc::ptr_eq(&a, &c));
     }
 
+    /// A submit that depends on jobs that have left the state is settled from the
+    /// history store: a met condition is dropped, one never met refuses the submit.
+    #[tokio::test]
+    async fn dependencies_on_archived_jobs_are_settled_from_history() {
+        let r = rig(false);
+        let alice = who(Role::User, "alice");
+        let dir = tempfile::tempdir().unwrap();
+        let history = crate::history::History::open(&dir.path().join("h.redb"), false).unwrap();
+        let ended = |id: u64, status: tranche_model::JobStatus| {
+            let mut j = r.service.shared.read().unwrap().state.jobs[&JobId(1)].clone();
+            j.id = JobId(id);
+            j.status = status;
+            j
+        };
+        let (ok, failed) = (
+            ended(900, tranche_model::JobStatus::Succeeded),
+            ended(901, tranche_model::JobStatus::Failed),
+        );
+        history.append([(5, &ok), (6, &failed)]).unwrap();
+        r.service.shared.write().unwrap().history = Some(Arc::new(history));
+        let with_dep = |text: &str| {
+            let mut s = spec("alice", "lend");
+            s.dependency = tranche_model::Dependency::parse(text).unwrap();
+            s
+        };
+        // afterok on a SUCCEEDED job: met, so dropped; the submit goes on without it.
+        match r
+            .service
+            .handle(&alice, write(ClientCommand::Submit(with_dep("afterok:900"))))
+            .await
+        {
+            Response::Applied(_) => {}
+            other => panic!("{other:?}"),
+        }
+        match r.written.lock().unwrap().last() {
+            Some(Command::Submit(s)) => assert!(s.dependency.is_empty(), "{:?}", s.dependency),
+            other => panic!("{other:?}"),
+        }
+        // afterok on a FAILED job can never be met: refused, naming it, nothing written.
+        let before = r.written.lock().unwrap().len();
+        match r
+            .service
+            .handle(&alice, write(ClientCommand::Submit(with_dep("afterok:901"))))
+            .await
+        {
+            Response::Error(e) => assert!(
+                e.to_string().contains("job 901 ended FAILED") && e.to_string().contains("afterok"),
+                "{e}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.written.lock().unwrap().len(), before);
+    }
+
     #[tokio::test]
     async fn h2_a_submit_over_a_job_limit_is_refused_before_it_is_proposed() {
         let r = rig(false);

@@ -1090,9 +1090,10 @@ impl Agent {
                 continue;
             };
             let spool = self.cfg.spool_dir.clone();
-            let n = tokio::task::spawn_blocking(move || crate::exec::sweep_kept_logs(&spool, before))
-                .await
-                .unwrap_or(0);
+            let n =
+                tokio::task::spawn_blocking(move || crate::exec::sweep_kept_logs(&spool, before))
+                    .await
+                    .unwrap_or(0);
             if n > 0 {
                 info!(files = n, days, "removed job output past output_keep_days");
             }
@@ -1103,7 +1104,9 @@ impl Agent {
     fn keep_note(&self) -> String {
         match self.cfg.output_keep_days {
             0 => String::new(),
-            d => format!(" (this agent keeps an attempt's output for output_keep_days = {d} after it ended)"),
+            d => format!(
+                " (this agent keeps an attempt's output for output_keep_days = {d} after it ended)"
+            ),
         }
     }
 

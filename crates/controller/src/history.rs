@@ -59,7 +59,10 @@ impl History {
 
     /// Writes the final records of `jobs`, with the time each ended, in one
     /// transaction; durable when it returns (unless opened without fsync).
-    pub fn append<'a>(&self, jobs: impl IntoIterator<Item = (Millis, &'a Job)>) -> Result<(), String> {
+    pub fn append<'a>(
+        &self,
+        jobs: impl IntoIterator<Item = (Millis, &'a Job)>,
+    ) -> Result<(), String> {
         let mut txn = self.db.begin_write().map_err(|e| err("write", e))?;
         txn.set_durability(if self.fsync {
             Durability::Immediate
@@ -89,7 +92,11 @@ impl History {
     pub fn get(&self, id: JobId) -> Result<Option<(Millis, Job)>, String> {
         let txn = self.db.begin_read().map_err(|e| err("read", e))?;
         let ids = txn.open_table(IDS).map_err(|e| err("read", e))?;
-        let Some(at) = ids.get(id.0).map_err(|e| err("read", e))?.map(|v| v.value()) else {
+        let Some(at) = ids
+            .get(id.0)
+            .map_err(|e| err("read", e))?
+            .map(|v| v.value())
+        else {
             return Ok(None);
         };
         let ended = txn.open_table(ENDED).map_err(|e| err("read", e))?;
@@ -111,7 +118,10 @@ impl History {
             (Some(t), Some(a)) => {
                 for id in r.job.0..r.job.0 + u64::from(a.count) {
                     if let Some((_, j)) = self.get(JobId(id))? {
-                        if j.array.as_ref().is_some_and(|x| x.array == r.job && x.index == t) {
+                        if j.array
+                            .as_ref()
+                            .is_some_and(|x| x.array == r.job && x.index == t)
+                        {
                             return Ok(Some(j));
                         }
                     }
@@ -234,7 +244,9 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("history.redb");
         let h = History::open(&path, false).unwrap();
-        let jobs: Vec<Job> = (1..=5).map(|i| job(i, if i % 2 == 0 { "bob" } else { "alice" })).collect();
+        let jobs: Vec<Job> = (1..=5)
+            .map(|i| job(i, if i % 2 == 0 { "bob" } else { "alice" }))
+            .collect();
         h.append(jobs.iter().map(|j| (j.id.0 * 100, j))).unwrap();
         // Written twice (a replayed entry): still one record each.
         h.append(jobs.iter().map(|j| (j.id.0 * 100, j))).unwrap();
@@ -247,7 +259,9 @@ pub(crate) mod tests {
         let (page, next) = h.page(0, None, 2, usize::MAX, |_| true).unwrap();
         let ids: Vec<u64> = page.iter().map(|(_, j)| j.id.0).collect();
         assert_eq!(ids, vec![5, 4]);
-        let (page, next) = h.page(0, next, 10, usize::MAX, |j| j.spec.user.as_str() == "alice").unwrap();
+        let (page, next) = h
+            .page(0, next, 10, usize::MAX, |j| j.spec.user.as_str() == "alice")
+            .unwrap();
         let ids: Vec<u64> = page.iter().map(|(_, j)| j.id.0).collect();
         assert_eq!((ids, next), (vec![3, 1], None));
         // `since` bounds the page.

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use tranche_model::{AttemptEnd, Job, JobId, JobRef, JobStatus, Millis};
-use tranche_proto::{ApiError, EndedJob, HistoryCursor, HistoryFilter, HistoryPage, MAX_HISTORY_PAGE};
+use tranche_proto::{
+    ApiError, EndedJob, HistoryCursor, HistoryFilter, HistoryPage, MAX_HISTORY_PAGE,
+};
 use tranche_state::retention::ended_at;
 
 use crate::history::History;
@@ -118,7 +120,10 @@ pub fn ended_jobs_of(
     let Some(first) = history.find(r).map_err(ApiError::Unavailable)? else {
         return Ok(None);
     };
-    let array = first.array.clone().filter(|a| a.array == r.job && r.task.is_none());
+    let array = first
+        .array
+        .clone()
+        .filter(|a| a.array == r.job && r.task.is_none());
     let Some(a) = array else {
         return Ok(Some(vec![(first.id, first.status)]));
     };
@@ -162,10 +167,21 @@ mod tests {
         let history = History::open(&dir.path().join("h.redb"), false).unwrap();
         let mut sh = Shared::new(1);
         let jobs: Vec<Job> = (1..=10)
-            .map(|i| ended(i, i * 100, if i % 3 == 0 { "bob" } else { "alice" }, JobStatus::Succeeded))
+            .map(|i| {
+                ended(
+                    i,
+                    i * 100,
+                    if i % 3 == 0 { "bob" } else { "alice" },
+                    JobStatus::Succeeded,
+                )
+            })
             .collect();
         history
-            .append(jobs.iter().filter(|j| j.id.0 % 2 == 1).map(|j| (ended_at(j), j)))
+            .append(
+                jobs.iter()
+                    .filter(|j| j.id.0 % 2 == 1)
+                    .map(|j| (ended_at(j), j)),
+            )
             .unwrap();
         for j in jobs.iter().filter(|j| j.id.0 % 2 == 0) {
             sh.state.jobs.insert(j.id, j.clone());
@@ -199,7 +215,12 @@ mod tests {
             since: Some(400),
             ..Default::default()
         };
-        let ids: Vec<u64> = page(&shared, &f).unwrap().jobs.iter().map(|e| e.job.id.0).collect();
+        let ids: Vec<u64> = page(&shared, &f)
+            .unwrap()
+            .jobs
+            .iter()
+            .map(|e| e.job.id.0)
+            .collect();
         assert_eq!(ids, vec![9, 6]);
         // A status that has not ended is refused, naming it.
         let f = HistoryFilter {

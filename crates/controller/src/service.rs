@@ -628,7 +628,10 @@ impl Service {
                 None => true,
                 Some(jobs) => {
                     for (id, status) in jobs {
-                        let dep = tranche_model::Dep { kind: *kind, job: *id };
+                        let dep = tranche_model::Dep {
+                            kind: *kind,
+                            job: *id,
+                        };
                         if dep.state(*status) == tranche_model::DepState::Never {
                             refused.get_or_insert(format!(
                                 "job {r} ended {status} and has left the controllers' state; \
@@ -1408,7 +1411,10 @@ mod tests {
         // afterok on a SUCCEEDED job: met, so dropped; the submit goes on without it.
         match r
             .service
-            .handle(&alice, write(ClientCommand::Submit(with_dep("afterok:900"))))
+            .handle(
+                &alice,
+                write(ClientCommand::Submit(with_dep("afterok:900"))),
+            )
             .await
         {
             Response::Applied(_) => {}
@@ -1422,7 +1428,10 @@ mod tests {
         let before = r.written.lock().unwrap().len();
         match r
             .service
-            .handle(&alice, write(ClientCommand::Submit(with_dep("afterok:901"))))
+            .handle(
+                &alice,
+                write(ClientCommand::Submit(with_dep("afterok:901"))),
+            )
             .await
         {
             Response::Error(e) => assert!(

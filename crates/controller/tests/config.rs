@@ -23,7 +23,11 @@ fn the_example_config_parses() {
     let cfg = Config::parse(&unsafe_cfg, "controller.toml").unwrap();
     assert!(cfg.raft.unsafe_no_fsync);
     assert_eq!(
-        (cfg.retention.job_hot_s, cfg.retention.job_hot_max, cfg.retention.history_days),
+        (
+            cfg.retention.job_hot_s,
+            cfg.retention.job_hot_max,
+            cfg.retention.history_days
+        ),
         (86_400, 200_000, 400)
     );
 }
@@ -50,7 +54,10 @@ fn bad_configs_name_the_field() {
     let e = refused(&base.replace("max_busy_percent = 10", "max_busy_percent = 0"));
     assert!(e.contains("max_busy_percent"), "{e}");
     let e = refused(&base.replace("history_days = 400", "history_days = 0"));
-    assert!(e.contains("`retention.history_days`: must be at least 1"), "{e}");
+    assert!(
+        e.contains("`retention.history_days`: must be at least 1"),
+        "{e}"
+    );
     let e = refused(&format!("{base}\nunknown_key = 1\n"));
     assert!(e.contains("unknown field"), "{e}");
     // Founders must include this controller.

@@ -462,18 +462,22 @@ fn after_an_upgrade_ended_jobs_leave_the_state_and_read_back_from_history() {
         .as_object()
         .unwrap()
         .iter()
-        .filter(|(_, j)| ["SUCCEEDED", "FAILED", "CANCELLED"].contains(&j["status"].as_str().unwrap()))
+        .filter(|(_, j)| {
+            ["SUCCEEDED", "FAILED", "CANCELLED"].contains(&j["status"].as_str().unwrap())
+        })
         .map(|(id, j)| (JobId(id.parse().unwrap()), j))
         .collect();
     assert!(ended.len() >= 3, "the fixture has ended jobs: {ended:?}");
     rt().block_on(async {
         let admin = start(&mut c).await;
-        wait_until("the ended jobs leave the state", Duration::from_secs(30), async || {
-            match admin.read(Query::Jobs(JobFilter::default()), false).await {
+        wait_until(
+            "the ended jobs leave the state",
+            Duration::from_secs(30),
+            async || match admin.read(Query::Jobs(JobFilter::default()), false).await {
                 Ok(Response::Jobs(js)) if js.iter().all(|j| !j.status.is_terminal()) => Ok(()),
                 other => Err(format!("{other:?}")),
-            }
-        })
+            },
+        )
         .await
         .unwrap();
         for (id, want) in &ended {
@@ -485,7 +489,9 @@ fn after_an_upgrade_ended_jobs_leave_the_state_and_read_back_from_history() {
             assert_eq!(c.stop(i), Some(0), "controller {i} stopped cleanly");
         }
         c.start_all().unwrap();
-        c.wait_leader(&admin, Duration::from_secs(30)).await.expect("a leader");
+        c.wait_leader(&admin, Duration::from_secs(30))
+            .await
+            .expect("a leader");
         for i in 0..3 {
             let probe = c.client_of(i, Role::Admin, "admin").unwrap();
             let req = tranche_proto::ClientRequest::Read {
@@ -496,7 +502,12 @@ fn after_an_upgrade_ended_jobs_leave_the_state_and_read_back_from_history() {
                 Response::History(p) => p,
                 other => panic!("history of controller {i}: {other:?}"),
             };
-            let mut got: Vec<JobId> = page.jobs.iter().filter(|e| e.archived).map(|e| e.job.id).collect();
+            let mut got: Vec<JobId> = page
+                .jobs
+                .iter()
+                .filter(|e| e.archived)
+                .map(|e| e.job.id)
+                .collect();
             got.sort();
             let mut want: Vec<JobId> = ended.iter().map(|(id, _)| *id).collect();
             want.sort();

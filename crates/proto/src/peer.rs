@@ -359,11 +359,18 @@ mod tests {
             items: vec![PeerItem::Raft(vec![7])],
         };
         let bytes = f.encode();
-        assert_eq!(frame::payload_version(&bytes[4..]).unwrap(), PEER_PROTOCOL_VERSION);
+        assert_eq!(
+            frame::payload_version(&bytes[4..]).unwrap(),
+            PEER_PROTOCOL_VERSION
+        );
         assert_eq!(PeerFrame::decode_payload(&bytes[4..]).unwrap(), f);
         // A controller of the previous release reads only versions 6 and 5: it refuses
         // the frame whole, never an entry inside it.
-        assert!(frame::decode_payload_of::<PeerFrame>(&bytes[4..], &[PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION]).is_err());
+        assert!(frame::decode_payload_of::<PeerFrame>(
+            &bytes[4..],
+            &[PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION]
+        )
+        .is_err());
         // What such a controller sends (version 6) reads as today's.
         let old = frame::encode_as(&f, PROTOCOL_VERSION);
         assert_eq!(PeerFrame::decode_payload(&old[4..]).unwrap(), f);

@@ -20,9 +20,7 @@ use tranche_model::*;
 
 /// The time `job` ended: that of its last transition (into its ended status).
 pub fn ended_at(job: &Job) -> Millis {
-    job.transitions
-        .last()
-        .map_or(job.submitted_at, |t| t.at)
+    job.transitions.last().map_or(job.submitted_at, |t| t.at)
 }
 
 impl State {

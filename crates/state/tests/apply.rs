@@ -575,7 +575,11 @@ fn command() -> impl Gen<Value = Command> {
 /// A generated `ForgetEnded`'s cut-off, `back` ms before `now`.
 fn at_entry(c: Command, now: Millis) -> Command {
     match c {
-        Command::ForgetEnded { ended_before: back, keep, limit } => Command::ForgetEnded {
+        Command::ForgetEnded {
+            ended_before: back,
+            keep,
+            limit,
+        } => Command::ForgetEnded {
             ended_before: now.saturating_sub(back),
             keep,
             limit,
@@ -596,7 +600,10 @@ fn references_hold(st: &State) -> Result<(), String> {
         if let Some(a) = &j.array {
             let n = st.tasks_of(a.array, a.count).count();
             if n != a.count as usize {
-                return Err(format!("array {} holds {n} of its {} tasks", a.array, a.count));
+                return Err(format!(
+                    "array {} holds {n} of its {} tasks",
+                    a.array, a.count
+                ));
             }
         }
     }

@@ -412,12 +412,27 @@ fn a_node_report_with_an_oversize_reason_is_kept_cut() {
 }
 
 fn cancel(st: &mut State, job: JobRef, now: Millis) {
-    ok(st, Command::Cancel { job, reason: "done with it".into() }, now);
+    ok(
+        st,
+        Command::Cancel {
+            job,
+            reason: "done with it".into(),
+        },
+        now,
+    );
 }
 
 fn forget(st: &mut State, ended_before: Millis, keep: u64, now: Millis) -> Vec<JobId> {
     let ids = st.forgettable(ended_before, keep, 1_000);
-    ok(st, Command::ForgetEnded { ended_before, keep, limit: 1_000 }, now);
+    ok(
+        st,
+        Command::ForgetEnded {
+            ended_before,
+            keep,
+            limit: 1_000,
+        },
+        now,
+    );
     for id in &ids {
         assert!(st.job(*id).is_none(), "job {id} is still held");
     }
@@ -462,17 +477,39 @@ fn an_array_leaves_whole_once_its_last_task_has_ended() {
     let mut st = cluster(JobLimits::default());
     let mut s = spec("alice");
     s.array = Some(ArraySpec {
-        ranges: vec![IndexRange { start: 0, end: 2, step: 1 }],
+        ranges: vec![IndexRange {
+            start: 0,
+            end: 2,
+            step: 1,
+        }],
         max_running: None,
     });
     let array = submitted(ok(&mut st, Command::Submit(s), 1));
     for t in [0, 1] {
-        cancel(&mut st, JobRef { job: array, task: Some(t) }, 10);
+        cancel(
+            &mut st,
+            JobRef {
+                job: array,
+                task: Some(t),
+            },
+            10,
+        );
     }
     // Two of three tasks have ended, long ago: the array stays whole.
-    assert_eq!(forget(&mut st, 1_000, 0, 20), vec![], "not even beyond the cap");
+    assert_eq!(
+        forget(&mut st, 1_000, 0, 20),
+        vec![],
+        "not even beyond the cap"
+    );
     assert_eq!(st.ended_count(), 2);
-    cancel(&mut st, JobRef { job: array, task: Some(2) }, 50);
+    cancel(
+        &mut st,
+        JobRef {
+            job: array,
+            task: Some(2),
+        },
+        50,
+    );
     // The array ended when its last task did.
     assert_eq!(forget(&mut st, 40, 100, 60), vec![]);
     let gone = forget(&mut st, 51, 100, 61);

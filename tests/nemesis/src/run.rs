@@ -11,10 +11,10 @@ use nix::unistd::Pid;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use tranche_client::Client;
 use tranche_local::{free_port, LocalCluster, LocalOptions};
 use tranche_proto::ClientCommand;
-use std::collections::BTreeMap;
 use tranche_proto::{
     ClientRequest, HistoryFilter, JobFilter, JobSummary, Query, Response, MAX_HISTORY_PAGE,
 };
@@ -285,7 +285,10 @@ async fn all_jobs(client: &Client, probes: &[Client]) -> Result<Vec<FinalJob>, S
         .await
         .map_err(|e| e.to_string())?
     {
-        Response::Jobs(js) => js.into_iter().map(|j| (j.id.0, final_job(j, false))).collect(),
+        Response::Jobs(js) => js
+            .into_iter()
+            .map(|j| (j.id.0, final_job(j, false)))
+            .collect(),
         other => return Err(format!("unexpected answer to a job list: {other:?}")),
     };
     for p in probes {
@@ -303,7 +306,8 @@ async fn all_jobs(client: &Client, probes: &[Client]) -> Result<Vec<FinalJob>, S
                 break;
             };
             for e in page.jobs.into_iter().filter(|e| e.archived) {
-                jobs.entry(e.job.id.0).or_insert_with(|| final_job(e.job, true));
+                jobs.entry(e.job.id.0)
+                    .or_insert_with(|| final_job(e.job, true));
             }
             match page.next {
                 Some(c) => before = Some(c),

@@ -326,6 +326,10 @@ fn archive(sh: &mut Shared, ended_before: Millis, keep: u64, limit: u32) -> Resu
             "{e}; the controller stops rather than drop ended jobs it could not keep"
         ))
     })?;
-    debug!(jobs = ids.len(), write_ms = t.elapsed().as_millis() as u64, "ended jobs moved to history");
+    debug!(
+        jobs = ids.len(),
+        write_ms = t.elapsed().as_millis() as u64,
+        "ended jobs moved to history"
+    );
     Ok(())
 }

@@ -82,11 +82,9 @@ pub fn open(cfg: &Config) -> Result<Opened, NodeError> {
         info!(?voters, "bootstrapped a new cluster member");
     }
     let mut shared = Shared::new(cfg.id);
-    let history = crate::history::History::open(
-        &cfg.data_dir.join(HISTORY_FILE),
-        !cfg.raft.unsafe_no_fsync,
-    )
-    .map_err(NodeError::Other)?;
+    let history =
+        crate::history::History::open(&cfg.data_dir.join(HISTORY_FILE), !cfg.raft.unsafe_no_fsync)
+            .map_err(NodeError::Other)?;
     shared.history = Some(std::sync::Arc::new(history));
     let mut image_index = 0;
     if let Some(img) = storage.image() {

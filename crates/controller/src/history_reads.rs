@@ -93,7 +93,7 @@ pub fn page(shared: &SharedRef, f: &HistoryFilter) -> Result<HistoryPage, ApiErr
         stop = last;
         all.extend(records.iter().map(|(at, j)| ended_job(j, *at, true, now)));
     }
-    all.sort_by(|a, b| key(b.ended_at, b.job.id).cmp(&key(a.ended_at, a.job.id)));
+    all.sort_by_key(|e| std::cmp::Reverse(key(e.ended_at, e.job.id)));
     all.dedup_by_key(|e| e.job.id);
     // What is older than where the store stopped reading comes with the next page.
     if let Some(s) = stop {

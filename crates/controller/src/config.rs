@@ -164,6 +164,11 @@ pub struct AgentsConfig {
     /// agent declares, but for the agent's own `tranche.` labels. The same on every
     /// controller.
     pub labels: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    /// Take a node's labels only from `labels` above: a node not named there gets none
+    /// that an environment could select (only its agent's own `tranche.` labels),
+    /// whatever its agent declares. For racks where a node's agent is not trusted to
+    /// say which environments' jobs it runs. Default false.
+    pub labels_from_config_only: bool,
 }
 
 impl Default for AgentsConfig {
@@ -172,6 +177,7 @@ impl Default for AgentsConfig {
             unreachable_after_s: 10,
             down_after_s: 120,
             labels: Default::default(),
+            labels_from_config_only: false,
         }
     }
 }

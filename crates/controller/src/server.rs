@@ -159,7 +159,10 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     let service = Arc::new(
         Service::new(tx, work, shared, beats, isolation)
             .with_key_secret(key_secret)
-            .with_pinned_labels(cfg.agents.labels.clone()),
+            .with_pinned_labels(
+                cfg.agents.labels.clone(),
+                cfg.agents.labels_from_config_only,
+            ),
     );
     if let Some((listener, tls, certs)) = http {
         let client_addr = client_ep

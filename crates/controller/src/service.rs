@@ -64,8 +64,10 @@ pub struct Service {
     /// The latest standings of the waiting jobs, with the applied index and the
     /// second they are of (see [`Service::standings`]).
     standings: std::sync::Mutex<Option<((u64, u64), Arc<Standings>)>>,
-    /// Node labels set by the controllers' config (`[agents.labels]`).
+    /// Node labels set by the controllers' config (`[agents.labels]`), and whether
+    /// only those are taken (`labels_from_config_only`).
     pinned_labels: std::collections::BTreeMap<String, Labels>,
+    labels_from_config_only: bool,
 }
 
 type Labels = std::collections::BTreeMap<String, String>;
@@ -118,6 +120,7 @@ impl Service {
             key_secret: None,
             standings: Default::default(),
             pinned_labels: Default::default(),
+            labels_from_config_only: false,
         }
     }
 
@@ -131,11 +134,14 @@ impl Service {
     /// The service with node labels set by the controllers' config (`[agents.labels]`,
     /// node name → labels): a registration of such a node gets those labels, whatever
     /// its agent declares (but its own `tranche.` ones).
+    /// `only`: a node not named in `labels` gets no selectable labels.
     pub fn with_pinned_labels(
         mut self,
         labels: std::collections::BTreeMap<String, Labels>,
+        only: bool,
     ) -> Service {
         self.pinned_labels = labels;
+        self.labels_from_config_only = only;
         self
     }
 
@@ -144,19 +150,23 @@ impl Service {
         let ClientCommand::RegisterNode(mut inv) = command else {
             return command;
         };
-        if let Some(pinned) = self.pinned_labels.get(inv.name.as_str()) {
-            let (own, declared) = split_labels(&inv.labels);
-            if &declared != pinned {
-                tracing::warn!(
-                    node = %inv.name,
-                    declared = ?declared,
-                    pinned = ?pinned,
-                    "a node's agent declares other labels than the config's [agents.labels]; the config's are kept"
-                );
-            }
-            inv.labels = pinned.clone();
-            inv.labels.extend(own);
+        let empty = Labels::new();
+        let pinned = match self.pinned_labels.get(inv.name.as_str()) {
+            Some(p) => p,
+            None if self.labels_from_config_only => &empty,
+            None => return ClientCommand::RegisterNode(inv),
+        };
+        let (own, declared) = split_labels(&inv.labels);
+        if &declared != pinned {
+            tracing::warn!(
+                node = %inv.name,
+                declared = ?declared,
+                pinned = ?pinned,
+                "a node's agent declares other labels than the config's [agents.labels]; the config's are kept"
+            );
         }
+        inv.labels = pinned.clone();
+        inv.labels.extend(own);
         ClientCommand::RegisterNode(inv)
     }
 
@@ -1552,7 +1562,7 @@ mod tests {
         let pinned: Labels = [("pool".to_string(), "batch".to_string())].into();
         r.service = r
             .service
-            .with_pinned_labels([("n1".to_string(), pinned.clone())].into());
+            .with_pinned_labels([("n1".to_string(), pinned.clone())].into(), true);
         let n1 = who(Role::Agent, "n1");
         let mut inv = r.service.shared.read().unwrap().state.nodes[&NodeName::from("n1")]
             .inventory
@@ -1586,6 +1596,41 @@ mod tests {
                 assert_eq!(i.labels.len(), 2);
             }
             other => panic!("{other:?}"),
+        }
+        // With `labels_from_config_only`, a node the config does not name gets none
+        // of the labels its agent declares, but its own `tranche.` ones.
+        let n9 = who(Role::Agent, "n9");
+        let mut other = inv_named("n9");
+        other.labels.insert("pool".into(), "prod".into());
+        other
+            .labels
+            .insert("tranche.logs".into(), "127.0.0.1:2".into());
+        match r
+            .service
+            .handle(&n9, write(ClientCommand::RegisterNode(other)))
+            .await
+        {
+            Response::Applied(_) => {}
+            other => panic!("{other:?}"),
+        }
+        let last = r.written.lock().unwrap().last().cloned();
+        match last {
+            Some(Command::RegisterNode(i)) => assert_eq!(
+                i.labels,
+                [("tranche.logs".to_string(), "127.0.0.1:2".to_string())].into()
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn inv_named(name: &str) -> tranche_model::NodeInventory {
+        tranche_model::NodeInventory {
+            name: name.into(),
+            address: "127.0.0.1".into(),
+            labels: Default::default(),
+            gpus: vec![],
+            cpus: 1,
+            memory_mb: 1,
         }
     }
 

@@ -349,4 +349,75 @@ fn forgotten_jobs_are_read_back_from_history_on_every_surface() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let e = text(&out.stderr);
     assert!(e.contains(&format!("job {bad} ended FAILED")), "{e}");
+
+    // The dashboard's preemptions of a job that has left the state: nlp borrows
+    // vision's idle A100s, vision takes them back, then every job is cancelled.
+    let sleeper = |share: &str, prio: &str| -> u64 {
+        let out = tranche(
+            &alice,
+            &[
+                "submit",
+                "--share",
+                share,
+                "--gpus",
+                "4",
+                "--unit",
+                "a100",
+                "--priority",
+                prio,
+                "--time",
+                "1h",
+                "--parsable",
+                "--",
+                "sleep",
+                "600",
+            ],
+        );
+        ok(out).trim().parse().unwrap()
+    };
+    let running = |id: u64| {
+        wait_until_blocking("a job RUNNING", Duration::from_secs(60), || {
+            let s = ok(tranche(&alice, &["show", &id.to_string()]));
+            if s.lines().next().is_some_and(|l| l.ends_with("RUNNING")) {
+                Ok(())
+            } else {
+                Err(s)
+            }
+        })
+        .unwrap()
+    };
+    let nlp = [sleeper("nlp", "0"), sleeper("nlp", "0")];
+    nlp.iter().for_each(|id| running(*id));
+    let owner = sleeper("vision", "10");
+    running(owner);
+    let ids: Vec<String> = [nlp[0], nlp[1], owner].iter().map(u64::to_string).collect();
+    let mut cancel = vec!["cancel"];
+    cancel.extend(ids.iter().map(String::as_str));
+    ok(tranche(&alice, &cancel));
+    wait_until_blocking("the three leave the state", Duration::from_secs(60), || {
+        let hot = hot_ids(&alice);
+        match hot.iter().any(|id| nlp.contains(id) || *id == owner) {
+            true => Err(format!("still in the state: {hot:?}")),
+            false => Ok(()),
+        }
+    })
+    .unwrap();
+    let preempted: Vec<u64> = nlp
+        .into_iter()
+        .filter(|id| {
+            let v: Value =
+                serde_json::from_str(&ok(tranche(&alice, &["show", "--json", &id.to_string()])))
+                    .unwrap();
+            v["preemptions"].as_u64() > Some(0)
+        })
+        .collect();
+    assert_eq!(preempted.len(), 1, "{nlp:?}");
+    let (code, v) = get(&alice, &format!("/api/v1/preemptions?job={}", preempted[0]));
+    assert_eq!(code, 200, "{v}");
+    let p = &v["preemptions"][0];
+    assert_eq!(
+        (p["kind"].as_str(), p["victim"]["id"].as_u64()),
+        (Some("reclaim"), Some(preempted[0])),
+        "{v}"
+    );
 }

@@ -74,11 +74,12 @@ class Dev:
         return "https://" + m.group(1)
 
 
-def start_dev(tmp: Path) -> Dev:
+def start_dev(tmp: Path, *args: str) -> Dev:
+    """Starts `tranche dev` in `tmp`, with `args` as more of its options."""
     env = dict(os.environ, TRANCHE_LOG="warn")
     err = open(tmp / "dev.err", "w+")
     proc = subprocess.Popen(
-        [tranche_bin(), "dev", "--dir", str(tmp / "cluster")],
+        [tranche_bin(), "dev", "--dir", str(tmp / "cluster"), *args],
         stdout=subprocess.PIPE,
         stderr=err,
         text=True,

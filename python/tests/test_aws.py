@@ -156,6 +156,62 @@ def make_share(admin, jq: str, name: str, strategy: str, *, borrow: int | None =
     )["quotaShareArn"]
 
 
+@pytest.fixture(scope="module")
+def dev_short():
+    """A `tranche dev` whose controllers move ended jobs out of their state into
+    their history store a second after they end."""
+    with tempfile.TemporaryDirectory(prefix="tranche-py-aws-history-") as tmp:
+        d = start_dev(Path(tmp), "--job-hot-s", "1")
+        try:
+            yield d
+        finally:
+            stop_dev(d)
+
+
+def test_ended_jobs_are_described_and_listed_after_they_leave_the_state(dev_short):
+    import tranche
+
+    build_image(Path(dev_short.dir) / "images" / "tranche-train")
+    admin = client(dev_short, issue_key(dev_short, "admin", "admin"))
+    user = client(dev_short)
+    sp, se, jq = make_queue(admin)
+    qs = uniq("qs")
+    make_share(admin, jq, qs, "LEND", units=3)
+
+    def submit(name: str, **kw: Any) -> dict:
+        return user.submit_service_job(
+            jobName=name, jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
+            serviceRequestPayload=payload(name, **kw))
+
+    done = [submit("done-a"), submit("done-b")]
+    bad = submit("broken", entry=["/bin/sh", "-c", "exit 4"])
+    sdk = tranche.Cluster.from_config(dev_short.config)
+    try:
+        for j in done + [bad]:
+            wait_for(f"job {j['jobId']} to leave the state",
+                     lambda: sdk.job(int(j["jobId"])).archived)
+    finally:
+        sdk.close()
+    d = user.describe_service_job(jobId=done[0]["jobArn"])
+    assert (d["status"], d["jobName"], d["quotaShareName"]) == ("SUCCEEDED", "done-a", qs)
+    assert d["jobQueue"].endswith(f":job-queue/{jq}") and d["stoppedAt"] >= d["startedAt"] > 0
+    assert user.describe_service_job(jobId=bad["jobId"])["status"] == "FAILED"
+    ok = user.list_service_jobs(jobQueue=jq, jobStatus="SUCCEEDED")["jobSummaryList"]
+    assert sorted(j["jobId"] for j in ok) == sorted(j["jobId"] for j in done)
+    assert all(j["status"] == "SUCCEEDED" for j in ok)
+    failed = user.list_service_jobs(jobQueue=jq, jobStatus="FAILED")["jobSummaryList"]
+    assert [j["jobId"] for j in failed] == [bad["jobId"]]
+    # The paging token carries on through the history.
+    pages = list(user.get_paginator("list_service_jobs").paginate(
+        jobQueue=jq, jobStatus="SUCCEEDED", PaginationConfig={"PageSize": 1}))
+    assert [[j["jobId"] for j in p["jobSummaryList"]] for p in pages if p["jobSummaryList"]] == \
+        [[j["jobId"]] for j in ok]
+    expect_client_error(lambda: user.list_service_jobs(
+        jobQueue=jq, jobStatus="SUCCEEDED", nextToken="nope"), "nextToken")
+    # Nothing of them is RUNNING any more.
+    assert user.list_service_jobs(jobQueue=jq)["jobSummaryList"] == []
+
+
 def test_objects_are_made_described_listed_paged_and_deleted(dev, admin):
     sp, se, jq = make_queue(admin)
     envs = admin.describe_service_environments(serviceEnvironments=[se])["serviceEnvironments"]

@@ -26,7 +26,7 @@ import pytest
 
 import tranche
 
-from conftest import REPO, tranche_bin
+from conftest import REPO, start_dev, stop_dev, tranche_bin
 
 MISSING = None
 try:
@@ -158,6 +158,11 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def browser(dev: Any) -> Iterator[Browser]:
+    yield from browser_on(dev)
+
+
+def browser_on(dev: Any) -> Iterator[Browser]:
+    """Headless chromium on `dev`'s dashboard, quit at the end."""
     found = find_browser()
     if isinstance(found, str):
         skip_or_fail(found)
@@ -276,6 +281,34 @@ def test_the_dashboard_loads_every_page_without_console_errors(browser, dev, adm
                 j.cancel()
             except tranche.TrancheError:
                 pass
+
+
+def test_the_job_page_of_a_job_that_left_the_state_shows_it_archived(tmp_path):
+    # A cluster of its own, whose controllers move ended jobs to their history store a
+    # second after they end.
+    short = start_dev(tmp_path, "--job-hot-s", "1")
+    try:
+        c = tranche.Cluster.from_config(short.config)
+        job = c.submit(share="nlp", gpus=1, name="archived", command=["sh", "-c", "echo kept on n"])
+        assert job.wait(timeout=60) == "SUCCEEDED"
+        deadline = time.monotonic() + 60
+        while not job.refresh().archived:
+            assert time.monotonic() < deadline, "the job did not leave the state"
+            time.sleep(0.3)
+        assert job.id not in [j.id for j in c.jobs()]
+        c.close()
+        for b in browser_on(short):
+            b.open(dashboard_url(short).split("#token=")[1])
+            b.go(f"job/{job.id}")
+            b.until(lambda d: "SUCCEEDED" in b.text("h1"), 15, "the job's header")
+            note = b.text("[data-field=archived]")
+            assert "Archived" in note and "history" in note, note
+            b.until(lambda d: "kept on n" in b.text("#log"), 15, "the output the agent keeps")
+            assert b.d.find_elements(By.CSS_SELECTOR, "#timeline rect")
+            b.shot("job-archived", full=True)
+            assert b.errors() == []
+    finally:
+        stop_dev(short)
 
 
 def test_a_submitted_job_shows_on_queue_then_nodes_without_a_reload(browser, dev, admin_token, cluster):

@@ -106,6 +106,31 @@ def test_listing_with_filters(cluster):
     assert [j.id for j in everything] == sorted(j.id for j in everything)
 
 
+def test_history_lists_ended_jobs_newest_end_first(cluster):
+    first = cluster.submit(share="nlp", gpus=1, command=["true"], name="hist-a")
+    assert first.wait(timeout=60) == "SUCCEEDED"
+    second = cluster.submit(share="nlp", gpus=1, command=["sh", "-c", "exit 2"], name="hist-b")
+    assert second.wait(timeout=60) == "FAILED"
+    user = first.data["spec"]["user"]
+    recent = cluster.history(user=user, since=time.time() - 3600, limit=None)
+    ids = [r["job"]["id"] for r in recent]
+    assert ids.index(second.id) < ids.index(first.id)
+    assert [r["ended_at"] for r in recent] == sorted((r["ended_at"] for r in recent), reverse=True)
+    failed = cluster.history(user=user, state="FAILED", limit=None)
+    assert second.id in [r["job"]["id"] for r in failed]
+    assert all(r["job"]["status"] == "FAILED" for r in failed)
+    r = next(r for r in failed if r["job"]["id"] == second.id)
+    assert r["exit_code"] == 2 and r["archived"] is False and not second.archived
+    # One at a time, the pages follow on.
+    one = cluster.history(user=user, limit=1)
+    assert len(one) == 1
+    after = cluster.history(user=user, limit=1, before=f"{one[0]['ended_at']}.{one[0]['job']['id']}")
+    assert after and (after[0]["ended_at"], after[0]["job"]["id"]) < (one[0]["ended_at"], one[0]["job"]["id"])
+    with pytest.raises(tranche.BadRequest) as e:
+        cluster.history(state="RUNNING")
+    assert e.value.field == "state", e.value
+
+
 def test_cluster_views(cluster):
     names = {s["name"] for s in cluster.shares()}
     assert names == {"research", "vision", "nlp"}

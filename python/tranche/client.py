@@ -21,6 +21,7 @@ import time
 import tomllib
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlencode, urlsplit
 
@@ -427,6 +428,48 @@ class Cluster:
             if after is None:
                 return out
 
+    def history(
+        self,
+        *,
+        since: datetime | float | None = None,
+        user: str | None = None,
+        share: str | None = None,
+        state: str | Sequence[str] | None = None,
+        limit: int | None = 100,
+        before: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Ended jobs (SUCCEEDED, FAILED, CANCELLED), newest end first: those still in
+        the controllers' state and those that have left it for the history store.
+
+        ``since`` is a :class:`~datetime.datetime` or seconds since the epoch (default:
+        every job the history holds); ``state`` one ended state or several. Pages are
+        fetched until ``limit`` jobs (``None``: all of them). Each record is the API's:
+        ``job`` (the summary), ``ended_at`` (ms), ``elapsed_ms``, ``exit_code``,
+        ``reason``, ``archived``. ``before`` continues after a record: pass
+        ``f"{r['ended_at']}.{r['job']['id']}"`` of the last one seen."""
+        if state is not None and not isinstance(state, str):
+            state = ",".join(state)
+        since_ms: int | None = None
+        if isinstance(since, datetime):
+            since_ms = int(since.timestamp() * 1000)
+        elif since is not None:
+            since_ms = int(since * 1000)
+        out: list[dict[str, Any]] = []
+        while True:
+            page = min(1000, limit - len(out)) if limit is not None else 1000
+            if page <= 0:
+                return out
+            r = self.request(
+                "GET",
+                "/api/v1/history",
+                params={"since": since_ms, "user": user, "share": share, "state": state,
+                        "limit": page, "before": before},
+            )
+            out.extend(r["jobs"])
+            before = r.get("next")
+            if before is None:
+                return out
+
     def array_tasks(self, array: "int | Job") -> list["Job"]:
         """The tasks of an array (by its id, or the job its submit returned)."""
         return self.jobs(array=array.id if isinstance(array, Job) else array)
@@ -581,6 +624,12 @@ class Job:
         if "status" not in self._data:
             self.refresh()
         return str(self._data["status"])
+
+    @property
+    def archived(self) -> bool:
+        """Whether the job has ended and left the controllers' state (it is read from
+        the history store of the controller that answered)."""
+        return bool(self.data.get("archived", False))
 
     @property
     def exit_code(self) -> int | None:

@@ -76,6 +76,20 @@ pub struct DevArgs {
     /// temporary dir that is removed at the end.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Ended jobs leave the controllers' state for their history store this many
+    /// seconds after they end (the controllers' `[retention] job_hot_s`; the leader
+    /// then looks for them as often, at least once a minute). Default: the
+    /// controllers' own, a day.
+    #[arg(long, value_name = "SECONDS")]
+    job_hot_s: Option<u64>,
+}
+
+/// The controllers' `[retention]` table for `--job-hot-s`.
+fn retention_config(job_hot_s: u64) -> String {
+    format!(
+        "\n[retention]\njob_hot_s = {job_hot_s}\ncheck_s = {}\n",
+        job_hot_s.clamp(1, 60)
+    )
 }
 
 fn step(msg: &str) {
@@ -158,6 +172,9 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     // reused, so that keys issued before still sign).
     let key_secret = dir.join("certs").join(KEY_SECRET_FILE);
     opts.extra_config += &aws_config(&dir, &key_secret);
+    if let Some(s) = args.job_hot_s {
+        opts.extra_config += &retention_config(s);
+    }
     let mut c = LocalCluster::create(&dir, 3, opts)?;
     if !key_secret.exists() {
         tranche_controller::aws::keys::write_key_secret_file(&key_secret)?;

@@ -7,8 +7,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use tranche_client::ClientError;
 use tranche_model::JobRef;
-use tranche_proto::{LogRequest, Query, Response, LOGS_LABEL};
+use tranche_proto::{ApiError, LogRequest, Query, Response, LOGS_LABEL};
 
 use crate::client_cfg;
 use crate::output::{failed, run, unexpected, Fail};
@@ -101,11 +102,36 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
         Response::Nodes(n) => n,
         other => return Err(unexpected(&other)),
     };
+    // A job's output is kept on the nodes it ran on, not in the controllers' state
+    // or history: once the agent no longer has it, say so plainly.
+    let ended = job.status.is_terminal().then(|| {
+        format!(
+            "job {} {} at {}; ",
+            job.job_ref(),
+            job.status.as_str(),
+            crate::fmt::local_time(tranche_state::retention::ended_at(&job))
+        )
+    });
+    let gone = |node: &tranche_model::NodeName, why: String| -> Fail {
+        match &ended {
+            Some(e) => (
+                1,
+                format!(
+                    "{e}its output is no longer on node {node} ({why}). The output of an \
+                     ended job lives only in the spool of the agent that ran it (or in the \
+                     files its --output/--error named), not in the controllers' history"
+                ),
+            ),
+            None => (1, why),
+        }
+    };
     let mut out = std::io::stdout().lock();
     for (rank, node) in chosen {
-        let addr = nodes
-            .iter()
-            .find(|n| n.inventory.name == node)
+        let known = nodes.iter().find(|n| n.inventory.name == node);
+        if known.is_none() && ended.is_some() {
+            return Err(gone(&node, "the node has left the cluster".into()));
+        }
+        let addr = known
             .and_then(|n| n.inventory.labels.get(LOGS_LABEL))
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| {
@@ -130,7 +156,10 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
                 let _ = out.flush();
             })
             .await
-            .map_err(failed)?;
+            .map_err(|e| match e {
+                ClientError::Api(ApiError::NotFound(why)) => gone(&node, why),
+                e => failed(e),
+            })?;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod bench;
 mod client_cfg;
 mod dev;
 mod fmt;
+mod history;
 mod job_list;
 mod keys;
 mod leader_cache;
@@ -55,9 +56,11 @@ enum Cmd {
     ///
     /// Example: tranche submit --share vision --gpus 8 --time 4h -- python train.py
     Submit(user_cmds::SubmitArgs),
-    /// List jobs (like squeue).
+    /// List jobs (like squeue); with --history, the jobs that have ended (like sacct).
     ///
     /// Example: tranche jobs --me --state RUNNING
+    ///
+    /// Example: tranche jobs --history --since 7d --state FAILED
     Jobs(user_cmds::JobsArgs),
     /// Everything about one job: attempts, allocation, transitions with reasons.
     ///

@@ -529,7 +529,8 @@ async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<
 pub struct JobsArgs {
     #[arg(long)]
     share: Option<String>,
-    /// A state (PENDING, RUNNABLE, RUNNING, ...); repeatable.
+    /// A state (PENDING, RUNNABLE, RUNNING, ...), or several comma-separated;
+    /// repeatable. With --history: SUCCEEDED, FAILED, CANCELLED.
     #[arg(long = "state")]
     states: Vec<String>,
     #[arg(long)]
@@ -554,6 +555,22 @@ pub struct JobsArgs {
     /// time, gpus, unit, submitted, preemptions, nodes, pos, start, reason, where.
     #[arg(long, short = 'o')]
     format: Option<String>,
+    /// The jobs that have ended, newest end first (like sacct): id, name, user, share,
+    /// state, end time, run time and exit code. They include the jobs that have left
+    /// the controllers' state for their history store.
+    #[arg(long, conflicts_with_all = ["watch", "array", "long", "format"])]
+    history: bool,
+    /// With --history: jobs that ended since a local date or time (2026-11-01,
+    /// 2026-11-01T08:00) or a span back from now (7d, 24h, 90m) [default: 1d].
+    #[arg(long, requires = "history")]
+    since: Option<String>,
+    /// With --history: at most this many jobs, fetched a page at a time [default: 100].
+    #[arg(long, requires = "history")]
+    limit: Option<u32>,
+    /// With --history: the jobs that ended before this cursor (`<ended_at>.<id>`, as
+    /// the previous listing's last line gives it).
+    #[arg(long, requires = "history")]
+    before: Option<String>,
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -579,19 +596,32 @@ pub fn jobs(args: &JobsArgs) -> ExitCode {
 
 async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
     let (client, me) = connect(&args.config)?;
+    let user = if args.me {
+        Some(me.clone())
+    } else {
+        args.user.clone()
+    };
+    if args.history {
+        let h = crate::history::HistoryArgs {
+            since: args.since.as_deref(),
+            user,
+            share: args.share.as_deref(),
+            states: &args.states,
+            limit: args.limit,
+            before: args.before.as_deref(),
+            json: args.json,
+        };
+        return crate::history::list(&client, &h).await;
+    }
     let mut status = Vec::new();
-    for s in &args.states {
+    for s in args.states.iter().flat_map(|s| s.split(',')).map(str::trim) {
         status.push(JobStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
                 usage(format!("--state {s}: not a job state (PENDING, RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"))
             })?);
     }
     let filter = JobFilter {
         share: args.share.as_deref().map(Into::into),
-        user: if args.me {
-            Some(me.as_str().into())
-        } else {
-            args.user.as_deref().map(Into::into)
-        },
+        user: user.as_deref().map(Into::into),
         status,
         limit: None,
         array: args.array.map(JobId),
@@ -661,10 +691,14 @@ pub fn show(args: &ShowArgs) -> ExitCode {
             other => return Err(unexpected(&other)),
         };
         let hidden = j.spec.is_redacted();
+        let archived = crate::history::archived(&client, &j).await?;
         if args.json {
             let mut v = serde_json::to_value(&*j).unwrap_or_default();
             if let (true, Some(m)) = (hidden, v.as_object_mut()) {
                 m.insert("hidden".into(), tranche_model::REDACTED_FIELDS.into());
+            }
+            if let Some(m) = v.as_object_mut() {
+                m.insert("archived".into(), (archived == Some(true)).into());
             }
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             return Ok(());
@@ -743,6 +777,16 @@ pub fn show(args: &ShowArgs) -> ExitCode {
             s.checkpoint.signal, j.preemptions, j.failures
         );
         println!("  submitted {}", local_time(j.submitted_at));
+        if j.status.is_terminal() {
+            let at = local_time(tranche_state::retention::ended_at(&j));
+            match archived {
+                Some(true) => println!(
+                    "  ended {at}; archived: it has left the controllers' state and is read \
+                     from the history"
+                ),
+                _ => println!("  ended {at}"),
+            }
+        }
         if let Some(r) = &j.pending_reason {
             println!("  waiting: {}", r.render(now));
         }

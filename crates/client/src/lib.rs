@@ -440,6 +440,19 @@ impl Client {
         }
     }
 
+    /// One page of ended jobs, newest end first (linearizable): those still in the
+    /// controllers' state and those the answering controller's history store holds.
+    /// `HistoryPage::next`, passed back as `before`, gives the next page.
+    pub async fn history(
+        &self,
+        filter: tranche_proto::HistoryFilter,
+    ) -> Result<tranche_proto::HistoryPage, ClientError> {
+        match self.read(Query::History(filter), false).await? {
+            Response::History(p) => Ok(p),
+            other => Err(ClientError::Unexpected(other.kind().to_string())),
+        }
+    }
+
     /// An agent's heartbeat for its node, to the leader (followed as `request`
     /// follows it). Returns whether the leader knows the node.
     pub async fn heartbeat(&self, node: NodeName) -> Result<bool, ClientError> {

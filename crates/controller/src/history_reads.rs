@@ -29,8 +29,15 @@ pub fn ended_job(job: &Job, at: Millis, archived: bool, now: Millis) -> EndedJob
         Some(AttemptEnd::Stopped { code, .. }) => *code,
         _ => None,
     });
+    // The summary leaves out where and when a job that no longer runs ran; the
+    // history lists both, from its last attempt.
+    let mut summary = crate::views::summary(job, now);
+    if let Some(a) = job.attempts.last() {
+        summary.started_at = a.started_at;
+        summary.nodes = a.allocation.iter().map(|n| n.node.clone()).collect();
+    }
     EndedJob {
-        job: crate::views::summary(job, now),
+        job: summary,
         ended_at: at,
         exit_code,
         reason: job

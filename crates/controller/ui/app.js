@@ -726,7 +726,11 @@ function jobPage(root, id) {
         api(`preemptions?job=${job.id}&limit=100`),
       ]);
       const s = job.spec;
+      const ended = job.transitions.length ? job.transitions[job.transitions.length - 1].at : null;
       fill(head, el('h1', {}, `Job ${id} `, el('span', {class: 'muted'}, s.name), ' ', badge(job.status)),
+        job.archived ? el('p', {class: 'muted', dataset: {field: 'archived'}},
+          `Archived: this job ended ${ended ? localTime(ended) : ''} and has left the controllers' state; ` +
+          'it is read from the history of the controller that answered. Its output stays on its node only while the agent keeps it.') : null,
         el('div', {class: 'card'}, el('dl', {class: 'kv'},
           el('dt', {}, 'Share'), el('dd', {}, `${s.share} (queue ${s.queue})`),
           el('dt', {}, 'User'), el('dd', {}, s.user),

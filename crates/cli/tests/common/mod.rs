@@ -55,9 +55,15 @@ pub struct Dev {
 impl Dev {
     /// Starts `tranche dev` as the user `user` and waits for its `export` line.
     pub fn start(user: &str) -> Dev {
+        Dev::start_with(user, &[])
+    }
+
+    /// As [`Dev::start`], with more options for `tranche dev`.
+    pub fn start_with(user: &str, args: &[&str]) -> Dev {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let mut child = Command::new(env!("CARGO_BIN_EXE_tranche"))
             .arg("dev")
+            .args(args)
             .env("USER", user)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

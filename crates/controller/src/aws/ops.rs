@@ -1503,6 +1503,26 @@ impl Endpoint {
         if !(1..=1000).contains(&max) {
             return Err(AwsError::invalid("maxResults", "must be 1 to 1000"));
         }
+        // Ended jobs are listed from the history, which holds those that have left the
+        // state too: newest end first, a token is a history cursor.
+        if use_status && matches!(status, "SUCCEEDED" | "FAILED") {
+            let f = tranche_proto::HistoryFilter {
+                share: by_share.as_deref().map(Into::into),
+                status: match status {
+                    "SUCCEEDED" => vec![JobStatus::Succeeded],
+                    _ => vec![JobStatus::Failed, JobStatus::Cancelled],
+                },
+                limit: max as u32,
+                before: match r.next_token.as_deref() {
+                    None => None,
+                    Some(t) => Some(crate::http::history::parse_cursor(t).map_err(|_| {
+                        AwsError::invalid("nextToken", "is not a token this endpoint gave")
+                    })?),
+                },
+                ..Default::default()
+            };
+            return self.list_ended(cx, queue.as_deref(), f).await;
+        }
         // Newest first: a token is the id the next page starts below.
         let below = match r.next_token.as_deref() {
             None => u64::MAX,
@@ -1548,6 +1568,58 @@ impl Endpoint {
         Ok(with_next(
             json!({ "jobSummaryList": list }),
             next.map(|n: u64| n.to_string()),
+        ))
+    }
+
+    /// A page of ended jobs (`f`) in `queue`, from the state and the history store,
+    /// each as the caller may see it.
+    async fn list_ended(
+        &self,
+        cx: &Ctx<'_>,
+        queue: Option<&str>,
+        f: tranche_proto::HistoryFilter,
+    ) -> AwsResult<Value> {
+        if let Some(q) = queue {
+            if !cx.state().await?.queues.contains_key(&QueueName::from(q)) {
+                return Err(AwsError::client(format!("job queue {q} does not exist")));
+            }
+        }
+        let req = ClientRequest::Read {
+            query: Query::History(f),
+            stale: false,
+        };
+        let page = match cx.api.service.handle(&cx.who, req).await {
+            Answer::History(p) => p,
+            Answer::Error(e) => return Err(e.into()),
+            other => {
+                return Err(AwsError::server(format!(
+                    "the controller answered with {} where ended jobs were expected; retry",
+                    other.kind()
+                )))
+            }
+        };
+        // The whole record of each (the listing shows its attempts and capacity): from
+        // the state while it is there, else from the history store.
+        let history = cx.api.shared.read().unwrap().history.clone();
+        let mut list = Vec::new();
+        for e in page
+            .jobs
+            .iter()
+            .filter(|e| queue.is_none_or(|q| e.job.queue.as_str() == q))
+        {
+            let hot = cx.api.shared.read().unwrap().state.job(e.job.id).cloned();
+            let job = match (hot, &history) {
+                (Some(j), _) => Some(j),
+                (None, Some(h)) => h.get(e.job.id).map_err(AwsError::server)?.map(|(_, j)| j),
+                (None, None) => None,
+            };
+            if let Some(j) = job {
+                list.push(self.summary_json(&job_as_seen_by(&cx.who, &j)?));
+            }
+        }
+        Ok(with_next(
+            json!({ "jobSummaryList": list }),
+            page.next.as_ref().map(crate::http::history::cursor_text),
         ))
     }
 

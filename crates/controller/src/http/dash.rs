@@ -699,12 +699,24 @@ pub async fn preemptions(
         Answer::Shares(_) => {}
         other => return Err(unexpected(&other)),
     }
+    // A job asked for that has left the state is read from the history store: its own
+    // stops are still listed (those it caused were stops of jobs in the state).
+    let archived = match q.job.map(JobId) {
+        Some(id) if !api.shared.read().unwrap().state.jobs.contains_key(&id) => {
+            let history = api.shared.read().unwrap().history.clone();
+            match history {
+                Some(h) => h.get(id).map_err(HttpError::unavailable)?.map(|(_, j)| j),
+                None => None,
+            }
+        }
+        _ => None,
+    };
     let sh = api.shared.read().unwrap();
     let st = &sh.state;
     let now = wall_ms().max(sh.last_now);
     let brief = |id: JobId| st.jobs.get(&id).map(JobBrief::of);
     let mut all = Vec::new();
-    for j in st.jobs.values() {
+    for j in st.jobs.values().chain(archived.as_ref()) {
         for a in &j.attempts {
             let (kind, ongoing, at) = match (&a.end, &j.stop) {
                 (Some(AttemptEnd::Stopped { kind, .. }), _) => {

@@ -553,6 +553,9 @@ pub struct JobView {
     /// The parts of `spec` left out because the caller sees only the summary of
     /// another user's job (`image`, `command`, `env`, ...); empty when it sees all.
     pub hidden: Vec<String>,
+    /// The job has ended and left the controllers' replicated state: it is read from
+    /// the history store of the controller that answered.
+    pub archived: bool,
 }
 
 impl JobView {
@@ -614,6 +617,7 @@ impl JobView {
             } else {
                 vec![]
             },
+            archived: false,
         }
     }
 }

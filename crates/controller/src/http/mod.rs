@@ -15,6 +15,7 @@ pub mod dash;
 pub mod dto;
 pub mod error;
 mod extract;
+pub mod history;
 mod logs;
 pub mod openapi;
 mod routes;

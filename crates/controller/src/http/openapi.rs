@@ -10,7 +10,8 @@ use utoipa::{Modify, OpenApi};
 
 use super::dto::*;
 use super::error::{ErrorBody, ErrorDetail};
-use super::{logs, routes, stream};
+use super::history::{EndedJobView, HistoryPageView};
+use super::{history, logs, routes, stream};
 
 struct Security;
 
@@ -55,6 +56,7 @@ impl Modify for Security {
         routes::health, routes::whoami,
         routes::list_jobs, routes::submit, routes::get_job, routes::update_job,
         routes::cancel_job, routes::hold_job, routes::release_job, routes::explain_job, logs::logs,
+        history::history,
         routes::shares, routes::queue, routes::nodes, routes::drain, routes::resume,
         routes::controllers, routes::apply_policy, stream::events,
     ),
@@ -64,7 +66,7 @@ impl Modify for Security {
         JobPage, JobSpecView, NodeAllocView, AttemptEndView, AttemptView, TransitionView,
         StopView, JobView, ArrayTaskView, ExplanationView, UnitUsageView, ShareView, ShareFront, QueueView,
         GpuView, NodeView, MemberView, ControllersView, Health, WhoAmI, JobEventView,
-        UnitUseView, ShareEventView, routes::Done,
+        UnitUseView, ShareEventView, routes::Done, EndedJobView, HistoryPageView,
     )),
     modifiers(&Security),
     tags(

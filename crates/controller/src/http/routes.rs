@@ -36,6 +36,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/jobs/{id}/explain", get(explain_job))
         .route("/api/v1/jobs/{id}/logs", get(super::logs::logs))
+        .route("/api/v1/history", get(super::history::history))
         .route("/api/v1/shares", get(shares))
         .route("/api/v1/queue", get(queue))
         .route("/api/v1/nodes", get(nodes))
@@ -350,8 +351,12 @@ pub async fn submit(
 async fn job_view(api: &Api, caller: &Caller, id: JobRef) -> Result<JobView> {
     match api.read(caller, Query::Job(id)).await? {
         Answer::Job(j) => {
-            let now = wall_ms().max(api.shared.read().unwrap().last_now);
-            Ok(JobView::of(&j, now))
+            let sh = api.shared.read().unwrap();
+            let now = wall_ms().max(sh.last_now);
+            let mut v = JobView::of(&j, now);
+            // A job the state no longer holds was read from the history store.
+            v.archived = !sh.state.jobs.contains_key(&j.id);
+            Ok(v)
         }
         other => Err(unexpected(&other)),
     }

@@ -434,10 +434,42 @@ impl Client {
 
     /// A read: linearizable unless `stale`.
     pub async fn read(&self, query: Query, stale: bool) -> Result<Response, ClientError> {
-        match self.request(&ClientRequest::Read { query, stale }).await? {
+        let req = ClientRequest::Read { query, stale };
+        match self.request(&req).await? {
+            Response::Error(ApiError::NotFound(msg)) => self.read_elsewhere(&req, msg).await,
             Response::Error(e) => Err(ClientError::Api(e)),
             r => Ok(r),
         }
+    }
+
+    /// A job that is in no controller's state may still be in some controller's
+    /// history store (each controller keeps its own; one that caught up from a
+    /// snapshot lacks what was dropped before it): the other controllers are asked
+    /// before the job is said not to exist.
+    async fn read_elsewhere(
+        &self,
+        req: &ClientRequest,
+        msg: String,
+    ) -> Result<Response, ClientError> {
+        let ClientRequest::Read {
+            query: query @ (Query::Job(_) | Query::Explain(_)),
+            ..
+        } = req
+        else {
+            return Err(ClientError::Api(ApiError::NotFound(msg)));
+        };
+        let stale = ClientRequest::Read {
+            query: query.clone(),
+            stale: true,
+        };
+        for i in 0..self.controllers().len() {
+            if let Ok(r @ (Response::Job(_) | Response::Explain(_))) =
+                self.request_to(i, &stale).await
+            {
+                return Ok(r);
+            }
+        }
+        Err(ClientError::Api(ApiError::NotFound(msg)))
     }
 
     /// One page of ended jobs, newest end first (linearizable): those still in the

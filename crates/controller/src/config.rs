@@ -288,6 +288,11 @@ pub struct RetentionConfig {
     /// At most this many ended jobs stay in the hot state; beyond it the oldest leave
     /// before their `job_hot_s`.
     pub job_hot_max: u64,
+    /// At most this many MiB of ended jobs stay in the hot state (their specs' text,
+    /// an array's once, and about 512 bytes per job); beyond it the oldest leave
+    /// before their `job_hot_s`. It bounds what a user who fills specs to their limit
+    /// can make every controller hold.
+    pub job_hot_max_mb: u64,
     /// The history store drops jobs that ended more than this many days ago.
     pub history_days: u32,
     /// How often the leader looks for ended jobs to drop, in seconds. Tests and the
@@ -300,6 +305,7 @@ impl Default for RetentionConfig {
         RetentionConfig {
             job_hot_s: 24 * 3600,
             job_hot_max: 200_000,
+            job_hot_max_mb: 1024,
             history_days: 400,
             check_s: 60,
         }

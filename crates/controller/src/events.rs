@@ -128,7 +128,7 @@ impl EventLog {
             // These change no job's status.
             Command::UpdatePriority { .. }
             | Command::PruneLedger { .. }
-            | Command::ForgetEnded { .. }
+            | Command::ForgetEnded(_)
             | Command::PutEnvironment(_)
             | Command::PutPolicy(_)
             | Command::PutQueue(_)

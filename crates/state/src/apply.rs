@@ -84,11 +84,7 @@ impl State {
                 Ok(())
             }
             Command::Release { job } => self.release_jobs(job, now),
-            Command::ForgetEnded {
-                ended_before,
-                keep,
-                limit,
-            } => self.forget_ended(*ended_before, *keep, *limit),
+            Command::ForgetEnded(r) => self.forget_ended(r),
             Command::PutAccessKey(k) => self.put_access_key(k, now),
             Command::RevokeAccessKey { id } => self.revoke_access_key(id, now),
             Command::TagResource { resource, tags } => self.tag_resource(resource, tags),

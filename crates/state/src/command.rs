@@ -88,15 +88,9 @@ pub enum Command {
         resource: String,
         keys: Vec<String>,
     },
-    /// Leader only: ended jobs leave the state (see [`crate::retention`]): those that
-    /// ended before `ended_before`, and the oldest while more than `keep` ended jobs
-    /// would stay; at most `limit` jobs (an array leaves whole). Every controller
-    /// computes the same jobs ([`crate::State::forgettable`]).
-    ForgetEnded {
-        ended_before: Millis,
-        keep: u64,
-        limit: u32,
-    },
+    /// Leader only: ended jobs leave the state (see [`crate::retention`]). Every
+    /// controller computes the same jobs ([`crate::State::forgettable`]).
+    ForgetEnded(crate::retention::Retention),
 }
 
 /// What an agent reports about an attempt.

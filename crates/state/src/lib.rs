@@ -28,6 +28,7 @@ pub use apply::is_gang_stop;
 pub use aws::TAGGED_KINDS;
 pub use command::*;
 pub use plan::*;
+pub use retention::Retention;
 pub use session::*;
 pub use state::*;
 pub use touch::*;

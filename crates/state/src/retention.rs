@@ -2,8 +2,9 @@
 //!
 //! A job that has ended (SUCCEEDED, FAILED, CANCELLED) stays in the state while users
 //! are likely to look at it, then leaves it: the leader proposes
-//! [`Command::ForgetEnded`], which names a cut-off (jobs that ended before it), a cap
-//! (at most this many ended jobs stay, the oldest leave first) and a batch size, and
+//! [`Command::ForgetEnded`], which names a cut-off (jobs that ended before it), two caps
+//! (at most this many ended jobs, and this many bytes of their specs, stay; the oldest
+//! leave first) and a batch size ([`Retention`]), and
 //! every controller computes the same jobs from its copy of the state with
 //! [`State::forgettable`]. Before a controller drops them it writes them to its
 //! history store (outside this crate).
@@ -14,9 +15,29 @@
 //! waiting job still depends on is kept. The accounting ledger counts hours, not jobs:
 //! forgetting a job changes nothing in it.
 
+use serde::{Deserialize, Serialize};
+
 use crate::command::ApplyError;
 use crate::state::State;
 use tranche_model::*;
+
+/// What [`Command::ForgetEnded`] drops: see [`State::forgettable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// Entries that ended before this time leave.
+    pub ended_before: Millis,
+    /// While more ended jobs than this would stay, the oldest entries leave too.
+    pub keep_jobs: u64,
+    /// While the ended entries would weigh more than this ([`ENTRY_JOB_BYTES`] per job
+    /// and the text of each entry's spec), the oldest entries leave too.
+    pub keep_bytes: u64,
+    /// At most this many jobs leave (an array is never split).
+    pub limit: u32,
+}
+
+/// What an ended job weighs for [`Retention::keep_bytes`] besides its spec's text: its
+/// attempts, transitions and the maps that hold it, roughly.
+pub const ENTRY_JOB_BYTES: u64 = 512;
 
 /// The time `job` ended: that of its last transition (into its ended status).
 pub fn ended_at(job: &Job) -> Millis {
@@ -51,13 +72,19 @@ impl State {
         if job.array.is_some() && self.index.array_open.contains_key(&entry) {
             return;
         }
-        let at = self
-            .entry_jobs(entry)
-            .into_iter()
-            .map(ended_at)
-            .max()
-            .unwrap_or(0);
+        let jobs = self.entry_jobs(entry);
+        let at = jobs.iter().map(|j| ended_at(j)).max().unwrap_or(0);
+        let bytes = Self::entry_bytes(&jobs);
         self.index.ended.insert((at, entry));
+        self.index.ended_bytes += bytes;
+    }
+
+    /// What an entry weighs for [`Retention::keep_bytes`]: its first job's spec text
+    /// (an array's tasks share theirs) and [`ENTRY_JOB_BYTES`] per job. Values only, so
+    /// that every controller weighs alike.
+    fn entry_bytes(jobs: &[&Job]) -> u64 {
+        let spec = jobs.first().map_or(0, |j| j.spec.text_bytes() as u64);
+        spec + ENTRY_JOB_BYTES * jobs.len() as u64
     }
 
     /// Rebuilds the ended entries from the jobs (after the job counts are rebuilt).
@@ -82,8 +109,13 @@ impl State {
             }
         }
         ended.extend(arrays.into_iter().map(|(id, t)| (t, id)));
+        let bytes = ended
+            .iter()
+            .map(|&(_, e)| Self::entry_bytes(&self.entry_jobs(e)))
+            .sum();
         self.index.ended = ended;
         self.index.ended_jobs = count;
+        self.index.ended_bytes = bytes;
     }
 
     /// How many ended jobs the state holds.
@@ -96,27 +128,30 @@ impl State {
         self.index.ended.first().map(|&(t, _)| t)
     }
 
-    /// The jobs [`Command::ForgetEnded`] with these arguments drops, oldest entry
-    /// first: entries that ended before `ended_before`, and while more than `keep`
-    /// ended jobs would stay, the oldest others; no entry that a waiting job depends
-    /// on; at most `limit` jobs, except that an array is never split.
-    pub fn forgettable(&self, ended_before: Millis, keep: u64, limit: u32) -> Vec<JobId> {
-        self.forgettable_entries(ended_before, keep, limit)
+    /// What the ended entries weigh (see [`Retention::keep_bytes`]).
+    pub fn ended_bytes(&self) -> u64 {
+        self.index.ended_bytes
+    }
+
+    /// The jobs [`Command::ForgetEnded`] with `r` drops, oldest entry first: entries
+    /// that ended before `r.ended_before`, and while more than `r.keep_jobs` ended jobs
+    /// or `r.keep_bytes` would stay, the oldest others; no entry that a waiting job
+    /// depends on; at most `r.limit` jobs, except that an array is never split.
+    pub fn forgettable(&self, r: &Retention) -> Vec<JobId> {
+        self.forgettable_entries(r)
             .into_iter()
-            .flat_map(|(_, jobs)| jobs)
+            .flat_map(|(_, _, jobs)| jobs)
             .collect()
     }
 
-    fn forgettable_entries(
-        &self,
-        ended_before: Millis,
-        keep: u64,
-        limit: u32,
-    ) -> Vec<((Millis, JobId), Vec<JobId>)> {
+    #[allow(clippy::type_complexity)]
+    fn forgettable_entries(&self, r: &Retention) -> Vec<((Millis, JobId), u64, Vec<JobId>)> {
         let mut out = Vec::new();
-        let (mut n, mut left) = (0usize, self.index.ended_jobs);
+        let (mut n, mut jobs_left, mut bytes_left) =
+            (0usize, self.index.ended_jobs, self.index.ended_bytes);
         for &(at, entry) in &self.index.ended {
-            if n >= limit as usize || (at >= ended_before && left <= keep) {
+            let due = at < r.ended_before || jobs_left > r.keep_jobs || bytes_left > r.keep_bytes;
+            if n >= r.limit as usize || !due {
                 break;
             }
             let jobs = self.entry_jobs(entry);
@@ -126,23 +161,21 @@ impl State {
             {
                 continue;
             }
-            left = left.saturating_sub(jobs.len() as u64);
+            let bytes = Self::entry_bytes(&jobs);
+            jobs_left = jobs_left.saturating_sub(jobs.len() as u64);
+            bytes_left = bytes_left.saturating_sub(bytes);
             n += jobs.len();
-            out.push(((at, entry), jobs.iter().map(|j| j.id).collect()));
+            out.push(((at, entry), bytes, jobs.iter().map(|j| j.id).collect()));
         }
         out
     }
 
     /// Applies [`Command::ForgetEnded`]: drops the jobs [`State::forgettable`] names,
     /// with their idempotency tokens.
-    pub(crate) fn forget_ended(
-        &mut self,
-        ended_before: Millis,
-        keep: u64,
-        limit: u32,
-    ) -> Result<(), ApplyError> {
-        for (key, ids) in self.forgettable_entries(ended_before, keep, limit) {
+    pub(crate) fn forget_ended(&mut self, r: &Retention) -> Result<(), ApplyError> {
+        for (key, bytes, ids) in self.forgettable_entries(r) {
             self.index.ended.remove(&key);
+            self.index.ended_bytes = self.index.ended_bytes.saturating_sub(bytes);
             for id in ids {
                 let Some(job) = self.jobs.remove(&id) else {
                     continue;

@@ -243,6 +243,8 @@ pub(crate) struct Index {
     pub ended: BTreeSet<(Millis, JobId)>,
     /// How many jobs have ended.
     pub ended_jobs: u64,
+    /// What the entries in `ended` weigh (see [`crate::retention::Retention`]).
+    pub ended_bytes: u64,
 }
 
 /// A user's jobs in a share that have not ended: waiting (SUBMITTED, PENDING,
@@ -732,13 +734,15 @@ impl State {
                 a.owned, a.share_jobs, b.owned, b.share_jobs
             ));
         }
-        if (&a.ended, a.ended_jobs) != (&b.ended, b.ended_jobs) {
+        if (&a.ended, a.ended_jobs, a.ended_bytes) != (&b.ended, b.ended_jobs, b.ended_bytes) {
             return Err(format!(
-                "ended index differs: {} entries, {} jobs vs {} entries, {} jobs",
+                "ended index differs: {} entries, {} jobs, {} bytes vs {} entries, {} jobs, {} bytes",
                 a.ended.len(),
                 a.ended_jobs,
+                a.ended_bytes,
                 b.ended.len(),
-                b.ended_jobs
+                b.ended_jobs,
+                b.ended_bytes
             ));
         }
         if a.share_used != b.share_used || a.queue_used != b.queue_used {

@@ -37,7 +37,7 @@ impl State {
             | Command::DeleteShare(_) => return Touched::All,
             Command::Submit(_)
             | Command::PruneLedger { .. }
-            | Command::ForgetEnded { .. }
+            | Command::ForgetEnded(_)
             | Command::PutAccessKey(_)
             | Command::RevokeAccessKey { .. }
             | Command::TagResource { .. }

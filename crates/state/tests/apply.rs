@@ -568,22 +568,17 @@ fn command() -> impl Gen<Value = Command> {
         1 => (share_name, 0u32..12, prop_oneof![Just(Strategy::Reserve), Just(Strategy::Lend), Just(Strategy::LendAndBorrow)])
             .prop_map(|(s, m, st)| Command::PutShare(share(s, st, m))),
         // Times are offsets back from the entry's time, filled in by the runner.
-        2 => (0u64..20_000, 0u64..6, 1u32..8).prop_map(|(back, keep, limit)| Command::ForgetEnded { ended_before: back, keep, limit }),
+        2 => (0u64..20_000, 0u64..6, 0u64..4_000, 1u32..8).prop_map(|(back, keep_jobs, keep_bytes, limit)| Command::ForgetEnded(Retention { ended_before: back, keep_jobs, keep_bytes, limit })),
     ]
 }
 
 /// A generated `ForgetEnded`'s cut-off, `back` ms before `now`.
 fn at_entry(c: Command, now: Millis) -> Command {
     match c {
-        Command::ForgetEnded {
-            ended_before: back,
-            keep,
-            limit,
-        } => Command::ForgetEnded {
-            ended_before: now.saturating_sub(back),
-            keep,
-            limit,
-        },
+        Command::ForgetEnded(r) => Command::ForgetEnded(Retention {
+            ended_before: now.saturating_sub(r.ended_before),
+            ..r
+        }),
         c => c,
     }
 }
@@ -645,7 +640,7 @@ proptest! {
                 c => at_entry(c, now),
             };
             let forgettable = match &c {
-                Command::ForgetEnded { ended_before, keep, limit } => st.forgettable(*ended_before, *keep, *limit),
+                Command::ForgetEnded(r) => st.forgettable(r),
                 _ => vec![],
             };
             for id in &forgettable {
@@ -1315,8 +1310,8 @@ proptest! {
                 Command::ApplyPlan(_) => Command::ApplyPlan(tranche_sched::plan(&st, now)),
                 c => at_entry(c, now),
             };
-            if let Command::ForgetEnded { ended_before, keep, limit } = &c {
-                forgotten.extend(st.forgettable(*ended_before, *keep, *limit).into_iter().map(|id| st.jobs[&id].clone()));
+            if let Command::ForgetEnded(r) = &c {
+                forgotten.extend(st.forgettable(r).into_iter().map(|id| st.jobs[&id].clone()));
             }
             let _ = st.apply(&c, now);
         }

@@ -422,17 +422,22 @@ fn cancel(st: &mut State, job: JobRef, now: Millis) {
     );
 }
 
-fn forget(st: &mut State, ended_before: Millis, keep: u64, now: Millis) -> Vec<JobId> {
-    let ids = st.forgettable(ended_before, keep, 1_000);
-    ok(
+fn forget(st: &mut State, ended_before: Millis, keep_jobs: u64, now: Millis) -> Vec<JobId> {
+    forget_by(
         st,
-        Command::ForgetEnded {
+        Retention {
             ended_before,
-            keep,
+            keep_jobs,
+            keep_bytes: u64::MAX,
             limit: 1_000,
         },
         now,
-    );
+    )
+}
+
+fn forget_by(st: &mut State, r: Retention, now: Millis) -> Vec<JobId> {
+    let ids = st.forgettable(&r);
+    ok(st, Command::ForgetEnded(r), now);
     for id in &ids {
         assert!(st.job(*id).is_none(), "job {id} is still held");
     }
@@ -519,4 +524,29 @@ fn an_array_leaves_whole_once_its_last_task_has_ended() {
     let back = State::restore(&st.snapshot()).unwrap();
     assert_eq!(back, st);
     back.check_index().unwrap();
+}
+
+#[test]
+fn beyond_the_byte_cap_the_oldest_ended_jobs_leave() {
+    let mut st = cluster(JobLimits::default());
+    let mut ids = vec![];
+    for i in 0..3 {
+        let mut s = spec("alice");
+        s.env.insert("BLOB".into(), "x".repeat(10_000));
+        let id = submitted(ok(&mut st, Command::Submit(s), 1));
+        cancel(&mut st, JobRef::job(id), 10 + i);
+        ids.push(id);
+    }
+    let each = st.ended_bytes() / 3;
+    assert!(each > 10_000 + retention::ENTRY_JOB_BYTES, "{each}");
+    // Room for two: the oldest leaves, however recent it is.
+    let r = Retention {
+        ended_before: 0,
+        keep_jobs: u64::MAX,
+        keep_bytes: 2 * each + 1,
+        limit: 1_000,
+    };
+    assert_eq!(forget_by(&mut st, r, 20), vec![ids[0]]);
+    assert_eq!(st.ended_bytes(), 2 * each);
+    assert_eq!(forget_by(&mut st, r, 21), vec![]);
 }

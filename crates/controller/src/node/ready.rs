@@ -13,7 +13,6 @@ use std::time::Instant;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Snapshot};
 use tracing::{debug, error, info, warn};
-use tranche_model::Millis;
 use tranche_proto::peer::Proposal;
 use tranche_proto::Member;
 use tranche_raftlog::PersistBatch;
@@ -195,13 +194,8 @@ impl RaftNode {
                             (_, None) => {}
                         }
                         let shr = &mut *sh;
-                        if let Command::ForgetEnded {
-                            ended_before,
-                            keep,
-                            limit,
-                        } = &*cmd
-                        {
-                            archive(shr, *ended_before, *keep, *limit)?;
+                        if let Command::ForgetEnded(r) = &*cmd {
+                            archive(shr, r)?;
                         }
                         let before = shr.events.before(&shr.state, &cmd, e.index);
                         let applied = shr.state.apply_request(p.request.as_ref(), &cmd, now);
@@ -308,11 +302,11 @@ impl RaftNode {
 /// Writes the jobs that `ForgetEnded` is about to drop to this controller's history
 /// store, durably, before they leave memory. A store that cannot be written stops the
 /// controller: it drops no job it could not keep.
-fn archive(sh: &mut Shared, ended_before: Millis, keep: u64, limit: u32) -> Result<(), NodeError> {
+fn archive(sh: &mut Shared, r: &tranche_state::Retention) -> Result<(), NodeError> {
     let Some(history) = &sh.history else {
         return Ok(());
     };
-    let ids = sh.state.forgettable(ended_before, keep, limit);
+    let ids = sh.state.forgettable(r);
     if ids.is_empty() {
         return Ok(());
     }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
-use tranche_state::Command;
+use tranche_state::{Command, Retention};
 
 use super::RaftNode;
 use crate::mailbox::wall_ms;
@@ -34,30 +34,33 @@ impl RaftNode {
             return;
         }
         self.last_forget = Instant::now();
-        let ended_before = wall_ms().saturating_sub(r.job_hot_s.saturating_mul(1000));
-        let (keep, limit) = (r.job_hot_max, FORGET_BATCH);
+        let retention = Retention {
+            ended_before: wall_ms().saturating_sub(r.job_hot_s.saturating_mul(1000)),
+            keep_jobs: r.job_hot_max,
+            keep_bytes: r.job_hot_max_mb.saturating_mul(1 << 20),
+            limit: FORGET_BATCH,
+        };
         let n = {
             let sh = self.shared.read().unwrap();
-            let due = sh.state.oldest_ended().is_some_and(|t| t < ended_before)
-                || sh.state.ended_count() > keep;
+            let st = &sh.state;
+            let due = st
+                .oldest_ended()
+                .is_some_and(|t| t < retention.ended_before)
+                || st.ended_count() > retention.keep_jobs
+                || st.ended_bytes() > retention.keep_bytes;
             if !due {
                 0
             } else {
-                sh.state.forgettable(ended_before, keep, limit).len()
+                st.forgettable(&retention).len()
             }
         };
-        self.forget_backlog = n >= limit as usize;
+        self.forget_backlog = n >= FORGET_BATCH as usize;
         if n == 0 {
             return;
         }
         info!(jobs = n, "ended jobs leave the state for the history store");
         let id = self.new_id();
-        let cmd = Command::ForgetEnded {
-            ended_before,
-            keep,
-            limit,
-        };
-        self.propose(self.id, id, cmd, None);
+        self.propose(self.id, id, Command::ForgetEnded(retention), None);
     }
 
     /// Every controller drops its history records older than `history_days`, a batch

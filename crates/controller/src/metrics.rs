@@ -62,6 +62,21 @@ pub fn render(shared: &SharedRef) -> String {
         "CPU time of the latest scheduling pass (leader), from the scheduler taking the request to its answer.",
         vec![(String::new(), sh.last_pass.as_secs_f64())],
     );
+    g(
+        "tranche_state_jobs",
+        "Jobs in the replicated state (ended jobs not yet moved to the history store included).",
+        vec![(String::new(), sh.state.jobs.len() as f64)],
+    );
+    g(
+        "tranche_state_ended_jobs",
+        "Ended jobs still in the replicated state.",
+        vec![(String::new(), sh.state.ended_count() as f64)],
+    );
+    g(
+        "tranche_state_image_bytes",
+        "Size of the latest state image this controller wrote or installed.",
+        vec![(String::new(), sh.image_bytes as f64)],
+    );
     let shares = views::shares(&sh.state);
     g(
         "tranche_share_waiting_jobs",

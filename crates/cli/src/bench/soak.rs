@@ -31,7 +31,7 @@ use tranche_client::Client;
 use tranche_local::{demo, free_tcp_port, wait_until, LocalCluster};
 use tranche_model::{ArraySpec, JobId, JobRef, JobSpec, NodeName};
 use tranche_proto::{
-    ClientCommand, ClientRequest, HistoryFilter, MembershipChange, Query, Response,
+    ClientCommand, ClientRequest, HistoryFilter, JobFilter, MembershipChange, Query, Response,
 };
 use tranche_state::Progress;
 use tranche_tls::Role;
@@ -134,6 +134,9 @@ struct Figures {
     image_bytes: f64,
     install_s: f64,
     history_bytes: Vec<u64>,
+    raft_bytes: Vec<u64>,
+    /// The leader's position (1-based, as c1, c2, c3) when the figures were read.
+    leader: usize,
     history_ms: f64,
     history_page: usize,
     show_oldest_ms: f64,
@@ -192,7 +195,7 @@ pub async fn soak(args: &SoakArgs) -> Result<(), String> {
         );
         println!(
             "the retention clock runs fast: {} s stand for a day ([retention] job_hot_s = {}, \
-             check_s = 1); arrays of {} tasks from {} clients",
+             check_s = 1); arrays of {} tasks from {} clients; * marks the leader",
             args.hot_s, args.hot_s, args.array, args.clients
         );
         println!(
@@ -202,7 +205,7 @@ pub async fn soak(args: &SoakArgs) -> Result<(), String> {
             "days",
             "jobs/s",
             "hot jobs",
-            "RSS MiB c1/c2/c3",
+            "RSS MiB c1/c2/c3*",
             "image",
             "install",
             "history",
@@ -228,9 +231,10 @@ pub async fn soak(args: &SoakArgs) -> Result<(), String> {
             progress = (Instant::now(), ended);
         } else if progress.0.elapsed() > Duration::from_secs(120) {
             break Err(format!(
-                "no job ended for 120 s ({ended} of {} ended, {} submitted)",
+                "no job ended for 120 s ({ended} of {} ended, {} submitted; {})",
                 args.jobs,
-                load.submitted.load(Ordering::Relaxed)
+                load.submitted.load(Ordering::Relaxed),
+                not_ended(&admin).await
             ));
         }
         if ended < next {
@@ -313,29 +317,42 @@ async fn agent(client: Arc<Client>, node: NodeName, gpus: u32, load: Arc<Load>) 
         for (job, attempt) in fresh {
             let (c, l, r) = (client.clone(), load.clone(), reported.clone());
             tokio::spawn(async move {
-                let event = Progress::Exited {
-                    code: Some(0),
-                    reason: None,
-                };
-                match c
-                    .command(ClientCommand::JobProgress {
-                        job,
-                        attempt,
-                        event,
-                    })
-                    .await
-                {
-                    Ok(Ok(_)) => {
-                        l.ended.fetch_add(1, Ordering::Relaxed);
-                    }
-                    _ => {
-                        // Sent again once the node's work is next listed.
-                        l.report_retries.fetch_add(1, Ordering::Relaxed);
-                        r.lock().unwrap().remove(&(job, attempt));
-                    }
+                if report_exit(&c, job, attempt).await {
+                    l.ended.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    // Sent again once the node's work is next listed.
+                    l.report_retries.fetch_add(1, Ordering::Relaxed);
+                    r.lock().unwrap().remove(&(job, attempt));
                 }
             });
         }
+    }
+}
+
+/// Reports an attempt exited with code 0; whether the controllers applied it. A report
+/// left unanswered (a change of leader) may have been applied all the same: the job
+/// then says so.
+async fn report_exit(c: &Client, job: JobId, attempt: u32) -> bool {
+    let event = Progress::Exited {
+        code: Some(0),
+        reason: None,
+    };
+    match c
+        .command(ClientCommand::JobProgress {
+            job,
+            attempt,
+            event,
+        })
+        .await
+    {
+        Ok(Ok(_)) => true,
+        Ok(Err(_)) => false,
+        Err(_) => match c.read(Query::Job(JobRef::job(job)), false).await {
+            Ok(Response::Job(j)) => {
+                !j.status.is_active() && j.attempts.last().map(|a| a.number) == Some(attempt)
+            }
+            _ => false,
+        },
     }
 }
 
@@ -405,6 +422,27 @@ async fn submitter(
     }
 }
 
+/// What the controllers hold that has not ended, for a stalled run's message.
+async fn not_ended(admin: &Client) -> String {
+    match admin.read(Query::Jobs(JobFilter::default()), false).await {
+        Ok(Response::Jobs(jobs)) => {
+            let live: Vec<String> = jobs
+                .iter()
+                .filter(|j| j.status.is_active())
+                .map(|j| format!("{} {}", j.id, j.status))
+                .collect();
+            format!(
+                "the controllers hold {} jobs not ended{}{}",
+                live.len(),
+                if live.is_empty() { "" } else { ", e.g. " },
+                live.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
+        Ok(other) => format!("the job list answered {}", other.kind()),
+        Err(e) => format!("the job list: {e}"),
+    }
+}
+
 /// The value of an unlabelled gauge in a metrics text.
 fn gauge(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|l| {
@@ -432,12 +470,36 @@ async fn scrape(addr: &str) -> Result<String, String> {
     .map_err(|e| e.to_string())?
 }
 
+/// Makes a membership change, trying again while it is refused (a change of leader,
+/// the previous change not yet applied); a try whose answer was lost but which took
+/// effect counts.
 async fn membership(admin: &Client, change: MembershipChange) -> Result<(), String> {
-    match admin.request(&ClientRequest::Membership(change)).await {
-        Ok(Response::Done) => Ok(()),
-        Ok(other) => Err(format!("membership change answered {}", other.kind())),
-        Err(e) => Err(format!("membership change: {e}")),
+    let (id, adding) = match &change {
+        MembershipChange::Add(m) => (m.id, true),
+        MembershipChange::Remove { id } => (*id, false),
+    };
+    let what = if adding { "adding" } else { "removing" };
+    let mut last = String::new();
+    for tries in 0..40 {
+        if tries > 0 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if let Ok(Response::Controllers(s)) = admin.read(Query::Controllers, false).await {
+                if s.members.iter().any(|m| m.member.id == id && m.voter) == adding {
+                    return Ok(());
+                }
+            }
+        }
+        match admin
+            .request(&ClientRequest::Membership(change.clone()))
+            .await
+        {
+            Ok(Response::Done) => return Ok(()),
+            Ok(Response::Error(e)) => last = e.to_string(),
+            Ok(other) => last = format!("answered {}", other.kind()),
+            Err(e) => last = e.to_string(),
+        }
     }
+    Err(format!("{what} controller {id}: {last}"))
 }
 
 /// A fresh controller joins, installs a snapshot and catches up with the commit index
@@ -496,15 +558,18 @@ async fn measure(
         .into_iter()
         .map(rss_mib)
         .collect::<Result<Vec<_>, _>>()?;
-    let history_bytes = c
-        .controllers
-        .iter()
-        .map(|k| {
-            std::fs::metadata(k.data_dir.join("history.redb"))
-                .map(|m| m.len())
-                .unwrap_or(0)
-        })
-        .collect();
+    let file_sizes = |name: &str| -> Vec<u64> {
+        c.controllers
+            .iter()
+            .map(|k| {
+                std::fs::metadata(k.data_dir.join(name))
+                    .map(|m| m.len())
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
+    let history_bytes = file_sizes("history.redb");
+    let raft_bytes = file_sizes("raft.redb");
     // The history of the last simulated day, first page, as `tranche jobs --history
     // --since 1d` asks it.
     let mut times = Vec::new();
@@ -556,6 +621,8 @@ async fn measure(
         image_bytes: read("tranche_state_image_bytes")?,
         install_s,
         history_bytes,
+        raft_bytes,
+        leader: leader + 1,
         history_ms,
         history_page: page,
         show_oldest_ms,
@@ -581,6 +648,8 @@ fn print_report(args: &SoakArgs, f: &Figures) {
             "image_bytes": f.image_bytes,
             "install_s": f.install_s,
             "history_bytes": f.history_bytes,
+            "raft_log_bytes": f.raft_bytes,
+            "leader": format!("c{}", f.leader),
             "history_1d_first_page_ms": f.history_ms,
             "history_1d_first_page_jobs": f.history_page,
             "show_oldest_ms": f.show_oldest_ms,
@@ -590,7 +659,13 @@ fn print_report(args: &SoakArgs, f: &Figures) {
         }));
         return;
     }
-    let rss: Vec<String> = f.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
+    // The leader's marked with `*`.
+    let rss: Vec<String> = f
+        .rss_mib
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("{r:.0}{}", if i + 1 == f.leader { "*" } else { "" }))
+        .collect();
     let history = f.history_bytes.iter().copied().max().unwrap_or(0) as f64 / MIB;
     println!(
         "{:>9} {:>6.0}s {:>5.1} {:>6.0} {:>9} {:>17} {:>6.1}Mi {:>7.2}s {:>7.1}Mi {:>6.1}ms {:>5.1}ms {:>6.0}/{:<6.0}",

@@ -262,3 +262,25 @@ pub fn bind(addr: &str) -> Result<tiny_http::Server, String> {
     }
     Ok(server)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, RwLock};
+
+    use crate::mailbox::Shared;
+
+    #[test]
+    fn the_state_figures_are_exported() {
+        let mut sh = Shared::new(1);
+        sh.image_bytes = 12_345;
+        let text = super::render(&Arc::new(RwLock::new(sh)));
+        let lines: Vec<&str> = text.lines().collect();
+        for want in [
+            "tranche_state_jobs 0",
+            "tranche_state_ended_jobs 0",
+            "tranche_state_image_bytes 12345",
+        ] {
+            assert!(lines.contains(&want), "no line `{want}` in:\n{text}");
+        }
+    }
+}

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tranche_client::Client;
 use tranche_local::{demo, free_tcp_port, wait_until, LocalCluster};
-use tranche_model::{ArraySpec, JobId, JobRef, JobSpec, NodeName};
+use tranche_model::{ArraySpec, JobId, JobRef, JobSpec, JobStatus, NodeName};
 use tranche_proto::{
     ClientCommand, ClientRequest, HistoryFilter, JobFilter, MembershipChange, Query, Response,
 };
@@ -226,15 +226,27 @@ pub async fn soak(args: &SoakArgs) -> Result<(), String> {
         if let Some(e) = load.failed.get() {
             break Err(e.clone());
         }
-        let ended = load.ended.load(Ordering::Relaxed);
+        let mut ended = load.ended.load(Ordering::Relaxed);
         if ended != progress.1 {
             progress = (Instant::now(), ended);
-        } else if progress.0.elapsed() > Duration::from_secs(120) {
+        } else if progress.0.elapsed() > Duration::from_secs(10)
+            && load.submitted.load(Ordering::Relaxed) >= args.jobs
+        {
+            // An exit applied after its report was given up on is not counted: the
+            // controllers' own count ends the run.
+            if let Ok((0, _)) = not_ended(&admin).await {
+                ended = args.jobs;
+                load.ended.store(ended, Ordering::Relaxed);
+            }
+        }
+        if progress.0.elapsed() > Duration::from_secs(120) {
+            let held = match not_ended(&admin).await {
+                Ok((_, text)) | Err(text) => text,
+            };
             break Err(format!(
-                "no job ended for 120 s ({ended} of {} ended, {} submitted; {})",
+                "no job ended for 120 s ({ended} of {} ended, {} submitted; {held})",
                 args.jobs,
                 load.submitted.load(Ordering::Relaxed),
-                not_ended(&admin).await
             ));
         }
         if ended < next {
@@ -329,9 +341,7 @@ async fn agent(client: Arc<Client>, node: NodeName, gpus: u32, load: Arc<Load>) 
     }
 }
 
-/// Reports an attempt exited with code 0; whether the controllers applied it. A report
-/// left unanswered (a change of leader) may have been applied all the same: the job
-/// then says so.
+/// Reports an attempt exited with code 0; whether the controllers applied it.
 async fn report_exit(c: &Client, job: JobId, attempt: u32) -> bool {
     let event = Progress::Exited {
         code: Some(0),
@@ -346,10 +356,11 @@ async fn report_exit(c: &Client, job: JobId, attempt: u32) -> bool {
         .await
     {
         Ok(Ok(_)) => true,
-        Ok(Err(_)) => false,
-        Err(_) => match c.read(Query::Job(JobRef::job(job)), false).await {
+        // Refused, or unanswered (a change of leader, a write not committed in time,
+        // which may commit later): the job tells whether it took effect.
+        _ => match c.read(Query::Job(JobRef::job(job)), false).await {
             Ok(Response::Job(j)) => {
-                !j.status.is_active() && j.attempts.last().map(|a| a.number) == Some(attempt)
+                j.status.is_terminal() && j.attempts.last().map(|a| a.number) == Some(attempt)
             }
             _ => false,
         },
@@ -422,24 +433,32 @@ async fn submitter(
     }
 }
 
-/// What the controllers hold that has not ended, for a stalled run's message.
-async fn not_ended(admin: &Client) -> String {
-    match admin.read(Query::Jobs(JobFilter::default()), false).await {
+/// How many jobs the controllers hold that have not ended, and a few of them, for a
+/// stalled run's message.
+async fn not_ended(admin: &Client) -> Result<(usize, String), String> {
+    let filter = JobFilter {
+        status: JobStatus::ALL
+            .into_iter()
+            .filter(|s| !s.is_terminal())
+            .collect(),
+        ..JobFilter::default()
+    };
+    match admin.read(Query::Jobs(filter), false).await {
         Ok(Response::Jobs(jobs)) => {
             let live: Vec<String> = jobs
                 .iter()
-                .filter(|j| j.status.is_active())
                 .map(|j| format!("{} {}", j.id, j.status))
                 .collect();
-            format!(
+            let text = format!(
                 "the controllers hold {} jobs not ended{}{}",
                 live.len(),
                 if live.is_empty() { "" } else { ", e.g. " },
                 live.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
-            )
+            );
+            Ok((live.len(), text))
         }
-        Ok(other) => format!("the job list answered {}", other.kind()),
-        Err(e) => format!("the job list: {e}"),
+        Ok(other) => Err(format!("the job list answered {}", other.kind())),
+        Err(e) => Err(format!("the job list: {e}")),
     }
 }
 
@@ -763,7 +782,35 @@ fn print_summary(args: &SoakArgs, load: &Load, reports: &[Figures], took: Durati
 
 #[cfg(test)]
 mod tests {
-    use super::gauge;
+    use super::{gauge, SoakArgs};
+
+    fn args() -> SoakArgs {
+        SoakArgs {
+            jobs: 1000,
+            report_every: 100,
+            hot_s: 10,
+            array: 500,
+            clients: 2,
+            backlog: 1000,
+            nodes: 2,
+            gpus: 8,
+            dir: None,
+            json: false,
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_naming_the_flag() {
+        assert_eq!(args().check(), Ok(()));
+        let zero = SoakArgs { hot_s: 0, ..args() };
+        assert_eq!(zero.check(), Err("--hot-s must be at least 1".to_string()));
+        let big = SoakArgs {
+            array: 10_001,
+            ..args()
+        };
+        let e = big.check().unwrap_err();
+        assert!(e.contains("--array 10001") && e.contains("10000"), "{e}");
+    }
 
     #[test]
     fn a_gauge_is_read_by_its_exact_name() {

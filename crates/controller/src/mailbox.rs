@@ -67,6 +67,9 @@ pub struct Shared {
     /// This controller's history store of ended jobs that left the state (`None` in
     /// tests that run without a data dir).
     pub history: Option<Arc<crate::history::History>>,
+    /// Bytes of the latest state image this controller wrote or installed (0: none
+    /// yet).
+    pub image_bytes: u64,
 }
 
 impl Shared {
@@ -92,6 +95,7 @@ impl Shared {
             pass_busy: Duration::ZERO,
             events: crate::events::EventLog::default(),
             history: None,
+            image_bytes: 0,
         }
     }
 }

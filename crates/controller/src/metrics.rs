@@ -62,6 +62,21 @@ pub fn render(shared: &SharedRef) -> String {
         "CPU time of the latest scheduling pass (leader), from the scheduler taking the request to its answer.",
         vec![(String::new(), sh.last_pass.as_secs_f64())],
     );
+    g(
+        "tranche_state_jobs",
+        "Jobs in the replicated state (ended jobs not yet moved to the history store included).",
+        vec![(String::new(), sh.state.jobs.len() as f64)],
+    );
+    g(
+        "tranche_state_ended_jobs",
+        "Ended jobs still in the replicated state.",
+        vec![(String::new(), sh.state.ended_count() as f64)],
+    );
+    g(
+        "tranche_state_image_bytes",
+        "Size of the latest state image this controller wrote or installed.",
+        vec![(String::new(), sh.image_bytes as f64)],
+    );
     let shares = views::shares(&sh.state);
     g(
         "tranche_share_waiting_jobs",
@@ -246,4 +261,26 @@ pub fn bind(addr: &str) -> Result<tiny_http::Server, String> {
         tracing::info!(addr = %l, "metrics serving");
     }
     Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, RwLock};
+
+    use crate::mailbox::Shared;
+
+    #[test]
+    fn the_state_figures_are_exported() {
+        let mut sh = Shared::new(1);
+        sh.image_bytes = 12_345;
+        let text = super::render(&Arc::new(RwLock::new(sh)));
+        let lines: Vec<&str> = text.lines().collect();
+        for want in [
+            "tranche_state_jobs 0",
+            "tranche_state_ended_jobs 0",
+            "tranche_state_image_bytes 12345",
+        ] {
+            assert!(lines.contains(&want), "no line `{want}` in:\n{text}");
+        }
+    }
 }

@@ -83,6 +83,17 @@ pub(super) fn start_cluster(
     dir: &Option<PathBuf>,
     extra: &str,
 ) -> Result<(KeepDir, LocalCluster), String> {
+    let (keep, mut c) = create_cluster(n, dir, extra)?;
+    c.start_all()?;
+    Ok((keep, c))
+}
+
+/// [`start_cluster`] without starting it: its files written, nothing running.
+pub(super) fn create_cluster(
+    n: usize,
+    dir: &Option<PathBuf>,
+    extra: &str,
+) -> Result<(KeepDir, LocalCluster), String> {
     let tranched = find_tranched();
     if !tranched.exists() && std::env::var("TRANCHED").is_err() {
         return Err(format!(
@@ -106,22 +117,50 @@ pub(super) fn start_cluster(
     if std::env::var_os("TRANCHE_KEEP").is_some() {
         eprintln!("keeping the cluster's files in {}", base.path().display());
     }
-    let mut c = LocalCluster::create(base.path(), n, opts)?;
-    c.start_all()?;
+    let c = LocalCluster::create(base.path(), n, opts)?;
     Ok((KeepDir(Some(base)), c))
 }
 
 pub(super) async fn prepare(c: &mut LocalCluster) -> Result<(Client, usize), String> {
+    prepare_with(c, demo::objects()).await
+}
+
+/// An admin client preferring the elected leader, and the leader's position, once
+/// `objects` are applied.
+async fn prepare_with(
+    c: &mut LocalCluster,
+    objects: Vec<tranche_proto::ClientCommand>,
+) -> Result<(Client, usize), String> {
     let admin = c.client(Role::Admin, "admin")?;
     let leader = c
         .wait_leader(&admin, Duration::from_secs(15))
         .await
         .ok_or("no leader elected within 15 s")?;
     admin.prefer(leader);
-    apply_all(&admin, demo::objects())
+    apply_all(&admin, objects)
         .await
-        .map_err(|e| format!("demo policy refused: {e}"))?;
+        .map_err(|e| format!("the policy was refused: {e}"))?;
     Ok((admin, leader))
+}
+
+/// [`prepare`] with a policy of one share `share` (LEND, the widest job limits) over
+/// `gpus` H100s: for benchmarks whose simulated nodes bring those GPUs.
+pub(super) async fn prepare_one_share(
+    c: &mut LocalCluster,
+    share: &str,
+    gpus: u32,
+) -> Result<(Client, usize), String> {
+    let mut objects = demo::base(vec![tranche_model::CapacityLimit {
+        unit: "h100".into(),
+        max: gpus,
+    }]);
+    objects.push(tranche_proto::ClientCommand::PutShare(
+        tranche_model::QuotaShare {
+            limits: tranche_model::JobLimits::widest(),
+            ..demo::share(share, tranche_model::Strategy::Lend, gpus, &[])
+        },
+    ));
+    prepare_with(c, objects).await
 }
 
 /// Waits for the load clients (told to stop) and puts together what each recorded

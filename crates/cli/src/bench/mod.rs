@@ -1,14 +1,15 @@
 //! `tranche bench`: the scheduler alone (`sched`), local clusters of real processes
-//! (`submit`, `failover`, `preempt`, `scale`, `throughput`, `replay`), and what one
-//! tenant can do to the controllers (`array-memory`, `flood`). Each prints text, or one
-//! JSON object with `--json`; a benchmark that cannot run prints why and exits with
-//! status 2.
+//! (`submit`, `failover`, `preempt`, `scale`, `throughput`, `replay`), what one tenant
+//! can do to the controllers (`array-memory`, `flood`), and a year of jobs (`soak`).
+//! Each prints text, or JSON with `--json` (one object; `soak` one per report and one
+//! for its summary); a benchmark that cannot run prints why and exits with status 2.
 
 mod cluster;
 mod preempt;
 mod replay;
 mod scale;
 mod sched;
+mod soak;
 mod stats;
 mod tenants;
 mod throughput;
@@ -66,6 +67,14 @@ pub enum BenchCmd {
     ///
     /// Example: tranche bench flood --duration 60 --clients 32
     Flood(tenants::FloodArgs),
+    /// A year of jobs through a local controller trio with fsync: jobs that end at once
+    /// (nodes whose agents this process plays), the retention clock driven fast
+    /// (`--hot-s` seconds stand for a day); every `--report-every` ended jobs, the
+    /// controllers' memory, hot jobs, state image size, a fresh controller's snapshot
+    /// install time, history size on disk, history and show latency, submit latency.
+    ///
+    /// Example: tranche bench soak --jobs 1000000 --report-every 100000 --json
+    Soak(soak::SoakArgs),
 }
 
 pub fn bench(cmd: BenchCmd) -> ExitCode {
@@ -79,6 +88,7 @@ pub fn bench(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Replay(args) => replay::replay_cmd(&args),
         BenchCmd::ArrayMemory(args) => block_on("array-memory", tenants::array_memory(&args)),
         BenchCmd::Flood(args) => block_on("flood", tenants::flood(&args)),
+        BenchCmd::Soak(args) => block_on("soak", soak::soak(&args)),
     }
 }
 

@@ -14,14 +14,13 @@ use std::time::{Duration, Instant};
 use tranche_client::Client;
 use tranche_local::{demo, wait_until};
 
-use tranche_model::{CapacityLimit, JobId, JobSpec, NodeName, Strategy};
+use tranche_model::{JobId, JobSpec, NodeName};
 use tranche_proto::{ClientCommand, Query, Response};
 use tranche_state::Progress;
 use tranche_tls::{Role, TlsFiles};
 
-use super::cluster::start_cluster;
+use super::cluster::{prepare_one_share, start_cluster};
 use super::stats::{print_json, Spread};
-use crate::client_cfg::apply_all;
 use crate::fmt::now_ms;
 
 #[derive(clap::Args)]
@@ -160,24 +159,8 @@ async fn agent(
 pub async fn scale(args: &ScaleArgs) -> Result<(), String> {
     let extra = args.controller_config.replace("\\n", "\n");
     let (_keep, mut c) = start_cluster(3, &args.dir, &extra)?;
-    let admin = c.client(Role::Admin, "admin")?;
-    let leader = c
-        .wait_leader(&admin, Duration::from_secs(15))
-        .await
-        .ok_or("no leader elected within 15 s")?;
-    admin.prefer(leader);
     let total = args.nodes as u32 * args.gpus;
-    let mut objects = demo::base(vec![CapacityLimit {
-        unit: "h100".into(),
-        max: total,
-    }]);
-    objects.push(ClientCommand::PutShare(tranche_model::QuotaShare {
-        limits: tranche_model::JobLimits::widest(),
-        ..demo::share("bench", Strategy::Lend, total, &[])
-    }));
-    apply_all(&admin, objects)
-        .await
-        .map_err(|e| format!("policy refused: {e}"))?;
+    let (admin, leader) = prepare_one_share(&mut c, "bench", total).await?;
 
     // Agents: their certificates, then their clients on a few shared UDP sockets.
     let t = Instant::now();

@@ -53,7 +53,7 @@ pub struct FloodArgs {
 }
 
 /// The resident set of process `pid` in MiB, from `/proc/<pid>/status`.
-fn rss_mib(pid: u32) -> Result<f64, String> {
+pub(super) fn rss_mib(pid: u32) -> Result<f64, String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
     text.lines()
@@ -63,7 +63,7 @@ fn rss_mib(pid: u32) -> Result<f64, String> {
         .ok_or_else(|| format!("/proc/{pid}/status has no VmRSS line"))
 }
 
-fn pids(c: &LocalCluster) -> Result<Vec<u32>, String> {
+pub(super) fn pids(c: &LocalCluster) -> Result<Vec<u32>, String> {
     c.controllers
         .iter()
         .map(|k| {

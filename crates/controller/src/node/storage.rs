@@ -137,6 +137,7 @@ pub fn open(cfg: &Config) -> Result<Opened, NodeError> {
 /// format it was in.
 pub(super) fn restore_image(shared: &mut Shared, data: &[u8]) -> Result<u16, FormatError> {
     let img = ImageData::open(data)?;
+    shared.image_bytes = data.len() as u64;
     shared.state = img.state;
     shared.members = img.members.into_iter().map(|m| (m.id, m)).collect();
     shared.last_now = img.last_now;
@@ -168,6 +169,7 @@ impl RaftNode {
             encode_ms = t.elapsed().as_millis() as u64,
             "writing a state image"
         );
+        self.shared.write().unwrap().image_bytes = data.len() as u64;
         Some(Image {
             index: applied,
             term: self.applied_term,

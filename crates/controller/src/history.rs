@@ -26,6 +26,9 @@ use tranche_state::codec;
 const ENDED: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("ended");
 const IDS: TableDefinition<u64, u64> = TableDefinition::new("ids");
 
+/// The store's page cache (see [`History::open`]).
+const CACHE_BYTES: usize = 32 << 20;
+
 /// The most records one prune removes (a prune runs again until none is left).
 const PRUNE_BATCH: usize = 10_000;
 
@@ -49,7 +52,13 @@ fn err(what: &str, e: impl std::fmt::Display) -> String {
 impl History {
     /// Opens (or creates) the store at `path`. `fsync`: commit durably.
     pub fn open(path: &Path, fsync: bool) -> Result<History, String> {
-        let db = Database::create(path).map_err(|e| err(&path.display().to_string(), e))?;
+        // redb caches up to 1 GiB by default: the store is read a record or a page at
+        // a time, and a cache that follows its size would grow the controller with
+        // every job it ever ran.
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| err(&path.display().to_string(), e))?;
         let txn = db.begin_write().map_err(|e| err("open", e))?;
         txn.open_table(ENDED).map_err(|e| err("open", e))?;
         txn.open_table(IDS).map_err(|e| err("open", e))?;

@@ -573,6 +573,11 @@ async fn measure(
 ) -> Result<Figures, String> {
     let jobs_ended = load.ended.load(Ordering::Relaxed);
     let submit_ms = std::mem::take(&mut *load.submit_ms.lock().unwrap());
+    // A fresh controller installs a snapshot first, so that every report's memory
+    // includes what sending one costs (the first report's would otherwise be the only
+    // one without it).
+    let install_s = install_time(c, admin, *joiner_id).await?;
+    *joiner_id += 1;
     let rss = pids(c)?
         .into_iter()
         .map(rss_mib)
@@ -621,8 +626,6 @@ async fn measure(
         Err(e) => return Err(format!("show {first}: {e}")),
     }
     let show_oldest_ms = t.elapsed().as_secs_f64() * 1e3;
-    let install_s = install_time(c, admin, *joiner_id).await?;
-    *joiner_id += 1;
     // The leader wrote a fresh image to send the new controller: read it now.
     let leader = c
         .wait_leader(admin, Duration::from_secs(15))

@@ -12,10 +12,10 @@ use crate::mailbox::wall_ms;
 
 /// The most jobs one `ForgetEnded` drops: each controller writes them to its history
 /// store in one transaction while it holds the state, so a batch stays short.
-pub const FORGET_BATCH: u32 = 5_000;
+pub const FORGET_BATCH: u32 = 2_000;
 
 /// How soon the leader looks again when its last batch was full.
-const BACKLOG_RECHECK: Duration = Duration::from_millis(100);
+const BACKLOG_RECHECK: Duration = Duration::from_millis(50);
 
 impl RaftNode {
     /// The leader proposes dropping the ended jobs past their retention, in batches;

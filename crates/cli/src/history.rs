@@ -4,9 +4,8 @@
 //! them (`--before CURSOR`).
 
 use tranche_client::Client;
-use tranche_controller::http::history::{cursor_text, parse_cursor, parse_ended_states};
 use tranche_model::{Job, JobId};
-use tranche_proto::{EndedJob, HistoryCursor, HistoryFilter, MAX_HISTORY_PAGE};
+use tranche_proto::{parse_ended_states, EndedJob, HistoryCursor, HistoryFilter, MAX_HISTORY_PAGE};
 
 use crate::fmt::{clock_duration, fit, local_time, now_ms};
 use crate::output::{failed, usage, Fail};
@@ -47,7 +46,7 @@ pub fn filter(args: &HistoryArgs, now: u64) -> Result<(HistoryFilter, u32), Fail
         return Err(usage(format!("--limit {limit}: must be 1 to {MAX_LIMIT}")));
     }
     let before = match args.before {
-        Some(b) => Some(parse_cursor(b).map_err(|e| usage(format!("--before: {e}")))?),
+        Some(b) => Some(HistoryCursor::parse(b).map_err(|e| usage(format!("--before: {e}")))?),
         None => None,
     };
     let f = HistoryFilter {
@@ -172,7 +171,7 @@ pub async fn list(client: &Client, args: &HistoryArgs<'_>) -> Result<(), Fail> {
         eprintln!(
             "{} job(s) listed; more ended before them: add --before {} for the next ones.",
             jobs.len(),
-            cursor_text(&n)
+            n.text()
         );
     }
     Ok(())

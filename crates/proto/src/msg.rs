@@ -124,6 +124,52 @@ pub struct HistoryCursor {
     pub id: JobId,
 }
 
+impl HistoryCursor {
+    /// The cursor as text, `<ended_at>.<id>`: the HTTP API's `next` and `before`, the
+    /// CLI's `--before` and the AWS endpoint's `nextToken` for ended jobs.
+    pub fn text(&self) -> String {
+        format!("{}.{}", self.ended_at, self.id.0)
+    }
+
+    /// Reads a cursor that [`HistoryCursor::text`] wrote.
+    pub fn parse(text: &str) -> Result<HistoryCursor, String> {
+        let bad = || {
+            format!(
+                "`{text}` is not a history cursor: it is <ended_at>.<id> (two whole numbers, \
+                 as the previous page's `next` gives it)"
+            )
+        };
+        let (at, id) = text.trim().split_once('.').ok_or_else(bad)?;
+        Ok(HistoryCursor {
+            ended_at: at.parse().map_err(|_| bad())?,
+            id: JobId(id.parse().map_err(|_| bad())?),
+        })
+    }
+}
+
+/// The ended statuses a history filter may name, from comma-separated text.
+pub fn parse_ended_states(text: &str) -> Result<Vec<JobStatus>, String> {
+    let ended = [
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+    let names = || ended.map(|s| s.as_str()).join(", ");
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match JobStatus::parse(&s.to_ascii_uppercase()) {
+            Some(st) if st.is_terminal() => Ok(st),
+            Some(st) => Err(format!(
+                "{} has not ended; the history lists {}",
+                st.as_str(),
+                names()
+            )),
+            None => Err(format!("`{s}` is not a job state; use {}", names())),
+        })
+        .collect()
+}
+
 /// An ended job as the history lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndedJob {
@@ -519,3 +565,37 @@ pub enum LogFrame {
 
 /// The node label under which an agent publishes its log port.
 pub const LOGS_LABEL: &str = "tranche.logs";
+
+#[cfg(test)]
+mod history_tests {
+    use super::*;
+
+    #[test]
+    fn cursors_read_back_and_bad_ones_say_the_form() {
+        let c = HistoryCursor {
+            ended_at: 1_796_131_900_041,
+            id: JobId(42),
+        };
+        assert_eq!(c.text(), "1796131900041.42");
+        assert_eq!(HistoryCursor::parse(&c.text()), Ok(c));
+        for bad in ["", "42", "a.b", "1.2.3", "-1.2"] {
+            let e = HistoryCursor::parse(bad).unwrap_err();
+            assert!(e.contains("<ended_at>.<id>"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_ended_states_are_history_states() {
+        assert_eq!(
+            parse_ended_states("succeeded, FAILED,"),
+            Ok(vec![JobStatus::Succeeded, JobStatus::Failed])
+        );
+        let e = parse_ended_states("RUNNING").unwrap_err();
+        assert!(e.contains("RUNNING has not ended"), "{e}");
+        let e = parse_ended_states("DONE").unwrap_err();
+        assert!(
+            e.contains("`DONE` is not a job state") && e.contains("CANCELLED"),
+            "{e}"
+        );
+    }
+}

@@ -1515,7 +1515,7 @@ impl Endpoint {
                 limit: max as u32,
                 before: match r.next_token.as_deref() {
                     None => None,
-                    Some(t) => Some(crate::http::history::parse_cursor(t).map_err(|_| {
+                    Some(t) => Some(tranche_proto::HistoryCursor::parse(t).map_err(|_| {
                         AwsError::invalid("nextToken", "is not a token this endpoint gave")
                     })?),
                 },
@@ -1619,7 +1619,7 @@ impl Endpoint {
         }
         Ok(with_next(
             json!({ "jobSummaryList": list }),
-            page.next.as_ref().map(crate::http::history::cursor_text),
+            page.next.as_ref().map(tranche_proto::HistoryCursor::text),
         ))
     }
 

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use tranche_model::{JobId, JobStatus};
 use tranche_proto::{EndedJob, HistoryCursor, HistoryFilter, Query, Response as Answer};
 use utoipa::{IntoParams, ToSchema};
 
@@ -20,49 +19,6 @@ use super::error::{ErrorBody, HttpError};
 use super::extract::{Caller, QueryArgs};
 use super::routes::unexpected;
 use super::Api;
-
-/// A cursor as text: `<ended_at>.<id>`.
-pub fn cursor_text(c: &HistoryCursor) -> String {
-    format!("{}.{}", c.ended_at, c.id.0)
-}
-
-/// Reads a cursor that [`cursor_text`] wrote.
-pub fn parse_cursor(text: &str) -> Result<HistoryCursor, String> {
-    let bad = || {
-        format!(
-            "`{text}` is not a history cursor: it is <ended_at>.<id> (two whole numbers, as \
-             the previous page's `next` gives it)"
-        )
-    };
-    let (at, id) = text.trim().split_once('.').ok_or_else(bad)?;
-    Ok(HistoryCursor {
-        ended_at: at.parse().map_err(|_| bad())?,
-        id: JobId(id.parse().map_err(|_| bad())?),
-    })
-}
-
-/// The ended statuses a history filter may name, from comma-separated text.
-pub fn parse_ended_states(text: &str) -> Result<Vec<JobStatus>, String> {
-    let ended = [
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-    ];
-    let names = || ended.map(|s| s.as_str()).join(", ");
-    text.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| match JobStatus::parse(&s.to_ascii_uppercase()) {
-            Some(st) if st.is_terminal() => Ok(st),
-            Some(st) => Err(format!(
-                "{} has not ended; the history lists {}",
-                st.as_str(),
-                names()
-            )),
-            None => Err(format!("`{s}` is not a job state; use {}", names())),
-        })
-        .collect()
-}
 
 /// Filters and paging of the history.
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema)]
@@ -147,11 +103,13 @@ pub async fn history(
         ));
     }
     let status = match &q.state {
-        Some(s) => parse_ended_states(s).map_err(|e| HttpError::invalid("state", e))?,
+        Some(s) => {
+            tranche_proto::parse_ended_states(s).map_err(|e| HttpError::invalid("state", e))?
+        }
         None => vec![],
     };
     let before = match &q.before {
-        Some(b) => Some(parse_cursor(b).map_err(|e| HttpError::invalid("before", e))?),
+        Some(b) => Some(HistoryCursor::parse(b).map_err(|e| HttpError::invalid("before", e))?),
         None => None,
     };
     let filter = HistoryFilter {
@@ -165,42 +123,8 @@ pub async fn history(
     match api.read(&caller, Query::History(filter)).await? {
         Answer::History(p) => Ok(Json(HistoryPageView {
             jobs: p.jobs.iter().map(Into::into).collect(),
-            next: p.next.as_ref().map(cursor_text),
+            next: p.next.as_ref().map(HistoryCursor::text),
         })),
         other => Err(unexpected(&other)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_read_back_and_bad_ones_say_the_form() {
-        let c = HistoryCursor {
-            ended_at: 1_796_131_900_041,
-            id: JobId(42),
-        };
-        assert_eq!(cursor_text(&c), "1796131900041.42");
-        assert_eq!(parse_cursor(&cursor_text(&c)), Ok(c));
-        for bad in ["", "42", "a.b", "1.2.3", "-1.2"] {
-            let e = parse_cursor(bad).unwrap_err();
-            assert!(e.contains("<ended_at>.<id>"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn only_ended_states_are_history_states() {
-        assert_eq!(
-            parse_ended_states("succeeded, FAILED,"),
-            Ok(vec![JobStatus::Succeeded, JobStatus::Failed])
-        );
-        let e = parse_ended_states("RUNNING").unwrap_err();
-        assert!(e.contains("RUNNING has not ended"), "{e}");
-        let e = parse_ended_states("DONE").unwrap_err();
-        assert!(
-            e.contains("`DONE` is not a job state") && e.contains("CANCELLED"),
-            "{e}"
-        );
     }
 }

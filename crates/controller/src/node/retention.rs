@@ -40,20 +40,14 @@ impl RaftNode {
             keep_bytes: r.job_hot_max_mb.saturating_mul(1 << 20),
             limit: FORGET_BATCH,
         };
-        let n = {
-            let sh = self.shared.read().unwrap();
-            let st = &sh.state;
-            let due = st
-                .oldest_ended()
-                .is_some_and(|t| t < retention.ended_before)
-                || st.ended_count() > retention.keep_jobs
-                || st.ended_bytes() > retention.keep_bytes;
-            if !due {
-                0
-            } else {
-                st.forgettable(&retention).len()
-            }
-        };
+        // Nothing due costs one look at the oldest ended entry.
+        let n = self
+            .shared
+            .read()
+            .unwrap()
+            .state
+            .forgettable(&retention)
+            .len();
         self.forget_backlog = n >= FORGET_BATCH as usize;
         if n == 0 {
             return;

@@ -33,7 +33,7 @@ pub fn ended_job(job: &Job, at: Millis, archived: bool, now: Millis) -> EndedJob
     // history lists both, from its last attempt.
     let mut summary = crate::views::summary(job, now);
     if let Some(a) = job.attempts.last() {
-        summary.started_at = a.started_at;
+        summary.started_at = a.ran_from();
         summary.nodes = a.allocation.iter().map(|n| n.node.clone()).collect();
     }
     EndedJob {

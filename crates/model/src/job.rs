@@ -621,6 +621,20 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// When the attempt's process started: the time its agent reported it running, or,
+    /// for an attempt whose process ended with an exit code before that report arrived
+    /// (a short job whose report was lost or overtaken), its scheduling time, the
+    /// latest time known to be no later than its start. `None` for an attempt that
+    /// never ran (refused by its node, lost, or killed before it started).
+    pub fn ran_from(&self) -> Option<Millis> {
+        let exited = matches!(
+            &self.end,
+            Some(AttemptEnd::Exited { code }) if *code >= 0
+        ) || matches!(&self.end, Some(AttemptEnd::Stopped { code: Some(_), .. }));
+        self.started_at
+            .or_else(|| exited.then_some(self.scheduled_at))
+    }
+
     pub fn was_preempted(&self) -> bool {
         matches!(&self.end, Some(AttemptEnd::Stopped { kind, .. }) if kind.is_preemption())
     }
@@ -985,6 +999,37 @@ mod tests {
 
     fn spec() -> JobSpec {
         JobSpec::new("train", "q", "vision", "alice", "h100", 8, 1)
+    }
+
+    #[test]
+    fn an_attempt_that_exited_ran_even_without_its_running_report() {
+        let at = |started_at, end| Attempt {
+            number: 1,
+            allocation: vec![],
+            borrowed: false,
+            scheduled_at: 1_000,
+            started_at,
+            ended_at: Some(9_000),
+            end,
+        };
+        let exited = |code| Some(AttemptEnd::Exited { code });
+        assert_eq!(at(Some(2_000), exited(0)).ran_from(), Some(2_000));
+        assert_eq!(at(None, exited(0)).ran_from(), Some(1_000));
+        assert_eq!(at(None, exited(4)).ran_from(), Some(1_000));
+        let stopped = Some(AttemptEnd::Stopped {
+            kind: StopKind::Cancel,
+            code: Some(143),
+        });
+        assert_eq!(at(None, stopped).ran_from(), Some(1_000));
+        // Refused or failed to start (-1), killed before a report, lost: never ran.
+        assert_eq!(at(None, exited(-1)).ran_from(), None);
+        let killed = Some(AttemptEnd::Stopped {
+            kind: StopKind::Cancel,
+            code: None,
+        });
+        assert_eq!(at(None, killed).ran_from(), None);
+        assert_eq!(at(None, Some(AttemptEnd::Lost)).ran_from(), None);
+        assert_eq!(at(None, None).ran_from(), None);
     }
 
     #[test]

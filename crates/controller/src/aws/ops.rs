@@ -1148,7 +1148,7 @@ impl Endpoint {
     }
 
     fn started_at(j: &Job) -> Option<Millis> {
-        j.attempts.iter().rev().find_map(|a| a.started_at)
+        j.attempts.iter().rev().find_map(|a| a.ran_from())
     }
 
     fn summary_json(&self, j: &Job) -> Value {
@@ -1190,7 +1190,7 @@ impl Endpoint {
             "serviceResourceId": {"name": "TrainingJobArn", "value": self.training_arn(j, a.number)},
         });
         let m = v.as_object_mut().expect("an object");
-        if let Some(t) = a.started_at {
+        if let Some(t) = a.ran_from() {
             m.insert("startedAt".into(), json!(t));
         }
         if let Some(t) = a.ended_at {

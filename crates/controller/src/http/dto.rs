@@ -483,7 +483,7 @@ impl From<&Attempt> for AttemptView {
                 .collect(),
             borrowed: a.borrowed,
             scheduled_at: a.scheduled_at,
-            started_at: a.started_at,
+            started_at: a.ran_from(),
             ended_at: a.ended_at,
             end: a.end.as_ref().map(|e| match e {
                 AttemptEnd::Exited { code } => AttemptEndView {

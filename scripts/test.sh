@@ -2,7 +2,7 @@
 # The project's test command: installs what the tests need when it is missing, then
 # runs the whole suite. `.ci/run` runs exactly this script.
 #
-#   scripts/test.sh [ARGS...]     (ARGS go to `cargo test --workspace`)
+#   scripts/test.sh [ARGS...]     (ARGS go to `cargo test --workspace --no-fail-fast`)
 #
 # After the Rust tests, the Python SDK's suites (python/tests: the SDK against
 # `tranche dev`, the OpenAPI document, schemathesis) run in a virtualenv this script
@@ -57,7 +57,7 @@ if ((${#need[@]})); then
   fi
 fi
 
-cargo test --workspace "$@"
+cargo test --workspace --no-fail-fast "$@"
 
 [[ ${TRANCHE_SKIP_PYTHON:-0} == 1 ]] && exit 0
 target=${CARGO_TARGET_DIR:-target}

@@ -1,5 +1,5 @@
 //! In-share preemption examines at most `INSHARE_LOOK_LIMIT` victims per job and pass
-//! (docs/scheduling.md, "Scheduling, in short", rule 3); reclaim is not bounded. These tests lay
+//! (`docs/design.md` §3, rule 4); reclaim is not bounded. These tests lay
 //! out running jobs by hand so that the victim set that makes the preemptor fit is
 //! found exactly at the limit, or one look past it, and assert on the plan.
 

@@ -541,9 +541,9 @@ def test_the_sagemaker_sdk_submits_lists_waits_updates_and_terminates(dev, admin
 
 
 def test_the_guides_snippet_runs_as_written(dev, image):
-    """The guide's boto3 snippet (docs/guide.md), in a shell with `tranche dev`'s two
+    """The guide's boto3 snippet (docs/api/aws-batch.md), in a shell with `tranche dev`'s two
     export lines."""
-    readme = (Path(__file__).resolve().parents[2] / "docs" / "guide.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "api" / "aws-batch.md").read_text()
     section = readme[readme.index("## The AWS Batch-compatible endpoint"):]
     snippet = section[section.index("```python\n") + 10:]
     snippet = snippet[: snippet.index("```")]

@@ -4,10 +4,12 @@
 //! This module dispatches a [`Command`] to its aggregate's file: admin objects
 //! ([`objects`]), jobs ([`jobs`]), agents' progress reports ([`progress`]), nodes
 //! ([`nodes`]), the plan verifier ([`plan`]), and the endpoint's access keys and tags
-//! ([`keys_tags`]). [`transitions`] holds the stops and status transitions they share.
+//! ([`keys_tags`]). [`transitions`] holds the stops and status transitions they share,
+//! and [`ledger`] what the accounting ledger is fed at each entry.
 
 mod jobs;
 mod keys_tags;
+mod ledger;
 mod nodes;
 mod objects;
 mod plan;
@@ -93,7 +95,7 @@ impl State {
             Command::UpdatePriority { job, priority } => self.update_priority_ref(job, *priority),
             Command::Hold { job } => self.hold_jobs(job, now),
             Command::PruneLedger { before_hour } => {
-                self.ledger.hours = self.ledger.hours.split_off(before_hour);
+                self.ledger.drop_hours_before(*before_hour);
                 Ok(())
             }
             Command::Release { job } => self.release_jobs(job, now),

@@ -12,7 +12,6 @@
 //! argument and effects go out as outcomes.
 
 mod apply;
-mod aws;
 pub mod codec;
 mod command;
 mod depend;
@@ -24,8 +23,7 @@ mod session;
 mod state;
 mod touch;
 
-pub use apply::is_gang_stop;
-pub use aws::TAGGED_KINDS;
+pub use apply::{is_gang_stop, TAGGED_KINDS};
 pub use command::*;
 pub use plan::*;
 pub use retention::Retention;

@@ -1,4 +1,6 @@
-//! The AWS Batch-compatible endpoint's part of the state: access keys and tags.
+//! The commands of the AWS Batch-compatible endpoint's part of the state: access keys
+//! (put and revoked) and the tags of admin objects (set, removed, and dropped with their
+//! object).
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,263 @@
+//! The types of format 4 that differ from format 5's, frozen as that release wrote them.
+
+use super::v5::QuotaShare;
+use super::v5::RequestId;
+use super::*;
+use crate::ledger::Ledger;
+use crate::{Plan, Progress};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: JobName,
+    pub queue: QueueName,
+    pub share: ShareName,
+    pub user: UserName,
+    pub priority: u32,
+    pub request: Request,
+    pub cpus_per_node: u32,
+    pub memory_mb_per_node: u64,
+    pub image: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub time_limit_s: Option<u64>,
+    pub checkpoint: Checkpoint,
+    pub retry_attempts: u32,
+    pub preemption_retries: Option<u32>,
+    pub client_token: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub array: Option<ArraySpec>,
+    pub dependency: Dependency,
+    pub hold: bool,
+    pub output: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub status: JobStatus,
+    pub submitted_at: Millis,
+    pub attempts: Vec<Attempt>,
+    pub transitions: Vec<Transition>,
+    pub stop: Option<Stop>,
+    pub hold: Option<Hold>,
+    pub pending_reason: Option<PendingReason>,
+    pub preemptions: u32,
+    pub failures: u32,
+    pub array: Option<ArrayTask>,
+    pub deps: Vec<Dep>,
+    pub held: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    pub version: u64,
+    pub environments: BTreeMap<EnvName, ServiceEnvironment>,
+    pub policies: BTreeMap<PolicyName, SchedulingPolicy>,
+    pub queues: BTreeMap<QueueName, JobQueue>,
+    pub shares: BTreeMap<ShareName, QuotaShare>,
+    pub nodes: BTreeMap<NodeName, tranche_model::Node>,
+    pub jobs: BTreeMap<JobId, Job>,
+    pub tokens: BTreeMap<(UserName, String), JobId>,
+    pub next_job_id: u64,
+    pub sessions: BTreeMap<u64, Session>,
+    pub sessions_swept_at: Millis,
+    pub ledger: Ledger,
+}
+
+/// Format 4's log command: its job spec, and none of the AWS endpoint's commands
+/// (access keys, tags).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    PutEnvironment(ServiceEnvironment),
+    DeleteEnvironment(EnvName),
+    PutPolicy(SchedulingPolicy),
+    DeletePolicy(PolicyName),
+    PutQueue(JobQueue),
+    DeleteQueue(QueueName),
+    PutShare(QuotaShare),
+    DeleteShare(ShareName),
+    Submit(JobSpec),
+    Cancel {
+        job: JobRef,
+        reason: String,
+    },
+    UpdatePriority {
+        job: JobRef,
+        priority: u32,
+    },
+    RegisterNode(NodeInventory),
+    Heartbeat {
+        node: NodeName,
+    },
+    DrainNode {
+        node: NodeName,
+        reason: String,
+        now: bool,
+    },
+    ResumeNode {
+        node: NodeName,
+    },
+    NodeUnreachable {
+        node: NodeName,
+    },
+    NodeDown {
+        node: NodeName,
+        reason: String,
+    },
+    NodeUp {
+        node: NodeName,
+    },
+    JobProgress {
+        job: JobId,
+        attempt: u32,
+        event: Progress,
+    },
+    ApplyPlan(Plan),
+    Hold {
+        job: JobRef,
+    },
+    Release {
+        job: JobRef,
+    },
+    PruneLedger {
+        before_hour: u64,
+    },
+}
+
+/// What a format-4 log entry carries (see `tranche_proto::peer::Proposal`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub origin: u64,
+    pub id: u64,
+    pub now: Millis,
+    pub cmd: Command,
+    pub request: Option<RequestId>,
+}
+
+impl From<JobSpec> for tranche_model::JobSpec {
+    /// A format-4 job is no SageMaker training job.
+    fn from(s: JobSpec) -> Self {
+        tranche_model::JobSpec {
+            name: s.name,
+            queue: s.queue,
+            share: s.share,
+            user: s.user,
+            priority: s.priority,
+            request: s.request,
+            cpus_per_node: s.cpus_per_node,
+            memory_mb_per_node: s.memory_mb_per_node,
+            image: s.image,
+            command: s.command,
+            env: s.env,
+            time_limit_s: s.time_limit_s,
+            checkpoint: s.checkpoint,
+            retry_attempts: s.retry_attempts,
+            preemption_retries: s.preemption_retries,
+            client_token: s.client_token,
+            tags: s.tags,
+            cwd: s.cwd,
+            array: s.array,
+            dependency: s.dependency,
+            hold: s.hold,
+            output: s.output,
+            error: s.error,
+            sagemaker: None,
+        }
+    }
+}
+
+impl From<Job> for tranche_model::Job {
+    fn from(j: Job) -> Self {
+        tranche_model::Job {
+            id: j.id,
+            spec: std::sync::Arc::new(j.spec.into()),
+            status: j.status,
+            submitted_at: j.submitted_at,
+            attempts: j.attempts,
+            transitions: j.transitions,
+            stop: j.stop,
+            hold: j.hold,
+            pending_reason: j.pending_reason,
+            preemptions: j.preemptions,
+            failures: j.failures,
+            array: j.array,
+            deps: j.deps,
+            held: j.held,
+        }
+    }
+}
+
+impl From<State> for super::v5::State {
+    /// A format-4 state has no access keys and no tags.
+    fn from(s: State) -> Self {
+        super::v5::State {
+            version: s.version,
+            environments: s.environments,
+            policies: s.policies,
+            queues: s.queues,
+            shares: s.shares,
+            nodes: s.nodes,
+            jobs: s.jobs.into_iter().map(|(k, j)| (k, j.into())).collect(),
+            tokens: s.tokens,
+            next_job_id: s.next_job_id,
+            sessions: s.sessions,
+            sessions_swept_at: s.sessions_swept_at,
+            ledger: s.ledger,
+            aws: Default::default(),
+        }
+    }
+}
+
+impl From<Proposal> for super::v5::Proposal {
+    fn from(p: Proposal) -> Self {
+        super::v5::Proposal {
+            origin: p.origin,
+            id: p.id,
+            now: p.now,
+            cmd: p.cmd.into(),
+            request: p.request,
+        }
+    }
+}
+
+impl From<Command> for super::v5::Command {
+    fn from(c: Command) -> Self {
+        use super::v5::Command as C;
+        match c {
+            Command::PutEnvironment(e) => C::PutEnvironment(e),
+            Command::DeleteEnvironment(n) => C::DeleteEnvironment(n),
+            Command::PutPolicy(p) => C::PutPolicy(p),
+            Command::DeletePolicy(n) => C::DeletePolicy(n),
+            Command::PutQueue(q) => C::PutQueue(q),
+            Command::DeleteQueue(n) => C::DeleteQueue(n),
+            Command::PutShare(s) => C::PutShare(s),
+            Command::DeleteShare(n) => C::DeleteShare(n),
+            Command::Submit(spec) => C::Submit(spec.into()),
+            Command::Cancel { job, reason } => C::Cancel { job, reason },
+            Command::UpdatePriority { job, priority } => C::UpdatePriority { job, priority },
+            Command::RegisterNode(inv) => C::RegisterNode(inv),
+            Command::Heartbeat { node } => C::Heartbeat { node },
+            Command::DrainNode { node, reason, now } => C::DrainNode { node, reason, now },
+            Command::ResumeNode { node } => C::ResumeNode { node },
+            Command::NodeUnreachable { node } => C::NodeUnreachable { node },
+            Command::NodeDown { node, reason } => C::NodeDown { node, reason },
+            Command::NodeUp { node } => C::NodeUp { node },
+            Command::JobProgress {
+                job,
+                attempt,
+                event,
+            } => C::JobProgress {
+                job,
+                attempt,
+                event,
+            },
+            Command::ApplyPlan(p) => C::ApplyPlan(p),
+            Command::Hold { job } => C::Hold { job },
+            Command::Release { job } => C::Release { job },
+            Command::PruneLedger { before_hour } => C::PruneLedger { before_hour },
+        }
+    }
+}

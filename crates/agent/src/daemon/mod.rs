@@ -11,21 +11,21 @@ mod report;
 mod start_stop;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use tranche_client::Client;
-use tranche_model::{JobId, NodeInventory};
+use tranche_model::NodeInventory;
 use tranche_proto::ClientCommand;
-use tranche_proto::{Query, Response, WorkItem};
+use tranche_proto::{NodeWork, Query, Response};
 
 use crate::config::AgentConfig;
-use crate::exec::{Attempt, AttemptNo, Executors, ExitStatus};
+use crate::exec::{Attempt, Executors, ExitStatus};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
+use reconcile::{Action, AttemptView, Here, Key, RunningReport};
 
 /// How long the agent's long poll for its node's work waits when nothing changes. A
 /// change (a placement, a stop) is answered at once; heartbeats, not this poll, keep the
@@ -97,40 +97,6 @@ impl Local {
             return None;
         }
         self.attempt.exit()
-    }
-}
-
-/// Where the report that an attempt runs stands: sent once, by whoever starts the
-/// attempt or, for one adopted after a restart or whose report was not delivered, by
-/// the next reconcile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RunningReport {
-    Unsent,
-    /// On its way (the attempt's start, or a reconcile, sends it).
-    Sending,
-    Sent,
-}
-
-/// An attempt on this node: its job and attempt number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
-    job: JobId,
-    attempt: AttemptNo,
-}
-
-impl Key {
-    /// The attempt a work item names.
-    fn of(item: &WorkItem) -> Key {
-        Key {
-            job: item.job,
-            attempt: AttemptNo(item.attempt),
-        }
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "job {} attempt {}", self.job, self.attempt)
     }
 }
 
@@ -450,6 +416,130 @@ impl Agent {
             }
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
+    }
+    /// Starts what is placed here, stops what must stop, and stops what is no longer
+    /// listed (cancelled, requeued after a DOWN): gathers what runs here, asks
+    /// [`reconcile::decide`] what to do, and does it, in its order.
+    async fn reconcile(self: Arc<Self>, w: NodeWork) {
+        let here = self.here(&w);
+        for action in reconcile::decide(&w, &here) {
+            match action {
+                Action::StopUnplaced { key, signal, grace } => {
+                    info!(
+                        job = key.job.0,
+                        attempt = key.attempt.0,
+                        "attempt no longer placed here; stopping it"
+                    );
+                    self.clone().stop(key, Some(signal), grace);
+                }
+                Action::Stop { key, signal, grace } => {
+                    self.clone().stop(key, Some(signal), grace);
+                }
+                Action::ForgetEnded(key) => {
+                    self.ended_here.lock().unwrap().remove(&key);
+                }
+                Action::Report { key, event } => {
+                    self.progress(key, event).await;
+                }
+                Action::WaitForGpus { key, holders } => debug!(
+                    job = key.job.0,
+                    attempt = key.attempt.0,
+                    holders = %holders
+                        .iter()
+                        .map(Key::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    "waiting for earlier attempts to give back the GPUs"
+                ),
+                Action::Start(item) => {
+                    let key = Key::of(&item);
+                    self.starting
+                        .lock()
+                        .unwrap()
+                        .insert(key, item.gpus.iter().map(|g| g.index).collect());
+                    let agent = self.clone();
+                    tokio::spawn(async move {
+                        agent.clone().start(item).await;
+                        agent.starting.lock().unwrap().remove(&key);
+                    });
+                }
+                Action::SetSignal { key, signal } => {
+                    if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+                        e.signal = signal;
+                    }
+                }
+                Action::SetTimeLimit { key, left } => {
+                    if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+                        e.time_limit_at = Some(Instant::now() + left);
+                    }
+                }
+                Action::ReportRunning(key) => {
+                    // The view may be older than the reports awaited before this action:
+                    // the attempt may have ended, or been forgotten, since.
+                    let report = match self.local.lock().unwrap().get_mut(&key) {
+                        Some(e) if e.running == RunningReport::Unsent && e.exit().is_none() => {
+                            e.running = RunningReport::Sending;
+                            true
+                        }
+                        _ => false,
+                    };
+                    if report {
+                        // Off the poll loop: the next work list need not wait for it.
+                        let agent = self.clone();
+                        tokio::spawn(async move { agent.report_running(key).await });
+                    }
+                }
+            }
+        }
+    }
+
+    /// What runs here, for the reconcile of `w`. Read in the order attempts move
+    /// between the agent's records (being started, then held, then ended and
+    /// reported), so that none is missed while it moves.
+    fn here(&self, w: &NodeWork) -> Here {
+        let starting = self
+            .starting
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, gpus)| (*k, gpus.clone()))
+            .collect();
+        let attempts: std::collections::BTreeMap<Key, AttemptView> = self
+            .local
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, l)| {
+                let view = AttemptView {
+                    gpus: l.attempt.spec().gpus.iter().map(|g| g.index).collect(),
+                    signal: l.signal.clone(),
+                    stopping: l.stopping,
+                    ended: l.exit().is_some(),
+                    running: l.running,
+                    time_limit_set: l.time_limit_at.is_some(),
+                };
+                (*k, view)
+            })
+            .collect();
+        let mut here = Here {
+            node: self.inventory.name.to_string(),
+            attempts,
+            starting,
+            ended_here: self.ended_here.lock().unwrap().iter().copied().collect(),
+            fenced: self.fenced.load(Ordering::Relaxed),
+        };
+        // After a restart, an attempt whose end was reported is known by its kept
+        // output alone.
+        for item in &w.items {
+            let key = Key::of(item);
+            let unknown = !here.attempts.contains_key(&key)
+                && !here.starting.contains_key(&key)
+                && !here.ended_here.contains(&key);
+            if unknown && self.ended_here(key) {
+                here.ended_here.insert(key);
+            }
+        }
+        here
     }
 }
 

@@ -10,7 +10,7 @@ use tranche_client::ClientError;
 use tranche_model::JobId;
 use tranche_proto::{ApiError, Query, Response};
 
-use super::{Agent, Key};
+use super::{Agent, AttemptKey};
 use crate::exec::{AttemptNo, OutputFile};
 
 impl Agent {
@@ -173,7 +173,7 @@ impl Agent {
         // The attempt: the one asked for, else the latest running here, else the
         // latest kept.
         let running: Vec<AttemptNo> = {
-            let l = self.local.lock().unwrap();
+            let l = self.attempts.lock().unwrap();
             l.keys()
                 .filter(|k| k.job == job)
                 .map(|k| k.attempt)
@@ -198,8 +198,8 @@ impl Agent {
             },
         };
         let file_now = || -> Option<(OutputFile, bool)> {
-            let l = self.local.lock().unwrap();
-            if let Some(e) = l.get(&Key { job, attempt }) {
+            let l = self.attempts.lock().unwrap();
+            if let Some(e) = l.get(&AttemptKey { job, attempt }) {
                 let running = e.exit().is_none();
                 return e.attempt.output(req.stderr).map(|f| (f, running));
             }
@@ -214,7 +214,12 @@ impl Agent {
         let mut moved_retries = 100;
         loop {
             let Some((file, running)) = file_now() else {
-                if self.filing.lock().unwrap().contains(&Key { job, attempt }) {
+                if self
+                    .filing
+                    .lock()
+                    .unwrap()
+                    .contains(&AttemptKey { job, attempt })
+                {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }

@@ -13,7 +13,7 @@ impl Agent {
     pub fn metrics(&self) -> String {
         let age = self.last_contact.lock().unwrap().elapsed().as_secs_f64();
         let (running, stopping) = {
-            let l = self.local.lock().unwrap();
+            let l = self.attempts.lock().unwrap();
             let running = l.values().filter(|e| e.exit().is_none()).count();
             (running, l.values().filter(|e| e.stopping).count())
         };

@@ -2,6 +2,18 @@
 //! controllers (a long-poll that answers as soon as a placement or a stop is
 //! committed), start and stop attempts through the executors, report their progress,
 //! and fence itself when it has lost the controllers for `fence_after`.
+//!
+//! This file holds the [`Agent`], its start-up (the inventory, the executors and the
+//! attempts they adopt, the log port), its loop, registration, heartbeats, the GPU
+//! health watch, and the glue of the reconcile: gathering what runs here and carrying
+//! out what `reconcile::decide` returns. The rest, by job:
+//!
+//! * `reconcile`: the reconcile decision, a pure function tested on its actions;
+//! * `start_stop`: starting an attempt and stopping one;
+//! * `monitor`: the exit monitor, its exit reports, time limits and the fence;
+//! * `report`: progress reports to the controllers;
+//! * `logs_port`: the QUIC log port, its reader authorization, the output sweep;
+//! * `metrics`: the agent's metrics and their server.
 
 mod logs_port;
 mod metrics;
@@ -25,7 +37,7 @@ use tranche_proto::{NodeWork, Query, Response};
 use crate::config::AgentConfig;
 use crate::exec::{Attempt, Executors, ExitStatus};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
-use reconcile::{Action, AttemptView, Here, Key, RunningReport};
+use reconcile::{Action, AttemptKey, AttemptView, Here, RunningReport};
 
 /// How long the agent's long poll for its node's work waits when nothing changes. A
 /// change (a placement, a stop) is answered at once; heartbeats, not this poll, keep the
@@ -59,7 +71,7 @@ pub enum AgentError {
     Client(String),
 }
 
-struct Local {
+struct RunningAttempt {
     attempt: Arc<Attempt>,
     /// The checkpoint signal of the job, as the work item gave it.
     signal: String,
@@ -76,9 +88,13 @@ struct Local {
     watched: bool,
 }
 
-impl Local {
-    fn new(attempt: Arc<Attempt>, signal: String, time_limit_at: Option<Instant>) -> Local {
-        Local {
+impl RunningAttempt {
+    fn new(
+        attempt: Arc<Attempt>,
+        signal: String,
+        time_limit_at: Option<Instant>,
+    ) -> RunningAttempt {
+        RunningAttempt {
             attempt,
             signal,
             running: RunningReport::Unsent,
@@ -110,7 +126,7 @@ pub struct Agent {
     gpus: Box<dyn Inventory>,
     /// The drain reason this agent asked for, once asked.
     drained_for: Mutex<Option<String>>,
-    local: Mutex<HashMap<Key, Local>>,
+    attempts: Mutex<HashMap<AttemptKey, RunningAttempt>>,
     /// The log port (`tranche logs`), bound in `new`.
     logs: quinn::Endpoint,
     /// The log port's limits: connections per identity, streams, request bytes, the
@@ -121,14 +137,14 @@ pub struct Agent {
     /// Attempts whose end on this node the controllers have: a gang's attempt stays
     /// placed here until its last member ends, and this node's part of it must be
     /// neither started again nor reported lost meanwhile.
-    ended_here: Mutex<std::collections::HashSet<Key>>,
+    ended_here: Mutex<std::collections::HashSet<AttemptKey>>,
     /// Attempts being started (each on its own task, so that the attempts of one
     /// placement start side by side): not started again meanwhile.
     /// With the GPUs each holds.
-    starting: Mutex<HashMap<Key, Vec<tranche_model::GpuIndex>>>,
+    starting: Mutex<HashMap<AttemptKey, Vec<tranche_model::GpuIndex>>>,
     /// Ended attempts whose output is being moved to `<spool>/logs`: no longer in
-    /// `local`, not yet kept. The log port waits for them.
-    filing: Mutex<std::collections::HashSet<Key>>,
+    /// `attempts`, not yet kept. The log port waits for them.
+    filing: Mutex<std::collections::HashSet<AttemptKey>>,
     /// Notified when a watched shim has gone.
     shim_gone: Arc<tokio::sync::Notify>,
     /// Acknowledged attempts are cleared [`CLEARING`] at a time: clearing (files moved
@@ -136,7 +152,7 @@ pub struct Agent {
     /// attempt's start, and many at once would make the starts wait behind them.
     clearing: tokio::sync::Semaphore,
     /// Attempts whose exit report is on its way: not reported again meanwhile.
-    reporting: Mutex<std::collections::HashSet<Key>>,
+    reporting: Mutex<std::collections::HashSet<AttemptKey>>,
 }
 
 /// Reads the node's GPUs through the configured backend and builds its inventory.
@@ -244,7 +260,7 @@ impl Agent {
             fake_devices,
             gpus,
             drained_for: Mutex::new(None),
-            local: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
             logs,
             logs_gate,
             last_contact: Mutex::new(Instant::now()),
@@ -263,12 +279,12 @@ impl Agent {
                 attempt = a.attempt().0,
                 "re-adopted an attempt"
             );
-            agent.local.lock().unwrap().insert(
-                Key {
+            agent.attempts.lock().unwrap().insert(
+                AttemptKey {
                     job: a.job(),
                     attempt: a.attempt(),
                 },
-                Local::new(Arc::new(a), "SIGTERM".into(), None),
+                RunningAttempt::new(Arc::new(a), "SIGTERM".into(), None),
             );
         }
         Ok(Arc::new(agent))
@@ -446,13 +462,13 @@ impl Agent {
                     attempt = key.attempt.0,
                     holders = %holders
                         .iter()
-                        .map(Key::to_string)
+                        .map(AttemptKey::to_string)
                         .collect::<Vec<_>>()
                         .join(", "),
                     "waiting for earlier attempts to give back the GPUs"
                 ),
                 Action::Start(item) => {
-                    let key = Key::of(&item);
+                    let key = AttemptKey::of(&item);
                     self.starting
                         .lock()
                         .unwrap()
@@ -464,19 +480,19 @@ impl Agent {
                     });
                 }
                 Action::SetSignal { key, signal } => {
-                    if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+                    if let Some(e) = self.attempts.lock().unwrap().get_mut(&key) {
                         e.signal = signal;
                     }
                 }
                 Action::SetTimeLimit { key, left } => {
-                    if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+                    if let Some(e) = self.attempts.lock().unwrap().get_mut(&key) {
                         e.time_limit_at = Some(Instant::now() + left);
                     }
                 }
                 Action::ReportRunning(key) => {
                     // The view may be older than the reports awaited before this action:
                     // the attempt may have ended, or been forgotten, since.
-                    let report = match self.local.lock().unwrap().get_mut(&key) {
+                    let report = match self.attempts.lock().unwrap().get_mut(&key) {
                         Some(e) if e.running == RunningReport::Unsent && e.exit().is_none() => {
                             e.running = RunningReport::Sending;
                             true
@@ -504,8 +520,8 @@ impl Agent {
             .iter()
             .map(|(k, gpus)| (*k, gpus.clone()))
             .collect();
-        let attempts: std::collections::BTreeMap<Key, AttemptView> = self
-            .local
+        let attempts: std::collections::BTreeMap<AttemptKey, AttemptView> = self
+            .attempts
             .lock()
             .unwrap()
             .iter()
@@ -531,7 +547,7 @@ impl Agent {
         // After a restart, an attempt whose end was reported is known by its kept
         // output alone.
         for item in &w.items {
-            let key = Key::of(item);
+            let key = AttemptKey::of(item);
             let unknown = !here.attempts.contains_key(&key)
                 && !here.starting.contains_key(&key)
                 && !here.ended_here.contains(&key);

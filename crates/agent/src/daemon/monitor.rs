@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 use tranche_state::Progress;
 
-use super::{Agent, Key, ORPHAN_GRACE, SWEEP};
+use super::{Agent, AttemptKey, ORPHAN_GRACE, SWEEP};
 use crate::exec::Attempt;
 
 impl Agent {
@@ -35,7 +35,7 @@ impl Agent {
             // thread, so that the runtime's workers (the connection to the controllers,
             // every report) never wait on the file system.
             let (new, known, look) = {
-                let mut l = self.local.lock().unwrap();
+                let mut l = self.attempts.lock().unwrap();
                 let mut new = vec![];
                 for e in l.values_mut().filter(|e| !e.watched) {
                     e.watched = true;
@@ -87,8 +87,8 @@ impl Agent {
                     agent.reporting.lock().unwrap().remove(&key);
                 });
             }
-            let overdue: Vec<Key> = {
-                let mut l = self.local.lock().unwrap();
+            let overdue: Vec<AttemptKey> = {
+                let mut l = self.attempts.lock().unwrap();
                 l.iter_mut()
                     .filter(|(_, e)| {
                         !e.stopping && e.time_limit_at.is_some_and(|t| t <= Instant::now())
@@ -109,7 +109,7 @@ impl Agent {
                     lost_s = lost.as_secs(),
                     "no controller quorum for fence_after: stopping every job on this node"
                 );
-                let keys: Vec<Key> = self.local.lock().unwrap().keys().copied().collect();
+                let keys: Vec<AttemptKey> = self.attempts.lock().unwrap().keys().copied().collect();
                 for k in keys {
                     self.clone().stop(k, None, ORPHAN_GRACE);
                 }
@@ -153,10 +153,10 @@ impl Agent {
 
     /// Reports one attempt's exit; once the controllers have it, the attempt is
     /// forgotten and its directory cleared.
-    async fn report_exit(&self, key: Key, a: Arc<Attempt>) {
+    async fn report_exit(&self, key: AttemptKey, a: Arc<Attempt>) {
         let st = a.exit().expect("exited");
         let stopped_for = self
-            .local
+            .attempts
             .lock()
             .unwrap()
             .get(&key)
@@ -191,7 +191,7 @@ impl Agent {
             // whose directory is going away (it would seem to have vanished
             // without an exit, and be stopped as an orphan).
             self.filing.lock().unwrap().insert(key);
-            self.local.lock().unwrap().remove(&key);
+            self.attempts.lock().unwrap().remove(&key);
             // File-system work (the directory's files moved and removed, the cgroup
             // removed) is done on a blocking thread: on the runtime's workers it would
             // hold up the connection to the controllers and every other report.

@@ -37,22 +37,22 @@ use crate::exec::AttemptNo;
 
 /// An attempt on this node: its job and attempt number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
+pub struct AttemptKey {
     pub job: JobId,
     pub attempt: AttemptNo,
 }
 
-impl Key {
+impl AttemptKey {
     /// The attempt a work item names.
-    pub fn of(item: &WorkItem) -> Key {
-        Key {
+    pub fn of(item: &WorkItem) -> AttemptKey {
+        AttemptKey {
             job: item.job,
             attempt: AttemptNo(item.attempt),
         }
     }
 }
 
-impl fmt::Display for Key {
+impl fmt::Display for AttemptKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "job {} attempt {}", self.job, self.attempt)
     }
@@ -92,11 +92,11 @@ pub struct Here {
     /// This node's name, for the reports' reasons.
     pub node: String,
     /// The attempts the agent holds.
-    pub attempts: BTreeMap<Key, AttemptView>,
+    pub attempts: BTreeMap<AttemptKey, AttemptView>,
     /// Attempts being started, with the GPUs each will hold.
-    pub starting: BTreeMap<Key, Vec<GpuIndex>>,
+    pub starting: BTreeMap<AttemptKey, Vec<GpuIndex>>,
     /// Attempts whose end on this node the controllers have.
-    pub ended_here: BTreeSet<Key>,
+    pub ended_here: BTreeSet<AttemptKey>,
     /// The agent has fenced its node (lost the controllers for `fence_after`).
     pub fenced: bool,
 }
@@ -106,36 +106,39 @@ pub struct Here {
 pub enum Action {
     /// Stop an attempt the controllers no longer place here.
     StopUnplaced {
-        key: Key,
+        key: AttemptKey,
         signal: String,
         grace: Duration,
     },
     /// Stop an attempt as the controllers' stop order says.
     Stop {
-        key: Key,
+        key: AttemptKey,
         signal: String,
         grace: Duration,
     },
     /// Forget that this node's part of an attempt ended: the controllers no longer
     /// place it here.
-    ForgetEnded(Key),
+    ForgetEnded(AttemptKey),
     /// Report an event of an attempt that is not here; the next action waits for it.
-    Report { key: Key, event: Progress },
+    Report { key: AttemptKey, event: Progress },
     /// Not started yet: these attempts here still hold some of its GPUs.
-    WaitForGpus { key: Key, holders: Vec<Key> },
+    WaitForGpus {
+        key: AttemptKey,
+        holders: Vec<AttemptKey>,
+    },
     /// Start the item's attempt (it counts as holding its GPUs from now on).
     Start(WorkItem),
     /// The signal the attempt is stopped with from now on.
-    SetSignal { key: Key, signal: String },
+    SetSignal { key: AttemptKey, signal: String },
     /// The attempt's time limit ends `left` from now.
-    SetTimeLimit { key: Key, left: Duration },
+    SetTimeLimit { key: AttemptKey, left: Duration },
     /// Report that the attempt runs.
-    ReportRunning(Key),
+    ReportRunning(AttemptKey),
 }
 
 /// The actions that bring this node to `work`, given what is `here`.
 pub fn decide(work: &NodeWork, here: &Here) -> Vec<Action> {
-    let listed: HashSet<Key> = work.items.iter().map(Key::of).collect();
+    let listed: HashSet<AttemptKey> = work.items.iter().map(AttemptKey::of).collect();
     let mut out = Vec::new();
     for (key, a) in &here.attempts {
         if !listed.contains(key) && !a.stopping && !a.ended {
@@ -154,7 +157,7 @@ pub fn decide(work: &NodeWork, here: &Here) -> Vec<Action> {
     );
     let mut starting = here.starting.clone();
     for item in &work.items {
-        let key = Key::of(item);
+        let key = AttemptKey::of(item);
         let Some(a) = here.attempts.get(&key) else {
             if starting.contains_key(&key) || here.ended_here.contains(&key) {
                 continue;
@@ -229,9 +232,13 @@ pub fn decide(work: &NodeWork, here: &Here) -> Vec<Action> {
 
 /// Attempts here, not yet ended, that hold any of the item's GPUs. Attempts being
 /// started count: they will hold their GPUs.
-fn holders_of(here: &Here, starting: &BTreeMap<Key, Vec<GpuIndex>>, item: &WorkItem) -> Vec<Key> {
+fn holders_of(
+    here: &Here,
+    starting: &BTreeMap<AttemptKey, Vec<GpuIndex>>,
+    item: &WorkItem,
+) -> Vec<AttemptKey> {
     let mine = |g: &GpuIndex| item.gpus.iter().any(|b| b.index == *g);
-    let key = Key::of(item);
+    let key = AttemptKey::of(item);
     let running = here
         .attempts
         .iter()

@@ -7,14 +7,14 @@ use tranche_client::ClientError;
 use tranche_proto::{ApiError, ClientCommand};
 use tranche_state::{ApplyError, Progress};
 
-use super::{Agent, Key, RunningReport};
+use super::{Agent, AttemptKey, RunningReport};
 
 impl Agent {
     /// Reports that an attempt runs (its `running` is `Sending`); a report not
     /// delivered is sent again by the next reconcile.
-    pub(super) async fn report_running(&self, key: Key) {
+    pub(super) async fn report_running(&self, key: AttemptKey) {
         let delivered = self.progress(key, Progress::Running).await;
-        if let Some(e) = self.local.lock().unwrap().get_mut(&key) {
+        if let Some(e) = self.attempts.lock().unwrap().get_mut(&key) {
             e.running = if delivered {
                 RunningReport::Sent
             } else {
@@ -26,7 +26,7 @@ impl Agent {
     /// Whether this node's part of the attempt has ended and the controllers have
     /// that: in this agent's memory, or, after a restart, its output kept in the spool
     /// (which happens only once the end has been reported).
-    pub(super) fn ended_here(&self, key: Key) -> bool {
+    pub(super) fn ended_here(&self, key: AttemptKey) -> bool {
         if self.ended_here.lock().unwrap().contains(&key) {
             return true;
         }
@@ -35,7 +35,7 @@ impl Agent {
 
     /// Sends a progress report. True when the controllers have it: applied, or refused
     /// because the attempt is already over (a report repeated after a restart).
-    pub(super) async fn progress(&self, key: Key, event: Progress) -> bool {
+    pub(super) async fn progress(&self, key: AttemptKey, event: Progress) -> bool {
         let delivered = self.report(key, &event).await;
         if delivered && matches!(event, Progress::Exited { .. } | Progress::Lost { .. }) {
             self.ended_here.lock().unwrap().insert(key);
@@ -43,7 +43,7 @@ impl Agent {
         delivered
     }
 
-    async fn report(&self, key: Key, event: &Progress) -> bool {
+    async fn report(&self, key: AttemptKey, event: &Progress) -> bool {
         let event = event.clone();
         let job = key.job;
         match self

@@ -8,15 +8,15 @@ use tracing::{info, warn};
 use tranche_proto::WorkItem;
 use tranche_state::Progress;
 
-use super::{Agent, Key, Local, RunningReport, STARTING_AFTER};
+use super::{Agent, AttemptKey, RunningAttempt, RunningReport, STARTING_AFTER};
 use crate::exec::{signal_number, StopOutcome};
-use crate::launch;
+use crate::work_item;
 
 /// Why an attempt did not start.
 enum StartError {
     /// The job may not run as its user here, or names output files it cannot have
-    /// (see [`launch`]).
-    Refused(launch::NotStarted),
+    /// (see [`work_item`]).
+    Refused(work_item::NotStarted),
     /// The executor could not start it.
     Exec(crate::exec::ExecError),
 }
@@ -39,7 +39,7 @@ fn rendezvous_port_free(rank: u32, port: u16) -> Result<(), String> {
 
 impl Agent {
     pub(super) async fn start(self: Arc<Self>, item: WorkItem) {
-        let key = Key::of(&item);
+        let key = AttemptKey::of(&item);
         // STARTING is reported once the setup has taken STARTING_AFTER (an image to
         // unpack, a container to create); RUNNING once the job runs and any STARTING
         // report is in. A job that starts sooner goes from SCHEDULED to RUNNING: one
@@ -76,7 +76,7 @@ impl Agent {
         let work = item.clone();
         // The account lookup may ask a directory service (LDAP, SSSD): off the runtime.
         let started = tokio::task::spawn_blocking(move || {
-            let spec = launch::launch_spec(&agent.cfg, &work, agent.fake_devices)
+            let spec = work_item::launch_spec(&agent.cfg, &work, agent.fake_devices)
                 .map_err(StartError::Refused)?;
             execs.start(&spec).map_err(StartError::Exec)
         })
@@ -87,7 +87,7 @@ impl Agent {
         match started {
             Ok(a) => {
                 info!(job = item.job.0, attempt = item.attempt, "attempt started");
-                let mut local = Local::new(
+                let mut held = RunningAttempt::new(
                     Arc::new(a),
                     item.signal.clone(),
                     item.time_limit_s
@@ -95,8 +95,8 @@ impl Agent {
                 );
                 // Sending from here: a reconcile while the report is on its way does not
                 // send it again.
-                local.running = RunningReport::Sending;
-                self.local.lock().unwrap().insert(key, local);
+                held.running = RunningReport::Sending;
+                self.attempts.lock().unwrap().insert(key, held);
                 self.report_running(key).await;
             }
             Err(e) => {
@@ -120,9 +120,9 @@ impl Agent {
     }
 
     /// Signals an attempt and kills it when the grace ends (on a blocking thread).
-    pub(super) fn stop(self: Arc<Self>, key: Key, signal: Option<String>, grace: Duration) {
+    pub(super) fn stop(self: Arc<Self>, key: AttemptKey, signal: Option<String>, grace: Duration) {
         let (attempt, sig_name) = {
-            let mut l = self.local.lock().unwrap();
+            let mut l = self.attempts.lock().unwrap();
             let Some(e) = l.get_mut(&key) else { return };
             if e.stopping {
                 return;

@@ -7,15 +7,15 @@ use tranche_model::{GpuIndex, JobId, JobStatus};
 use tranche_proto::{GpuBinding, NodeWork, Rendezvous, StopOrder, WorkItem};
 use tranche_state::Progress;
 
-use super::{decide, Action, AttemptView, Here, Key, RunningReport};
+use super::{decide, Action, AttemptKey, AttemptView, Here, RunningReport};
 use crate::daemon::ORPHAN_GRACE;
 use crate::exec::AttemptNo;
 
 /// The controllers' time in every work list below.
 const NOW: u64 = 1_000_000;
 
-fn key(job: u64, attempt: u32) -> Key {
-    Key {
+fn key(job: u64, attempt: u32) -> AttemptKey {
+    AttemptKey {
         job: JobId(job),
         attempt: AttemptNo(attempt),
     }
@@ -92,7 +92,7 @@ fn attempt(gpus: &[u32]) -> AttemptView {
     }
 }
 
-fn here(attempts: Vec<(Key, AttemptView)>) -> Here {
+fn here(attempts: Vec<(AttemptKey, AttemptView)>) -> Here {
     Here {
         node: "n1".into(),
         attempts: attempts.into_iter().collect(),

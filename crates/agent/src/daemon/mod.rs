@@ -22,7 +22,7 @@ mod reconcile;
 mod report;
 mod start_stop;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -433,6 +433,7 @@ impl Agent {
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
     }
+
     /// Starts what is placed here, stops what must stop, and stops what is no longer
     /// listed (cancelled, requeued after a DOWN): gathers what runs here, asks
     /// [`reconcile::decide`] what to do, and does it, in its order.
@@ -520,19 +521,19 @@ impl Agent {
             .iter()
             .map(|(k, gpus)| (*k, gpus.clone()))
             .collect();
-        let attempts: std::collections::BTreeMap<AttemptKey, AttemptView> = self
+        let attempts: BTreeMap<AttemptKey, AttemptView> = self
             .attempts
             .lock()
             .unwrap()
             .iter()
-            .map(|(k, l)| {
+            .map(|(k, a)| {
                 let view = AttemptView {
-                    gpus: l.attempt.spec().gpus.iter().map(|g| g.index).collect(),
-                    signal: l.signal.clone(),
-                    stopping: l.stopping,
-                    ended: l.exit().is_some(),
-                    running: l.running,
-                    time_limit_set: l.time_limit_at.is_some(),
+                    gpus: a.attempt.spec().gpus.iter().map(|g| g.index).collect(),
+                    signal: a.signal.clone(),
+                    stopping: a.stopping,
+                    ended: a.exit().is_some(),
+                    running: a.running,
+                    time_limit_set: a.time_limit_at.is_some(),
                 };
                 (*k, view)
             })

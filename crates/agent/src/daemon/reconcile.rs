@@ -9,7 +9,8 @@
 //!
 //! The rules, in the order `decide` applies them:
 //! 1. attempts here that the controllers no longer place (cancelled, or requeued while
-//!    this node was DOWN) are stopped first, so that their GPUs may be placed anew;
+//!    this node was DOWN) are stopped first, so that their GPUs may be placed anew, and
+//!    the end here of an attempt they no longer place is forgotten;
 //! 2. an attempt the controllers place here that is not here:
 //!    * is left alone while it is being started, or when this node's part of it has
 //!      ended and the controllers have that (a gang whose other members still run);

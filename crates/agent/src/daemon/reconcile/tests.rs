@@ -234,6 +234,26 @@ fn an_undelivered_running_report_is_sent_again_and_one_on_its_way_is_not() {
 }
 
 #[test]
+fn an_ended_attempt_is_left_to_its_exit_report() {
+    // Its end is known here and its exit report is the monitor's to send: the
+    // reconcile neither reports it running, nor stops it, placed here or not.
+    let ended = AttemptView {
+        ended: true,
+        running: RunningReport::Unsent,
+        ..attempt(&[0])
+    };
+    let h = here(vec![(key(1, 1), ended)]);
+    assert_eq!(decide(&work(vec![running(item(1, 1, &[0]))]), &h), vec![]);
+    assert_eq!(decide(&work(vec![]), &h), vec![]);
+    // Nor does it hold its GPUs any more.
+    let next = item(2, 1, &[0]);
+    assert_eq!(
+        decide(&work(vec![next.clone()]), &h),
+        vec![Action::Start(next)]
+    );
+}
+
+#[test]
 fn a_started_attempt_with_no_trace_here_is_reported_lost_once() {
     let w = work(vec![running(item(1, 1, &[0]))]);
     assert_eq!(

@@ -476,7 +476,7 @@ impl Agent {
                         .insert(key, item.gpus.iter().map(|g| g.index).collect());
                     let agent = self.clone();
                     tokio::spawn(async move {
-                        agent.clone().start(item).await;
+                        agent.clone().start(*item).await;
                         agent.starting.lock().unwrap().remove(&key);
                     });
                 }

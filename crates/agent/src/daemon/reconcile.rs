@@ -128,7 +128,7 @@ pub enum Action {
         holders: Vec<AttemptKey>,
     },
     /// Start the item's attempt (it counts as holding its GPUs from now on).
-    Start(WorkItem),
+    Start(Box<WorkItem>),
     /// The signal the attempt is stopped with from now on.
     SetSignal { key: AttemptKey, signal: String },
     /// The attempt's time limit ends `left` from now.
@@ -196,7 +196,7 @@ pub fn decide(work: &NodeWork, here: &Here) -> Vec<Action> {
                 continue;
             }
             starting.insert(key, item.gpus.iter().map(|g| g.index).collect());
-            out.push(Action::Start(item.clone()));
+            out.push(Action::Start(Box::new(item.clone())));
             continue;
         };
         if let Some(stop) = &item.stop {

@@ -106,7 +106,7 @@ fn new_work_starts() {
     let b = item(2, 1, &[1]);
     assert_eq!(
         decide(&work(vec![a.clone(), b.clone()]), &here(vec![])),
-        vec![Action::Start(a), Action::Start(b)],
+        vec![Action::Start(Box::new(a)), Action::Start(Box::new(b))],
         "attempts on other GPUs start side by side"
     );
 }
@@ -249,7 +249,7 @@ fn an_ended_attempt_is_left_to_its_exit_report() {
     let next = item(2, 1, &[0]);
     assert_eq!(
         decide(&work(vec![next.clone()]), &h),
-        vec![Action::Start(next)]
+        vec![Action::Start(Box::new(next))]
     );
 }
 
@@ -412,7 +412,10 @@ fn an_attempt_no_longer_placed_is_stopped_before_a_new_one_on_its_gpus_waits() {
             ..attempt(&[1])
         },
     )]);
-    assert_eq!(decide(&w, &ended), vec![Action::Start(w.items[0].clone())]);
+    assert_eq!(
+        decide(&w, &ended),
+        vec![Action::Start(Box::new(w.items[0].clone()))]
+    );
 }
 
 #[test]
@@ -423,7 +426,7 @@ fn an_attempt_being_started_holds_its_gpus() {
     assert_eq!(
         decide(&work(vec![a.clone(), b.clone()]), &here(vec![])),
         vec![
-            Action::Start(a.clone()),
+            Action::Start(Box::new(a.clone())),
             Action::WaitForGpus {
                 key: key(2, 1),
                 holders: vec![key(1, 1)],

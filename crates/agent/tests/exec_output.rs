@@ -1,7 +1,7 @@
 //! What a script ported from `sbatch` expects of its job on a node: the array, name,
 //! submit-directory and size variables, and Slurm's `--output`/`--error` files, created
 //! as the job's user in the directory the job runs in, and read back as `tranche logs`
-//! reads them. Each work item goes the agent's way: `launch::launch_spec` (account,
+//! reads them. Each work item goes the agent's way: `work_item::launch_spec` (account,
 //! working directory, patterns), then the executors.
 //!
 //! These tests need root and `useradd` (runc, or crun, and a static busybox for the
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use exec_common::*;
 use tranche_agent::exec::{kept_output, Attempt, Executors, OutputFile};
-use tranche_agent::launch::{launch_spec, NotStarted};
+use tranche_agent::work_item::{launch_spec, NotStarted};
 use tranche_model::{ArrayTask, JobId, JobStatus};
 use tranche_proto::{Rendezvous, WorkItem};
 

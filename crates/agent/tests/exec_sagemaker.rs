@@ -19,7 +19,7 @@ use exec_common::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tranche_agent::exec::{kept_sagemaker_output, Attempt, Executors};
-use tranche_agent::launch::launch_spec;
+use tranche_agent::work_item::launch_spec;
 use tranche_model::{JobStatus, SageMakerJob};
 use tranche_proto::{Rendezvous, WorkItem};
 

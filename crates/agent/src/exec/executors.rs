@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::attempt::{cleanup_attempt, remove_work_dir, Attempt};
 use super::cgroup::{self, Cgroups};
-use super::launcher::{Launched, Launcher};
 use super::policy::JobPolicy;
+use super::shim_launcher::{Launched, Launcher};
 use super::spec::validate;
 use super::spool::{
     attempt_name, cgroup_name, container_id, files, parse_attempt_name, remove_attempt_dir,
@@ -150,7 +150,7 @@ pub struct Executors {
     runtime: Option<PathBuf>,
     runtime_root: PathBuf,
     cgroups: Cgroups,
-    /// The shim launcher, started on the first attempt (see `launcher`).
+    /// The shim launcher, started on the first attempt (see `shim_launcher`).
     launcher: Mutex<Option<Launcher>>,
     policy: JobPolicy,
 }

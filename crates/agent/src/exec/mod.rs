@@ -27,11 +27,11 @@
 //!
 //! Each attempt has a shim, which the agent has forked by its shim launcher (one small
 //! single-threaded process, `tranche-agent shim-launcher`, started from the agent's
-//! binary; see `launcher`). The shim (`tranche-shim <attemptdir>` in `ps`) runs in a
+//! binary; see `shim_launcher`). The shim (`tranche-shim <attemptdir>` in `ps`) runs in a
 //! session of its own with stdin on `/dev/null`, makes itself a child subreaper (every
 //! orphaned descendant of the job is re-parented to it), launches the job, reaps it and
-//! its descendants, writes `exit.json` and exits. It is no child of the agent. Killing the agent (even with SIGKILL) therefore never kills a
-//! job, and a restarted agent re-adopts the attempts by scanning the spool
+//! its descendants, writes `exit.json` and exits. It is no child of the agent. Killing
+//! the agent (even with SIGKILL) therefore never kills a job, and a restarted agent re-adopts the attempts by scanning the spool
 //! ([`Executors::adopt`]).
 //!
 //! # Executors
@@ -48,15 +48,35 @@
 //! cgroup, the process executor falls back to the job's process group plus every
 //! descendant of its shim.
 //!
+//! # From a work item to a running job
+//!
+//! Five steps, each with its own word:
+//!
+//! 1. **work item → launch spec**: `crate::work_item::launch_spec` turns the
+//!    controllers' work item into this node's [`LaunchSpec`] (the job's account, its
+//!    directory, environment and output files);
+//! 2. **start**: [`Executors::start`] (`executors`) writes the attempt directory, its
+//!    spec and plan (the cgroup, or the container bundle from `image` and `oci`), and
+//!    asks for a shim;
+//! 3. **shim launcher**: `shim_launcher`, one small process per agent, forks the shim;
+//! 4. **spawn**: the shim (`shim`) starts the job, a process job by `spawn` (a clone
+//!    that execs at once), a container through the OCI runtime, then reaps it and
+//!    records its exit;
+//! 5. **attempt and adoption**: the agent holds each started attempt as an [`Attempt`]
+//!    (`attempt`: watch, stop, exit, acknowledge); after a restart,
+//!    [`Executors::adopt`] makes them again from the spool.
+//!
 //! # Modules
 //!
 //! `spec` is what an attempt runs ([`LaunchSpec`]), `spool` the attempt directories
 //! and their records, `executors` starts and adopts attempts ([`Executors`]),
-//! `attempt` watches, stops and reaps one ([`Attempt`]), `launcher` forks its shim, `shim` supervises it on the
-//! node; `output` expands `--output`/`--error` patterns and creates and reads those
-//! files; `sagemaker` gives a SageMaker training job its container contract
-//! (`/opt/ml`, the `SM_*` variables); `signal` parses signal names and `error` holds [`ExecError`]. `oci`, `image`
-//! and `cgroup` are the container runtime, the image cache and the cgroup hierarchies.
+//! `attempt` watches, stops and reaps one ([`Attempt`]), `shim_launcher` forks its
+//! shim, `shim` supervises it on the node and `spawn` starts a process job; `output`
+//! expands `--output`/`--error` patterns and creates and reads those files; `sagemaker`
+//! gives a SageMaker training job its container contract (`/opt/ml`, the `SM_*`
+//! variables); `signal` parses signal names and `error` holds [`ExecError`]. `oci`,
+//! `image` and `cgroup` are the container runtime, the image cache and the cgroup
+//! hierarchies.
 
 mod as_user;
 mod attempt;
@@ -65,7 +85,6 @@ mod error;
 mod executors;
 mod fsutil;
 mod image;
-mod launcher;
 mod layer;
 pub mod ledger;
 mod oci;
@@ -74,6 +93,7 @@ pub mod policy;
 mod procfs;
 mod sagemaker;
 mod shim;
+mod shim_launcher;
 mod signal;
 mod spawn;
 mod spec;
@@ -90,10 +110,10 @@ pub use executors::Executors;
 pub use image::{
     defaults as image_defaults, prepare as prepare_image, ImagePolicy, Prepared as PreparedImage,
 };
-pub use launcher::launcher_main;
 pub use output::OutputFile;
 pub use policy::JobPolicy;
 pub use sagemaker::{kept_sagemaker_output, sagemaker_env};
+pub use shim_launcher::launcher_main;
 pub use signal::signal_number;
 pub use spec::{job_env, ArrayTask, AttemptNo, BoundGpu, LaunchSpec, Rendezvous};
 pub use spool::{kept_logs, kept_output, sweep_kept_logs, ExecKind, ExitStatus};

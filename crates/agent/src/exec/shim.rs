@@ -26,7 +26,7 @@ fn log(dir: &Path, msg: &str) {
 }
 
 /// The shim's work, in the process the shim launcher forked for the attempt in `dir`
-/// (see `launcher`): it takes a session of its own, records itself in `shim.pid` (pid
+/// (see `shim_launcher`): it takes a session of its own, records itself in `shim.pid` (pid
 /// and start time), and supervises the attempt described by the directory's
 /// `spec.json` and `plan.json`. True where all of that was done. Must be called in a
 /// single-threaded process.

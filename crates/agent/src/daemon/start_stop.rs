@@ -1,0 +1,150 @@
+//! Starting an attempt (its launch spec, the executor, STARTING and RUNNING reports) and
+//! stopping one (its signal, then a kill when its grace ends).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+use tranche_proto::WorkItem;
+use tranche_state::Progress;
+
+use super::{Agent, AttemptKey, RunningAttempt, RunningReport, STARTING_AFTER};
+use crate::exec::{signal_number, StopOutcome};
+use crate::work_item;
+
+/// Why an attempt did not start.
+enum StartError {
+    /// The job may not run as its user here, or names output files it cannot have
+    /// (see [`work_item`]).
+    Refused(work_item::NotStarted),
+    /// The executor could not start it.
+    Exec(crate::exec::ExecError),
+}
+
+/// On a gang's rank 0, whether the attempt's `MASTER_PORT` is free, so that a job
+/// whose rendezvous port another program holds fails at once with a message that says
+/// so, instead of hanging in its launcher. Another attempt of the job gets another port.
+fn rendezvous_port_free(rank: u32, port: u16) -> Result<(), String> {
+    if rank != 0 {
+        return Ok(());
+    }
+    match std::net::TcpListener::bind(("0.0.0.0", port)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "MASTER_PORT {port} is not free on this node (rank 0): {e}; another attempt \
+             gets another port from the agent's rendezvous_ports"
+        )),
+    }
+}
+
+impl Agent {
+    pub(super) async fn start(self: Arc<Self>, item: WorkItem) {
+        let key = AttemptKey::of(&item);
+        // STARTING is reported once the setup has taken STARTING_AFTER (an image to
+        // unpack, a container to create); RUNNING once the job runs and any STARTING
+        // report is in. A job that starts sooner goes from SCHEDULED to RUNNING: one
+        // replicated write fewer per job.
+        let (set_up, set_up_rx) = tokio::sync::oneshot::channel::<()>();
+        let starting = {
+            let agent = self.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = set_up_rx => {}
+                    _ = tokio::time::sleep(STARTING_AFTER) => {
+                        agent.progress(key, Progress::Starting).await;
+                    }
+                }
+            })
+        };
+        let r = &item.rendezvous;
+        if let Err(why) = rendezvous_port_free(r.rank, r.master_port) {
+            warn!(job = item.job.0, "attempt not started: {why}");
+            let _ = set_up.send(());
+            let _ = starting.await;
+            self.progress(
+                key,
+                Progress::Exited {
+                    code: None,
+                    reason: Some(format!("failed to start: {why}")),
+                },
+            )
+            .await;
+            return;
+        }
+        let execs = self.execs.clone();
+        let agent = self.clone();
+        let work = item.clone();
+        // The account lookup may ask a directory service (LDAP, SSSD): off the runtime.
+        let started = tokio::task::spawn_blocking(move || {
+            let spec = work_item::launch_spec(&agent.cfg, &work, agent.fake_devices)
+                .map_err(StartError::Refused)?;
+            execs.start(&spec).map_err(StartError::Exec)
+        })
+        .await
+        .expect("start task");
+        let _ = set_up.send(());
+        let _ = starting.await;
+        match started {
+            Ok(a) => {
+                info!(job = item.job.0, attempt = item.attempt, "attempt started");
+                let mut held = RunningAttempt::new(
+                    Arc::new(a),
+                    item.signal.clone(),
+                    item.time_limit_s
+                        .map(|s| Instant::now() + Duration::from_secs(s)),
+                );
+                // Sending from here: a reconcile while the report is on its way does not
+                // send it again.
+                held.running = RunningReport::Sending;
+                self.attempts.lock().unwrap().insert(key, held);
+                self.report_running(key).await;
+            }
+            Err(e) => {
+                // A refusal is the user's or the config's doing, not the node's: the
+                // attempt ends with it as its reason and nothing of the job ran.
+                let reason = match e {
+                    StartError::Refused(why) => format!("not started: {why}"),
+                    StartError::Exec(e) => format!("failed to start: {e}"),
+                };
+                warn!(job = item.job.0, "attempt {reason}");
+                self.progress(
+                    key,
+                    Progress::Exited {
+                        code: None,
+                        reason: Some(reason),
+                    },
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Signals an attempt and kills it when the grace ends (on a blocking thread).
+    pub(super) fn stop(self: Arc<Self>, key: AttemptKey, signal: Option<String>, grace: Duration) {
+        let (attempt, sig_name) = {
+            let mut l = self.attempts.lock().unwrap();
+            let Some(e) = l.get_mut(&key) else { return };
+            if e.stopping {
+                return;
+            }
+            e.stopping = true;
+            (
+                e.attempt.clone(),
+                signal.unwrap_or_else(|| e.signal.clone()),
+            )
+        };
+        let sig = signal_number(&sig_name).unwrap_or(15);
+        info!(job = key.job.0, attempt = key.attempt.0, signal = %sig_name, grace_ms = grace.as_millis() as u64, "stopping an attempt");
+        tokio::task::spawn_blocking(move || {
+            let outcome = attempt.stop(sig, grace);
+            match outcome {
+                StopOutcome::ExitedInGrace { status } => {
+                    info!(job = key.job.0, attempt = key.attempt.0, status = %status, "exited within its grace period")
+                }
+                StopOutcome::Killed { via, .. } => {
+                    info!(job = key.job.0, attempt = key.attempt.0, via = %via, "killed when its grace period ended")
+                }
+            }
+        });
+    }
+}

@@ -21,8 +21,8 @@ use tranche_client::Client;
 use tranche_proto::ClientCommand;
 use tranche_tls::TlsFiles;
 
+use crate::exit::{usage, Fail};
 use crate::leader_cache::LeaderCache;
-use crate::output::{usage, Fail};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

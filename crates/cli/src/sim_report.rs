@@ -1,7 +1,7 @@
 //! `tranche sim --report DIR`: the figures as JSON, the plots as PNG and SVG, and an
 //! HTML page that shows them.
 
-use crate::sim_cmd::Run;
+use crate::cmd::sim::Run;
 use std::path::{Path, PathBuf};
 use tranche_sim::plot::{self, Plot};
 use tranche_sim::report::{fmt_duration, fmt_mean, strategy_name, Figures};
@@ -60,7 +60,7 @@ fn esc(s: &str) -> String {
 pub fn write(dir: &Path, trace: &Path, runs: &[Run]) -> Result<(), String> {
     let io = |e: std::io::Error| format!("cannot write in {}: {e}", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let j = crate::sim_cmd::json(runs);
+    let j = crate::cmd::sim::json(runs);
     std::fs::write(dir.join("figures.json"), format!("{j:#}\n")).map_err(io)?;
     let pairs: Vec<(&str, &Figures)> = runs
         .iter()

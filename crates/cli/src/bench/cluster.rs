@@ -15,7 +15,7 @@ use tranche_tls::Role;
 use super::stats::{print_json, Spread};
 use super::KeepDir;
 use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
+use crate::exit::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {

@@ -15,7 +15,7 @@ use tranche_proto::{Query, Response};
 use super::stats::{print_json, Spread};
 use super::{agent_cluster, AgentCluster};
 use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
+use crate::exit::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct PreemptArgs {

@@ -21,8 +21,8 @@ use tranche_sim::tracesim;
 
 use super::{agent_cluster_with, AgentCluster};
 use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
-use crate::sim_cmd;
+use crate::cmd::sim as sim_cmd;
+use crate::exit::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
@@ -132,8 +132,8 @@ fn binaries(dir: &std::path::Path) -> Result<(PathBuf, PathBuf), String> {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
     Ok((
-        crate::dev::link_self(&bin, "tranched")?,
-        crate::dev::link_self(&bin, "tranche-agent")?,
+        crate::cmd::dev::link_self(&bin, "tranched")?,
+        crate::cmd::dev::link_self(&bin, "tranche-agent")?,
     ))
 }
 

@@ -21,7 +21,7 @@ use tranche_tls::{Role, TlsFiles};
 
 use super::cluster::{prepare_one_share, start_cluster};
 use super::stats::{print_json, Spread};
-use crate::fmt::now_ms;
+use crate::text::now_ms;
 
 #[derive(clap::Args)]
 pub struct ScaleArgs {

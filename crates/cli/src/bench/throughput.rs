@@ -18,7 +18,7 @@ use tranche_tls::{Role, TlsFiles};
 use super::stats::{print_json, Spread};
 use super::{agent_cluster_spooled, AgentCluster};
 use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
+use crate::exit::unexpected_text;
 use crate::timing;
 
 /// Agents, and fake GPUs on each.

@@ -62,7 +62,7 @@ async fn issue_key(
     };
     match admin.request(&req).await {
         Ok(tranche_proto::Response::AccessKey { key, secret }) => Ok((key.id, secret)),
-        Ok(other) => Err(crate::output::unexpected_text(&other)),
+        Ok(other) => Err(crate::exit::unexpected_text(&other)),
         Err(e) => Err(format!("an access key for {user}: {e}")),
     }
 }
@@ -208,7 +208,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
             Ok(tranche_proto::Response::Nodes(n)) => {
                 Err(format!("{} of 4 nodes registered", n.len()))
             }
-            Ok(other) => Err(crate::output::unexpected_text(&other)),
+            Ok(other) => Err(crate::exit::unexpected_text(&other)),
             Err(e) => Err(e.to_string()),
         },
     )

@@ -8,7 +8,6 @@ mod exit;
 mod job_list;
 mod leader_cache;
 mod parse;
-mod sim_report;
 mod text;
 mod timing;
 

@@ -1,15 +1,15 @@
-//! `tranche sim`: a job trace under a policy in virtual time, and the report.
+//! `tranche sim`: a job trace under a policy in virtual time, and the report. The
+//! simulation, its figures and the report's contents are `tranche_sim`'s; this module
+//! reads the files, times the runs, prints, and writes the report directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use tranche_sim::report::{self, Figures, Setup};
+use tranche_sim::report;
+use tranche_sim::runs::{self, Run};
 use tranche_sim::scenario::Scenario;
-use tranche_sim::trace::{self, Columns, TraceJob};
-use tranche_sim::{policy, tracesim};
-
-/// Resolution of the report's time series.
-const BUCKETS: usize = 600;
+use tranche_sim::trace::TraceJob;
+use tranche_sim::tracesim;
 
 #[derive(clap::Args)]
 pub struct SimArgs {
@@ -44,15 +44,6 @@ pub struct SimArgs {
     pub json: bool,
 }
 
-/// One simulated policy: its label, the figures, and how long the run took.
-pub struct Run {
-    pub label: String,
-    pub setup: Setup,
-    pub figures: Figures,
-    pub passes: u64,
-    pub wall_s: f64,
-}
-
 pub fn sim(args: &SimArgs) -> ExitCode {
     match sim_inner(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -63,45 +54,28 @@ pub fn sim(args: &SimArgs) -> ExitCode {
     }
 }
 
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
 /// Reads a trace file (with `--columns` and `--until-s`).
 pub fn read_trace(
-    path: &PathBuf,
+    path: &Path,
     columns: Option<&str>,
     until_s: Option<u64>,
 ) -> Result<Vec<TraceJob>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let cols = columns.map(Columns::parse).transpose()?.unwrap_or_default();
-    let mut jobs = trace::parse(&text, &cols).map_err(|e| format!("{}: {e}", path.display()))?;
-    if let Some(u) = until_s {
-        let first = jobs[0].submit;
-        jobs.retain(|j| j.submit < first + u * tranche_model::SECOND);
-    }
-    Ok(jobs)
+    runs::load_trace(&path.display().to_string(), &read(path)?, columns, until_s)
 }
 
 /// Reads a policy file with `--nodes`.
-pub fn read_policy(path: &PathBuf, nodes: Option<&str>) -> Result<Scenario, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let nodes = nodes.map(policy::parse_nodes).transpose()?;
-    policy::load(&text, nodes).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_policy(path: &Path, nodes: Option<&str>) -> Result<Scenario, String> {
+    runs::load_policy(&path.display().to_string(), &read(path)?, nodes)
 }
 
-/// Simulates one policy.
+/// Simulates one policy, timed.
 pub fn run(label: &str, sc: &Scenario, jobs: &[TraceJob]) -> Result<Run, String> {
     let t0 = Instant::now();
-    let out = tracesim::simulate(sc, jobs).map_err(|e| format!("{label}: {e}"))?;
-    let wall_s = t0.elapsed().as_secs_f64();
-    let setup = Setup::of(sc);
-    let figures = report::figures(&setup, &out.runs, BUCKETS);
-    Ok(Run {
-        label: label.into(),
-        setup,
-        figures,
-        passes: out.passes,
-        wall_s,
-    })
+    runs::run(label, sc, jobs, || t0.elapsed().as_secs_f64())
 }
 
 fn sim_inner(args: &SimArgs) -> Result<(), String> {
@@ -113,19 +87,10 @@ fn sim_inner(args: &SimArgs) -> Result<(), String> {
         .policy
         .file_stem()
         .map_or("policy".into(), |s| s.to_string_lossy().to_string());
-    let mut runs = vec![run(&name, &sc, &jobs)?];
-    if args.compare {
-        runs.push(run(
-            "static partition (every share RESERVE)",
-            &policy::static_partition(&sc),
-            &jobs,
-        )?);
-        runs.push(run(
-            "pooled FIFO (one share, no quotas)",
-            &policy::pooled(&sc),
-            &policy::pooled_trace(&jobs),
-        )?);
-    }
+    let runs = runs::variants(&name, &sc, &jobs, args.compare)
+        .iter()
+        .map(|v| run(&v.label, &v.scenario, &v.jobs))
+        .collect::<Result<Vec<_>, _>>()?;
     for r in &runs {
         eprintln!(
             "simulated {} jobs under {} in {:.2} s ({} scheduling passes)",
@@ -133,35 +98,67 @@ fn sim_inner(args: &SimArgs) -> Result<(), String> {
         );
     }
     if let Some(dir) = &args.report {
-        crate::sim_report::write(dir, &args.trace, &runs)?;
+        write_report(dir, &args.trace, &runs)?;
         eprintln!("report written to {}", dir.join("index.html").display());
     }
     if args.json {
-        println!("{}", json(&runs));
+        println!("{}", runs::json(&runs));
     } else {
         print!("{}", report::render_table(&runs[0].label, &runs[0].figures));
         if runs.len() > 1 {
             println!();
-            print!("{}", comparison(&runs));
+            print!("{}", runs::comparison(&runs));
         }
     }
     Ok(())
 }
 
-pub fn comparison(runs: &[Run]) -> String {
-    let rows: Vec<(String, &Figures)> =
-        runs.iter().map(|r| (r.label.clone(), &r.figures)).collect();
-    report::render_comparison(&rows)
+/// Fonts looked for when `TRANCHE_FONT` is not set (Debian, Fedora, Arch, macOS).
+const FONTS: [&str; 6] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+    "/Library/Fonts/Arial.ttf",
+];
+
+/// Reads and registers the labels' font.
+fn font() -> Result<(), String> {
+    let candidates: Vec<PathBuf> = match std::env::var_os("TRANCHE_FONT") {
+        Some(p) => vec![PathBuf::from(p)],
+        None => FONTS.iter().map(PathBuf::from).collect(),
+    };
+    for p in &candidates {
+        if let Ok(bytes) = std::fs::read(p) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            return tranche_sim::plot::use_font(bytes).map_err(|e| format!("{}: {e}", p.display()));
+        }
+    }
+    Err(format!(
+        "no font for the plots' labels (looked for {}); set TRANCHE_FONT to a .ttf file",
+        candidates
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
-/// The figures of every run as one JSON object.
-pub fn json(runs: &[Run]) -> serde_json::Value {
-    serde_json::json!({
-        "runs": runs.iter().map(|r| serde_json::json!({
-            "policy": r.label,
-            "figures": r.figures,
-            "scheduling_passes": r.passes,
-            "wall_s": r.wall_s,
-        })).collect::<Vec<_>>(),
-    })
+/// Writes the report's files into `dir`, plots too when a font is found.
+fn write_report(dir: &Path, trace: &Path, runs: &[Run]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let plots = match font() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("tranche sim: the report has no plots: {e}");
+            false
+        }
+    };
+    let trace = trace.display().to_string();
+    for (name, bytes) in tranche_sim::page::files(&trace, runs, plots)? {
+        std::fs::write(dir.join(&name), bytes)
+            .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    }
+    Ok(())
 }

@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use tranche_client::Client;
-use tranche_proto::ClientCommand;
 use tranche_tls::TlsFiles;
 
 use crate::exit::{usage, Fail};
@@ -117,20 +116,4 @@ pub fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
 
 fn load(config: &Option<PathBuf>) -> Result<ClientCfg, Fail> {
     ClientCfg::load(&path(config).map_err(usage)?).map_err(usage)
-}
-
-/// Sends the commands one by one; the first refusal (or failure to reach the cluster)
-/// ends the run with its message.
-pub async fn apply_all(
-    client: &Client,
-    cmds: impl IntoIterator<Item = ClientCommand>,
-) -> Result<(), String> {
-    for cmd in cmds {
-        match client.command(cmd).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(())
 }

@@ -1,7 +1,6 @@
 //! `tranche`: the command users, operators and admins run. This binary only parses
 //! arguments; the work lives in the library crates and in this crate's modules.
 
-mod bench;
 mod client_cfg;
 mod cmd;
 mod exit;

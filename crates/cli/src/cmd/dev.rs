@@ -187,7 +187,8 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         .await
         .ok_or("no leader elected within 20 s; see the controllers' logs")?;
     step(&format!("3 controllers up; leader is c{}", leader + 1));
-    crate::client_cfg::apply_all(&admin, demo::dev_objects())
+    admin
+        .apply_all(demo::dev_objects())
         .await
         .map_err(|e| format!("demo policy refused: {e}"))?;
     step("policy: queue q; shares research (RESERVE), vision (LEND), nlp (LEND_AND_BORROW)");

@@ -3,6 +3,7 @@
 //! here.
 
 pub mod apply;
+pub mod bench;
 pub mod cancel;
 pub mod certs;
 pub mod completions;

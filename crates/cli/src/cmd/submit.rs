@@ -19,9 +19,13 @@ pub struct SubmitArgs {
     /// The quota share to run in (required, here or in a `#TRANCHE` line).
     #[arg(long)]
     share: Option<String>,
-    /// GPUs per node (required, here or in a `#TRANCHE` line).
+    /// GPUs in all, as Slurm's --gpus: split evenly over --nodes (this or
+    /// --gpus-per-node is required, here or in a `#TRANCHE` line).
     #[arg(long)]
     gpus: Option<u32>,
+    /// GPUs on each node.
+    #[arg(long, value_name = "N")]
+    gpus_per_node: Option<u32>,
     /// Nodes (more than one: a gang, all or nothing).
     #[arg(long, default_value_t = 1)]
     nodes: u32,
@@ -190,9 +194,7 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
             .share
             .clone()
             .ok_or_else(|| usage("--share is required (on the command line or a #TRANCHE line)"))?;
-        let gpus = args
-            .gpus
-            .ok_or_else(|| usage("--gpus is required (on the command line or a #TRANCHE line)"))?;
+        let gpus = gpus_per_node(args.gpus, args.gpus_per_node, args.nodes).map_err(usage)?;
         let (client, me) = connect(&args.config)?;
         timing::mark("client");
         if timing::on() {
@@ -259,6 +261,30 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
     });
     timing::mark("exit");
     code
+}
+
+/// GPUs on each node: `--gpus-per-node`, or `--gpus` (the job's total, as Slurm
+/// reads it) split evenly over `--nodes`.
+pub fn gpus_per_node(gpus: Option<u32>, per_node: Option<u32>, nodes: u32) -> Result<u32, String> {
+    match (gpus, per_node) {
+        (Some(g), Some(n)) => Err(format!(
+            "--gpus {g} and --gpus-per-node {n}: give one (--gpus is the job's total, split \
+             evenly over --nodes; --gpus-per-node is each node's)"
+        )),
+        (None, Some(n)) => Ok(n),
+        // No nodes is the controller's to refuse, with its own words.
+        (Some(g), None) if nodes == 0 => Ok(g),
+        (Some(g), None) if g % nodes != 0 => Err(format!(
+            "--gpus {g} does not split evenly over --nodes {nodes}: give a multiple of {nodes}, \
+             or --gpus-per-node"
+        )),
+        (Some(g), None) => Ok(g / nodes),
+        (None, None) => Err(
+            "--gpus (in all) or --gpus-per-node is required (on the command line or a #TRANCHE \
+             line)"
+                .into(),
+        ),
+    }
 }
 
 /// The objects, read linearizably.
@@ -462,7 +488,23 @@ async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::directives;
+    use super::{directives, gpus_per_node};
+
+    #[test]
+    fn gpus_are_the_jobs_total_as_in_slurm() {
+        assert_eq!(gpus_per_node(Some(8), None, 1), Ok(8));
+        assert_eq!(gpus_per_node(Some(16), None, 2), Ok(8));
+        assert_eq!(gpus_per_node(None, Some(8), 2), Ok(8));
+        assert_eq!(
+            gpus_per_node(Some(10), None, 4).unwrap_err(),
+            "--gpus 10 does not split evenly over --nodes 4: give a multiple of 4, or \
+             --gpus-per-node"
+        );
+        let both = gpus_per_node(Some(8), Some(4), 2).unwrap_err();
+        assert!(both.contains("--gpus 8 and --gpus-per-node 4"), "{both}");
+        let none = gpus_per_node(None, None, 1).unwrap_err();
+        assert!(none.contains("--gpus-per-node is required"), "{none}");
+    }
 
     #[test]
     fn directives_stop_at_the_first_command() {

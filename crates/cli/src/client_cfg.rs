@@ -18,11 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use tranche_client::Client;
-use tranche_proto::ClientCommand;
 use tranche_tls::TlsFiles;
 
+use crate::exit::{usage, Fail};
 use crate::leader_cache::LeaderCache;
-use crate::output::{usage, Fail};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,20 +116,4 @@ pub fn connect(config: &Option<PathBuf>) -> Result<(Client, String), Fail> {
 
 fn load(config: &Option<PathBuf>) -> Result<ClientCfg, Fail> {
     ClientCfg::load(&path(config).map_err(usage)?).map_err(usage)
-}
-
-/// Sends the commands one by one; the first refusal (or failure to reach the cluster)
-/// ends the run with its message.
-pub async fn apply_all(
-    client: &Client,
-    cmds: impl IntoIterator<Item = ClientCommand>,
-) -> Result<(), String> {
-    for cmd in cmds {
-        match client.command(cmd).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(())
 }

@@ -4,7 +4,7 @@
 use tranche_model::{fold_indices, JobStatus, Millis};
 use tranche_proto::JobSummary;
 
-use crate::fmt::{clock_duration, fit, local_time, state_code};
+use crate::text::{clock_duration, fit, local_time, state_code};
 
 /// One row: a job, or the waiting tasks of one array in one state.
 pub struct Row<'a> {

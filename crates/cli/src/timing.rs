@@ -5,22 +5,19 @@
 //! wall-clock time (nanoseconds since the Unix epoch) at which the parent started it,
 //! as `tranche bench throughput --timing` sets it (the first phase, `main`, is then the
 //! process's start: fork, exec, loading, and Rust's start-up); else (for instance
-//! `TRANCHE_TIMING=1`) from the start of `main`.
+//! `TRANCHE_TIMING=1`) from the start of `main`. The format is
+//! [`tranche_bench::timing`]'s, which reads the marks back.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tranche_bench::timing::{ENV, PREFIX};
+
 /// The origin of the marks, when timing is on.
 static ORIGIN: OnceLock<Option<Instant>> = OnceLock::new();
 
-/// The environment variable that turns the marks on.
-pub const ENV: &str = "TRANCHE_TIMING";
-
 /// A spawn time longer ago than this is taken for no spawn time.
 const MAX_START: Duration = Duration::from_secs(10);
-
-/// The prefix of every mark on stderr.
-pub const PREFIX: &str = "timing ";
 
 fn origin() -> Option<Instant> {
     *ORIGIN.get_or_init(|| {
@@ -47,24 +44,5 @@ pub fn on() -> bool {
 pub fn mark(phase: &str) {
     if let Some(o) = origin() {
         eprintln!("{PREFIX}{phase} {:.3}", o.elapsed().as_secs_f64() * 1000.0);
-    }
-}
-
-/// A mark line's phase and milliseconds.
-pub fn parse(line: &str) -> Option<(&str, f64)> {
-    let (phase, ms) = line.strip_prefix(PREFIX)?.split_once(' ')?;
-    Some((phase, ms.trim().parse().ok()?))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn marks_parse_back() {
-        assert_eq!(
-            super::parse("timing connect 3.250"),
-            Some(("connect", 3.25))
-        );
-        assert_eq!(super::parse("timing connect"), None);
-        assert_eq!(super::parse("Submitted job 4"), None);
     }
 }

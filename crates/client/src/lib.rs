@@ -419,6 +419,22 @@ impl Client {
         }
     }
 
+    /// Sends the commands one by one; the first refusal (or failure to reach the
+    /// cluster) ends the run with its message.
+    pub async fn apply_all(
+        &self,
+        cmds: impl IntoIterator<Item = ClientCommand>,
+    ) -> Result<(), String> {
+        for cmd in cmds {
+            match self.command(cmd).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
+    }
+
     /// Submits a job; gives it a client token first when it has none, so that retries
     /// are safe. Returns the job id and whether the token had been seen already.
     pub async fn submit(&self, mut spec: JobSpec) -> Result<(JobId, bool), ClientError> {
@@ -605,6 +621,18 @@ fn refused(addr: SocketAddr, e: &quinn::ConnectionError) -> Option<ClientError> 
         addr,
         reason: format!("{reason} (TLS alert {name})"),
     })
+}
+
+/// What an answer of a kind the request does not expect says to the user.
+pub fn unexpected_text(r: &Response) -> String {
+    match r {
+        Response::Error(e) => e.to_string(),
+        other => format!(
+            "the controller answered with {} where this request expects another kind of \
+             answer (are this CLI and the controllers of one release?)",
+            other.kind()
+        ),
+    }
 }
 
 /// A fresh client token: 128 random bits in hex.

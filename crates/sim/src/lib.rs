@@ -3,13 +3,18 @@
 //! for a set time and react to their checkpoint signal as the scenario says.
 //!
 //! Admins use it to try a policy before applying it; tests use it to state behaviour
-//! in files a reader can follow without reading Rust. Like the core it drives, it is
+//! in files a reader can follow without reading Rust. `tranche sim` runs a job trace
+//! through it under a policy and the policies it is compared with (`runs`), and
+//! reports the figures (`report`) as tables, JSON and a page of plots (`page`,
+//! `plot`). Like the core it drives, it is
 //! pure: no clock, no threads, no I/O beyond what the caller hands it.
 
 pub mod engine;
+pub mod page;
 pub mod plot;
 pub mod policy;
 pub mod report;
+pub mod runs;
 pub mod scenario;
 pub mod trace;
 pub mod tracesim;

@@ -147,6 +147,26 @@ pub struct ShareFigures {
     pub started_late: u64,
 }
 
+impl ShareFigures {
+    /// A share's figures before any job is counted.
+    fn empty(s: &ShareInfo) -> ShareFigures {
+        ShareFigures {
+            name: s.name.clone(),
+            max: s.max,
+            strategy: s.strategy,
+            jobs: 0,
+            wait: Waits::default(),
+            gpu_hours: 0.0,
+            borrowed_gpu_hours: 0.0,
+            lent_gpu_hours: 0.0,
+            preempted_attempts: 0,
+            lost_gpu_hours: 0.0,
+            room_at_arrival: 0,
+            started_late: 0,
+        }
+    }
+}
+
 /// The figures of a whole run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Figures {
@@ -257,24 +277,7 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
     let mut evs: Vec<(Millis, Ev, usize, usize)> = vec![];
     let mut per_share_waits: Vec<Vec<Millis>> = vec![vec![]; ns];
     let mut per_prio: BTreeMap<std::cmp::Reverse<u32>, Vec<Millis>> = BTreeMap::new();
-    let mut sf: Vec<ShareFigures> = setup
-        .shares
-        .iter()
-        .map(|s| ShareFigures {
-            name: s.name.clone(),
-            max: s.max,
-            strategy: s.strategy,
-            jobs: 0,
-            wait: Waits::default(),
-            gpu_hours: 0.0,
-            borrowed_gpu_hours: 0.0,
-            lent_gpu_hours: 0.0,
-            preempted_attempts: 0,
-            lost_gpu_hours: 0.0,
-            room_at_arrival: 0,
-            started_late: 0,
-        })
-        .collect();
+    let mut sf: Vec<ShareFigures> = setup.shares.iter().map(ShareFigures::empty).collect();
     let mut end = 0;
     let mut start = Millis::MAX;
     let (mut never, mut succeeded, mut failed) = (0, 0, 0);
@@ -601,36 +604,8 @@ pub fn render_table(title: &str, f: &Figures) -> String {
             .collect();
         let _ = writeln!(s, "  wait by priority: {}", classes.join("; "));
     }
-    let w = f
-        .shares
-        .iter()
-        .map(|x| x.name.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    let _ = writeln!(
-        s,
-        "\n  {:<w$}  {:>4}  {:<15}  {:>6}  {:>12}  {:>12}  {:>12}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}",
-        "share", "max", "strategy", "jobs", "mean wait", "p50 wait", "p99 wait", "GPU-h", "borrowed", "lent", "preempted", "room/late"
-    );
-    for x in &f.shares {
-        let _ = writeln!(
-            s,
-            "  {:<w$}  {:>4}  {:<15}  {:>6}  {:>12}  {:>12}  {:>12}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}",
-            x.name,
-            x.max,
-            strategy_name(x.strategy),
-            x.jobs,
-            fmt_mean(x.wait.mean),
-            fmt_duration(x.wait.p50),
-            fmt_duration(x.wait.p99),
-            hours(x.gpu_hours),
-            hours(x.borrowed_gpu_hours),
-            hours(x.lent_gpu_hours),
-            x.preempted_attempts,
-            format!("{}/{}", x.room_at_arrival, x.started_late),
-        );
-    }
+    let _ = writeln!(s);
+    s.push_str(&share_table(&f.shares).text("  "));
     s
 }
 
@@ -645,38 +620,7 @@ pub fn strategy_name(s: Strategy) -> &'static str {
 /// Several runs of the same trace side by side, one row each.
 pub fn render_comparison(rows: &[(String, &Figures)]) -> String {
     use std::fmt::Write;
-    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(6).max(6);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:<w$}  {:>11}  {:>13}  {:>12}  {:>12}  {:>12}  {:>22}  {:>10}",
-        "policy",
-        "utilization",
-        "while waiting",
-        "mean wait",
-        "p50 wait",
-        "p99 wait",
-        "preempted attempts",
-        "room/late"
-    );
-    for (name, f) in rows {
-        let _ = writeln!(
-            s,
-            "{:<w$}  {:>11}  {:>13}  {:>12}  {:>12}  {:>12}  {:>22}  {:>10}",
-            name,
-            pct(f.utilization),
-            pct(f.utilization_while_waiting),
-            fmt_mean(f.wait.mean),
-            fmt_duration(f.wait.p50),
-            fmt_duration(f.wait.p99),
-            format!(
-                "{} ({} of GPU-h)",
-                f.preempted_attempts,
-                pct(ratio(f.lost_gpu_hours, f.gpu_hours))
-            ),
-            format!("{}/{}", f.room_at_arrival, f.started_late),
-        );
-    }
+    let mut s = comparison_table(rows).text("");
     for (name, f) in rows.iter().filter(|r| r.1.never_started > 0) {
         let _ = writeln!(
             s,
@@ -685,6 +629,185 @@ pub fn render_comparison(rows: &[(String, &Figures)]) -> String {
         );
     }
     s
+}
+
+/// One column of a [`Table`]: its header, its least width in text, and whether its
+/// cells are aligned left (else right).
+#[derive(Debug, Clone, Copy)]
+struct Column {
+    head: &'static str,
+    width: usize,
+    left: bool,
+}
+
+const fn col(head: &'static str, width: usize) -> Column {
+    Column {
+        head,
+        width,
+        left: false,
+    }
+}
+
+const fn left(head: &'static str, width: usize) -> Column {
+    Column {
+        head,
+        width,
+        left: true,
+    }
+}
+
+/// A table of figures, written as aligned text for the terminal or as HTML for the
+/// report page: the same columns and cells either way.
+#[derive(Debug, Clone)]
+pub struct Table {
+    columns: &'static [Column],
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// The headers.
+    pub fn head(&self) -> impl Iterator<Item = &'static str> {
+        self.columns.iter().map(|c| c.head)
+    }
+
+    /// Aligned text, each line after `indent`: a header line, then a line per row.
+    pub fn text(&self, indent: &str) -> String {
+        let widths: Vec<usize> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match i {
+                // The names' column fits the longest; a wider cell elsewhere only
+                // pushes its own row.
+                0 => self
+                    .rows
+                    .iter()
+                    .filter_map(|r| r.first())
+                    .map(String::len)
+                    .fold(c.width, usize::max),
+                _ => c.width,
+            })
+            .collect();
+        let line = |cells: &mut dyn Iterator<Item = &str>| {
+            let cells: Vec<String> = cells
+                .zip(self.columns.iter().zip(&widths))
+                .map(|(cell, (c, &w))| {
+                    if c.left {
+                        format!("{cell:<w$}")
+                    } else {
+                        format!("{cell:>w$}")
+                    }
+                })
+                .collect();
+            format!("{indent}{}\n", cells.join("  "))
+        };
+        let mut s = line(&mut self.head());
+        for r in &self.rows {
+            s += &line(&mut r.iter().map(String::as_str));
+        }
+        s
+    }
+
+    /// An HTML `<table>`, cells escaped.
+    pub fn html(&self) -> String {
+        let row = |tag: &str, cells: &mut dyn Iterator<Item = &str>| {
+            let cells: String = cells
+                .map(|c| format!("<{tag}>{}</{tag}>", html_escape(c)))
+                .collect();
+            format!("<tr>{cells}</tr>\n")
+        };
+        let mut s = "<table>".to_string() + &row("th", &mut self.head());
+        for r in &self.rows {
+            s += &row("td", &mut r.iter().map(String::as_str));
+        }
+        s + "</table>\n"
+    }
+}
+
+/// `s` with HTML's special characters escaped.
+pub fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The shares of one run, a row each.
+pub fn share_table(shares: &[ShareFigures]) -> Table {
+    const COLUMNS: &[Column] = &[
+        left("share", 5),
+        col("max", 4),
+        left("strategy", 15),
+        col("jobs", 6),
+        col("mean wait", 12),
+        col("p50 wait", 12),
+        col("p99 wait", 12),
+        col("GPU-h", 8),
+        col("borrowed", 8),
+        col("lent", 8),
+        col("preempted", 9),
+        col("room/late", 9),
+    ];
+    let rows = shares
+        .iter()
+        .map(|x| {
+            vec![
+                x.name.clone(),
+                x.max.to_string(),
+                strategy_name(x.strategy).to_string(),
+                x.jobs.to_string(),
+                fmt_mean(x.wait.mean),
+                fmt_duration(x.wait.p50),
+                fmt_duration(x.wait.p99),
+                hours(x.gpu_hours),
+                hours(x.borrowed_gpu_hours),
+                hours(x.lent_gpu_hours),
+                x.preempted_attempts.to_string(),
+                format!("{}/{}", x.room_at_arrival, x.started_late),
+            ]
+        })
+        .collect();
+    Table {
+        columns: COLUMNS,
+        rows,
+    }
+}
+
+/// Several runs of the same trace, a row each: (label, figures).
+pub fn comparison_table(rows: &[(String, &Figures)]) -> Table {
+    const COLUMNS: &[Column] = &[
+        left("policy", 6),
+        col("utilization", 11),
+        col("while waiting", 13),
+        col("mean wait", 12),
+        col("p50 wait", 12),
+        col("p99 wait", 12),
+        col("preempted attempts", 22),
+        col("room/late", 10),
+    ];
+    let rows = rows
+        .iter()
+        .map(|(name, f)| {
+            vec![
+                name.clone(),
+                pct(f.utilization),
+                pct(f.utilization_while_waiting),
+                fmt_mean(f.wait.mean),
+                fmt_duration(f.wait.p50),
+                fmt_duration(f.wait.p99),
+                format!(
+                    "{} ({} of GPU-h)",
+                    f.preempted_attempts,
+                    pct(ratio(f.lost_gpu_hours, f.gpu_hours))
+                ),
+                format!("{}/{}", f.room_at_arrival, f.started_late),
+            ]
+        })
+        .collect();
+    Table {
+        columns: COLUMNS,
+        rows,
+    }
 }
 
 #[cfg(test)]
@@ -698,6 +821,41 @@ mod tests {
         assert_eq!(fmt_duration(746_000), "12 min 26 s");
         assert_eq!(fmt_duration(44_789_000), "12 h 26 min");
         assert_eq!(fmt_duration(213_701_000), "2 d 11 h");
+    }
+
+    #[test]
+    fn tables_show_the_same_cells_as_text_and_html() {
+        let share = |name: &str, max| {
+            ShareFigures::empty(&ShareInfo {
+                name: name.into(),
+                max,
+                strategy: Strategy::Lend,
+                grace_s: 60,
+            })
+        };
+        let t = share_table(&[share("a<b", 2), share("a-long-share", 16)]);
+        let text = t.text("  ");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        // The names' column fits the longest name; the others keep their widths.
+        assert!(
+            lines[0].starts_with("  share          max  strategy  "),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("  a<b              2  LEND      "),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("  a-long-share    16  LEND      "),
+            "{text}"
+        );
+        assert!(
+            t.html()
+                .contains("<tr><td>a&lt;b</td><td>2</td><td>LEND</td>"),
+            "{}",
+            t.html()
+        );
     }
 
     #[test]

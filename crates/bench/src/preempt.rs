@@ -12,10 +12,9 @@ use tranche_model::{JobId, JobRef, JobSpec, JobStatus};
 use tranche_proto::ClientCommand;
 use tranche_proto::{Query, Response};
 
+use super::agent_cluster;
 use super::stats::{print_json, Spread};
-use super::{agent_cluster, AgentCluster};
-use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
+use tranche_client::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct PreemptArgs {
@@ -109,7 +108,8 @@ impl Marks {
 }
 
 async fn policy(admin: &Client) -> Result<(), String> {
-    apply_all(admin, demo::lend_borrow(16, 10))
+    admin
+        .apply_all(demo::lend_borrow(16, 10))
         .await
         .map_err(|e| format!("policy refused: {e}"))
 }
@@ -153,22 +153,17 @@ async fn wait_all(
 }
 
 pub async fn preempt(args: &PreemptArgs) -> Result<(), String> {
-    // Bound in this order, dropped in the reverse: the processes first, the dir last.
-    let AgentCluster {
-        tmp,
-        _keep,
-        agent,
-        admin,
-        cluster: mut c,
-    } = agent_cluster().await?;
-    policy(&admin).await?;
+    // Its fields drop in order: the processes first, the dir last.
+    let mut ac = agent_cluster().await?;
+    let (c, admin, agent, tmp) = ac.parts();
+    policy(admin).await?;
     for n in ["n1", "n2"] {
-        c.add_agent(&agent, n, "8 x h100", "heartbeat_ms = 1000")?;
+        c.add_agent(agent, n, "8 x h100", "heartbeat_ms = 1000")?;
     }
     let (image, marks) = match &args.image {
         Some(dir) => (dir.display().to_string(), Marks::tcp().await?),
         None => {
-            let dir = tmp.path().join("marks");
+            let dir = tmp.join("marks");
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
             ("host".to_string(), Marks::Files(dir))
         }
@@ -197,7 +192,7 @@ pub async fn preempt(args: &PreemptArgs) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             borrowers.push(id);
         }
-        wait_all(&admin, &borrowers, "RUNNING", |j| {
+        wait_all(admin, &borrowers, "RUNNING", |j| {
             j.status == JobStatus::Running
         })
         .await?;
@@ -216,12 +211,12 @@ pub async fn preempt(args: &PreemptArgs) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             lenders.push(id);
         }
-        wait_all(&admin, &lenders, "SUCCEEDED", |j| {
+        wait_all(admin, &lenders, "SUCCEEDED", |j| {
             j.status == JobStatus::Succeeded
         })
         .await?;
         for &id in &borrowers {
-            let j = detail(&admin, id).await?;
+            let j = detail(admin, id).await?;
             for t in &j.transitions {
                 if t.from == t.to && t.reason.starts_with("stopping (") {
                     // The stop's time is the plan entry's, set by the leader when it
@@ -249,14 +244,14 @@ pub async fn preempt(args: &PreemptArgs) -> Result<(), String> {
                 })
                 .await;
         }
-        wait_all(&admin, &borrowers, "finished", |j| j.status.is_terminal()).await?;
+        wait_all(admin, &borrowers, "finished", |j| j.status.is_terminal()).await?;
         round += 1;
         if round > 50 {
             return Err("no preemptions measured after 50 rounds".into());
         }
     }
     for &id in &all {
-        let j = detail(&admin, id).await?;
+        let j = detail(admin, id).await?;
         for a in &j.attempts {
             if let Some(ms) = marks.get("start", id, a.number) {
                 start_ms.push(ms - a.scheduled_at as f64);

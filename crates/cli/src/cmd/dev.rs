@@ -62,7 +62,7 @@ async fn issue_key(
     };
     match admin.request(&req).await {
         Ok(tranche_proto::Response::AccessKey { key, secret }) => Ok((key.id, secret)),
-        Ok(other) => Err(crate::output::unexpected_text(&other)),
+        Ok(other) => Err(crate::exit::unexpected_text(&other)),
         Err(e) => Err(format!("an access key for {user}: {e}")),
     }
 }
@@ -187,7 +187,8 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         .await
         .ok_or("no leader elected within 20 s; see the controllers' logs")?;
     step(&format!("3 controllers up; leader is c{}", leader + 1));
-    crate::client_cfg::apply_all(&admin, demo::dev_objects())
+    admin
+        .apply_all(demo::dev_objects())
         .await
         .map_err(|e| format!("demo policy refused: {e}"))?;
     step("policy: queue q; shares research (RESERVE), vision (LEND), nlp (LEND_AND_BORROW)");
@@ -208,7 +209,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
             Ok(tranche_proto::Response::Nodes(n)) => {
                 Err(format!("{} of 4 nodes registered", n.len()))
             }
-            Ok(other) => Err(crate::output::unexpected_text(&other)),
+            Ok(other) => Err(crate::exit::unexpected_text(&other)),
             Err(e) => Err(e.to_string()),
         },
     )

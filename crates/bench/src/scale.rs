@@ -6,7 +6,6 @@
 //! placement's entry to its node's agent learning of it, one placement at a time.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,9 +18,9 @@ use tranche_proto::{ClientCommand, Query, Response};
 use tranche_state::Progress;
 use tranche_tls::{Role, TlsFiles};
 
-use super::cluster::{prepare_one_share, start_cluster};
+use super::cluster::{prepare_one_share, ClusterDir};
 use super::stats::{print_json, Spread};
-use crate::fmt::now_ms;
+use crate::now_ms;
 
 #[derive(clap::Args)]
 pub struct ScaleArgs {
@@ -40,12 +39,8 @@ pub struct ScaleArgs {
     /// Placements timed after the rest, one at a time.
     #[arg(long, default_value_t = 100)]
     placements: usize,
-    /// Where the cluster's temporary dir goes (default: the system's).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// Extra TOML for every controller's config.
-    #[arg(long, default_value = "")]
-    controller_config: String,
+    #[command(flatten)]
+    cluster: ClusterDir,
     #[arg(long)]
     json: bool,
 }
@@ -157,8 +152,7 @@ async fn agent(
 }
 
 pub async fn scale(args: &ScaleArgs) -> Result<(), String> {
-    let extra = args.controller_config.replace("\\n", "\n");
-    let (_keep, mut c) = start_cluster(3, &args.dir, &extra)?;
+    let (_keep, mut c) = args.cluster.start(3)?;
     let total = args.nodes as u32 * args.gpus;
     let (admin, leader) = prepare_one_share(&mut c, "bench", total).await?;
 

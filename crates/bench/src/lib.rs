@@ -1,8 +1,14 @@
-//! `tranche bench`: the scheduler alone (`sched`), local clusters of real processes
-//! (`submit`, `failover`, `preempt`, `scale`, `throughput`, `replay`), what one tenant
-//! can do to the controllers (`array-memory`, `flood`), and a year of jobs (`soak`).
-//! Each prints text, or JSON with `--json` (one object; `soak` one per report and one
-//! for its summary); a benchmark that cannot run prints why and exits with status 2.
+//! Tranche's benchmarks, run by `tranche bench`: the scheduler alone (`sched`), local
+//! clusters of real processes (`submit`, `failover`, `preempt`, `scale`,
+//! `throughput`, `replay`), what one tenant can do to the controllers
+//! (`array-memory`, `flood`), and a year of jobs (`soak`). Each prints text, or JSON
+//! with `--json` (one object; `soak` one per report and one for its summary); a
+//! benchmark that cannot run prints why and exits with status 2.
+//!
+//! May depend on `tranche-local` (which starts `tranched` and `tranche-agent` as
+//! processes), the client, the protocol, the TLS files, and the core (model, state,
+//! sched, sim). Must never link the controller or the agent as libraries: what it
+//! measures runs in their own processes, as in production.
 
 mod cluster;
 mod preempt;
@@ -13,8 +19,9 @@ mod soak;
 mod stats;
 mod tenants;
 mod throughput;
+pub mod timing;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Subcommand)]
@@ -77,7 +84,8 @@ pub enum BenchCmd {
     Soak(soak::SoakArgs),
 }
 
-pub fn bench(cmd: BenchCmd) -> ExitCode {
+/// Runs one benchmark; its exit status.
+pub fn run(cmd: BenchCmd) -> ExitCode {
     match cmd {
         BenchCmd::Sched(args) => sched::sched(&args),
         BenchCmd::Submit(args) => block_on("submit", cluster::submit(&args)),
@@ -110,6 +118,14 @@ fn block_on(what: &str, f: impl std::future::Future<Output = Result<(), String>>
     }
 }
 
+/// This machine's wall clock, in ms since the epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// A local cluster for the benchmarks with agents: three controllers started in a
 /// temporary dir, a leader elected, an admin client, and the agent binary to add
 /// agents with. The controllers log warnings only, unless `TRANCHE_LOG` says more.
@@ -121,6 +137,20 @@ struct AgentCluster {
     agent: PathBuf,
     _keep: KeptCopy,
     tmp: tempfile::TempDir,
+}
+
+impl AgentCluster {
+    /// The cluster, the admin client, the agent binary and the temporary dir.
+    fn parts(
+        &mut self,
+    ) -> (
+        &mut tranche_local::LocalCluster,
+        &tranche_client::Client,
+        &Path,
+        &Path,
+    ) {
+        (&mut self.cluster, &self.admin, &self.agent, self.tmp.path())
+    }
 }
 
 /// A directory of this run's own under `dir` (the option `flag`'s value), removed when
@@ -148,17 +178,8 @@ async fn agent_cluster() -> Result<AgentCluster, String> {
 async fn agent_cluster_spooled(
     spool_root: Option<std::path::PathBuf>,
 ) -> Result<AgentCluster, String> {
-    use tranche_local::{find_agent, find_tranched};
-    agent_cluster_with(find_tranched(), find_agent(), spool_root).await
-}
-
-/// [`agent_cluster_spooled`] with these controller and agent binaries.
-async fn agent_cluster_with(
-    tranched: PathBuf,
-    agent: PathBuf,
-    spool_root: Option<std::path::PathBuf>,
-) -> Result<AgentCluster, String> {
-    use tranche_local::{LocalCluster, LocalOptions};
+    use tranche_local::{find_agent, find_tranched, LocalCluster, LocalOptions};
+    let (tranched, agent) = (find_tranched(), find_agent());
     for (b, what) in [(&tranched, "tranched"), (&agent, "tranche-agent")] {
         if !b.exists() {
             return Err(format!(

@@ -1,4 +1,5 @@
-//! The users' verbs: `tranche submit`, `tranche jobs`, `tranche show`, `tranche cancel`.
+//! `tranche submit`: a job, an array of jobs, or a batch script whose `#TRANCHE`
+//! lines give default options (as `#SBATCH` does); with `--wait`, followed to its end.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -6,57 +7,25 @@ use std::process::ExitCode;
 
 use tranche_client::{Client, ClientError};
 use tranche_model::{Checkpoint, JobId, JobRef, JobSpec, JobStatus};
-use tranche_proto::{ApiError, ClientCommand, JobFilter, Objects, Query, Response};
-use tranche_state::Outcome;
+use tranche_proto::{ApiError, JobFilter, Objects, Query, Response};
 
 use crate::client_cfg::{connect, remember_leader};
-use crate::fmt::{attempt_end, command_line, duration, local_time, now_ms};
-use crate::output::{failed, run, unexpected, usage, Fail};
+use crate::exit::{failed, run, unexpected, usage, Fail};
+use crate::parse::{parse_duration, parse_mem};
 use crate::timing;
-
-/// `4h`, `90m`, `30s`, `2d`, `1-00:00:00`, `HH:MM:SS`, `MM:SS` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let bad = || format!("--time `{s}`: use 4h, 90m, 30s, 2d, D-HH:MM:SS, HH:MM:SS or seconds");
-    let s = s.trim();
-    if let Some((n, unit)) = s
-        .char_indices()
-        .last()
-        .filter(|(_, c)| c.is_ascii_alphabetic())
-        .map(|(i, c)| (&s[..i], c))
-    {
-        let n: u64 = n.parse().map_err(|_| bad())?;
-        let mult = match unit {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => return Err(bad()),
-        };
-        return Ok(n * mult);
-    }
-    let (days, rest) = match s.split_once('-') {
-        Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
-        None => (0, s),
-    };
-    let parts: Result<Vec<u64>, _> = rest.split(':').map(|p| p.parse::<u64>()).collect();
-    let parts = parts.map_err(|_| bad())?;
-    let secs = match parts[..] {
-        [x] if days == 0 => x,
-        [m, sec] => m * 60 + sec,
-        [h, m, sec] => h * 3600 + m * 60 + sec,
-        _ => return Err(bad()),
-    };
-    Ok(days * 86_400 + secs)
-}
 
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
     /// The quota share to run in (required, here or in a `#TRANCHE` line).
     #[arg(long)]
     share: Option<String>,
-    /// GPUs per node (required, here or in a `#TRANCHE` line).
+    /// GPUs in all, as Slurm's --gpus: split evenly over --nodes (this or
+    /// --gpus-per-node is required, here or in a `#TRANCHE` line).
     #[arg(long)]
     gpus: Option<u32>,
+    /// GPUs on each node.
+    #[arg(long, value_name = "N")]
+    gpus_per_node: Option<u32>,
     /// Nodes (more than one: a gang, all or nothing).
     #[arg(long, default_value_t = 1)]
     nodes: u32,
@@ -225,9 +194,7 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
             .share
             .clone()
             .ok_or_else(|| usage("--share is required (on the command line or a #TRANCHE line)"))?;
-        let gpus = args
-            .gpus
-            .ok_or_else(|| usage("--gpus is required (on the command line or a #TRANCHE line)"))?;
+        let gpus = gpus_per_node(args.gpus, args.gpus_per_node, args.nodes).map_err(usage)?;
         let (client, me) = connect(&args.config)?;
         timing::mark("client");
         if timing::on() {
@@ -294,6 +261,30 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
     });
     timing::mark("exit");
     code
+}
+
+/// GPUs on each node: `--gpus-per-node`, or `--gpus` (the job's total, as Slurm
+/// reads it) split evenly over `--nodes`.
+pub fn gpus_per_node(gpus: Option<u32>, per_node: Option<u32>, nodes: u32) -> Result<u32, String> {
+    match (gpus, per_node) {
+        (Some(g), Some(n)) => Err(format!(
+            "--gpus {g} and --gpus-per-node {n}: give one (--gpus is the job's total, split \
+             evenly over --nodes; --gpus-per-node is each node's)"
+        )),
+        (None, Some(n)) => Ok(n),
+        // No nodes is the controller's to refuse, with its own words.
+        (Some(g), None) if nodes == 0 => Ok(g),
+        (Some(g), None) if g % nodes != 0 => Err(format!(
+            "--gpus {g} does not split evenly over --nodes {nodes}: give a multiple of {nodes}, \
+             or --gpus-per-node"
+        )),
+        (Some(g), None) => Ok(g / nodes),
+        (None, None) => Err(
+            "--gpus (in all) or --gpus-per-node is required (on the command line or a #TRANCHE \
+             line)"
+                .into(),
+        ),
+    }
 }
 
 /// The objects, read linearizably.
@@ -398,36 +389,6 @@ fn build_spec(
     Ok(spec)
 }
 
-/// `64G`, `4000M`, `1T`, or a plain number of MiB (sbatch's `--mem`).
-pub fn parse_mem(s: &str) -> Result<u64, String> {
-    let bad =
-        || format!("--mem `{s}`: use a size such as 64G, 4000M or 1T (plain numbers are MiB)");
-    let t = s.trim();
-    let (n, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (
-            &t[..i],
-            match c.to_ascii_uppercase() {
-                'K' => {
-                    return t[..i]
-                        .parse::<u64>()
-                        .map(|k| k.div_ceil(1024))
-                        .map_err(|_| bad())
-                }
-                'M' => 1,
-                'G' => 1024,
-                'T' => 1024 * 1024,
-                _ => return Err(bad()),
-            },
-        ),
-        _ => (t, 1),
-    };
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    if n == 0 {
-        return Err(bad());
-    }
-    Ok(n * mult)
-}
-
 /// Follows a job to its end, printing each new state; the job's own exit code becomes
 /// this command's (1 for a job that failed without one, or was cancelled).
 async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), Fail> {
@@ -525,388 +486,25 @@ async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<
     }
 }
 
-#[derive(clap::Args, Debug)]
-pub struct JobsArgs {
-    #[arg(long)]
-    share: Option<String>,
-    /// A state (PENDING, RUNNABLE, RUNNING, ...), or several comma-separated;
-    /// repeatable. With --history: SUCCEEDED, FAILED, CANCELLED.
-    #[arg(long = "state")]
-    states: Vec<String>,
-    #[arg(long)]
-    user: Option<String>,
-    /// Only my jobs.
-    #[arg(long)]
-    me: bool,
-    /// One JSON array instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Redraw every 2 seconds until interrupted.
-    #[arg(long)]
-    watch: bool,
-    /// Only the tasks of this array.
-    #[arg(long)]
-    array: Option<u64>,
-    /// Also each waiting job's position in its share and estimated start (the `pos`
-    /// and `start` columns).
-    #[arg(long, short = 'l')]
-    long: bool,
-    /// Columns, comma-separated: id, name, queue, share, user, st, state, priority,
-    /// time, gpus, unit, submitted, preemptions, nodes, pos, start, reason, where.
-    #[arg(long, short = 'o')]
-    format: Option<String>,
-    /// The jobs that have ended, newest end first (like sacct): id, name, user, share,
-    /// state, end time, run time and exit code. They include the jobs that have left
-    /// the controllers' state for their history store.
-    #[arg(long, conflicts_with_all = ["watch", "array", "long", "format"])]
-    history: bool,
-    /// With --history: jobs that ended since a local date or time (2026-11-01,
-    /// 2026-11-01T08:00) or a span back from now (7d, 24h, 90m) [default: 1d].
-    #[arg(long, requires = "history")]
-    since: Option<String>,
-    /// With --history: at most this many jobs, fetched a page at a time [default: 100].
-    #[arg(long, requires = "history")]
-    limit: Option<u32>,
-    /// With --history: the jobs that ended before this cursor (`<ended_at>.<id>`, as
-    /// the previous listing's last line gives it).
-    #[arg(long, requires = "history")]
-    before: Option<String>,
-    #[arg(long)]
-    config: Option<PathBuf>,
-}
-
-/// The width `tranche jobs` fits its rows to.
-const LINE_WIDTH: usize = 100;
-
-pub fn jobs(args: &JobsArgs) -> ExitCode {
-    run("jobs", async {
-        loop {
-            if args.watch {
-                // Clear the screen and go home, as `watch` does.
-                print!("\x1b[2J\x1b[H");
-            }
-            list_jobs(args).await?;
-            if !args.watch {
-                return Ok(());
-            }
-            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        }
-    })
-}
-
-async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
-    let (client, me) = connect(&args.config)?;
-    let user = if args.me {
-        Some(me.clone())
-    } else {
-        args.user.clone()
-    };
-    if args.history {
-        let h = crate::history::HistoryArgs {
-            since: args.since.as_deref(),
-            user,
-            share: args.share.as_deref(),
-            states: &args.states,
-            limit: args.limit,
-            before: args.before.as_deref(),
-            json: args.json,
-        };
-        return crate::history::list(&client, &h).await;
-    }
-    let mut status = Vec::new();
-    for s in args.states.iter().flat_map(|s| s.split(',')).map(str::trim) {
-        status.push(JobStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
-                usage(format!("--state {s}: not a job state (PENDING, RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"))
-            })?);
-    }
-    let filter = JobFilter {
-        share: args.share.as_deref().map(Into::into),
-        user: user.as_deref().map(Into::into),
-        status,
-        limit: None,
-        array: args.array.map(JobId),
-        standing: args.long,
-    };
-    let jobs = match client
-        .read(Query::Jobs(filter), false)
-        .await
-        .map_err(failed)?
-    {
-        Response::Jobs(j) => j,
-        other => return Err(unexpected(&other)),
-    };
-    if args.json {
-        let rows: Vec<_> = jobs
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "id": j.id.0, "job": j.job_ref().to_string(),
-                    "array_job_id": j.array.as_ref().map(|a| a.array.0),
-                    "array_task_id": j.array.as_ref().map(|a| a.index),
-                    "name": j.name, "queue": j.queue.as_str(), "share": j.share.as_str(),
-                    "user": j.user.as_str(), "state": j.status.as_str(), "priority": j.priority,
-                    "unit": j.unit.as_str(), "gpus": j.gpus,
-                    "nodes": j.nodes.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
-                    "reason": j.reason, "preemptions": j.preemptions,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::Value::Array(rows));
-        return Ok(());
-    }
-    let default = if args.long {
-        crate::job_list::LONG_FORMAT
-    } else {
-        crate::job_list::DEFAULT_FORMAT
-    };
-    let cols =
-        crate::job_list::parse_format(args.format.as_deref().unwrap_or(default)).map_err(usage)?;
-    let rows = crate::job_list::rows(&jobs);
-    for line in crate::job_list::table(&rows, &cols, now_ms(), LINE_WIDTH) {
-        println!("{line}");
-    }
-    Ok(())
-}
-
-#[derive(clap::Args, Debug)]
-pub struct ShowArgs {
-    /// A job, or `42_7` for one task of an array.
-    job: JobRef,
-    /// The whole job record as JSON.
-    #[arg(long)]
-    json: bool,
-    #[arg(long)]
-    config: Option<PathBuf>,
-}
-
-pub fn show(args: &ShowArgs) -> ExitCode {
-    run("show", async {
-        let (client, _) = connect(&args.config)?;
-        let j = match client
-            .read(Query::Job(args.job), false)
-            .await
-            .map_err(failed)?
-        {
-            Response::Job(j) => j,
-            other => return Err(unexpected(&other)),
-        };
-        let hidden = j.spec.is_redacted();
-        let archived = crate::history::archived(&client, &j).await?;
-        if args.json {
-            let mut v = serde_json::to_value(&*j).unwrap_or_default();
-            if let (true, Some(m)) = (hidden, v.as_object_mut()) {
-                m.insert("hidden".into(), tranche_model::REDACTED_FIELDS.into());
-            }
-            if let Some(m) = v.as_object_mut() {
-                m.insert("archived".into(), (archived == Some(true)).into());
-            }
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            return Ok(());
-        }
-        let now = now_ms();
-        let s = &j.spec;
-        println!("Job {} \"{}\"  {}", j.job_ref(), s.name, j.status);
-        if hidden {
-            println!(
-                "  (a job of {}: its command, environment, image, working directory, output \
-                 files, tags and SageMaker request are shown only to {} and to operators and \
-                 admins)",
-                s.user, s.user
-            );
-        }
-        if let Some(a) = &j.array {
-            let limit = a
-                .max_running
-                .map(|m| format!(", at most {m} running at once"))
-                .unwrap_or_default();
-            println!(
-                "  task {} of array {} ({} task(s){limit}); job id {}",
-                a.index, a.array, a.count, j.id
-            );
-        }
-        if !s.dependency.is_empty() {
-            let left: Vec<String> = j
-                .deps
-                .iter()
-                .map(|d| format!("{}:{}", d.kind.as_str(), d.job))
-                .collect();
-            let left = if left.is_empty() {
-                String::new()
-            } else {
-                format!("  (still waiting on {})", left.join(","))
-            };
-            println!("  dependency {}{left}", s.dependency);
-        }
-        if j.held {
-            println!(
-                "  held: it starts only after tranche release {}",
-                j.job_ref()
-            );
-        }
-        for (what, p) in [("output", &s.output), ("error", &s.error)] {
-            if let Some(p) = p {
-                println!("  {what} {p}");
-            }
-        }
-        println!(
-            "  user {}  share {}  queue {}  priority {}",
-            s.user, s.share, s.queue, s.priority
-        );
-        if hidden {
-            println!(
-                "  request {} x {} GPU(s) of {}",
-                s.request.nodes, s.request.gpus_per_node, s.request.unit
-            );
-        } else {
-            println!(
-                "  request {} x {} GPU(s) of {}  image {}  command {}",
-                s.request.nodes,
-                s.request.gpus_per_node,
-                s.request.unit,
-                s.image,
-                command_line(&s.command)
-            );
-        }
-        let grace = s
-            .checkpoint
-            .grace_s
-            .map(|g| format!(" (grace {})", duration(g * 1000)))
-            .unwrap_or_default();
-        println!(
-            "  checkpoint {}{grace}  preemptions {}  failures {}",
-            s.checkpoint.signal, j.preemptions, j.failures
-        );
-        println!("  submitted {}", local_time(j.submitted_at));
-        if j.status.is_terminal() {
-            let at = local_time(tranche_state::retention::ended_at(&j));
-            match archived {
-                Some(true) => println!(
-                    "  ended {at}; archived: it has left the controllers' state and is read \
-                     from the history"
-                ),
-                _ => println!("  ended {at}"),
-            }
-        }
-        if let Some(r) = &j.pending_reason {
-            println!("  waiting: {}", r.render(now));
-        }
-        for a in &j.attempts {
-            let alloc: Vec<String> = a
-                .allocation
-                .iter()
-                .map(|n| {
-                    let g: Vec<String> = n.gpus.iter().map(|g| g.0.to_string()).collect();
-                    format!("{}[{}]", n.node, g.join(","))
-                })
-                .collect();
-            let mut what = Vec::new();
-            match (a.started_at, a.ended_at) {
-                (Some(st), Some(end)) => {
-                    what.push(format!("started {}", local_time(st)));
-                    what.push(format!("ran {}", duration(end.saturating_sub(st))));
-                }
-                (Some(st), None) => {
-                    what.push(format!("started {}", local_time(st)));
-                    what.push(format!("running for {}", duration(now.saturating_sub(st))));
-                }
-                (None, _) => what.push(format!("scheduled {}", local_time(a.scheduled_at))),
-            }
-            if a.borrowed {
-                what.push("on borrowed GPUs".into());
-            }
-            what.extend(attempt_end(&j, a));
-            println!(
-                "  attempt {}: {}  {}",
-                a.number,
-                alloc.join(" "),
-                what.join(", ")
-            );
-        }
-        println!("  transitions:");
-        for t in &j.transitions {
-            println!(
-                "    {}  {} -> {}  {}",
-                local_time(t.at),
-                t.from,
-                t.to,
-                t.reason
-            );
-        }
-        Ok(())
-    })
-}
-
-#[derive(clap::Args, Debug)]
-pub struct CancelArgs {
-    /// Jobs; `42_7` cancels one task of an array, the array's id every task.
-    #[arg(required = true)]
-    jobs: Vec<JobRef>,
-    #[arg(long, default_value = "cancelled by its user")]
-    reason: String,
-    #[arg(long)]
-    config: Option<PathBuf>,
-}
-
-pub fn cancel(args: &CancelArgs) -> ExitCode {
-    each_job("cancel", &args.config, &args.jobs, |job| {
-        ClientCommand::Cancel {
-            job,
-            reason: args.reason.clone(),
-        }
-    })
-}
-
-#[derive(clap::Args, Debug)]
-pub struct JobsRefArgs {
-    /// Jobs; `42_7` names one task of an array, the array's id every task.
-    #[arg(required = true)]
-    jobs: Vec<JobRef>,
-    #[arg(long)]
-    config: Option<PathBuf>,
-}
-
-/// `tranche hold`: waiting jobs stay PENDING until released.
-pub fn hold(args: &JobsRefArgs) -> ExitCode {
-    each_job("hold", &args.config, &args.jobs, |job| {
-        ClientCommand::Hold { job }
-    })
-}
-
-/// `tranche release`: held jobs may start once their dependencies are satisfied.
-pub fn release(args: &JobsRefArgs) -> ExitCode {
-    each_job("release", &args.config, &args.jobs, |job| {
-        ClientCommand::Release { job }
-    })
-}
-
-/// Sends one command per job; every refusal is reported, with its job.
-fn each_job(
-    verb: &'static str,
-    config: &Option<PathBuf>,
-    jobs: &[JobRef],
-    cmd: impl Fn(JobRef) -> ClientCommand,
-) -> ExitCode {
-    run(verb, async {
-        let (client, _) = connect(config)?;
-        let mut refused = Vec::new();
-        for &id in jobs {
-            match client.command(cmd(id)).await.map_err(failed)? {
-                Ok(Outcome::Done) | Ok(_) => {}
-                Err(ApiError::Rejected(e)) => refused.push(format!("job {id}: {e}")),
-                Err(e) => refused.push(format!("job {id}: {e}")),
-            }
-        }
-        if refused.is_empty() {
-            Ok(())
-        } else {
-            Err((1, refused.join("; ")))
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{directives, parse_duration};
+    use super::{directives, gpus_per_node};
+
+    #[test]
+    fn gpus_are_the_jobs_total_as_in_slurm() {
+        assert_eq!(gpus_per_node(Some(8), None, 1), Ok(8));
+        assert_eq!(gpus_per_node(Some(16), None, 2), Ok(8));
+        assert_eq!(gpus_per_node(None, Some(8), 2), Ok(8));
+        assert_eq!(
+            gpus_per_node(Some(10), None, 4).unwrap_err(),
+            "--gpus 10 does not split evenly over --nodes 4: give a multiple of 4, or \
+             --gpus-per-node"
+        );
+        let both = gpus_per_node(Some(8), Some(4), 2).unwrap_err();
+        assert!(both.contains("--gpus 8 and --gpus-per-node 4"), "{both}");
+        let none = gpus_per_node(None, None, 1).unwrap_err();
+        assert!(none.contains("--gpus-per-node is required"), "{none}");
+    }
 
     #[test]
     fn directives_stop_at_the_first_command() {
@@ -915,19 +513,5 @@ mod tests {
             directives(script),
             ["--share", "vision", "--gpus", "8", "--time", "4h"]
         );
-    }
-
-    #[test]
-    fn durations_in_slurm_and_short_forms() {
-        assert_eq!(parse_duration("4h"), Ok(4 * 3600));
-        assert_eq!(parse_duration("90m"), Ok(5400));
-        assert_eq!(parse_duration("2d"), Ok(2 * 86_400));
-        assert_eq!(parse_duration("1-00:00:00"), Ok(86_400));
-        assert_eq!(parse_duration("1:30:00"), Ok(5400));
-        assert_eq!(parse_duration("10:00"), Ok(600));
-        assert_eq!(parse_duration("45"), Ok(45));
-        for bad in ["4x", "h", "1-2", "a:b", ""] {
-            assert!(parse_duration(bad).unwrap_err().contains(bad), "{bad}");
-        }
     }
 }

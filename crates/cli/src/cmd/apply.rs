@@ -43,7 +43,7 @@ use tranche_proto::ClientCommand;
 use tranche_proto::{JobFilter, Objects, Query, Response};
 
 use crate::client_cfg::connect;
-use crate::output::{failed, run, unexpected, usage, Fail};
+use crate::exit::{failed, run, unexpected, usage, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {

@@ -41,14 +41,4 @@ pub fn unexpected(r: &Response) -> Fail {
     (1, unexpected_text(r))
 }
 
-/// What an answer of a kind the request does not expect says to the user.
-pub fn unexpected_text(r: &Response) -> String {
-    match r {
-        Response::Error(e) => e.to_string(),
-        other => format!(
-            "the controller answered with {} where this request expects another kind of \
-             answer (are this CLI and the controllers of one release?)",
-            other.kind()
-        ),
-    }
-}
+pub use tranche_client::unexpected_text;

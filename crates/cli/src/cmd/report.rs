@@ -8,8 +8,9 @@ use tranche_proto::{LedgerReport, Query, Response};
 use tranche_state::ledger::{Totals, HOUR_MS};
 
 use crate::client_cfg::connect;
-use crate::fmt::{local_time, now_ms};
-use crate::output::{failed, run, unexpected, usage, Fail};
+use crate::exit::{failed, run, unexpected, usage, Fail};
+use crate::parse::parse_when;
+use crate::text::{local_time, now_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum By {
@@ -35,64 +36,6 @@ pub struct ReportArgs {
     json: bool,
     #[arg(long)]
     config: Option<PathBuf>,
-}
-
-/// `2026-11-01`, `2026-11-01T08:00[:00]` (local time), or `7d`, `24h`, `90m` before now.
-pub fn parse_when(s: &str, now: u64) -> Result<u64, String> {
-    let bad = || {
-        format!("`{s}`: use a local date or time (2026-11-01, 2026-11-01T08:00) or a span back from now (7d, 24h, 90m)")
-    };
-    let t = s.trim();
-    if let Some((n, unit)) = t.char_indices().last().map(|(i, c)| (&t[..i], c)) {
-        if unit.is_ascii_alphabetic() && !n.contains('-') {
-            let n: u64 = n.parse().map_err(|_| bad())?;
-            let ms = match unit {
-                'd' => 86_400_000,
-                'h' => 3_600_000,
-                'm' => 60_000,
-                _ => return Err(bad()),
-            };
-            return Ok(now.saturating_sub(n * ms));
-        }
-    }
-    let (date, time) = t.split_once(['T', ' ']).unwrap_or((t, "00:00"));
-    let d: Vec<i32> = date
-        .split('-')
-        .map(|p| p.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let h: Vec<i32> = time
-        .split(':')
-        .map(|p| p.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let [y, mo, day] = <[i32; 3]>::try_from(d).map_err(|_| bad())?;
-    let (hh, mm, ss) = match h[..] {
-        [hh, mm] => (hh, mm, 0),
-        [hh, mm, ss] => (hh, mm, ss),
-        _ => return Err(bad()),
-    };
-    if !(1..=12).contains(&mo)
-        || !(1..=31).contains(&day)
-        || !(0..24).contains(&hh)
-        || !(0..60).contains(&mm)
-        || !(0..61).contains(&ss)
-    {
-        return Err(bad());
-    }
-    // SAFETY: a zeroed `tm` is a valid value of the plain C struct; `mktime` reads and
-    // normalizes it in place, and it lives for the call.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    tm.tm_year = y - 1900;
-    tm.tm_mon = mo - 1;
-    tm.tm_mday = day;
-    tm.tm_hour = hh;
-    tm.tm_min = mm;
-    tm.tm_sec = ss;
-    tm.tm_isdst = -1;
-    let secs = unsafe { libc::mktime(&mut tm) };
-    if secs < 0 {
-        return Err(bad());
-    }
-    Ok(secs as u64 * 1000)
 }
 
 fn gpu_h(ms: u64) -> f64 {
@@ -287,22 +230,4 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         }
         Ok::<(), Fail>(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spans_and_dates() {
-        let now = 10 * 86_400_000;
-        assert_eq!(parse_when("7d", now), Ok(3 * 86_400_000));
-        assert_eq!(parse_when("24h", now), Ok(9 * 86_400_000));
-        let a = parse_when("2026-11-01", now).unwrap();
-        let b = parse_when("2026-11-01T08:30", now).unwrap();
-        assert_eq!(b - a, (8 * 60 + 30) * 60_000);
-        for bad in ["yesterday", "2026-13-01", "2026-11-01T25:00", "5x"] {
-            assert!(parse_when(bad, now).unwrap_err().contains(bad), "{bad}");
-        }
-    }
 }

@@ -6,7 +6,7 @@
 //! reported with the simulator's figures — beside `tranche sim`'s for the same trace,
 //! so that the simulator is checked against the system.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,14 +15,13 @@ use tranche_client::Client;
 use tranche_model::{Job, JobId, JobRef, JobSpec, JobStatus, Millis, SECOND};
 use tranche_proto::{ClientCommand, JobFilter, Query, Response};
 use tranche_sim::report::{self, Figures, JobRun, Setup};
+use tranche_sim::runs;
 use tranche_sim::scenario::expand_names;
 use tranche_sim::trace::TraceJob;
 use tranche_sim::tracesim;
 
-use super::{agent_cluster_with, AgentCluster};
-use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
-use crate::sim_cmd;
+use super::{agent_cluster, AgentCluster};
+use tranche_client::unexpected_text;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
@@ -122,27 +121,19 @@ fn real_spec(mut spec: JobSpec, j: &TraceJob, speed: f64) -> Result<JobSpec, Str
     Ok(spec)
 }
 
-/// The controller and agent binaries: beside this one, else this very binary through
-/// links named after them (as `tranche dev` runs it).
-fn binaries(dir: &std::path::Path) -> Result<(PathBuf, PathBuf), String> {
-    let (t, a) = (tranche_local::find_tranched(), tranche_local::find_agent());
-    if t.exists() && a.exists() {
-        return Ok((t, a));
-    }
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
-    Ok((
-        crate::dev::link_self(&bin, "tranched")?,
-        crate::dev::link_self(&bin, "tranche-agent")?,
-    ))
-}
-
 async fn replay(args: &ReplayArgs) -> Result<bool, String> {
     if !(args.speed > 0.0 && args.speed.is_finite()) {
         return Err(format!("--speed must be more than 0, got {}", args.speed));
     }
-    let jobs = sim_cmd::read_trace(&args.trace, args.columns.as_deref(), args.until_s)?;
-    let sc = sim_cmd::read_policy(&args.policy, args.nodes.as_deref())?;
+    let read = |p: &Path| {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        Ok::<_, String>((p.display().to_string(), text))
+    };
+    let (name, text) = read(&args.trace)?;
+    let jobs = runs::load_trace(&name, &text, args.columns.as_deref(), args.until_s)?;
+    let (name, text) = read(&args.policy)?;
+    let sc = runs::load_policy(&name, &text, args.nodes.as_deref())?;
     let specs =
         tracesim::specs(&sc, &jobs).map_err(|e| format!("{}: {e}", args.trace.display()))?;
     let specs: Vec<JobSpec> = specs
@@ -150,10 +141,9 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
         .zip(&jobs)
         .map(|(s, j)| real_spec(s, j, args.speed))
         .collect::<Result<_, _>>()?;
-    let sim = sim_cmd::run("tranche sim", &sc, &jobs)?;
+    // The replay's report shows the simulator's figures, not how long it took.
+    let sim = runs::run("tranche sim", &sc, &jobs, || 0.0)?;
 
-    let bins_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (tranched, agent) = binaries(bins_dir.path())?;
     // Bound before the cluster, so removed after its processes have stopped.
     let attempts_root = super::own_dir_under(
         &args.attempts_dir,
@@ -167,7 +157,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
         agent,
         admin,
         cluster: mut c,
-    } = agent_cluster_with(tranched, agent, None).await?;
+    } = agent_cluster().await?;
     let o = tranche_sim::engine::objects(&sc);
     let mut cmds: Vec<ClientCommand> = o
         .environments
@@ -177,7 +167,8 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
     cmds.push(ClientCommand::PutPolicy(o.policy));
     cmds.extend(o.queues.into_iter().map(ClientCommand::PutQueue));
     cmds.extend(o.shares.into_iter().map(ClientCommand::PutShare));
-    apply_all(&admin, cmds)
+    admin
+        .apply_all(cmds)
         .await
         .map_err(|e| format!("policy refused: {e}"))?;
     let mut nodes = 0;
@@ -235,7 +226,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
     let real = fetch(&admin, &ids).await?;
     let runs = scaled(report::runs_from_jobs(real.iter()), t0, first, args.speed);
     let setup = Setup::of(&sc);
-    let replayed = report::figures(&setup, &runs, 600);
+    let replayed = report::figures(&setup, &runs, runs::BUCKETS);
     let overhead = overhead(&runs, &jobs, args.speed);
     let phases = phases(&real, &jobs, args.speed);
     let verdict = agreement(&replayed, &sim.figures);

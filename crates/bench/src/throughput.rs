@@ -15,11 +15,10 @@ use tranche_model::{CapacityLimit, JobStatus, Strategy};
 use tranche_proto::{ClientCommand, JobFilter, Query, Response};
 use tranche_tls::{Role, TlsFiles};
 
+use super::agent_cluster_spooled;
 use super::stats::{print_json, Spread};
-use super::{agent_cluster_spooled, AgentCluster};
-use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
 use crate::timing;
+use tranche_client::unexpected_text;
 
 /// Agents, and fake GPUs on each.
 const NODES: usize = 4;
@@ -234,14 +233,8 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     let cli = find_cli(&args.cli)?;
     // Dropped last: after the cluster's processes.
     let _spools: Option<tempfile::TempDir>;
-    // Bound in this order, dropped in the reverse: the processes first, the dir last.
-    let AgentCluster {
-        tmp,
-        _keep,
-        agent,
-        admin,
-        cluster: mut c,
-    } = {
+    // Its fields drop in order: the processes first, the dir last.
+    let mut ac = {
         // A directory of this run's own under --spool-dir, removed after it: agents
         // adopt whatever attempts they find in their spools.
         let spools = super::own_dir_under(&args.spool_dir, "--spool-dir", "tranche-bench-spool-")?;
@@ -249,22 +242,24 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
         _spools = spools;
         agent_cluster_spooled(root).await?
     };
-    apply_all(&admin, policy())
+    let (c, admin, agent, tmp) = ac.parts();
+    admin
+        .apply_all(policy())
         .await
         .map_err(|e| format!("policy refused: {e}"))?;
     for i in 1..=NODES {
         c.add_agent(
-            &agent,
+            agent,
             &format!("n{i}"),
             &format!("{GPUS_PER_NODE} x h100"),
             "heartbeat_ms = 1000",
         )?;
     }
-    wait_nodes(&admin).await?;
+    wait_nodes(admin).await?;
     let user = c.issue(Role::User, USER)?;
-    let config = write_cli_config(tmp.path(), &c, &user)?;
+    let config = write_cli_config(tmp, c, &user)?;
     // The CLI's cache (the leader it last used) starts empty, in the cluster's dir.
-    let cache = tmp.path().join("cache");
+    let cache = tmp.join("cache");
 
     // (a) The loop: each submit a fresh process, as a shell loop runs them.
     let n = args.submits;
@@ -289,15 +284,15 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
     tranche_local::wait_until(
         "every job to end",
         Duration::from_secs(300),
-        async || match jobs(&admin, not_ended.clone(), Some(1)).await? {
+        async || match jobs(admin, not_ended.clone(), Some(1)).await? {
             0 => Ok(()),
             _ => Err("jobs still waiting or running".into()),
         },
     )
     .await?;
     let all_ended_s = first.elapsed().as_secs_f64();
-    let succeeded = jobs(&admin, vec![JobStatus::Succeeded], None).await?;
-    let total = jobs(&admin, Vec::new(), None).await?;
+    let succeeded = jobs(admin, vec![JobStatus::Succeeded], None).await?;
+    let total = jobs(admin, Vec::new(), None).await?;
     if total != n || succeeded != n {
         return Err(format!(
             "{n} submits made {total} jobs, of which {succeeded} succeeded"
@@ -322,14 +317,14 @@ pub async fn throughput(args: &ThroughputArgs) -> Result<(), String> {
             .filter(|s| !s.is_terminal())
             .collect();
         tranche_local::wait_until("every task to end", Duration::from_secs(300), async || {
-            match array_jobs(&admin, id, open.clone()).await? {
+            match array_jobs(admin, id, open.clone()).await? {
                 0 => Ok(()),
                 n => Err(format!("{n} tasks still waiting or running")),
             }
         })
         .await?;
         let ended_s = started.elapsed().as_secs_f64();
-        let ok = array_jobs(&admin, id, vec![JobStatus::Succeeded]).await?;
+        let ok = array_jobs(admin, id, vec![JobStatus::Succeeded]).await?;
         if ok != args.array_tasks {
             return Err(format!(
                 "{ok} of the array's {} tasks succeeded",

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::client_cfg::{path, ClientCfg};
-use crate::user_cmds::parse_duration;
+use crate::parse::parse_duration;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum TokenCmd {

@@ -39,7 +39,7 @@ use tranche_tls::Role;
 use super::cluster::{create_cluster, prepare_one_share};
 use super::stats::{print_json, Spread};
 use super::tenants::{pids, rss_mib};
-use crate::fmt::now_ms;
+use crate::now_ms;
 
 #[derive(clap::Args, Debug)]
 pub struct SoakArgs {

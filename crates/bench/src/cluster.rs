@@ -14,8 +14,25 @@ use tranche_tls::Role;
 
 use super::stats::{print_json, Spread};
 use super::KeepDir;
-use crate::client_cfg::apply_all;
-use crate::output::unexpected_text;
+use tranche_client::unexpected_text;
+
+/// Where a benchmark's controllers keep their files, and what their config adds.
+#[derive(clap::Args, Debug)]
+pub struct ClusterDir {
+    /// Where the controllers' data dirs go (default: a temporary dir on this disk).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// TOML appended to every controller's config, e.g. "[raft]\ntick_ms = 20".
+    #[arg(long, default_value = "")]
+    controller_config: String,
+}
+
+impl ClusterDir {
+    /// A started cluster of `n` controllers there, with that config.
+    pub(super) fn start(&self, n: usize) -> Result<(KeepDir, LocalCluster), String> {
+        start_cluster(n, &self.dir, &self.controller_config)
+    }
+}
 
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
@@ -32,12 +49,8 @@ pub struct SubmitArgs {
     /// Seconds of load.
     #[arg(long, default_value_t = 10)]
     duration: u64,
-    /// Where the controllers' data dirs go (default: a temporary dir on this disk).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// TOML appended to every controller's config, e.g. "[raft]\ntick_ms = 20".
-    #[arg(long, default_value = "")]
-    controller_config: String,
+    #[command(flatten)]
+    cluster: ClusterDir,
     /// UNSAFE, to measure what the disk costs: the controllers run with
     /// `raft.unsafe_no_fsync = true` and never fsync their logs, so the submits are not
     /// durable writes.
@@ -69,11 +82,8 @@ pub struct FailoverArgs {
     /// Concurrent clients submitting throughout.
     #[arg(long, default_value_t = 16)]
     clients: usize,
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// TOML appended to every controller's config.
-    #[arg(long, default_value = "")]
-    controller_config: String,
+    #[command(flatten)]
+    cluster: ClusterDir,
     #[arg(long)]
     json: bool,
 }
@@ -137,7 +147,8 @@ async fn prepare_with(
         .await
         .ok_or("no leader elected within 15 s")?;
     admin.prefer(leader);
-    apply_all(&admin, objects)
+    admin
+        .apply_all(objects)
         .await
         .map_err(|e| format!("the policy was refused: {e}"))?;
     Ok((admin, leader))
@@ -185,11 +196,11 @@ pub async fn submit(args: &SubmitArgs) -> Result<(), String> {
     let extra = match args.no_fsync {
         true => {
             eprintln!("tranche bench submit: --no-fsync: the controllers never fsync their logs; these are not durable writes");
-            with_no_fsync(&args.controller_config)
+            with_no_fsync(&args.cluster.controller_config)
         }
-        false => args.controller_config.clone(),
+        false => args.cluster.controller_config.clone(),
     };
-    let (_tmp, mut c) = start_cluster(args.controllers, &args.dir, &extra)?;
+    let (_tmp, mut c) = start_cluster(args.controllers, &args.cluster.dir, &extra)?;
     let (_admin, leader) = prepare(&mut c).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let seq = Arc::new(AtomicU64::new(0));
@@ -272,7 +283,7 @@ pub async fn failover(args: &FailoverArgs) -> Result<(), String> {
     if args.rounds == 0 {
         return Err("--rounds must be positive".into());
     }
-    let (_tmp, mut c) = start_cluster(3, &args.dir, &args.controller_config)?;
+    let (_tmp, mut c) = args.cluster.start(3)?;
     let (admin, _) = prepare(&mut c).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let seq = Arc::new(AtomicU64::new(0));

@@ -12,7 +12,7 @@ use tranche_model::JobRef;
 use tranche_proto::{ApiError, LogRequest, Query, Response, LOGS_LABEL};
 
 use crate::client_cfg;
-use crate::output::{failed, run, unexpected, Fail};
+use crate::exit::{failed, run, unexpected, Fail};
 
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {
@@ -109,7 +109,7 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
             "job {} {} at {}; ",
             job.job_ref(),
             job.status.as_str(),
-            crate::fmt::local_time(tranche_state::retention::ended_at(&job))
+            crate::text::local_time(tranche_state::retention::ended_at(&job))
         )
     });
     let gone = |node: &tranche_model::NodeName, why: String| -> Fail {

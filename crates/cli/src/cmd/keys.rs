@@ -10,8 +10,8 @@ use tranche_model::{AccessKey, KeyRole};
 use tranche_proto::{ClientCommand, ClientRequest, Query, Response};
 
 use crate::client_cfg::connect;
-use crate::fmt::local_time;
-use crate::output::{failed, run, unexpected, Fail};
+use crate::exit::{failed, run, unexpected, Fail};
+use crate::text::local_time;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum KeysCmd {

@@ -7,8 +7,8 @@ use tranche_client::Client;
 use tranche_model::{Job, JobId};
 use tranche_proto::{parse_ended_states, EndedJob, HistoryCursor, HistoryFilter, MAX_HISTORY_PAGE};
 
-use crate::fmt::{clock_duration, fit, local_time, now_ms};
-use crate::output::{failed, usage, Fail};
+use crate::exit::{failed, usage, Fail};
+use crate::text::{clock_duration, fit, local_time, now_ms};
 
 /// What `--since` is when not given: a day back from now.
 pub const DEFAULT_SINCE: &str = "1d";
@@ -32,7 +32,7 @@ pub struct HistoryArgs<'a> {
 pub fn filter(args: &HistoryArgs, now: u64) -> Result<(HistoryFilter, u32), Fail> {
     let since_text = args.since.unwrap_or(DEFAULT_SINCE);
     let since =
-        crate::report::parse_when(since_text, now).map_err(|e| usage(format!("--since {e}")))?;
+        crate::parse::parse_when(since_text, now).map_err(|e| usage(format!("--since {e}")))?;
     let mut status = Vec::new();
     for s in args.states {
         for st in parse_ended_states(s).map_err(|e| usage(format!("--state {s}: {e}")))? {

@@ -177,7 +177,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     }
     let mut c = LocalCluster::create(&dir, 3, opts)?;
     if !key_secret.exists() {
-        tranche_controller::aws::keys::write_key_secret_file(&key_secret)?;
+        tranche_tls::keys::write_key_secret_file(&key_secret)?;
     }
     step("certificates: a CA, 3 controllers, an admin, 4 agents; a key secret for access keys");
     c.start_all()?;

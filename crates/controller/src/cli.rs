@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use tokio::sync::watch;
 
 #[derive(Parser)]
 #[command(
@@ -25,21 +24,7 @@ struct Args {
 pub fn main() {
     crate::alloc::use_mimalloc();
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TRANCHE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,raft=warn"));
-    if args.json_logs {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
-    } else {
-        // Colours only on a terminal: a log file or journal gets plain text.
-        use std::io::IsTerminal;
-        tracing_subscriber::fmt()
-            .with_ansi(std::io::stdout().is_terminal())
-            .with_env_filter(filter)
-            .init();
-    }
+    tranche_daemon_kit::logs::init(args.json_logs, "info,raft=warn");
     let cfg = match crate::Config::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
@@ -61,17 +46,7 @@ pub fn main() {
     }
     .expect("tokio runtime");
     let code = rt.block_on(async move {
-        let (tx, rx) = watch::channel(false);
-        tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-                _ = int.recv() => tracing::info!("SIGINT: stopping"),
-            }
-            let _ = tx.send(true);
-        });
+        let rx = tranche_daemon_kit::signals::shutdown_on_signals();
         match crate::server::run(cfg, rx).await {
             Ok(()) => 0,
             Err(e) => {

@@ -80,7 +80,9 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     // The key secret is read at start: a missing or unsafe file stops the controller
     // here, with the file's path and the rule it breaks.
     let key_secret = match &cfg.aws.key_secret_file {
-        Some(path) => Some(crate::aws::keys::load_key_secret_file(path).map_err(NodeError::Other)?),
+        Some(path) => {
+            Some(tranche_tls::keys::load_key_secret_file(path).map_err(NodeError::Other)?)
+        }
         None => None,
     };
     private_dir(&cfg.data_dir)?;
@@ -190,9 +192,9 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     });
     tokio::spawn(port.serve(client_ep.clone()));
     info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");
-    tranche_proto::service::notify("READY=1");
+    tranche_daemon_kit::systemd::notify("READY=1");
     let r = node.run(shutdown).await;
-    tranche_proto::service::notify("STOPPING=1");
+    tranche_daemon_kit::systemd::notify("STOPPING=1");
     client_ep.close(0u32.into(), b"controller stopping");
     peer_ep.close(0u32.into(), b"controller stopping");
     r

@@ -31,7 +31,7 @@ fn rt() -> tokio::runtime::Runtime {
 /// every 20 entries; the demo policy, with share `lend` given `limits`.
 async fn start(dir: &Path, limits: JobLimits) -> (LocalCluster, Client) {
     let secret = dir.join("key-secret");
-    tranche_controller::aws::keys::write_key_secret_file(&secret).unwrap();
+    tranche_tls::keys::write_key_secret_file(&secret).unwrap();
     let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
     opts.extra_config = format!(
         "[raft]\nsnapshot_entries = 20\nkeep_entries = 5\n\n[aws]\nkey_secret_file = \"{}\"\n",

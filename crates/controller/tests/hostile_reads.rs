@@ -195,7 +195,7 @@ struct Rig {
 
 fn start(dir: &std::path::Path) -> Rig {
     let secret = dir.join("key-secret");
-    tranche_controller::aws::keys::write_key_secret_file(&secret).unwrap();
+    tranche_tls::keys::write_key_secret_file(&secret).unwrap();
     let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
     opts.extra_config = format!(
         "[aws]\nkey_secret_file = \"{}\"\nregion = \"{REGION}\"\n\

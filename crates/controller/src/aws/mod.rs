@@ -4,14 +4,13 @@
 //! HTTPS listener beside `/api/v1/`.
 //!
 //! A request is verified ([`sigv4`]) with the secret derived from its access key's id
-//! ([`keys`]); it then acts as the key's identity through the service layer, so the
+//! ([`tranche_tls::keys`]); it then acts as the key's identity through the service layer, so the
 //! same authorization as the CLI's and the native API's, and writes are forwarded to
 //! the leader the same way. Reads wait for a read barrier first, so a client reads its
 //! own writes whichever controller it talks to.
 
 pub mod arn;
 pub mod capacity;
-pub mod keys;
 mod ops;
 pub mod sigv4;
 pub mod training;
@@ -40,7 +39,7 @@ pub struct Endpoint {
     pub cfg: AwsConfig,
     pub arns: arn::Arns,
     pub cap: capacity::Capacity,
-    /// The cluster's key secret (see [`keys`]).
+    /// The cluster's key secret (see [`tranche_tls::keys`]).
     master: Vec<u8>,
     /// A request's body must arrive within this (`[http] body_timeout_s`).
     pub body_timeout: Duration,
@@ -241,7 +240,7 @@ async fn authenticate(
         let v = sigv4::verify(&signed(&parts, &bytes), &regions, now_s, |id| {
             key_refusal(&api.certs, &sh.state, id, wall_ms())
                 .is_none()
-                .then(|| keys::derive_secret(&ep.master, id))
+                .then(|| tranche_tls::keys::derive_secret(&ep.master, id))
         })
         .map_err(|e| AwsError::auth(e.code(), e.message()))?;
         v.access_key_id

@@ -1,6 +1,6 @@
 //! Access keys: their ids, and their secrets, derived from the cluster's key secret
 //! file (the same file on every controller, outside the data dir). No secret is ever
-//! stored: the replicated [`tranche_model::AccessKey`] holds the id, and any controller
+//! stored: the replicated access key (the model's `AccessKey`) holds the id, and any controller
 //! derives the secret from the id and the file when it issues the key or checks a
 //! signature.
 

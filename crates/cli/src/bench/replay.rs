@@ -122,21 +122,6 @@ fn real_spec(mut spec: JobSpec, j: &TraceJob, speed: f64) -> Result<JobSpec, Str
     Ok(spec)
 }
 
-/// The controller and agent binaries: beside this one, else this very binary through
-/// links named after them (as `tranche dev` runs it).
-fn binaries(dir: &std::path::Path) -> Result<(PathBuf, PathBuf), String> {
-    let (t, a) = (tranche_local::find_tranched(), tranche_local::find_agent());
-    if t.exists() && a.exists() {
-        return Ok((t, a));
-    }
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
-    Ok((
-        crate::dev::link_self(&bin, "tranched")?,
-        crate::dev::link_self(&bin, "tranche-agent")?,
-    ))
-}
-
 async fn replay(args: &ReplayArgs) -> Result<bool, String> {
     if !(args.speed > 0.0 && args.speed.is_finite()) {
         return Err(format!("--speed must be more than 0, got {}", args.speed));
@@ -152,8 +137,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
         .collect::<Result<_, _>>()?;
     let sim = sim_cmd::run("tranche sim", &sc, &jobs)?;
 
-    let bins_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (tranched, agent) = binaries(bins_dir.path())?;
+    let (tranched, agent) = crate::dev::daemons()?;
     // Bound before the cluster, so removed after its processes have stopped.
     let attempts_root = super::own_dir_under(
         &args.attempts_dir,

@@ -597,7 +597,7 @@ fn m6_revoked_certificate_is_refused_on_a_kept_alive_https_connection() {
 
 /// A POST of `body` to `path` signed with access key `id` and `secret`, as raw HTTP/1.1.
 fn signed_post(path: &str, body: &str, id: &str, secret: &str) -> String {
-    use tranche_controller::aws::sigv4;
+    use tranche_aws::sigv4;
     let (_, stamp) = amz_now();
     let mut headers = axum::http::HeaderMap::new();
     headers.insert("host", "controller.tranche".parse().unwrap());

@@ -15,7 +15,7 @@ use tranche_model::*;
 use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Response as Answer};
 use tranche_state::State;
 
-use crate::service::{authorize, job_as_seen_by, Origin};
+use tranche_controller::service::{authorize, job_as_seen_by, Origin};
 
 use super::capacity::AwsLimit;
 use super::wire::{parse, AwsError, AwsResult, EXISTS};
@@ -1730,7 +1730,7 @@ impl Endpoint {
                 "job queue {queue} does not exist"
             )));
         }
-        let snap = crate::views::queue(&st, 100, now);
+        let snap = tranche_controller::views::queue(&st, 100, now);
         let in_queue = |s: &ShareName| st.shares.get(s).is_some_and(|s| s.queue.as_str() == queue);
         let entry = |j: &tranche_proto::JobSummary| json!({"jobArn": self.arns.job(j.id), "earliestTimeAtPosition": j.submitted_at});
         let front: Vec<Value> = snap
@@ -1747,7 +1747,7 @@ impl Endpoint {
                 }
             }
         }
-        let usage = crate::views::shares(&st);
+        let usage = tranche_controller::views::shares(&st);
         let mut total: BTreeMap<Unit, (u32, u32)> = BTreeMap::new();
         let mut top = vec![];
         for u in usage.iter().filter(|u| in_queue(&u.name)) {

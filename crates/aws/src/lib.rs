@@ -8,6 +8,12 @@
 //! same authorization as the CLI's and the native API's, and writes are forwarded to
 //! the leader the same way. Reads wait for a read barrier first, so a client reads its
 //! own writes whichever controller it talks to.
+//!
+//! The crate may depend on `tranche-controller` (the service layer and its shared
+//! state), `tranche-http` (its [`Api`], [`MAX_BODY`] and the port it serves on),
+//! `tranche-proto`, `tranche-tls` and axum. `tranche-http` never depends on it: the
+//! composition root merges [`router`] into the HTTP API's router. It never touches the
+//! Raft node or the stored state except through the service layer and its reads.
 
 pub mod arn;
 pub mod capacity;
@@ -23,15 +29,15 @@ use axum::extract::{Path, Request, State as AxState};
 use axum::http::Method;
 use axum::response::Response;
 use axum::routing::{any, post};
-use axum::Router;
+use axum::{Extension, Router};
 use tranche_model::Millis;
 use tranche_proto::{ClientCommand, ClientRequest, Response as Answer};
 use tranche_state::{Outcome, State};
 use tranche_tls::{Identity, Role};
 
-use crate::config::AwsConfig;
-use crate::http::{Api, MAX_BODY};
-use crate::mailbox::{wall_ms, Shared};
+use tranche_controller::config::AwsConfig;
+use tranche_controller::mailbox::{wall_ms, Shared};
+use tranche_http::{Api, MAX_BODY};
 use wire::{AwsError, AwsResult};
 
 /// The endpoint's settings, read from `[aws]` when the controller starts.
@@ -101,7 +107,7 @@ impl Ctx<'_> {
             request: None,
             command,
         };
-        let origin = crate::service::Origin::AwsEndpoint;
+        let origin = tranche_controller::service::Origin::AwsEndpoint;
         match self.api.service.handle_from(&self.who, origin, req).await {
             Answer::Applied(o) => Ok(o),
             Answer::Error(e) => Err(e.into()),
@@ -113,12 +119,18 @@ impl Ctx<'_> {
     }
 }
 
-/// The endpoint's routes (answering "not enabled" where `[aws]` is not set up).
-pub fn router() -> Router<Arc<Api>> {
+/// The endpoint's routes, to merge into the HTTP API's router (see
+/// [`tranche_http::router`]); `ep` is the endpoint where `[aws]` sets one up, and
+/// without it every request is answered that the endpoint is off.
+pub fn router(ep: Option<Arc<Endpoint>>) -> Router<Arc<Api>> {
     Router::new()
         .route("/v1/tags/{*arn}", any(tags))
         .route("/v1/{op}", post(operation))
+        .layer(Extension(ep))
 }
+
+/// The endpoint as the handlers receive it: `None` where `[aws]` does not set it up.
+type Configured = Extension<Option<Arc<Endpoint>>>;
 
 /// The request as [`sigv4::verify`] reads it.
 fn signed<'a>(parts: &'a axum::http::request::Parts, body: &'a [u8]) -> sigv4::SignedRequest<'a> {
@@ -188,9 +200,10 @@ fn key_refusal(
 /// checked.
 async fn authenticate(
     api: &Api,
+    ep: Option<Arc<Endpoint>>,
     req: Request,
 ) -> AwsResult<(Arc<Endpoint>, Identity, axum::http::request::Parts, Vec<u8>)> {
-    let ep = api.aws.clone().ok_or_else(|| {
+    let ep = ep.ok_or_else(|| {
         AwsError::client(
             "this cluster's AWS Batch-compatible endpoint is off: its controllers' config has no [aws] key_secret_file",
         )
@@ -267,12 +280,13 @@ async fn authenticate(
 
 async fn operation(
     AxState(api): AxState<Arc<Api>>,
+    Extension(ep): Configured,
     Path(op): Path<String>,
     req: Request,
 ) -> Response {
     let rid = wire::request_id();
     let answer = async {
-        let (ep, who, _, body) = authenticate(&api, req).await?;
+        let (ep, who, _, body) = authenticate(&api, ep, req).await?;
         let cx = Ctx { api: &api, who };
         let b = &body[..];
         match op.as_str() {
@@ -313,7 +327,12 @@ async fn operation(
     }
 }
 
-async fn tags(AxState(api): AxState<Arc<Api>>, Path(arn): Path<String>, req: Request) -> Response {
+async fn tags(
+    AxState(api): AxState<Arc<Api>>,
+    Extension(ep): Configured,
+    Path(arn): Path<String>,
+    req: Request,
+) -> Response {
     let rid = wire::request_id();
     let method = req.method().clone();
     let keys: Vec<String> = req
@@ -328,7 +347,7 @@ async fn tags(AxState(api): AxState<Arc<Api>>, Path(arn): Path<String>, req: Req
         })
         .unwrap_or_default();
     let answer = async {
-        let (ep, who, _, body) = authenticate(&api, req).await?;
+        let (ep, who, _, body) = authenticate(&api, ep, req).await?;
         let cx = Ctx { api: &api, who };
         match method {
             Method::GET => ep.list_tags(&cx, &arn).await,

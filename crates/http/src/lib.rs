@@ -9,7 +9,14 @@
 //! Errors have one shape, `{"error": {"code", "message", "field"?}}` (see [`error`]);
 //! request bodies are JSON, at most [`MAX_BODY`] bytes, and unknown fields are refused.
 //! The OpenAPI document at `/api/v1/openapi.json` is generated from the types in
-//! [`dto`].
+//! [`dto`]. The dashboard (its JSON under `/api/v1/dash/`, its page and assets from
+//! `ui/`) is served here too.
+//!
+//! The crate may depend on `tranche-controller` (its [`Service`] and shared state),
+//! `tranche-proto`, `tranche-tls`, `tranche-client` (to fetch jobs' output from agents),
+//! and axum/hyper/utoipa. It never depends on the AWS endpoint (`tranche-aws`), which
+//! builds on it: [`router`] takes the routes of other adapters that share the port, and
+//! [`Api`], [`MAX_BODY`] and [`error`] are what such an adapter uses.
 
 pub mod dash;
 pub mod dto;
@@ -39,9 +46,9 @@ use tower::ServiceExt;
 use tracing::{debug, info, warn};
 use tranche_tls::{CertVerifier, Identity, TlsFiles};
 
-use crate::config::HttpLimits;
-use crate::mailbox::SharedRef;
-use crate::service::Service;
+use tranche_controller::config::HttpLimits;
+use tranche_controller::mailbox::SharedRef;
+use tranche_controller::service::Service;
 
 /// The largest request body accepted: 1 MiB.
 pub const MAX_BODY: usize = 1 << 20;
@@ -61,8 +68,6 @@ pub struct Api {
     pub tls: TlsFiles,
     /// This controller's client port (the log client needs a controller to name).
     pub client_addr: SocketAddr,
-    /// The AWS Batch-compatible endpoint under `/v1/`, where `[aws]` enables it.
-    pub aws: Option<Arc<crate::aws::Endpoint>>,
     logs_client: tokio::sync::OnceCell<Arc<tranche_client::Client>>,
 }
 
@@ -73,7 +78,6 @@ impl Api {
         certs: Arc<CertVerifier>,
         tls: TlsFiles,
         client_addr: SocketAddr,
-        aws: Option<Arc<crate::aws::Endpoint>>,
     ) -> Arc<Api> {
         Arc::new(Api {
             service,
@@ -81,7 +85,6 @@ impl Api {
             certs,
             tls,
             client_addr,
-            aws,
             logs_client: tokio::sync::OnceCell::new(),
         })
     }
@@ -139,7 +142,7 @@ impl Lease {
 
     /// Why the credential no longer holds, or `None` while it does.
     pub(crate) fn lapsed(&self) -> Option<String> {
-        let now = crate::mailbox::wall_ms() / 1000;
+        let now = tranche_controller::mailbox::wall_ms() / 1000;
         if let Some(t) = &self.token {
             return tranche_tls::token::verify_token(&self.api.certs, t, now)
                 .err()
@@ -192,9 +195,22 @@ impl Lease {
     }
 }
 
-/// The API's routes.
-pub fn router(api: Arc<Api>) -> Router {
-    routes::router(api)
+/// The API's routes, the dashboard's, and `extra`: the routes of another adapter that
+/// serves on the same port (the AWS endpoint's under `/v1/`). All of them answer
+/// behind the API's guard (see `routes::guard`); a path none of them knows is the
+/// API's `not_found`.
+pub fn router(api: Arc<Api>, extra: Router<Arc<Api>>) -> Router {
+    routes::routes()
+        .route(
+            "/api/v1/openapi.json",
+            axum::routing::get(openapi::document),
+        )
+        .merge(dash::router().merge(ui::router()))
+        .merge(extra)
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(axum::middleware::from_fn(routes::guard))
+        .with_state(api)
 }
 
 /// Binds `addr` (checked before the controller joins its peers, so a taken port is
@@ -333,14 +349,16 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Idle<T> {
     }
 }
 
-/// Serves HTTPS on `listener` until `shutdown` turns true, within `limits`: at most
+/// Serves `app` (see [`router`]) over HTTPS on `listener` until `shutdown` turns true;
+/// every request's client certificate is checked again by `certs`. Within `limits`: at most
 /// `max_connections` open connections and `connections_per_ip` from one address
 /// (more are closed at once, before TLS), and a connection without a byte either way
 /// for `idle_timeout_s` is closed once its current response (if any) is done.
 pub async fn serve(
     listener: std::net::TcpListener,
     tls: rustls::ServerConfig,
-    api: Arc<Api>,
+    certs: Arc<CertVerifier>,
+    app: Router,
     limits: HttpLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -358,8 +376,6 @@ pub async fn serve(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let certs = api.certs.clone();
-    let app = router(api);
     if let Ok(a) = listener.local_addr() {
         info!(addr = %a, "HTTPS API serving");
     }

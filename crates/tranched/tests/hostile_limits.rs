@@ -342,14 +342,14 @@ async fn aws(c: &LocalCluster, key: &str, secret: &str, op: &str, body: &Value) 
     headers.insert("x-amz-date", amz_date.parse().unwrap());
     headers.insert("content-type", "application/json".parse().unwrap());
     let path = format!("/v1/{op}");
-    let signed = tranche_controller::aws::sigv4::SignedRequest {
+    let signed = tranche_aws::sigv4::SignedRequest {
         method: "POST",
         path: &path,
         query: "",
         headers: &headers,
         body: body.as_bytes(),
     };
-    let auth = tranche_controller::aws::sigv4::authorization(
+    let auth = tranche_aws::sigv4::authorization(
         &signed,
         key,
         secret,
@@ -518,7 +518,7 @@ fn rss_mib(pid: u32) -> u64 {
 /// dir. Written against the client API of this release and the previous one (the share
 /// is put as JSON: a release without job limits ignores them), so that the same test
 /// measures both. Run as
-/// `cargo test -p tranche-controller --test hostile_limits -- --ignored --nocapture h2_measure`.
+/// `cargo test -p tranched --test hostile_limits -- --ignored --nocapture h2_measure`.
 #[test]
 #[ignore = "a measurement, run by hand (see its doc comment)"]
 fn h2_measure_controller_rss_for_a_10000_task_array_with_64_kb_of_env() {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tranche_model::{CapacityLimit, Unit};
 
 use super::wire::{AwsError, AwsResult};
-use crate::config::InstanceType;
+use tranche_controller::config::InstanceType;
 
 /// `{capacityUnit, maxCapacity}` as sent.
 #[derive(Debug, Clone, Deserialize)]

@@ -6,7 +6,7 @@
 //! `write_fixture` (ignored) writes a new fixture with the code of the build it runs in:
 //! each release that changes the stored format adds one and keeps the previous one's
 //! test. Run it as
-//! `TRANCHE_FIXTURE=format-N cargo test -p tranche-controller --test upgrade -- --ignored`
+//! `TRANCHE_FIXTURE=format-N cargo test -p tranched --test upgrade -- --ignored`
 //! after `cargo build` (it needs the `tranche-agent` binary).
 
 use std::collections::BTreeMap;

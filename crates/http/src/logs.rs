@@ -20,9 +20,8 @@ use tranche_client::ClientError;
 use tranche_proto::{ApiError, LogRequest, Query, Response as Answer, LOGS_LABEL};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ErrorBody, HttpError};
+use super::error::{unexpected, ErrorBody, HttpError};
 use super::extract::{job_id, Caller, QueryArgs};
-use super::routes::unexpected;
 use super::Api;
 
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema)]
@@ -77,7 +76,7 @@ pub async fn logs(
         Answer::Job(j) => j,
         other => return Err(unexpected(&other)),
     };
-    crate::service::may_read_output(&caller.who, &job)?;
+    tranche_controller::service::may_read_output(&caller.who, &job)?;
     let attempt = match q.attempt {
         Some(n) => job.attempts.iter().find(|a| a.number == n).ok_or_else(|| {
             HttpError::not_found(format!("job {id} has no attempt {n}")).with_field("attempt")

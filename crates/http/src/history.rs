@@ -1,5 +1,5 @@
 //! `GET /api/v1/history`: ended jobs, newest end first, from the replicated state and
-//! this controller's history store (see [`crate::history_reads`]), a page at a time.
+//! this controller's history store (see [`tranche_controller::history_reads`]), a page at a time.
 //!
 //! A page ends with a cursor, `<ended_at>.<id>` (the end time in milliseconds since
 //! the epoch and the id of its last job); passed back as `before`, it gives the jobs
@@ -15,9 +15,8 @@ use tranche_proto::{EndedJob, HistoryCursor, HistoryFilter, Query, Response as A
 use utoipa::{IntoParams, ToSchema};
 
 use super::dto::JobSummaryView;
-use super::error::{ErrorBody, HttpError};
+use super::error::{unexpected, ErrorBody, HttpError};
 use super::extract::{Caller, QueryArgs};
-use super::routes::unexpected;
 use super::Api;
 
 /// Filters and paging of the history.

@@ -17,17 +17,17 @@ use tranche_state::Outcome;
 use utoipa::{IntoParams, ToSchema};
 
 use super::dto::*;
-use super::error::{ErrorBody, HttpError};
+use super::error::{unexpected, ErrorBody, HttpError};
 use super::extract::{job_id, Caller, JsonBody, OptionalJson, QueryArgs, Via};
 use super::Api;
-use crate::mailbox::wall_ms;
+use tranche_controller::mailbox::wall_ms;
 
 type Result<T> = std::result::Result<T, HttpError>;
 
-pub fn router(api: Arc<Api>) -> Router {
+/// The `/api/v1/` routes (the OpenAPI document's own route aside: see [`crate::router`]).
+pub(crate) fn routes() -> Router<Arc<Api>> {
     Router::new()
         .route("/api/v1/health", get(health))
-        .route("/api/v1/openapi.json", get(super::openapi::document))
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/jobs", get(list_jobs).post(submit))
         .route("/api/v1/jobs/{id}", get(get_job).patch(update_job))
@@ -45,12 +45,6 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/controllers", get(controllers))
         .route("/api/v1/policy", post(apply_policy))
         .route("/api/v1/events", get(super::stream::events))
-        .merge(super::dash::router().merge(super::ui::router()))
-        .merge(crate::aws::router())
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn(guard))
-        .with_state(api)
 }
 
 /// What every answer carries: not to be sniffed as another type, and a policy that
@@ -65,7 +59,7 @@ const API_CSP: HeaderValue =
 /// not sent as `Content-Type: application/json` (which a cross-site form or simple
 /// request cannot set), even with an empty body. Marks every answer `nosniff` with a
 /// restrictive content security policy.
-async fn guard(req: axum::extract::Request, next: Next) -> Response {
+pub(crate) async fn guard(req: axum::extract::Request, next: Next) -> Response {
     let refused = if req.uri().path().starts_with("/api/v1/") {
         same_site_json(&req).err()
     } else {
@@ -130,11 +124,11 @@ fn same_site_json(req: &axum::extract::Request) -> Result<()> {
     Ok(())
 }
 
-async fn not_found() -> HttpError {
+pub(crate) async fn not_found() -> HttpError {
     HttpError::not_found("no such API path; see /api/v1/openapi.json")
 }
 
-async fn method_not_allowed() -> HttpError {
+pub(crate) async fn method_not_allowed() -> HttpError {
     HttpError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
@@ -168,13 +162,6 @@ impl Api {
             other => Err(unexpected(&other)),
         }
     }
-}
-
-pub(super) fn unexpected(a: &Answer) -> HttpError {
-    HttpError::unavailable(format!(
-        "the controller answered with {} where another answer was expected; retry",
-        a.kind()
-    ))
 }
 
 /// Whether this controller serves, and whether the cluster has a leader.

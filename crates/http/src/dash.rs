@@ -22,11 +22,10 @@ use tranche_state::ledger::{Bucket, Totals, HOUR_MS};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::dto::JobSummaryView;
-use super::error::{ErrorBody, HttpError};
+use super::error::{unexpected, ErrorBody, HttpError};
 use super::extract::{job_id, Caller, QueryArgs};
-use super::routes::unexpected;
 use super::Api;
-use crate::mailbox::wall_ms;
+use tranche_controller::mailbox::wall_ms;
 
 type Result<T> = std::result::Result<T, HttpError>;
 

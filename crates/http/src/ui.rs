@@ -18,10 +18,10 @@ use axum::Router;
 
 use super::Api;
 
-const INDEX: &str = include_str!("../../ui/index.html");
-const APP_JS: &str = include_str!("../../ui/app.js");
-const APP_CSS: &str = include_str!("../../ui/app.css");
-const ICON: &str = include_str!("../../ui/icon.svg");
+const INDEX: &str = include_str!("../ui/index.html");
+const APP_JS: &str = include_str!("../ui/app.js");
+const APP_CSS: &str = include_str!("../ui/app.css");
+const ICON: &str = include_str!("../ui/icon.svg");
 
 /// Only this origin's scripts, styles and API; no frames, no plugins, no forms
 /// posting elsewhere.

@@ -23,7 +23,7 @@ use tranche_model::{SageMakerJob, Unit};
 
 use super::capacity::Capacity;
 use super::wire::{AwsError, AwsResult};
-use crate::config::AwsConfig;
+use tranche_controller::config::AwsConfig;
 
 /// What a training request becomes.
 #[derive(Debug, Clone)]
@@ -261,7 +261,7 @@ fn channels(v: Option<&Value>, cfg: &AwsConfig) -> AwsResult<BTreeMap<String, St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::InstanceType;
+    use tranche_controller::config::InstanceType;
 
     fn cfg() -> (AwsConfig, Capacity) {
         let mut c = AwsConfig::default();

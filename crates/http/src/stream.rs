@@ -23,7 +23,7 @@ use super::dto::{JobEventView, ShareEventView, UnitUseView};
 use super::error::{ErrorBody, HttpError};
 use super::extract::{Caller, QueryArgs};
 use super::Api;
-use crate::events::{Event, EventKind};
+use tranche_controller::events::{Event, EventKind};
 
 /// A comment line goes out after this long without events, so proxies and clients
 /// know the stream is alive.

@@ -28,7 +28,7 @@ pub struct Caller {
 }
 
 fn now_s() -> u64 {
-    crate::mailbox::wall_ms() / 1000
+    tranche_controller::mailbox::wall_ms() / 1000
 }
 
 impl FromRequestParts<Arc<Api>> for Caller {

@@ -1,6 +1,6 @@
-//! The allocator of `tranched` and `tranche`: the system's malloc for short commands,
-//! mimalloc for long-running work (the controller, and the `tranche` commands that run
-//! its scheduler: `dev`, `sim`, `scenario`, `bench`).
+//! The allocator of `tranche`: the system's malloc for short commands, mimalloc for
+//! long-running work (the commands that run the scheduler: `dev`, `sim`, `scenario`,
+//! `bench`). `tranched` uses mimalloc for everything.
 //!
 //! A full scheduling pass over a large cluster makes tens of thousands of allocations
 //! and megabytes of plan (a reason for each of 100,000 waiting jobs is 7 MB). On the

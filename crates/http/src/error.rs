@@ -4,7 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use tranche_proto::ApiError;
+use tranche_proto::{ApiError, Response as Answer};
 use tranche_state::ApplyError;
 use utoipa::ToSchema;
 
@@ -126,4 +126,13 @@ impl IntoResponse for HttpError {
         }
         r
     }
+}
+
+/// The error of an answer of the service layer that the request did not expect (an
+/// election or a forward under way changed who answers): retry.
+pub(crate) fn unexpected(a: &Answer) -> HttpError {
+    HttpError::unavailable(format!(
+        "the controller answered with {} where another answer was expected; retry",
+        a.kind()
+    ))
 }

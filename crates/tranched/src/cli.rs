@@ -1,5 +1,5 @@
-//! `tranched --config FILE`: the controller's command line (also reachable through
-//! the `tranche` binary invoked as `tranched`).
+//! `tranched --config FILE`: the controller's command line: its arguments, its log,
+//! its runtime and its exit status.
 
 use std::path::PathBuf;
 
@@ -22,10 +22,9 @@ struct Args {
 
 /// Parses the command line and runs the controller; exits the process when done.
 pub fn main() {
-    crate::alloc::use_mimalloc();
     let args = Args::parse();
     tranche_daemon_kit::logs::init(args.json_logs, "info,raft=warn");
-    let cfg = match crate::Config::load(&args.config) {
+    let cfg = match tranche_controller::Config::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("tranched: {e}");
@@ -47,7 +46,7 @@ pub fn main() {
     .expect("tokio runtime");
     let code = rt.block_on(async move {
         let rx = tranche_daemon_kit::signals::shutdown_on_signals();
-        match crate::server::run(cfg, rx).await {
+        match crate::compose::run(cfg, rx).await {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!("controller failed: {e}");

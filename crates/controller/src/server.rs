@@ -10,11 +10,9 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 use tranche_tls::TlsFiles;
 
-use crate::mailbox::SharedRef;
-
 use crate::config::Config;
 use crate::liveness::Beats;
-use crate::mailbox::{NodeError, WorkWatch};
+use crate::mailbox::{NodeError, SharedRef, WorkWatch};
 use crate::node::{storage, RaftNode};
 use crate::peer::PeerNet;
 use crate::quic::ClientPort;

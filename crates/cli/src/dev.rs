@@ -127,8 +127,8 @@ pub(crate) fn daemons() -> Result<(PathBuf, PathBuf), String> {
     for b in [&tranched, &agent] {
         if !b.exists() {
             return Err(format!(
-                "{} is missing: build it beside tranche (cargo build --bins), or set \
-                 $TRANCHED and $TRANCHE_AGENT",
+                "{} is missing: build it beside this tranche (`cargo build --bins`, with \
+                 --release for target/release), or set $TRANCHED and $TRANCHE_AGENT",
                 b.display()
             ));
         }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the botocore-signed requests that `crates/controller/src/aws/sigv4.rs` tests
+"""Prints the botocore-signed requests that `crates/aws/src/sigv4.rs` tests
 verify (its `BOTOCORE` constant), as Rust.
 
 It drives a real boto3/botocore `batch` client at https://127.0.0.1:8443 with fixed

@@ -61,7 +61,7 @@ cargo test --workspace --no-fail-fast "$@"
 
 [[ ${TRANCHE_SKIP_PYTHON:-0} == 1 ]] && exit 0
 target=${CARGO_TARGET_DIR:-target}
-cargo build -p tranche-cli
+cargo build -p tranche-cli -p tranched -p tranche-agent
 venv=$target/py-venv
 if [[ ! -x $venv/bin/python ]]; then
   python3 -m venv "$venv"

@@ -27,7 +27,7 @@ def tranche_bin() -> str:
         if p.exists():
             return str(p)
     raise RuntimeError(
-        "no tranche binary: build it (cargo build -p tranche-cli) or set TRANCHE_BIN"
+        "no tranche binary: build it (cargo build -p tranche-cli -p tranched -p tranche-agent) or set TRANCHE_BIN"
     )
 
 

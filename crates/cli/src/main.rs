@@ -1,6 +1,7 @@
 //! `tranche`: the command users, operators and admins run. This binary only parses
 //! arguments; the work lives in the library crates and in this crate's modules.
 
+mod alloc;
 mod client_cfg;
 mod cmd;
 mod exit;
@@ -138,22 +139,11 @@ enum Cmd {
 }
 
 /// The system's malloc for short commands, mimalloc for long-running ones (see
-/// [`tranche_controller::alloc`]).
+/// [`alloc`]).
 #[global_allocator]
-static GLOBAL: tranche_controller::alloc::Alloc = tranche_controller::alloc::Alloc;
+static GLOBAL: alloc::Alloc = alloc::Alloc;
 
 fn main() -> ExitCode {
-    // Invoked through a link named after a daemon (as `tranche dev` starts them), this
-    // binary is that daemon.
-    let argv0 = std::env::args_os().next().unwrap_or_default();
-    match std::path::Path::new(&argv0)
-        .file_name()
-        .and_then(|n| n.to_str())
-    {
-        Some("tranched") => tranche_controller::cli::main(),
-        Some("tranche-agent") => return tranche_agent::cli::main(),
-        _ => {}
-    }
     timing::mark("main");
     let cli = Cli::parse();
     timing::mark("args");
@@ -161,7 +151,7 @@ fn main() -> ExitCode {
         cli.cmd,
         Cmd::Scenario(_) | Cmd::Sim(_) | Cmd::Bench(_) | Cmd::Dev(_)
     ) {
-        tranche_controller::alloc::use_mimalloc();
+        alloc::use_mimalloc();
     }
     match cli.cmd {
         Cmd::Scenario(cmd) => scenario::scenario(cmd),

@@ -1,10 +1,10 @@
 //! How the CLI writes values for people: state codes, times, durations, attempt ends,
 //! command lines, table cells. Never Rust's `Debug` form.
 
-use tranche_controller::views::stop_kind_text;
 use tranche_model::{Attempt, AttemptEnd, Job, JobStatus, Millis};
+use tranche_proto::text::stop_kind_text;
 
-pub use tranche_controller::views::duration_text as duration;
+pub use tranche_proto::text::duration_text as duration;
 
 /// Slurm-like two-letter state codes.
 pub fn state_code(s: JobStatus) -> &'static str {

@@ -117,11 +117,8 @@ fn keys_are_issued_listed_and_revoked_per_identity() {
 fn a_controller_refuses_an_unsafe_or_short_key_secret_file() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    // The CLI binary runs as the controller through a link named `tranched`.
-    let tranched = bin.join("tranched");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tranche"), &tranched).unwrap();
+    // `tranched` beside the CLI (`cargo build --bins` builds it).
+    let tranched = tranche_local::find_tranched();
     let secret = dir.path().join("key-secret");
     let mut opts = tranche_local::LocalOptions::new(tranched);
     opts.http = false;

@@ -312,35 +312,16 @@ impl Default for RetentionConfig {
     }
 }
 
-/// A config file that could not be used; the message names the file and the field.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {err}")]
-    Read { path: String, err: std::io::Error },
-    #[error("{path}: {err}")]
-    Parse { path: String, err: String },
-    #[error("{path}: field `{field}`: {rule}")]
-    Invalid {
-        path: String,
-        field: &'static str,
-        rule: String,
-    },
-}
+pub use tranche_daemon_kit::ConfigError;
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
-            path: path.display().to_string(),
-            err,
-        })?;
+        let text = tranche_daemon_kit::config::read(path)?;
         Config::parse(&text, &path.display().to_string())
     }
 
     pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_string(),
-            err: e.to_string(),
-        })?;
+        let cfg: Config = tranche_daemon_kit::config::parse(text, path)?;
         cfg.validate(path)?;
         Ok(cfg)
     }

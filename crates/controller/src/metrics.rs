@@ -1,4 +1,5 @@
-//! Prometheus metrics on `metrics_addr` (`GET /metrics`, text exposition format).
+//! Prometheus metrics on `metrics_addr` (`GET /metrics`, text exposition format):
+//! what this controller reports, rendered at each scrape.
 
 use std::fmt::Write;
 
@@ -221,46 +222,11 @@ pub fn render(shared: &SharedRef) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `addr` (a bare port: 127.0.0.1) from a thread of its own.
-/// Metrics carry no authentication, so an address off this machine is warned about.
+/// Serves `GET /metrics` on `addr` from a thread of its own (see
+/// [`tranche_daemon_kit::metrics::serve`]), rendering this controller's metrics at
+/// each scrape.
 pub fn serve(addr: &str, shared: SharedRef) -> Result<(), String> {
-    let server = bind(addr)?;
-    std::thread::Builder::new()
-        .name("tranche-metrics".into())
-        .spawn(move || {
-            for req in server.incoming_requests() {
-                let resp = if req.url() == "/metrics" {
-                    let header = tiny_http::Header::from_bytes(
-                        &b"Content-Type"[..],
-                        &b"text/plain; version=0.0.4"[..],
-                    )
-                    .expect("static header");
-                    tiny_http::Response::from_string(render(&shared)).with_header(header)
-                } else {
-                    tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
-                };
-                let _ = req.respond(resp);
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-/// Binds the metrics port of `metrics_addr` (see [`tranche_tls::listen_addr`]).
-pub fn bind(addr: &str) -> Result<tiny_http::Server, String> {
-    let a = tranche_tls::listen_addr(addr).map_err(|e| format!("metrics_addr: {e}"))?;
-    if !a.ip().is_loopback() {
-        tracing::warn!(
-            addr = %a,
-            "metrics_addr is not a loopback address: every host that reaches it (every job's \
-             container on this machine too) reads the metrics without authentication"
-        );
-    }
-    let server = tiny_http::Server::http(a).map_err(|e| format!("metrics_addr {a}: {e}"))?;
-    if let Some(l) = server.server_addr().to_ip() {
-        tracing::info!(addr = %l, "metrics serving");
-    }
-    Ok(server)
+    tranche_daemon_kit::metrics::serve(addr, move || render(&shared)).map(|_| ())
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! Wires a controller together: storage, the Raft node, the peer transport and the
-//! client API, and runs them until shutdown.
+//! client API's QUIC port ([`open`]), and runs them until shutdown
+//! ([`Controller::run`]). Between the two, the binary adds its other adapters (the
+//! HTTPS API, the AWS endpoint) over the [`Controller`]'s service.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -10,7 +12,7 @@ use tranche_tls::TlsFiles;
 
 use crate::config::Config;
 use crate::liveness::Beats;
-use crate::mailbox::{NodeError, WorkWatch};
+use crate::mailbox::{NodeError, SharedRef, WorkWatch};
 use crate::node::{storage, RaftNode};
 use crate::peer::PeerNet;
 use crate::quic::ClientPort;
@@ -67,8 +69,31 @@ fn private_dir(dir: &std::path::Path) -> Result<(), NodeError> {
     Ok(())
 }
 
-/// Runs a controller until `shutdown` turns true (or the node fails).
-pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+/// A controller opened and ready to run: its storage read, its ports bound, its service
+/// built. Nothing runs (but the metrics thread) until [`Controller::run`].
+pub struct Controller {
+    /// The service layer, for the adapters over it.
+    pub service: Arc<Service>,
+    /// The state this controller has applied, and its status.
+    pub shared: SharedRef,
+    /// The one certificate verifier (so one revocation list) of every port.
+    pub certs: Arc<CertVerifier>,
+    /// This controller's certificate and key.
+    pub files: TlsFiles,
+    /// The address the client port is bound to.
+    pub client_addr: SocketAddr,
+    cfg: Config,
+    node: RaftNode,
+    net: Arc<PeerNet>,
+    tx: mpsc::Sender<crate::mailbox::NodeMsg>,
+    peer_ep: quinn::Endpoint,
+    client_ep: quinn::Endpoint,
+}
+
+/// Opens a controller: checks its key secret file and data dir, reads its storage,
+/// binds its peer and client ports and its metrics port, and builds its Raft node and
+/// service. Call it inside the tokio runtime that will run it.
+pub fn open(cfg: Config) -> Result<Controller, NodeError> {
     let files = cfg.tls.clone();
     if cfg.raft.unsafe_no_fsync {
         warn!(
@@ -80,7 +105,9 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
     // The key secret is read at start: a missing or unsafe file stops the controller
     // here, with the file's path and the rule it breaks.
     let key_secret = match &cfg.aws.key_secret_file {
-        Some(path) => Some(crate::aws::keys::load_key_secret_file(path).map_err(NodeError::Other)?),
+        Some(path) => {
+            Some(tranche_tls::keys::load_key_secret_file(path).map_err(NodeError::Other)?)
+        }
         None => None,
     };
     private_dir(&cfg.data_dir)?;
@@ -112,23 +139,9 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         "client_addr",
         ClientStreams::Bidi,
     )?;
-    let http = match &cfg.http_addr {
-        Some(addr) => {
-            let listener = crate::http::bind(addr).map_err(NodeError::Other)?;
-            let tls = tranche_tls::https_server_config(&files, certs.clone())
-                .map_err(|e| NodeError::Other(e.to_string()))?;
-            Some((listener, tls, certs.clone()))
-        }
-        None => None,
-    };
-    // The AWS Batch-compatible endpoint serves where the cluster's key secret is set.
-    let aws = key_secret.as_ref().map(|k| {
-        Arc::new(crate::aws::Endpoint::new(
-            cfg.aws.clone(),
-            k.as_bytes().to_vec(),
-            std::time::Duration::from_secs(cfg.http.body_timeout_s),
-        ))
-    });
+    let client_addr = client_ep
+        .local_addr()
+        .map_err(|e| NodeError::Other(format!("client_addr: {e}")))?;
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
     net.watch_certs(certs.clone());
@@ -151,49 +164,59 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
         work.clone(),
         beats.clone(),
     )?;
-    tokio::spawn(net.clone().serve(tx.clone()));
     let isolation = cfg
         .fault_injection
         .then(|| net.clone() as Arc<dyn Isolation>);
-    let shared_for_http = shared.clone();
     let service = Arc::new(
-        Service::new(tx, work, shared, beats, isolation)
+        Service::new(tx.clone(), work, shared.clone(), beats, isolation)
             .with_key_secret(key_secret)
             .with_pinned_labels(
                 cfg.agents.labels.clone(),
                 cfg.agents.labels_from_config_only,
             ),
     );
-    if let Some((listener, tls, certs)) = http {
-        let client_addr = client_ep
-            .local_addr()
-            .map_err(|e| NodeError::Other(format!("client_addr: {e}")))?;
-        let api = crate::http::Api::new(
-            service.clone(),
-            shared_for_http,
-            certs,
-            files.clone(),
-            client_addr,
-            aws.clone(),
-        );
-        tokio::spawn(crate::http::serve(
-            listener,
-            tls,
-            api,
-            cfg.http.clone(),
-            shutdown.clone(),
-        ));
-    }
-    let port = Arc::new(ClientPort {
+    Ok(Controller {
         service,
-        gate: Gate::new(cfg.limits.clone(), certs.clone()),
-    });
-    tokio::spawn(port.serve(client_ep.clone()));
-    info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");
-    tranche_proto::service::notify("READY=1");
-    let r = node.run(shutdown).await;
-    tranche_proto::service::notify("STOPPING=1");
-    client_ep.close(0u32.into(), b"controller stopping");
-    peer_ep.close(0u32.into(), b"controller stopping");
-    r
+        shared,
+        certs,
+        files,
+        client_addr,
+        cfg,
+        node,
+        net,
+        tx,
+        peer_ep,
+        client_ep,
+    })
+}
+
+impl Controller {
+    /// Serves the peer and client ports and runs the Raft node until `shutdown` turns
+    /// true (or the node fails); tells systemd when it is ready and when it stops.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+        let Controller {
+            service,
+            certs,
+            cfg,
+            node,
+            net,
+            tx,
+            peer_ep,
+            client_ep,
+            ..
+        } = self;
+        tokio::spawn(net.serve(tx));
+        let port = Arc::new(ClientPort {
+            service,
+            gate: Gate::new(cfg.limits.clone(), certs),
+        });
+        tokio::spawn(port.serve(client_ep.clone()));
+        info!(id = cfg.id, peer = %cfg.peer_addr, client = %cfg.client_addr, "controller serving");
+        tranche_daemon_kit::systemd::notify("READY=1");
+        let r = node.run(shutdown).await;
+        tranche_daemon_kit::systemd::notify("STOPPING=1");
+        client_ep.close(0u32.into(), b"controller stopping");
+        peer_ep.close(0u32.into(), b"controller stopping");
+        r
+    }
 }

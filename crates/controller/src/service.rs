@@ -40,10 +40,10 @@ use tranche_proto::{
 use tranche_state::{ApplyError, State};
 use tranche_tls::{Identity, Role};
 
-use crate::aws::keys::{new_key_id, KeySecret};
 use crate::liveness::Beats;
 use crate::mailbox::{wall_ms, NodeMsg, SharedRef, WorkWatch};
 use crate::views;
+use tranche_tls::keys::{new_key_id, KeySecret};
 
 /// The test switch that drops controller-to-controller traffic (the peer transport).
 pub trait Isolation: Send + Sync {
@@ -177,7 +177,7 @@ impl Service {
 
     /// An access key that may sign now (it exists in this controller's applied state
     /// and is not revoked) and its secret: what a SigV4 check needs
-    /// (`crate::aws::sigv4::verify`'s `secret_of`). `None` also where no key secret is
+    /// (the `secret_of` of the AWS endpoint's signature check). `None` also where no key secret is
     /// configured.
     pub fn active_access_key(&self, id: &str) -> Option<(AccessKey, String)> {
         let secret = self.key_secret.as_ref()?;
@@ -2018,7 +2018,7 @@ mod tests {
         assert!(key.created_at > 0);
         assert_eq!(
             secret,
-            crate::aws::keys::derive_secret(&[9; 32], &key.id),
+            tranche_tls::keys::derive_secret(&[9; 32], &key.id),
             "the secret is derived from the key secret and the id"
         );
         match r.written.lock().unwrap().last() {

@@ -13,6 +13,8 @@
 //!   [`TlsFiles`]; clients connect with the server name [`CONTROLLER_SERVER_NAME`].
 //! - [`peer_identity`] tells a server who is on the other end of a connection.
 //!
+//! - [`keys`]: the cluster's access keys, their ids and the secrets derived from the
+//!   cluster's key secret file.
 //! - [`https_server_config`] builds the HTTPS API's configuration (client
 //!   certificates optional, a bearer token from [`token`] standing in).
 //!
@@ -32,6 +34,7 @@ mod crl;
 mod error;
 mod https;
 mod identity;
+pub mod keys;
 mod limits;
 mod quic;
 mod revocation;

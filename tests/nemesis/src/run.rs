@@ -66,15 +66,8 @@ fn binaries() -> Result<(PathBuf, PathBuf), String> {
     let (tranched, agent) = (dir.join("tranched"), dir.join("tranche-agent"));
     if let Ok(cargo) = std::env::var("CARGO") {
         let mut cmd = std::process::Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "tranche-controller",
-            "--bin",
-            "tranched",
-        ])
-        .args(["-p", "tranche-agent", "--bin", "tranche-agent"]);
+        cmd.args(["build", "--quiet", "-p", "tranched", "--bin", "tranched"])
+            .args(["-p", "tranche-agent", "--bin", "tranche-agent"]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
@@ -86,7 +79,7 @@ fn binaries() -> Result<(PathBuf, PathBuf), String> {
     for b in [&tranched, &agent] {
         if !b.exists() {
             return Err(format!(
-                "{} is missing: build it (cargo build -p tranche-controller -p tranche-agent) or set $TRANCHED and $TRANCHE_AGENT",
+                "{} is missing: build it (cargo build -p tranched -p tranche-agent) or set $TRANCHED and $TRANCHE_AGENT",
                 b.display()
             ));
         }

@@ -12,7 +12,7 @@ fn binaries(exe: &Path) -> (PathBuf, PathBuf) {
     if !c.exists() || !a.exists() {
         let cargo = option_env!("CARGO").unwrap_or("cargo");
         let st = Command::new(cargo)
-            .args(["build", "-p", "tranche-controller", "--bin", "tranched"])
+            .args(["build", "-p", "tranched", "--bin", "tranched"])
             .args(["-p", "tranche-agent", "--bin", "tranche-agent"])
             .status()
             .expect("cargo build");

@@ -3,14 +3,13 @@
 //! LEND_AND_BORROW share. It prints the line that points the CLI at it; Ctrl-C stops
 //! everything (jobs included) and leaves nothing running.
 //!
-//! The controllers and agents are this very binary: invoked through links named
-//! `tranched` and `tranche-agent`, it runs as them, so `cargo run --bin tranche -- dev`
-//! needs nothing else built.
+//! The controllers and agents are the `tranched` and `tranche-agent` binaries beside
+//! this one (`cargo build` builds all three), or `$TRANCHED` and `$TRANCHE_AGENT`.
 //!
 //! Its agents run every job as the account that runs `tranche dev` (root included,
 //! then with `allow_root`), whoever submits it: see [`tranche_local::job_account`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -121,12 +120,20 @@ fn client_config(c: &LocalCluster, role: Role, name: &str) -> Result<PathBuf, St
     Ok(path)
 }
 
-pub(crate) fn link_self(bin: &Path, name: &str) -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let link = bin.join(name);
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&exe, &link).map_err(|e| format!("{}: {e}", link.display()))?;
-    Ok(link)
+/// The `tranched` and `tranche-agent` binaries (see [`tranche_local::find_tranched`]),
+/// or which one is missing and how to get it.
+pub(crate) fn daemons() -> Result<(PathBuf, PathBuf), String> {
+    let (tranched, agent) = (tranche_local::find_tranched(), tranche_local::find_agent());
+    for b in [&tranched, &agent] {
+        if !b.exists() {
+            return Err(format!(
+                "{} is missing: build it beside this tranche (`cargo build --bins`, with \
+                 --release for target/release), or set $TRANCHED and $TRANCHE_AGENT",
+                b.display()
+            ));
+        }
+    }
+    Ok((tranched, agent))
 }
 
 pub fn dev(args: &DevArgs) -> ExitCode {
@@ -160,10 +167,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         }
     };
     eprintln!("Starting a local Tranche cluster in {}", dir.display());
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
-    let tranched = link_self(&bin, "tranched")?;
-    let agent = link_self(&bin, "tranche-agent")?;
+    let (tranched, agent) = daemons()?;
     let mut opts = LocalOptions::new(tranched);
     if std::env::var("TRANCHE_LOG").is_err() {
         opts.log_filter = "info,raft=warn".into();
@@ -177,7 +181,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     }
     let mut c = LocalCluster::create(&dir, 3, opts)?;
     if !key_secret.exists() {
-        tranche_controller::aws::keys::write_key_secret_file(&key_secret)?;
+        tranche_tls::keys::write_key_secret_file(&key_secret)?;
     }
     step("certificates: a CA, 3 controllers, an admin, 4 agents; a key secret for access keys");
     c.start_all()?;

@@ -1,0 +1,709 @@
+//! Service jobs: `SubmitServiceJob`, `DescribeServiceJob`, `ListServiceJobs`,
+//! `TerminateServiceJob(s)` and `UpdateServiceJob`, over Tranche's jobs.
+
+use super::*;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RetryStrategy {
+    attempts: Option<i64>,
+    evaluate_on_exit: Option<Vec<Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JobPreemption {
+    preemption_retries_before_termination: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Timeout {
+    attempt_duration_seconds: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Submit {
+    job_name: Option<String>,
+    job_queue: Option<String>,
+    retry_strategy: Option<RetryStrategy>,
+    scheduling_priority: Option<i64>,
+    service_request_payload: Option<String>,
+    service_job_type: Option<String>,
+    share_identifier: Option<String>,
+    quota_share_name: Option<String>,
+    preemption_configuration: Option<JobPreemption>,
+    timeout_config: Option<Timeout>,
+    tags: Option<BTreeMap<String, String>>,
+    client_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OneJob {
+    job_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Filter {
+    name: Option<String>,
+    values: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListJobs {
+    job_queue: Option<String>,
+    job_status: Option<String>,
+    max_results: Option<i64>,
+    next_token: Option<String>,
+    filters: Option<Vec<Filter>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Terminate {
+    job_id: Option<String>,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TerminateMany {
+    jobs: Option<Vec<String>>,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateJob {
+    job_id: Option<String>,
+    scheduling_priority: Option<i64>,
+}
+
+fn job_priority(p: i64) -> AwsResult<u32> {
+    if !(0..=MAX_JOB_PRIORITY as i64).contains(&p) {
+        return Err(AwsError::invalid(
+            "schedulingPriority",
+            format!("must be 0 to {MAX_JOB_PRIORITY}, got {p}"),
+        ));
+    }
+    Ok(p as u32)
+}
+
+/// A job's status as AWS spells it.
+pub fn aws_status(s: JobStatus) -> &'static str {
+    match s {
+        JobStatus::Cancelled => "FAILED",
+        s => s.as_str(),
+    }
+}
+
+impl Endpoint {
+    fn training_arn(&self, j: &Job, attempt: u32) -> String {
+        let base = j
+            .spec
+            .sagemaker
+            .as_ref()
+            .map(|s| s.training_job_name.clone())
+            .unwrap_or_else(|| j.spec.name.to_string());
+        self.arns
+            .training_job(&format!("{base}-{}-{attempt}", j.id.0))
+    }
+
+    fn capacity_usage(&self, j: &Job) -> Value {
+        match j.spec.sagemaker.as_ref() {
+            Some(s) => {
+                json!([{"capacityUnit": s.instance_type, "quantity": j.spec.request.nodes as f64}])
+            }
+            None => {
+                let (unit, n) = self
+                    .cap
+                    .to_aws(&j.spec.request.unit, j.spec.request.total_gpus());
+                json!([{"capacityUnit": unit, "quantity": n as f64}])
+            }
+        }
+    }
+
+    fn status_reason(j: &Job) -> Option<String> {
+        j.transitions
+            .last()
+            .map(|t| t.reason.clone())
+            .filter(|r| !r.is_empty())
+    }
+
+    fn stopped_at(j: &Job) -> Option<Millis> {
+        j.status
+            .is_terminal()
+            .then(|| j.transitions.last().map(|t| t.at))
+            .flatten()
+    }
+
+    fn started_at(j: &Job) -> Option<Millis> {
+        j.attempts.iter().rev().find_map(|a| a.ran_from())
+    }
+
+    fn summary_json(&self, j: &Job) -> Value {
+        let mut v = json!({
+            "jobArn": self.arns.job(j.id),
+            "jobId": j.id.0.to_string(),
+            "jobName": j.spec.name.as_str(),
+            "serviceJobType": "SAGEMAKER_TRAINING",
+            "quotaShareName": j.spec.share.as_str(),
+            "status": aws_status(j.status),
+            "createdAt": j.submitted_at,
+            "capacityUsage": self.capacity_usage(j),
+        });
+        let m = v.as_object_mut().expect("an object");
+        if let Some(r) = Self::status_reason(j) {
+            m.insert("statusReason".into(), json!(r));
+        }
+        if let Some(a) = j.attempts.last() {
+            m.insert("scheduledAt".into(), json!(a.scheduled_at));
+            m.insert(
+                "latestAttempt".into(),
+                json!({"serviceResourceId": {"name": "TrainingJobArn", "value": self.training_arn(j, a.number)}}),
+            );
+        }
+        if let Some(t) = Self::started_at(j) {
+            m.insert("startedAt".into(), json!(t));
+        }
+        if let Some(t) = Self::stopped_at(j) {
+            m.insert("stoppedAt".into(), json!(t));
+        }
+        if j.status == JobStatus::Cancelled {
+            m.insert("isTerminated".into(), json!(true));
+        }
+        v
+    }
+
+    fn attempt_json(&self, j: &Job, a: &Attempt) -> Value {
+        let mut v = json!({
+            "serviceResourceId": {"name": "TrainingJobArn", "value": self.training_arn(j, a.number)},
+        });
+        let m = v.as_object_mut().expect("an object");
+        if let Some(t) = a.ran_from() {
+            m.insert("startedAt".into(), json!(t));
+        }
+        if let Some(t) = a.ended_at {
+            m.insert("stoppedAt".into(), json!(t));
+        }
+        if let Some(end) = &a.end {
+            let reason = match end {
+                AttemptEnd::Exited { code: 0 } => {
+                    "Received status from SageMaker: Training job completed".to_string()
+                }
+                AttemptEnd::Exited { code } => {
+                    format!("the training container exited with code {code}")
+                }
+                AttemptEnd::Stopped { kind, code } => {
+                    let how = match code {
+                        Some(c) => format!("exited with code {c} within its grace period"),
+                        None => "was killed at the end of its grace period".to_string(),
+                    };
+                    match kind {
+                        StopKind::Reclaim { for_job } => format!("preempted: its quota share's lent capacity was reclaimed for job {}; it {how}", for_job.0),
+                        StopKind::InShare { for_job } => format!("preempted by the higher-priority job {} of its quota share; it {how}", for_job.0),
+                        StopKind::Cancel => format!("terminated; it {how}"),
+                        StopKind::Drain => format!("its node was drained; it {how}"),
+                    }
+                }
+                AttemptEnd::Lost => "its node went down; the attempt was lost".to_string(),
+            };
+            m.insert("statusReason".into(), json!(reason));
+        }
+        v
+    }
+
+    fn describe_json(&self, j: &Job) -> Value {
+        let mut v = self.summary_json(j);
+        let m = v.as_object_mut().expect("an object");
+        m.insert(
+            "jobQueue".into(),
+            json!(self.arns.queue(j.spec.queue.as_str())),
+        );
+        m.insert("schedulingPriority".into(), json!(j.spec.priority));
+        m.insert(
+            "retryStrategy".into(),
+            json!({"attempts": j.spec.retry_attempts}),
+        );
+        // Required in the model: 0 until the job has started.
+        m.entry("startedAt").or_insert(json!(0));
+        m.insert(
+            "isTerminated".into(),
+            json!(j.status == JobStatus::Cancelled),
+        );
+        m.insert(
+            "attempts".into(),
+            Value::Array(j.attempts.iter().map(|a| self.attempt_json(j, a)).collect()),
+        );
+        if let Some(s) = j.spec.sagemaker.as_ref().filter(|_| !j.spec.is_redacted()) {
+            m.insert("serviceRequestPayload".into(), json!(s.payload));
+        }
+        if let Some(t) = j.spec.time_limit_s {
+            m.insert("timeoutConfig".into(), json!({"attemptDurationSeconds": t}));
+        }
+        if let Some(p) = j.spec.preemption_retries {
+            m.insert(
+                "preemptionConfiguration".into(),
+                json!({"preemptionRetriesBeforeTermination": p}),
+            );
+        }
+        let preempted: Vec<&Attempt> = j.attempts.iter().filter(|a| a.was_preempted()).collect();
+        if !preempted.is_empty() {
+            let recent: Vec<Value> = preempted
+                .iter()
+                .rev()
+                .take(5)
+                .map(|a| self.attempt_json(j, a))
+                .collect();
+            m.insert(
+                "preemptionSummary".into(),
+                json!({"preemptedAttemptCount": preempted.len(), "recentPreemptedAttempts": recent}),
+            );
+        }
+        m.insert("tags".into(), json!(j.spec.tags));
+        v
+    }
+
+    fn job_in<'a>(&self, st: &'a State, text: &str) -> AwsResult<&'a Job> {
+        let id = self.arns.job_of(text).map_err(AwsError::client)?;
+        st.job(id)
+            .ok_or_else(|| AwsError::client(format!("service job {text} does not exist")))
+    }
+
+    /// A service job as the caller may see it: read through the service layer, which
+    /// leaves out of another user's job what only its owner sees (the request payload,
+    /// the environment, the tags).
+    pub(super) async fn job_seen(&self, cx: &Ctx<'_>, text: &str) -> AwsResult<Job> {
+        let id = self.arns.job_of(text).map_err(AwsError::client)?;
+        let req = ClientRequest::Read {
+            query: Query::Job(JobRef::job(id)),
+            stale: false,
+        };
+        match cx.api.service.handle(&cx.who, req).await {
+            Answer::Job(j) => Ok(*j),
+            Answer::Error(ApiError::NotFound(_)) => Err(AwsError::client(format!(
+                "service job {text} does not exist"
+            ))),
+            Answer::Error(e) => Err(e.into()),
+            other => Err(AwsError::server(format!(
+                "the controller answered with {} where a job was expected; retry",
+                other.kind()
+            ))),
+        }
+    }
+
+    pub(crate) async fn submit_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
+        let r: Submit = parse(body)?;
+        let name = required(&r.job_name, "jobName")?.clone();
+        let queue = self
+            .arns
+            .queue_of(required(&r.job_queue, "jobQueue")?)
+            .map_err(AwsError::client)?;
+        one_of(
+            "serviceJobType",
+            required(&r.service_job_type, "serviceJobType")?,
+            &["SAGEMAKER_TRAINING"],
+        )?;
+        if r.share_identifier.is_some() {
+            return Err(AwsError::invalid(
+                "shareIdentifier",
+                "fair-share identifiers are not supported: this cluster's queues have quota-share policies; give quotaShareName",
+            ));
+        }
+        let share = r.quota_share_name.clone().ok_or_else(|| {
+            AwsError::invalid(
+                "quotaShareName",
+                "is required: the job queue has a quota-share scheduling policy",
+            )
+        })?;
+        let payload = required(&r.service_request_payload, "serviceRequestPayload")?;
+        let t = crate::training::read(payload, &name, &self.cfg, &self.cap)?;
+        let priority = job_priority(r.scheduling_priority.unwrap_or(0))?;
+        let retry_attempts = match &r.retry_strategy {
+            Some(rs) => {
+                let a = *required(&rs.attempts, "retryStrategy.attempts")?;
+                if !(1..=MAX_RETRY_ATTEMPTS as i64).contains(&a) {
+                    return Err(AwsError::invalid(
+                        "retryStrategy.attempts",
+                        format!("must be 1 to {MAX_RETRY_ATTEMPTS}, got {a}"),
+                    ));
+                }
+                let _ = &rs.evaluate_on_exit;
+                a as u32
+            }
+            None => 1,
+        };
+        let preemption_retries = match r
+            .preemption_configuration
+            .as_ref()
+            .and_then(|p| p.preemption_retries_before_termination)
+        {
+            None => None,
+            Some(n) if (0..=10_000).contains(&n) => Some(n as u32),
+            Some(n) => {
+                return Err(AwsError::invalid(
+                    "preemptionConfiguration.preemptionRetriesBeforeTermination",
+                    format!("must be 0 to 10000, got {n}"),
+                ))
+            }
+        };
+        let timeout = match r
+            .timeout_config
+            .as_ref()
+            .and_then(|t| t.attempt_duration_seconds)
+        {
+            None => None,
+            Some(s) if s >= 1 => Some(s as u64),
+            Some(s) => {
+                return Err(AwsError::invalid(
+                    "timeoutConfig.attemptDurationSeconds",
+                    format!("must be at least 1, got {s}"),
+                ))
+            }
+        };
+        let time_limit_s = match (timeout, t.max_runtime_s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(tok) = &r.client_token {
+            if tok.is_empty() || tok.len() > 64 {
+                return Err(AwsError::invalid(
+                    "clientToken",
+                    "must be 1 to 64 characters",
+                ));
+            }
+        }
+        let mut spec = JobSpec::new(
+            &name,
+            &queue,
+            &share,
+            &cx.who.name,
+            t.unit.as_str(),
+            t.gpus_per_node,
+            t.nodes,
+        );
+        spec.priority = priority;
+        spec.image = t.image;
+        spec.command = t.command;
+        spec.env = t.env;
+        spec.time_limit_s = time_limit_s;
+        spec.retry_attempts = retry_attempts;
+        spec.preemption_retries = preemption_retries;
+        spec.client_token = r.client_token.clone();
+        spec.tags = r.tags.clone().unwrap_or_default();
+        spec.sagemaker = Some(Box::new(t.sagemaker));
+        {
+            let st = cx.state().await?;
+            match st.queues.get(&QueueName::from(queue.as_str())) {
+                None => {
+                    return Err(AwsError::client(format!(
+                        "job queue {queue} does not exist"
+                    )))
+                }
+                Some(q) if q.state == ObjState::Disabled => {
+                    return Err(AwsError::client(format!(
+                        "job queue {queue} is DISABLED and accepts no jobs"
+                    )))
+                }
+                _ => {}
+            }
+            match st.shares.get(&ShareName::from(share.as_str())) {
+                Some(s) if s.queue.as_str() == queue => {}
+                _ => {
+                    return Err(AwsError::client(format!(
+                        "quota share {share} does not exist in job queue {queue}"
+                    )))
+                }
+            }
+        }
+        let id = match cx.write(ClientCommand::Submit(spec)).await? {
+            tranche_state::Outcome::Submitted { job, .. } => job,
+            _ => {
+                return Err(AwsError::server(
+                    "the submit was answered with something other than a job id; retry",
+                ))
+            }
+        };
+        Ok(json!({"jobArn": self.arns.job(id), "jobName": name, "jobId": id.0.to_string()}))
+    }
+
+    pub(crate) async fn describe_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
+        let r: OneJob = parse(body)?;
+        let j = self.job_seen(cx, required(&r.job_id, "jobId")?).await?;
+        Ok(self.describe_json(&j))
+    }
+
+    pub(crate) async fn list_service_jobs(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
+        let r: ListJobs = parse(body)?;
+        let queue = match &r.job_queue {
+            Some(q) => Some(self.arns.queue_of(q).map_err(AwsError::client)?),
+            None => None,
+        };
+        let status = r.job_status.as_deref().unwrap_or("RUNNING");
+        one_of("jobStatus", status, &STATUSES)?;
+        let filters = r.filters.as_deref().unwrap_or(&[]);
+        if filters.len() > 1 {
+            return Err(AwsError::invalid(
+                "filters",
+                "only one filter can be used at a time",
+            ));
+        }
+        let mut by_name: Option<(String, bool)> = None;
+        let mut by_share: Option<String> = None;
+        let (mut before, mut after): (Option<u64>, Option<u64>) = (None, None);
+        let mut use_status = true;
+        if let Some(f) = filters.first() {
+            let name = required(&f.name, "filters.1.name")?;
+            let values = required(&f.values, "filters.1.values")?;
+            let v = values
+                .first()
+                .ok_or_else(|| AwsError::invalid("filters.1.values", "needs a value"))?;
+            let time = || {
+                v.parse::<u64>().map_err(|_| {
+                    AwsError::invalid(
+                        "filters.1.values",
+                        "must be a time in milliseconds since the epoch",
+                    )
+                })
+            };
+            match name.as_str() {
+                "JOB_NAME" => {
+                    use_status = false;
+                    by_name = Some(match v.strip_suffix('*') {
+                        Some(p) => (p.to_lowercase(), true),
+                        None => (v.to_lowercase(), false),
+                    });
+                }
+                "QUOTA_SHARE_NAME" => by_share = Some(v.clone()),
+                "BEFORE_CREATED_AT" => {
+                    use_status = false;
+                    before = Some(time()?);
+                }
+                "AFTER_CREATED_AT" => {
+                    use_status = false;
+                    after = Some(time()?);
+                }
+                "SHARE_IDENTIFIER" => {
+                    return Err(AwsError::invalid("filters.1.name", "SHARE_IDENTIFIER: fair-share identifiers are not supported by this cluster; use QUOTA_SHARE_NAME"))
+                }
+                o => return Err(AwsError::bad_enum("filters.1.name", o, &["JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT", "SHARE_IDENTIFIER", "QUOTA_SHARE_NAME"])),
+            }
+        }
+        let max = r.max_results.unwrap_or(100);
+        if !(1..=1000).contains(&max) {
+            return Err(AwsError::invalid("maxResults", "must be 1 to 1000"));
+        }
+        // Ended jobs are listed from the history, which holds those that have left the
+        // state too: newest end first, a token is a history cursor.
+        if use_status && matches!(status, "SUCCEEDED" | "FAILED") {
+            let f = tranche_proto::HistoryFilter {
+                share: by_share.as_deref().map(Into::into),
+                status: match status {
+                    "SUCCEEDED" => vec![JobStatus::Succeeded],
+                    _ => vec![JobStatus::Failed, JobStatus::Cancelled],
+                },
+                limit: max as u32,
+                before: match r.next_token.as_deref() {
+                    None => None,
+                    Some(t) => Some(tranche_proto::HistoryCursor::parse(t).map_err(|_| {
+                        AwsError::invalid("nextToken", "is not a token this endpoint gave")
+                    })?),
+                },
+                ..Default::default()
+            };
+            return self.list_ended(cx, queue.as_deref(), f).await;
+        }
+        // Newest first: a token is the id the next page starts below.
+        let below = match r.next_token.as_deref() {
+            None => u64::MAX,
+            Some(t) => t
+                .parse::<u64>()
+                .map_err(|_| AwsError::invalid("nextToken", "is not a token this endpoint gave"))?,
+        };
+        let st = cx.state().await?;
+        if let Some(q) = &queue {
+            if !st.queues.contains_key(&QueueName::from(q.as_str())) {
+                return Err(AwsError::client(format!("job queue {q} does not exist")));
+            }
+        }
+        let keeps = |j: &Job| {
+            queue.as_ref().is_none_or(|q| j.spec.queue.as_str() == q)
+                && (!use_status || aws_status(j.status) == status)
+                && by_share.as_ref().is_none_or(|s| j.spec.share.as_str() == s)
+                && match &by_name {
+                    None => true,
+                    Some((n, true)) => j.spec.name.as_str().to_lowercase().starts_with(n.as_str()),
+                    Some((n, false)) => j.spec.name.as_str().to_lowercase() == *n,
+                }
+                && before.is_none_or(|t| j.submitted_at < t)
+                && after.is_none_or(|t| j.submitted_at > t)
+        };
+        // At most `max` jobs listed and `MAX_JOBS_SCANNED` looked at; a token only where
+        // another job is listed after these, or the scan stopped before the end.
+        let mut list = Vec::new();
+        let mut next = None;
+        for (n, (id, j)) in st.jobs.range(..JobId(below)).rev().enumerate() {
+            if n == MAX_JOBS_SCANNED {
+                next = Some(id.0 + 1);
+                break;
+            }
+            if keeps(j) {
+                if list.len() == max as usize {
+                    next = Some(id.0 + 1);
+                    break;
+                }
+                list.push(self.summary_json(&job_as_seen_by(&cx.who, j)?));
+            }
+        }
+        Ok(with_next(
+            json!({ "jobSummaryList": list }),
+            next.map(|n: u64| n.to_string()),
+        ))
+    }
+
+    /// A page of ended jobs (`f`) in `queue`, from the state and the history store,
+    /// each as the caller may see it.
+    async fn list_ended(
+        &self,
+        cx: &Ctx<'_>,
+        queue: Option<&str>,
+        f: tranche_proto::HistoryFilter,
+    ) -> AwsResult<Value> {
+        if let Some(q) = queue {
+            if !cx.state().await?.queues.contains_key(&QueueName::from(q)) {
+                return Err(AwsError::client(format!("job queue {q} does not exist")));
+            }
+        }
+        let req = ClientRequest::Read {
+            query: Query::History(f),
+            stale: false,
+        };
+        let page = match cx.api.service.handle(&cx.who, req).await {
+            Answer::History(p) => p,
+            Answer::Error(e) => return Err(e.into()),
+            other => {
+                return Err(AwsError::server(format!(
+                    "the controller answered with {} where ended jobs were expected; retry",
+                    other.kind()
+                )))
+            }
+        };
+        // The whole record of each (the listing shows its attempts and capacity): from
+        // the state while it is there, else from the history store.
+        let history = cx.api.shared.read().unwrap().history.clone();
+        let mut list = Vec::new();
+        for e in page
+            .jobs
+            .iter()
+            .filter(|e| queue.is_none_or(|q| e.job.queue.as_str() == q))
+        {
+            let hot = cx.api.shared.read().unwrap().state.job(e.job.id).cloned();
+            let job = match (hot, &history) {
+                (Some(j), _) => Some(j),
+                (None, Some(h)) => h.get(e.job.id).map_err(AwsError::server)?.map(|(_, j)| j),
+                (None, None) => None,
+            };
+            if let Some(j) = job {
+                list.push(self.summary_json(&job_as_seen_by(&cx.who, &j)?));
+            }
+        }
+        Ok(with_next(
+            json!({ "jobSummaryList": list }),
+            page.next.as_ref().map(tranche_proto::HistoryCursor::text),
+        ))
+    }
+
+    pub(crate) async fn terminate_service_job(
+        &self,
+        cx: &Ctx<'_>,
+        body: &[u8],
+    ) -> AwsResult<Value> {
+        let r: Terminate = parse(body)?;
+        let text = required(&r.job_id, "jobId")?;
+        let reason = required(&r.reason, "reason")?.clone();
+        let id = self.arns.job_of(text).map_err(AwsError::client)?;
+        self.terminate(cx, text, id, &reason).await?;
+        Ok(json!({}))
+    }
+
+    /// Cancels a job the caller may cancel; one that has already ended is left as it
+    /// is. The caller is authorized first, whatever the job's state, and a job that
+    /// does not exist is answered as one it may not cancel, so that the answer tells
+    /// nothing of other users' jobs.
+    async fn terminate(&self, cx: &Ctx<'_>, text: &str, id: JobId, reason: &str) -> AwsResult<()> {
+        let cancel = ClientCommand::Cancel {
+            job: JobRef::job(id),
+            reason: reason.to_string(),
+        };
+        let ended = {
+            let st = cx.state().await?;
+            match authorize(&cx.who, Origin::AwsEndpoint, &cancel, &st) {
+                Ok(()) => {}
+                Err(ApiError::NotFound(_) | ApiError::Unauthorized(_)) => {
+                    return Err(AwsError::client(format!(
+                        "service job {text} does not exist, or {} may not terminate it",
+                        cx.who
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            }
+            st.job(id).is_some_and(|j| j.status.is_terminal())
+        };
+        if !ended {
+            cx.write(cancel).await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn terminate_service_jobs(
+        &self,
+        cx: &Ctx<'_>,
+        body: &[u8],
+    ) -> AwsResult<Value> {
+        let r: TerminateMany = parse(body)?;
+        let jobs = required(&r.jobs, "jobs")?;
+        if jobs.is_empty() || jobs.len() > 50 {
+            return Err(AwsError::invalid(
+                "jobs",
+                format!("must list 1 to 50 jobs, got {}", jobs.len()),
+            ));
+        }
+        let reason = required(&r.reason, "reason")?.clone();
+        let (mut ok, mut errors) = (vec![], vec![]);
+        for text in jobs {
+            let id = match self.arns.job_of(text) {
+                Ok(id) => id,
+                Err(m) => {
+                    errors.push(json!({"job": text, "code": "ClientException", "message": m}));
+                    continue;
+                }
+            };
+            match self.terminate(cx, text, id, &reason).await {
+                Ok(()) => ok.push(json!(text)),
+                Err(e) => errors.push(json!({"job": text, "code": e.code, "message": e.message})),
+            }
+        }
+        Ok(json!({"successful": ok, "errors": errors}))
+    }
+
+    pub(crate) async fn update_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
+        let r: UpdateJob = parse(body)?;
+        let text = required(&r.job_id, "jobId")?;
+        let priority = job_priority(*required(&r.scheduling_priority, "schedulingPriority")?)?;
+        let (id, name) = {
+            let st = cx.state().await?;
+            let j = self.job_in(&st, text)?;
+            (j.id, j.spec.name.to_string())
+        };
+        cx.write(ClientCommand::UpdatePriority {
+            job: JobRef::job(id),
+            priority,
+        })
+        .await?;
+        Ok(json!({"jobArn": self.arns.job(id), "jobName": name, "jobId": id.0.to_string()}))
+    }
+}

@@ -1,0 +1,145 @@
+//! The operations: each reads its AWS request, acts through the service layer with
+//! the caller's identity (so the same authorization as every other transport), and
+//! answers in AWS's shapes.
+//!
+//! Objects made here are the objects `tranche apply` makes: a service environment is
+//! an environment selecting every node, a scheduling policy's `quotaSharePolicy` is a
+//! policy, a job queue is a queue with one environment and one policy, and a quota
+//! share is a share with the policy file's default grace periods and no member list.
+//!
+//! One module per resource kind holds its operations (`Endpoint`'s methods that the
+//! router dispatches to); this module holds what they share: reading members, pages,
+//! tags and the statuses a service job reports.
+
+mod environments;
+mod jobs;
+mod policies;
+mod queues;
+mod shares;
+mod snapshot;
+mod tags;
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tranche_model::*;
+use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Response as Answer};
+use tranche_state::State;
+
+use tranche_controller::service::{authorize, job_as_seen_by, Origin};
+
+use super::capacity::AwsLimit;
+use super::wire::{parse, AwsError, AwsResult, EXISTS};
+use super::{Ctx, Endpoint};
+
+/// Statuses a service job reports (AWS has no CANCELLED: a cancelled job is FAILED
+/// with `isTerminated`).
+const STATUSES: [&str; 8] = [
+    "SUBMITTED",
+    "PENDING",
+    "RUNNABLE",
+    "SCHEDULED",
+    "STARTING",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+];
+
+/// Grace periods a share made here gets (those of the policy file's defaults).
+const DEFAULT_GRACE_S: u64 = 30;
+const MAX_GRACE_S: u64 = 600;
+
+/// The most jobs one `ListServiceJobs` call looks at under the state lock; past it the
+/// answer has what it found so far and a `nextToken` to go on from.
+const MAX_JOBS_SCANNED: usize = 10_000;
+
+fn state_of(member: &str, v: Option<&str>) -> AwsResult<Option<ObjState>> {
+    match v {
+        None => Ok(None),
+        Some("ENABLED") => Ok(Some(ObjState::Enabled)),
+        Some("DISABLED") => Ok(Some(ObjState::Disabled)),
+        Some(o) => Err(AwsError::bad_enum(member, o, &["ENABLED", "DISABLED"])),
+    }
+}
+
+fn one_of(member: &str, v: &str, allowed: &[&str]) -> AwsResult<()> {
+    if allowed.contains(&v) {
+        Ok(())
+    } else {
+        Err(AwsError::bad_enum(member, v, allowed))
+    }
+}
+
+fn required<'a, T>(v: &'a Option<T>, member: &str) -> AwsResult<&'a T> {
+    v.as_ref()
+        .ok_or_else(|| AwsError::invalid(member, "is required"))
+}
+
+fn tags_json(st: &State, key: Option<String>) -> Value {
+    let t = key
+        .and_then(|k| st.aws.tags.get(&k))
+        .cloned()
+        .unwrap_or_default();
+    json!(t)
+}
+
+/// Paging over a sorted list: `nextToken` is the position to go on from.
+fn page<T: Clone>(
+    items: &[T],
+    max: Option<i64>,
+    token: Option<&str>,
+) -> AwsResult<(Vec<T>, Option<String>)> {
+    let max = max.unwrap_or(100);
+    if !(1..=1000).contains(&max) {
+        return Err(AwsError::invalid("maxResults", "must be 1 to 1000"));
+    }
+    let start = match token {
+        None => 0,
+        Some(t) => t
+            .parse::<usize>()
+            .map_err(|_| AwsError::invalid("nextToken", "is not a token this endpoint gave"))?,
+    };
+    let end = start.saturating_add(max as usize).min(items.len());
+    let slice = items.get(start..end).unwrap_or(&[]).to_vec();
+    let next = (end < items.len()).then(|| end.to_string());
+    Ok((slice, next))
+}
+
+/// The names a Describe call asks for (every object when it names none).
+struct Wanted(Option<Vec<String>>);
+
+impl Wanted {
+    fn of(
+        list: &Option<Vec<String>>,
+        name_of: impl Fn(&str) -> Result<String, String>,
+    ) -> AwsResult<Wanted> {
+        Ok(Wanted(match list {
+            Some(l) if !l.is_empty() => Some(
+                l.iter()
+                    .map(|x| name_of(x).map_err(AwsError::client))
+                    .collect::<AwsResult<_>>()?,
+            ),
+            _ => None,
+        }))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|w| w.iter().any(|n| n == name))
+    }
+}
+
+/// Checks a request's `tags`, when it has them.
+fn check_tags(tags: &Option<BTreeMap<String, String>>) -> AwsResult<()> {
+    match tags {
+        Some(t) => validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule)),
+        None => Ok(()),
+    }
+}
+
+fn with_next(mut body: Value, next: Option<String>) -> Value {
+    if let (Some(n), Value::Object(m)) = (next, &mut body) {
+        m.insert("nextToken".into(), Value::String(n));
+    }
+    body
+}

@@ -1,0 +1,49 @@
+//! The controller with its adapters: the replicated service, and over it the HTTPS API
+//! with the AWS endpoint's routes merged in, on `http_addr` where it is set.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tranche_controller::mailbox::NodeError;
+use tranche_controller::Config;
+
+/// Runs a controller with its adapters until `shutdown` turns true (or the node fails).
+pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+    // The HTTPS port is bound before the controller joins its peers, so a taken port is
+    // an error at start.
+    let listener = match &cfg.http_addr {
+        Some(addr) => Some(tranche_http::bind(addr).map_err(NodeError::Other)?),
+        None => None,
+    };
+    let controller = tranche_controller::server::open(cfg.clone())?;
+    if let Some(listener) = listener {
+        let tls = tranche_tls::https_server_config(&controller.files, controller.certs.clone())
+            .map_err(|e| NodeError::Other(e.to_string()))?;
+        let api = tranche_http::Api::new(
+            controller.service.clone(),
+            controller.shared.clone(),
+            controller.certs.clone(),
+            controller.files.clone(),
+            controller.client_addr,
+        );
+        // The AWS Batch-compatible endpoint serves where the cluster's key secret is set.
+        let aws = controller.service.key_secret().map(|k| {
+            Arc::new(tranche_aws::Endpoint::new(
+                cfg.aws.clone(),
+                k.as_bytes().to_vec(),
+                Duration::from_secs(cfg.http.body_timeout_s),
+            ))
+        });
+        let app = tranche_http::router(api, tranche_aws::router(aws));
+        tokio::spawn(tranche_http::serve(
+            listener,
+            tls,
+            controller.certs.clone(),
+            app,
+            cfg.http.clone(),
+            shutdown.clone(),
+        ));
+    }
+    controller.run(shutdown).await
+}

@@ -2,8 +2,11 @@
 //! and `tranche dev`: certificates, configs, data dirs and logs under one directory.
 
 pub mod demo;
+mod ports;
 
-use std::net::{SocketAddr, UdpSocket};
+pub use ports::Ports;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,7 +36,7 @@ pub struct LocalOptions {
     /// Where agents keep their spools (`spool-<node>` under it); `None`: the cluster's
     /// directory.
     pub spool_root: Option<PathBuf>,
-    /// Serve the HTTPS API on every controller (`http_addr`, a free TCP port).
+    /// Serve the HTTPS API on every controller (`http_addr`, a port the cluster holds).
     pub http: bool,
 }
 
@@ -81,41 +84,6 @@ pub fn find_agent() -> PathBuf {
         }
     }
     PathBuf::from("tranche-agent")
-}
-
-/// A free TCP port on 127.0.0.1 (bound once, then released), never one this process
-/// was given before: released ports come back from the kernel, and two controllers of
-/// one cluster given the same port would collide when they start.
-pub fn free_tcp_port() -> u16 {
-    unique_port(|| {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free TCP port")
-    })
-}
-
-/// A free UDP port on 127.0.0.1 (bound once, then released), never one this process
-/// was given before.
-pub fn free_port() -> u16 {
-    unique_port(|| {
-        UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .map(|a| a.port())
-            .expect("a free UDP port")
-    })
-}
-
-fn unique_port(mut pick: impl FnMut() -> u16) -> u16 {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let p = pick();
-        if given.insert(p) {
-            return p;
-        }
-    }
 }
 
 /// How often the waits below look again.
@@ -191,6 +159,8 @@ pub struct LocalCluster {
     pub opts: LocalOptions,
     pub controllers: Vec<LocalController>,
     pub agents: Vec<LocalAgent>,
+    /// The sockets the cluster holds for its processes' ports.
+    pub ports: Ports,
 }
 
 impl LocalCluster {
@@ -206,11 +176,12 @@ impl LocalCluster {
             opts,
             controllers: Vec::new(),
             agents: Vec::new(),
+            ports: Ports::default(),
         };
         let base = cluster.opts.base_port;
         let members: Vec<Member> = (1..=n as u64)
-            .map(|id| Self::new_member(id, base))
-            .collect();
+            .map(|id| Self::new_member(&mut cluster.ports, id, base))
+            .collect::<Result<_, _>>()?;
         for m in &members {
             cluster.add_config(m.clone(), &members, false)?;
         }
@@ -225,39 +196,68 @@ impl LocalCluster {
         let base = opts
             .base_port
             .ok_or("reopen: the cluster's base_port is needed to know its addresses")?;
+        let mut ports = Ports::default();
         let controllers = (1..=n as u64)
             .map(|id| {
-                let member = Self::new_member(id, Some(base));
-                LocalController {
+                let member = Self::new_member(&mut ports, id, Some(base))?;
+                Ok::<_, String>(LocalController {
                     config: dir.join(format!("{}.toml", member.name)),
                     data_dir: dir.join(&member.name),
                     log: dir.join(format!("{}.log", member.name)),
                     member,
                     child: None,
                     http_addr: None,
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         Ok(LocalCluster {
             dir: dir.to_path_buf(),
             certs: dir.join("certs"),
             opts,
             controllers,
             agents: Vec::new(),
+            ports,
         })
     }
 
-    fn new_member(id: u64, base_port: Option<u16>) -> Member {
-        let port = |k: u16| match base_port {
-            Some(b) => b + 2 * id as u16 + k,
-            None => free_port(),
+    /// A controller's member record, its peer and client ports bound and held.
+    fn new_member(ports: &mut Ports, id: u64, base_port: Option<u16>) -> Result<Member, String> {
+        let mut port = |k: u16| {
+            let p = base_port.map_or(0, |b| b + 2 * id as u16 + k);
+            ports.udp(SocketAddr::from(([127, 0, 0, 1], p)))
         };
-        Member {
+        Ok(Member {
             id,
             name: format!("c{id}"),
-            peer_addr: format!("127.0.0.1:{}", port(0)),
-            client_addr: format!("127.0.0.1:{}", port(1)),
-        }
+            peer_addr: port(0)?.to_string(),
+            client_addr: port(1)?.to_string(),
+        })
+    }
+
+    /// Puts `text` (top-level settings) at the head of controller `i`'s config, before
+    /// its tables; it takes effect at its next start.
+    pub fn prepend_config(&mut self, i: usize, text: &str) -> Result<(), String> {
+        let path = &self.controllers[i].config;
+        let old = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, format!("{text}\n{old}"))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// A TCP port held for a process's config (e.g. `metrics_addr`): the process whose
+    /// config names it as a top-level setting gets the listener when it starts.
+    pub fn reserve_tcp(&mut self) -> Result<String, String> {
+        Ok(self
+            .ports
+            .tcp(SocketAddr::from(([127, 0, 0, 1], 0)))?
+            .to_string())
+    }
+
+    /// A UDP port held for a process's config (e.g. `peer_listen`), as [`reserve_tcp`](Self::reserve_tcp).
+    pub fn reserve_udp(&mut self) -> Result<String, String> {
+        Ok(self
+            .ports
+            .udp(SocketAddr::from(([127, 0, 0, 1], 0)))?
+            .to_string())
     }
 
     /// Issues a certificate into the cluster's cert dir.
@@ -294,10 +294,10 @@ impl LocalCluster {
             join,
             self.opts.fault_injection
         );
-        let http_addr = self
-            .opts
-            .http
-            .then(|| format!("127.0.0.1:{}", free_tcp_port()));
+        let http_addr = match self.opts.http {
+            true => Some(self.reserve_tcp()?),
+            false => None,
+        };
         if let Some(a) = &http_addr {
             text += &format!("http_addr = \"{a}\"\n");
         }
@@ -333,7 +333,7 @@ impl LocalCluster {
     /// Writes the config of a new controller that joins the running cluster; returns
     /// its position. Start it, then add it with a membership change.
     pub fn prepare_joiner(&mut self, id: u64) -> Result<usize, String> {
-        let m = Self::new_member(id, self.opts.base_port);
+        let m = Self::new_member(&mut self.ports, id, self.opts.base_port)?;
         self.add_config(m, &[], true)
     }
 
@@ -350,15 +350,20 @@ impl LocalCluster {
             .append(true)
             .open(&c.log)
             .map_err(|e| format!("{}: {e}", c.log.display()))?;
-        let child = Command::new(&self.opts.tranched)
-            .arg("--config")
+        let config = std::fs::read_to_string(&c.config)
+            .map_err(|e| format!("{}: {e}", c.config.display()))?;
+        let mut cmd = Command::new(&self.opts.tranched);
+        cmd.arg("--config")
             .arg(&c.config)
             .env("TRANCHE_LOG", &self.opts.log_filter)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
+            .stderr(log);
+        self.ports.hand(&mut cmd, &config)?;
+        let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.opts.tranched.display()))?;
+        self.ports.handed(&config);
         c.child = Some(child);
         Ok(())
     }
@@ -587,17 +592,22 @@ impl LocalCluster {
             .append(true)
             .open(&a.log)
             .map_err(|e| format!("{}: {e}", a.log.display()))?;
-        let child = Command::new(agent)
-            .arg("run")
+        let config = std::fs::read_to_string(&a.config)
+            .map_err(|e| format!("{}: {e}", a.config.display()))?;
+        let mut cmd = Command::new(agent);
+        cmd.arg("run")
             .arg("--config")
             .arg(&a.config)
             .env("TRANCHE_LOG", &self.opts.log_filter)
             .env("TRANCHE_AGENT_BIN", agent)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
+            .stderr(log);
+        self.ports.hand(&mut cmd, &config)?;
+        let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", agent.display()))?;
+        self.ports.handed(&config);
         a.child = Some(child);
         Ok(())
     }

@@ -1,0 +1,164 @@
+//! The ports of a local cluster's processes, held by the cluster from the moment it
+//! picks them: each socket is bound here (port 0, then read back) and handed to the
+//! process whose config names its address (`TRANCHE_LISTEN_FDS`; the daemons take a
+//! handed socket instead of binding one, see `tranche_daemon_kit::listen`). So no
+//! other process on the machine can take a port between its choice and the daemon's
+//! start, or while a controller restarts.
+//!
+//! A UDP socket (QUIC: peers, clients) stays held by the cluster for its whole life, so
+//! a restarted controller gets the same one back. A TCP listener (HTTPS, metrics) is
+//! closed here once handed over, so that connections to a stopped process are refused
+//! rather than queued; it is bound again (the same port) when the process restarts.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::process::Command;
+
+enum Sock {
+    Udp(UdpSocket),
+    Tcp(Option<TcpListener>),
+}
+
+struct Held {
+    addr: SocketAddr,
+    sock: Sock,
+}
+
+/// The sockets a local cluster holds for its processes.
+#[derive(Default)]
+pub struct Ports {
+    held: Vec<Held>,
+}
+
+impl Ports {
+    /// Binds a UDP socket on `addr` (port 0: a free port) and holds it; returns its
+    /// address.
+    pub fn udp(&mut self, addr: SocketAddr) -> Result<SocketAddr, String> {
+        let s = UdpSocket::bind(addr).map_err(|e| format!("cannot bind UDP {addr}: {e}"))?;
+        let addr = s.local_addr().map_err(|e| e.to_string())?;
+        self.held.push(Held {
+            addr,
+            sock: Sock::Udp(s),
+        });
+        Ok(addr)
+    }
+
+    /// Binds a TCP listener on `addr` (port 0: a free port) and holds it until a
+    /// process takes it; returns its address.
+    pub fn tcp(&mut self, addr: SocketAddr) -> Result<SocketAddr, String> {
+        let l = TcpListener::bind(addr).map_err(|e| format!("cannot bind TCP {addr}: {e}"))?;
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        self.held.push(Held {
+            addr,
+            sock: Sock::Tcp(Some(l)),
+        });
+        Ok(addr)
+    }
+
+    /// Prepares `cmd` to start the process whose config is `config`: every held socket
+    /// whose address a top-level setting of the config names (`peer_addr = "..."`,
+    /// `metrics_addr = "9100"`, ...) is handed to it. Call [`Ports::handed`] once the
+    /// process is spawned.
+    pub fn hand(&mut self, cmd: &mut Command, config: &str) -> Result<(), String> {
+        let named = listen_addrs(config);
+        let mut fds: Vec<RawFd> = Vec::new();
+        for h in self.held.iter_mut().filter(|h| named.contains(&h.addr)) {
+            let fd = match &mut h.sock {
+                Sock::Udp(s) => s.as_raw_fd(),
+                Sock::Tcp(l) => {
+                    if l.is_none() {
+                        let again = TcpListener::bind(h.addr).map_err(|e| {
+                            format!("cannot bind TCP {} again for a restart: {e}", h.addr)
+                        })?;
+                        *l = Some(again);
+                    }
+                    l.as_ref().expect("bound above").as_raw_fd()
+                }
+            };
+            fds.push(fd);
+        }
+        if fds.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<String> = fds.iter().map(|f| f.to_string()).collect();
+        cmd.env("TRANCHE_LISTEN_FDS", list.join(","));
+        // SAFETY: between fork and exec the child only clears the close-on-exec flag of
+        // descriptors it inherited open (fcntl is async-signal-safe), so that they
+        // survive the exec; the parent's descriptors are not touched.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                for fd in &fds {
+                    if nix::libc::fcntl(*fd, nix::libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+
+    /// After a spawn: the TCP listeners handed to the process are closed here.
+    pub fn handed(&mut self, config: &str) {
+        let named = listen_addrs(config);
+        for h in self.held.iter_mut().filter(|h| named.contains(&h.addr)) {
+            if let Sock::Tcp(l) = &mut h.sock {
+                *l = None;
+            }
+        }
+    }
+}
+
+/// The addresses that the top-level settings of a daemon's config name: values that
+/// are an IP address and port, or a bare port (loopback, as the daemons read it).
+fn listen_addrs(config: &str) -> Vec<SocketAddr> {
+    let Ok(table) = config.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    table
+        .values()
+        .filter_map(|v| v.as_str())
+        .filter_map(|s| {
+            s.parse::<SocketAddr>().ok().or_else(|| {
+                s.parse::<u16>()
+                    .ok()
+                    .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_top_level_addresses_are_named() {
+        let text = "peer_addr = \"127.0.0.1:4001\"\nmetrics_addr = \"9100\"\nname = \"c1\"\n\
+                    [[peers]]\npeer_addr = \"127.0.0.1:4003\"\n";
+        let mut named = listen_addrs(text);
+        named.sort();
+        let want: Vec<SocketAddr> = vec!["127.0.0.1:4001".parse().unwrap(), "127.0.0.1:9100".parse().unwrap()];
+        assert_eq!(named, want);
+    }
+
+    #[test]
+    fn a_held_port_is_not_free_and_a_handed_tcp_listener_is_closed_here() {
+        let mut p = Ports::default();
+        let u = p.udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        assert!(UdpSocket::bind(u).is_err(), "a held UDP port was free");
+        let t = p.tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+        assert!(TcpListener::bind(t).is_err(), "a held TCP port was free");
+        let config = format!("http_addr = \"{t}\"\n");
+        let mut cmd = Command::new("true");
+        p.hand(&mut cmd, &config).unwrap();
+        p.handed(&config);
+        // Closed here once handed: a stopped process's port refuses connections.
+        assert!(std::net::TcpStream::connect(t).is_err());
+        // The next start binds it again.
+        let mut cmd = Command::new("true");
+        p.hand(&mut cmd, &config).unwrap();
+        assert!(TcpListener::bind(t).is_err(), "not bound again for a restart");
+    }
+}

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tranche_model::{GpuIndex, JobId};
 
+use super::image::ImageError;
 use super::spec::AttemptNo;
 use super::CgroupMode;
 
@@ -36,7 +37,7 @@ pub enum ExecError {
         /// The image as given in the spec.
         image: String,
         /// What is wrong with it.
-        reason: String,
+        reason: ImageError,
     },
     /// A SageMaker job gave no command and its image has no entrypoint to run.
     #[error("image `{image}` has no entrypoint; give ContainerEntrypoint")]

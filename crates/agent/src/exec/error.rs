@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tranche_model::{GpuIndex, JobId};
 
+use super::cgroup::CgroupError;
 use super::image::ImageError;
 use super::spec::AttemptNo;
 use super::CgroupMode;
@@ -126,7 +127,7 @@ pub enum ExecError {
         /// The setting.
         mode: CgroupMode,
         /// Why it cannot be used.
-        reason: String,
+        reason: CgroupError,
     },
     /// The attempt has not ended yet.
     #[error(

@@ -104,7 +104,7 @@ use std::path::PathBuf;
 
 pub use as_user::ImageUser;
 pub use attempt::{Attempt, CgroupDirs, KillMethod, StopOutcome};
-pub use cgroup::CgroupMode;
+pub use cgroup::{CgroupError, CgroupMode};
 pub use error::ExecError;
 pub use executors::Executors;
 pub use image::{

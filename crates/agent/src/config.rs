@@ -361,7 +361,7 @@ impl AgentConfig {
             return Err(bad("fence_after_s", "must be longer than two heartbeats"));
         }
         if let Err(e) = cfg.cgroup.parse::<CgroupMode>() {
-            return Err(bad("cgroup", &e));
+            return Err(bad("cgroup", &e.to_string()));
         }
         if !(1..=4_194_304).contains(&cfg.pids_max_per_gpu) {
             return Err(bad(

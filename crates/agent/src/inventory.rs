@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 use tranche_model::{Gpu, GpuIndex, Unit, MAX_GPUS_PER_NODE_INVENTORY};
 
@@ -180,7 +181,7 @@ pub struct NvmlInventory {
     /// Critical Xid events seen since start, by GPU index (a watcher thread fills it).
     xids: std::sync::Arc<std::sync::Mutex<BTreeMap<GpuIndex, String>>>,
     /// Whether the Xid watcher could register for events (`None`: still starting).
-    pub xid_watch: std::sync::Arc<std::sync::Mutex<Option<Result<usize, String>>>>,
+    pub xid_watch: std::sync::Arc<std::sync::Mutex<Option<Result<usize, NvmlError>>>>,
 }
 
 /// Xid errors that applications cause (bad memory access, a killed context, and the
@@ -220,14 +221,14 @@ impl NvmlInventory {
                 let nvml = match nvml_wrapper::Nvml::init() {
                     Ok(n) => n,
                     Err(e) => {
-                        *status.lock().unwrap() = Some(Err(e.to_string()));
+                        *status.lock().unwrap() = Some(Err(e));
                         return;
                     }
                 };
                 let mut set = match nvml.create_event_set() {
                     Ok(s) => s,
                     Err(e) => {
-                        *status.lock().unwrap() = Some(Err(e.to_string()));
+                        *status.lock().unwrap() = Some(Err(e));
                         return;
                     }
                 };
@@ -251,7 +252,7 @@ impl NvmlInventory {
                             s
                         }
                         Err(e) => {
-                            *status.lock().unwrap() = Some(Err(e.error.to_string()));
+                            *status.lock().unwrap() = Some(Err(e.error));
                             return;
                         }
                     };

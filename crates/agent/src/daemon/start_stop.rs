@@ -24,17 +24,27 @@ enum StartError {
 /// On a gang's rank 0, whether the attempt's `MASTER_PORT` is free, so that a job
 /// whose rendezvous port another program holds fails at once with a message that says
 /// so, instead of hanging in its launcher. Another attempt of the job gets another port.
-fn rendezvous_port_free(rank: u32, port: u16) -> Result<(), String> {
+fn rendezvous_port_free(rank: u32, port: u16) -> Result<(), PortTaken> {
     if rank != 0 {
         return Ok(());
     }
     match std::net::TcpListener::bind(("0.0.0.0", port)) {
         Ok(_) => Ok(()),
-        Err(e) => Err(format!(
-            "MASTER_PORT {port} is not free on this node (rank 0): {e}; another attempt \
-             gets another port from the agent's rendezvous_ports"
-        )),
+        Err(source) => Err(PortTaken { port, source }),
     }
+}
+
+/// A gang's rendezvous port that another program holds on rank 0's node.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "MASTER_PORT {port} is not free on this node (rank 0): {source}; another attempt \
+     gets another port from the agent's rendezvous_ports"
+)]
+struct PortTaken {
+    /// The attempt's `MASTER_PORT`.
+    port: u16,
+    /// Why it cannot be bound.
+    source: std::io::Error,
 }
 
 impl Agent {

@@ -59,15 +59,50 @@ impl CgroupMode {
 }
 
 impl std::str::FromStr for CgroupMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<CgroupMode, String> {
+    type Err = CgroupError;
+    fn from_str(s: &str) -> Result<CgroupMode, CgroupError> {
         match s {
             "auto" => Ok(CgroupMode::Auto),
             "v1" => Ok(CgroupMode::V1),
             "v2" => Ok(CgroupMode::V2),
-            _ => Err(format!("`{s}`: must be \"auto\", \"v1\" or \"v2\"")),
+            _ => Err(CgroupError::BadMode {
+                given: s.to_string(),
+            }),
         }
     }
+}
+
+/// Why the `cgroup` setting cannot be had on this node (the `reason` of
+/// [`ExecError::Cgroups`](super::ExecError::Cgroups)), or is not a setting at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupError {
+    /// The setting is none of `auto`, `v1` and `v2`.
+    #[error("`{given}`: must be \"auto\", \"v1\" or \"v2\"")]
+    BadMode {
+        /// The setting as given.
+        given: String,
+    },
+    /// `v1` on a node without any v1 hierarchy.
+    #[error("this node mounts no cgroup v1 hierarchy")]
+    NoV1,
+    /// `v1` on a node whose v1 `pids` and `freezer` hierarchies are missing or read-only.
+    #[error(
+        "no writable cgroup v1 pids or freezer hierarchy (v1 controllers mounted: {})",
+        mounted.join(", ")
+    )]
+    NoWritableV1 {
+        /// The v1 controllers the node mounts.
+        mounted: Vec<String>,
+    },
+    /// `v2` on a node without the v2 hierarchy.
+    #[error("this node mounts no cgroup v2 hierarchy")]
+    NoV2,
+    /// `v2` on a node whose v2 hierarchy the agent may not write.
+    #[error("the cgroup v2 hierarchy at {} is not writable", mount.display())]
+    V2ReadOnly {
+        /// Where the v2 hierarchy is mounted.
+        mount: PathBuf,
+    },
 }
 
 impl std::fmt::Display for CgroupMode {
@@ -194,7 +229,7 @@ impl Cgroups {
     /// Detects the hierarchies this node offers and the agent may write, tracking
     /// process jobs as `mode` says. `Err` says why the hierarchy `mode` forces cannot
     /// be used.
-    pub(crate) fn detect(mode: CgroupMode) -> Result<Cgroups, String> {
+    pub(crate) fn detect(mode: CgroupMode) -> Result<Cgroups, CgroupError> {
         let (v1, v2) = mounts();
         Cgroups::select(
             mode,
@@ -208,7 +243,7 @@ impl Cgroups {
     }
 
     /// The choice of [`Cgroups::detect`], from what the node offers.
-    pub(crate) fn select(mode: CgroupMode, offer: &Offer<'_>) -> Result<Cgroups, String> {
+    pub(crate) fn select(mode: CgroupMode, offer: &Offer<'_>) -> Result<Cgroups, CgroupError> {
         let v1_hier = |what: &'static str| -> Option<Hier> {
             let m = offer.v1.get(what)?;
             (offer.usable)(m).then(|| Hier {
@@ -258,25 +293,21 @@ impl Cgroups {
             CgroupMode::V1 => {
                 cg.track = v1_hier("pids").or_else(|| v1_hier("freezer"));
                 if cg.track.is_none() {
-                    let mounted: Vec<&str> = offer.v1.keys().map(String::as_str).collect();
+                    let mounted: Vec<String> = offer.v1.keys().cloned().collect();
                     return Err(if mounted.is_empty() {
-                        "this node mounts no cgroup v1 hierarchy".to_string()
+                        CgroupError::NoV1
                     } else {
-                        format!(
-                            "no writable cgroup v1 pids or freezer hierarchy (v1 controllers \
-                             mounted: {})",
-                            mounted.join(", ")
-                        )
+                        CgroupError::NoWritableV1 { mounted }
                     });
                 }
             }
             CgroupMode::V2 => {
                 let Some(h) = v2_hier() else {
                     return Err(match offer.v2 {
-                        None => "this node mounts no cgroup v2 hierarchy".to_string(),
-                        Some(m) => {
-                            format!("the cgroup v2 hierarchy at {} is not writable", m.display())
-                        }
+                        None => CgroupError::NoV2,
+                        Some(m) => CgroupError::V2ReadOnly {
+                            mount: m.to_path_buf(),
+                        },
                     });
                 };
                 if !offer.v1.is_empty() {
@@ -594,7 +625,7 @@ mod tests {
 
     /// The choice on a node with these mounts, every mount writable, and `enabled` the
     /// controllers the v2 hierarchy lets the agent enable.
-    fn select(mountinfo: &str, mode: CgroupMode, enabled: &[&str]) -> Result<Cgroups, String> {
+    fn select(mountinfo: &str, mode: CgroupMode, enabled: &[&str]) -> Result<Cgroups, CgroupError> {
         let (v1, v2) = parse_mounts(mountinfo);
         let enabled: Vec<String> = enabled.iter().map(|c| c.to_string()).collect();
         Cgroups::select(
@@ -659,7 +690,8 @@ mod tests {
         let cg = select(PURE_V2, CgroupMode::Auto, &["pids"]).unwrap();
         assert_eq!((cg.memory, cg.cpu), (None, None));
         let e = select(PURE_V2, CgroupMode::V1, &[]).unwrap_err();
-        assert!(e.contains("no cgroup v1 hierarchy"), "{e}");
+        assert_eq!(e, CgroupError::NoV1);
+        assert!(e.to_string().contains("no cgroup v1 hierarchy"), "{e}");
     }
 
     #[test]
@@ -675,7 +707,8 @@ mod tests {
             &[],
         )
         .unwrap_err();
-        assert!(e.contains("no cgroup v2 hierarchy"), "{e}");
+        assert_eq!(e, CgroupError::NoV2);
+        assert!(e.to_string().contains("no cgroup v2 hierarchy"), "{e}");
         let (v1, v2) = parse_mounts(HYBRID);
         let offer = Offer {
             v1: &v1,
@@ -684,9 +717,22 @@ mod tests {
             enable_v2: &|_| Vec::new(),
         };
         let e = Cgroups::select(CgroupMode::V2, &offer).unwrap_err();
-        assert!(e.contains("/sys/fs/cgroup/unified is not writable"), "{e}");
+        assert!(matches!(&e, CgroupError::V2ReadOnly { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("/sys/fs/cgroup/unified is not writable"),
+            "{e}"
+        );
         let e = Cgroups::select(CgroupMode::V1, &offer).unwrap_err();
-        assert!(e.contains("no writable cgroup v1 pids or freezer"), "{e}");
+        assert!(
+            matches!(&e, CgroupError::NoWritableV1 { mounted } if mounted.len() == 4),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("no writable cgroup v1 pids or freezer"),
+            "{e}"
+        );
         // Auto settles for no cgroup at all (process group tracking).
         assert_eq!(
             Cgroups::select(CgroupMode::Auto, &offer).unwrap().track,
@@ -700,6 +746,8 @@ mod tests {
             assert_eq!(m.as_str().parse::<CgroupMode>(), Ok(m));
         }
         let e = "v3".parse::<CgroupMode>().unwrap_err();
+        assert!(matches!(&e, CgroupError::BadMode { given } if given == "v3"));
+        let e = e.to_string();
         assert!(e.contains("`v3`") && e.contains("\"v2\""), "{e}");
     }
 

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use tranche_model::{GpuIndex, JobId};
 
+use super::cgroup::CgroupError;
+use super::image::ImageError;
 use super::spec::AttemptNo;
 use super::CgroupMode;
 
@@ -36,7 +38,7 @@ pub enum ExecError {
         /// The image as given in the spec.
         image: String,
         /// What is wrong with it.
-        reason: String,
+        reason: ImageError,
     },
     /// A SageMaker job gave no command and its image has no entrypoint to run.
     #[error("image `{image}` has no entrypoint; give ContainerEntrypoint")]
@@ -125,7 +127,7 @@ pub enum ExecError {
         /// The setting.
         mode: CgroupMode,
         /// Why it cannot be used.
-        reason: String,
+        reason: CgroupError,
     },
     /// The attempt has not ended yet.
     #[error(

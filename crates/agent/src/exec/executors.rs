@@ -98,12 +98,40 @@ impl StartWatch {
 }
 
 /// The binary shims run from: `$TRANCHE_AGENT_BIN`, else the running executable.
-fn shim_binary() -> Result<PathBuf, String> {
+fn shim_binary() -> Result<PathBuf, LauncherError> {
     match std::env::var_os(AGENT_BIN_ENV) {
         Some(b) if !b.is_empty() => Ok(PathBuf::from(b)),
-        _ => std::env::current_exe()
-            .map_err(|e| format!("cannot locate the tranche-agent binary: {e}")),
+        _ => std::env::current_exe().map_err(|source| LauncherError::NoBinary { source }),
     }
+}
+
+/// Why the shim launcher was not asked for an attempt's shim (the `reason` of
+/// [`ExecError::Launch`]).
+#[derive(Debug, thiserror::Error)]
+enum LauncherError {
+    /// The agent's own binary, which the launcher runs, cannot be found.
+    #[error("cannot locate the tranche-agent binary: {source}")]
+    NoBinary {
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The launcher could not be started.
+    #[error(
+        "cannot run the shim launcher `{} shim-launcher` (set {AGENT_BIN_ENV}?): {source}",
+        bin.display()
+    )]
+    Start {
+        /// The binary it was started from.
+        bin: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Neither the launcher there was nor a fresh one took the request.
+    #[error("the shim launcher did not take the request: {last}")]
+    NotTaken {
+        /// The last launcher's error.
+        last: io::Error,
+    },
 }
 
 /// The executors of one node: the spool directory, the OCI runtime found on the node
@@ -547,7 +575,10 @@ impl Executors {
         let log_path = dir.join(files::SHIM_LOG);
         // The shim, as the launcher forked it; with no answer from the launcher it may
         // or may not have been, and is looked for in `shim.pid` for a while.
-        let shim = match self.ask_launcher(dir).map_err(launch_err)? {
+        let shim = match self
+            .ask_launcher(dir)
+            .map_err(|e| launch_err(e.to_string()))?
+        {
             Launched::Forked { pid, start } => Some((pid, start)),
             Launched::NotForked => {
                 return Err(launch_err(
@@ -617,7 +648,7 @@ impl Executors {
     /// launcher first where there is none or the one there was has gone (a request it
     /// did not take forked nothing, so it is sent to a fresh one once). Only the
     /// sending holds the lock; the answer is waited for without it.
-    fn ask_launcher(&self, dir: &Path) -> Result<Launched, String> {
+    fn ask_launcher(&self, dir: &Path) -> Result<Launched, LauncherError> {
         let sent = {
             let mut launcher = self.launcher.lock().unwrap_or_else(|e| e.into_inner());
             let mut last = None;
@@ -626,12 +657,8 @@ impl Executors {
                 if launcher.as_ref().is_none_or(|l| l.gone()) {
                     *launcher = None;
                     let bin = shim_binary()?;
-                    let l = Launcher::start(&bin, &self.spool).map_err(|e| {
-                        format!(
-                            "cannot run the shim launcher `{} shim-launcher` (set {AGENT_BIN_ENV}?): {e}",
-                            bin.display()
-                        )
-                    })?;
+                    let l = Launcher::start(&bin, &self.spool)
+                        .map_err(|source| LauncherError::Start { bin, source })?;
                     *launcher = Some(l);
                 }
                 match launcher.as_mut().expect("started above").send(dir) {
@@ -642,11 +669,8 @@ impl Executors {
                     Err(e) => last = Some(e),
                 }
             }
-            sent.ok_or_else(|| {
-                format!(
-                    "the shim launcher did not take the request: {}",
-                    last.map(|e| e.to_string()).unwrap_or_default()
-                )
+            sent.ok_or_else(|| LauncherError::NotTaken {
+                last: last.unwrap_or_else(|| io::Error::other("")),
             })?
         };
         Ok(sent.answer())

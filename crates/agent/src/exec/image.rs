@@ -44,6 +44,10 @@ use super::fsutil;
 use super::layer::{self, Budget};
 use super::ExecError;
 
+mod error;
+
+pub use error::ImageError;
+
 /// A rootfs ready for a container.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -133,19 +137,23 @@ pub fn prepare(
     image: &str,
     who: Option<&ImageUser>,
 ) -> Result<Prepared, ExecError> {
-    let err = |reason: String| ExecError::Image {
+    let err = |reason: ImageError| ExecError::Image {
         image: image.to_string(),
         reason,
     };
     fsutil::private_dir(images)?;
     let p = Path::new(image);
-    let f = as_user::open(who, None, p, false).map_err(|e| {
-        err(format!(
-            "{e}: expected \"host\", a rootfs directory, an OCI image layout directory, \
-             or a .tar/.tar.gz of one, that the job's user can read"
-        ))
+    let f = as_user::open(who, None, p, false).map_err(|source| {
+        err(if source.kind() == io::ErrorKind::NotFound {
+            ImageError::NotFound { source }
+        } else {
+            ImageError::Unreadable { source }
+        })
     })?;
-    let kind = f.metadata().map_err(|e| err(e.to_string()))?.file_type();
+    let kind = f
+        .metadata()
+        .map_err(|e| err(ImageError::Io(e)))?
+        .file_type();
     if kind.is_dir() {
         match as_user::open_regular(who, Some(&f), Path::new("index.json")) {
             Ok(index) => {
@@ -164,16 +172,15 @@ pub fn prepare(
                 }
                 from_directory(images, policy, p, who).map_err(err)
             }
-            Err(e) => Err(err(format!("index.json: {e}"))),
+            Err(source) => Err(err(ImageError::Index { source })),
         }
     } else if kind.is_file() {
-        let f = as_user::blocking(f).map_err(|e| err(e.to_string()))?;
+        let f = as_user::blocking(f).map_err(|e| err(ImageError::Io(e)))?;
         from_archive(images, policy, f).map_err(err)
     } else {
-        Err(err(format!(
-            "is {}: neither a directory nor a regular file",
-            as_user::kind_name(&kind)
-        )))
+        Err(err(ImageError::NotFileOrDir {
+            kind: as_user::kind_name(&kind),
+        }))
     }
 }
 
@@ -209,11 +216,13 @@ fn host_arch() -> &'static str {
 }
 /// Picks the manifest for this node from an index: the only one, or the one for
 /// `linux/<arch>`.
-fn choose(index: &Value, what: &str) -> Result<Desc, String> {
+fn choose(index: &Value, what: &str) -> Result<Desc, ImageError> {
     let list = index["manifests"]
         .as_array()
         .filter(|l| !l.is_empty())
-        .ok_or_else(|| format!("{what}: no `manifests`"))?;
+        .ok_or_else(|| ImageError::NoManifests {
+            what: what.to_string(),
+        })?;
     let arch = host_arch();
     let fits = |m: &&Value| {
         let p = &m["platform"];
@@ -232,37 +241,50 @@ fn choose(index: &Value, what: &str) -> Result<Desc, String> {
                 )
             })
             .collect();
-        format!(
-            "{what}: no manifest for linux/{arch} (has {})",
-            platforms.join(", ")
-        )
+        ImageError::NoPlatform {
+            what: what.to_string(),
+            arch,
+            platforms: platforms.join(", "),
+        }
     })?;
     Ok(Desc {
         media_type: m["mediaType"].as_str().unwrap_or("").to_string(),
         digest: m["digest"]
             .as_str()
-            .ok_or_else(|| format!("{what}: a manifest entry has no `digest`"))?
+            .ok_or_else(|| ImageError::EntryWithoutDigest {
+                what: what.to_string(),
+            })?
             .to_string(),
     })
 }
 
 /// `(algorithm, hex)` of a digest, validated so it can name a file.
-fn split_digest(digest: &str) -> Result<(&str, &str), String> {
+fn split_digest(digest: &str) -> Result<(&str, &str), ImageError> {
     let (algo, hex) = digest
         .split_once(':')
-        .ok_or_else(|| format!("digest `{digest}`: expected ALGORITHM:HEX"))?;
+        .ok_or_else(|| ImageError::DigestForm {
+            digest: digest.to_string(),
+        })?;
     let len = match algo {
         "sha256" => 64,
         "sha512" => 128,
-        _ => return Err(format!("digest `{digest}`: unsupported algorithm `{algo}`")),
+        _ => {
+            return Err(ImageError::DigestAlgorithm {
+                digest: digest.to_string(),
+                algorithm: algo.to_string(),
+            })
+        }
     };
     if hex.len() != len || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return Err(format!("digest `{digest}`: not {len} lowercase hex digits"));
+        return Err(ImageError::DigestHex {
+            digest: digest.to_string(),
+            len,
+        });
     }
     Ok((algo, hex))
 }
 
-fn cache_key(digest: &str) -> Result<String, String> {
+fn cache_key(digest: &str) -> Result<String, ImageError> {
     let (a, h) = split_digest(digest)?;
     Ok(format!("{a}-{h}"))
 }
@@ -309,7 +331,7 @@ struct Staging {
 }
 
 impl Staging {
-    fn new(images: &Path) -> Result<Staging, String> {
+    fn new(images: &Path) -> Result<Staging, ImageError> {
         let dir = images.join(format!(
             ".staging-{}-{}",
             std::process::id(),
@@ -318,7 +340,7 @@ impl Staging {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            .map_err(ImageError::create(&dir))?;
         Ok(Staging {
             dir,
             blobs: HashMap::new(),
@@ -327,7 +349,7 @@ impl Staging {
     }
 
     /// A new file of the staging area, only the agent's.
-    fn create(&self, name: &str) -> Result<(PathBuf, File), String> {
+    fn create(&self, name: &str) -> Result<(PathBuf, File), ImageError> {
         let path = self.dir.join(name);
         let f = OpenOptions::new()
             .write(true)
@@ -335,7 +357,7 @@ impl Staging {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
-            .map_err(|e| format!("creating {}: {e}", path.display()))?;
+            .map_err(ImageError::create(&path))?;
         Ok((path, f))
     }
 
@@ -347,7 +369,7 @@ impl Staging {
         policy: &ImagePolicy,
         digest: &str,
         r: &mut dyn Read,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, ImageError> {
         if let Some(p) = self.blobs.get(digest) {
             return Ok(p.clone());
         }
@@ -358,34 +380,38 @@ impl Staging {
         let mut size = 0u64;
         let res = (|| {
             loop {
-                let n = r
-                    .read(&mut buf)
-                    .map_err(|e| format!("reading blob {digest}: {e}"))?;
+                let n = r.read(&mut buf).map_err(|source| ImageError::ReadBlob {
+                    digest: digest.to_string(),
+                    source,
+                })?;
                 if n == 0 {
                     break;
                 }
                 size += n as u64;
                 if size > policy.max_blob_bytes {
-                    return Err(format!(
-                        "blob {digest} is larger than images.max_blob_mb = {} MiB",
-                        policy.max_blob_bytes >> 20
-                    ));
+                    return Err(ImageError::BlobTooLarge {
+                        digest: digest.to_string(),
+                        max_mb: policy.max_blob_bytes >> 20,
+                    });
                 }
                 if self.total + size > policy.max_image_bytes {
-                    return Err(format!(
-                        "the image's blobs are larger than images.max_image_mb = {} MiB",
-                        policy.max_image_bytes >> 20
-                    ));
+                    return Err(ImageError::ImageTooLarge {
+                        max_mb: policy.max_image_bytes >> 20,
+                    });
                 }
                 h.update(&buf[..n]);
                 f.write_all(&buf[..n])
-                    .map_err(|e| format!("copying blob {digest}: {e}"))?;
+                    .map_err(|source| ImageError::CopyBlob {
+                        digest: digest.to_string(),
+                        source,
+                    })?;
             }
             let actual = h.hex();
             if actual != hex {
-                return Err(format!(
-                    "blob {digest} is corrupt: its content hashes to {algo}:{actual}"
-                ));
+                return Err(ImageError::Corrupt {
+                    digest: digest.to_string(),
+                    actual: format!("{algo}:{actual}"),
+                });
             }
             Ok(())
         })();
@@ -413,15 +439,24 @@ impl Drop for Staging {
 }
 
 /// Reads JSON of at most [`MAX_JSON`] bytes.
-fn read_json(r: impl Read, what: &str) -> Result<Value, String> {
+fn read_json(r: impl Read, what: &str) -> Result<Value, ImageError> {
     let mut text = Vec::new();
     r.take(MAX_JSON + 1)
         .read_to_end(&mut text)
-        .map_err(|e| format!("{what}: {e}"))?;
+        .map_err(|source| ImageError::ReadJson {
+            what: what.to_string(),
+            source,
+        })?;
     if text.len() as u64 > MAX_JSON {
-        return Err(format!("{what}: larger than {} MiB", MAX_JSON >> 20));
+        return Err(ImageError::JsonTooLarge {
+            what: what.to_string(),
+            max_mb: MAX_JSON >> 20,
+        });
     }
-    serde_json::from_slice(&text).map_err(|e| format!("{what}: not JSON: {e}"))
+    serde_json::from_slice(&text).map_err(|source| ImageError::NotJson {
+        what: what.to_string(),
+        source,
+    })
 }
 
 /// Where an image's blobs come from.
@@ -443,7 +478,7 @@ impl Source<'_> {
         staging: &mut Staging,
         policy: &ImagePolicy,
         digest: &str,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, ImageError> {
         if let Some(p) = staging.blobs.get(digest) {
             return Ok(p.clone());
         }
@@ -451,8 +486,12 @@ impl Source<'_> {
         match self {
             Source::Layout { who, dir } => {
                 let rel = Path::new("blobs").join(algo).join(hex);
-                let mut f = as_user::open_regular(*who, Some(dir), &rel)
-                    .map_err(|e| format!("blob {digest}: {e}"))?;
+                let mut f = as_user::open_regular(*who, Some(dir), &rel).map_err(|source| {
+                    ImageError::Blob {
+                        digest: digest.to_string(),
+                        source,
+                    }
+                })?;
                 staging.copy_blob(policy, digest, &mut f)
             }
             Source::Archive { file, complete } => {
@@ -464,7 +503,9 @@ impl Source<'_> {
                     .blobs
                     .get(digest)
                     .cloned()
-                    .ok_or_else(|| format!("blob {digest} is not in the archive"))
+                    .ok_or_else(|| ImageError::NotInArchive {
+                        digest: digest.to_string(),
+                    })
             }
         }
     }
@@ -474,9 +515,12 @@ impl Source<'_> {
         staging: &mut Staging,
         policy: &ImagePolicy,
         digest: &str,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ImageError> {
         let path = self.stage(staging, policy, digest)?;
-        let f = File::open(&path).map_err(|e| format!("blob {digest}: {e}"))?;
+        let f = File::open(&path).map_err(|source| ImageError::Blob {
+            digest: digest.to_string(),
+            source,
+        })?;
         read_json(f, &format!("blob {digest}"))
     }
 }
@@ -488,7 +532,7 @@ fn from_index(
     src: &mut Source,
     index: File,
     what: &str,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, ImageError> {
     let index = read_json(index, what)?;
     let mut staging = Staging::new(images)?;
     let top = choose(&index, what)?;
@@ -537,7 +581,7 @@ fn build(
     top: Desc,
     mut manifest: Value,
     key: &str,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, ImageError> {
     // Follow nested indexes down to the image manifest.
     let mut desc = top;
     for _ in 0..4 {
@@ -554,7 +598,9 @@ fn build(
     }
     let layers = manifest["layers"]
         .as_array()
-        .ok_or_else(|| format!("manifest {}: no `layers`", desc.digest))?
+        .ok_or_else(|| ImageError::NoLayers {
+            manifest: desc.digest.clone(),
+        })?
         .clone();
     let mut config = ImageConfig::default();
     if let Some(cd) = manifest["config"]["digest"].as_str() {
@@ -570,7 +616,10 @@ fn build(
     for (i, l) in layers.iter().enumerate() {
         let digest = l["digest"]
             .as_str()
-            .ok_or_else(|| format!("manifest {}: layer {i} has no digest", desc.digest))?;
+            .ok_or_else(|| ImageError::LayerWithoutDigest {
+                manifest: desc.digest.clone(),
+                index: i,
+            })?;
         split_digest(digest)?;
         digests.push(digest.to_string());
     }
@@ -578,8 +627,11 @@ fn build(
     install(images, key, &desc.digest, &config, |rootfs| {
         for (i, digest) in digests.iter().enumerate() {
             let path = src.stage(staging, policy, digest)?;
-            layer::apply_layer(rootfs, &path, &mut budget)
-                .map_err(|e| format!("layer {i} ({digest}): {e}"))?;
+            layer::apply_layer(rootfs, &path, &mut budget).map_err(|source| ImageError::Layer {
+                index: i,
+                digest: digest.clone(),
+                source,
+            })?;
             staging.forget(digest);
         }
         Ok(())
@@ -595,27 +647,27 @@ fn install(
     key: &str,
     from: &str,
     config: &ImageConfig,
-    fill: impl FnOnce(&Path) -> Result<(), String>,
-) -> Result<Prepared, String> {
+    fill: impl FnOnce(&Path) -> Result<(), ImageError>,
+) -> Result<Prepared, ImageError> {
     let tmp = images.join(format!(
         ".tmp-{key}-{}-{}",
         std::process::id(),
         fsutil::now_nanos()
     ));
     let rootfs = tmp.join("rootfs");
-    let res = (|| -> Result<(), String> {
+    let res = (|| -> Result<(), ImageError> {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&tmp)
-            .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
-        std::fs::create_dir(&rootfs).map_err(|e| format!("creating {}: {e}", rootfs.display()))?;
+            .map_err(ImageError::create(&tmp))?;
+        std::fs::create_dir(&rootfs).map_err(ImageError::create(&rootfs))?;
         std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| format!("{}: {e}", rootfs.display()))?;
+            .map_err(ImageError::file(&rootfs))?;
         fill(&rootfs)?;
         let meta = serde_json::json!({"format": CACHE_FORMAT, "from": from, "env": config.env,
                                       "workdir": config.workdir, "entrypoint": config.entrypoint});
         std::fs::write(tmp.join("image.json"), meta.to_string())
-            .map_err(|e| format!("writing image.json: {e}"))
+            .map_err(|source| ImageError::WriteMeta { source })
     })();
     if let Err(e) = res {
         let _ = std::fs::remove_dir_all(&tmp);
@@ -632,14 +684,11 @@ fn install(
     if let Err(e) = std::fs::rename(&tmp, &dest) {
         let _ = std::fs::remove_dir_all(&tmp);
         if cached(images, key).is_none() {
-            return Err(format!(
-                "moving the unpacked image to {}: {e}",
-                dest.display()
-            ));
+            return Err(ImageError::Move { dest, source: e });
         }
         // Another start unpacked the same image meanwhile: use theirs.
     }
-    cached(images, key).ok_or_else(|| format!("{} vanished", dest.display()))
+    cached(images, key).ok_or(ImageError::Vanished { path: dest })
 }
 
 /// A regular entry `[DIR/]blobs/<algorithm>/<hex>` of an archive: its digest.
@@ -662,8 +711,8 @@ fn scan_archive(
     staging: &mut Staging,
     policy: &ImagePolicy,
     max: u64,
-) -> Result<Option<Value>, String> {
-    let f = file.try_clone().map_err(|e| e.to_string())?;
+) -> Result<Option<Value>, ImageError> {
+    let f = file.try_clone().map_err(ImageError::Io)?;
     let too_big = format!(
         "the archive is larger than images.max_image_mb = {} MiB",
         policy.max_image_bytes >> 20
@@ -676,16 +725,16 @@ fn scan_archive(
     let mut index = None;
     for e in ar
         .entries()
-        .map_err(|e| format!("reading the archive: {e}"))?
+        .map_err(|source| ImageError::ReadArchive { source })?
     {
-        let mut e = e.map_err(|e| format!("reading the archive: {e}"))?;
+        let mut e = e.map_err(|source| ImageError::ReadArchive { source })?;
         if !matches!(
             e.header().entry_type(),
             tar::EntryType::Regular | tar::EntryType::Continuous
         ) {
             continue;
         }
-        let path = e.path().map_err(|e| e.to_string())?.into_owned();
+        let path = e.path().map_err(ImageError::Io)?.into_owned();
         let Some(rel) = layer::clean(&path)? else {
             continue;
         };
@@ -706,10 +755,9 @@ fn scan_archive(
 /// The cache entry for an archive of an OCI image layout. A first pass takes its
 /// `index.json` and small blobs (manifests, configurations), enough to verify the top
 /// digest and find a cached entry; only an image to unpack reads it again for the rest.
-fn from_archive(images: &Path, policy: &ImagePolicy, file: File) -> Result<Prepared, String> {
+fn from_archive(images: &Path, policy: &ImagePolicy, file: File) -> Result<Prepared, ImageError> {
     let mut staging = Staging::new(images)?;
-    let index = scan_archive(&file, &mut staging, policy, MAX_JSON)?
-        .ok_or("no index.json in the archive: not an OCI image layout")?;
+    let index = scan_archive(&file, &mut staging, policy, MAX_JSON)?.ok_or(ImageError::NoIndex)?;
     let top = choose(&index, "index.json")?;
     let key = cache_key(&top.digest)?;
     let mut src = Source::Archive {
@@ -731,7 +779,7 @@ fn from_directory(
     policy: &ImagePolicy,
     dir: &Path,
     who: Option<&ImageUser>,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, ImageError> {
     let staging = Staging::new(images)?;
     let (tar_path, file) = staging.create("rootfs.tar")?;
     let mut out = HashingWriter {
@@ -740,13 +788,13 @@ fn from_directory(
         written: 0,
         max: policy.max_image_bytes,
     };
-    as_user::run_as(who, || -> Result<(), String> {
+    as_user::run_as(who, || -> Result<(), ImageError> {
         let mut b = tar::Builder::new(&mut out);
         let mut entries = 0u64;
         walk(&mut b, dir, Path::new(""), policy, &mut entries, 0)?;
-        b.finish().map_err(|e| e.to_string())
+        b.finish().map_err(ImageError::Io)
     })
-    .map_err(|e| format!("taking the job user's credentials: {e}"))??;
+    .map_err(|source| ImageError::Credentials { source })??;
     let hex: String = out
         .hash
         .finalize()
@@ -760,7 +808,7 @@ fn from_directory(
     let mut budget = Budget::new(policy.max_unpacked_bytes, policy.max_entries);
     let from = format!("directory {}", dir.display());
     install(images, &key, &from, &ImageConfig::default(), |rootfs| {
-        layer::apply_layer(rootfs, &tar_path, &mut budget)
+        Ok(layer::apply_layer(rootfs, &tar_path, &mut budget)?)
     })
 }
 
@@ -801,32 +849,33 @@ fn walk(
     policy: &ImagePolicy,
     entries: &mut u64,
     depth: u32,
-) -> Result<(), String> {
+) -> Result<(), ImageError> {
     if depth > 256 {
-        return Err(format!(
-            "`{}`: more than 256 directories deep",
-            rel.display()
-        ));
+        return Err(ImageError::TooDeep {
+            rel: rel.to_path_buf(),
+        });
     }
     let here = root.join(rel);
     let mut names: Vec<_> = std::fs::read_dir(&here)
-        .map_err(|e| format!("{}: {e}", here.display()))?
+        .map_err(ImageError::file(&here))?
         .map(|e| e.map(|e| e.file_name()))
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", here.display()))?;
+        .map_err(ImageError::file(&here))?;
     names.sort();
     for name in names {
         *entries += 1;
         if *entries > policy.max_entries {
-            return Err(format!(
-                "the directory has more than images.max_entries = {} files",
-                policy.max_entries
-            ));
+            return Err(ImageError::TooManyFiles {
+                max: policy.max_entries,
+            });
         }
         let r = rel.join(&name);
         let p = root.join(&r);
-        let ctx = |e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
-        let m = std::fs::symlink_metadata(&p).map_err(|e| ctx(&e))?;
+        let ctx = |source: io::Error| ImageError::File {
+            path: p.clone(),
+            source,
+        };
+        let m = std::fs::symlink_metadata(&p).map_err(ctx)?;
         let mut h = tar::Header::new_gnu();
         h.set_uid(0);
         h.set_gid(0);
@@ -836,23 +885,22 @@ fn walk(
         let t = m.file_type();
         if t.is_dir() {
             h.set_entry_type(tar::EntryType::Directory);
-            b.append_data(&mut h, &r, io::empty())
-                .map_err(|e| ctx(&e))?;
+            b.append_data(&mut h, &r, io::empty()).map_err(ctx)?;
             walk(b, root, &r, policy, entries, depth + 1)?;
         } else if t.is_symlink() {
-            let target = std::fs::read_link(&p).map_err(|e| ctx(&e))?;
+            let target = std::fs::read_link(&p).map_err(ctx)?;
             h.set_entry_type(tar::EntryType::Symlink);
-            b.append_link(&mut h, &r, &target).map_err(|e| ctx(&e))?;
+            b.append_link(&mut h, &r, &target).map_err(ctx)?;
         } else if t.is_file() {
             // Opened without following a symlink and checked again on the descriptor:
             // the user may have swapped it since.
-            let f = as_user::open_regular(None, None, &p).map_err(|e| ctx(&e))?;
-            let m = f.metadata().map_err(|e| ctx(&e))?;
+            let f = as_user::open_regular(None, None, &p).map_err(ctx)?;
+            let m = f.metadata().map_err(ctx)?;
             h.set_entry_type(tar::EntryType::Regular);
             h.set_size(m.len());
             h.set_mode(m.mode() & 0o7777);
             b.append_data(&mut h, &r, ExactLen { f, left: m.len() })
-                .map_err(|e| ctx(&e))?;
+                .map_err(ctx)?;
         }
     }
     Ok(())
@@ -883,7 +931,7 @@ impl Read for ExactLen {
 
 #[cfg(test)]
 mod tests {
-    use super::layer::{apply_layer, clean, resolve_in_root};
+    use super::layer::{apply_layer, clean, resolve_in_root, LayerError};
     use super::*;
 
     fn budget() -> Budget {
@@ -978,6 +1026,59 @@ mod tests {
     }
 
     #[test]
+    fn errors_tell_their_kind() {
+        let t = tempfile::tempdir().unwrap();
+        let images = t.path().join("images");
+        let policy = ImagePolicy::default();
+        let missing = t.path().join("no-such-image");
+        let e = prepare(&images, &policy, missing.to_str().unwrap(), None).unwrap_err();
+        match &e {
+            ExecError::Image {
+                reason: ImageError::NotFound { source },
+                ..
+            } => assert_eq!(source.kind(), io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            e.to_string().contains("that the job's user can read"),
+            "{e}"
+        );
+        let archive = t.path().join("empty.tar");
+        std::fs::write(
+            &archive,
+            tar::Builder::new(Vec::new()).into_inner().unwrap(),
+        )
+        .unwrap();
+        let e = prepare(&images, &policy, archive.to_str().unwrap(), None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ExecError::Image {
+                    reason: ImageError::NoIndex,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(matches!(
+            split_digest("sha256"),
+            Err(ImageError::DigestForm { .. })
+        ));
+        assert!(matches!(
+            split_digest("md5:abc"),
+            Err(ImageError::DigestAlgorithm { algorithm, .. }) if algorithm == "md5"
+        ));
+        assert!(matches!(
+            split_digest("sha256:ABC"),
+            Err(ImageError::DigestHex { len: 64, .. })
+        ));
+        assert!(matches!(
+            clean(Path::new("a/../../b")),
+            Err(LayerError::LeavesRoot { .. })
+        ));
+    }
+
+    #[test]
     fn digests_are_checked() {
         assert!(split_digest("sha256:../../etc").is_err());
         assert!(split_digest("md5:abc").is_err());
@@ -989,7 +1090,11 @@ mod tests {
         let e = staging
             .copy_blob(&policy, &d, &mut &b"hellO"[..])
             .unwrap_err();
-        assert!(e.contains("corrupt"), "{e}");
+        assert!(
+            matches!(&e, ImageError::Corrupt { digest, .. } if *digest == d),
+            "{e}"
+        );
+        assert!(e.to_string().contains("corrupt"), "{e}");
         let p = staging.copy_blob(&policy, &d, &mut &b"hello"[..]).unwrap();
         assert_eq!(std::fs::read(p).unwrap(), b"hello");
         let small = ImagePolicy {
@@ -1000,6 +1105,10 @@ mod tests {
         let e = staging
             .copy_blob(&small, &d, &mut &b"hello"[..])
             .unwrap_err();
-        assert!(e.contains("images.max_blob_mb"), "{e}");
+        assert!(
+            matches!(e, ImageError::BlobTooLarge { max_mb: 0, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("images.max_blob_mb"), "{e}");
     }
 }

@@ -30,6 +30,119 @@ use std::path::{Component, Path, PathBuf};
 
 use nix::libc;
 
+/// Why a layer could not be applied. Messages name the entry and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum LayerError {
+    /// The unpacked bytes passed `images.max_unpacked_mb`.
+    #[error(
+        "the image unpacks to more than images.max_unpacked_mb = {max_mb} MiB (a decompression \
+         bomb, or raise the limit in the agent's configuration)"
+    )]
+    TooBig {
+        /// The limit, in MiB.
+        max_mb: u64,
+    },
+    /// The entries passed `images.max_entries`.
+    #[error("the image has more than images.max_entries = {max} files")]
+    TooManyEntries {
+        /// The limit.
+        max: u64,
+    },
+    /// The layer is compressed with zstd.
+    #[error("zstd-compressed layers are not supported (use gzip or none)")]
+    Zstd,
+    /// An entry's path has a `..` that leaves the rootfs.
+    #[error("path `{}` leaves the rootfs", path.display())]
+    LeavesRoot {
+        /// The path as the layer names it.
+        path: PathBuf,
+    },
+    /// A whiteout names `.`, `..` or nothing.
+    #[error("whiteout `{name}`: a whiteout must name a file (not `.`, `..` or nothing)")]
+    BadWhiteout {
+        /// The whiteout's file name.
+        name: String,
+    },
+    /// A whiteout could not be applied.
+    #[error("whiteout in `{}`: {source}", parent.display())]
+    Whiteout {
+        /// The directory of the whiteout, in the layer.
+        parent: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The layer file itself cannot be opened.
+    #[error("{}: {source}", path.display())]
+    Open {
+        /// The layer file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Reading the layer's stream failed (a broken tar or gzip stream, or the cap on
+    /// the decompressed bytes).
+    #[error("{0}")]
+    Read(io::Error),
+    /// An entry could not be created.
+    #[error("`{}`: {source}", rel.display())]
+    Entry {
+        /// The entry's path in the rootfs.
+        rel: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// An entry's content could not be copied.
+    #[error("`{}`: {source}", rel.display())]
+    Content {
+        /// The entry's path in the rootfs.
+        rel: PathBuf,
+        /// What went wrong.
+        source: Box<LayerError>,
+    },
+    /// An entry whose parent, as the layers below left it, is not a directory.
+    #[error("`{}`: its parent is not a directory", rel.display())]
+    ParentNotDir {
+        /// The entry's path in the rootfs.
+        rel: PathBuf,
+    },
+    /// A link entry names no target.
+    #[error("`{}`: {link} without a target", rel.display())]
+    NoTarget {
+        /// The entry's path in the rootfs.
+        rel: PathBuf,
+        /// `symbolic link` or `hard link`.
+        link: &'static str,
+    },
+    /// A hard link to the rootfs itself.
+    #[error("`{}`: hard link to the root", rel.display())]
+    LinkToRoot {
+        /// The entry's path in the rootfs.
+        rel: PathBuf,
+    },
+    /// A hard link to something no layer could have created.
+    #[error(
+        "`{}`: hard link to `{}`, which is not a file of the image",
+        rel.display(),
+        target.display()
+    )]
+    LinkNotFile {
+        /// The entry's path in the rootfs.
+        rel: PathBuf,
+        /// The link's target, as the layer names it.
+        target: PathBuf,
+    },
+    /// A hard link could not be made.
+    #[error("`{}`: hard link to `{}`: {source}", rel.display(), target.display())]
+    Link {
+        /// The entry's path in the rootfs.
+        rel: PathBuf,
+        /// The link's target, as the layer names it.
+        target: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
 /// What is left of an image's unpacking limits; shared by its layers. Each pass over a
 /// layer's decompressed stream is capped at what is left, and the files' content
 /// (holes of sparse files included) is spent from it.
@@ -52,15 +165,13 @@ impl Budget {
         }
     }
 
-    fn too_big(&self) -> String {
-        format!(
-            "the image unpacks to more than images.max_unpacked_mb = {} MiB (a decompression \
-             bomb, or raise the limit in the agent's configuration)",
-            self.limits.0 >> 20
-        )
+    fn too_big(&self) -> LayerError {
+        LayerError::TooBig {
+            max_mb: self.limits.0 >> 20,
+        }
     }
 
-    fn spend(&mut self, n: u64) -> Result<(), String> {
+    fn spend(&mut self, n: u64) -> Result<(), LayerError> {
         if n > self.bytes_left {
             self.bytes_left = 0;
             return Err(self.too_big());
@@ -69,12 +180,9 @@ impl Budget {
         Ok(())
     }
 
-    fn entry(&mut self) -> Result<(), String> {
+    fn entry(&mut self) -> Result<(), LayerError> {
         if self.entries_left == 0 {
-            return Err(format!(
-                "the image has more than images.max_entries = {} files",
-                self.limits.1
-            ));
+            return Err(LayerError::TooManyEntries { max: self.limits.1 });
         }
         self.entries_left -= 1;
         Ok(())
@@ -101,20 +209,24 @@ impl<R: Read> Read for Capped<R> {
 
 /// A reader of a layer file that may be gzip-compressed (detected by its magic bytes),
 /// failing past `cap` decompressed bytes with `what`.
-pub(crate) fn open_maybe_gz(mut f: File, cap: u64, what: String) -> Result<Box<dyn Read>, String> {
+pub(crate) fn open_maybe_gz(
+    mut f: File,
+    cap: u64,
+    what: String,
+) -> Result<Box<dyn Read>, LayerError> {
     let mut magic = [0u8; 4];
     let mut n = 0;
     while n < 4 {
-        match f.read(&mut magic[n..]).map_err(|e| e.to_string())? {
+        match f.read(&mut magic[n..]).map_err(LayerError::Read)? {
             0 => break,
             k => n += k,
         }
     }
-    f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    f.seek(SeekFrom::Start(0)).map_err(LayerError::Read)?;
     let inner: Box<dyn Read> = if n >= 2 && magic[..2] == [0x1f, 0x8b] {
         Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(f)))
     } else if n == 4 && magic == [0x28, 0xb5, 0x2f, 0xfd] {
-        return Err("zstd-compressed layers are not supported (use gzip or none)".into());
+        return Err(LayerError::Zstd);
     } else {
         Box::new(BufReader::new(f))
     };
@@ -126,14 +238,16 @@ pub(crate) fn open_maybe_gz(mut f: File, cap: u64, what: String) -> Result<Box<d
 }
 
 /// A layer path made relative, without `.`; `None` for the root itself; `..` refused.
-pub(crate) fn clean(p: &Path) -> Result<Option<PathBuf>, String> {
+pub(crate) fn clean(p: &Path) -> Result<Option<PathBuf>, LayerError> {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {
             Component::RootDir | Component::CurDir => {}
             Component::Normal(n) => out.push(n),
             Component::ParentDir | Component::Prefix(_) => {
-                return Err(format!("path `{}` leaves the rootfs", p.display()))
+                return Err(LayerError::LeavesRoot {
+                    path: p.to_path_buf(),
+                })
             }
         }
     }
@@ -217,7 +331,7 @@ const WH_OPAQUE: &str = ".wh..wh..opq";
 
 /// The whiteout an entry named `name` is: `Ok(None)` for none, `Ok(Some(None))` for
 /// an opaque directory, `Ok(Some(Some(target)))` to delete `target`.
-fn whiteout(name: &str) -> Result<Option<Option<String>>, String> {
+fn whiteout(name: &str) -> Result<Option<Option<String>>, LayerError> {
     if name == WH_OPAQUE {
         return Ok(Some(None));
     }
@@ -225,9 +339,9 @@ fn whiteout(name: &str) -> Result<Option<Option<String>>, String> {
         return Ok(None);
     };
     if target.is_empty() || target == "." || target == ".." {
-        return Err(format!(
-            "whiteout `{name}`: a whiteout must name a file (not `.`, `..` or nothing)"
-        ));
+        return Err(LayerError::BadWhiteout {
+            name: name.to_string(),
+        });
     }
     if target.starts_with(WH_PREFIX) {
         // `.wh..wh.*` names other than the opaque marker are AUFS metadata.
@@ -238,20 +352,23 @@ fn whiteout(name: &str) -> Result<Option<Option<String>>, String> {
 
 /// Applies one layer (a regular file in the agent's staging area) onto `root`,
 /// spending `budget`.
-pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Result<(), String> {
+pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Result<(), LayerError> {
     let open = |budget: &Budget| {
-        let f = File::open(blob).map_err(|e| format!("{}: {e}", blob.display()))?;
-        open_maybe_gz(f, budget.bytes_left, budget.too_big())
+        let f = File::open(blob).map_err(|source| LayerError::Open {
+            path: blob.to_path_buf(),
+            source,
+        })?;
+        open_maybe_gz(f, budget.bytes_left, budget.too_big().to_string())
     };
     // Pass 1: whiteouts, applied to what the layers below left.
     let mut whiteouts: Vec<(PathBuf, Option<String>)> = Vec::new();
     {
         let mut ar = tar::Archive::new(open(budget)?);
         let mut count = budget.clone();
-        for e in ar.entries().map_err(|e| e.to_string())? {
-            let e = e.map_err(|e| e.to_string())?;
+        for e in ar.entries().map_err(LayerError::Read)? {
+            let e = e.map_err(LayerError::Read)?;
             count.entry()?;
-            let path = e.path().map_err(|e| e.to_string())?.into_owned();
+            let path = e.path().map_err(LayerError::Read)?.into_owned();
             let Some(rel) = clean(&path)? else { continue };
             let name = rel
                 .file_name()
@@ -264,7 +381,7 @@ pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Resu
         }
     }
     for (parent, name) in &whiteouts {
-        let dir = resolve_in_root(root, parent, true, false).map_err(|e| e.to_string())?;
+        let dir = resolve_in_root(root, parent, true, false).map_err(LayerError::Read)?;
         let res = match name {
             Some(n) => remove_path(&dir.join(n)),
             None => match std::fs::read_dir(&dir) {
@@ -273,14 +390,17 @@ pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Resu
                 Err(e) => Err(e),
             },
         };
-        res.map_err(|e| format!("whiteout in `{}`: {e}", parent.display()))?;
+        res.map_err(|source| LayerError::Whiteout {
+            parent: parent.clone(),
+            source,
+        })?;
     }
     // Pass 2: the layer's files.
     let mut ar = tar::Archive::new(open(budget)?);
-    for e in ar.entries().map_err(|e| e.to_string())? {
-        let mut e = e.map_err(|e| e.to_string())?;
+    for e in ar.entries().map_err(LayerError::Read)? {
+        let mut e = e.map_err(LayerError::Read)?;
         budget.entry()?;
-        let path = e.path().map_err(|e| e.to_string())?.into_owned();
+        let path = e.path().map_err(LayerError::Read)?.into_owned();
         let Some(rel) = clean(&path)? else { continue };
         let Some(name) = rel.file_name().map(|n| n.to_os_string()) else {
             continue;
@@ -288,7 +408,10 @@ pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Resu
         if name.to_string_lossy().starts_with(WH_PREFIX) {
             continue;
         }
-        let ctx = |err: &dyn std::fmt::Display| format!("`{}`: {err}", rel.display());
+        let ctx = |source: io::Error| LayerError::Entry {
+            rel: rel.clone(),
+            source,
+        };
         use tar::EntryType as T;
         let kind = e.header().entry_type();
         if !matches!(
@@ -299,68 +422,78 @@ pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Resu
             continue;
         }
         let parent_rel = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-        let parent = resolve_in_root(root, &parent_rel, true, true).map_err(|e| ctx(&e))?;
+        let parent = resolve_in_root(root, &parent_rel, true, true).map_err(ctx)?;
         if !std::fs::symlink_metadata(&parent).is_ok_and(|m| m.is_dir()) {
-            return Err(ctx(&"its parent is not a directory"));
+            return Err(LayerError::ParentNotDir { rel });
         }
         let dst = parent.join(&name);
-        let mode = e.header().mode().map_err(|e| ctx(&e))?;
+        let mode = e.header().mode().map_err(ctx)?;
         match kind {
             T::Directory => {
                 match std::fs::symlink_metadata(&dst) {
                     Ok(m) if m.is_dir() => {}
                     Ok(_) => {
-                        remove_path(&dst).map_err(|e| ctx(&e))?;
-                        std::fs::create_dir(&dst).map_err(|e| ctx(&e))?;
+                        remove_path(&dst).map_err(ctx)?;
+                        std::fs::create_dir(&dst).map_err(ctx)?;
                     }
-                    Err(_) => std::fs::create_dir(&dst).map_err(|e| ctx(&e))?,
+                    Err(_) => std::fs::create_dir(&dst).map_err(ctx)?,
                 }
                 std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode & 0o1777))
-                    .map_err(|e| ctx(&e))?;
+                    .map_err(ctx)?;
             }
             T::Symlink => {
                 let target = e
                     .link_name()
-                    .map_err(|e| ctx(&e))?
-                    .ok_or_else(|| ctx(&"symbolic link without a target"))?
+                    .map_err(ctx)?
+                    .ok_or_else(|| LayerError::NoTarget {
+                        rel: rel.clone(),
+                        link: "symbolic link",
+                    })?
                     .into_owned();
-                remove_path(&dst).map_err(|e| ctx(&e))?;
-                std::os::unix::fs::symlink(&target, &dst).map_err(|e| ctx(&e))?;
+                remove_path(&dst).map_err(ctx)?;
+                std::os::unix::fs::symlink(&target, &dst).map_err(ctx)?;
             }
             T::Link => {
                 let target = e
                     .link_name()
-                    .map_err(|e| ctx(&e))?
-                    .ok_or_else(|| ctx(&"hard link without a target"))?
+                    .map_err(ctx)?
+                    .ok_or_else(|| LayerError::NoTarget {
+                        rel: rel.clone(),
+                        link: "hard link",
+                    })?
                     .into_owned();
-                let target_rel = clean(&target)?.ok_or_else(|| ctx(&"hard link to the root"))?;
-                let src = resolve_in_root(root, &target_rel, false, false).map_err(|e| ctx(&e))?;
+                let target_rel =
+                    clean(&target)?.ok_or_else(|| LayerError::LinkToRoot { rel: rel.clone() })?;
+                let src = resolve_in_root(root, &target_rel, false, false).map_err(ctx)?;
                 if src == dst {
                     continue;
                 }
                 // Only to what a layer could create: a file or a symlink of the rootfs.
                 if !std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_file() || m.is_symlink()) {
-                    return Err(ctx(&format!(
-                        "hard link to `{}`, which is not a file of the image",
-                        target.display()
-                    )));
+                    return Err(LayerError::LinkNotFile { rel, target });
                 }
-                remove_path(&dst).map_err(|e| ctx(&e))?;
-                std::fs::hard_link(&src, &dst)
-                    .map_err(|e| ctx(&format!("hard link to `{}`: {e}", target.display())))?;
+                remove_path(&dst).map_err(ctx)?;
+                std::fs::hard_link(&src, &dst).map_err(|source| LayerError::Link {
+                    rel: rel.clone(),
+                    target,
+                    source,
+                })?;
             }
             _ => {
-                remove_path(&dst).map_err(|e| ctx(&e))?;
+                remove_path(&dst).map_err(ctx)?;
                 let mut f = OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(0o600)
                     .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                     .open(&dst)
-                    .map_err(|e| ctx(&e))?;
-                copy_counted(&mut e, &mut f, budget).map_err(|e| ctx(&e))?;
+                    .map_err(ctx)?;
+                copy_counted(&mut e, &mut f, budget).map_err(|e| LayerError::Content {
+                    rel: rel.clone(),
+                    source: Box::new(e),
+                })?;
                 f.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
-                    .map_err(|e| ctx(&e))?;
+                    .map_err(ctx)?;
                 if let Ok(t) = e.header().mtime() {
                     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t);
                     let _ = f.set_modified(t);
@@ -372,15 +505,15 @@ pub(crate) fn apply_layer(root: &Path, blob: &Path, budget: &mut Budget) -> Resu
 }
 
 /// Copies an entry's content (holes of a sparse entry included), spending `budget`.
-fn copy_counted(r: &mut impl Read, w: &mut File, budget: &mut Budget) -> Result<(), String> {
+fn copy_counted(r: &mut impl Read, w: &mut File, budget: &mut Budget) -> Result<(), LayerError> {
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        let n = r.read(&mut buf).map_err(|e| e.to_string())?;
+        let n = r.read(&mut buf).map_err(LayerError::Read)?;
         if n == 0 {
             return Ok(());
         }
         budget.spend(n as u64)?;
-        w.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+        w.write_all(&buf[..n]).map_err(LayerError::Read)?;
     }
 }
 
@@ -392,7 +525,11 @@ mod tests {
     fn dot_whiteouts_are_refused() {
         for n in [".wh.", ".wh..", ".wh..."] {
             let e = whiteout(n).unwrap_err();
-            assert!(e.contains("must name a file"), "{e}");
+            assert!(
+                matches!(&e, LayerError::BadWhiteout { name } if name == n),
+                "{e}"
+            );
+            assert!(e.to_string().contains("must name a file"), "{e}");
         }
         assert_eq!(whiteout(".wh..wh..opq").unwrap(), Some(None));
         assert_eq!(whiteout(".wh.a").unwrap(), Some(Some("a".into())));

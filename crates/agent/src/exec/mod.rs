@@ -104,12 +104,14 @@ use std::path::PathBuf;
 
 pub use as_user::ImageUser;
 pub use attempt::{Attempt, CgroupDirs, KillMethod, StopOutcome};
-pub use cgroup::CgroupMode;
+pub use cgroup::{CgroupError, CgroupMode};
 pub use error::ExecError;
 pub use executors::Executors;
 pub use image::{
-    defaults as image_defaults, prepare as prepare_image, ImagePolicy, Prepared as PreparedImage,
+    defaults as image_defaults, prepare as prepare_image, ImageError, ImagePolicy,
+    Prepared as PreparedImage,
 };
+pub use layer::LayerError;
 pub use output::OutputFile;
 pub use policy::JobPolicy;
 pub use sagemaker::{kept_sagemaker_output, sagemaker_env};

@@ -8,6 +8,7 @@
 //! hostname is the node's too, for the same tools.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -71,14 +72,82 @@ pub(crate) struct Device {
     pub minor: u64,
 }
 
-fn char_device(path: &str) -> Option<Result<(u64, u64), String>> {
+/// Why a container's device or root file system could not be set up, or the runtime
+/// not asked to signal it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OciError {
+    /// A device node cannot be examined.
+    #[error("{path}: {source}")]
+    Device {
+        /// The node on the node's `/dev`.
+        path: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A GPU's device node is something else than a character device.
+    #[error("{path} is not a character device")]
+    NotCharDevice {
+        /// The node on the node's `/dev`.
+        path: String,
+    },
+    /// A directory of the overlay cannot be created.
+    #[error("creating {}: {source}", path.display())]
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The overlay's upper directory cannot be given the image root's mode.
+    #[error("setting the mode of {}: {source}", path.display())]
+    Mode {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A path that the overlay's mount options cannot carry.
+    #[error("a path holds ',', ':' or '\\', which overlay options cannot carry")]
+    OverlayPath,
+    /// The overlay cannot be mounted.
+    #[error("mount -t overlay {opts} {}: {source}", target.display())]
+    Mount {
+        /// The mount options.
+        opts: String,
+        /// Where it was to be mounted.
+        target: PathBuf,
+        /// The underlying error.
+        source: nix::errno::Errno,
+    },
+    /// The plan has no runtime or container to signal.
+    #[error("no runtime or container id")]
+    NoContainer,
+    /// The runtime could not be run.
+    #[error("{0}")]
+    Run(io::Error),
+    /// The runtime refused, saying this on its stderr.
+    #[error("{stderr}")]
+    Refused {
+        /// The runtime's stderr, trimmed.
+        stderr: String,
+    },
+}
+
+fn char_device(path: &str) -> Option<Result<(u64, u64), OciError>> {
     let m = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => return Some(Err(format!("{path}: {e}"))),
+        Err(source) => {
+            return Some(Err(OciError::Device {
+                path: path.to_string(),
+                source,
+            }))
+        }
     };
     if !m.file_type().is_char_device() {
-        return Some(Err(format!("{path} is not a character device")));
+        return Some(Err(OciError::NotCharDevice {
+            path: path.to_string(),
+        }));
     }
     let rdev = m.rdev();
     Some(Ok((
@@ -122,7 +191,7 @@ pub(crate) fn gpu_devices(spec: &LaunchSpec, dev: &Path) -> Result<Vec<Device>, 
         let node_path = on_node(&name);
         match char_device(&node_path) {
             None => return Err(gpu_err(format!("{node_path} does not exist on this node"))),
-            Some(Err(e)) => return Err(gpu_err(e)),
+            Some(Err(e)) => return Err(gpu_err(e.to_string())),
             Some(Ok((major, minor))) => out.push(Device {
                 path: format!("/dev/{name}"),
                 major,
@@ -327,24 +396,31 @@ pub(crate) fn config(
 
 /// Mounts an overlay with `lower` (a cached image rootfs, shared by attempts) below
 /// and a per-attempt upper layer in the bundle, at `<bundle>/rootfs`.
-pub(crate) fn mount_overlay(lower: &Path, bundle: &Path) -> Result<PathBuf, String> {
+pub(crate) fn mount_overlay(lower: &Path, bundle: &Path) -> Result<PathBuf, OciError> {
     let upper = bundle.join("upper");
     let work = bundle.join("work");
     let merged = bundle.join("rootfs");
     for d in [&upper, &work, &merged] {
-        std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|source| OciError::Create {
+            path: d.clone(),
+            source,
+        })?;
     }
     // The container's `/` is the upper layer's root: it takes the image root's mode,
     // not what the agent's umask (0077 in its unit) left.
     let root_mode = std::fs::metadata(lower).map_or(0o755, |m| m.permissions().mode() & 0o7777);
-    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(root_mode))
-        .map_err(|e| format!("setting the mode of {}: {e}", upper.display()))?;
+    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(root_mode)).map_err(
+        |source| OciError::Mode {
+            path: upper.clone(),
+            source,
+        },
+    )?;
     let paths = [lower, &upper, &work];
     if paths
         .iter()
         .any(|p| p.to_string_lossy().contains([',', ':', '\\']))
     {
-        return Err("a path holds ',', ':' or '\\', which overlay options cannot carry".into());
+        return Err(OciError::OverlayPath);
     }
     let opts = format!(
         "lowerdir={},upperdir={},workdir={}",
@@ -359,7 +435,11 @@ pub(crate) fn mount_overlay(lower: &Path, bundle: &Path) -> Result<PathBuf, Stri
         nix::mount::MsFlags::empty(),
         Some(opts.as_str()),
     )
-    .map_err(|e| format!("mount -t overlay {opts} {}: {e}", merged.display()))?;
+    .map_err(|source| OciError::Mount {
+        opts: opts.clone(),
+        target: merged.clone(),
+        source,
+    })?;
     Ok(merged)
 }
 
@@ -386,9 +466,9 @@ pub(crate) fn runtime_cmd(plan: &LaunchRecord) -> Option<Command> {
 }
 
 /// `runc kill --all <id> <sig>`.
-pub(crate) fn kill(plan: &LaunchRecord, sig: i32) -> Result<(), String> {
+pub(crate) fn kill(plan: &LaunchRecord, sig: i32) -> Result<(), OciError> {
     let (Some(mut c), Some(id)) = (runtime_cmd(plan), plan.container_id.as_ref()) else {
-        return Err("no runtime or container id".into());
+        return Err(OciError::NoContainer);
     };
     let out = c
         .arg("kill")
@@ -396,11 +476,13 @@ pub(crate) fn kill(plan: &LaunchRecord, sig: i32) -> Result<(), String> {
         .arg(id)
         .arg(sig.to_string())
         .output()
-        .map_err(|e| e.to_string())?;
+        .map_err(OciError::Run)?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        Err(OciError::Refused {
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 

@@ -52,7 +52,30 @@ pub struct PatternError {
     /// `output` or `error`.
     pub option: &'static str,
     pub pattern: String,
-    pub reason: String,
+    pub reason: ExpandError,
+}
+
+/// Why a pattern does not expand into a path (the `reason` of a [`PatternError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandError {
+    /// A `%` sequence that is no field.
+    #[error("`%{sequence}` is not a field; use {FIELDS}")]
+    NotAField {
+        /// The sequence after the `%` (a width, then one character).
+        sequence: String,
+    },
+    /// The pattern ends in `%`, maybe with a width.
+    #[error("it ends in a lone `%{width}`; use {FIELDS}")]
+    LonePercent {
+        /// The width given, maybe empty.
+        width: String,
+    },
+    /// Nothing is left once expanded.
+    #[error("it expands to an empty path")]
+    Empty,
+    /// A field brings a NUL byte.
+    #[error("it contains a NUL byte")]
+    Nul,
 }
 
 const FIELDS: &str = "%j (job id), %A (array id), %a (task index), %x (job name), \
@@ -62,7 +85,7 @@ const FIELDS: &str = "%j (job id), %A (array id), %a (task index), %x (job name)
 /// `%%`. A number between `%` and the letter zero-pads a numeric field to that many
 /// digits (at most 10) and is ignored for the others, as in Slurm. Any other `%`
 /// sequence is an error (the reason, without the pattern).
-pub fn expand(pattern: &str, f: &PatternFields) -> Result<String, String> {
+pub fn expand(pattern: &str, f: &PatternFields) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {
@@ -85,15 +108,19 @@ pub fn expand(pattern: &str, f: &PatternFields) -> Result<String, String> {
             Some('x') => out.push_str(f.name),
             Some('u') => out.push_str(f.user),
             Some('N') => out.push_str(f.node),
-            Some(other) => return Err(format!("`%{digits}{other}` is not a field; use {FIELDS}")),
-            None => return Err(format!("it ends in a lone `%{digits}`; use {FIELDS}")),
+            Some(other) => {
+                return Err(ExpandError::NotAField {
+                    sequence: format!("{digits}{other}"),
+                })
+            }
+            None => return Err(ExpandError::LonePercent { width: digits }),
         }
     }
     if out.is_empty() {
-        return Err("it expands to an empty path".into());
+        return Err(ExpandError::Empty);
     }
     if out.contains('\0') {
-        return Err("it contains a NUL byte".into());
+        return Err(ExpandError::Nul);
     }
     Ok(out)
 }
@@ -351,22 +378,35 @@ mod tests {
     fn unknown_fields_and_lone_percents_are_errors() {
         let f = fields();
         let e = expand("out-%q.txt", &f).unwrap_err();
+        assert_eq!(
+            e,
+            ExpandError::NotAField {
+                sequence: "q".into()
+            }
+        );
+        let e = e.to_string();
         assert!(e.starts_with("`%q` is not a field; use %j (job id)"), "{e}");
         assert!(expand("%3q", &f)
             .unwrap_err()
+            .to_string()
             .starts_with("`%3q` is not a field"));
-        assert!(expand("out%", &f)
-            .unwrap_err()
-            .starts_with("it ends in a lone `%`"));
+        let e = expand("out%", &f).unwrap_err();
+        assert_eq!(
+            e,
+            ExpandError::LonePercent {
+                width: String::new()
+            }
+        );
+        assert!(e.to_string().starts_with("it ends in a lone `%`"));
         assert!(expand("%3%", &f)
             .unwrap_err()
+            .to_string()
             .starts_with("`%3%` is not a field"));
         let mut empty = fields();
         empty.name = "";
-        assert_eq!(
-            expand("%x", &empty).unwrap_err(),
-            "it expands to an empty path"
-        );
+        let e = expand("%x", &empty).unwrap_err();
+        assert_eq!(e, ExpandError::Empty);
+        assert_eq!(e.to_string(), "it expands to an empty path");
     }
 
     #[test]

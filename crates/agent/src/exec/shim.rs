@@ -3,8 +3,9 @@
 //! subreaper), and writes `exit.json` once no process of the job is left.
 
 use std::fs::File;
+use std::io;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::thread::sleep;
 use std::time::Duration;
@@ -19,7 +20,117 @@ use super::output::{self, As, Opened, OutputsRecord};
 use super::spec::AttemptNo;
 use super::spool::{files, LaunchRecord};
 use super::DEFAULT_PATH;
-use super::{fsutil, job_env, oci, procfs, sagemaker_env, spawn, ExecKind, ExitStatus, LaunchSpec};
+use super::{
+    fsutil, job_env, oci, procfs, sagemaker_env, spawn, ExecError, ExecKind, ExitStatus, LaunchSpec,
+};
+
+/// Why the shim could not start a job, or not record its end. The text is what
+/// `launch_error` says and what the controller reports as the attempt's failure.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ShimError {
+    /// A file of the attempt directory could not be read or written.
+    #[error(transparent)]
+    Spool(#[from] ExecError),
+    /// An operation on an open file failed.
+    #[error("{0}")]
+    Io(io::Error),
+    /// A spool stream could not be given to the job's user.
+    #[error("cannot give {name} to uid {uid}: {source}")]
+    GiveStream {
+        /// The stream's file in the attempt directory.
+        name: String,
+        /// The job's user.
+        uid: u32,
+        /// The underlying error.
+        source: Errno,
+    },
+    /// An `--output`/`--error` file could not be created.
+    #[error("cannot create the {name} file {}{as_whom}: {source}", path.display())]
+    CreateOutput {
+        /// The stream (`stdout`, `stderr`).
+        name: String,
+        /// The file.
+        path: PathBuf,
+        /// ` as user NAME (uid U)`, or empty for the agent's own account.
+        as_whom: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// An output file just created could not be examined.
+    #[error("{}: {source}", path.display())]
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The job's cgroup could not be joined.
+    #[error("cannot join the job's cgroup {}: {source}", path.display())]
+    JoinCgroup {
+        /// The cgroup's `cgroup.procs`.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `/dev/null` could not be opened for the job's stdin.
+    #[error("cannot open /dev/null: {source}")]
+    DevNull {
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The job's command could not be run (as the agent's own account).
+    #[error("cannot run `{command}`: {source}")]
+    Spawn {
+        /// The program.
+        command: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The job's command could not be run as its user.
+    #[error("cannot run `{command}` as uid {uid} (gid {gid}) in {cwd}: {source}")]
+    SpawnAs {
+        /// The program.
+        command: String,
+        /// The job's user.
+        uid: u32,
+        /// The job's group.
+        gid: u32,
+        /// The job's working directory.
+        cwd: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A container's plan has no container id.
+    #[error("plan.json has no container id")]
+    NoContainerId,
+    /// A container's plan names no runtime.
+    #[error("plan.json names no OCI runtime")]
+    NoRuntime,
+    /// The OCI runtime could not be run.
+    #[error("cannot run the OCI runtime `{runtime}`: {source}")]
+    Runtime {
+        /// The runtime's path.
+        runtime: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The OCI runtime failed to start the container, as its log says.
+    #[error("{0}")]
+    RuntimeFailed(String),
+    /// The OCI runtime ended before the container started, its log saying nothing.
+    #[error(
+        "the OCI runtime `{runtime}` ended ({status}) before the container started; see {}",
+        stderr.display()
+    )]
+    NotStarted {
+        /// The runtime's path.
+        runtime: String,
+        /// How the runtime ended.
+        status: ExitStatus,
+        /// The attempt's stderr file.
+        stderr: PathBuf,
+    },
+}
 
 fn log(dir: &Path, msg: &str) {
     eprintln!("{} tranche-shim {}: {msg}", fsutil::now_ms(), dir.display());
@@ -48,19 +159,17 @@ pub(super) fn run_shim(dir: &Path) -> bool {
     match supervise(dir) {
         Ok(()) => true,
         Err(e) => {
-            log(dir, &e);
+            log(dir, &e.to_string());
             false
         }
     }
 }
 
 /// Runs the job and records its end; `Err` only when not even that could be recorded.
-fn supervise(dir: &Path) -> Result<(), String> {
-    let loaded = (|| -> Result<(LaunchSpec, LaunchRecord), String> {
-        let spec: LaunchSpec =
-            fsutil::read_json(&dir.join(files::SPEC)).map_err(|e| e.to_string())?;
-        let plan: LaunchRecord =
-            fsutil::read_json(&dir.join(files::PLAN)).map_err(|e| e.to_string())?;
+fn supervise(dir: &Path) -> Result<(), ShimError> {
+    let loaded = (|| -> Result<(LaunchSpec, LaunchRecord), ShimError> {
+        let spec: LaunchSpec = fsutil::read_json(&dir.join(files::SPEC))?;
+        let plan: LaunchRecord = fsutil::read_json(&dir.join(files::PLAN))?;
         Ok((spec, plan))
     })();
     let (spec, plan) = match loaded {
@@ -102,7 +211,7 @@ fn supervise(dir: &Path) -> Result<(), String> {
 /// whose file is the other's shares its descriptor, so a process job's two streams
 /// interleave in the order written (runc copies a container's through a pipe each,
 /// which keeps the order within each stream only).
-fn open_streams(dir: &Path, spec: &LaunchSpec) -> Result<(File, File), String> {
+fn open_streams(dir: &Path, spec: &LaunchSpec) -> Result<(File, File), ShimError> {
     let user = spec.user.map(|(uid, gid)| As {
         uid,
         gid,
@@ -111,33 +220,39 @@ fn open_streams(dir: &Path, spec: &LaunchSpec) -> Result<(File, File), String> {
     // Members of a gang that name one file on a shared file system all append to it;
     // only rank 0 empties it first.
     let truncate = spec.rendezvous.as_ref().is_none_or(|r| r.rank == 0);
-    let open = |name: &str, file: Option<&String>| -> Result<(File, Option<Opened>), String> {
+    let open = |name: &str, file: Option<&String>| -> Result<(File, Option<Opened>), ShimError> {
         let Some(path) = file else {
-            let f = fsutil::open_append(&dir.join(name)).map_err(|e| e.to_string())?;
+            let f = fsutil::open_append(&dir.join(name))?;
             if let Some((uid, gid)) = spec.user {
                 nix::unistd::fchown(&f, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
-                    .map_err(|e| format!("cannot give {name} to uid {uid}: {e}"))?;
+                    .map_err(|source| ShimError::GiveStream {
+                        name: name.to_string(),
+                        uid,
+                        source,
+                    })?;
             }
             return Ok((f, None));
         };
         let path = Path::new(path);
-        let f = output::create_as(path, user, truncate).map_err(|e| {
-            format!(
-                "cannot create the {name} file {}{}: {e}",
-                path.display(),
-                as_whom(spec)
-            )
-        })?;
+        let f =
+            output::create_as(path, user, truncate).map_err(|source| ShimError::CreateOutput {
+                name: name.to_string(),
+                path: path.to_path_buf(),
+                as_whom: as_whom(spec),
+                source,
+            })?;
         let job_uid = spec
             .user
             .map_or_else(|| nix::unistd::geteuid().as_raw(), |(uid, _)| uid);
-        let opened =
-            Opened::of(path, &f, job_uid).map_err(|e| format!("{}: {e}", path.display()))?;
+        let opened = Opened::of(path, &f, job_uid).map_err(|source| ShimError::Output {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok((f, Some(opened)))
     };
     let (stdout, out_rec) = open(files::STDOUT, spec.stdout_file.as_ref())?;
     let (stderr, err_rec) = if spec.stderr_file.is_some() && spec.stderr_file == spec.stdout_file {
-        let f = stdout.try_clone().map_err(|e| e.to_string())?;
+        let f = stdout.try_clone().map_err(ShimError::Io)?;
         (f, out_rec.clone())
     } else {
         open(files::STDERR, spec.stderr_file.as_ref())?
@@ -147,7 +262,7 @@ fn open_streams(dir: &Path, spec: &LaunchSpec) -> Result<(File, File), String> {
         stderr: err_rec,
     };
     if record != OutputsRecord::default() {
-        fsutil::write_json(&dir.join(files::OUTPUTS), &record).map_err(|e| e.to_string())?;
+        fsutil::write_json(&dir.join(files::OUTPUTS), &record)?;
     }
     Ok((stdout, stderr))
 }
@@ -173,8 +288,8 @@ fn record(
     dir: &Path,
     plan: Option<&LaunchRecord>,
     ledger: Option<LedgerNote>,
-    outcome: Result<ExitStatus, String>,
-) -> Result<(), String> {
+    outcome: Result<ExitStatus, ShimError>,
+) -> Result<(), ShimError> {
     if let Some(plan) = plan {
         if plan.kind == ExecKind::Oci {
             oci::delete(plan);
@@ -201,8 +316,7 @@ fn record(
             fsutil::write_atomic(
                 &dir.join(files::LAUNCH_ERROR),
                 format!("{msg}\n").as_bytes(),
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
             ExitStatus {
                 code: None,
                 signal: None,
@@ -221,7 +335,7 @@ fn record(
         }
     }
     log(dir, &format!("job ended: {status}"));
-    fsutil::write_json(&dir.join(files::EXIT), &status).map_err(|e| e.to_string())
+    Ok(fsutil::write_json(&dir.join(files::EXIT), &status)?)
 }
 
 /// `(exit code, signal)` of a reaped process.
@@ -263,7 +377,7 @@ fn run_process(
     plan: &LaunchRecord,
     stdout: File,
     stderr: File,
-) -> Result<ExitStatus, String> {
+) -> Result<ExitStatus, ShimError> {
     let mut env = job_env(spec);
     env.extend(sagemaker_env(spec, Some(&plan.opt_ml_of(dir))));
     env.entry("PATH".into())
@@ -276,7 +390,7 @@ fn run_process(
                 let f = std::fs::OpenOptions::new()
                     .write(true)
                     .open(&p)
-                    .map_err(|e| format!("cannot join the job's cgroup {}: {e}", p.display()))?;
+                    .map_err(|source| ShimError::JoinCgroup { path: p, source })?;
                 joins.push(f);
             }
         }
@@ -285,7 +399,7 @@ fn run_process(
             "no cgroup for this job: every process of it is found by its process group and as a descendant of this shim",
         ),
     }
-    let stdin = File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
+    let stdin = File::open("/dev/null").map_err(|source| ShimError::DevNull { source })?;
     let cwd = spec.cwd.as_deref().unwrap_or("/");
     let user = spec.user;
     let env: Vec<(String, String)> = env.into_iter().collect();
@@ -304,16 +418,21 @@ fn run_process(
         cwd,
         no_new_privs: plan.no_new_privs,
     })
-    .map_err(|e| match user {
-        Some((uid, gid)) => format!(
-            "cannot run `{}` as uid {uid} (gid {gid}) in {cwd}: {e}",
-            spec.command[0]
-        ),
-        None => format!("cannot run `{}`: {e}", spec.command[0]),
+    .map_err(|source| match user {
+        Some((uid, gid)) => ShimError::SpawnAs {
+            command: spec.command[0].clone(),
+            uid,
+            gid,
+            cwd: cwd.to_string(),
+            source,
+        },
+        None => ShimError::Spawn {
+            command: spec.command[0].clone(),
+            source,
+        },
     })?;
     drop((joins, stdin, stdout, stderr));
-    fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())
-        .map_err(|e| e.to_string())?;
+    fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())?;
     log(dir, &format!("job running as pid {main}"));
     let mut main_status = None;
     loop {
@@ -350,12 +469,9 @@ fn run_oci(
     plan: &LaunchRecord,
     stdout: File,
     stderr: File,
-) -> Result<ExitStatus, String> {
-    let id = plan
-        .container_id
-        .clone()
-        .ok_or("plan.json has no container id")?;
-    let mut cmd = oci::runtime_cmd(plan).ok_or("plan.json names no OCI runtime")?;
+) -> Result<ExitStatus, ShimError> {
+    let id = plan.container_id.clone().ok_or(ShimError::NoContainerId)?;
+    let mut cmd = oci::runtime_cmd(plan).ok_or(ShimError::NoRuntime)?;
     cmd.arg("--log")
         .arg(dir.join(files::RUNTIME_LOG))
         .arg("--log-format")
@@ -374,9 +490,10 @@ fn run_oci(
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run the OCI runtime `{runtime}`: {e}"))?;
+    let child = cmd.spawn().map_err(|source| ShimError::Runtime {
+        runtime: runtime.clone(),
+        source,
+    })?;
     let runc = child.id() as i32;
     let mut init: Option<i32> = None;
     let mut runc_status = None;
@@ -388,8 +505,7 @@ fn run_oci(
                 .and_then(|t| t.trim().parse::<i32>().ok())
             {
                 init = Some(p);
-                fsutil::write_atomic(&dir.join(files::PID), format!("{id}\n{p}\n").as_bytes())
-                    .map_err(|e| e.to_string())?;
+                fsutil::write_atomic(&dir.join(files::PID), format!("{id}\n{p}\n").as_bytes())?;
                 log(dir, &format!("container {id} running, init pid {p}"));
             }
         }
@@ -430,14 +546,14 @@ fn run_oci(
         }
     }
     if init.is_none() {
-        let why = oci::runtime_error(dir).unwrap_or_else(|| {
-            format!(
-                "the OCI runtime `{runtime}` ended ({}) before the container started; see {}",
-                status(runc_status.unwrap_or((None, None))),
-                dir.join(files::STDERR).display()
-            )
+        return Err(match oci::runtime_error(dir) {
+            Some(why) => ShimError::RuntimeFailed(why),
+            None => ShimError::NotStarted {
+                runtime,
+                status: status(runc_status.unwrap_or((None, None))),
+                stderr: dir.join(files::STDERR),
+            },
         });
-        return Err(why);
     }
     let st = match init_status {
         Some(s) => s,

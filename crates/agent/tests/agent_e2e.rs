@@ -335,13 +335,14 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
-    let mport = tranche_local::free_port();
+    let maddr = c.reserve_tcp().unwrap();
+    let mport: u16 = maddr.rsplit(':').next().unwrap().parse().unwrap();
     agent(
         &mut c,
         "n1",
         "2 x h100",
         3,
-        &format!("metrics_addr = \"127.0.0.1:{mport}\""),
+        &format!("metrics_addr = \"{maddr}\""),
     );
     let tick = dir.path().join("tick");
     let fenced = dir.path().join("fenced");

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tranche_client::Client;
-use tranche_local::{demo, free_tcp_port, wait_until, LocalCluster};
+use tranche_local::{demo, wait_until, LocalCluster};
 use tranche_model::{ArraySpec, JobId, JobRef, JobSpec, JobStatus, NodeName};
 use tranche_proto::{
     ClientCommand, ClientRequest, HistoryFilter, JobFilter, MembershipChange, Query, Response,
@@ -150,12 +150,9 @@ pub async fn soak(args: &SoakArgs) -> Result<(), String> {
     let (_keep, mut c) = create_cluster(3, &args.dir, &extra)?;
     // Each founding controller serves its metrics on a port of its own.
     let mut metrics = Vec::new();
-    for k in &c.controllers {
-        let addr = format!("127.0.0.1:{}", free_tcp_port());
-        let text = std::fs::read_to_string(&k.config)
-            .map_err(|e| format!("{}: {e}", k.config.display()))?;
-        std::fs::write(&k.config, format!("metrics_addr = \"{addr}\"\n{text}"))
-            .map_err(|e| format!("{}: {e}", k.config.display()))?;
+    for i in 0..c.controllers.len() {
+        let addr = c.reserve_tcp()?;
+        c.prepend_config(i, &format!("metrics_addr = \"{addr}\""))?;
         metrics.push(addr);
     }
     c.start_all()?;

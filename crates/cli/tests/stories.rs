@@ -299,7 +299,9 @@ fn every_error_is_one_line_with_a_non_zero_exit() {
     // An unreachable cluster.
     let dead = dir.join("dead.toml");
     let text = std::fs::read_to_string(&dev.user).unwrap();
-    let port = tranche_free_port();
+    // A port held here and never answered: no process can take it meanwhile.
+    let dead_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = dead_socket.local_addr().unwrap().port();
     let controllers_line = text
         .lines()
         .find(|l| l.starts_with("controllers"))
@@ -405,14 +407,6 @@ fn utc_text_of_known_instants() {
     assert_eq!(utc_text(0), "1970-01-01 00:00:00");
     assert_eq!(utc_text(951_782_400), "2000-02-29 00:00:00");
     assert_eq!(utc_text(1_796_131_900), "2026-12-01 13:31:40");
-}
-
-fn tranche_free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

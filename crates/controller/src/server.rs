@@ -36,8 +36,16 @@ fn endpoint(
     let mut server = tranche_tls::server_config_with(files, certs)
         .map_err(|e| NodeError::Other(e.to_string()))?;
     tranche_tls::only_client_streams(&mut server, kind, limits);
-    let mut ep = quinn::Endpoint::server(server, addr)
-        .map_err(|e| NodeError::Other(format!("cannot listen on {what} {addr}: {e}")))?;
+    let cannot =
+        |e: std::io::Error| NodeError::Other(format!("cannot listen on {what} {addr}: {e}"));
+    let socket = tranche_daemon_kit::listen::udp(addr).map_err(cannot)?;
+    let mut ep = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        std::sync::Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(cannot)?;
     let client = tranche_tls::client_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
     ep.set_default_client_config(client);
     Ok(ep)

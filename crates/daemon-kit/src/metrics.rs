@@ -45,7 +45,9 @@ pub fn bind(addr: &str) -> Result<tiny_http::Server, String> {
              container on this machine too) reads the metrics without authentication"
         );
     }
-    let server = tiny_http::Server::http(a).map_err(|e| format!("metrics_addr {a}: {e}"))?;
+    let listener = crate::listen::tcp(a).map_err(|e| format!("metrics_addr {a}: {e}"))?;
+    let server = tiny_http::Server::from_listener(listener, None)
+        .map_err(|e| format!("metrics_addr {a}: {e}"))?;
     if let Some(l) = server.server_addr().to_ip() {
         tracing::info!(addr = %l, "metrics serving");
     }

@@ -219,7 +219,7 @@ pub fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
     let a: SocketAddr = addr
         .parse()
         .map_err(|_| format!("http_addr: `{addr}` is not an IP address and port"))?;
-    let l = std::net::TcpListener::bind(a)
+    let l = tranche_daemon_kit::listen::tcp(a)
         .map_err(|e| format!("cannot listen on http_addr {a}: {e}"))?;
     l.set_nonblocking(true)
         .map_err(|e| format!("http_addr {a}: {e}"))?;

@@ -55,6 +55,19 @@ impl Ports {
         Ok(addr)
     }
 
+    /// Gives up the UDP socket held for `addr`, for the caller to serve that address
+    /// itself (e.g. a relay in front of a controller).
+    pub fn take_udp(&mut self, addr: SocketAddr) -> Option<UdpSocket> {
+        let i = self
+            .held
+            .iter()
+            .position(|h| h.addr == addr && matches!(h.sock, Sock::Udp(_)))?;
+        match self.held.remove(i).sock {
+            Sock::Udp(s) => Some(s),
+            Sock::Tcp(_) => None,
+        }
+    }
+
     /// Prepares `cmd` to start the process whose config is `config`: every held socket
     /// whose address a top-level setting of the config names (`peer_addr = "..."`,
     /// `metrics_addr = "9100"`, ...) is handed to it. Call [`Ports::handed`] once the
@@ -139,7 +152,10 @@ mod tests {
                     [[peers]]\npeer_addr = \"127.0.0.1:4003\"\n";
         let mut named = listen_addrs(text);
         named.sort();
-        let want: Vec<SocketAddr> = vec!["127.0.0.1:4001".parse().unwrap(), "127.0.0.1:9100".parse().unwrap()];
+        let want: Vec<SocketAddr> = vec![
+            "127.0.0.1:4001".parse().unwrap(),
+            "127.0.0.1:9100".parse().unwrap(),
+        ];
         assert_eq!(named, want);
     }
 
@@ -159,6 +175,9 @@ mod tests {
         // The next start binds it again.
         let mut cmd = Command::new("true");
         p.hand(&mut cmd, &config).unwrap();
-        assert!(TcpListener::bind(t).is_err(), "not bound again for a restart");
+        assert!(
+            TcpListener::bind(t).is_err(),
+            "not bound again for a restart"
+        );
     }
 }

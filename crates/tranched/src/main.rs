@@ -17,5 +17,7 @@ mod compose;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    // First, before any thread: the ports handed over by whoever started it.
+    tranche_daemon_kit::listen::take_inherited();
     cli::main()
 }

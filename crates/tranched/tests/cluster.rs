@@ -34,6 +34,21 @@ fn cluster_of(n: usize, extra: &str) -> (tempfile::TempDir, LocalCluster) {
     (dir, c)
 }
 
+/// One controller, `extra` in its config, serving metrics on a port the cluster holds
+/// for it; and that port.
+fn one_with_metrics(extra: &str) -> (tempfile::TempDir, LocalCluster, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
+    opts.extra_config = extra.to_string();
+    let mut c = LocalCluster::create(dir.path(), 1, opts).unwrap();
+    let addr = c.reserve_tcp().unwrap();
+    c.prepend_config(0, &format!("metrics_addr = \"{addr}\""))
+        .unwrap();
+    c.start_all().unwrap();
+    let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+    (dir, c, port)
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -807,9 +822,8 @@ fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
 #[test]
 fn metrics_are_served_for_prometheus() {
     let _g = serial();
-    let port = tranche_local::free_port();
     // One controller: metrics_addr is per controller, and one is a valid cluster.
-    let (_dir, mut c) = cluster_of(1, &format!("metrics_addr = \"127.0.0.1:{port}\"\n"));
+    let (_dir, mut c, port) = one_with_metrics("");
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         admin.submit(demo::job("lend", "mia", "m1")).await.unwrap();
@@ -866,13 +880,9 @@ fn metric(text: &str, name: &str) -> f64 {
 #[test]
 fn the_busy_cap_bounds_the_leaders_time_in_passes() {
     let _g = serial();
-    let port = tranche_local::free_port();
     let started = Instant::now();
-    let (_dir, mut c) = cluster_of(
-        1,
-        &format!(
-            "metrics_addr = \"127.0.0.1:{port}\"\n[raft]\ntick_ms = 2\n[sched]\ninterval_ms = 1\nmin_gap_ms = 0\nmax_busy_percent = 1\n"
-        ),
+    let (_dir, mut c, port) = one_with_metrics(
+        "[raft]\ntick_ms = 2\n[sched]\ninterval_ms = 1\nmin_gap_ms = 0\nmax_busy_percent = 1\n",
     );
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
@@ -949,4 +959,32 @@ fn unsafe_no_fsync_warns_at_start_and_keeps_the_state_across_a_restart() {
         2,
         "one warning per start: {log}"
     );
+}
+
+/// A local cluster holds its controllers' ports from the moment it picks them: while a
+/// controller is down no other process can take its peer or client port, and it gets
+/// them back when it restarts. (A port picked free, released and bound by the daemon
+/// later could be taken in between by anything else on the machine.)
+#[test]
+fn a_controllers_ports_stay_its_own_while_it_is_down() {
+    let _g = serial();
+    let (_dir, mut c) = cluster_of(1, "");
+    rt().block_on(async {
+        ready(&mut c).await;
+    });
+    c.kill(0);
+    let m = c.controllers[0].member.clone();
+    for addr in [&m.peer_addr, &m.client_addr] {
+        assert!(
+            std::net::UdpSocket::bind(addr.as_str()).is_err(),
+            "{addr} was free while its controller was down"
+        );
+    }
+    c.start(0).unwrap();
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        c.wait_leader(&admin, Duration::from_secs(20))
+            .await
+            .expect("the restarted controller leads again on its own ports");
+    });
 }

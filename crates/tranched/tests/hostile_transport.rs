@@ -38,9 +38,16 @@ fn setup(
 /// One controller with a revocation list in its config from the start (a spare
 /// certificate revoked), `extra` added to its config, started.
 fn start(dir: &std::path::Path, extra: &str) -> LocalCluster {
+    let mut c = create(dir, extra);
+    c.start_all().unwrap();
+    c
+}
+
+/// [`start`]'s controller, not started yet.
+fn create(dir: &std::path::Path, extra: &str) -> LocalCluster {
     let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
     opts.extra_config = extra.to_string();
-    let mut c = LocalCluster::create(dir, 1, opts).unwrap();
+    let c = LocalCluster::create(dir, 1, opts).unwrap();
     let spare = c.issue(Role::User, "spare").unwrap();
     let crl = revoke(&c.certs, &RevokeTarget::Cert(spare.cert.clone()))
         .unwrap()
@@ -53,7 +60,6 @@ fn start(dir: &std::path::Path, extra: &str) -> LocalCluster {
     )));
     text += &format!("crl = \"{}\"\n", crl.display());
     std::fs::write(&ctl.config, text).unwrap();
-    c.start_all().unwrap();
     c
 }
 
@@ -486,9 +492,15 @@ fn m6_event_stream_ends_when_its_token_expires() {
 
 #[test]
 fn l8_metrics_port_is_on_loopback_by_default() {
-    let port = tranche_local::free_tcp_port();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _dir = tempfile::tempdir().unwrap();
+    let mut c = create(_dir.path(), "");
+    let addr: std::net::SocketAddr = c.reserve_tcp().unwrap().parse().unwrap();
+    let port = addr.port();
     // A bare port: the default form of metrics_addr.
-    let (_g, _dir, mut c) = setup(&format!("metrics_addr = \"{port}\"\n"));
+    c.prepend_config(0, &format!("metrics_addr = \"{port}\""))
+        .unwrap();
+    c.start_all().unwrap();
     rt().block_on(async {
         leader(&mut c).await;
         let body = wait_until("metrics served", Duration::from_secs(10), async || {

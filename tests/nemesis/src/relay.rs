@@ -55,11 +55,12 @@ impl Cuts {
 /// Starts the relay for controller `id`: datagrams to `public` go to `private`.
 pub async fn spawn(
     id: u64,
-    public: SocketAddr,
+    public: std::net::UdpSocket,
     private: SocketAddr,
     cuts: Arc<Cuts>,
 ) -> std::io::Result<()> {
-    let front = Arc::new(UdpSocket::bind(public).await?);
+    public.set_nonblocking(true)?;
+    let front = Arc::new(UdpSocket::from_std(public)?);
     tokio::spawn(async move {
         // One upstream socket per sender, so that replies find their way back.
         let mut ups: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();

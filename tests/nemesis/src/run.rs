@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tranche_client::Client;
-use tranche_local::{free_port, LocalCluster, LocalOptions};
+use tranche_local::{LocalCluster, LocalOptions};
 use tranche_proto::ClientCommand;
 use tranche_proto::{
     ClientRequest, HistoryFilter, JobFilter, JobSummary, Query, Response, MAX_HISTORY_PAGE,
@@ -357,16 +357,24 @@ pub async fn run(args: Args, seed: u64) -> Result<RunOutput, String> {
 
     // Each controller listens privately; the others reach it through its relay.
     let cuts = Arc::new(Cuts::default());
-    for c in &cluster.controllers {
-        let public: SocketAddr = c.member.peer_addr.parse().map_err(|_| "peer_addr")?;
-        let private: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let text = std::fs::read_to_string(&c.config).map_err(|e| e.to_string())?;
-        std::fs::write(&c.config, format!("peer_listen = \"{private}\"\n{text}"))
-            .map_err(|e| e.to_string())?;
-        relay::spawn(c.member.id, public, private, cuts.clone())
+    for i in 0..cluster.controllers.len() {
+        let (id, public) = {
+            let m = &cluster.controllers[i].member;
+            let public: SocketAddr = m.peer_addr.parse().map_err(|_| "peer_addr")?;
+            (m.id, public)
+        };
+        // The relay takes the port the cluster held for the peer address; the
+        // controller is handed a private one.
+        let front = cluster
+            .ports
+            .take_udp(public)
+            .ok_or_else(|| format!("no port held for {public}"))?;
+        let private: SocketAddr = cluster.reserve_udp()?.parse().map_err(|_| "peer_listen")?;
+        cluster.prepend_config(i, &format!("peer_listen = \"{private}\""))?;
+        relay::spawn(id, front, private, cuts.clone())
             .await
             .map_err(|e| format!("relay on {public}: {e}"))?;
-        cuts.add_source(private, c.member.id);
+        cuts.add_source(private, id);
     }
     cluster.start_all()?;
     let admin = tune(cluster.client(Role::Admin, "admin")?, 1_000, 30);

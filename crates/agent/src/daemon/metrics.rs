@@ -1,10 +1,8 @@
-//! The agent's metrics in Prometheus' text format, and the small HTTP server (tiny_http,
-//! on a thread of its own) that serves them on `metrics_addr`.
+//! The agent's metrics in Prometheus' text format, served on `metrics_addr` by the
+//! daemons' shared server.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-use tracing::warn;
 
 use super::Agent;
 
@@ -38,31 +36,8 @@ impl Agent {
         )
     }
 
-    /// Serves `GET /metrics` on `addr` (a bare port: 127.0.0.1). Metrics carry no
-    /// authentication, so an address off this machine is warned about.
+    /// Serves `GET /metrics` on `addr` (see [`tranche_daemon_kit::metrics::serve`]).
     pub(super) fn serve_metrics(self: Arc<Self>, addr: &str) -> Result<(), String> {
-        let a = tranche_tls::listen_addr(addr).map_err(|e| format!("metrics_addr: {e}"))?;
-        if !a.ip().is_loopback() {
-            warn!(
-                addr = %a,
-                "metrics_addr is not a loopback address: every host that reaches it (every \
-                 job on this node too) reads the metrics without authentication"
-            );
-        }
-        let server = tiny_http::Server::http(a).map_err(|e| format!("metrics_addr {a}: {e}"))?;
-        std::thread::Builder::new()
-            .name("tranche-metrics".into())
-            .spawn(move || {
-                for req in server.incoming_requests() {
-                    let resp = if req.url() == "/metrics" {
-                        tiny_http::Response::from_string(self.metrics())
-                    } else {
-                        tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
-                    };
-                    let _ = req.respond(resp);
-                }
-            })
-            .map_err(|e| e.to_string())?;
-        Ok(())
+        tranche_daemon_kit::metrics::serve(addr, move || self.metrics()).map(|_| ())
     }
 }

@@ -234,8 +234,17 @@ impl Agent {
         tranche_tls::only_client_streams(&mut server, tranche_tls::ClientStreams::Bidi, &limits);
         let logs_gate = tranche_tls::Gate::new(limits, certs);
         let addr: std::net::SocketAddr = cfg.logs_addr.parse().expect("validated");
-        let logs = quinn::Endpoint::server(server, addr)
-            .map_err(|e| AgentError::Client(format!("cannot listen on logs_addr {addr}: {e}")))?;
+        let cannot = |e: std::io::Error| {
+            AgentError::Client(format!("cannot listen on logs_addr {addr}: {e}"))
+        };
+        let socket = tranche_daemon_kit::listen::udp(addr).map_err(cannot)?;
+        let logs = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(server),
+            socket,
+            std::sync::Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(cannot)?;
         let port = logs.local_addr().map(|a| a.port()).unwrap_or(addr.port());
         let host = if addr.ip().is_unspecified() {
             inventory.address.clone()

@@ -1,5 +1,4 @@
-//! `tranche-agent`: the node agent's command line (also reachable through the `tranche`
-//! binary invoked as `tranche-agent`).
+//! `tranche-agent`: the node agent's command line.
 
 use std::process::ExitCode;
 
@@ -52,6 +51,16 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Kill every job left in a spool: what `tranche dev` does to its nodes' jobs when
+    /// it stops for good. Not for a node in service: its agent adopts its jobs again
+    /// when it restarts.
+    ///
+    /// Example: tranche-agent stop-jobs --spool /tmp/tranche-dev-x/spool-n1
+    StopJobs {
+        /// The spool directory of the agent whose jobs to kill.
+        #[arg(long)]
+        spool: std::path::PathBuf,
+    },
     /// Fork the shims of the attempts the agent asks for on standard input (started by
     /// the agent itself, not by people).
     #[command(hide = true)]
@@ -75,25 +84,28 @@ pub fn main() -> ExitCode {
         } => inventory(backend, &fake, &node, &units, json),
         Cmd::ShimLauncher { spool: _ } => crate::exec::launcher_main(),
         Cmd::Run { config, json_logs } => run(&config, json_logs),
+        Cmd::StopJobs { spool } => stop_jobs(&spool),
+    }
+}
+
+fn stop_jobs(spool: &std::path::Path) -> ExitCode {
+    let adopted = crate::exec::Executors::new(spool).and_then(|e| e.adopt());
+    match adopted {
+        Ok(attempts) => {
+            for a in attempts {
+                let _ = a.kill_all();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tranche-agent: {}: {e}", spool.display());
+            ExitCode::from(1)
+        }
     }
 }
 
 fn run(config: &std::path::Path, json_logs: bool) -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TRANCHE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    if json_logs {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
-    } else {
-        // Colours only on a terminal: a log file or journal gets plain text.
-        use std::io::IsTerminal;
-        tracing_subscriber::fmt()
-            .with_ansi(std::io::stdout().is_terminal())
-            .with_env_filter(filter)
-            .init();
-    }
+    tranche_daemon_kit::logs::init(json_logs, "info");
     let cfg = match crate::config::AgentConfig::load(config) {
         Ok(c) => c,
         Err(e) => {
@@ -114,18 +126,9 @@ fn run(config: &std::path::Path, json_logs: bool) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            let _ = tx.send(true);
-        });
-        agent.run(rx).await;
+        agent
+            .run(tranche_daemon_kit::signals::shutdown_on_signals())
+            .await;
         ExitCode::SUCCESS
     })
 }

@@ -235,19 +235,7 @@ fn default_job_devices() -> Vec<PathBuf> {
     vec![PathBuf::from("/dev/infiniband")]
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {err}")]
-    Read { path: String, err: std::io::Error },
-    #[error("{path}: {err}")]
-    Parse { path: String, err: String },
-    #[error("{path}: field `{field}`: {rule}")]
-    Invalid {
-        path: String,
-        field: &'static str,
-        rule: String,
-    },
-}
+pub use tranche_daemon_kit::ConfigError;
 
 /// An account name as NSS takes it: not empty, at most 256 bytes, no `-` first (it
 /// would read as an option to tools), no `:` or `/` (they delimit the account
@@ -272,18 +260,12 @@ fn check_account_name(a: &str) -> Result<(), &'static str> {
 
 impl AgentConfig {
     pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
-            path: path.display().to_string(),
-            err,
-        })?;
+        let text = tranche_daemon_kit::config::read(path)?;
         AgentConfig::parse(&text, &path.display().to_string())
     }
 
     pub fn parse(text: &str, path: &str) -> Result<AgentConfig, ConfigError> {
-        let cfg: AgentConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_string(),
-            err: e.to_string(),
-        })?;
+        let cfg: AgentConfig = tranche_daemon_kit::config::parse(text, path)?;
         let bad = |field, rule: &str| ConfigError::Invalid {
             path: path.to_string(),
             field,

@@ -106,6 +106,32 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
     let out = tranche(&config, &["submit", script.to_str().unwrap(), "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 
+    // A job still running when tranche dev stops is killed with its node.
+    let mark = format!("dev-left-{}", std::process::id());
+    let out = tranche(
+        &config,
+        &[
+            "submit",
+            "--share",
+            "vision",
+            "--gpus",
+            "1",
+            "--parsable",
+            "--",
+            "sh",
+            "-c",
+            &format!("sleep 300; echo {mark}"),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    wait_until_blocking("the long job runs", Duration::from_secs(30), || {
+        match tranche_local::processes_matching(&mark).is_empty() {
+            true => Err("not yet".to_string()),
+            false => Ok(()),
+        }
+    })
+    .unwrap();
+
     // Ctrl-C: everything stops and the temporary dir goes away.
     tranche_local::interrupt(dev.child.id());
     let status = wait_until_blocking("tranche dev stops", Duration::from_secs(30), || {
@@ -119,4 +145,6 @@ fn dev_starts_a_cluster_that_runs_jobs_and_ctrl_c_leaves_nothing() {
     assert!(!dir.exists(), "{} is left behind", dir.display());
     let left = tranche_local::processes_matching(dir.to_str().unwrap());
     assert!(left.is_empty(), "processes left running: {left:?}");
+    let job = tranche_local::processes_matching(&mark);
+    assert!(job.is_empty(), "the running job was left: {job:?}");
 }

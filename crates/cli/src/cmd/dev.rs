@@ -301,11 +301,12 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     eprintln!("\nStopping the agents, their jobs and the controllers...");
     for i in 0..c.agents.len() {
         c.kill_agent(i);
-        if let Ok(execs) = tranche_agent::exec::Executors::new(&c.agents[i].spool) {
-            for a in execs.adopt().unwrap_or_default() {
-                let _ = a.kill_all();
-            }
-        }
+        // What its jobs left running (their shims outlive the agent).
+        let _ = std::process::Command::new(&agent)
+            .arg("stop-jobs")
+            .arg("--spool")
+            .arg(&c.agents[i].spool)
+            .status();
     }
     for i in 0..c.controllers.len() {
         c.stop(i);

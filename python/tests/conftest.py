@@ -96,7 +96,7 @@ def start_dev(tmp: Path, *args: str) -> Dev:
             break
         time.sleep(0.2)
     m = re.match(r"export TRANCHE_CONFIG=(\S+)", line)
-    t = re.search(r"TRANCHE_URL=(\S+) TRANCHE_CA=(\S+) TRANCHE_TOKEN=(\S+)", text)
+    t = re.search(r"TRANCHE_URL=(\S+) TRANCHE_CA=(\S+) TRANCHE_TOKEN=\$\(cat (\S+)\)", text)
     if not m or not t:
         proc.kill()
         raise RuntimeError(f"tranche dev did not start:\n{line}\n{text}")
@@ -113,7 +113,8 @@ def start_dev(tmp: Path, *args: str) -> Dev:
         proc.kill()
         raise RuntimeError(f"tranche dev printed no admin access key:\n{text}")
     aws_admin_env = dict(kv.split("=", 1) for kv in adm.group(1).split())
-    return Dev(tmp / "cluster", proc, cfg, user, urls, t.group(2), t.group(3), aws_env, aws_admin_env)
+    token = Path(t.group(3)).read_text().strip()
+    return Dev(tmp / "cluster", proc, cfg, user, urls, t.group(2), token, aws_env, aws_admin_env)
 
 
 def stop_dev(d: Dev) -> None:

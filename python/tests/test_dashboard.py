@@ -75,11 +75,14 @@ def skip_or_fail(why: str) -> None:
 
 
 def dashboard_url(dev: Any) -> str:
-    """The URL `tranche dev` printed for the dashboard (an admin token in its fragment)."""
+    """The dashboard URL `tranche dev` wrote to the file it names (an admin token in its
+    fragment), checked against the URL it printed."""
     text = (Path(dev.dir).parent / "dev.err").read_text()
-    m = re.search(r"(https://\S+/ui/#token=\S+)", text)
+    m = re.search(r"Dashboard: (https://\S+/ui/) .*\n.*open the URL in (\S+),", text)
     assert m, f"tranche dev printed no dashboard URL:\n{text}"
-    return m.group(1)
+    url = Path(m.group(2)).read_text().strip()
+    assert url.startswith(m.group(1) + "#token="), url
+    return url
 
 
 def token_for(dev: Any, role: str, name: str) -> str:

@@ -2,6 +2,7 @@
 //! and `tranche dev`: certificates, configs, data dirs and logs under one directory.
 
 pub mod demo;
+pub mod demo_image;
 mod ports;
 
 pub use ports::Ports;

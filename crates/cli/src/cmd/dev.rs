@@ -91,6 +91,56 @@ fn retention_config(job_hot_s: u64) -> String {
     )
 }
 
+/// Writes a secret (a token, a URL that carries one) to `<dir>/<name>`, readable by
+/// this account only; returns its path.
+fn secret_file(dir: &std::path::Path, name: &str, text: &str) -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(format!("{text}\n").as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Makes the demo image the AWS examples name (`<dir>/images/tranche-train`, an OCI
+/// layout of the machine's static busybox), and says what this machine lacks for
+/// container jobs and what will then not work.
+fn demo_image_and_tools(dir: &std::path::Path) -> Result<(), String> {
+    use tranche_local::demo_image;
+    let image = dir.join("images").join("tranche-train");
+    match demo_image::static_busybox() {
+        Some(bb) => {
+            demo_image::make(&image, &bb)
+                .map_err(|e| format!("the demo image {}: {e}", image.display()))?;
+            step(&format!(
+                "demo image: {} (busybox {}, entrypoint /entry.sh)",
+                image.display(),
+                bb.display()
+            ));
+        }
+        None => step(&format!(
+            "no static busybox here, so no demo image: the AWS examples' training image \
+             ({}) does not exist and their jobs fail. Install busybox-static and start again, \
+             or put a rootfs or an OCI image layout there.",
+            image.display()
+        )),
+    }
+    if demo_image::oci_runtime().is_none() {
+        step(
+            "no runc or crun here: jobs with an image (--image, and every SageMaker job) \
+             FAIL; jobs on the host (the default) run. Install runc to run them.",
+        );
+    }
+    Ok(())
+}
+
 fn step(msg: &str) {
     eprintln!("  {msg}");
 }
@@ -168,6 +218,7 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     };
     eprintln!("Starting a local Tranche cluster in {}", dir.display());
     let (tranched, agent) = daemons()?;
+    demo_image_and_tools(&dir)?;
     let mut opts = LocalOptions::new(tranched);
     if std::env::var("TRANCHE_LOG").is_err() {
         opts.log_filter = "info,raft=warn".into();
@@ -245,24 +296,31 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         user_files.ca.display()
     );
     eprintln!("    python3 -c 'import tranche; print(tranche.Cluster.from_config().shares())'");
+    // Tokens are long (over 1,000 characters): they go in files, the lines name them.
+    let token_file = secret_file(&dir, &format!("token-{user}"), &token)?;
     eprintln!("  or, with no certificate, a bearer token for {user} (8 hours):");
     eprintln!(
-        "    export TRANCHE_URL={} TRANCHE_CA={} TRANCHE_TOKEN={token}",
+        "    export TRANCHE_URL={} TRANCHE_CA={} TRANCHE_TOKEN=$(cat {})",
         urls.first().cloned().unwrap_or_default(),
-        user_files.ca.display()
+        user_files.ca.display(),
+        token_file.display()
     );
     // The dashboard's URL carries an admin token in its fragment, which the browser
     // never sends to a server; the page moves it to the tab's sessionStorage.
     let admin_files = tranche_tls::TlsFiles::in_dir(&c.certs, Role::Admin, "admin");
     let admin_token = tranche_tls::token::issue_token(&admin_files, Duration::from_secs(8 * 3600))
         .map_err(|e| format!("a token for the admin: {e}"))?;
+    let ui = format!("{}/ui/", urls.first().cloned().unwrap_or_default());
+    let admin_token_file = secret_file(&dir, "token-admin", &admin_token)?;
+    let ui_file = secret_file(&dir, "dashboard-url", &format!("{ui}#token={admin_token}"))?;
     eprintln!(
-        "  Dashboard, logged in as the admin for 8 hours (the browser will not know the cluster's CA {}: trust it or accept the warning):",
+        "  Dashboard: {ui} (the browser will not know the cluster's CA {}: trust it or accept the warning);",
         user_files.ca.display()
     );
     eprintln!(
-        "    {}/ui/#token={admin_token}",
-        urls.first().cloned().unwrap_or_default()
+        "    log in with the admin's token in {} (8 hours), or open the URL in {}, which logs in at once",
+        admin_token_file.display(),
+        ui_file.display()
     );
     let key = issue_key(&admin, &user, tranche_model::KeyRole::User).await?;
     let admin_key = issue_key(&admin, "admin", tranche_model::KeyRole::Admin).await?;

@@ -6,8 +6,9 @@
 //! [`Rig`] is a [`Service`] over an in-memory applied state, with a stand-in node task
 //! in place of the Raft node: it **applies each write directly to the state** (as one
 //! controller that leads a cluster of one would, without the log), at the wall clock's
-//! time, records the command in [`Rig::written`], and answers read barriers and
-//! membership changes at once. Nothing is scheduled: no planner runs, so a submitted
+//! time (recording its events for the event stream), records the command in
+//! [`Rig::written`], and answers read barriers and membership changes at once.
+//! Nothing is scheduled: no planner runs, so a submitted
 //! job stays waiting unless a test applies a plan itself ([`Rig::plan`]).
 //!
 //! [`demo_state`] is a small cluster's state to start from: the demo objects, node
@@ -81,17 +82,24 @@ impl Rig {
     }
 }
 
+/// Applies `cmd` as the next entry, with its events for the event stream, and wakes
+/// the streams, as the node task does for a committed entry.
 fn apply(
     sh: &mut Shared,
     request: Option<&tranche_state::RequestId>,
     cmd: &Command,
     now: tranche_model::Millis,
 ) -> Result<tranche_state::Outcome, tranche_state::ApplyError> {
+    let index = sh.applied + 1;
+    let before = sh.events.before(&sh.state, cmd, index);
     let result = sh.state.apply_request(request, cmd, now).result;
-    sh.applied += 1;
+    sh.events
+        .after(&sh.state, index, before, result.as_ref().ok());
+    sh.applied = index;
     sh.last_now = now;
-    sh.status.applied = sh.applied;
-    sh.status.commit = sh.applied;
+    sh.status.applied = index;
+    sh.status.commit = index;
+    sh.events.notifier().send_replace(index);
     result
 }
 

@@ -13,6 +13,9 @@
 //! AWS's API: those adapters live in `tranche-http` and `tranche-aws` and depend on it.
 //! The config file's `[http]` and `[aws]` sections are parsed here, as data, since one
 //! file configures the whole daemon.
+//!
+//! The `testing` feature adds the module `testing`: the service over an
+//! in-memory state with a stand-in node, for the adapters' tests.
 
 pub mod cadence;
 pub mod config;
@@ -28,6 +31,8 @@ pub mod planner;
 pub mod quic;
 pub mod server;
 pub mod service;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod views;
 
 pub use config::Config;

@@ -1105,12 +1105,13 @@ mod tests {
     use std::sync::{Mutex, RwLock};
     use tranche_model::JobId;
 
-    use tranche_model::{JobSpec, NodeName};
+    use tranche_model::NodeName;
     use tranche_proto::MembershipChange;
     use tranche_state::{Command, Outcome};
 
     use super::*;
     use crate::mailbox::Shared;
+    use crate::testing::{demo_state as state, spec};
 
     struct Rig {
         service: Service,
@@ -1125,59 +1126,6 @@ mod tests {
         fn set_blocked(&self, ids: &[u64]) {
             *self.0.lock().unwrap() = ids.to_vec();
         }
-    }
-
-    /// A state with the demo policy, node `n1`, and job 1 of `alice` placed on `n1`.
-    fn state() -> State {
-        let mut st = State::new();
-        let objects = [
-            "[[environments]]\nname = \"gpu\"\ncapacity_limits = [ { unit = \"h100\", max = 8 } ]\n",
-            "[[policies]]\nname = \"fifo\"\n",
-            "[[queues]]\nname = \"q\"\nenvironment = \"gpu\"\npolicy = \"fifo\"\n",
-            "[[shares]]\nname = \"lend\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"h100\", max = 8 } ]\nstrategy = \"LEND\"\n",
-            "[[shares]]\nname = \"private\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"h100\", max = 8 } ]\nstrategy = \"LEND\"\nmembers = [\"alice\"]\n",
-        ]
-        .concat();
-        let f = tranche_model::policy_file::parse(&objects).unwrap();
-        for e in f.environments {
-            st.apply(&Command::PutEnvironment(e), 0).unwrap();
-        }
-        for p in f.policies {
-            st.apply(&Command::PutPolicy(p), 0).unwrap();
-        }
-        for q in f.queues {
-            st.apply(&Command::PutQueue(q), 0).unwrap();
-        }
-        for s in f.shares {
-            st.apply(&Command::PutShare(s), 0).unwrap();
-        }
-        let inv = tranche_model::NodeInventory {
-            name: "n1".into(),
-            address: "127.0.0.1".into(),
-            labels: Default::default(),
-            gpus: vec![tranche_model::Gpu {
-                index: tranche_model::GpuIndex(0),
-                uuid: "GPU-0".into(),
-                unit: "h100".into(),
-                memory_mb: 1,
-                healthy: true,
-            }],
-            cpus: 4,
-            memory_mb: 1024,
-        };
-        st.apply(&Command::RegisterNode(inv), 0).unwrap();
-        st.apply(&Command::Submit(spec("alice", "lend")), 1)
-            .unwrap();
-        let plan = tranche_sched::plan(&st, 2);
-        st.apply(&Command::ApplyPlan(plan), 2).unwrap();
-        assert!(st.job(JobId(1)).unwrap().status.is_active());
-        st
-    }
-
-    fn spec(user: &str, share: &str) -> JobSpec {
-        let mut s = JobSpec::new("j", "q", share, user, "h100", 1, 1);
-        s.command = vec!["true".into()];
-        s
     }
 
     fn rig(fault_injection: bool) -> Rig {

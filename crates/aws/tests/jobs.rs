@@ -1,0 +1,403 @@
+//! The service-job operations of the AWS Batch-compatible endpoint, in process over
+//! the controller's test rig, with requests signed here: SubmitServiceJob (with a
+//! client token), DescribeServiceJob (its owner sees the payload, another user not:
+//! rule H3), ListServiceJobs (by status, by name, paged), UpdateServiceJob,
+//! TerminateServiceJob(s), tags of a job, the queue snapshot, and bad input named.
+//! The same behaviours as `python/tests/test_aws.py` checks with boto3.
+
+mod common;
+
+use axum::http::Method;
+use common::*;
+use serde_json::{json, Value};
+use tranche_state::State;
+
+/// A queue `jq` with a LEND share `qs` of 3 ml.g5.xlarge, made by the admin.
+async fn setup() -> Aws {
+    let aws = Aws::new(State::new());
+    let key = aws.admin.clone();
+    let sp = ok(&aws
+        .op(
+            &key,
+            "CreateSchedulingPolicy",
+            json!({"name": "sp", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+        )
+        .await)["arn"]
+        .clone();
+    ok(&aws
+        .op(&key, "CreateServiceEnvironment", json!({
+            "serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+            "state": "ENABLED", "capacityLimits": [{"maxCapacity": 3, "capacityUnit": "ml.g5.xlarge"}],
+        }))
+        .await);
+    ok(&aws
+        .op(&key, "CreateJobQueue", json!({
+            "jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "state": "ENABLED",
+            "priority": 1, "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
+            "schedulingPolicyArn": sp,
+        }))
+        .await);
+    ok(&aws
+        .op(
+            &key,
+            "CreateQuotaShare",
+            json!({
+                "quotaShareName": "qs", "jobQueue": "jq",
+                "capacityLimits": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 3}],
+                "resourceSharingConfiguration": {"strategy": "LEND"},
+                "preemptionConfiguration": {"inSharePreemption": "DISABLED"}, "state": "ENABLED",
+            }),
+        )
+        .await);
+    aws
+}
+
+fn submit(name: &str) -> Value {
+    json!({
+        "jobName": name, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
+        "quotaShareName": "qs", "serviceRequestPayload": payload(name, "ml.g5.xlarge", 1),
+    })
+}
+
+fn job_ids(list: &Value) -> Vec<String> {
+    list["jobSummaryList"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["jobId"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn service_jobs_are_submitted_described_listed_updated_and_terminated() {
+    let aws = setup().await;
+    let alice = aws.alice.clone();
+    let mut args = submit("train-a");
+    args["schedulingPriority"] = json!(7);
+    args["tags"] = json!({"team": "a"});
+    args["timeoutConfig"] = json!({"attemptDurationSeconds": 300});
+    args["retryStrategy"] = json!({"attempts": 2});
+    args["clientToken"] = json!("token-1");
+    let sub = ok(&aws.op(&alice, "SubmitServiceJob", args.clone()).await);
+    let id = sub["jobId"].as_str().unwrap().to_string();
+    assert_eq!(
+        sub["jobArn"],
+        json!(format!("arn:aws:batch:{REGION}:{ACCOUNT}:service-job/{id}"))
+    );
+    assert_eq!(sub["jobName"], json!("train-a"));
+    // A retried submit with the same client token is the same job.
+    let again = ok(&aws.op(&alice, "SubmitServiceJob", args).await);
+    assert_eq!(again["jobId"], json!(id));
+
+    let d = ok(&aws
+        .op(
+            &alice,
+            "DescribeServiceJob",
+            json!({"jobId": sub["jobArn"]}),
+        )
+        .await);
+    assert_eq!(
+        (d["jobName"].clone(), d["quotaShareName"].clone()),
+        (json!("train-a"), json!("qs"))
+    );
+    assert!(
+        d["jobQueue"].as_str().unwrap().ends_with(":job-queue/jq"),
+        "{d}"
+    );
+    assert_eq!(d["schedulingPriority"], json!(7));
+    assert_eq!(d["tags"], json!({"team": "a"}));
+    assert_eq!(d["timeoutConfig"], json!({"attemptDurationSeconds": 300}));
+    assert_eq!(d["retryStrategy"]["attempts"], json!(2));
+    assert_eq!(
+        d["capacityUsage"],
+        json!([{"capacityUnit": "ml.g5.xlarge", "quantity": 1.0}])
+    );
+    assert_eq!(d["serviceJobType"], json!("SAGEMAKER_TRAINING"));
+    assert_eq!(d["status"], json!("RUNNABLE"), "no planner runs in the rig");
+    assert_eq!(
+        (d["isTerminated"].clone(), d["startedAt"].clone()),
+        (json!(false), json!(0))
+    );
+    let sent: Value = serde_json::from_str(d["serviceRequestPayload"].as_str().unwrap()).unwrap();
+    assert_eq!(sent["TrainingJobName"], json!("train-a"));
+    assert!(d.get("preemptionSummary").is_none());
+    // By its id as well as its ARN.
+    let by_id = ok(&aws
+        .op(&alice, "DescribeServiceJob", json!({"jobId": id}))
+        .await);
+    assert_eq!(by_id["jobArn"], sub["jobArn"]);
+
+    // Another user reads no payload and no tags of it (H3).
+    let seen = ok(&aws
+        .op(&aws.bob, "DescribeServiceJob", json!({"jobId": id}))
+        .await);
+    assert!(seen.get("serviceRequestPayload").is_none(), "{seen}");
+    assert_eq!(seen["tags"], json!({}));
+    assert_eq!(
+        (seen["jobName"].clone(), seen["status"].clone()),
+        (json!("train-a"), json!("RUNNABLE"))
+    );
+
+    // Listing: RUNNING by default; by status; by name (a prefix, any case), newest
+    // first; paged.
+    let more: Vec<String> = {
+        let mut v = vec![];
+        for i in 0..3 {
+            let r = ok(&aws
+                .op(&alice, "SubmitServiceJob", submit(&format!("train-b{i}")))
+                .await);
+            v.push(r["jobId"].as_str().unwrap().to_string());
+        }
+        v
+    };
+    let r = ok(&aws
+        .op(&alice, "ListServiceJobs", json!({"jobQueue": "jq"}))
+        .await);
+    assert_eq!(job_ids(&r), Vec::<String>::new(), "nothing is RUNNING");
+    let r = ok(&aws
+        .op(
+            &alice,
+            "ListServiceJobs",
+            json!({"jobQueue": "jq", "jobStatus": "RUNNABLE"}),
+        )
+        .await);
+    assert_eq!(job_ids(&r).len(), 4, "{r}");
+    let s = &r["jobSummaryList"][0];
+    for k in [
+        "jobArn",
+        "jobId",
+        "jobName",
+        "quotaShareName",
+        "status",
+        "createdAt",
+        "capacityUsage",
+    ] {
+        assert!(s.get(k).is_some(), "a summary has `{k}`: {s}");
+    }
+    let r = ok(&aws
+        .op(
+            &alice,
+            "ListServiceJobs",
+            json!({"jobQueue": "jq", "filters": [{"name": "JOB_NAME", "values": ["TRAIN-B*"]}]}),
+        )
+        .await);
+    let names: Vec<&str> = r["jobSummaryList"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["jobName"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["train-b2", "train-b1", "train-b0"]);
+    let mut pages = vec![];
+    let mut token: Option<Value> = None;
+    loop {
+        let mut req = json!({"jobQueue": "jq", "maxResults": 2, "filters": [{"name": "JOB_NAME", "values": ["train-*"]}]});
+        if let Some(t) = &token {
+            req["nextToken"] = t.clone();
+        }
+        let page = ok(&aws.op(&alice, "ListServiceJobs", req).await);
+        pages.push(job_ids(&page).len());
+        match page.get("nextToken") {
+            Some(t) if !t.is_null() => token = Some(t.clone()),
+            _ => break,
+        }
+    }
+    assert_eq!(pages, [2, 2]);
+    let r = ok(&aws
+        .op(&alice, "ListServiceJobs", json!({"jobQueue": "jq", "jobStatus": "RUNNABLE", "filters": [{"name": "QUOTA_SHARE_NAME", "values": ["qs"]}]}))
+        .await);
+    assert_eq!(job_ids(&r).len(), 4);
+
+    // The queue's snapshot: the waiting jobs at its front.
+    let snap = ok(&aws
+        .op(&alice, "GetJobQueueSnapshot", json!({"jobQueue": "jq"}))
+        .await);
+    let front: Vec<&str> = snap["frontOfQueue"]["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["jobArn"].as_str().unwrap())
+        .collect();
+    assert!(front.contains(&sub["jobArn"].as_str().unwrap()), "{snap}");
+
+    // Update: its owner may, another user not.
+    let up = ok(&aws
+        .op(
+            &alice,
+            "UpdateServiceJob",
+            json!({"jobId": more[0], "schedulingPriority": 42}),
+        )
+        .await);
+    assert_eq!(up["jobId"], json!(more[0]));
+    let d = ok(&aws
+        .op(&alice, "DescribeServiceJob", json!({"jobId": more[0]}))
+        .await);
+    assert_eq!(d["schedulingPriority"], json!(42));
+    client_error(
+        &aws.op(
+            &aws.bob,
+            "UpdateServiceJob",
+            json!({"jobId": more[0], "schedulingPriority": 9}),
+        )
+        .await,
+        "may change only its own jobs",
+    );
+
+    // Terminate: another user's job is answered as one that does not exist.
+    client_error(
+        &aws.op(
+            &aws.bob,
+            "TerminateServiceJob",
+            json!({"jobId": sub["jobArn"], "reason": "mine now"}),
+        )
+        .await,
+        "does not exist, or user:bob may not terminate it",
+    );
+    ok(&aws
+        .op(
+            &alice,
+            "TerminateServiceJob",
+            json!({"jobId": id, "reason": "enough"}),
+        )
+        .await);
+    let d = ok(&aws
+        .op(&alice, "DescribeServiceJob", json!({"jobId": id}))
+        .await);
+    assert_eq!(
+        (d["status"].clone(), d["isTerminated"].clone()),
+        (json!("FAILED"), json!(true))
+    );
+    let mut jobs = more.clone();
+    jobs.push("999999".into());
+    let bulk = ok(&aws
+        .op(
+            &alice,
+            "TerminateServiceJobs",
+            json!({"jobs": jobs, "reason": "cleanup"}),
+        )
+        .await);
+    let mut done: Vec<String> = bulk["successful"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    done.sort();
+    assert_eq!(done, more);
+    let errors: Vec<&str> = bulk["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["job"].as_str().unwrap())
+        .collect();
+    assert_eq!(errors, ["999999"], "{bulk}");
+
+    // A job's tags, through the tag operations.
+    let path = format!(
+        "/v1/tags/{}",
+        sub["jobArn"]
+            .as_str()
+            .unwrap()
+            .replace(':', "%3A")
+            .replace('/', "%2F")
+    );
+    let r = aws.signed(&alice, Method::GET, &path, vec![]).await;
+    assert_eq!(ok(&r)["tags"], json!({"team": "a"}));
+}
+
+#[tokio::test]
+async fn bad_submits_name_their_member_and_change_nothing() {
+    let aws = setup().await;
+    let alice = aws.alice.clone();
+    let before = aws.h.rig.writes();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = submit("x");
+        f(&mut b);
+        b
+    };
+    let payload_with = |f: &dyn Fn(&mut Value)| {
+        let mut p: Value = serde_json::from_str(&payload("x", "ml.g5.xlarge", 1)).unwrap();
+        f(&mut p);
+        with(&|b| b["serviceRequestPayload"] = json!(p.to_string()))
+    };
+    for (body, says) in [
+        (
+            with(&|b| b["serviceJobType"] = json!("NOPE")),
+            "serviceJobType",
+        ),
+        (
+            with(&|b| {
+                b.as_object_mut().unwrap().remove("jobName");
+            }),
+            "Invalid value at 'jobName': is required",
+        ),
+        (
+            with(&|b| b["schedulingPriority"] = json!(12000)),
+            "Invalid value at 'schedulingPriority'",
+        ),
+        (
+            with(&|b| b["schedulingPriority"] = json!("high")),
+            "Invalid value at 'schedulingPriority'",
+        ),
+        (
+            with(&|b| b["retryStrategy"] = json!({"attempts": 0})),
+            "Invalid value at 'retryStrategy.attempts'",
+        ),
+        (
+            with(&|b| b["shareIdentifier"] = json!("x")),
+            "shareIdentifier",
+        ),
+        (
+            with(&|b| b["quotaShareName"] = json!("nope")),
+            "quota share nope does not exist in job queue jq",
+        ),
+        (
+            with(&|b| b["jobQueue"] = json!("nope")),
+            "job queue nope does not exist",
+        ),
+        (
+            with(&|b| b["serviceRequestPayload"] = json!("not json")),
+            "serviceRequestPayload",
+        ),
+        (
+            payload_with(&|p| p["AlgorithmSpecification"] = json!({"TrainingImage": "nope:1"})),
+            "image catalog",
+        ),
+        (
+            payload_with(&|p| p["ResourceConfig"]["InstanceType"] = json!("ml.nope.xlarge")),
+            "instance type `ml.nope.xlarge` is not configured",
+        ),
+        (
+            payload_with(
+                &|p| p["InputDataConfig"] = json!([{"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://b/k", "S3DataType": "S3Prefix"}}}]),
+            ),
+            "channel `train` reads from S3",
+        ),
+    ] {
+        client_error(&aws.op(&alice, "SubmitServiceJob", body).await, says);
+    }
+    client_error(
+        &aws.op(&alice, "DescribeServiceJob", json!({"jobId": "999999"}))
+            .await,
+        "does not exist",
+    );
+    client_error(
+        &aws.op(&alice, "DescribeServiceJob", json!({})).await,
+        "Invalid value at 'jobId': is required",
+    );
+    client_error(
+        &aws.op(
+            &alice,
+            "ListServiceJobs",
+            json!({"jobQueue": "jq", "jobStatus": "DONE"}),
+        )
+        .await,
+        "Value 'DONE' at 'jobStatus'",
+    );
+    assert_eq!(
+        aws.h.rig.writes(),
+        before,
+        "a refused submit reached the node"
+    );
+    assert_eq!(aws.h.rig.shared.read().unwrap().state.jobs.len(), 0);
+}

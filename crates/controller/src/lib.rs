@@ -29,5 +29,6 @@ pub mod quic;
 pub mod server;
 pub mod service;
 pub mod views;
+pub mod wire;
 
 pub use config::Config;

@@ -3,6 +3,7 @@
 //! [`ClientRequest`] and receives one [`Response`] per bidirectional QUIC stream; controllers
 //! exchange [`peer::PeerFrame`]s.
 
+pub mod answer;
 pub mod command;
 pub mod frame;
 pub mod msg;
@@ -12,6 +13,7 @@ pub mod text;
 /// systemd readiness, where the agent still names it (see [`tranche_daemon_kit::systemd`]).
 pub use tranche_daemon_kit::systemd as service;
 
+pub use answer::{GpuTimes, LedgerTotals, Outcome, PlanOutcome, Refusal};
 pub use command::ClientCommand;
 pub use frame::{FrameError, MAX_CLIENT_FRAME, MAX_LOG_REQUEST, MAX_PEER_FRAME, PROTOCOL_VERSION};
 pub use msg::*;

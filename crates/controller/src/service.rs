@@ -345,7 +345,7 @@ impl Service {
             identity: who.to_string(),
             ..r
         });
-        // An access key gets its id here, so `into_command` never sees the request.
+        // An access key gets its id here, so `wire::command` never sees the request.
         let command = match command {
             ClientCommand::IssueAccessKey { user, role } => {
                 return self.issue_access_key(user, role, serial).await
@@ -355,16 +355,16 @@ impl Service {
                 if let Err(e) = self.settle_archived_deps(&mut spec) {
                     return Response::Error(e);
                 }
-                ClientCommand::Submit(spec).into_command()
+                wire::command(ClientCommand::Submit(spec))
             }
             ClientCommand::RegisterNode(inv) => {
                 let inv = {
                     let sh = self.shared.read().unwrap();
                     settle_registration(who, inv, &sh.state)
                 };
-                ClientCommand::RegisterNode(inv).into_command()
+                wire::command(ClientCommand::RegisterNode(inv))
             }
-            c => c.into_command(),
+            c => wire::command(c),
         };
         self.propose(command, request).await
     }
@@ -1250,7 +1250,7 @@ mod tests {
         }
         assert_eq!(
             r.written.lock().unwrap().last(),
-            Some(&c.into_command()),
+            Some(&wire::command(c)),
             "the write reached the node as its replicated command"
         );
     }
@@ -2031,13 +2031,12 @@ mod tests {
             panic!("no key")
         };
         assert_ne!(again.id, key.id);
-        // The id the service picks never comes from `into_command`, whose stand-in the
+        // The id the service picks never comes from `wire::command`, whose stand-in the
         // state machine refuses.
-        let stand_in = ClientCommand::IssueAccessKey {
+        let stand_in = wire::command(ClientCommand::IssueAccessKey {
             user: "bob".into(),
             role: KeyRole::User,
-        }
-        .into_command();
+        });
         assert!(State::new().apply(&stand_in, 1).is_err());
     }
 

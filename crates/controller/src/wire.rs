@@ -1,12 +1,62 @@
-//! Where the client protocol meets the state machine: the state machine's answers
+//! Where the client protocol meets the state machine: an authorized client's command
+//! becomes the replicated [`Command`] ([`command`]), and the state machine's answers
 //! become the protocol's ([`tranche_proto::Outcome`], [`Refusal`], [`LedgerTotals`]).
-//! The protocol's types mirror the state's field for field, with the same encoding;
-//! the tests below hold the two to the same bytes, so a change to either side shows
-//! here before it reaches a client.
+//! The protocol's answer types mirror the state's field for field, with the same
+//! encoding; the tests below hold the two to the same bytes, so a change to either side
+//! shows here before it reaches a client.
 
-use tranche_proto::{GpuTimes, LedgerTotals, PlanOutcome, Refusal};
+use tranche_model::AccessKey;
+use tranche_proto::{ClientCommand, GpuTimes, LedgerTotals, PlanOutcome, Refusal};
 use tranche_state::ledger::{Bucket, Totals};
-use tranche_state::ApplyError;
+use tranche_state::{ApplyError, Command};
+
+/// The replicated command a client's command becomes once authorized.
+///
+/// `IssueAccessKey` needs the id and the time the controller gives it: the service
+/// turns it into [`Command::PutAccessKey`] itself. Here it becomes a key with an empty
+/// id, which the state machine refuses, so that nothing is issued by mistake.
+pub fn command(c: ClientCommand) -> Command {
+    use ClientCommand as C;
+    match c {
+        C::PutEnvironment(e) => Command::PutEnvironment(e),
+        C::DeleteEnvironment(n) => Command::DeleteEnvironment(n),
+        C::PutPolicy(p) => Command::PutPolicy(p),
+        C::DeletePolicy(n) => Command::DeletePolicy(n),
+        C::PutQueue(q) => Command::PutQueue(q),
+        C::DeleteQueue(n) => Command::DeleteQueue(n),
+        C::PutShare(s) => Command::PutShare(s),
+        C::DeleteShare(n) => Command::DeleteShare(n),
+        C::Submit(spec) => Command::Submit(spec),
+        C::Cancel { job, reason } => Command::Cancel { job, reason },
+        C::UpdatePriority { job, priority } => Command::UpdatePriority { job, priority },
+        C::Hold { job } => Command::Hold { job },
+        C::Release { job } => Command::Release { job },
+        C::DrainNode { node, reason, now } => Command::DrainNode { node, reason, now },
+        C::ResumeNode { node } => Command::ResumeNode { node },
+        C::RegisterNode(inv) => Command::RegisterNode(inv),
+        C::JobProgress {
+            job,
+            attempt,
+            event,
+        } => Command::JobProgress {
+            job,
+            attempt,
+            event,
+        },
+        C::TagResource { resource, tags } => Command::TagResource { resource, tags },
+        C::UntagResource { resource, keys } => Command::UntagResource { resource, keys },
+        C::IssueAccessKey { user, role } => Command::PutAccessKey(AccessKey {
+            id: String::new(),
+            user,
+            role,
+            created_at: 0,
+            revoked_at: None,
+            issuer_serial: None,
+            expires_at: None,
+        }),
+        C::RevokeAccessKey { id } => Command::RevokeAccessKey { id },
+    }
+}
 
 /// A committed write's answer as a client reads it.
 pub fn outcome(o: tranche_state::Outcome) -> tranche_proto::Outcome {

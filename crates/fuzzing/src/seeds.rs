@@ -10,8 +10,8 @@ use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState, Message, MessageType,
     SnapshotMetadata,
 };
+use tranche_controller::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_model::{JobId, JobRef, JobSpec, JobStatus, SECOND};
-use tranche_proto::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_proto::{
     frame, ApiError, ClientCommand, ClientRequest, ClusterStatus, GpuBinding, JobFilter, LogFrame,
     LogRequest, Member, MemberStatus, MembershipChange, NodeWork, Outcome, Query, Response,

@@ -1,13 +1,11 @@
 //! Tranche's wire protocol: versioned, size-capped frames and the client API's
 //! messages. Every stream carries frames (see [`frame`]); the client API sends one
-//! [`ClientRequest`] and receives one [`Response`] per bidirectional QUIC stream; controllers
-//! exchange [`peer::PeerFrame`]s.
+//! [`ClientRequest`] and receives one [`Response`] per bidirectional QUIC stream.
 
 pub mod answer;
 pub mod command;
 pub mod frame;
 pub mod msg;
-pub mod peer;
 pub mod text;
 
 /// systemd readiness, where the agent still names it (see [`tranche_daemon_kit::systemd`]).

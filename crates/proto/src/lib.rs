@@ -8,9 +8,6 @@ pub mod frame;
 pub mod msg;
 pub mod text;
 
-/// systemd readiness, where the agent still names it (see [`tranche_daemon_kit::systemd`]).
-pub use tranche_daemon_kit::systemd as service;
-
 pub use answer::{GpuTimes, LedgerTotals, Outcome, PlanOutcome, Refusal};
 pub use command::ClientCommand;
 pub use frame::{FrameError, MAX_CLIENT_FRAME, MAX_LOG_REQUEST, MAX_PEER_FRAME, PROTOCOL_VERSION};

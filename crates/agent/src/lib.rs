@@ -6,8 +6,9 @@
 //! machines without GPUs) and the mapping of jobs' users to the node's accounts.
 //!
 //! It may depend on the model, the wire protocol and the client (the controllers are
-//! reached only through them), `tranche-tls`, tokio and QUIC, and the node's kernel
-//! interfaces (cgroups, pidfds, mounts; runc or crun for containers).
+//! reached only through them), `tranche-tls`, `tranche-daemon-kit` (what both daemons
+//! share), tokio and QUIC, and the node's kernel interfaces (cgroups, pidfds, mounts;
+//! runc or crun for containers). It never links the state machine.
 //!
 //! It must never link the controller or its Raft node, never decide placement (it does
 //! what the controllers' work list says, and only stops on its own what it may not

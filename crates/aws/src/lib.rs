@@ -31,8 +31,8 @@ use axum::response::Response;
 use axum::routing::{any, post};
 use axum::{Extension, Router};
 use tranche_model::Millis;
-use tranche_proto::{ClientCommand, ClientRequest, Response as Answer};
-use tranche_state::{Outcome, State};
+use tranche_proto::{ClientCommand, ClientRequest, Outcome, Response as Answer};
+use tranche_state::State;
 use tranche_tls::{Identity, Role};
 
 use tranche_controller::config::AwsConfig;

@@ -6,8 +6,7 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
-use tranche_proto::ApiError;
-use tranche_state::ApplyError;
+use tranche_proto::{ApiError, Refusal};
 
 /// What AWS answers when an object of that name is there already (clients match on it).
 pub const EXISTS: &str = "Object already exists";
@@ -66,12 +65,12 @@ impl AwsError {
 impl From<ApiError> for AwsError {
     fn from(e: ApiError) -> AwsError {
         match e {
-            ApiError::Rejected(ApplyError::Invalid(v)) => AwsError::invalid(&v.field, v.rule),
-            ApiError::Rejected(ApplyError::NotFound { kind, name }) => {
+            ApiError::Rejected(Refusal::Invalid(v)) => AwsError::invalid(&v.field, v.rule),
+            ApiError::Rejected(Refusal::NotFound { kind, name }) => {
                 AwsError::client(format!("{kind} {name} does not exist"))
             }
-            ApiError::Rejected(ApplyError::Conflict(m)) => AwsError::client(m),
-            ApiError::Rejected(ApplyError::Stale(m)) => AwsError::client(m),
+            ApiError::Rejected(Refusal::Conflict(m)) => AwsError::client(m),
+            ApiError::Rejected(Refusal::Stale(m)) => AwsError::client(m),
             ApiError::Unauthorized(m) => AwsError::client(format!("not authorized: {m}")),
             ApiError::BadRequest(m) | ApiError::NotFound(m) => AwsError::client(m),
             // No leader for now: a 500 that botocore retries.

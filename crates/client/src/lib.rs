@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use tranche_model::{JobId, JobSpec, NodeName};
 use tranche_proto::frame::PREVIOUS_PROTOCOL_VERSION;
 use tranche_proto::{
-    frame, ApiError, ClientCommand, ClientRequest, FrameError, Query, Response, MAX_CLIENT_FRAME,
-    MAX_NODE_WORK_WAIT_MS, PROTOCOL_VERSION,
+    frame, ApiError, ClientCommand, ClientRequest, FrameError, Outcome, Query, Response,
+    MAX_CLIENT_FRAME, MAX_NODE_WORK_WAIT_MS, PROTOCOL_VERSION,
 };
-use tranche_state::Outcome;
 use tranche_tls::{TlsFiles, CONTROLLER_SERVER_NAME};
 
 /// Why a request failed.
@@ -397,7 +396,7 @@ impl Client {
         cmd: ClientCommand,
     ) -> Result<Result<Outcome, ApiError>, ClientError> {
         let (seq, first_incomplete) = self.seqs.lock().unwrap().begin();
-        let request = tranche_state::RequestId {
+        let request = tranche_model::RequestId {
             // Set by the controller from this client's certificate.
             identity: String::new(),
             client: self.session,

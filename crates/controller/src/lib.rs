@@ -1,8 +1,10 @@
 //! The Tranche controller as a replicated service: a Raft-replicated state machine
 //! (raft-rs, redb on disk, [`node`]) with its peer transport ([`peer`]), the service
 //! layer every client request goes through ([`service`]: authorization, the write path
-//! to the leader, reads, [`events`]), the client API's QUIC port ([`quic`]), and the
-//! leader's loops ([`planner`], [`cadence`], [`liveness`]). Only the leader schedules.
+//! to the leader, reads, [`events`]; [`wire`] turns a client's command into the
+//! replicated one and the state machine's answers into the protocol's), the client
+//! API's QUIC port ([`quic`]), and the leader's loops ([`planner`], [`cadence`],
+//! [`liveness`]). Only the leader schedules.
 //! [`server::open`] builds one from its [`Config`] and [`server::Controller::run`] runs
 //! it; the `tranched` binary adds the HTTPS API and the AWS endpoint on top, as other
 //! adapters over the [`service::Service`].
@@ -34,5 +36,6 @@ pub mod service;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod views;
+pub mod wire;
 
 pub use config::Config;

@@ -1,14 +1,15 @@
 //! What the parts of a controller share: the messages the Raft node task takes, the
 //! applied state readers see, and the errors that stop a controller. Every other
-//! module depends on this one, and it on none of them.
+//! module depends on this one, and it on none of them but the peer frames it carries
+//! ([`crate::peer::frames`], plain data).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::peer::frames::PeerItem;
 use tokio::sync::{oneshot, watch};
 use tranche_model::{Millis, NodeName};
-use tranche_proto::peer::PeerItem;
 use tranche_proto::{ApiError, ClusterStatus, Member, MembershipChange};
 use tranche_state::{ApplyError, Command, Outcome, RequestId, State};
 

@@ -35,14 +35,14 @@ use tokio::sync::{mpsc, oneshot};
 use tranche_model::{AccessKey, Job, JobId, JobRef, KeyRole, UserName, ValidationError};
 use tranche_proto::{
     ApiError, ClientCommand, ClientRequest, HistoryFilter, HistoryPage, JobFilter, JobSummary,
-    Query, Response, MAX_NODE_WORK_WAIT_MS,
+    Query, Refusal, Response, MAX_NODE_WORK_WAIT_MS,
 };
-use tranche_state::{ApplyError, State};
+use tranche_state::State;
 use tranche_tls::{Identity, Role};
 
 use crate::liveness::Beats;
 use crate::mailbox::{wall_ms, NodeMsg, SharedRef, WorkWatch};
-use crate::views;
+use crate::{views, wire};
 use tranche_tls::keys::{new_key_id, KeySecret};
 
 /// The test switch that drops controller-to-controller traffic (the peer transport).
@@ -338,14 +338,14 @@ impl Service {
         }
         if let Some(e) = over_limit {
             tokio::time::sleep(OVER_LIMIT_DELAY).await;
-            return Response::Error(ApiError::Rejected(e));
+            return Response::Error(ApiError::Rejected(wire::refusal(e)));
         }
         // The session is the caller's: whatever identity the client wrote is replaced.
         let request = request.map(|r| tranche_state::RequestId {
             identity: who.to_string(),
             ..r
         });
-        // An access key gets its id here, so `into_command` never sees the request.
+        // An access key gets its id here, so `wire::command` never sees the request.
         let command = match command {
             ClientCommand::IssueAccessKey { user, role } => {
                 return self.issue_access_key(user, role, serial).await
@@ -355,16 +355,16 @@ impl Service {
                 if let Err(e) = self.settle_archived_deps(&mut spec) {
                     return Response::Error(e);
                 }
-                ClientCommand::Submit(spec).into_command()
+                wire::command(ClientCommand::Submit(spec))
             }
             ClientCommand::RegisterNode(inv) => {
                 let inv = {
                     let sh = self.shared.read().unwrap();
                     settle_registration(who, inv, &sh.state)
                 };
-                ClientCommand::RegisterNode(inv).into_command()
+                wire::command(ClientCommand::RegisterNode(inv))
             }
-            c => c.into_command(),
+            c => wire::command(c),
         };
         self.propose(command, request).await
     }
@@ -410,8 +410,8 @@ impl Service {
             return stopping();
         }
         match rx.await {
-            Ok(Ok(Ok(outcome))) => Response::Applied(outcome),
-            Ok(Ok(Err(rejected))) => Response::Error(ApiError::Rejected(rejected)),
+            Ok(Ok(Ok(outcome))) => Response::Applied(wire::outcome(outcome)),
+            Ok(Ok(Err(rejected))) => Response::Error(ApiError::Rejected(wire::refusal(rejected))),
             Ok(Err(e)) => Response::Error(e),
             Err(_) => stopping(),
         }
@@ -737,7 +737,7 @@ impl Service {
                     from: *from,
                     to,
                     counting_since: st.ledger.since,
-                    totals: st.ledger_between(*from, to),
+                    totals: wire::ledger_totals(st.ledger_between(*from, to)),
                 }))
             }
         }
@@ -801,7 +801,7 @@ pub fn may_read_output(who: &Identity, job: &Job) -> Result<(), ApiError> {
 }
 
 fn invalid(field: &str, rule: String) -> ApiError {
-    ApiError::Rejected(ApplyError::Invalid(ValidationError::new(field, rule)))
+    ApiError::Rejected(Refusal::Invalid(ValidationError::new(field, rule)))
 }
 
 /// The rule on a command's content that depends on the surface it came through: only
@@ -916,9 +916,7 @@ fn owns_key(who: &Identity, key: &AccessKey) -> bool {
 /// authorizes its writes.
 fn within_limits(who: &Identity, cmd: &ClientCommand, state: &State) -> Result<(), ApiError> {
     use ClientCommand::*;
-    let invalid = |e: tranche_model::ValidationError| {
-        ApiError::Rejected(tranche_state::ApplyError::Invalid(e))
-    };
+    let invalid = |e: tranche_model::ValidationError| ApiError::Rejected(Refusal::Invalid(e));
     let capped = |share: &tranche_model::ShareName, priority: u32| {
         let Some(share) = state.shares.get(share) else {
             return Ok(());
@@ -1195,12 +1193,12 @@ mod tests {
 
     async fn expect_written(r: &Rig, id: &Identity, c: ClientCommand) {
         match r.service.handle(id, write(c.clone())).await {
-            Response::Applied(Outcome::Done) => {}
+            Response::Applied(tranche_proto::Outcome::Done) => {}
             other => panic!("{id} {c:?}: {other:?}"),
         }
         assert_eq!(
             r.written.lock().unwrap().last(),
-            Some(&c.into_command()),
+            Some(&wire::command(c)),
             "the write reached the node as its replicated command"
         );
     }
@@ -1217,7 +1215,7 @@ mod tests {
     ) {
         let before = r.written.lock().unwrap().len();
         match r.service.handle_from(id, origin, write(c.clone())).await {
-            Response::Error(ApiError::Rejected(ApplyError::Invalid(v))) => {
+            Response::Error(ApiError::Rejected(Refusal::Invalid(v))) => {
                 assert_eq!(v.field, field, "{v}");
                 assert!(v.rule.contains(text), "{v}");
             }
@@ -1669,7 +1667,7 @@ mod tests {
             .handle(&alice, write(ClientCommand::Submit(bare.clone())))
             .await
         {
-            Response::Applied(Outcome::Done) => {}
+            Response::Applied(tranche_proto::Outcome::Done) => {}
             other => panic!("{other:?}"),
         }
         let filled = spec("alice", "private");
@@ -1981,13 +1979,12 @@ mod tests {
             panic!("no key")
         };
         assert_ne!(again.id, key.id);
-        // The id the service picks never comes from `into_command`, whose stand-in the
+        // The id the service picks never comes from `wire::command`, whose stand-in the
         // state machine refuses.
-        let stand_in = ClientCommand::IssueAccessKey {
+        let stand_in = wire::command(ClientCommand::IssueAccessKey {
             user: "bob".into(),
             role: KeyRole::User,
-        }
-        .into_command();
+        });
         assert!(State::new().apply(&stand_in, 1).is_err());
     }
 

@@ -26,7 +26,7 @@ use raft::eraftpb::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tranche_proto::peer::{ImageData, PeerFrame, PeerItem, Proposal};
+use tranche_controller::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_proto::{
     frame, ClientRequest, LogFrame, LogRequest, Member, Response, MAX_CLIENT_FRAME, MAX_PEER_FRAME,
 };

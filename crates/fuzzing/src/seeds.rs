@@ -10,14 +10,14 @@ use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState, Message, MessageType,
     SnapshotMetadata,
 };
+use tranche_controller::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_model::{JobId, JobRef, JobSpec, JobStatus, SECOND};
-use tranche_proto::peer::{ImageData, PeerFrame, PeerItem, Proposal};
 use tranche_proto::{
     frame, ApiError, ClientCommand, ClientRequest, ClusterStatus, GpuBinding, JobFilter, LogFrame,
-    LogRequest, Member, MemberStatus, MembershipChange, NodeWork, Query, Response, StopOrder,
-    WorkItem,
+    LogRequest, Member, MemberStatus, MembershipChange, NodeWork, Outcome, Query, Response,
+    StopOrder, WorkItem,
 };
-use tranche_state::{codec, Command, Outcome, State};
+use tranche_state::{codec, Command, State};
 
 const POLICY: &str = include_str!("../../../config/policy.toml");
 const SCENARIO: &str = include_str!("../../../tests/scenarios/reclaim.toml");

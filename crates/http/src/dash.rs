@@ -17,8 +17,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tranche_model::{AttemptEnd, Estimate, Job, JobId, JobStatus, Millis, Standing, StopKind};
-use tranche_proto::{Query, Response as Answer};
-use tranche_state::ledger::{Bucket, Totals, HOUR_MS};
+use tranche_proto::{GpuTimes, Query, Response as Answer};
+use tranche_state::ledger::{Bucket, HOUR_MS};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::dto::JobSummaryView;
@@ -122,7 +122,7 @@ pub struct Figures {
 }
 
 impl Figures {
-    fn of(t: &Totals, f: impl Fn(u64) -> f64) -> Figures {
+    fn of(t: &GpuTimes, f: impl Fn(u64) -> f64) -> Figures {
         Figures {
             used: f(t.used),
             borrowed: f(t.borrowed),
@@ -210,7 +210,7 @@ pub async fn report(
             .copied()
             .unwrap_or(0)
     };
-    let row = |share: Option<String>, user: Option<String>, unit: String, t: &Totals| {
+    let row = |share: Option<String>, user: Option<String>, unit: String, t: &GpuTimes| {
         let c = cap(&unit);
         ReportRow {
             share,

@@ -4,8 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use tranche_proto::{ApiError, Response as Answer};
-use tranche_state::ApplyError;
+use tranche_proto::{ApiError, Refusal, Response as Answer};
 use utoipa::ToSchema;
 
 /// Seconds a client waits before retrying a 503 (an election takes about this long).
@@ -89,14 +88,14 @@ impl HttpError {
 impl From<ApiError> for HttpError {
     fn from(e: ApiError) -> HttpError {
         match e {
-            ApiError::Rejected(ApplyError::Invalid(v)) => HttpError::invalid(v.field, v.rule),
-            ApiError::Rejected(ApplyError::NotFound { kind, name }) => {
+            ApiError::Rejected(Refusal::Invalid(v)) => HttpError::invalid(v.field, v.rule),
+            ApiError::Rejected(Refusal::NotFound { kind, name }) => {
                 HttpError::not_found(format!("{kind} {name} does not exist"))
             }
-            ApiError::Rejected(ApplyError::Conflict(m)) => {
+            ApiError::Rejected(Refusal::Conflict(m)) => {
                 HttpError::new(StatusCode::CONFLICT, "conflict", m)
             }
-            ApiError::Rejected(ApplyError::Stale(m)) => {
+            ApiError::Rejected(Refusal::Stale(m)) => {
                 HttpError::new(StatusCode::CONFLICT, "conflict", format!("stale: {m}"))
             }
             ApiError::Unauthorized(m) => HttpError::new(StatusCode::FORBIDDEN, "forbidden", m),

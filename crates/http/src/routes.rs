@@ -12,8 +12,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tranche_model::policy_file;
 use tranche_model::{JobId, JobRef, JobStatus, NodeName};
-use tranche_proto::{ClientCommand, ClientRequest, JobFilter, Objects, Query, Response as Answer};
-use tranche_state::Outcome;
+use tranche_proto::{
+    ClientCommand, ClientRequest, JobFilter, Objects, Outcome, Query, Response as Answer,
+};
 use utoipa::{IntoParams, ToSchema};
 
 use super::dto::*;

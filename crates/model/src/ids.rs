@@ -123,6 +123,23 @@ impl fmt::Display for GpuIndex {
     }
 }
 
+/// Which request of which client a command is: the key under which the state machine
+/// applies a client's write at most once, however often it is retried (see
+/// `tranche_state::session`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestId {
+    /// Who sent it (`role:name`, the certificate identity's text). A client sends it
+    /// empty; the controller that receives the request replaces it with the caller's
+    /// identity before it proposes the command, so a client cannot choose it.
+    pub identity: String,
+    /// Chosen at random by the client, once per process.
+    pub client: u64,
+    /// 1, 2, 3... per client; retries of a request keep its number.
+    pub seq: u64,
+    /// The lowest number the client still waits for an answer to.
+    pub first_incomplete: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

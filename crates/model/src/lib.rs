@@ -18,6 +18,7 @@ mod job;
 mod node;
 mod objects;
 pub mod policy_file;
+mod progress;
 mod redact;
 mod standing;
 pub mod text_limits;
@@ -29,6 +30,7 @@ pub use ids::*;
 pub use job::*;
 pub use node::*;
 pub use objects::*;
+pub use progress::Progress;
 pub use redact::REDACTED_FIELDS;
 pub use standing::*;
 

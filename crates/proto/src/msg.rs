@@ -1,13 +1,11 @@
 //! The client API: one request frame and one response frame per QUIC stream.
 
+use crate::{ClientCommand, LedgerTotals, Outcome, Refusal};
 use serde::{Deserialize, Serialize};
 use tranche_model::{
     AccessKey, ArrayTask, Job, JobId, JobRef, JobStatus, Millis, Node, NodeName, QueueName,
     ShareName, Standing, Strategy, Unit, UserName,
 };
-use tranche_state::{ApplyError, Outcome};
-
-use crate::ClientCommand;
 
 /// A controller of the cluster, as the membership records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,9 +26,9 @@ pub enum ClientRequest {
     /// A write, authorized, then replicated through Raft and applied by every
     /// controller. With the client's request id, however often it is retried and
     /// whichever copy commits first, it is applied once and every copy gets the first
-    /// answer (see [`tranche_state::RequestId`]).
+    /// answer (see [`tranche_model::RequestId`]).
     Write {
-        request: Option<tranche_state::RequestId>,
+        request: Option<tranche_model::RequestId>,
         command: ClientCommand,
     },
     /// A read. Linearizable (read index) unless `stale`, which answers from the
@@ -191,7 +189,7 @@ pub struct HistoryPage {
     pub next: Option<HistoryCursor>,
 }
 
-/// The ledger's figures over a range (see `tranche_state::ledger`).
+/// The ledger's figures over a range (design §9).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerReport {
     /// The range asked for, `to` resolved to the controller's time.
@@ -199,7 +197,7 @@ pub struct LedgerReport {
     pub to: Millis,
     /// Since when the ledger counts (0: nothing counted yet).
     pub counting_since: Millis,
-    pub totals: tranche_state::ledger::Bucket,
+    pub totals: LedgerTotals,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -504,7 +502,7 @@ impl Response {
 pub enum ApiError {
     /// The state machine refused the command; nothing changed.
     #[error("refused: {0}")]
-    Rejected(ApplyError),
+    Rejected(Refusal),
     /// The certificate's role or name does not allow this request.
     #[error("not allowed: {0}")]
     Unauthorized(String),

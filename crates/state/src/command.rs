@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tranche_model::*;
 
+/// What an agent reports about an attempt (part of the object model, as the client
+/// protocol carries it too).
+pub use tranche_model::Progress;
+
 /// Every change to the replicated state. New variants are only ever appended, so that
 /// a log written by an older controller still decodes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,26 +95,6 @@ pub enum Command {
     /// Leader only: ended jobs leave the state (see [`crate::retention`]). Every
     /// controller computes the same jobs ([`crate::State::forgettable`]).
     ForgetEnded(crate::retention::Retention),
-}
-
-/// What an agent reports about an attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Progress {
-    /// The container or process is being created.
-    Starting,
-    /// The job's process runs.
-    Running,
-    /// No process of the attempt is left. `code` is `None` when it was killed by a
-    /// signal (SIGKILL at the end of the grace period, or the time limit).
-    Exited {
-        code: Option<i32>,
-        reason: Option<String>,
-    },
-    /// No process of the attempt is left, and the agent cannot tell how it ended: it
-    /// lost the attempt (the agent died before the job started, or the shim that
-    /// watched the job vanished). Like an attempt on a DOWN node, the job is requeued;
-    /// this is not the job's failure.
-    Lost { reason: String },
 }
 
 /// What an accepted command did.

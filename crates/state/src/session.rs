@@ -30,20 +30,9 @@ pub const SESSION_IDLE_MS: Millis = 10 * 60 * 1000;
 /// flight loses the protection for the oldest.
 pub const MAX_ANSWERS_PER_SESSION: usize = 1024;
 
-/// Which request of which client a command is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestId {
-    /// Who sent it (`role:name`, the certificate identity's text). A client sends it
-    /// empty; the controller that receives the request replaces it with the caller's
-    /// identity before it proposes the command, so a client cannot choose it.
-    pub identity: String,
-    /// Chosen at random by the client, once per process.
-    pub client: u64,
-    /// 1, 2, 3... per client; retries of a request keep its number.
-    pub seq: u64,
-    /// The lowest number the client still waits for an answer to.
-    pub first_incomplete: u64,
-}
+/// Which request of which client a command is (part of the object model, as the
+/// client protocol carries it too).
+pub use tranche_model::RequestId;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {

@@ -17,8 +17,7 @@ use tranche_aws::sigv4::{authorization, format_amz_date, SignedRequest};
 use tranche_client::{Client, ClientError};
 use tranche_local::{demo, LocalCluster, LocalOptions};
 use tranche_model::{Job, JobId, JobSpec, JobStatus, KeyRole, SageMakerJob};
-use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Response};
-use tranche_state::ApplyError;
+use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Refusal, Response};
 use tranche_tls::{Role, TlsFiles};
 
 /// Cluster tests run one at a time: each starts several processes on a 2-core machine.
@@ -456,7 +455,7 @@ fn m2_a_quic_submit_with_a_sagemaker_part_is_refused() {
             instance_type: "ml.p5.48xlarge".into(),
         }));
         match t.alice.submit(sm).await {
-            Err(ClientError::Api(ApiError::Rejected(ApplyError::Invalid(v)))) => {
+            Err(ClientError::Api(ApiError::Rejected(Refusal::Invalid(v)))) => {
                 assert_eq!(v.field, "sagemaker", "{v}");
                 assert!(v.rule.contains("[aws.file_systems]"), "{v}");
             }

@@ -12,8 +12,7 @@ use tranche_client::{Client, ClientError};
 use tranche_local::demo;
 use tranche_model::{CapacityLimit, JobId, JobRef, JobSpec, JobStatus, Strategy};
 use tranche_proto::ClientCommand;
-use tranche_proto::{ApiError, JobFilter, Query, Response};
-use tranche_state::Outcome as Applied;
+use tranche_proto::{ApiError, JobFilter, Outcome as Applied, Query, Response};
 
 use crate::history::{now_us, History, Op, OpKind, Outcome};
 

@@ -310,7 +310,7 @@ impl Agent {
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         // Ready once jobs are re-adopted and the log port is open; registration may wait
         // for the controllers.
-        tranche_proto::service::notify("READY=1");
+        tranche_daemon_kit::systemd::notify("READY=1");
         self.register().await;
         let hb = tokio::spawn(self.clone().heartbeats());
         let health = tokio::spawn(self.clone().health());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
-use tranche_state::Progress;
+use tranche_model::Progress;
 
 use super::{Agent, AttemptKey, ORPHAN_GRACE, SWEEP};
 use crate::exec::Attempt;

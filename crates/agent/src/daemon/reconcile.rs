@@ -29,9 +29,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::time::Duration;
 
+use tranche_model::Progress;
 use tranche_model::{GpuIndex, JobId, JobStatus};
 use tranche_proto::{NodeWork, WorkItem};
-use tranche_state::Progress;
 
 use super::ORPHAN_GRACE;
 use crate::exec::AttemptNo;

@@ -4,8 +4,8 @@
 
 use tracing::warn;
 use tranche_client::ClientError;
-use tranche_proto::{ApiError, ClientCommand};
-use tranche_state::{ApplyError, Progress};
+use tranche_model::Progress;
+use tranche_proto::{ApiError, ClientCommand, Refusal};
 
 use super::{Agent, AttemptKey, RunningReport};
 
@@ -59,7 +59,7 @@ impl Agent {
                 self.contact();
                 true
             }
-            Ok(Err(ApiError::Rejected(ApplyError::Conflict(_) | ApplyError::NotFound { .. }))) => {
+            Ok(Err(ApiError::Rejected(Refusal::Conflict(_) | Refusal::NotFound { .. }))) => {
                 self.contact();
                 true
             }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
+use tranche_model::Progress;
 use tranche_proto::WorkItem;
-use tranche_state::Progress;
 
 use super::{Agent, AttemptKey, RunningAttempt, RunningReport, STARTING_AFTER};
 use crate::exec::{signal_number, StopOutcome};

@@ -421,7 +421,7 @@ impl Endpoint {
             }
         }
         let id = match cx.write(ClientCommand::Submit(spec)).await? {
-            tranche_state::Outcome::Submitted { job, .. } => job,
+            tranche_proto::Outcome::Submitted { job, .. } => job,
             _ => {
                 return Err(AwsError::server(
                     "the submit was answered with something other than a job id; retry",

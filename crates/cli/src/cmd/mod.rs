@@ -31,8 +31,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tranche_model::JobRef;
-use tranche_proto::{ApiError, ClientCommand};
-use tranche_state::Outcome;
+use tranche_proto::{ApiError, ClientCommand, Outcome};
 
 use crate::client_cfg::connect;
 use crate::exit::{failed, run, Fail};

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_proto::{LedgerReport, Query, Response};
-use tranche_state::ledger::{Totals, HOUR_MS};
+use tranche_proto::{GpuTimes, LedgerReport, Query, Response};
+use tranche_state::ledger::HOUR_MS;
 
 use crate::client_cfg::connect;
 use crate::exit::{failed, run, unexpected, usage, Fail};
@@ -46,7 +46,7 @@ fn gpu_h(ms: u64) -> f64 {
 struct Row {
     key: Vec<String>,
     unit: String,
-    t: Totals,
+    t: GpuTimes,
 }
 
 fn rows(r: &LedgerReport, by: By) -> Vec<Row> {

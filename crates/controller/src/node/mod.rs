@@ -24,13 +24,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::peer::Proposal;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Message};
 use raft::{RawNode, StateRole};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 use tranche_model::{Millis, NodeName};
-use tranche_proto::peer::Proposal;
 use tranche_proto::ApiError;
 use tranche_raftlog::DiskStorage;
 use tranche_state::Command;

@@ -10,10 +10,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::peer::Proposal;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Snapshot};
 use tracing::{debug, error, info, warn};
-use tranche_proto::peer::Proposal;
 use tranche_proto::Member;
 use tranche_raftlog::PersistBatch;
 use tranche_state::codec::{self, FormatError};

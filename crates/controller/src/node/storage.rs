@@ -10,9 +10,9 @@
 
 use std::time::Instant;
 
+use crate::peer::ImageData;
 use raft::eraftpb::{ConfState, Snapshot};
 use tracing::info;
-use tranche_proto::peer::ImageData;
 use tranche_raftlog::{DiskStorage, Fsync, Image, PersistBatch};
 use tranche_state::codec::{FormatError, FORMAT, FORMATS_READ};
 use tranche_state::State;

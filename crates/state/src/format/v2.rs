@@ -106,7 +106,7 @@ pub enum Command {
     ApplyPlan(Plan),
 }
 
-/// What a format-2 log entry carries (see `tranche_proto::peer::Proposal`).
+/// What a format-2 log entry carries (see `tranche_controller::peer::Proposal`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
     pub origin: u64,

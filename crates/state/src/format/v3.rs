@@ -107,7 +107,7 @@ pub enum Command {
     ApplyPlan(Plan),
 }
 
-/// What a format-3 log entry carries (see `tranche_proto::peer::Proposal`).
+/// What a format-3 log entry carries (see `tranche_controller::peer::Proposal`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
     pub origin: u64,

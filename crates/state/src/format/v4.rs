@@ -127,7 +127,7 @@ pub enum Command {
     },
 }
 
-/// What a format-4 log entry carries (see `tranche_proto::peer::Proposal`).
+/// What a format-4 log entry carries (see `tranche_controller::peer::Proposal`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
     pub origin: u64,

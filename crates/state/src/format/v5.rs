@@ -131,7 +131,7 @@ pub enum Command {
     },
 }
 
-/// What a format-5 log entry carries (see `tranche_proto::peer::Proposal`).
+/// What a format-5 log entry carries (see `tranche_controller::peer::Proposal`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
     pub origin: u64,

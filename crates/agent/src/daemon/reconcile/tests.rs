@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use tranche_model::Progress;
 use tranche_model::{GpuIndex, JobId, JobStatus};
 use tranche_proto::{GpuBinding, NodeWork, Rendezvous, StopOrder, WorkItem};
-use tranche_state::Progress;
 
 use super::{decide, Action, AttemptKey, AttemptView, Here, RunningReport};
 use crate::daemon::ORPHAN_GRACE;

@@ -7,6 +7,13 @@
 //! does not know yet (a controller that joins learns the members from the leader), the
 //! first certificate name seen with it is kept, and the id's frames must come with
 //! that name afterwards.
+//!
+//! What the frames hold, and the log entries and images that travel inside them, is
+//! [`frames`].
+
+pub mod frames;
+
+pub use frames::{ImageData, OpenedImage, PeerFrame, PeerItem, Proposal};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -15,7 +22,6 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
-pub use tranche_proto::peer::{PeerFrame, PeerItem};
 use tranche_proto::{frame, Member, MAX_PEER_FRAME};
 use tranche_tls::{peer_identity, Role, CONTROLLER_SERVER_NAME};
 

@@ -1,5 +1,5 @@
 //! The controller-to-controller protocol. Everything queued for one peer travels as one
-//! [`PeerFrame`] (a frame of at most [`MAX_PEER_FRAME`](crate::MAX_PEER_FRAME) bytes) on
+//! [`PeerFrame`] (a frame of at most [`MAX_PEER_FRAME`](tranche_proto::MAX_PEER_FRAME) bytes) on
 //! one unidirectional stream. Raft messages inside it are protobuf, as raft-rs defines
 //! them; the log entries they carry hold a bincode [`Proposal`] (or, for a membership
 //! change, a [`Member`] and the proposer's `(origin, id)`), and a Raft snapshot holds an
@@ -13,11 +13,10 @@ use tranche_state::codec::{self, FormatError};
 use tranche_state::format::{v2, v3, v4, v5};
 use tranche_state::{Command, RequestId, State};
 
-use crate::frame::{
+use tranche_proto::frame::{
     self, FrameError, PEER_PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
-
-use crate::Member;
+use tranche_proto::Member;
 
 /// One item between controllers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

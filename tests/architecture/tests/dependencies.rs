@@ -148,33 +148,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
 
 /// Edges the rules forbid that the tree still has, each with what removes it. The test
 /// fails when one of them is gone, so that this list only shrinks.
-const NOT_YET: &[(&str, &str, &str)] = &[
-    (
-        "tranche-proto",
-        "tranche-state",
-        "until the protocol has its own answer types",
-    ),
-    (
-        "tranche-proto",
-        "tranche-daemon-kit",
-        "until the agent reads systemd from daemon-kit",
-    ),
-    (
-        "tranche-client",
-        "tranche-state",
-        "until the protocol has its own answer types",
-    ),
-    (
-        "tranche-agent",
-        "tranche-state",
-        "until the protocol has its own answer types",
-    ),
-    (
-        "tranche-local",
-        "tranche-state",
-        "until the protocol has its own answer types",
-    ),
-];
+const NOT_YET: &[(&str, &str, &str)] = &[];
 
 /// The pure core: time is an argument, and nothing here does I/O.
 const PURE: &[&str] = &["tranche-model", "tranche-state", "tranche-sched"];

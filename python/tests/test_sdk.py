@@ -74,7 +74,7 @@ def test_a_retried_submit_with_one_token_makes_one_job(cluster):
 
 def test_cancel_priority_and_explain(cluster):
     # More GPUs than the nlp share and the idle ones lent to it: it waits.
-    job = cluster.submit(share="nlp", gpus=4, nodes=2, command=["sleep", "300"])
+    job = cluster.submit(share="nlp", gpus_per_node=4, nodes=2, command=["sleep", "300"])
     job.set_priority(42)
     assert job.data["spec"]["priority"] == 42
     lines = job.explain()

@@ -326,8 +326,9 @@ class Cluster:
         self,
         *,
         share: str,
-        gpus: int,
         command: Sequence[str],
+        gpus: int | None = None,
+        gpus_per_node: int | None = None,
         image: str = "host",
         env: Mapping[str, str] | None = None,
         nodes: int = 1,
@@ -351,6 +352,8 @@ class Cluster:
     ) -> "Job":
         """Submits a job and returns it.
 
+        ``gpus`` is the job's GPUs in all, as Slurm's ``--gpus``: split evenly over
+        ``nodes``; ``gpus_per_node`` gives each node's instead (give one of the two).
         ``time_limit`` is seconds or a text such as ``"4h"``; ``checkpoint`` is a signal
         name or ``(signal, grace)``, e.g. ``("SIGUSR1", 120)``. ``array`` (``"0-99%10"``)
         and ``dependency`` (``"afterok:41:42_3"``) take Slurm's syntax; an array's submit
@@ -363,7 +366,6 @@ class Cluster:
             raise TypeError("command is a list of arguments, e.g. ['python', 'train.py']")
         body: dict[str, Any] = {
             "share": share,
-            "gpus": gpus,
             "command": list(command),
             "name": name,
             "nodes": nodes,
@@ -381,7 +383,8 @@ class Cluster:
             body["checkpoint"] = {"signal": sig, "grace_s": parse_duration(grace)}
         if hold:
             body["hold"] = True
-        for k, v in (("unit", unit), ("queue", queue), ("cwd", cwd),
+        for k, v in (("gpus", gpus), ("gpus_per_node", gpus_per_node),
+                     ("unit", unit), ("queue", queue), ("cwd", cwd),
                      ("preemption_retries", preemption_retries),
                      ("array", array), ("dependency", dependency),
                      ("output", output), ("error", error)):

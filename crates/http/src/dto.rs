@@ -68,15 +68,20 @@ pub struct CheckpointSpec {
     pub grace_s: Option<u64>,
 }
 
-/// A job to submit. Only `share`, `gpus` and `command` are required; unknown fields
-/// are refused.
+/// A job to submit. Only `share`, `gpus` (or `gpus_per_node`) and `command` are
+/// required; unknown fields are refused.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitJob {
     /// The quota share to run in.
     pub share: String,
-    /// GPUs per node.
-    pub gpus: u32,
+    /// The job's GPUs in all, as Slurm's `--gpus`: split evenly over `nodes` (refused
+    /// when it does not split). Give this or `gpus_per_node`.
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    /// GPUs on each node, as Slurm's `--gpus-per-node`. Give this or `gpus`.
+    #[serde(default)]
+    pub gpus_per_node: Option<u32>,
     /// The command and its arguments.
     pub command: Vec<String>,
     /// The job's name.
@@ -183,6 +188,19 @@ impl SubmitJob {
                 }
             },
         };
+        const FIELDS: tranche_model::GpuFields = tranche_model::GpuFields {
+            total: "gpus",
+            per_node: "gpus_per_node",
+            nodes: "nodes",
+        };
+        let gpus = tranche_model::gpus_per_node(self.gpus, self.gpus_per_node, self.nodes)
+            .map_err(|e| {
+                let field = match e {
+                    tranche_model::GpuCount::Both { .. } => "gpus_per_node",
+                    _ => "gpus",
+                };
+                HttpError::invalid(field, e.text(&FIELDS))
+            })?;
         let user = self.user.unwrap_or_else(|| caller.to_string());
         let mut spec = JobSpec::new(
             &self.name,
@@ -190,7 +208,7 @@ impl SubmitJob {
             &self.share,
             &user,
             &unit,
-            self.gpus,
+            gpus,
             self.nodes,
         );
         spec.priority = self.priority;

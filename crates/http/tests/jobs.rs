@@ -180,6 +180,18 @@ async fn bad_input_is_refused_naming_the_field_and_changes_nothing() {
             "gpus",
         ),
         (r#"{"share":"lend","gpus":1}"#, "invalid", "command"),
+        // The job's GPUs in all must split over its nodes; one of the two counts.
+        (
+            r#"{"share":"lend","gpus":10,"nodes":4,"command":["true"]}"#,
+            "invalid",
+            "gpus",
+        ),
+        (
+            r#"{"share":"lend","gpus":8,"gpus_per_node":4,"nodes":2,"command":["true"]}"#,
+            "invalid",
+            "gpus_per_node",
+        ),
+        (r#"{"share":"lend","command":["true"]}"#, "invalid", "gpus"),
         (
             r#"{"share":"lend","gpus":1,"command":["true"],"checkpoint":{"signal":"SIGTERM","x":1}}"#,
             "invalid",
@@ -372,5 +384,33 @@ async fn submit_fields_reach_the_job() {
             assert_eq!((s.user.as_str(), s.name.as_str()), ("alice", "fields"))
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// `gpus` is the job's GPUs in all, as Slurm's `--gpus`: 2 over 2 nodes is 1 on each
+/// (the rig's nodes have one GPU); `gpus_per_node` is each node's.
+#[tokio::test]
+async fn gpus_is_the_jobs_total_and_gpus_per_node_each_nodes() {
+    let h = Harness::new(demo());
+    let app = h.router(axum::Router::new());
+    let alice = user("alice");
+    for (body, per_node) in [
+        (
+            json!({"share": "lend", "gpus": 2, "nodes": 2, "command": ["true"]}),
+            1,
+        ),
+        (
+            json!({"share": "lend", "gpus_per_node": 1, "nodes": 2, "command": ["true"]}),
+            1,
+        ),
+    ] {
+        let r = post(&app, &alice, "/api/v1/jobs", body.clone()).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{body}: {}", r.text());
+        let id = r.json()["id"].as_u64().unwrap();
+        let j = get(&app, &alice, &format!("/api/v1/jobs/{id}"))
+            .await
+            .json();
+        assert_eq!(j["spec"]["gpus_per_node"], json!(per_node), "{body}: {j}");
+        assert_eq!(j["spec"]["nodes"], json!(2), "{body}: {j}");
     }
 }

@@ -608,6 +608,63 @@ pub enum AttemptEnd {
     Lost,
 }
 
+/// The names a surface gives a request's size, for its errors: the CLI's `--gpus`,
+/// `--gpus-per-node` and `--nodes`, the HTTP API's `gpus`, `gpus_per_node` and `nodes`.
+pub struct GpuFields<'a> {
+    pub total: &'a str,
+    pub per_node: &'a str,
+    pub nodes: &'a str,
+}
+
+/// Why a request's GPUs could not be read (see [`gpus_per_node`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuCount {
+    /// Both the total and the per-node count were given.
+    Both { total: u32, per_node: u32 },
+    /// The total does not split evenly over the nodes.
+    Uneven { total: u32, nodes: u32 },
+    /// Neither was given.
+    Neither,
+}
+
+impl GpuCount {
+    /// The error in the surface's own words (`f` names its fields).
+    pub fn text(&self, f: &GpuFields) -> String {
+        match self {
+            GpuCount::Both { total, per_node } => format!(
+                "{} {total} and {} {per_node}: give one ({} is the job's total, split evenly \
+                 over {}; {} is each node's)",
+                f.total, f.per_node, f.total, f.nodes, f.per_node
+            ),
+            GpuCount::Uneven { total, nodes } => format!(
+                "{} {total} does not split evenly over {} {nodes}: give a multiple of {nodes}, \
+                 or {}",
+                f.total, f.nodes, f.per_node
+            ),
+            GpuCount::Neither => format!("{} (in all) or {} is required", f.total, f.per_node),
+        }
+    }
+}
+
+/// GPUs on each node of a request given as Slurm gives it: `per_node`, or `total` (the
+/// job's GPUs in all) split evenly over `nodes`. Every surface that takes a job's size
+/// reads it here, so `gpus` means the same everywhere. No nodes is left for
+/// [`JobSpec::validate`] to refuse, in its own words.
+pub fn gpus_per_node(
+    total: Option<u32>,
+    per_node: Option<u32>,
+    nodes: u32,
+) -> Result<u32, GpuCount> {
+    match (total, per_node) {
+        (Some(total), Some(per_node)) => Err(GpuCount::Both { total, per_node }),
+        (None, Some(n)) => Ok(n),
+        (Some(g), None) if nodes == 0 => Ok(g),
+        (Some(total), None) if total % nodes != 0 => Err(GpuCount::Uneven { total, nodes }),
+        (Some(g), None) => Ok(g / nodes),
+        (None, None) => Err(GpuCount::Neither),
+    }
+}
+
 /// One run of a job on its allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
@@ -1030,6 +1087,40 @@ mod tests {
         assert_eq!(at(None, killed).ran_from(), None);
         assert_eq!(at(None, Some(AttemptEnd::Lost)).ran_from(), None);
         assert_eq!(at(None, None).ran_from(), None);
+    }
+
+    #[test]
+    fn gpus_are_the_total_split_over_the_nodes_or_each_nodes() {
+        assert_eq!(gpus_per_node(Some(16), None, 2), Ok(8));
+        assert_eq!(gpus_per_node(None, Some(16), 2), Ok(16));
+        assert_eq!(
+            gpus_per_node(Some(10), None, 4),
+            Err(GpuCount::Uneven {
+                total: 10,
+                nodes: 4
+            })
+        );
+        assert_eq!(
+            gpus_per_node(Some(8), Some(4), 2),
+            Err(GpuCount::Both {
+                total: 8,
+                per_node: 4
+            })
+        );
+        assert_eq!(gpus_per_node(None, None, 1), Err(GpuCount::Neither));
+        let f = GpuFields {
+            total: "gpus",
+            per_node: "gpus_per_node",
+            nodes: "nodes",
+        };
+        assert_eq!(
+            GpuCount::Uneven {
+                total: 10,
+                nodes: 4
+            }
+            .text(&f),
+            "gpus 10 does not split evenly over nodes 4: give a multiple of 4, or gpus_per_node"
+        );
     }
 
     #[test]

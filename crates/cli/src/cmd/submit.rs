@@ -264,27 +264,20 @@ pub fn submit(args: &SubmitArgs) -> ExitCode {
 }
 
 /// GPUs on each node: `--gpus-per-node`, or `--gpus` (the job's total, as Slurm
-/// reads it) split evenly over `--nodes`.
+/// reads it) split evenly over `--nodes` ([`tranche_model::gpus_per_node`]).
 pub fn gpus_per_node(gpus: Option<u32>, per_node: Option<u32>, nodes: u32) -> Result<u32, String> {
-    match (gpus, per_node) {
-        (Some(g), Some(n)) => Err(format!(
-            "--gpus {g} and --gpus-per-node {n}: give one (--gpus is the job's total, split \
-             evenly over --nodes; --gpus-per-node is each node's)"
-        )),
-        (None, Some(n)) => Ok(n),
-        // No nodes is the controller's to refuse, with its own words.
-        (Some(g), None) if nodes == 0 => Ok(g),
-        (Some(g), None) if g % nodes != 0 => Err(format!(
-            "--gpus {g} does not split evenly over --nodes {nodes}: give a multiple of {nodes}, \
-             or --gpus-per-node"
-        )),
-        (Some(g), None) => Ok(g / nodes),
-        (None, None) => Err(
-            "--gpus (in all) or --gpus-per-node is required (on the command line or a #TRANCHE \
-             line)"
-                .into(),
+    const FIELDS: tranche_model::GpuFields = tranche_model::GpuFields {
+        total: "--gpus",
+        per_node: "--gpus-per-node",
+        nodes: "--nodes",
+    };
+    tranche_model::gpus_per_node(gpus, per_node, nodes).map_err(|e| match e {
+        tranche_model::GpuCount::Neither => format!(
+            "{} (on the command line or a #TRANCHE line)",
+            e.text(&FIELDS)
         ),
-    }
+        e => e.text(&FIELDS),
+    })
 }
 
 /// The objects, read linearizably.

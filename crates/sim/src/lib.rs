@@ -19,7 +19,7 @@ pub mod scenario;
 pub mod trace;
 pub mod tracesim;
 
-pub use engine::{run, Failure, Record, Refusal, Report, Sim};
+pub use engine::{run, Failure, Record, Refusal, Report, RunError, SetupError, Sim};
 pub use scenario::{Scenario, ScenarioError};
 
 /// Renders a report as the readable timeline and summary.

@@ -174,8 +174,13 @@ pub enum OnSignal {
     Ignore,
 }
 
+/// An `on_signal` that is neither `exit_after:N` nor `ignore`; it holds the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be \"exit_after:N\" (whole seconds) or \"ignore\", got {0:?}")]
+pub struct OnSignalError(pub String);
+
 impl SubmitSpec {
-    pub fn on_signal(&self) -> Result<OnSignal, String> {
+    pub fn on_signal(&self) -> Result<OnSignal, OnSignalError> {
         match self.on_signal.as_deref() {
             None => Ok(OnSignal::ExitAfter(0)),
             Some("ignore") => Ok(OnSignal::Ignore),
@@ -183,9 +188,7 @@ impl SubmitSpec {
                 .strip_prefix("exit_after:")
                 .and_then(|n| n.parse().ok())
                 .map(OnSignal::ExitAfter)
-                .ok_or_else(|| {
-                    format!("must be \"exit_after:N\" (whole seconds) or \"ignore\", got {s:?}")
-                }),
+                .ok_or_else(|| OnSignalError(s.to_string())),
         }
     }
 }

@@ -263,9 +263,19 @@ fn split_csv(line: &str) -> Result<Vec<String>, &'static str> {
     Ok(out)
 }
 
+/// A time that is not seconds with at most three decimals, or past the clock's range;
+/// it holds the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecondsError {
+    #[error("must be seconds, at least 0, with at most 3 decimals; got {0:?}")]
+    NotSeconds(String),
+    #[error("at most {max} seconds, got {0}", max = MAX_TRACE_SECONDS)]
+    TooLarge(String),
+}
+
 /// Parses seconds with at most three decimals into milliseconds.
-pub fn parse_seconds(s: &str) -> Result<Millis, String> {
-    let rule = || format!("must be seconds, at least 0, with at most 3 decimals; got {s:?}");
+pub fn parse_seconds(s: &str) -> Result<Millis, SecondsError> {
+    let rule = || SecondsError::NotSeconds(s.to_string());
     let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
     if whole.is_empty() && frac.is_empty()
         || !whole.bytes().all(|b| b.is_ascii_digit())
@@ -280,7 +290,7 @@ pub fn parse_seconds(s: &str) -> Result<Millis, String> {
         whole.parse().map_err(|_| rule())?
     };
     if w > MAX_TRACE_SECONDS {
-        return Err(format!("at most {MAX_TRACE_SECONDS} seconds, got {s}"));
+        return Err(SecondsError::TooLarge(s.to_string()));
     }
     let f: u64 = format!("{frac:0<3}").parse().map_err(|_| rule())?;
     Ok(w * SECOND + f)
@@ -370,9 +380,13 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
         };
         let need = |f: &str| get(f).ok_or_else(|| bad(f, "is required and empty".into()));
         let time = |f: &str| -> Result<Option<Millis>, TraceError> {
-            get(f).map(parse_seconds).transpose().map_err(|m| bad(f, m))
+            get(f)
+                .map(parse_seconds)
+                .transpose()
+                .map_err(|m| bad(f, m.to_string()))
         };
-        let submit = parse_seconds(need("submit_s")?).map_err(|m| bad("submit_s", m))?;
+        let submit =
+            parse_seconds(need("submit_s")?).map_err(|m| bad("submit_s", m.to_string()))?;
         let share = need("share")?.to_string();
         let gpus = parse_u32(need("gpus")?, 1, 65_536).map_err(|m| bad("gpus", m))?;
         let nodes = get("nodes")
@@ -572,6 +586,14 @@ mod tests {
                 field: "b=c".into()
             })
         );
+        assert_eq!(parse_seconds("1.5"), Ok(1_500));
+        assert_eq!(
+            parse_seconds("1.2345"),
+            Err(SecondsError::NotSeconds("1.2345".into()))
+        );
+        let e = parse_seconds("1000000001").unwrap_err();
+        assert_eq!(e, SecondsError::TooLarge("1000000001".into()));
+        assert_eq!(e.to_string(), "at most 1000000000 seconds, got 1000000001");
         assert_eq!(
             Columns::parse("a=-,a=share"),
             Err(ColumnsError::MappedTwice { column: "a".into() })

@@ -131,9 +131,10 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
         Ok::<_, String>((p.display().to_string(), text))
     };
     let (name, text) = read(&args.trace)?;
-    let jobs = runs::load_trace(&name, &text, args.columns.as_deref(), args.until_s)?;
+    let jobs = runs::load_trace(&name, &text, args.columns.as_deref(), args.until_s)
+        .map_err(|e| e.to_string())?;
     let (name, text) = read(&args.policy)?;
-    let sc = runs::load_policy(&name, &text, args.nodes.as_deref())?;
+    let sc = runs::load_policy(&name, &text, args.nodes.as_deref()).map_err(|e| e.to_string())?;
     let specs =
         tracesim::specs(&sc, &jobs).map_err(|e| format!("{}: {e}", args.trace.display()))?;
     let specs: Vec<JobSpec> = specs
@@ -142,7 +143,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
         .map(|(s, j)| real_spec(s, j, args.speed))
         .collect::<Result<_, _>>()?;
     // The replay's report shows the simulator's figures, not how long it took.
-    let sim = runs::run("tranche sim", &sc, &jobs, || 0.0)?;
+    let sim = runs::run("tranche sim", &sc, &jobs, || 0.0).map_err(|e| e.to_string())?;
 
     // Bound before the cluster, so removed after its processes have stopped.
     let attempts_root = super::own_dir_under(

@@ -83,9 +83,48 @@ pub struct Sim {
 /// A settle loop that does not settle is a scheduler bug, not a scenario property.
 const MAX_PASSES_PER_INSTANT: usize = 1_000;
 
+/// The state machine refused an object of the scenario's cluster: `field` is where
+/// the file gives it (`shares[0]`, `nodes[2]`, `policy`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {error}")]
+pub struct SetupError {
+    pub field: String,
+    #[source]
+    pub error: ApplyError,
+}
+
+/// Why a scenario could not be run to its end. Every kind but [`RunError::Setup`] is
+/// a fault of the scheduler or the state machine, not of the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The state machine rejected actions of a plan the scheduler just made.
+    #[error("t={at_s}: the state machine rejected part of a fresh plan: {rejected:?}")]
+    PlanRejected {
+        at_s: u64,
+        rejected: Vec<(u32, ApplyError)>,
+    },
+    /// The state machine refused a plan as a whole.
+    #[error("plan rejected: {0}")]
+    PlanRefused(ApplyError),
+    /// The scheduler kept acting at one instant.
+    #[error(
+        "t={at_s}: scheduling did not settle after {} passes",
+        MAX_PASSES_PER_INSTANT
+    )]
+    Unsettled { at_s: u64 },
+    /// Jobs kept ending and being placed again at one instant.
+    #[error(
+        "t={at_s}: jobs kept ending and being placed again at this instant ({} rounds)",
+        MAX_PASSES_PER_INSTANT
+    )]
+    Cycle { at_s: u64 },
+}
+
 impl Sim {
     /// Builds the cluster the scenario describes at time 0.
-    pub fn new(sc: &Scenario) -> Result<Sim, String> {
+    pub fn new(sc: &Scenario) -> Result<Sim, SetupError> {
         let mut sim = Sim {
             state: State::new(),
             now: 0,
@@ -106,11 +145,14 @@ impl Sim {
                 .collect(),
             first_queue: sc.queue_list().remove(0).name,
         };
-        let setup = |sim: &mut Sim, field: &str, cmd: Command| -> Result<(), String> {
+        let setup = |sim: &mut Sim, field: &str, cmd: Command| -> Result<(), SetupError> {
             sim.state
                 .apply(&cmd, 0)
                 .map(|_| ())
-                .map_err(|e| format!("{field}: {e}"))
+                .map_err(|error| SetupError {
+                    field: field.to_string(),
+                    error,
+                })
         };
         let o = objects(sc);
         for (i, e) in o.environments.into_iter().enumerate() {
@@ -367,7 +409,7 @@ impl Sim {
     }
 
     /// Runs the scheduler until nothing moves, starting every placed job at once.
-    pub fn settle(&mut self) -> Result<(), String> {
+    pub fn settle(&mut self) -> Result<(), RunError> {
         for _ in 0..MAX_PASSES_PER_INSTANT {
             let plan = tranche_sched::plan(&self.state, self.now);
             self.passes += 1;
@@ -391,14 +433,13 @@ impl Sim {
             self.preemptions += plan.preemptions() as u64;
             match self.cmd(Command::ApplyPlan(plan)) {
                 Ok(Outcome::Plan(out)) if !out.rejected.is_empty() => {
-                    return Err(format!(
-                        "t={}: the state machine rejected part of a fresh plan: {:?}",
-                        self.now / SECOND,
-                        out.rejected
-                    ));
+                    return Err(RunError::PlanRejected {
+                        at_s: self.now / SECOND,
+                        rejected: out.rejected,
+                    });
                 }
                 Ok(_) => {}
-                Err(e) => return Err(format!("plan rejected: {e}")),
+                Err(e) => return Err(RunError::PlanRefused(e)),
             }
             for id in placed {
                 self.placements += 1;
@@ -423,15 +464,14 @@ impl Sim {
                 return Ok(());
             }
         }
-        Err(format!(
-            "t={}: scheduling did not settle after {MAX_PASSES_PER_INSTANT} passes",
-            self.now / SECOND
-        ))
+        Err(RunError::Unsettled {
+            at_s: self.now / SECOND,
+        })
     }
 
     /// Fires every timer due at or before `t` (each at its own instant, settling after
     /// each instant), then moves the clock to `t`.
-    pub fn advance_to(&mut self, t: Millis) -> Result<(), String> {
+    pub fn advance_to(&mut self, t: Millis) -> Result<(), RunError> {
         let mut rounds_at = (0, 0usize);
         while let Some(&(at, _)) = self.timers.first() {
             if at > t {
@@ -445,10 +485,7 @@ impl Sim {
                 (at, 1)
             };
             if rounds_at.1 > MAX_PASSES_PER_INSTANT {
-                return Err(format!(
-                    "t={}: jobs kept ending and being placed again at this instant ({MAX_PASSES_PER_INSTANT} rounds)",
-                    at / SECOND
-                ));
+                return Err(RunError::Cycle { at_s: at / SECOND });
             }
             self.now = at;
             while let Some(&(at2, timer)) = self.timers.first() {
@@ -720,7 +757,7 @@ impl Report {
 }
 
 /// Runs a scenario to the last event or expectation.
-pub fn run(sc: &Scenario) -> Result<Report, String> {
+pub fn run(sc: &Scenario) -> Result<Report, RunError> {
     let mut sim = Sim::new(sc)?;
     let mut instants: BTreeSet<u64> = sc.events.iter().map(|e| e.at).collect();
     instants.extend(sc.expect.iter().map(|x| x.at));

@@ -8,6 +8,11 @@
 //! reports the figures (`report`) as tables, JSON and a page of plots (`page`,
 //! `plot`). Like the core it drives, it is
 //! pure: no clock, no threads, no I/O beyond what the caller hands it.
+//!
+//! Every fallible function returns its module's error enum ([`ScenarioError`],
+//! [`SetupError`] and [`RunError`], [`TraceError`], [`SimulateError`], [`RunsError`],
+//! [`PlotError`]): callers branch on the kind, and print the text, which names the
+//! field, line or file and the rule it breaks.
 
 pub mod engine;
 pub mod page;
@@ -19,8 +24,12 @@ pub mod scenario;
 pub mod trace;
 pub mod tracesim;
 
-pub use engine::{run, Failure, Record, Refusal, Report, Sim};
+pub use engine::{run, Failure, Record, Refusal, Report, RunError, SetupError, Sim};
+pub use plot::PlotError;
+pub use runs::RunsError;
 pub use scenario::{Scenario, ScenarioError};
+pub use trace::TraceError;
+pub use tracesim::SimulateError;
 
 /// Renders a report as the readable timeline and summary.
 pub fn render_text(r: &Report) -> String {

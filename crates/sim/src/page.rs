@@ -2,7 +2,7 @@
 //! SVG, and an HTML page that shows them, as (file name, contents) for the caller to
 //! write. The tables are [`report`]'s, the same the terminal shows.
 
-use crate::plot::Plot;
+use crate::plot::{Plot, PlotError};
 use crate::report::{self, fmt_duration, fmt_mean, html_escape as esc};
 use crate::runs::{self, Run};
 
@@ -20,7 +20,7 @@ type Section = (String, Vec<(String, String)>);
 /// The report's files for the runs of the trace `trace` (its name as the page shows
 /// it): `figures.json`, `index.html` and, with `plots` (a font is registered, see
 /// [`crate::plot::use_font`]), every plot as `.svg` and `.png`.
-pub fn files(trace: &str, runs: &[Run], plots: bool) -> Result<Vec<(String, Vec<u8>)>, String> {
+pub fn files(trace: &str, runs: &[Run], plots: bool) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     let j = runs::json(runs);
     let mut files = vec![("figures.json".to_string(), format!("{j:#}\n").into_bytes())];
     let pairs: Vec<(&str, &report::Figures)> = runs
@@ -59,7 +59,7 @@ fn draw(
     files: &mut Vec<(String, Vec<u8>)>,
     prefix: &str,
     plots: &[Plot<'_>],
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, PlotError> {
     let mut out = vec![];
     for p in plots {
         let stem = format!("{prefix}{}", p.name());

@@ -15,10 +15,22 @@ pub const WIDTH: u32 = 960;
 pub const HEIGHT: u32 = 420;
 const FONT: &str = "sans-serif";
 
+/// Why a plot could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// The bytes given to [`use_font`] are no font.
+    #[error("the font file is not a TrueType or OpenType font")]
+    Font,
+    /// The drawing backend failed (its error, in words).
+    #[error("cannot draw: {0}")]
+    Draw(String),
+    #[error("cannot encode the PNG: {0}")]
+    Png(#[from] png::EncodingError),
+}
+
 /// Registers the font the labels are drawn with; call once before drawing.
-pub fn use_font(bytes: &'static [u8]) -> Result<(), String> {
-    plotters::style::register_font(FONT, FontStyle::Normal, bytes)
-        .map_err(|_| "the font file is not a TrueType or OpenType font".to_string())
+pub fn use_font(bytes: &'static [u8]) -> Result<(), PlotError> {
+    plotters::style::register_font(FONT, FontStyle::Normal, bytes).map_err(|_| PlotError::Font)
 }
 
 /// One plot: a title and a drawing function over any backend.
@@ -73,10 +85,10 @@ fn time_unit(span: Millis) -> (f64, &'static str) {
     }
 }
 
-type Res = Result<(), String>;
+type Res = Result<(), PlotError>;
 
-fn e<E: std::fmt::Display>(x: E) -> String {
-    format!("cannot draw: {x}")
+fn e<E: std::fmt::Display>(x: E) -> PlotError {
+    PlotError::Draw(x.to_string())
 }
 
 impl Plot<'_> {
@@ -103,7 +115,7 @@ impl Plot<'_> {
         }
     }
 
-    pub fn svg(&self) -> Result<String, String> {
+    pub fn svg(&self) -> Result<String, PlotError> {
         let mut s = String::new();
         {
             let root = SVGBackend::with_string(&mut s, (WIDTH, HEIGHT)).into_drawing_area();
@@ -114,7 +126,7 @@ impl Plot<'_> {
     }
 
     /// The plot as a PNG file's bytes.
-    pub fn png(&self) -> Result<Vec<u8>, String> {
+    pub fn png(&self) -> Result<Vec<u8>, PlotError> {
         let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
         {
             let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
@@ -240,7 +252,7 @@ fn time_chart<'a, DB: DrawingBackend + 'a>(
     xmax: f64,
     ymax: f64,
     y_desc: impl Into<String>,
-) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, String>
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, PlotError>
 where
     DB::ErrorType: 'static,
 {
@@ -441,17 +453,29 @@ where
     legend(&mut ch, SeriesLabelPosition::LowerRight)
 }
 
-fn encode_png(rgb: &[u8], w: u32, h: u32) -> Result<Vec<u8>, String> {
+fn encode_png(rgb: &[u8], w: u32, h: u32) -> Result<Vec<u8>, PlotError> {
     let mut out = vec![];
     {
         let mut enc = png::Encoder::new(&mut out, w, h);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
-        let mut wr = enc
-            .write_header()
-            .map_err(|x| format!("cannot encode the PNG: {x}"))?;
-        wr.write_image_data(rgb)
-            .map_err(|x| format!("cannot encode the PNG: {x}"))?;
+        let mut wr = enc.write_header()?;
+        wr.write_image_data(rgb)?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_that_are_no_font_are_refused() {
+        let e = use_font(b"not a font").unwrap_err();
+        assert!(matches!(e, PlotError::Font), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "the font file is not a TrueType or OpenType font"
+        );
+    }
 }

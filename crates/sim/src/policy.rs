@@ -7,23 +7,34 @@ use crate::scenario::{LimitSpec, NodeSpec, Scenario, ScenarioError, ShareSpec};
 use std::collections::BTreeMap;
 use tranche_model::{Strategy, MAX_GPUS_PER_NODE_INVENTORY};
 
+/// A `--nodes` value that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodesError {
+    #[error("--nodes is empty; give COUNT x GPUS UNIT, e.g. \"64 x 8 h100\"")]
+    Empty,
+    /// A group breaks the rule `why`.
+    #[error("node group {group:?}: {why}; give COUNT x GPUS UNIT, e.g. \"64 x 8 h100\"")]
+    Group { group: String, why: String },
+}
+
 /// Parses `"64 x 8 h100"`: COUNT x GPUS UNIT, several groups joined by `+` or `,`.
-pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, String> {
+pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, NodesError> {
     let groups: Vec<&str> = s
         .split(['+', ','])
         .map(str::trim)
         .filter(|g| !g.is_empty())
         .collect();
     if groups.is_empty() {
-        return Err("--nodes is empty; give COUNT x GPUS UNIT, e.g. \"64 x 8 h100\"".into());
+        return Err(NodesError::Empty);
     }
     let many = groups.len() > 1;
     groups
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let bad = |why: &str| {
-                format!("node group {g:?}: {why}; give COUNT x GPUS UNIT, e.g. \"64 x 8 h100\"")
+            let bad = |why: &str| NodesError::Group {
+                group: g.to_string(),
+                why: why.to_string(),
             };
             let words: Vec<&str> = g.split_whitespace().collect();
             let (count, gpus, unit) = match words.as_slice() {
@@ -64,26 +75,19 @@ pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, String> {
 
 /// Reads a policy file; `nodes` (from `--nodes`) replaces the file's `[[nodes]]`.
 pub fn load(text: &str, nodes: Option<Vec<NodeSpec>>) -> Result<Scenario, ScenarioError> {
-    tranche_model::text_limits::check_toml("policy file", text).map_err(ScenarioError)?;
-    let mut sc: Scenario =
-        toml::from_str(text).map_err(|e| ScenarioError(e.to_string().trim_end().to_string()))?;
+    tranche_model::text_limits::check_toml("policy file", text).map_err(ScenarioError::TooLarge)?;
+    let mut sc: Scenario = toml::from_str(text)?;
     if !sc.events.is_empty() || !sc.expect.is_empty() {
-        return Err(ScenarioError(
-            "a policy file has no [[events]] or [[expect]]: the trace gives the jobs".into(),
-        ));
+        return Err(ScenarioError::PolicyHasJobs);
     }
     if sc.shares.is_empty() {
-        return Err(ScenarioError(
-            "a policy file needs at least one [[shares]] entry".into(),
-        ));
+        return Err(ScenarioError::PolicyWithoutShares);
     }
     if let Some(n) = nodes {
         sc.nodes = n;
     }
     if sc.nodes.is_empty() {
-        return Err(ScenarioError(
-            "no nodes: give --nodes \"COUNT x GPUS UNIT\" or [[nodes]] in the policy file".into(),
-        ));
+        return Err(ScenarioError::NoNodes);
     }
     sc.check()?;
     Ok(sc)
@@ -180,11 +184,17 @@ strategy = "LEND"
         assert_eq!((n[1].name.as_str(), n[1].count), ("g2n", Some(3)));
         assert!(parse_nodes("64 8 h100")
             .unwrap_err()
+            .to_string()
             .contains("COUNT x GPUS UNIT"));
         assert!(parse_nodes("0 x 8 h100")
             .unwrap_err()
+            .to_string()
             .contains("at least 1"));
-        assert!(parse_nodes("1 x 129 h100").unwrap_err().contains("1-128"));
+        assert!(parse_nodes("1 x 129 h100")
+            .unwrap_err()
+            .to_string()
+            .contains("1-128"));
+        assert_eq!(parse_nodes(" + ").unwrap_err(), NodesError::Empty);
     }
 
     #[test]
@@ -198,8 +208,10 @@ strategy = "LEND"
         assert_eq!(p.shares.len(), 1);
         assert_eq!(p.shares[0].capacity_limits[0].max, 16);
         let e = load(POLICY, None).unwrap_err();
-        assert!(e.0.contains("no nodes"), "{e}");
+        assert!(matches!(e, ScenarioError::NoNodes), "{e:?}");
+        assert!(e.to_string().contains("no nodes"), "{e}");
         let e = load("[[shares]]\nname = \"a\"\n", None).unwrap_err();
-        assert!(e.0.contains("capacity_limits"), "{e}");
+        assert!(matches!(e, ScenarioError::Toml(_)), "{e:?}");
+        assert!(e.to_string().contains("capacity_limits"), "{e}");
     }
 }

@@ -3,11 +3,39 @@
 //! figures as one JSON object. `tranche sim` and `tranche bench replay` read the
 //! files and time the runs; this module only computes.
 
-use crate::policy;
+use crate::policy::{self, NodesError};
 use crate::report::{self, Figures, Setup};
-use crate::scenario::Scenario;
-use crate::trace::{self, Columns, TraceJob};
-use crate::tracesim;
+use crate::scenario::{Scenario, ScenarioError};
+use crate::trace::{self, Columns, ColumnsError, TraceError, TraceJob};
+use crate::tracesim::{self, SimulateError};
+
+/// Why a trace, a policy or a run failed; the files are named as the caller named them.
+#[derive(Debug, thiserror::Error)]
+pub enum RunsError {
+    #[error(transparent)]
+    Columns(#[from] ColumnsError),
+    #[error("{file}: {error}")]
+    Trace {
+        file: String,
+        #[source]
+        error: TraceError,
+    },
+    #[error(transparent)]
+    Nodes(#[from] NodesError),
+    #[error("{file}: {error}")]
+    Policy {
+        file: String,
+        #[source]
+        error: ScenarioError,
+    },
+    /// The policy labelled `label` could not be simulated.
+    #[error("{label}: {error}")]
+    Simulate {
+        label: String,
+        #[source]
+        error: SimulateError,
+    },
+}
 
 /// Resolution of the report's time series.
 pub const BUCKETS: usize = 600;
@@ -36,9 +64,12 @@ pub fn load_trace(
     text: &str,
     columns: Option<&str>,
     until_s: Option<u64>,
-) -> Result<Vec<TraceJob>, String> {
+) -> Result<Vec<TraceJob>, RunsError> {
     let cols = columns.map(Columns::parse).transpose()?.unwrap_or_default();
-    let mut jobs = trace::parse(text, &cols).map_err(|e| format!("{name}: {e}"))?;
+    let mut jobs = trace::parse(text, &cols).map_err(|error| RunsError::Trace {
+        file: name.into(),
+        error,
+    })?;
     if let Some(u) = until_s {
         let first = jobs[0].submit;
         jobs.retain(|j| j.submit < first + u * tranche_model::SECOND);
@@ -48,9 +79,12 @@ pub fn load_trace(
 
 /// The scenario of the policy file `name` from its text, its nodes replaced by
 /// `nodes` (as `--nodes` gives them) when given.
-pub fn load_policy(name: &str, text: &str, nodes: Option<&str>) -> Result<Scenario, String> {
+pub fn load_policy(name: &str, text: &str, nodes: Option<&str>) -> Result<Scenario, RunsError> {
     let nodes = nodes.map(policy::parse_nodes).transpose()?;
-    policy::load(text, nodes).map_err(|e| format!("{name}: {e}"))
+    policy::load(text, nodes).map_err(|error| RunsError::Policy {
+        file: name.into(),
+        error,
+    })
 }
 
 /// The policy named `name`, and with `compare` the static partition (every share
@@ -83,8 +117,11 @@ pub fn run(
     sc: &Scenario,
     jobs: &[TraceJob],
     elapsed: impl FnOnce() -> f64,
-) -> Result<Run, String> {
-    let out = tracesim::simulate(sc, jobs).map_err(|e| format!("{label}: {e}"))?;
+) -> Result<Run, RunsError> {
+    let out = tracesim::simulate(sc, jobs).map_err(|error| RunsError::Simulate {
+        label: label.into(),
+        error,
+    })?;
     let wall_s = elapsed();
     let setup = Setup::of(sc);
     let figures = report::figures(&setup, &out.runs, BUCKETS);
@@ -117,4 +154,68 @@ pub fn json(runs: &[Run]) -> serde_json::Value {
             "wall_s": r.wall_s,
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TRACE: &str = "submit_s,share,gpus,duration_s\n0,a,1,10\n";
+    const POLICY: &str =
+        "[[shares]]\nname = \"a\"\ncapacity_limits = [{ unit = \"h100\", max = 4 }]\nstrategy = \"RESERVE\"\n";
+
+    #[test]
+    fn each_input_fails_with_its_kind_and_names_its_file() {
+        let e = load_trace("t.csv", TRACE, Some("gpus"), None).unwrap_err();
+        assert!(
+            matches!(e, RunsError::Columns(ColumnsError::NotAPair { .. })),
+            "{e:?}"
+        );
+        let e = load_trace("t.csv", "submit_s,share,gpu\n", None, None).unwrap_err();
+        match &e {
+            RunsError::Trace { file, error } => {
+                assert_eq!(file, "t.csv");
+                assert_eq!(error.column(), Some("gpu"));
+            }
+            e => panic!("not a trace error: {e:?}"),
+        }
+        assert!(
+            e.to_string()
+                .starts_with("t.csv: line 1, column gpu: not a trace field"),
+            "{e}"
+        );
+        let e = load_policy("p.toml", POLICY, Some("4 h100")).unwrap_err();
+        assert!(
+            matches!(e, RunsError::Nodes(NodesError::Group { .. })),
+            "{e:?}"
+        );
+        let e = load_policy("p.toml", POLICY, None).unwrap_err();
+        assert!(
+            matches!(&e, RunsError::Policy { file, error: ScenarioError::NoNodes } if file == "p.toml"),
+            "{e:?}"
+        );
+        let sc = load_policy("p.toml", POLICY, Some("1 x 4 h100")).unwrap();
+        let jobs = load_trace("t.csv", TRACE, None, None).unwrap();
+        assert_eq!(run("p", &sc, &jobs, || 0.0).unwrap().figures.jobs, 1);
+        let wide = load_trace(
+            "t.csv",
+            "submit_s,share,gpus,duration_s\n0,a,6,10\n",
+            None,
+            None,
+        )
+        .unwrap();
+        let Err(e) = run("p", &sc, &wide, || 0.0) else {
+            panic!("a job wider than a node ran");
+        };
+        assert!(
+            matches!(
+                &e,
+                RunsError::Simulate {
+                    error: SimulateError::Trace(TraceError::Policy { column: "gpus", .. }),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
 }

@@ -174,8 +174,13 @@ pub enum OnSignal {
     Ignore,
 }
 
+/// An `on_signal` that is neither `exit_after:N` nor `ignore`; it holds the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be \"exit_after:N\" (whole seconds) or \"ignore\", got {0:?}")]
+pub struct OnSignalError(pub String);
+
 impl SubmitSpec {
-    pub fn on_signal(&self) -> Result<OnSignal, String> {
+    pub fn on_signal(&self) -> Result<OnSignal, OnSignalError> {
         match self.on_signal.as_deref() {
             None => Ok(OnSignal::ExitAfter(0)),
             Some("ignore") => Ok(OnSignal::Ignore),
@@ -183,27 +188,57 @@ impl SubmitSpec {
                 .strip_prefix("exit_after:")
                 .and_then(|n| n.parse().ok())
                 .map(OnSignal::ExitAfter)
-                .ok_or_else(|| {
-                    format!("must be \"exit_after:N\" (whole seconds) or \"ignore\", got {s:?}")
-                }),
+                .ok_or_else(|| OnSignalError(s.to_string())),
         }
     }
 }
 
-/// A scenario file that cannot be run: the field (and line, where TOML gives one).
+/// Why a scenario or policy file is not valid: the field it names (or the line, where
+/// TOML gives one) and the rule it breaks.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ScenarioError(pub String);
+pub enum ScenarioError {
+    /// The file is too large, or nests too deep, to be read at all.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The TOML does not parse into a scenario (its message names the line).
+    #[error("{}", .0.to_string().trim_end())]
+    Toml(#[from] toml::de::Error),
+    /// A field breaks a rule serde cannot state; `field` is its path in the file.
+    #[error("invalid `{field}`: {message}")]
+    Invalid { field: String, message: String },
+    /// A policy file gives jobs: the trace gives them.
+    #[error("a policy file has no [[events]] or [[expect]]: the trace gives the jobs")]
+    PolicyHasJobs,
+    /// A policy file without shares.
+    #[error("a policy file needs at least one [[shares]] entry")]
+    PolicyWithoutShares,
+    /// Neither the policy file nor `--nodes` gives nodes.
+    #[error("no nodes: give --nodes \"COUNT x GPUS UNIT\" or [[nodes]] in the policy file")]
+    NoNodes,
+}
+
+impl ScenarioError {
+    /// The field a [`ScenarioError::Invalid`] names.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ScenarioError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
 
 fn err(field: impl std::fmt::Display, msg: impl std::fmt::Display) -> ScenarioError {
-    ScenarioError(format!("invalid `{field}`: {msg}"))
+    ScenarioError::Invalid {
+        field: field.to_string(),
+        message: msg.to_string(),
+    }
 }
 
 impl Scenario {
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-        tranche_model::text_limits::check_toml("scenario file", text).map_err(ScenarioError)?;
-        let sc: Scenario = toml::from_str(text)
-            .map_err(|e| ScenarioError(e.to_string().trim_end().to_string()))?;
+        tranche_model::text_limits::check_toml("scenario file", text)
+            .map_err(ScenarioError::TooLarge)?;
+        let sc: Scenario = toml::from_str(text)?;
         sc.check()?;
         Ok(sc)
     }
@@ -597,12 +632,12 @@ mod tests {
         assert!(Scenario::parse(BASE).is_ok());
         let many = BASE.replace("gpus = 8", "gpus = 8\ncount = 4000000000");
         assert_eq!(
-            Scenario::parse(&many).unwrap_err().0,
+            Scenario::parse(&many).unwrap_err().to_string(),
             "invalid `nodes`: at most 10000 nodes in all, got 4000000000"
         );
         let late = format!("{BASE}[[expect]]\nat = 18446744073709551\nshare = \"s\"\n");
         assert_eq!(
-            Scenario::parse(&late).unwrap_err().0,
+            Scenario::parse(&late).unwrap_err().to_string(),
             "invalid `expect[0].at`: at most 1000000000 seconds, got 18446744073709551"
         );
         let long = format!(
@@ -610,7 +645,31 @@ mod tests {
         );
         assert!(Scenario::parse(&long)
             .unwrap_err()
-            .0
+            .to_string()
             .starts_with("invalid `events[0].submit.on_signal`: at most"));
+    }
+
+    #[test]
+    fn an_invalid_scenario_names_its_field_in_its_kind() {
+        let twice = format!("{BASE}{}", BASE.replace("gpus = 8", "gpus = 4"));
+        let e = Scenario::parse(&twice).unwrap_err();
+        assert!(
+            matches!(&e, ScenarioError::Invalid { field, message }
+                if field == "nodes[1].name" && message == "node n is defined twice"),
+            "{e:?}"
+        );
+        assert_eq!(e.field(), Some("nodes[1].name"));
+        let e = Scenario::parse(
+            "[[nodes]]
+name = 1
+",
+        )
+        .unwrap_err();
+        assert!(matches!(e, ScenarioError::Toml(_)), "{e:?}");
+        assert_eq!(e.field(), None);
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let e = Scenario::parse(&"#".repeat(tranche_model::text_limits::MAX_FILE_BYTES + 1))
+            .unwrap_err();
+        assert!(matches!(e, ScenarioError::TooLarge(_)), "{e:?}");
     }
 }

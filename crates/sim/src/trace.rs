@@ -59,23 +59,129 @@ pub struct TraceJob {
     pub checkpoint: Option<Millis>,
 }
 
-/// A trace that cannot be read: where, and the rule it breaks.
+/// A trace that cannot be read: where (the line, and the column as the file spells
+/// it when the error is about one), and the rule it breaks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", self.render())]
-pub struct TraceError {
-    pub line: usize,
-    /// The column's name as the file spells it, when the error is about one.
-    pub column: Option<String>,
-    pub message: String,
+pub enum TraceError {
+    /// The file has no header line.
+    #[error("line 1: the trace is empty: it needs a header line (submit_s,share,gpus,...)")]
+    Empty,
+    /// A line is not CSV.
+    #[error("line {line}: {problem}")]
+    Csv { line: usize, problem: &'static str },
+    /// A header column that is no trace field and is not mapped.
+    #[error(
+        "line {line}, column {column}: not a trace field (fields: {fields}); map it with --columns {column}=FIELD, or {column}=- to ignore it",
+        fields = FIELDS.join(", ")
+    )]
+    UnknownColumn { line: usize, column: String },
+    /// Two header columns give the same field.
+    #[error(
+        "line {line}, column {column}: gives field {field}, which column {other} gives already"
+    )]
+    FieldTwice {
+        line: usize,
+        column: String,
+        field: &'static str,
+        other: String,
+    },
+    /// The header lacks a required field; `columns` are the header's.
+    #[error(
+        "line {line}: the header has no column for the required field {field} (columns: {}); map one with --columns COLUMN={field}",
+        .columns.join(", ")
+    )]
+    MissingField {
+        line: usize,
+        field: &'static str,
+        columns: Vec<String>,
+    },
+    /// The header has neither `duration_s` nor `time_limit_s`.
+    #[error("line {line}: the header needs duration_s or time_limit_s, or no job would ever end")]
+    NoEnd { line: usize },
+    /// A header and no rows.
+    #[error("line {line}: the trace has a header and no jobs")]
+    NoJobs { line: usize },
+    /// A row with another number of fields than the header.
+    #[error("line {line}: has {found} fields, the header has {expected}")]
+    FieldCount {
+        line: usize,
+        found: usize,
+        expected: usize,
+    },
+    /// A row's value breaks its field's rule (`column`: absent when the file has no
+    /// column for the field).
+    #[error("{}", at(*.line, .column.as_deref(), .message))]
+    Value {
+        line: usize,
+        column: Option<String>,
+        message: String,
+    },
+    /// A row that does not fit the policy it is simulated under.
+    #[error("line {line}, column {column}: {message}")]
+    Policy {
+        line: usize,
+        column: &'static str,
+        message: String,
+    },
+    /// The job a row describes is not a valid job.
+    #[error("line {line}: {error}")]
+    Job {
+        line: usize,
+        #[source]
+        error: tranche_model::ValidationError,
+    },
+}
+
+fn at(line: usize, column: Option<&str>, message: &str) -> String {
+    match column {
+        Some(c) => format!("line {line}, column {c}: {message}"),
+        None => format!("line {line}: {message}"),
+    }
 }
 
 impl TraceError {
-    fn render(&self) -> String {
-        match &self.column {
-            Some(c) => format!("line {}, column {c}: {}", self.line, self.message),
-            None => format!("line {}: {}", self.line, self.message),
+    /// The line of the file the error is on (the header is line 1).
+    pub fn line(&self) -> usize {
+        match self {
+            TraceError::Empty => 1,
+            TraceError::Csv { line, .. }
+            | TraceError::UnknownColumn { line, .. }
+            | TraceError::FieldTwice { line, .. }
+            | TraceError::MissingField { line, .. }
+            | TraceError::NoEnd { line }
+            | TraceError::NoJobs { line }
+            | TraceError::FieldCount { line, .. }
+            | TraceError::Value { line, .. }
+            | TraceError::Policy { line, .. }
+            | TraceError::Job { line, .. } => *line,
         }
     }
+
+    /// The column the error is about, as the file spells it.
+    pub fn column(&self) -> Option<&str> {
+        match self {
+            TraceError::UnknownColumn { column, .. } | TraceError::FieldTwice { column, .. } => {
+                Some(column)
+            }
+            TraceError::Value { column, .. } => column.as_deref(),
+            TraceError::Policy { column, .. } => Some(column),
+            _ => None,
+        }
+    }
+}
+
+/// A `--columns` mapping that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ColumnsError {
+    #[error("column mapping {part:?} must be FILE_COLUMN=FIELD (or FILE_COLUMN=- to ignore it)")]
+    NotAPair { part: String },
+    #[error(
+        "column mapping {part:?}: {field:?} is not a trace field (fields: {fields})",
+        fields = FIELDS.join(", ")
+    )]
+    NotAField { part: String, field: String },
+    #[error("column {column:?} is mapped twice")]
+    MappedTwice { column: String },
 }
 
 /// How the file's columns map to trace fields: file column → field (`-`: ignored).
@@ -84,23 +190,23 @@ pub struct Columns(pub BTreeMap<String, String>);
 
 impl Columns {
     /// Parses `a=b,c=d` (the `--columns` flag).
-    pub fn parse(s: &str) -> Result<Columns, String> {
+    pub fn parse(s: &str) -> Result<Columns, ColumnsError> {
         let mut m = BTreeMap::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let Some((from, to)) = part.split_once('=') else {
-                return Err(format!(
-                    "column mapping {part:?} must be FILE_COLUMN=FIELD (or FILE_COLUMN=- to ignore it)"
-                ));
+                return Err(ColumnsError::NotAPair { part: part.into() });
             };
             let (from, to) = (from.trim(), to.trim());
             if to != "-" && !FIELDS.contains(&to) {
-                return Err(format!(
-                    "column mapping {part:?}: {to:?} is not a trace field (fields: {})",
-                    FIELDS.join(", ")
-                ));
+                return Err(ColumnsError::NotAField {
+                    part: part.into(),
+                    field: to.into(),
+                });
             }
             if m.insert(from.to_string(), to.to_string()).is_some() {
-                return Err(format!("column {from:?} is mapped twice"));
+                return Err(ColumnsError::MappedTwice {
+                    column: from.into(),
+                });
             }
         }
         Ok(Columns(m))
@@ -109,7 +215,7 @@ impl Columns {
 
 /// Splits one CSV line into fields: commas separate, double quotes enclose a field
 /// that holds commas, `""` inside quotes is a quote.
-fn split_csv(line: &str) -> Result<Vec<String>, String> {
+fn split_csv(line: &str) -> Result<Vec<String>, &'static str> {
     let mut out = vec![];
     let mut cur = String::new();
     let mut chars = line.chars().peekable();
@@ -128,7 +234,7 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
                 quoted = true;
                 was_quoted = true;
             }
-            (false, '"') => return Err("a quote inside an unquoted field".into()),
+            (false, '"') => return Err("a quote inside an unquoted field"),
             (false, ',') => {
                 out.push(if was_quoted {
                     cur.clone()
@@ -140,14 +246,14 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
             }
             (false, c) => {
                 if was_quoted && !c.is_whitespace() {
-                    return Err("text after a closing quote".into());
+                    return Err("text after a closing quote");
                 }
                 cur.push(c);
             }
         }
     }
     if quoted {
-        return Err("a quoted field is not closed".into());
+        return Err("a quoted field is not closed");
     }
     out.push(if was_quoted {
         cur
@@ -157,9 +263,19 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// A time that is not seconds with at most three decimals, or past the clock's range;
+/// it holds the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecondsError {
+    #[error("must be seconds, at least 0, with at most 3 decimals; got {0:?}")]
+    NotSeconds(String),
+    #[error("at most {max} seconds, got {0}", max = MAX_TRACE_SECONDS)]
+    TooLarge(String),
+}
+
 /// Parses seconds with at most three decimals into milliseconds.
-pub fn parse_seconds(s: &str) -> Result<Millis, String> {
-    let rule = || format!("must be seconds, at least 0, with at most 3 decimals; got {s:?}");
+pub fn parse_seconds(s: &str) -> Result<Millis, SecondsError> {
+    let rule = || SecondsError::NotSeconds(s.to_string());
     let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
     if whole.is_empty() && frac.is_empty()
         || !whole.bytes().all(|b| b.is_ascii_digit())
@@ -174,7 +290,7 @@ pub fn parse_seconds(s: &str) -> Result<Millis, String> {
         whole.parse().map_err(|_| rule())?
     };
     if w > MAX_TRACE_SECONDS {
-        return Err(format!("at most {MAX_TRACE_SECONDS} seconds, got {s}"));
+        return Err(SecondsError::TooLarge(s.to_string()));
     }
     let f: u64 = format!("{frac:0<3}").parse().map_err(|_| rule())?;
     Ok(w * SECOND + f)
@@ -192,18 +308,14 @@ fn parse_u32(s: &str, min: u32, max: u32) -> Result<u32, String> {
 pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
     let Some((_, header)) = lines.find(|(_, l)| !l.trim().is_empty()) else {
-        return Err(TraceError {
-            line: 1,
-            column: None,
-            message: "the trace is empty: it needs a header line (submit_s,share,gpus,...)".into(),
-        });
+        return Err(TraceError::Empty);
     };
     let header_line = text.lines().position(|l| l == header).unwrap_or(0) + 1;
-    let names = split_csv(header.trim_start_matches('\u{feff}')).map_err(|m| TraceError {
-        line: header_line,
-        column: None,
-        message: m,
-    })?;
+    let names =
+        split_csv(header.trim_start_matches('\u{feff}')).map_err(|problem| TraceError::Csv {
+            line: header_line,
+            problem,
+        })?;
     // field → (column index, the column's name in the file)
     let mut field_at: BTreeMap<&str, (usize, String)> = BTreeMap::new();
     for (i, col) in names.iter().enumerate() {
@@ -216,60 +328,46 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
             continue;
         }
         let Some(&f) = FIELDS.iter().find(|f| **f == field) else {
-            return Err(TraceError {
+            return Err(TraceError::UnknownColumn {
                 line: header_line,
-                column: Some(col.clone()),
-                message: format!(
-                    "not a trace field (fields: {}); map it with --columns {col}=FIELD, or {col}=- to ignore it",
-                    FIELDS.join(", ")
-                ),
+                column: col.clone(),
             });
         };
         if let Some((_, other)) = field_at.insert(f, (i, col.clone())) {
-            return Err(TraceError {
+            return Err(TraceError::FieldTwice {
                 line: header_line,
-                column: Some(col.clone()),
-                message: format!("gives field {f}, which column {other} gives already"),
+                column: col.clone(),
+                field: f,
+                other,
             });
         }
     }
     for f in ["submit_s", "share", "gpus"] {
         if !field_at.contains_key(f) {
-            return Err(TraceError {
+            return Err(TraceError::MissingField {
                 line: header_line,
-                column: None,
-                message: format!(
-                    "the header has no column for the required field {f} (columns: {}); map one with --columns COLUMN={f}",
-                    names.join(", ")
-                ),
+                field: f,
+                columns: names.clone(),
             });
         }
     }
     if !field_at.contains_key("duration_s") && !field_at.contains_key("time_limit_s") {
-        return Err(TraceError {
-            line: header_line,
-            column: None,
-            message: "the header needs duration_s or time_limit_s, or no job would ever end".into(),
-        });
+        return Err(TraceError::NoEnd { line: header_line });
     }
     let mut jobs = vec![];
     for (line, l) in lines {
         if l.trim().is_empty() {
             continue;
         }
-        let cells = split_csv(l).map_err(|m| TraceError {
-            line,
-            column: None,
-            message: m,
-        })?;
+        let cells = split_csv(l).map_err(|problem| TraceError::Csv { line, problem })?;
         if cells.len() != names.len() {
-            return Err(TraceError {
+            return Err(TraceError::FieldCount {
                 line,
-                column: None,
-                message: format!("has {} fields, the header has {}", cells.len(), names.len()),
+                found: cells.len(),
+                expected: names.len(),
             });
         }
-        let bad = |f: &str, m: String| TraceError {
+        let bad = |f: &str, m: String| TraceError::Value {
             line,
             column: field_at.get(f).map(|(_, c)| c.clone()),
             message: m,
@@ -282,9 +380,13 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
         };
         let need = |f: &str| get(f).ok_or_else(|| bad(f, "is required and empty".into()));
         let time = |f: &str| -> Result<Option<Millis>, TraceError> {
-            get(f).map(parse_seconds).transpose().map_err(|m| bad(f, m))
+            get(f)
+                .map(parse_seconds)
+                .transpose()
+                .map_err(|m| bad(f, m.to_string()))
         };
-        let submit = parse_seconds(need("submit_s")?).map_err(|m| bad("submit_s", m))?;
+        let submit =
+            parse_seconds(need("submit_s")?).map_err(|m| bad("submit_s", m.to_string()))?;
         let share = need("share")?.to_string();
         let gpus = parse_u32(need("gpus")?, 1, 65_536).map_err(|m| bad("gpus", m))?;
         let nodes = get("nodes")
@@ -339,11 +441,7 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
         });
     }
     if jobs.is_empty() {
-        return Err(TraceError {
-            line: header_line,
-            column: None,
-            message: "the trace has a header and no jobs".into(),
-        });
+        return Err(TraceError::NoJobs { line: header_line });
     }
     jobs.sort_by_key(|j| j.submit);
     Ok(jobs)
@@ -374,35 +472,35 @@ mod tests {
     fn bad_rows_name_the_line_and_the_column() {
         let head = "submit_s,share,gpus,duration_s\n";
         let e = err(&format!("{head}0,a,1,5\n3,a,zero,5\n"));
-        assert_eq!((e.line, e.column.as_deref()), (3, Some("gpus")));
+        assert_eq!((e.line(), e.column()), (3, Some("gpus")));
         assert!(e
             .to_string()
             .starts_with("line 3, column gpus: must be a whole number"));
         let e = err(&format!("{head}-1,a,1,5\n"));
-        assert_eq!((e.line, e.column.as_deref()), (2, Some("submit_s")));
+        assert_eq!((e.line(), e.column()), (2, Some("submit_s")));
         let e = err(&format!("{head}1.2345,a,1,5\n"));
-        assert!(e.message.contains("at most 3 decimals"), "{e}");
+        assert!(e.to_string().contains("at most 3 decimals"), "{e}");
         let e = err(&format!("{head}1,,1,5\n"));
         assert_eq!(e.to_string(), "line 2, column share: is required and empty");
         let e = err(&format!("{head}1,a,1\n"));
         assert_eq!(e.to_string(), "line 2: has 3 fields, the header has 4");
         let e = err("submit_s,share,gpus,nodes,duration_s\n\n0,a,6,4,1\n");
-        assert_eq!((e.line, e.column.as_deref()), (3, Some("nodes")));
-        assert!(e.message.contains("do not split evenly"));
+        assert_eq!((e.line(), e.column()), (3, Some("nodes")));
+        assert!(e.to_string().contains("do not split evenly"));
         let e = err("submit_s,share,gpus,duration_s,priority\n0,a,1,1,10000\n");
-        assert_eq!(e.column.as_deref(), Some("priority"));
+        assert_eq!(e.column(), Some("priority"));
     }
 
     #[test]
     fn the_header_is_checked() {
         let e = err("submit_s,share,gpu,duration_s\n0,a,1,1\n");
-        assert_eq!((e.line, e.column.as_deref()), (1, Some("gpu")));
-        assert!(e.message.contains("--columns gpu=FIELD"), "{e}");
+        assert_eq!((e.line(), e.column()), (1, Some("gpu")));
+        assert!(e.to_string().contains("--columns gpu=FIELD"), "{e}");
         let e = err("submit_s,share,duration_s\n0,a,1\n");
-        assert!(e.message.contains("required field gpus"), "{e}");
+        assert!(e.to_string().contains("required field gpus"), "{e}");
         let e = err("submit_s,share,gpus\n0,a,1\n");
-        assert!(e.message.contains("duration_s or time_limit_s"), "{e}");
-        assert!(err("").message.contains("empty"));
+        assert!(e.to_string().contains("duration_s or time_limit_s"), "{e}");
+        assert!(err("").to_string().contains("empty"));
     }
 
     #[test]
@@ -417,10 +515,89 @@ mod tests {
         assert_eq!(parse(itp, &cols).unwrap()[0].name, "j2");
         assert!(Columns::parse("tenant=shares")
             .unwrap_err()
+            .to_string()
             .contains("not a trace field"));
         assert!(Columns::parse("tenant")
             .unwrap_err()
+            .to_string()
             .contains("FILE_COLUMN=FIELD"));
+    }
+
+    #[test]
+    fn each_error_has_its_kind() {
+        let e = err("submit_s,share,gpu,duration_s\n0,a,1,1\n");
+        assert_eq!(
+            e,
+            TraceError::UnknownColumn {
+                line: 1,
+                column: "gpu".into()
+            }
+        );
+        let e = err("submit_s,share,gpus,size\n0,a,1,1\n");
+        assert!(
+            matches!(&e, TraceError::UnknownColumn { column, .. } if column == "size"),
+            "{e:?}"
+        );
+        let e = err("submit_s,share,gpus,gpus,duration_s\n0,a,1,1,1\n");
+        assert!(
+            matches!(&e, TraceError::FieldTwice { field: "gpus", other, .. } if other == "gpus"),
+            "{e:?}"
+        );
+        let e = err("submit_s,share,duration_s\n0,a,1\n");
+        assert!(
+            matches!(e, TraceError::MissingField { field: "gpus", .. }),
+            "{e:?}"
+        );
+        assert_eq!(err(""), TraceError::Empty);
+        assert_eq!(
+            err("submit_s,share,gpus\n0,a,1\n"),
+            TraceError::NoEnd { line: 1 }
+        );
+        assert_eq!(
+            err("submit_s,share,gpus,duration_s\n"),
+            TraceError::NoJobs { line: 1 }
+        );
+        let e = err("submit_s,share,gpus,duration_s\n0,a,\"1\n");
+        assert_eq!(
+            e,
+            TraceError::Csv {
+                line: 2,
+                problem: "a quoted field is not closed"
+            }
+        );
+        let e = err("submit_s,share,gpus,duration_s\n0,a,1\n");
+        assert!(
+            matches!(
+                e,
+                TraceError::FieldCount {
+                    line: 2,
+                    found: 3,
+                    expected: 4
+                }
+            ),
+            "{e:?}"
+        );
+        let e = err("submit_s,share,gpus,duration_s\n0,a,zero,1\n");
+        assert!(matches!(e, TraceError::Value { line: 2, .. }), "{e:?}");
+        assert_eq!(
+            Columns::parse("a=b=c,"),
+            Err(ColumnsError::NotAField {
+                part: "a=b=c".into(),
+                field: "b=c".into()
+            })
+        );
+        assert_eq!(parse_seconds("1.5"), Ok(1_500));
+        assert_eq!(
+            parse_seconds("1.2345"),
+            Err(SecondsError::NotSeconds("1.2345".into()))
+        );
+        let e = parse_seconds("1000000001").unwrap_err();
+        assert_eq!(e, SecondsError::TooLarge("1000000001".into()));
+        assert_eq!(e.to_string(), "at most 1000000000 seconds, got 1000000001");
+        assert_eq!(
+            Columns::parse("a=-,a=share"),
+            Err(ColumnsError::MappedTwice { column: "a".into() })
+        );
     }
 
     #[test]

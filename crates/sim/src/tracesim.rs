@@ -6,7 +6,7 @@
 //! the jobs a plan places or preempts. Its own cost grows with events; what is left
 //! is the scheduler's pass itself.
 
-use crate::engine::Sim;
+use crate::engine::{SetupError, Sim};
 use crate::report::{self, JobRun};
 use crate::scenario::Scenario;
 use crate::trace::{TraceError, TraceJob};
@@ -43,6 +43,45 @@ pub struct Simulated {
 /// A settle loop that does not settle is a scheduler bug, not a property of the trace.
 const MAX_PASSES_PER_INSTANT: usize = 1_000;
 
+/// Why a trace could not be simulated to its end. [`SimulateError::Trace`],
+/// [`SimulateError::Setup`] and [`SimulateError::Refused`] are about the files; the
+/// others are faults of the scheduler or the state machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimulateError {
+    /// A row does not fit the policy.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// The state machine refused an object of the policy's cluster.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The state machine refused a row's job.
+    #[error("line {line}: the job is refused: {error}")]
+    Refused { line: usize, error: ApplyError },
+    /// A submit answered with something else than the job it submitted.
+    #[error("a submit gave {0:?}")]
+    Submit(Box<Outcome>),
+    /// The state machine rejected an action of a plan the scheduler just made.
+    #[error(
+        "at {}: the state machine rejected action {action} of a fresh plan: {error}",
+        report::fmt_duration(*.at)
+    )]
+    PlanRejected {
+        at: Millis,
+        action: u32,
+        error: ApplyError,
+    },
+    /// The state machine refused a plan as a whole.
+    #[error("a plan was refused: {0}")]
+    PlanRefused(ApplyError),
+    /// The scheduler kept acting at one instant.
+    #[error(
+        "at {}: scheduling did not settle after {} passes",
+        report::fmt_duration(*.at),
+        MAX_PASSES_PER_INSTANT
+    )]
+    Unsettled { at: Millis },
+}
+
 /// The job specs of a trace on a cluster, each checked against the policy.
 pub fn specs(sc: &Scenario, jobs: &[TraceJob]) -> Result<Vec<JobSpec>, TraceError> {
     let shares: HashMap<&str, String> = (0..sc.shares.len())
@@ -57,9 +96,9 @@ pub fn specs(sc: &Scenario, jobs: &[TraceJob]) -> Result<Vec<JobSpec>, TraceErro
     let only_unit = (widest.len() == 1).then(|| *widest.keys().next().expect("one"));
     jobs.iter()
         .map(|j| {
-            let bad = |column: &str, message: String| TraceError {
+            let bad = |column: &'static str, message: String| TraceError::Policy {
                 line: j.line,
-                column: Some(column.into()),
+                column,
                 message,
             };
             let Some(queue) = shares.get(j.share.as_str()) else {
@@ -111,10 +150,9 @@ pub fn specs(sc: &Scenario, jobs: &[TraceJob]) -> Result<Vec<JobSpec>, TraceErro
             );
             spec.priority = j.priority;
             spec.time_limit_s = j.time_limit_s;
-            spec.validate().map_err(|e| TraceError {
+            spec.validate().map_err(|error| TraceError::Job {
                 line: j.line,
-                column: None,
-                message: e.to_string(),
+                error,
             })?;
             Ok(spec)
         })
@@ -122,8 +160,8 @@ pub fn specs(sc: &Scenario, jobs: &[TraceJob]) -> Result<Vec<JobSpec>, TraceErro
 }
 
 /// Runs the trace under the policy until every job has ended.
-pub fn simulate(sc: &Scenario, jobs: &[TraceJob]) -> Result<Simulated, String> {
-    let specs = specs(sc, jobs).map_err(|e| e.to_string())?;
+pub fn simulate(sc: &Scenario, jobs: &[TraceJob]) -> Result<Simulated, SimulateError> {
+    let specs = specs(sc, jobs)?;
     let mut d = Driver {
         state: Sim::new(sc)?.state,
         now: 0,
@@ -157,8 +195,13 @@ pub fn simulate(sc: &Scenario, jobs: &[TraceJob]) -> Result<Simulated, String> {
                 Ok(Outcome::Submitted { job, .. }) => {
                     d.trace_ix.insert(job, next);
                 }
-                Ok(other) => return Err(format!("a submit gave {other:?}")),
-                Err(e) => return Err(format!("line {}: the job is refused: {e}", jobs[next].line)),
+                Ok(other) => return Err(SimulateError::Submit(Box::new(other))),
+                Err(error) => {
+                    return Err(SimulateError::Refused {
+                        line: jobs[next].line,
+                        error,
+                    })
+                }
             }
             next += 1;
         }
@@ -213,7 +256,7 @@ impl Driver<'_> {
     }
 
     /// Runs the scheduler until nothing moves, starting every placed job at once.
-    fn settle(&mut self) -> Result<(), String> {
+    fn settle(&mut self) -> Result<(), SimulateError> {
         for _ in 0..MAX_PASSES_PER_INSTANT {
             let plan = tranche_sched::plan(&self.state, self.now);
             self.passes += 1;
@@ -236,15 +279,16 @@ impl Driver<'_> {
             }
             let actions = !plan.actions.is_empty();
             match self.cmd(Command::ApplyPlan(plan)) {
-                Ok(Outcome::Plan(out)) if !out.rejected.is_empty() => {
-                    let (i, e) = &out.rejected[0];
-                    return Err(format!(
-                        "at {}: the state machine rejected action {i} of a fresh plan: {e}",
-                        crate::report::fmt_duration(self.now)
-                    ));
+                Ok(Outcome::Plan(mut out)) if !out.rejected.is_empty() => {
+                    let (action, error) = out.rejected.swap_remove(0);
+                    return Err(SimulateError::PlanRejected {
+                        at: self.now,
+                        action,
+                        error,
+                    });
                 }
                 Ok(_) => {}
-                Err(e) => return Err(format!("a plan was refused: {e}")),
+                Err(e) => return Err(SimulateError::PlanRefused(e)),
             }
             for id in placed {
                 let attempt = self.state.jobs[&id].attempts.len() as u32;
@@ -297,9 +341,6 @@ impl Driver<'_> {
                 return Ok(());
             }
         }
-        Err(format!(
-            "at {}: scheduling did not settle after {MAX_PASSES_PER_INSTANT} passes",
-            crate::report::fmt_duration(self.now)
-        ))
+        Err(SimulateError::Unsettled { at: self.now })
     }
 }

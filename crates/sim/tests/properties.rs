@@ -707,9 +707,9 @@ proptest! {
             expect: vec![],
         };
         let node_names: Vec<String> = expand_names(&sc.nodes[0]);
-        let mut sim = Sim::new(&sc).map_err(TestCaseError::fail)?;
+        let mut sim = Sim::new(&sc).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut submitted = vec![];
-        sim.settle().map_err(TestCaseError::fail)?;
+        sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut lost_at = None;
         let mut reprioritized_at = None;
         let mut cancelled_at = None;
@@ -725,16 +725,16 @@ proptest! {
             }
             let Some(ev) = to_event(*at, e, &mut submitted, shares.len(), &node_names) else { continue };
             let before = stopping(&sim);
-            sim.advance_to(at * SECOND).map_err(TestCaseError::fail)?;
+            sim.advance_to(at * SECOND).map_err(|e| TestCaseError::fail(e.to_string()))?;
             sim.event(&ev);
-            sim.settle().map_err(TestCaseError::fail)?;
+            sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
             check(&sim, lost_at == Some(*at), reprioritized_at == Some(*at), cancelled_at == Some(*at), &before).map_err(|m| TestCaseError::fail(format!("t={at}: {m}")))?;
         }
         // Let everything that can finish, finish; the invariants still hold.
         let end = evs.last().map_or(0, |e| e.0) + 400;
         let before = stopping(&sim);
-        sim.advance_to(end * SECOND).map_err(TestCaseError::fail)?;
-        sim.settle().map_err(TestCaseError::fail)?;
+        sim.advance_to(end * SECOND).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
         check(&sim, false, false, false, &before).map_err(|m| TestCaseError::fail(format!("end: {m}")))?;
     }
 }

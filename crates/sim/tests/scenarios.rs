@@ -110,20 +110,42 @@ fn references_to_unknown_jobs_nodes_and_shares_are_named() {
     );
 }
 
-#[test]
-fn an_invalid_share_is_reported_with_its_field() {
+/// A scenario that parses but whose LEND share has a borrow limit, which the state
+/// machine refuses.
+fn lend_share_with_borrow_limit() -> tranche_sim::Scenario {
     let text = BASE.replace(
         "strategy = \"LEND\"",
         "strategy = \"LEND\"\nborrow_limit = 10",
     );
-    let sc = tranche_sim::Scenario::parse(&text).unwrap();
-    let e = tranche_sim::run(&sc).unwrap_err();
+    tranche_sim::Scenario::parse(&text).unwrap()
+}
+
+#[test]
+fn an_invalid_share_is_reported_with_its_field() {
+    let sc = lend_share_with_borrow_limit();
+    let e = tranche_sim::run(&sc).unwrap_err().to_string();
     assert!(
         e.contains("shares[0]") && e.contains("resource_sharing.borrow_limit"),
         "{e}"
     );
     let e = parse_err(&BASE.replace("\"LEND\"", "\"SHARE_ALIKE\""));
     assert!(e.contains("unknown variant `SHARE_ALIKE`"), "{e}");
+}
+
+#[test]
+fn a_share_the_state_machine_refuses_is_a_setup_error_of_its_field() {
+    let sc = lend_share_with_borrow_limit();
+    match tranche_sim::run(&sc).unwrap_err() {
+        tranche_sim::RunError::Setup(tranche_sim::SetupError { field, error }) => {
+            assert_eq!(field, "shares[0]");
+            assert!(error.to_string().contains("borrow_limit"), "{error}");
+        }
+        e => panic!("not a setup error: {e:?}"),
+    }
+    assert!(matches!(
+        tranche_sim::Sim::new(&sc),
+        Err(tranche_sim::SetupError { .. })
+    ));
 }
 
 #[test]

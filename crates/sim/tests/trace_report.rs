@@ -181,9 +181,10 @@ fn a_share_the_policy_does_not_have_names_its_line() {
     )
     .unwrap();
     let e = tranche_sim::tracesim::specs(&sc, &jobs).unwrap_err();
-    assert_eq!((e.line, e.column.as_deref()), (3, Some("share")));
+    assert_eq!((e.line(), e.column()), (3, Some("share")));
     assert!(
-        e.message.contains("not in the policy (its shares: a, b)"),
+        e.to_string()
+            .contains("not in the policy (its shares: a, b)"),
         "{e}"
     );
     let jobs = parse(
@@ -192,7 +193,7 @@ fn a_share_the_policy_does_not_have_names_its_line() {
     )
     .unwrap();
     let e = tranche_sim::tracesim::specs(&sc, &jobs).unwrap_err();
-    assert_eq!((e.line, e.column.as_deref()), (2, Some("gpus")));
+    assert_eq!((e.line(), e.column()), (2, Some("gpus")));
 }
 
 #[test]

@@ -65,17 +65,18 @@ pub fn read_trace(
     until_s: Option<u64>,
 ) -> Result<Vec<TraceJob>, String> {
     runs::load_trace(&path.display().to_string(), &read(path)?, columns, until_s)
+        .map_err(|e| e.to_string())
 }
 
 /// Reads a policy file with `--nodes`.
 pub fn read_policy(path: &Path, nodes: Option<&str>) -> Result<Scenario, String> {
-    runs::load_policy(&path.display().to_string(), &read(path)?, nodes)
+    runs::load_policy(&path.display().to_string(), &read(path)?, nodes).map_err(|e| e.to_string())
 }
 
 /// Simulates one policy, timed.
 pub fn run(label: &str, sc: &Scenario, jobs: &[TraceJob]) -> Result<Run, String> {
     let t0 = Instant::now();
-    runs::run(label, sc, jobs, || t0.elapsed().as_secs_f64())
+    runs::run(label, sc, jobs, || t0.elapsed().as_secs_f64()).map_err(|e| e.to_string())
 }
 
 fn sim_inner(args: &SimArgs) -> Result<(), String> {
@@ -156,7 +157,7 @@ fn write_report(dir: &Path, trace: &Path, runs: &[Run]) -> Result<(), String> {
         }
     };
     let trace = trace.display().to_string();
-    for (name, bytes) in tranche_sim::page::files(&trace, runs, plots)? {
+    for (name, bytes) in tranche_sim::page::files(&trace, runs, plots).map_err(|e| e.to_string())? {
         std::fs::write(dir.join(&name), bytes)
             .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
     }

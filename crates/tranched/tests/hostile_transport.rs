@@ -3,23 +3,16 @@
 //! too many connections, a slow AWS request body, an event stream that outlives its
 //! token, and the metrics port and data dir a default setup exposes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tranche_local::{wait_until, LocalCluster, LocalOptions};
+use tranche_local::rig::{self, rt, serial};
+use tranche_local::{wait_until, LocalCluster};
 use tranche_proto::{frame, ApiError, ClientRequest, Query, Response, MAX_CLIENT_FRAME};
 use tranche_tls::{revoke, RevokeTarget, Role, TlsFiles};
 
-/// Cluster tests run one at a time: each starts processes on a 2-core machine.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+/// The binary these tests run.
+const TRANCHED: &str = env!("CARGO_BIN_EXE_tranched");
 
 /// Takes the one-cluster-at-a-time lock and starts a cluster as [`start`] does.
 fn setup(
@@ -29,7 +22,7 @@ fn setup(
     tempfile::TempDir,
     LocalCluster,
 ) {
-    let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = serial();
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), extra);
     (g, dir, c)
@@ -45,30 +38,14 @@ fn start(dir: &std::path::Path, extra: &str) -> LocalCluster {
 
 /// [`start`]'s controller, not started yet.
 fn create(dir: &std::path::Path, extra: &str) -> LocalCluster {
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = extra.to_string();
-    let c = LocalCluster::create(dir, 1, opts).unwrap();
-    let spare = c.issue(Role::User, "spare").unwrap();
-    let crl = revoke(&c.certs, &RevokeTarget::Cert(spare.cert.clone()))
-        .unwrap()
-        .crl;
-    let ctl = &c.controllers[0];
-    let mut text = std::fs::read_to_string(&ctl.config).unwrap();
-    assert!(text.ends_with(&format!(
-        "key = \"{}\"\n",
-        c.certs.join("controller-c1.key").display()
-    )));
-    text += &format!("crl = \"{}\"\n", crl.display());
-    std::fs::write(&ctl.config, text).unwrap();
+    let c = LocalCluster::create(dir, 1, rig::options(TRANCHED, extra)).unwrap();
+    rig::add_crl(&c);
     c
 }
 
+/// An admin client once a leader is elected.
 async fn leader(c: &mut LocalCluster) -> tranche_client::Client {
-    let admin = c.client(Role::Admin, "admin").unwrap();
-    c.wait_leader(&admin, Duration::from_secs(20))
-        .await
-        .expect("a leader");
-    admin
+    rig::leader(c, Duration::from_secs(20)).await.0
 }
 
 /// A raw QUIC connection to the controller's client port as `files`.
@@ -492,7 +469,7 @@ fn m6_event_stream_ends_when_its_token_expires() {
 
 #[test]
 fn l8_metrics_port_is_on_loopback_by_default() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let _dir = tempfile::tempdir().unwrap();
     let mut c = create(_dir.path(), "");
     let addr: std::net::SocketAddr = c.reserve_tcp().unwrap().parse().unwrap();

@@ -1,11 +1,13 @@
 //! The set-up shared by the tests that start real Tranche processes (`tranched`,
 //! `tranche-agent`, `tranche`): a runtime, the one-cluster-at-a-time lock, a started
-//! cluster, a leader, a policy applied, jobs read and waited for, plain HTTP reads,
-//! the memory of a process.
+//! cluster, a revocation list, a leader, a policy applied, access keys, jobs read and
+//! waited for, a CLI config, plain HTTP reads, the memory of a process.
 //!
 //! Those tests live in the package of the binary they run, so that cargo builds it
 //! for them; each passes its `env!("CARGO_BIN_EXE_...")` path here. The rig only sets
-//! things up and reads them back: what a test asserts stays in the test.
+//! things up and reads them back: what a test asserts stays in the test. Every
+//! function panics on failure, as a test's set-up should; `tranche dev` and the
+//! benchmarks use [`LocalCluster`] directly and never this module.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,8 +15,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tranche_client::Client;
-use tranche_model::{Job, JobId};
-use tranche_proto::{ClientCommand, Query, Response};
+use tranche_model::{AccessKey, Job, JobId, KeyRole};
+use tranche_proto::{ClientCommand, ClientRequest, Query, Response};
 use tranche_tls::{revoke, RevokeTarget, Role, TlsFiles};
 
 use crate::{LocalCluster, LocalOptions};
@@ -130,6 +132,22 @@ pub async fn apply(admin: &Client, cmds: impl IntoIterator<Item = ClientCommand>
     for cmd in cmds {
         let r = admin.command(cmd).await.expect("write answered");
         assert!(r.is_ok(), "refused: {r:?}");
+    }
+}
+
+/// An access key for the AWS endpoint, of `user` with `role`, issued through
+/// `client` (the user itself, or an admin); the key and its secret.
+pub async fn access_key(client: &Client, user: &str, role: KeyRole) -> (AccessKey, String) {
+    let req = ClientRequest::Write {
+        request: None,
+        command: ClientCommand::IssueAccessKey {
+            user: user.into(),
+            role,
+        },
+    };
+    match client.request(&req).await {
+        Ok(Response::AccessKey { key, secret }) => (key, secret),
+        other => panic!("no key issued: {other:?}"),
     }
 }
 

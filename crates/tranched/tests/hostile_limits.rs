@@ -374,17 +374,8 @@ fn httpdate_basic(t: u64) -> String {
 }
 
 async fn issue_key(admin: &Client, user: &str, role: KeyRole) -> (String, String) {
-    let req = ClientRequest::Write {
-        request: None,
-        command: ClientCommand::IssueAccessKey {
-            user: user.into(),
-            role,
-        },
-    };
-    match admin.request(&req).await {
-        Ok(Response::AccessKey { key, secret }) => (key.id, secret),
-        other => panic!("{other:?}"),
-    }
+    let (key, secret) = rig::access_key(admin, user, role).await;
+    (key.id, secret)
 }
 
 #[test]

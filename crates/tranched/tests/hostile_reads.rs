@@ -18,7 +18,7 @@ use tranche_client::{Client, ClientError};
 use tranche_local::rig::{self, rt, serial};
 use tranche_local::{demo, LocalCluster};
 use tranche_model::{JobId, JobSpec, JobStatus, KeyRole, SageMakerJob};
-use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Refusal, Response};
+use tranche_proto::{ApiError, ClientCommand, Query, Refusal};
 use tranche_tls::{Role, TlsFiles};
 
 /// The binary these tests run.
@@ -209,17 +209,8 @@ async fn ready(r: &mut Rig) {
 
 /// An access key of `user` (id, secret), issued by the user itself.
 async fn access_key(client: &Client, user: &str) -> (String, String) {
-    let req = ClientRequest::Write {
-        request: None,
-        command: ClientCommand::IssueAccessKey {
-            user: user.into(),
-            role: KeyRole::User,
-        },
-    };
-    match client.request(&req).await.unwrap() {
-        Response::AccessKey { key, secret } => (key.id, secret),
-        other => panic!("{other:?}"),
-    }
+    let (key, secret) = rig::access_key(client, user, KeyRole::User).await;
+    (key.id, secret)
 }
 
 /// Alice's job over QUIC: held (no node runs it), with a secret in its env, command,

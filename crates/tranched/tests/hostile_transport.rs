@@ -346,24 +346,6 @@ fn aws_table(dir: &std::path::Path) -> String {
     format!("[aws]\nkey_secret_file = \"{}\"\n", secret.display())
 }
 
-/// Alice's access key, issued by `client`: the key and its secret.
-async fn alices_key(client: &tranche_client::Client) -> (tranche_model::AccessKey, String) {
-    let issued = client
-        .request(&ClientRequest::Write {
-            request: None,
-            command: tranche_proto::ClientCommand::IssueAccessKey {
-                user: "alice".into(),
-                role: tranche_model::KeyRole::User,
-            },
-        })
-        .await
-        .unwrap();
-    match issued {
-        Response::AccessKey { key, secret } => (key, secret),
-        other => panic!("no key issued: {other:?}"),
-    }
-}
-
 #[test]
 fn m7_slow_aws_bodies_are_cut_and_https_connections_capped() {
     let dir = tempfile::tempdir().unwrap();
@@ -373,7 +355,10 @@ fn m7_slow_aws_bodies_are_cut_and_https_connections_capped() {
     rt().block_on(async {
         use tokio::io::AsyncWriteExt;
         let admin = leader(&mut c).await;
-        let key = alices_key(&admin).await.0.id;
+        let key = rig::access_key(&admin, "alice", tranche_model::KeyRole::User)
+            .await
+            .0
+            .id;
         let head = |auth: &str| {
             let (_, stamp) = amz_now();
             format!(
@@ -625,7 +610,7 @@ fn m6_access_key_of_a_revoked_certificate_signs_nothing_and_keys_expire() {
         leader(&mut c).await;
         // Alice issues her own key with her certificate.
         let mine = tranche_client::Client::new(c.client_addrs(), &alice).unwrap();
-        let (key, secret) = alices_key(&mine).await;
+        let (key, secret) = rig::access_key(&mine, "alice", tranche_model::KeyRole::User).await;
         // It expires, 90 days from now by default.
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -1,7 +1,8 @@
 //! The set-up shared by the tests that start real Tranche processes (`tranched`,
 //! `tranche-agent`, `tranche`): a runtime, the one-cluster-at-a-time lock, a started
 //! cluster, a revocation list, a leader, a policy applied, access keys, jobs read and
-//! waited for, a CLI config, plain HTTP reads, the memory of a process.
+//! waited for, a CLI config, HTTPS connections, plain HTTP reads, the memory of a
+//! process.
 //!
 //! Those tests live in the package of the binary they run, so that cargo builds it
 //! for them; each passes its `env!("CARGO_BIN_EXE_...")` path here. The rig only sets
@@ -11,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tranche_client::Client;
@@ -182,6 +183,45 @@ pub async fn wait_for(
         );
         tokio::time::sleep(crate::POLL_INTERVAL).await;
     }
+}
+
+/// The client TLS configuration of a test's HTTPS requests: the cluster CA at `ca` as
+/// the only root, the certificate `cert` when given (else none), ALPN `http/1.1`.
+pub fn https_client_config(ca: &Path, cert: Option<&TlsFiles>) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in tranche_tls::load_certs(ca).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let b = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut cfg = match cert {
+        Some(f) => b
+            .with_client_auth_cert(
+                tranche_tls::load_certs(&f.cert).unwrap(),
+                tranche_tls::load_key(&f.key).unwrap(),
+            )
+            .unwrap(),
+        None => b.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![tranche_tls::HTTP_ALPN.to_vec()];
+    cfg
+}
+
+/// A TLS connection to a controller's HTTPS port at `addr` with `cfg`, the
+/// controllers' server name checked.
+pub async fn https_connect(
+    addr: &str,
+    cfg: Arc<rustls::ClientConfig>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls_pki_types::ServerName::try_from(tranche_tls::CONTROLLER_SERVER_NAME)
+        .expect("a valid server name");
+    tokio_rustls::TlsConnector::from(cfg)
+        .connect(name, tcp)
+        .await
 }
 
 /// The whole answer (status line, headers, body) to a plain HTTP/1.0 GET of `path`

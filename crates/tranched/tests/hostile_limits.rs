@@ -78,31 +78,9 @@ async fn connect(
     c: &LocalCluster,
     who: Option<&TlsFiles>,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in tranche_tls::load_certs(&c.certs.join("ca.pem")).unwrap() {
-        roots.add(cert).unwrap();
-    }
-    let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let cfg = match who {
-        Some(f) => b
-            .with_client_auth_cert(
-                tranche_tls::load_certs(&f.cert).unwrap(),
-                tranche_tls::load_key(&f.key).unwrap(),
-            )
-            .unwrap(),
-        None => b.with_no_client_auth(),
-    };
+    let cfg = rig::https_client_config(&c.certs.join("ca.pem"), who);
     let addr = c.controllers[0].http_addr.clone().expect("http_addr");
-    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
-        .await
-        .unwrap()
+    rig::https_connect(&addr, Arc::new(cfg)).await.unwrap()
 }
 
 /// One HTTPS request with a client certificate (HTTP/1.1, the connection closed

@@ -53,26 +53,7 @@ struct Https {
 
 impl Https {
     fn tls(&self, cert: Option<&TlsFiles>) -> rustls::ClientConfig {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        for c in tranche_tls::load_certs(&self.ca).unwrap() {
-            roots.add(c).unwrap();
-        }
-        let b = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut cfg = match cert {
-            Some(f) => b
-                .with_client_auth_cert(
-                    tranche_tls::load_certs(&f.cert).unwrap(),
-                    tranche_tls::load_key(&f.key).unwrap(),
-                )
-                .unwrap(),
-            None => b.with_no_client_auth(),
-        };
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        cfg
+        rig::https_client_config(&self.ca, cert)
     }
 
     /// Sends `method path` with exactly `headers` (and `host`) and `body`.
@@ -84,10 +65,9 @@ impl Https {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Reply {
-        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
-        let conn = tokio_rustls::TlsConnector::from(Arc::new(self.tls(cert)));
-        let name = rustls_pki_types::ServerName::try_from(TLS_NAME).unwrap();
-        let tls = conn.connect(name, tcp).await.unwrap();
+        let tls = rig::https_connect(&self.addr, Arc::new(self.tls(cert)))
+            .await
+            .unwrap();
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .unwrap();

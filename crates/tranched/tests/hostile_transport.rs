@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tranche_local::rig::{self, rt, serial};
+use tranche_local::rig::{self, https_connect as connect, rt, serial};
 use tranche_local::{wait_until, LocalCluster};
 use tranche_proto::{frame, ApiError, ClientRequest, Query, Response, MAX_CLIENT_FRAME};
 use tranche_tls::{revoke, RevokeTarget, Role, TlsFiles};
@@ -280,38 +280,12 @@ fn m4_connections_per_identity_are_capped() {
 
 // ---- HTTPS ----------------------------------------------------------------------------
 
+/// The client TLS configuration of an HTTPS connection as `auth` (or none).
 fn tls(ca: &std::path::Path, auth: Option<&TlsFiles>) -> Arc<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in tranche_tls::load_certs(ca).unwrap() {
-        roots.add(c).unwrap();
-    }
-    let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut cfg = match auth {
-        Some(f) => b
-            .with_client_auth_cert(
-                tranche_tls::load_certs(&f.cert).unwrap(),
-                tranche_tls::load_key(&f.key).unwrap(),
-            )
-            .unwrap(),
-        None => b.with_no_client_auth(),
-    };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(cfg)
+    Arc::new(rig::https_client_config(ca, auth))
 }
 
 type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
-
-async fn connect(addr: &str, cfg: Arc<rustls::ClientConfig>) -> std::io::Result<Tls> {
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-    tokio_rustls::TlsConnector::from(cfg)
-        .connect(name, tcp)
-        .await
-}
 
 /// What the server sends until `enough` says so, it closes, or `wait` passes.
 async fn read_all(tls: &mut Tls, wait: Duration, enough: impl Fn(&str) -> bool) -> String {

@@ -59,26 +59,11 @@ impl Reply {
 
 impl Http {
     fn tls(&self, auth: &Auth) -> rustls::ClientConfig {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        for c in tranche_tls::load_certs(&self.ca).unwrap() {
-            roots.add(c).unwrap();
-        }
-        let b = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut cfg = match auth {
-            Auth::Cert(f) => b
-                .with_client_auth_cert(
-                    tranche_tls::load_certs(&f.cert).unwrap(),
-                    tranche_tls::load_key(&f.key).unwrap(),
-                )
-                .unwrap(),
-            _ => b.with_no_client_auth(),
+        let cert = match auth {
+            Auth::Cert(f) => Some(f),
+            _ => None,
         };
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        cfg
+        rig::https_client_config(&self.ca, cert)
     }
 
     /// Sends one request; `Err` when the connection or handshake fails.
@@ -91,12 +76,9 @@ impl Http {
         body: Option<Vec<u8>>,
         headers: &[(&str, &str)],
     ) -> Result<Reply, String> {
-        let tcp = tokio::net::TcpStream::connect(addr)
+        let tls = rig::https_connect(addr, Arc::new(self.tls(auth)))
             .await
             .map_err(|e| e.to_string())?;
-        let conn = tokio_rustls::TlsConnector::from(Arc::new(self.tls(auth)));
-        let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-        let tls = conn.connect(name, tcp).await.map_err(|e| e.to_string())?;
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .map_err(|e| e.to_string())?;
@@ -137,10 +119,9 @@ impl Http {
     /// Declares a 2 MiB submit body, sends its first bytes, and returns the raw answer.
     async fn oversize(&self, addr: &str, auth: &Auth) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let conn = tokio_rustls::TlsConnector::from(Arc::new(self.tls(auth)));
-        let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-        let mut tls = conn.connect(name, tcp).await.unwrap();
+        let mut tls = rig::https_connect(addr, Arc::new(self.tls(auth)))
+            .await
+            .unwrap();
         let head = format!(
             "POST /api/v1/jobs HTTP/1.1\r\nhost: controller.tranche\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{\"share\": \"lend\", ",
             2 << 20

@@ -3,19 +3,17 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use tranche_agent::exec::AttemptNo;
 use tranche_client::{Client, ClientError};
-use tranche_local::{demo, LocalCluster, LocalOptions};
+use tranche_local::rig::{self, http_get, job, now_ms, rss_mib, rt, serial, wait_for};
+use tranche_local::{demo, LocalCluster};
 use tranche_model::{JobId, JobSpec, JobStatus};
 use tranche_proto::{ApiError, Query, Response};
 use tranche_tls::{issue_valid_between, revoke, RevokeTarget, Role};
 
 mod exec_common;
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn agent_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tranche-agent"))
@@ -24,33 +22,12 @@ fn agent_bin() -> PathBuf {
 /// `tranched` from the same target dir; built on demand when this package's tests run
 /// alone.
 fn tranched_bin() -> PathBuf {
-    let dir = agent_bin().parent().unwrap().to_path_buf();
-    let p = dir.join("tranched");
-    if !p.exists() {
-        let cargo = option_env!("CARGO").unwrap_or("cargo");
-        let st = Proc::new(cargo)
-            .args(["build", "-p", "tranche-controller", "--bin", "tranched"])
-            .status()
-            .expect("cargo build tranched");
-        assert!(st.success(), "building tranched failed");
-    }
-    p
+    rig::sibling_bin(&agent_bin(), "tranched", "tranched")
 }
 
-/// A local cluster whose agents' jobs are all killed when the test ends (jobs outlive
-/// their agent by design; a test leaves none behind).
 /// The `tranche` CLI from the same target dir, built on demand like `tranched`.
 fn tranche_bin() -> PathBuf {
-    let p = agent_bin().parent().unwrap().join("tranche");
-    if !p.exists() {
-        let cargo = option_env!("CARGO").unwrap_or("cargo");
-        let st = Proc::new(cargo)
-            .args(["build", "-p", "tranche-cli", "--bin", "tranche"])
-            .status()
-            .expect("cargo build tranche");
-        assert!(st.success(), "building tranche failed");
-    }
-    p
+    rig::sibling_bin(&agent_bin(), "tranche", "tranche-cli")
 }
 
 /// Runs the `tranche` CLI as `user` (a config file pointing at the cluster with that
@@ -67,27 +44,7 @@ fn cli_as(
     user: &str,
     args: &[&str],
 ) -> std::process::Output {
-    let files = tranche_tls::TlsFiles::in_dir(&c.certs, role, user);
-    if !files.cert.exists() {
-        c.issue(role, user).unwrap();
-    }
-    let controllers: Vec<String> = c
-        .client_addrs()
-        .iter()
-        .map(|a| format!("\"{a}\""))
-        .collect();
-    let cfg = dir.join(format!("{role}-{user}.toml"));
-    std::fs::write(
-        &cfg,
-        format!(
-            "controllers = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            controllers.join(", "),
-            files.ca.display(),
-            files.cert.display(),
-            files.key.display()
-        ),
-    )
-    .unwrap();
+    let cfg = rig::cli_config(c, dir, role, user);
     Proc::new(tranche_bin())
         .args(args)
         .env("TRANCHE_CONFIG", &cfg)
@@ -95,6 +52,8 @@ fn cli_as(
         .unwrap()
 }
 
+/// A local cluster whose agents' jobs are all killed when the test ends (jobs outlive
+/// their agent by design; a test leaves none behind).
 struct TestCluster(LocalCluster);
 
 impl std::ops::Deref for TestCluster {
@@ -125,29 +84,20 @@ fn agent(c: &mut TestCluster, node: &str, gpus: &str, fence_after_s: u64, extra:
     c.add_agent(&agent_bin(), node, gpus, &settings).unwrap()
 }
 
+/// Three controllers that find a silent agent unreachable after 2 s and down after
+/// 6 s, started; no agent yet.
 fn cluster(dir: &Path) -> TestCluster {
-    let mut opts = LocalOptions::new(tranched_bin());
-    opts.extra_config = "[agents]\nunreachable_after_s = 2\ndown_after_s = 6\n".into();
+    let mut opts = rig::options(
+        tranched_bin(),
+        "[agents]\nunreachable_after_s = 2\ndown_after_s = 6\n",
+    );
     opts.log_filter = "info".into();
-    let mut c = LocalCluster::create(dir, 3, opts).unwrap();
-    c.start_all().unwrap();
-    TestCluster(c)
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    TestCluster(rig::start(dir, 3, opts))
 }
 
 /// One queue on 4 GPUs: `lender` (LEND, 2) and `borrower` (LEND_AND_BORROW, 2, no cap).
 async fn policy(admin: &Client) {
-    for cmd in demo::lend_borrow(4, 5) {
-        let r = admin.command(cmd).await.unwrap();
-        assert!(r.is_ok(), "{r:?}");
-    }
+    rig::apply(admin, demo::lend_borrow(4, 5)).await;
 }
 
 fn host_job(share: &str, token: &str, script: &str) -> JobSpec {
@@ -157,43 +107,9 @@ fn host_job(share: &str, token: &str, script: &str) -> JobSpec {
     spec
 }
 
-async fn job(admin: &Client, id: JobId) -> tranche_model::Job {
-    match admin
-        .read(Query::Job(tranche_model::JobRef::job(id)), false)
-        .await
-        .unwrap()
-    {
-        Response::Job(j) => *j,
-        other => panic!("{other:?}"),
-    }
-}
-
-async fn wait_for(
-    admin: &Client,
-    id: JobId,
-    what: &str,
-    timeout: Duration,
-    f: impl Fn(&tranche_model::Job) -> bool,
-) -> tranche_model::Job {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let j = job(admin, id).await;
-        if f(&j) {
-            return j;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id}: {what} never happened: {:?} {:?}",
-            j.status,
-            j.attempts
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[test]
 fn a_job_runs_on_an_agent_and_succeeds() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "4 x h100", 30, "");
@@ -237,7 +153,7 @@ fn a_job_runs_on_an_agent_and_succeeds() {
 
 #[test]
 fn reclaim_signals_the_borrower_which_exits_and_requeues() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "4 x h100", 30, "");
@@ -288,7 +204,7 @@ fn reclaim_signals_the_borrower_which_exits_and_requeues() {
 
 #[test]
 fn an_agent_killed_mid_job_readopts_it_and_reports_once() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     let a = agent(&mut c, "n1", "2 x h100", 30, "");
@@ -332,7 +248,7 @@ fn an_agent_killed_mid_job_readopts_it_and_reports_once() {
 
 #[test]
 fn without_controllers_jobs_go_on_until_the_agent_fences() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     let maddr = c.reserve_tcp().unwrap();
@@ -374,7 +290,7 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
         }
     };
     wait("the job's first tick", &mut || ticks().is_some());
-    assert!(metrics(mport).contains("tranche_agent_fenced 0"));
+    assert!(http_get(mport, "/metrics").contains("tranche_agent_fenced 0"));
     for i in 0..3 {
         c.kill(i);
     }
@@ -392,7 +308,7 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     wait("the agent's fence", &mut || fenced.exists());
     let mut m = String::new();
     wait("the fence in the agent's metrics", &mut || {
-        m = metrics(mport);
+        m = http_get(mport, "/metrics");
         m.contains("tranche_agent_fenced 1") && m.contains("tranche_agent_attempts_running 0")
     });
     let age: f64 = m
@@ -406,20 +322,9 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     );
 }
 
-/// The agent's metrics, from its metrics port on 127.0.0.1.
-fn metrics(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut t = String::new();
-    s.read_to_string(&mut t).unwrap();
-    t
-}
-
 #[test]
 fn a_container_job_gets_its_gpus_env_and_output() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     if exec_common::lacks(
         "a_container_job_gets_its_gpus_env_and_output",
         exec_common::Need::Containers,
@@ -487,7 +392,7 @@ fn a_container_job_gets_its_gpus_env_and_output() {
 
 #[test]
 fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "4 x h100", 30, "fake_unhealthy = [1]");
@@ -517,7 +422,7 @@ fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
 
 #[test]
 fn a_job_past_its_time_limit_is_stopped_and_fails() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "2 x h100", 30, "");
@@ -558,24 +463,13 @@ async fn log_port(admin: &Client, id: JobId) -> (std::net::SocketAddr, String) {
     (addr, node.to_string())
 }
 
-/// The resident memory of process `pid` in MiB.
-fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS")
-        / 1024
-}
-
 /// M5: a client that follows a job's output over HTTPS and reads it slowly holds the
 /// controller's relay to a bounded buffer (backpressure onto the agent's stream): the
 /// job writes 256 MiB, curl reads 4 KiB/s, and the controller that relays grows by
 /// far less than what the job wrote.
 #[test]
 fn m5_a_slow_reader_of_followed_output_does_not_grow_the_controller() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     if exec_common::which("curl").is_none() {
         exec_common::not_run(
             "m5_a_slow_reader_of_followed_output_does_not_grow_the_controller",
@@ -602,7 +496,7 @@ fn m5_a_slow_reader_of_followed_output_does_not_grow_the_controller() {
         .await;
         // The whole output is written before the reader starts.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let before = rss_mib(pid);
+        let before = rss_mib(pid).expect("VmRSS");
         let mut curl = Proc::new("curl")
             .args(["-sN", "--limit-rate", "4k", "-o", "/dev/null", "--cacert"])
             .arg(&files.ca)
@@ -618,7 +512,7 @@ fn m5_a_slow_reader_of_followed_output_does_not_grow_the_controller() {
             .spawn()
             .unwrap();
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let after = rss_mib(pid);
+        let after = rss_mib(pid).expect("VmRSS");
         let _ = curl.kill();
         let _ = curl.wait();
         let _ = admin
@@ -636,7 +530,7 @@ fn m5_a_slow_reader_of_followed_output_does_not_grow_the_controller() {
 
 #[test]
 fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "2 x h100", 30, "logs_addr = \"127.0.0.1:0\"");
@@ -713,7 +607,7 @@ fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
 #[test]
 fn the_time_limit_holds_across_an_agent_restart() {
     const LIMIT_S: u64 = 5;
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     let a = agent(&mut c, "n1", "2 x h100", 30, "");
@@ -765,16 +659,9 @@ fn the_time_limit_holds_across_an_agent_restart() {
     });
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 #[test]
 fn a_user_submits_lists_shows_and_cancels_with_the_cli() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "2 x h100", 30, "");
@@ -877,7 +764,7 @@ fn a_user_submits_lists_shows_and_cancels_with_the_cli() {
 
 #[test]
 fn operators_drain_and_resume_and_everyone_reads_the_cluster() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "2 x h100", 30, "");
@@ -984,7 +871,7 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// expired or not yet valid.
 #[test]
 fn job_output_is_read_only_by_its_owner_and_by_good_certificates() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     let now = SystemTime::now();
@@ -1106,7 +993,7 @@ fn job_output_is_read_only_by_its_owner_and_by_good_certificates() {
 fn a_gpu_is_not_given_to_a_new_attempt_while_a_requeued_one_still_runs() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     let a = agent(&mut c, "n1", "1 x h100", 30, "");
@@ -1171,7 +1058,7 @@ fn jobs_run_as_their_users_accounts_and_one_without_is_refused() {
     if exec_common::lacks_accounts(test, exec_common::Need::Root) {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let mut accounts = exec_common::TestAccounts::new();
     let acct = accounts.user("ee", &[], true);
     let dir = tempfile::tempdir().unwrap();
@@ -1252,7 +1139,7 @@ fn an_output_file_is_the_users_and_the_log_port_serves_it() {
     if exec_common::lacks_accounts(test, exec_common::Need::Root) {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let mut accounts = exec_common::TestAccounts::new();
     let acct = accounts.user("eo", &[], true);
     let dir = tempfile::tempdir().unwrap();
@@ -1388,7 +1275,7 @@ fn gang_job(token: &str, out: &Path, script: &str) -> JobSpec {
 /// Each member's output is kept on its node; `tranche logs --all` shows both.
 #[test]
 fn the_members_of_a_gang_meet_at_master_addr_and_port() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "2 x h100", 30, "");
@@ -1473,7 +1360,7 @@ fn the_members_of_a_gang_meet_at_master_addr_and_port() {
 /// running), and the job ends FAILED once, as the failed member ended.
 #[test]
 fn a_gang_member_that_fails_gets_the_other_signalled_and_the_job_fails_once() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     agent(&mut c, "n1", "2 x h100", 30, "");

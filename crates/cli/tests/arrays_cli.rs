@@ -9,13 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tranche_local::wait_until_blocking;
 
-use common::{tranche, Dev};
-
-fn ok(config: &str, args: &[&str]) -> String {
-    let out = tranche(config, args);
-    assert!(out.status.success(), "tranche {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use common::{ok, tranche, Dev};
 
 fn show(config: &str, job: &str) -> Value {
     serde_json::from_str(&ok(config, &["show", job, "--json"])).unwrap()

@@ -4,6 +4,7 @@
 pub mod demo;
 pub mod demo_image;
 mod ports;
+pub mod rig;
 
 pub use ports::Ports;
 

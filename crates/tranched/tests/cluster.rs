@@ -2,45 +2,26 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tranche_client::{Client, ClientError};
-use tranche_local::{demo, wait_until, wait_until_blocking, LocalCluster, LocalOptions};
+use tranche_local::rig::{self, http_get, rt, serial};
+use tranche_local::{demo, wait_until, wait_until_blocking, LocalCluster};
 use tranche_proto::{
     ApiError, ClientCommand, ClientRequest, JobFilter, MembershipChange, Query, Response,
     StateDigest,
 };
 use tranche_tls::Role;
 
-/// Cluster tests run one at a time: each starts several processes on a 2-core machine.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn cluster(extra: &str) -> (tempfile::TempDir, LocalCluster) {
-    cluster_of(3, extra)
-}
-
-/// `n` controllers, started, with `extra` in their configs.
-fn cluster_of(n: usize, extra: &str) -> (tempfile::TempDir, LocalCluster) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = extra.to_string();
-    let mut c = LocalCluster::create(dir.path(), n, opts).unwrap();
-    c.start_all().unwrap();
-    (dir, c)
-}
+/// The binary these tests run.
+const TRANCHED: &str = env!("CARGO_BIN_EXE_tranched");
 
 /// One controller, `extra` in its config, serving metrics on a port the cluster holds
 /// for it; and that port.
 fn one_with_metrics(extra: &str) -> (tempfile::TempDir, LocalCluster, u16) {
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = extra.to_string();
-    let mut c = LocalCluster::create(dir.path(), 1, opts).unwrap();
+    let mut c = LocalCluster::create(dir.path(), 1, rig::options(TRANCHED, extra)).unwrap();
     let addr = c.reserve_tcp().unwrap();
     c.prepend_config(0, &format!("metrics_addr = \"{addr}\""))
         .unwrap();
@@ -49,39 +30,25 @@ fn one_with_metrics(extra: &str) -> (tempfile::TempDir, LocalCluster, u16) {
     (dir, c, port)
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// An admin client, once a leader is elected and the demo policy is in place; and the
 /// leader's position.
 async fn ready(c: &mut LocalCluster) -> (Client, usize) {
-    let admin = c.client(Role::Admin, "admin").unwrap();
-    let leader = c
-        .wait_leader(&admin, Duration::from_secs(10))
-        .await
-        .expect("a leader");
+    let (admin, leader) = rig::leader(c, Duration::from_secs(10)).await;
     setup(&admin).await;
     (admin, leader)
 }
 
+/// The demo policy, every share with the widest job limits.
 async fn setup(admin: &Client) {
-    for cmd in demo::objects() {
-        // The load below submits faster than a user may by default.
-        let cmd = match cmd {
-            ClientCommand::PutShare(s) => ClientCommand::PutShare(tranche_model::QuotaShare {
-                limits: tranche_model::JobLimits::widest(),
-                ..s
-            }),
-            c => c,
-        };
-        let r = admin.command(cmd).await.expect("write answered");
-        assert!(r.is_ok(), "demo object refused: {r:?}");
-    }
+    // The load below submits faster than a user may by default.
+    let widest = demo::objects().into_iter().map(|cmd| match cmd {
+        ClientCommand::PutShare(s) => ClientCommand::PutShare(tranche_model::QuotaShare {
+            limits: tranche_model::JobLimits::widest(),
+            ..s
+        }),
+        c => c,
+    });
+    rig::apply(admin, widest).await;
 }
 
 async fn digest_of(c: &LocalCluster, admin: &Client, i: usize) -> Option<StateDigest> {
@@ -195,7 +162,7 @@ async fn all_jobs(admin: &Client) -> Vec<tranche_proto::JobSummary> {
 #[test]
 fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
     let _g = serial();
-    let (_dir, mut c) = cluster("");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 3, "");
     rt().block_on(async {
         let admin = Arc::new(c.client(Role::Admin, "admin").unwrap());
         let leader = c
@@ -278,7 +245,7 @@ fn leader_elected_writes_anywhere_and_leader_kill_loses_nothing() {
 #[test]
 fn restart_from_data_dirs_reproduces_the_state() {
     let _g = serial();
-    let (_dir, mut c) = cluster("");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 3, "");
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         for i in 0..40 {
@@ -340,7 +307,11 @@ fn restart_from_data_dirs_reproduces_the_state() {
 #[test]
 fn a_member_down_during_compaction_catches_up_by_snapshot() {
     let _g = serial();
-    let (_dir, mut c) = cluster("[raft]\nsnapshot_entries = 50\nkeep_entries = 5\n");
+    let (_dir, mut c) = rig::cluster(
+        TRANCHED,
+        3,
+        "[raft]\nsnapshot_entries = 50\nkeep_entries = 5\n",
+    );
     rt().block_on(async {
         let (admin, leader) = ready(&mut c).await;
         let down = (leader + 1) % 3;
@@ -372,7 +343,7 @@ fn a_member_down_during_compaction_catches_up_by_snapshot() {
 #[test]
 fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
     let _g = serial();
-    let (_dir, mut c) = cluster("");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 3, "");
     rt().block_on(async {
         let (admin, leader) = ready(&mut c).await;
         let ids: Vec<u64> = c.controllers.iter().map(|x| x.member.id).collect();
@@ -430,7 +401,7 @@ fn a_cut_off_minority_cannot_commit_and_all_converge_after_healing() {
 #[test]
 fn add_a_fourth_member_and_remove_one_while_serving() {
     let _g = serial();
-    let (_dir, mut c) = cluster("");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 3, "");
     rt().block_on(async {
         let admin = Arc::new(c.client(Role::Admin, "admin").unwrap());
         let leader = c
@@ -520,7 +491,7 @@ fn add_a_fourth_member_and_remove_one_while_serving() {
 #[test]
 fn malformed_frames_get_an_error_and_change_nothing() {
     let _g = serial();
-    let (_dir, mut c) = cluster("");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 3, "");
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         let before = converge(&c, &admin, &[0, 1, 2], Duration::from_secs(10)).await;
@@ -589,7 +560,7 @@ async fn wait_status(admin: &Client, job: tranche_model::JobId, want: tranche_mo
 #[test]
 fn the_leader_schedules_and_a_new_leader_carries_on() {
     let _g = serial();
-    let (_dir, mut c) = cluster("");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 3, "");
     rt().block_on(async {
         let (admin, leader) = ready(&mut c).await;
         let agent = c.client(Role::Agent, "n1").unwrap();
@@ -665,7 +636,7 @@ async fn node_work(agent: &Client, node: &str, after: Option<u64>) -> tranche_pr
 #[test]
 fn an_agent_learns_its_work_and_reports_progress() {
     let _g = serial();
-    let (_dir, mut c) = cluster("");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 3, "");
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         let agent = c.client(Role::Agent, "n1").unwrap();
@@ -759,7 +730,11 @@ fn an_agent_learns_its_work_and_reports_progress() {
 #[test]
 fn a_silent_agent_is_unreachable_then_down_and_its_jobs_requeue() {
     let _g = serial();
-    let (_dir, mut c) = cluster("[agents]\nunreachable_after_s = 1\ndown_after_s = 3\n");
+    let (_dir, mut c) = rig::cluster(
+        TRANCHED,
+        3,
+        "[agents]\nunreachable_after_s = 1\ndown_after_s = 3\n",
+    );
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         let agent = c.client(Role::Agent, "n1").unwrap();
@@ -857,15 +832,6 @@ fn metrics_are_served_for_prometheus() {
     assert!(get("/other").contains(" 404 "));
 }
 
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
-}
-
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -938,7 +904,7 @@ fn the_busy_cap_bounds_the_leaders_time_in_passes() {
 #[test]
 fn unsafe_no_fsync_warns_at_start_and_keeps_the_state_across_a_restart() {
     let _g = serial();
-    let (_dir, mut c) = cluster_of(1, "[raft]\nunsafe_no_fsync = true\n");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 1, "[raft]\nunsafe_no_fsync = true\n");
     rt().block_on(async {
         let (admin, _) = ready(&mut c).await;
         let (job, _) = admin.submit(demo::job("lend", "olga", "u1")).await.unwrap();
@@ -968,7 +934,7 @@ fn unsafe_no_fsync_warns_at_start_and_keeps_the_state_across_a_restart() {
 #[test]
 fn a_controllers_ports_stay_its_own_while_it_is_down() {
     let _g = serial();
-    let (_dir, mut c) = cluster_of(1, "");
+    let (_dir, mut c) = rig::cluster(TRANCHED, 1, "");
     rt().block_on(async {
         ready(&mut c).await;
     });

@@ -5,54 +5,39 @@
 //! endpoint's `schedulingPriority`).
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tranche_client::{Client, ClientError};
-use tranche_local::{demo, wait_until, LocalCluster, LocalOptions};
+use tranche_local::rig::{self, rss_mib, rt, serial};
+use tranche_local::{demo, wait_until, LocalCluster};
 use tranche_model::{JobId, JobLimits, JobRef, JobSpec, KeyRole, QuotaShare};
 use tranche_proto::{ClientCommand, ClientRequest, JobFilter, Query, Response};
 use tranche_tls::{Role, TlsFiles};
 
-/// Cluster tests run one at a time: each starts several processes on a small machine.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+/// The binary these tests run.
+const TRANCHED: &str = env!("CARGO_BIN_EXE_tranched");
 
 /// Three controllers with the AWS endpoint on (a key secret file) and a state image
 /// every 20 entries; the demo policy, with share `lend` given `limits`.
 async fn start(dir: &Path, limits: JobLimits) -> (LocalCluster, Client) {
     let secret = dir.join("key-secret");
     tranche_tls::keys::write_key_secret_file(&secret).unwrap();
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = format!(
+    let extra = format!(
         "[raft]\nsnapshot_entries = 20\nkeep_entries = 5\n\n[aws]\nkey_secret_file = \"{}\"\n",
         secret.display()
     );
-    let mut c = LocalCluster::create(&dir.join("c"), 3, opts).unwrap();
-    c.start_all().unwrap();
-    let admin = c.client(Role::Admin, "admin").unwrap();
-    c.wait_leader(&admin, Duration::from_secs(30))
-        .await
-        .expect("a leader");
-    for cmd in demo::objects() {
-        let cmd = match cmd {
-            ClientCommand::PutShare(s) if s.name.as_str() == "lend" => {
-                ClientCommand::PutShare(QuotaShare { limits, ..s })
-            }
-            c => c,
-        };
-        let r = admin.command(cmd).await.expect("write answered");
-        assert!(r.is_ok(), "demo object refused: {r:?}");
-    }
+    let mut c = rig::start(&dir.join("c"), 3, rig::options(TRANCHED, &extra));
+    let (admin, _) = rig::leader(&mut c, Duration::from_secs(30)).await;
+    let policy = demo::objects().into_iter().map(|cmd| match cmd {
+        ClientCommand::PutShare(s) if s.name.as_str() == "lend" => {
+            ClientCommand::PutShare(QuotaShare { limits, ..s })
+        }
+        c => c,
+    });
+    rig::apply(&admin, policy).await;
     (c, admin)
 }
 
@@ -93,31 +78,9 @@ async fn connect(
     c: &LocalCluster,
     who: Option<&TlsFiles>,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in tranche_tls::load_certs(&c.certs.join("ca.pem")).unwrap() {
-        roots.add(cert).unwrap();
-    }
-    let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let cfg = match who {
-        Some(f) => b
-            .with_client_auth_cert(
-                tranche_tls::load_certs(&f.cert).unwrap(),
-                tranche_tls::load_key(&f.key).unwrap(),
-            )
-            .unwrap(),
-        None => b.with_no_client_auth(),
-    };
+    let cfg = rig::https_client_config(&c.certs.join("ca.pem"), who);
     let addr = c.controllers[0].http_addr.clone().expect("http_addr");
-    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
-        .await
-        .unwrap()
+    rig::https_connect(&addr, Arc::new(cfg)).await.unwrap()
 }
 
 /// One HTTPS request with a client certificate (HTTP/1.1, the connection closed
@@ -172,7 +135,7 @@ fn parse_answer(raw: &[u8]) -> (u16, Value) {
 
 #[test]
 fn h2_a_1_mb_env_is_refused_over_quic_and_https_naming_the_limit() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     rt().block_on(async {
         let (c, _admin) = start(dir.path(), JobLimits::default()).await;
@@ -213,7 +176,7 @@ fn data_bytes(dir: &Path) -> u64 {
 
 #[test]
 fn h2_an_array_with_a_big_env_is_stored_once_and_a_restarted_controller_replays_it() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     rt().block_on(async {
         let (mut c, admin) = start(dir.path(), JobLimits::default()).await;
@@ -283,7 +246,7 @@ fn h2_an_array_with_a_big_env_is_stored_once_and_a_restarted_controller_replays_
 
 #[test]
 fn h2_alices_pending_limit_refuses_her_next_submit_while_bobs_is_accepted() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let limits = JobLimits {
         max_pending_per_user: 3,
@@ -331,10 +294,7 @@ fn h2_alices_pending_limit_refuses_her_next_submit_while_bobs_is_accepted() {
 /// A signed AWS request as botocore sends it: `POST /v1/<op>` with a JSON body.
 async fn aws(c: &LocalCluster, key: &str, secret: &str, op: &str, body: &Value) -> (u16, Value) {
     let body = body.to_string();
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let t = rig::now_s();
     let amz_date = httpdate_basic(t);
     let host = "controller.tranche";
     let mut headers = axum::http::HeaderMap::new();
@@ -392,22 +352,13 @@ fn httpdate_basic(t: u64) -> String {
 }
 
 async fn issue_key(admin: &Client, user: &str, role: KeyRole) -> (String, String) {
-    let req = ClientRequest::Write {
-        request: None,
-        command: ClientCommand::IssueAccessKey {
-            user: user.into(),
-            role,
-        },
-    };
-    match admin.request(&req).await {
-        Ok(Response::AccessKey { key, secret }) => (key.id, secret),
-        other => panic!("{other:?}"),
-    }
+    let (key, secret) = rig::access_key(admin, user, role).await;
+    (key.id, secret)
 }
 
 #[test]
 fn m3_a_users_priority_above_the_share_cap_is_refused_at_submit_update_and_aws() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     rt().block_on(async {
         let (c, admin) = start(dir.path(), JobLimits::default()).await;
@@ -503,16 +454,6 @@ async fn has_job(c: &LocalCluster, i: usize, job: JobRef) {
     .unwrap();
 }
 
-/// VmRSS of process `pid`, in MiB.
-fn rss_mib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
-}
-
 /// The memory one array costs each controller: the RSS of every `tranched` before and
 /// after a 10,000-task array with 64 KB of env, and of a follower restarted on its data
 /// dir. Written against the client API of this release and the previous one (the share
@@ -522,19 +463,13 @@ fn rss_mib(pid: u32) -> u64 {
 #[test]
 #[ignore = "a measurement, run by hand (see its doc comment)"]
 fn h2_measure_controller_rss_for_a_10000_task_array_with_64_kb_of_env() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    let opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    let mut c = LocalCluster::create(dir.path(), 3, opts).unwrap();
-    c.start_all().unwrap();
+    let mut c = rig::start(dir.path(), 3, rig::options(TRANCHED, ""));
     rt().block_on(async {
-        let admin = c.client(Role::Admin, "admin").unwrap();
-        let leader = c
-            .wait_leader(&admin, Duration::from_secs(30))
-            .await
-            .unwrap();
-        for cmd in demo::objects() {
-            let cmd = match cmd {
+        let (admin, leader) = rig::leader(&mut c, Duration::from_secs(30)).await;
+        let policy = demo::objects().into_iter().map(|cmd| {
+            match cmd {
                 ClientCommand::PutShare(s) if s.name.as_str() == "lend" => {
                     let mut v = serde_json::to_value(&s).unwrap();
                     v["max_user_priority"] = json!(9999);
@@ -545,13 +480,13 @@ fn h2_measure_controller_rss_for_a_10000_task_array_with_64_kb_of_env() {
                     ClientCommand::PutShare(serde_json::from_value(v).unwrap())
                 }
                 c => c,
-            };
-            assert!(admin.command(cmd).await.unwrap().is_ok());
-        }
+            }
+        });
+        rig::apply(&admin, policy).await;
         let pids: Vec<u32> = (0..3)
             .map(|i| c.controllers[i].child.as_ref().unwrap().id())
             .collect();
-        let before: Vec<u64> = pids.iter().map(|p| rss_mib(*p)).collect();
+        let before: Vec<u64> = pids.iter().map(|p| rss_mib(*p).unwrap_or(0)).collect();
         let alice = c.client(Role::User, "alice").unwrap();
         let mut spec = JobSpec::new("big", "q", "lend", "alice", "h100", 1, 1);
         spec.command = vec!["true".into()];
@@ -567,13 +502,13 @@ fn h2_measure_controller_rss_for_a_10000_task_array_with_64_kb_of_env() {
         }
         let applied = started.elapsed();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let after: Vec<u64> = pids.iter().map(|p| rss_mib(*p)).collect();
+        let after: Vec<u64> = pids.iter().map(|p| rss_mib(*p).unwrap_or(0)).collect();
         let follower = (leader + 1) % 3;
         assert_eq!(c.stop(follower), Some(0));
         c.start(follower).unwrap();
         has_job(&c, follower, last).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let restarted = rss_mib(c.controllers[follower].child.as_ref().unwrap().id());
+        let restarted = rss_mib(c.controllers[follower].child.as_ref().unwrap().id()).unwrap_or(0);
         println!(
             "RSS MiB (leader is controller {}): before {before:?}, after the array {after:?} \
              (applied everywhere in {applied:?}); controller {} restarted on its data dir: {restarted}",

@@ -5,7 +5,7 @@
 //! browser send a change for him (CSRF), and to crash the SigV4 check; each is refused,
 //! while alice and an operator still see everything of alice's jobs.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http_body_util::{BodyExt, Full};
@@ -15,25 +15,18 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tranche_aws::sigv4::{authorization, format_amz_date, SignedRequest};
 use tranche_client::{Client, ClientError};
-use tranche_local::{demo, LocalCluster, LocalOptions};
-use tranche_model::{Job, JobId, JobSpec, JobStatus, KeyRole, SageMakerJob};
-use tranche_proto::{ApiError, ClientCommand, ClientRequest, Query, Refusal, Response};
+use tranche_local::rig::{self, rt, serial};
+use tranche_local::{demo, LocalCluster};
+use tranche_model::{JobId, JobSpec, JobStatus, KeyRole, SageMakerJob};
+use tranche_proto::{ApiError, ClientCommand, Query, Refusal};
 use tranche_tls::{Role, TlsFiles};
 
-/// Cluster tests run one at a time: each starts several processes on a 2-core machine.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// The binary these tests run.
+const TRANCHED: &str = env!("CARGO_BIN_EXE_tranched");
 
 const SECRET: &str = "hf_SECRET_of_alice";
 const REGION: &str = "us-west-2";
 const TLS_NAME: &str = "controller.tranche";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// One answer over HTTPS.
 struct Reply {
@@ -60,26 +53,7 @@ struct Https {
 
 impl Https {
     fn tls(&self, cert: Option<&TlsFiles>) -> rustls::ClientConfig {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        for c in tranche_tls::load_certs(&self.ca).unwrap() {
-            roots.add(c).unwrap();
-        }
-        let b = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut cfg = match cert {
-            Some(f) => b
-                .with_client_auth_cert(
-                    tranche_tls::load_certs(&f.cert).unwrap(),
-                    tranche_tls::load_key(&f.key).unwrap(),
-                )
-                .unwrap(),
-            None => b.with_no_client_auth(),
-        };
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        cfg
+        rig::https_client_config(&self.ca, cert)
     }
 
     /// Sends `method path` with exactly `headers` (and `host`) and `body`.
@@ -91,10 +65,9 @@ impl Https {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Reply {
-        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
-        let conn = tokio_rustls::TlsConnector::from(Arc::new(self.tls(cert)));
-        let name = rustls_pki_types::ServerName::try_from(TLS_NAME).unwrap();
-        let tls = conn.connect(name, tcp).await.unwrap();
+        let tls = rig::https_connect(&self.addr, Arc::new(self.tls(cert)))
+            .await
+            .unwrap();
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .unwrap();
@@ -195,15 +168,13 @@ struct Rig {
 fn start(dir: &std::path::Path) -> Rig {
     let secret = dir.join("key-secret");
     tranche_tls::keys::write_key_secret_file(&secret).unwrap();
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = format!(
+    let extra = format!(
         "[aws]\nkey_secret_file = \"{}\"\nregion = \"{REGION}\"\n\
          [aws.instance_types]\n\"ml.p5.48xlarge\" = {{ unit = \"h100\", gpus = 8 }}\n\
          [aws.images]\n\"trainer:1\" = \"/images/trainer\"\n",
         secret.display()
     );
-    let mut c = LocalCluster::create(dir, 3, opts).unwrap();
-    c.start_all().unwrap();
+    let c = rig::start(dir, 3, rig::options(TRANCHED, &extra));
     let https = Https {
         ca: c.certs.join("ca.pem"),
         addr: c.controllers[0].http_addr.clone().expect("http_addr"),
@@ -212,28 +183,14 @@ fn start(dir: &std::path::Path) -> Rig {
 }
 
 async fn ready(r: &mut Rig) {
-    let admin = r.c.client(Role::Admin, "admin").unwrap();
-    r.c.wait_leader(&admin, Duration::from_secs(20))
-        .await
-        .expect("a leader");
-    for cmd in demo::objects() {
-        assert!(admin.command(cmd).await.unwrap().is_ok());
-    }
+    let (admin, _) = rig::leader(&mut r.c, Duration::from_secs(20)).await;
+    rig::apply(&admin, demo::objects()).await;
 }
 
 /// An access key of `user` (id, secret), issued by the user itself.
 async fn access_key(client: &Client, user: &str) -> (String, String) {
-    let req = ClientRequest::Write {
-        request: None,
-        command: ClientCommand::IssueAccessKey {
-            user: user.into(),
-            role: KeyRole::User,
-        },
-    };
-    match client.request(&req).await.unwrap() {
-        Response::AccessKey { key, secret } => (key.id, secret),
-        other => panic!("{other:?}"),
-    }
+    let (key, secret) = rig::access_key(client, user, KeyRole::User).await;
+    (key.id, secret)
 }
 
 /// Alice's job over QUIC: held (no node runs it), with a secret in its env, command,
@@ -246,13 +203,6 @@ fn alice_spec() -> JobSpec {
     s.tags.insert("key".into(), SECRET.into());
     s.hold = true;
     s
-}
-
-async fn job_of(client: &Client, id: JobId) -> Job {
-    match client.read(Query::Job(id.into()), false).await {
-        Ok(Response::Job(j)) => *j,
-        other => panic!("job {id}: {other:?}"),
-    }
 }
 
 /// A CreateTrainingJob request with a secret in its environment.
@@ -300,7 +250,7 @@ async fn tenants(r: &mut Rig) -> Tenants {
 
 /// Runs `test` against a fresh cluster, one cluster test at a time.
 fn with_cluster(test: impl AsyncFnOnce(&mut Rig, Tenants)) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut r = start(dir.path());
     rt().block_on(async {
@@ -328,7 +278,7 @@ async fn alice_service_job(r: &Rig, alice_key: &(String, String)) -> String {
 #[test]
 fn h3_bob_reads_only_the_summary_of_alices_job_over_quic() {
     with_cluster(async |_r, t| {
-        let seen = job_of(&t.bob, t.job).await;
+        let seen = rig::job(&t.bob, t.job).await;
         assert!(seen.spec.is_redacted(), "{seen:?}");
         assert!(
             !format!("{seen:?}").contains(SECRET),
@@ -338,7 +288,7 @@ fn h3_bob_reads_only_the_summary_of_alices_job_over_quic() {
         assert_eq!(seen.status, JobStatus::Pending);
         assert_eq!(seen.spec.request.gpus_per_node, 1);
         for (who, client) in [("alice", &t.alice), ("ops", &t.ops)] {
-            let j = job_of(client, t.job).await;
+            let j = rig::job(client, t.job).await;
             assert_eq!(j.spec.env["HF_TOKEN"], SECRET, "{who}");
             assert_eq!(j.spec.command[1], format!("--token={SECRET}"), "{who}");
         }
@@ -527,7 +477,7 @@ fn l11_bob_cannot_terminate_alices_service_jobs_and_ids_are_no_oracle() {
             .await;
         assert_eq!(many.status, 200, "{}", many.text());
         assert_eq!(many.json()["successful"], json!([]), "{}", many.text());
-        let sm_job = job_of(&t.alice, JobId(sm_id.parse().unwrap())).await;
+        let sm_job = rig::job(&t.alice, JobId(sm_id.parse().unwrap())).await;
         assert!(!sm_job.status.is_terminal(), "bob's terminate went through");
         // Alice terminates her own.
         let mine = r
@@ -568,7 +518,7 @@ fn l1_a_change_a_browser_could_send_across_sites_is_refused() {
             .await;
         assert_eq!(x.status, 403, "{}", x.text());
         assert!(
-            !job_of(&t.alice, t.job).await.held,
+            !rig::job(&t.alice, t.job).await.held,
             "a refused hold went through"
         );
         // The same change as the dashboard sends it is taken, and marked.
@@ -583,7 +533,7 @@ fn l1_a_change_a_browser_could_send_across_sites_is_refused() {
             .send(Some(&t.alice_files), "POST", &hold, &same, b"")
             .await;
         assert_eq!(ok.status, 200, "{}", ok.text());
-        assert!(job_of(&t.alice, t.job).await.held);
+        assert!(rig::job(&t.alice, t.job).await.held);
         assert_eq!(ok.headers["x-content-type-options"], "nosniff");
         assert!(ok.headers["content-security-policy"]
             .to_str()

@@ -3,23 +3,16 @@
 //! too many connections, a slow AWS request body, an event stream that outlives its
 //! token, and the metrics port and data dir a default setup exposes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tranche_local::{wait_until, LocalCluster, LocalOptions};
+use tranche_local::rig::{self, https_connect as connect, rt, serial};
+use tranche_local::{wait_until, LocalCluster};
 use tranche_proto::{frame, ApiError, ClientRequest, Query, Response, MAX_CLIENT_FRAME};
 use tranche_tls::{revoke, RevokeTarget, Role, TlsFiles};
 
-/// Cluster tests run one at a time: each starts processes on a 2-core machine.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+/// The binary these tests run.
+const TRANCHED: &str = env!("CARGO_BIN_EXE_tranched");
 
 /// Takes the one-cluster-at-a-time lock and starts a cluster as [`start`] does.
 fn setup(
@@ -29,7 +22,7 @@ fn setup(
     tempfile::TempDir,
     LocalCluster,
 ) {
-    let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = serial();
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), extra);
     (g, dir, c)
@@ -45,30 +38,14 @@ fn start(dir: &std::path::Path, extra: &str) -> LocalCluster {
 
 /// [`start`]'s controller, not started yet.
 fn create(dir: &std::path::Path, extra: &str) -> LocalCluster {
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = extra.to_string();
-    let c = LocalCluster::create(dir, 1, opts).unwrap();
-    let spare = c.issue(Role::User, "spare").unwrap();
-    let crl = revoke(&c.certs, &RevokeTarget::Cert(spare.cert.clone()))
-        .unwrap()
-        .crl;
-    let ctl = &c.controllers[0];
-    let mut text = std::fs::read_to_string(&ctl.config).unwrap();
-    assert!(text.ends_with(&format!(
-        "key = \"{}\"\n",
-        c.certs.join("controller-c1.key").display()
-    )));
-    text += &format!("crl = \"{}\"\n", crl.display());
-    std::fs::write(&ctl.config, text).unwrap();
+    let c = LocalCluster::create(dir, 1, rig::options(TRANCHED, extra)).unwrap();
+    rig::add_crl(&c);
     c
 }
 
+/// An admin client once a leader is elected.
 async fn leader(c: &mut LocalCluster) -> tranche_client::Client {
-    let admin = c.client(Role::Admin, "admin").unwrap();
-    c.wait_leader(&admin, Duration::from_secs(20))
-        .await
-        .expect("a leader");
-    admin
+    rig::leader(c, Duration::from_secs(20)).await.0
 }
 
 /// A raw QUIC connection to the controller's client port as `files`.
@@ -303,38 +280,12 @@ fn m4_connections_per_identity_are_capped() {
 
 // ---- HTTPS ----------------------------------------------------------------------------
 
+/// The client TLS configuration of an HTTPS connection as `auth` (or none).
 fn tls(ca: &std::path::Path, auth: Option<&TlsFiles>) -> Arc<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in tranche_tls::load_certs(ca).unwrap() {
-        roots.add(c).unwrap();
-    }
-    let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut cfg = match auth {
-        Some(f) => b
-            .with_client_auth_cert(
-                tranche_tls::load_certs(&f.cert).unwrap(),
-                tranche_tls::load_key(&f.key).unwrap(),
-            )
-            .unwrap(),
-        None => b.with_no_client_auth(),
-    };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(cfg)
+    Arc::new(rig::https_client_config(ca, auth))
 }
 
 type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
-
-async fn connect(addr: &str, cfg: Arc<rustls::ClientConfig>) -> std::io::Result<Tls> {
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-    tokio_rustls::TlsConnector::from(cfg)
-        .connect(name, tcp)
-        .await
-}
 
 /// What the server sends until `enough` says so, it closes, or `wait` passes.
 async fn read_all(tls: &mut Tls, wait: Duration, enough: impl Fn(&str) -> bool) -> String {
@@ -369,24 +320,6 @@ fn aws_table(dir: &std::path::Path) -> String {
     format!("[aws]\nkey_secret_file = \"{}\"\n", secret.display())
 }
 
-/// Alice's access key, issued by `client`: the key and its secret.
-async fn alices_key(client: &tranche_client::Client) -> (tranche_model::AccessKey, String) {
-    let issued = client
-        .request(&ClientRequest::Write {
-            request: None,
-            command: tranche_proto::ClientCommand::IssueAccessKey {
-                user: "alice".into(),
-                role: tranche_model::KeyRole::User,
-            },
-        })
-        .await
-        .unwrap();
-    match issued {
-        Response::AccessKey { key, secret } => (key, secret),
-        other => panic!("no key issued: {other:?}"),
-    }
-}
-
 #[test]
 fn m7_slow_aws_bodies_are_cut_and_https_connections_capped() {
     let dir = tempfile::tempdir().unwrap();
@@ -396,7 +329,10 @@ fn m7_slow_aws_bodies_are_cut_and_https_connections_capped() {
     rt().block_on(async {
         use tokio::io::AsyncWriteExt;
         let admin = leader(&mut c).await;
-        let key = alices_key(&admin).await.0.id;
+        let key = rig::access_key(&admin, "alice", tranche_model::KeyRole::User)
+            .await
+            .0
+            .id;
         let head = |auth: &str| {
             let (_, stamp) = amz_now();
             format!(
@@ -492,7 +428,7 @@ fn m6_event_stream_ends_when_its_token_expires() {
 
 #[test]
 fn l8_metrics_port_is_on_loopback_by_default() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let _dir = tempfile::tempdir().unwrap();
     let mut c = create(_dir.path(), "");
     let addr: std::net::SocketAddr = c.reserve_tcp().unwrap().parse().unwrap();
@@ -648,7 +584,7 @@ fn m6_access_key_of_a_revoked_certificate_signs_nothing_and_keys_expire() {
         leader(&mut c).await;
         // Alice issues her own key with her certificate.
         let mine = tranche_client::Client::new(c.client_addrs(), &alice).unwrap();
-        let (key, secret) = alices_key(&mine).await;
+        let (key, secret) = rig::access_key(&mine, "alice", tranche_model::KeyRole::User).await;
         // It expires, 90 days from now by default.
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -3,26 +3,19 @@
 //! named and nothing changed, tokens (good, expired, forged, revoked), a certificate
 //! of another CA, and the event stream resumed on another controller.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use tranche_local::{demo, wait_until, LocalCluster, LocalOptions};
+use tranche_local::rig::{self, now_s, rt, serial};
+use tranche_local::{demo, wait_until, LocalCluster};
 use tranche_tls::{revoke, RevokeTarget, Role, TlsFiles};
 
-/// Cluster tests run one at a time: each starts several processes on a 2-core machine.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+/// The binary these tests run.
+const TRANCHED: &str = env!("CARGO_BIN_EXE_tranched");
 
 /// How a test client authenticates.
 #[derive(Clone)]
@@ -66,26 +59,11 @@ impl Reply {
 
 impl Http {
     fn tls(&self, auth: &Auth) -> rustls::ClientConfig {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        for c in tranche_tls::load_certs(&self.ca).unwrap() {
-            roots.add(c).unwrap();
-        }
-        let b = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut cfg = match auth {
-            Auth::Cert(f) => b
-                .with_client_auth_cert(
-                    tranche_tls::load_certs(&f.cert).unwrap(),
-                    tranche_tls::load_key(&f.key).unwrap(),
-                )
-                .unwrap(),
-            _ => b.with_no_client_auth(),
+        let cert = match auth {
+            Auth::Cert(f) => Some(f),
+            _ => None,
         };
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        cfg
+        rig::https_client_config(&self.ca, cert)
     }
 
     /// Sends one request; `Err` when the connection or handshake fails.
@@ -98,12 +76,9 @@ impl Http {
         body: Option<Vec<u8>>,
         headers: &[(&str, &str)],
     ) -> Result<Reply, String> {
-        let tcp = tokio::net::TcpStream::connect(addr)
+        let tls = rig::https_connect(addr, Arc::new(self.tls(auth)))
             .await
             .map_err(|e| e.to_string())?;
-        let conn = tokio_rustls::TlsConnector::from(Arc::new(self.tls(auth)));
-        let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-        let tls = conn.connect(name, tcp).await.map_err(|e| e.to_string())?;
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .map_err(|e| e.to_string())?;
@@ -144,10 +119,9 @@ impl Http {
     /// Declares a 2 MiB submit body, sends its first bytes, and returns the raw answer.
     async fn oversize(&self, addr: &str, auth: &Auth) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let conn = tokio_rustls::TlsConnector::from(Arc::new(self.tls(auth)));
-        let name = rustls_pki_types::ServerName::try_from("controller.tranche").unwrap();
-        let mut tls = conn.connect(name, tcp).await.unwrap();
+        let mut tls = rig::https_connect(addr, Arc::new(self.tls(auth)))
+            .await
+            .unwrap();
         let head = format!(
             "POST /api/v1/jobs HTTP/1.1\r\nhost: controller.tranche\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{\"share\": \"lend\", ",
             2 << 20
@@ -190,21 +164,11 @@ fn http_addrs(c: &LocalCluster) -> Vec<String> {
         .collect()
 }
 
-/// Starts the cluster with a revocation list in every controller's config, the demo
-/// policy applied; returns the HTTPS addresses and which of them leads.
+/// Starts three controllers with a revocation list in every controller's config;
+/// returns the cluster and its HTTPS addresses.
 fn start(dir: &std::path::Path) -> (LocalCluster, Vec<String>) {
-    let opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    let mut c = LocalCluster::create(dir, 3, opts).unwrap();
-    // A revocation list from the start, so that revoking later needs no restart.
-    let spare = c.issue(Role::User, "spare").unwrap();
-    let crl = revoke(&c.certs, &RevokeTarget::Cert(spare.cert.clone()))
-        .unwrap()
-        .crl;
-    for ctl in &c.controllers {
-        let mut text = std::fs::read_to_string(&ctl.config).unwrap();
-        text += &format!("crl = \"{}\"\n", crl.display());
-        std::fs::write(&ctl.config, text).unwrap();
-    }
+    let mut c = LocalCluster::create(dir, 3, rig::options(TRANCHED, "")).unwrap();
+    rig::add_crl(&c);
     c.start_all().unwrap();
     let addrs = http_addrs(&c);
     (c, addrs)
@@ -214,16 +178,9 @@ fn submit_body(share: &str) -> Value {
     json!({"share": share, "gpus": 1, "command": ["true"]})
 }
 
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 #[test]
 fn roles_forwarding_bad_bodies_and_tokens() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (mut c, addrs) = start(dir.path());
     let alice = Auth::Cert(c.issue(Role::User, "alice").unwrap());
@@ -236,14 +193,8 @@ fn roles_forwarding_bad_bodies_and_tokens() {
         ca: c.certs.join("ca.pem"),
     };
     rt().block_on(async {
-        let client = c.client(Role::Admin, "admin").unwrap();
-        let leader = c
-            .wait_leader(&client, Duration::from_secs(20))
-            .await
-            .expect("a leader");
-        for cmd in demo::objects() {
-            assert!(client.command(cmd).await.unwrap().is_ok());
-        }
+        let (client, leader) = rig::leader(&mut c, Duration::from_secs(20)).await;
+        rig::apply(&client, demo::objects()).await;
         let lead = addrs[leader].clone();
         let follower = addrs[(leader + 1) % 3].clone();
 
@@ -545,7 +496,7 @@ async fn read_events(
 
 #[test]
 fn events_stream_job_transitions_and_resume_on_another_controller() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (mut c, addrs) = start(dir.path());
     let alice_files = c.issue(Role::User, "alice").unwrap();
@@ -556,14 +507,8 @@ fn events_stream_job_transitions_and_resume_on_another_controller() {
         ca: c.certs.join("ca.pem"),
     };
     rt().block_on(async {
-        let client = c.client(Role::Admin, "admin").unwrap();
-        let leader = c
-            .wait_leader(&client, Duration::from_secs(20))
-            .await
-            .expect("a leader");
-        for cmd in demo::objects() {
-            assert!(client.command(cmd).await.unwrap().is_ok());
-        }
+        let (client, leader) = rig::leader(&mut c, Duration::from_secs(20)).await;
+        rig::apply(&client, demo::objects()).await;
         let first = addrs[(leader + 1) % 3].clone();
         let second = addrs[(leader + 2) % 3].clone();
         let r = http.get(&first, &alice, "/api/v1/health").await;

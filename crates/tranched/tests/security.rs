@@ -2,12 +2,12 @@
 //! refused at the handshake (none, expired, not yet valid, revoked, from another CA, of
 //! the wrong role), and what each role may not do once it is in.
 
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use tranche_client::{Client, ClientError};
-use tranche_local::{demo, wait_until, LocalCluster, LocalOptions};
-use tranche_model::{Job, JobId, JobStatus};
+use tranche_local::rig::{self, job, rt, serial};
+use tranche_local::{demo, wait_until, LocalCluster};
+use tranche_model::JobStatus;
 use tranche_proto::{
     frame, ApiError, ClientCommand, ClientRequest, JobFilter, MembershipChange, Query, Response,
     StateDigest,
@@ -15,34 +15,20 @@ use tranche_proto::{
 use tranche_state::Progress;
 use tranche_tls::{issue_valid_between, revoke, RevokeTarget, Role, TlsFiles};
 
-/// Cluster tests run one at a time: each starts several processes on a 2-core machine.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// The binary these tests run.
+const TRANCHED: &str = env!("CARGO_BIN_EXE_tranched");
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
+/// Three controllers, not started yet.
 fn create(dir: &std::path::Path) -> LocalCluster {
-    let opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    LocalCluster::create(dir, 3, opts).unwrap()
+    LocalCluster::create(dir, 3, rig::options(TRANCHED, "")).unwrap()
 }
 
 /// An admin client once a leader is elected and the demo policy is in place.
 async fn ready(c: &mut LocalCluster) -> Client {
-    let admin = c.client(Role::Admin, "admin").unwrap();
-    c.wait_leader(&admin, Duration::from_secs(15))
-        .await
-        .expect("a leader");
-    for cmd in demo::objects() {
-        let r = admin.command(cmd).await.expect("write answered");
-        assert!(r.is_ok(), "demo object refused: {r:?}");
-    }
+    let (admin, _) = rig::leader(c, Duration::from_secs(15)).await;
+    rig::apply(&admin, demo::objects()).await;
     admin
 }
 
@@ -81,13 +67,6 @@ async fn digest(c: &LocalCluster, admin: &Client) -> StateDigest {
     agreed.unwrap_or_else(|e| panic!("controllers disagree: {e}"))
 }
 
-async fn job(admin: &Client, id: JobId) -> Job {
-    match admin.read(Query::Job(id.into()), false).await {
-        Ok(Response::Job(j)) => *j,
-        other => panic!("job {id}: {other:?}"),
-    }
-}
-
 /// Sends each command; each must be refused as unauthorized, with a message that
 /// contains its text.
 async fn all_unauthorized(client: &Client, cases: Vec<(ClientCommand, &str)>) {
@@ -110,7 +89,7 @@ fn read_refused(r: Result<Response, ClientError>, what: &str) {
 
 #[test]
 fn refused_certificates_get_a_clear_error_and_change_nothing() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = create(dir.path());
     let now = SystemTime::now();
@@ -300,7 +279,7 @@ fn refused_certificates_get_a_clear_error_and_change_nothing() {
 
 #[test]
 fn users_touch_only_their_own_jobs_and_shares() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = create(dir.path());
     c.start_all().unwrap();
@@ -427,7 +406,7 @@ fn node_work(node: &str) -> Query {
 
 #[test]
 fn an_agent_certificate_speaks_only_for_its_own_node() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = create(dir.path());
     c.start_all().unwrap();

@@ -11,11 +11,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
 use tranche_client::Client;
+use tranche_local::rig::{self, rt, serial};
 use tranche_local::{demo, find_agent, wait_until, LocalCluster, LocalOptions};
 use tranche_model::{JobId, JobSpec, JobStatus, Strategy};
 use tranche_proto::ClientCommand;
@@ -25,8 +25,6 @@ use tranche_tls::Role;
 /// The fixture's controllers listen on fixed ports below the ephemeral range (a data
 /// dir records its members' addresses), so its tests run one at a time.
 const FIXTURE_BASE_PORT: u16 = 29400;
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// Stands for the fixture's own directory in its configs.
 const DIR_MARK: &str = "@FIXTURE_DIR@";
 
@@ -40,17 +38,8 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn options() -> LocalOptions {
-    let mut opts = LocalOptions::new(env!("CARGO_BIN_EXE_tranched").into());
-    opts.extra_config = FIXTURE_CONFIG.to_string();
+    let mut opts = rig::options(env!("CARGO_BIN_EXE_tranched"), FIXTURE_CONFIG);
     opts.base_port = Some(FIXTURE_BASE_PORT);
     // The fixture's certificates must outlive the tests that read it (the CA is valid
     // about ten years).
@@ -59,8 +48,7 @@ fn options() -> LocalOptions {
 }
 
 async fn ok(admin: &Client, cmd: ClientCommand) {
-    let r = admin.command(cmd).await.expect("write answered");
-    assert!(r.is_ok(), "refused: {r:?}");
+    rig::apply(admin, [cmd]).await;
 }
 
 async fn job(admin: &Client, id: JobId) -> Value {
@@ -205,16 +193,13 @@ fn write_fixture() {
     let name = std::env::var("TRANCHE_FIXTURE").expect("TRANCHE_FIXTURE=format-N");
     let out = fixtures().join(&name);
     assert!(!out.exists(), "{} exists already", out.display());
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut c = LocalCluster::create(tmp.path(), 3, options()).unwrap();
     c.start_all().unwrap();
     let agent = find_agent();
     let expected = rt().block_on(async {
-        let admin = c.client(Role::Admin, "admin").unwrap();
-        c.wait_leader(&admin, Duration::from_secs(20))
-            .await
-            .expect("a leader");
+        let (admin, _) = rig::leader(&mut c, Duration::from_secs(20)).await;
         // Environment `gpu` (4 H100), queue `q`; `vision` lends 2, `nlp` has 2 and
         // borrows without cap.
         for cmd in demo::base(vec![tranche_model::CapacityLimit {
@@ -379,11 +364,7 @@ async fn fixture_tags_kept(admin: &Client) {
 /// Starts a fixture's controllers and waits for a leader; the admin client.
 async fn start(c: &mut LocalCluster) -> Client {
     c.start_all().unwrap();
-    let admin = c.client(Role::Admin, "admin").unwrap();
-    c.wait_leader(&admin, Duration::from_secs(30))
-        .await
-        .expect("a leader on the fixture");
-    admin
+    rig::leader(c, Duration::from_secs(30)).await.0
 }
 
 /// Each fixture this build reads: the previous release's format, and its own.
@@ -393,7 +374,7 @@ fn read_unchanged(name: &str, format: u16) {
 
 /// [`read_unchanged`], then `then` with the admin client.
 fn read_unchanged_then(name: &str, format: u16, then: impl AsyncFnOnce(&Client)) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let (_tmp, mut c, expected) = fixture_copy(name);
     let recorded = data_dir_format(&c.controllers[0].data_dir);
     assert_eq!(
@@ -451,7 +432,7 @@ fn this_release_data_dirs_are_read_unchanged() {
 /// controller has restarted.
 #[test]
 fn after_an_upgrade_ended_jobs_leave_the_state_and_read_back_from_history() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let (tmp, mut c, expected) = fixture_copy("format-6");
     for ctl in &c.controllers {
         let mut text = std::fs::read_to_string(&ctl.config).unwrap();
@@ -571,7 +552,7 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let (_tmp, mut c, expected) = fixture_copy("format-6");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
@@ -653,7 +634,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
 
 #[test]
 fn data_of_an_unknown_format_is_refused_by_name() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let (_tmp, mut c, _) = fixture_copy("format-1");
     // c1: its data dir says format 9. c2: its state image is sealed as format 9.
     {

@@ -17,6 +17,13 @@ pub fn tranche(config: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs the `tranche` CLI against `config`, which must succeed; its stdout, trimmed.
+pub fn ok(config: &str, args: &[&str]) -> String {
+    let out = tranche(config, args);
+    assert!(out.status.success(), "tranche {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Runs the `tranche` CLI with no cluster: its exit status, stdout and stderr.
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tranche"))
@@ -38,9 +45,6 @@ pub fn cache_dir(config: &str) -> PathBuf {
         .join("cache")
 }
 
-/// One `tranche dev` at a time in a test binary: each is 3 controllers and 4 agents.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// A running `tranche dev`, interrupted (Ctrl-C) when dropped.
 pub struct Dev {
     _serial: std::sync::MutexGuard<'static, ()>,
@@ -60,7 +64,9 @@ impl Dev {
 
     /// As [`Dev::start`], with more options for `tranche dev`.
     pub fn start_with(user: &str, args: &[&str]) -> Dev {
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        // One `tranche dev` at a time in a test binary: each is 3 controllers and 4
+        // agents.
+        let serial = tranche_local::rig::serial();
         let mut child = Command::new(env!("CARGO_BIN_EXE_tranche"))
             .arg("dev")
             .args(args)

@@ -30,7 +30,7 @@ pub enum Target {
 }
 
 impl Target {
-    /// The resource name tags are kept under (see `tranche_state::AwsState::tags`).
+    /// The resource name tags are kept under (see `tranche_state::State::tags`).
     pub fn tag_key(&self) -> Option<String> {
         match self {
             Target::Environment(n) => Some(format!("service-environment/{n}")),

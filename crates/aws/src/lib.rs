@@ -158,7 +158,7 @@ fn key_refusal(
             "The security token included in the request is invalid.",
         )
     };
-    let Some(k) = state.aws.keys.get(id) else {
+    let Some(k) = state.keys.get(id) else {
         return Some(unknown());
     };
     if k.revoked_at.is_some() {
@@ -260,7 +260,7 @@ async fn authenticate(
     };
     let who = {
         let sh = api.shared.read().unwrap();
-        let k = sh.state.aws.keys.get(&key_id).ok_or_else(|| {
+        let k = sh.state.keys.get(&key_id).ok_or_else(|| {
             AwsError::auth(
                 "UnrecognizedClientException",
                 "The security token included in the request is invalid.",
@@ -424,7 +424,7 @@ mod tests {
         let now = 1_000_000;
         let mut state = tranche_state::State::new();
         for (id, expires_at) in [("TKLIVE", Some(now + 1)), ("TKEXPIRED", Some(now))] {
-            state.aws.keys.insert(
+            state.keys.insert(
                 id.into(),
                 AccessKey {
                     id: id.into(),

@@ -17,7 +17,7 @@ const LIST: &str = "/v1/listschedulingpolicies";
 /// Changes access key `id` in the rig's applied state.
 fn key_of(aws: &Aws, id: &str, change: impl FnOnce(&mut tranche_model::AccessKey)) {
     let mut sh = aws.h.rig.shared.write().unwrap();
-    change(sh.state.aws.keys.get_mut(id).expect("a key of the rig"));
+    change(sh.state.keys.get_mut(id).expect("a key of the rig"));
 }
 
 #[tokio::test]

@@ -182,7 +182,7 @@ impl Service {
     pub fn active_access_key(&self, id: &str) -> Option<(AccessKey, String)> {
         let secret = self.key_secret.as_ref()?;
         let sh = self.shared.read().unwrap();
-        let key = sh.state.aws.keys.get(id)?;
+        let key = sh.state.keys.get(id)?;
         if key.revoked_at.is_some() {
             return None;
         }
@@ -449,15 +449,7 @@ impl Service {
             Response::Applied(_) => {
                 // The applied record has the entry's time; a follower may not have
                 // applied it yet, then this controller's clock stands in for it.
-                let applied = self
-                    .shared
-                    .read()
-                    .unwrap()
-                    .state
-                    .aws
-                    .keys
-                    .get(&key.id)
-                    .cloned();
+                let applied = self.shared.read().unwrap().state.keys.get(&key.id).cloned();
                 let key = applied.unwrap_or(AccessKey {
                     created_at: wall_ms(),
                     ..key
@@ -478,7 +470,6 @@ impl Service {
         let sh = self.shared.read().unwrap();
         let mut keys: Vec<AccessKey> = sh
             .state
-            .aws
             .keys
             .values()
             .filter(|k| user.is_none_or(|u| &k.user == u))
@@ -1079,7 +1070,7 @@ fn permitted(
                 Ok(())
             }
         }
-        (Role::User | Role::Operator, RevokeAccessKey { id }) => match state.aws.keys.get(id) {
+        (Role::User | Role::Operator, RevokeAccessKey { id }) => match state.keys.get(id) {
             None => Err(ApiError::NotFound(format!(
                 "access key {id} does not exist"
             ))),

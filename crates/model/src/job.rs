@@ -151,7 +151,7 @@ pub struct JobSpec {
     pub error: Option<String>,
     /// A SageMaker training job (submitted through the AWS Batch-compatible endpoint):
     /// the node gives it SageMaker's container contract.
-    pub sagemaker: Option<Box<crate::aws::SageMakerJob>>,
+    pub sagemaker: Option<Box<crate::sagemaker::SageMakerJob>>,
 }
 
 impl JobSpec {

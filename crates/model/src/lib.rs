@@ -11,28 +11,32 @@
 //! so that the CLI, the controller and the scenario runner can show it as it is.
 
 mod array;
-mod aws;
 mod error;
 mod ids;
 mod job;
+mod keys;
 mod node;
 mod objects;
 pub mod policy_file;
 mod progress;
 mod redact;
+mod sagemaker;
 mod standing;
+mod tags;
 pub mod text_limits;
 
 pub use array::*;
-pub use aws::*;
 pub use error::ValidationError;
 pub use ids::*;
 pub use job::*;
+pub use keys::*;
 pub use node::*;
 pub use objects::*;
 pub use progress::Progress;
 pub use redact::REDACTED_FIELDS;
+pub use sagemaker::*;
 pub use standing::*;
+pub use tags::*;
 
 /// Milliseconds since the Unix epoch (controller) or since the start of a scenario
 /// (virtual time). The pure core never reads a clock: every time comes in as this.

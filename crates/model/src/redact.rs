@@ -47,7 +47,7 @@ impl JobSpec {
             error: None,
             tags: Default::default(),
             sagemaker: self.sagemaker.as_ref().map(|s| {
-                Box::new(crate::aws::SageMakerJob {
+                Box::new(crate::sagemaker::SageMakerJob {
                     payload: String::new(),
                     hyperparameters: Default::default(),
                     channels: Default::default(),

@@ -81,7 +81,7 @@ pub enum Command {
     RevokeAccessKey {
         id: String,
     },
-    /// Sets tags on an object (`resource`: see [`crate::AwsState::tags`]); existing
+    /// Sets tags on an object (`resource`: see [`crate::State::tags`]); existing
     /// keys are overwritten.
     TagResource {
         resource: String,

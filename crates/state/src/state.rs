@@ -5,16 +5,6 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use tranche_model::*;
 
-/// What the AWS Batch-compatible endpoint keeps: access keys by id (no secrets: see
-/// [`tranche_model::AccessKey`]), and each object's tags by its resource name
-/// (`quota-share/QS1`, `job-queue/q`, `service-environment/e`,
-/// `scheduling-policy/p`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AwsState {
-    pub keys: BTreeMap<String, AccessKey>,
-    pub tags: BTreeMap<String, BTreeMap<String, String>>,
-}
-
 /// A user's submits to a share in one minute of entry time (minutes counted from the
 /// epoch, so every controller cuts them alike).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -471,8 +461,13 @@ pub struct State {
     pub sessions_swept_at: Millis,
     /// GPU time per share, user and unit, by hour (see [`crate::ledger`]).
     pub ledger: crate::ledger::Ledger,
-    /// Access keys and object tags of the AWS Batch-compatible endpoint.
-    pub aws: AwsState,
+    /// Access keys by id (no secrets: see [`tranche_model::AccessKey`]): the
+    /// credentials of the AWS Batch-compatible endpoint, each acting as one identity.
+    pub keys: BTreeMap<String, AccessKey>,
+    /// Each object's tags by its resource name (`quota-share/QS1`, `job-queue/q`,
+    /// `service-environment/e`, `scheduling-policy/p`). Stored right after `keys`, as
+    /// the fields of the former `aws` record were: the bytes are the same.
+    pub tags: BTreeMap<String, BTreeMap<String, String>>,
     /// Submits per (share, user) in the current minute of entry time, for
     /// [`JobLimits::submits_per_user_per_minute`].
     pub submit_rate: BTreeMap<(ShareName, UserName), SubmitWindow>,
@@ -495,7 +490,8 @@ impl PartialEq for State {
             && self.sessions == o.sessions
             && self.sessions_swept_at == o.sessions_swept_at
             && self.ledger == o.ledger
-            && self.aws == o.aws
+            && self.keys == o.keys
+            && self.tags == o.tags
             && self.submit_rate == o.submit_rate
     }
 }

@@ -29,8 +29,7 @@ fn tag(resource: &str, tags: &[(&str, &str)]) -> Command {
 }
 
 fn tags_of<'a>(st: &'a State, resource: &str) -> Vec<(&'a str, &'a str)> {
-    st.aws
-        .tags
+    st.tags
         .get(resource)
         .into_iter()
         .flatten()
@@ -45,7 +44,7 @@ fn a_key_put_twice_is_a_conflict_and_changes_nothing() {
     k.created_at = 99;
     k.revoked_at = Some(1);
     ok(&mut st, Command::PutAccessKey(k), 10);
-    let got = &st.aws.keys["TKAAAA"];
+    let got = &st.keys["TKAAAA"];
     assert_eq!(
         (got.created_at, got.revoked_at),
         (10, None),
@@ -60,7 +59,7 @@ fn a_key_put_twice_is_a_conflict_and_changes_nothing() {
         "{e:?}"
     );
     assert_eq!(st, before);
-    assert_eq!(st.aws.keys["TKAAAA"].user.as_str(), "alice");
+    assert_eq!(st.keys["TKAAAA"].user.as_str(), "alice");
     // An id that is not letters and digits is refused as invalid.
     let e = st
         .apply(&Command::PutAccessKey(key("TK-1", "bob")), 20)
@@ -77,10 +76,10 @@ fn revoke_sets_revoked_at_once() {
         id: "TKAAAA".into(),
     };
     ok(&mut st, revoke.clone(), 20);
-    assert_eq!(st.aws.keys["TKAAAA"].revoked_at, Some(20));
+    assert_eq!(st.keys["TKAAAA"].revoked_at, Some(20));
     ok(&mut st, revoke, 30);
     assert_eq!(
-        st.aws.keys["TKAAAA"].revoked_at,
+        st.keys["TKAAAA"].revoked_at,
         Some(20),
         "kept from the first"
     );
@@ -118,19 +117,19 @@ fn tags_merge_validate_and_untag_removes() {
     assert_eq!(st, before);
     // 47 more make 50: taken.
     ok(&mut st, tag(r, &many[..47]), 4);
-    assert_eq!(st.aws.tags[r].len(), 50);
+    assert_eq!(st.tags[r].len(), 50);
     // Untag removes the keys named (an unknown key is no error); no tags left, no
     // entry left.
-    let keys: Vec<String> = st.aws.tags[r].keys().cloned().collect();
+    let keys: Vec<String> = st.tags[r].keys().cloned().collect();
     let untag = |keys: Vec<String>| Command::UntagResource {
         resource: r.into(),
         keys,
     };
     ok(&mut st, untag(vec!["team".into(), "nope".into()]), 5);
-    assert_eq!(st.aws.tags[r].len(), 49);
-    assert!(!st.aws.tags[r].contains_key("team"));
+    assert_eq!(st.tags[r].len(), 49);
+    assert!(!st.tags[r].contains_key("team"));
     ok(&mut st, untag(keys), 6);
-    assert!(!st.aws.tags.contains_key(r));
+    assert!(!st.tags.contains_key(r));
 }
 
 #[test]
@@ -187,7 +186,7 @@ fn deleting_a_share_forgets_its_tags() {
         "kept while it exists"
     );
     ok(&mut st, Command::DeleteShare("a".into()), 3);
-    assert!(!st.aws.tags.contains_key("quota-share/a"));
+    assert!(!st.tags.contains_key("quota-share/a"));
     assert_eq!(
         tags_of(&st, "job-queue/q"),
         vec![("team", "a")],

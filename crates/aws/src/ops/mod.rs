@@ -78,7 +78,7 @@ fn required<'a, T>(v: &'a Option<T>, member: &str) -> AwsResult<&'a T> {
 
 fn tags_json(st: &State, key: Option<String>) -> Value {
     let t = key
-        .and_then(|k| st.aws.tags.get(&k))
+        .and_then(|k| st.tags.get(&k))
         .cloned()
         .unwrap_or_default();
     json!(t)

@@ -72,7 +72,7 @@ pub fn config() -> AwsConfig {
 
 fn key(state: &mut State, user: &str, role: KeyRole) -> String {
     let id = tranche_tls::keys::new_key_id();
-    state.aws.keys.insert(
+    state.keys.insert(
         id.clone(),
         AccessKey {
             id: id.clone(),

@@ -19,7 +19,7 @@ pub const TAGGED_KINDS: [&str; 4] = [
 impl State {
     pub(crate) fn put_access_key(&mut self, k: &AccessKey, now: Millis) -> Result<(), ApplyError> {
         k.validate()?;
-        if self.aws.keys.contains_key(&k.id) {
+        if self.keys.contains_key(&k.id) {
             return Err(ApplyError::Conflict(format!(
                 "access key {} already exists",
                 k.id
@@ -28,12 +28,12 @@ impl State {
         let mut k = k.clone();
         k.created_at = now;
         k.revoked_at = None;
-        self.aws.keys.insert(k.id.clone(), k);
+        self.keys.insert(k.id.clone(), k);
         Ok(())
     }
 
     pub(crate) fn revoke_access_key(&mut self, id: &str, now: Millis) -> Result<(), ApplyError> {
-        match self.aws.keys.get_mut(id) {
+        match self.keys.get_mut(id) {
             None => Err(ApplyError::NotFound {
                 kind: "access key".into(),
                 name: id.into(),
@@ -72,10 +72,10 @@ impl State {
                 name: resource.into(),
             });
         }
-        let mut merged = self.aws.tags.get(resource).cloned().unwrap_or_default();
+        let mut merged = self.tags.get(resource).cloned().unwrap_or_default();
         merged.extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         validate_tags(&merged, "tags")?;
-        self.aws.tags.insert(resource.to_string(), merged);
+        self.tags.insert(resource.to_string(), merged);
         Ok(())
     }
 
@@ -90,12 +90,12 @@ impl State {
                 name: resource.into(),
             });
         }
-        if let Some(t) = self.aws.tags.get_mut(resource) {
+        if let Some(t) = self.tags.get_mut(resource) {
             for k in keys {
                 t.remove(k);
             }
             if t.is_empty() {
-                self.aws.tags.remove(resource);
+                self.tags.remove(resource);
             }
         }
         Ok(())
@@ -104,14 +104,13 @@ impl State {
     /// Drops the tags of objects that no longer exist (after a delete).
     pub(crate) fn forget_tags_of_deleted(&mut self) {
         let gone: Vec<String> = self
-            .aws
             .tags
             .keys()
             .filter(|r| !self.tagged_object_exists(r))
             .cloned()
             .collect();
         for r in gone {
-            self.aws.tags.remove(&r);
+            self.tags.remove(&r);
         }
     }
 }

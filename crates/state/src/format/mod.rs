@@ -10,7 +10,7 @@
 //! error}`, `Job::{array, deps, held}`) and names jobs in commands as `42` or `42_7`
 //! (`JobRef`). Format 5 adds the AWS Batch-compatible endpoint's part: a SageMaker
 //! training job's part of a spec (`JobSpec::sagemaker`), the state's access keys and
-//! tags (`State::aws`), and the commands that change them (`PutAccessKey`,
+//! tags (`State::keys`, `State::tags`), and the commands that change them (`PutAccessKey`,
 //! `RevokeAccessKey`, `TagResource`, `UntagResource`, appended). Format 6 adds a
 //! quota share's `max_user_priority` and job limits, an access key's issuer serial
 //! and expiry, each share's and user's submits of the current minute

@@ -156,7 +156,7 @@ fn a_format_4_state_migrates_with_no_access_keys_or_tags() {
     let got = decode_state(4, &codec::encode(&old)).unwrap();
     assert_eq!((got.version, got.next_job_id), (9, 2));
     assert_eq!(got.ledger, ledger);
-    assert_eq!(got.aws, crate::AwsState::default());
+    assert!(got.keys.is_empty() && got.tags.is_empty());
     let j = &got.jobs[&JobId(1)];
     assert!(!j.held && j.spec.hold && j.spec.sagemaker.is_none());
     assert_eq!(j.spec.output.as_deref(), Some("o-%j.out"));
@@ -223,7 +223,7 @@ fn a_format_5_state_migrates_with_capped_priorities_default_limits_and_no_sessio
         (7, DEFAULT_MAX_USER_PRIORITY, JobLimits::default())
     );
     s.validate().unwrap();
-    let k = &got.aws.keys["TKAAAAAAAAAAAAAAAAAA"];
+    let k = &got.keys["TKAAAAAAAAAAAAAAAAAA"];
     assert_eq!(
         (k.created_at, &k.issuer_serial, k.expires_at),
         (3, &None, None)

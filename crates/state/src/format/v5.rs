@@ -209,10 +209,8 @@ impl From<State> for crate::State {
             sessions: BTreeMap::new(),
             sessions_swept_at: s.sessions_swept_at,
             ledger: s.ledger,
-            aws: crate::AwsState {
-                keys: s.aws.keys.into_iter().map(|(k, v)| (k, v.into())).collect(),
-                tags: s.aws.tags,
-            },
+            keys: s.aws.keys.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            tags: s.aws.tags,
             submit_rate: BTreeMap::new(),
             index: Default::default(),
         };

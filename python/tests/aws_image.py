@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def build(layout: Path) -> Path:
+def demo_image(layout: Path) -> Path:
     """The demo image at `layout`, as `tranche dev` made it."""
     if not (layout / "index.json").exists():
         raise RuntimeError(

@@ -19,7 +19,7 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from aws_image import build as build_image
+from aws_image import demo_image
 
 from conftest import start_dev, stop_dev, tranche_bin
 
@@ -76,7 +76,7 @@ def user(dev):
 
 @pytest.fixture(scope="module")
 def image(dev) -> str:
-    build_image(Path(dev.dir) / "images" / "tranche-train")
+    demo_image(Path(dev.dir) / "images" / "tranche-train")
     return IMAGE
 
 
@@ -171,7 +171,7 @@ def dev_short():
 def test_ended_jobs_are_described_and_listed_after_they_leave_the_state(dev_short):
     import tranche
 
-    build_image(Path(dev_short.dir) / "images" / "tranche-train")
+    demo_image(Path(dev_short.dir) / "images" / "tranche-train")
     admin = client(dev_short, issue_key(dev_short, "admin", "admin"))
     user = client(dev_short)
     sp, se, jq = make_queue(admin)

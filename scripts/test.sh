@@ -57,6 +57,9 @@ if ((${#need[@]})); then
   fi
 fi
 
+# A one-off build (CI's clean checkout) gains nothing from incremental state, which
+# would only take disk.
+[[ ${CI:-} == true ]] && export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo test --workspace --no-fail-fast "$@"
 
 [[ ${TRANCHE_SKIP_PYTHON:-0} == 1 ]] && exit 0

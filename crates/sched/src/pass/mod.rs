@@ -10,6 +10,7 @@
 //! - `victims`: victim selection for reclaim and in-share preemption (ordering,
 //!   eligibility, the search and its pruning) and the holds it leaves.
 
+mod holds;
 mod order;
 mod place;
 mod victims;
@@ -184,6 +185,11 @@ struct Pass<'a> {
     victims_of: HashMap<JobId, (u32, Millis)>,
     /// Jobs taken as victims in this pass, a bit per job id.
     taken: JobBits,
+    /// The holds as the pass has them now: the state's, less those given back, plus
+    /// those taken (see [`holds`]).
+    holds: HashMap<JobId, holds::Held>,
+    /// Holders whose hold another share's within-max job took over in this pass.
+    hold_lost: JobBits,
     /// Victim lists, built once per pass when first needed, with the index of the
     /// first victim not yet taken (victims are taken front to back).
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,

@@ -293,7 +293,11 @@ impl<'a> Pass<'a> {
                 Ok(()) => return false,
                 Err(why) => why,
             };
-            // Rule 3: reclaim from over-max shares; rule 4: in-share preemption.
+            // Rule 3: take over a hold of an over-max share's job, else reclaim from
+            // over-max shares; rule 4: in-share preemption.
+            if self.take_borrowed_hold(ask) {
+                return false;
+            }
             let mut protect = None;
             if self.try_preempt(ask, Mode::Reclaim, &mut protect) {
                 return false;
@@ -375,6 +379,10 @@ impl<'a> Pass<'a> {
     /// (placed, or still waiting); false when its hold was released and it should be
     /// scheduled like any other job.
     pub(super) fn holder(&mut self, ask: Ask<'a>) -> bool {
+        // A hold another share's within-max job took over in this pass is gone.
+        if self.hold_lost.contains(&ask.id) {
+            return false;
+        }
         let st = self.st;
         let Some(hold) = st.jobs.get(&ask.id).and_then(|j| j.hold.as_ref()) else {
             return false;
@@ -403,6 +411,11 @@ impl<'a> Pass<'a> {
             }
         }
         let mut victims = self.victims_of.get(&ask.id).copied();
+        // A hold taken over from another share's job (see `take_borrowed_hold`) waits
+        // for the jobs exiting on its GPUs, though they were not stopped for it.
+        if victims.is_none() && valid && !ready {
+            victims = self.stopping_on(&targets, u);
+        }
         // A hold won by in-share preemption in the borrow pass may start above max.
         let sv = &self.shares[ask.s];
         let borrowed = sv.used[u] + ask.need() > sv.max[u];
@@ -432,12 +445,12 @@ impl<'a> Pass<'a> {
         // while GPUs it may use are free, say on a node that was resumed since.
         if valid {
             let mark = self.plan.actions.len();
-            self.give_back_hold(ask, &targets);
+            self.give_back_hold(ask.id);
             if self.try_place(ask, borrowed, None).is_ok() {
                 return true;
             }
             self.plan.actions.truncate(mark);
-            self.take_hold(ask.s, u, ask.need(), &targets);
+            self.take_hold(ask.id, ask.s, u, ask.need(), &targets);
         }
         // Still waiting for victims (say, its own share's, to get under max), or for the
         // share's other jobs being stopped.
@@ -453,7 +466,7 @@ impl<'a> Pass<'a> {
             return true;
         }
         // The hold no longer leads anywhere: give its GPUs back.
-        self.give_back_hold(ask, &targets);
+        self.give_back_hold(ask.id);
         false
     }
 
@@ -480,15 +493,6 @@ impl<'a> Pass<'a> {
             })
     }
 
-    /// Releases the holder's hold, in the plan and in the pass's views.
-    fn give_back_hold(&mut self, ask: Ask<'a>, targets: &[(Nx, u32)]) {
-        self.plan.actions.push(Action::Hold {
-            job: ask.id,
-            hold: None,
-        });
-        self.release_hold(ask.s, ask.u, ask.need(), targets);
-    }
-
     /// The job waits on the environment's cap or a RESERVE share's idle GPUs, which a
     /// hold keeps covering, rather than on GPUs that will not come.
     pub(super) fn waits_on_cap_or_reserve(why: &Why) -> bool {
@@ -496,26 +500,5 @@ impl<'a> Pass<'a> {
             why,
             PendingReasonOf::EnvironmentCap { .. } | PendingReasonOf::ReserveHeld { .. }
         )
-    }
-
-    /// Counts a hold of `need` GPUs (`targets` per node) for share `s` in the views.
-    pub(super) fn take_hold(&mut self, s: usize, u: Ux, need: u32, targets: &[(Nx, u32)]) {
-        self.shares[s].held[u] += need;
-        if let Some(e) = self.shares[s].env {
-            self.envs[e].holds[u] += need;
-        }
-        for &(n, c) in targets {
-            self.touch(n, u, |nu| nu.held += c);
-        }
-    }
-
-    pub(super) fn release_hold(&mut self, s: usize, u: Ux, need: u32, targets: &[(Nx, u32)]) {
-        self.shares[s].held[u] -= need.min(self.shares[s].held[u]);
-        if let Some(e) = self.shares[s].env {
-            self.envs[e].holds[u] -= need.min(self.envs[e].holds[u]);
-        }
-        for &(n, c) in targets {
-            self.touch(n, u, |nu| nu.held -= c.min(nu.held));
-        }
     }
 }

@@ -180,6 +180,7 @@ impl<'a> Pass<'a> {
             });
         }
         if held.is_some() {
+            self.holds.remove(&ask.id);
             self.shares[s].held[u] -= need.min(self.shares[s].held[u]);
             self.envs[e].holds[u] -= need.min(self.envs[e].holds[u]);
         }

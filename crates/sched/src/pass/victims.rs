@@ -737,7 +737,7 @@ impl<'a> Pass<'a> {
         }
         let g = ask.w.gpus_per_node;
         let per_node: Vec<(Nx, u32)> = targets.iter().map(|&n| (n, g)).collect();
-        self.take_hold(s, u, need, &per_node);
+        self.take_hold(ask.id, s, u, need, &per_node);
         let hold = Hold {
             nodes: targets
                 .iter()

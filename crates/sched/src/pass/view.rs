@@ -277,6 +277,8 @@ impl<'a> Pass<'a> {
             queue_ix,
             victims_of: HashMap::default(),
             taken: JobBits::default(),
+            holds: HashMap::default(),
+            hold_lost: JobBits::default(),
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),
             nu_flat: vec![],
@@ -468,16 +470,12 @@ impl<'a> Pass<'a> {
                 continue;
             };
             let need = job.spec.request.total_gpus();
-            self.shares[s].held[u] += need;
-            if let Some(e) = self.shares[s].env {
-                self.envs[e].holds[u] += need;
-            }
-            for (node, count) in &hold.nodes {
-                if let Some(n) = self.node_ix(node) {
-                    let c = *count;
-                    self.touch(n, u, |nu| nu.held += c);
-                }
-            }
+            let targets: Vec<(Nx, u32)> = hold
+                .nodes
+                .iter()
+                .filter_map(|(node, count)| self.node_ix(node).map(|n| (n, *count)))
+                .collect();
+            self.take_hold(job.id, s, u, need, &targets);
         }
     }
 }

@@ -143,7 +143,7 @@ async fn replay(args: &ReplayArgs) -> Result<bool, String> {
         .map(|(s, j)| real_spec(s, j, args.speed))
         .collect::<Result<_, _>>()?;
     // The replay's report shows the simulator's figures, not how long it took.
-    let sim = runs::run("tranche sim", &sc, &jobs, || 0.0).map_err(|e| e.to_string())?;
+    let sim = runs::run("tranche sim", &sc, &jobs, false, || 0.0).map_err(|e| e.to_string())?;
 
     // Bound before the cluster, so removed after its processes have stopped.
     let attempts_root = super::own_dir_under(

@@ -278,16 +278,51 @@ fn build(a: &SchedArgs, running: u32) -> State {
     st
 }
 
-fn time_passes(st: &State, now: Millis, runs: u32) -> (Vec<f64>, Plan) {
+fn time_passes(
+    st: &State,
+    now: Millis,
+    runs: u32,
+    pass: fn(&State, Millis) -> Plan,
+) -> (Vec<f64>, Plan) {
     let mut times = vec![];
     let mut last = Plan::default();
     for _ in 0..runs.max(1) {
         let t = Instant::now();
-        let plan = tranche_sched::plan(st, now);
+        let plan = pass(st, now);
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         last = plan;
     }
     (times, last)
+}
+
+/// Applies `plan`, then the scheduler's plans, until a pass has nothing to do; returns
+/// the passes it took (at most 20).
+fn settle(st: &mut State, plan: Plan, now: Millis) -> u32 {
+    let mut plan = plan;
+    for n in 1..=20 {
+        apply(st, Command::ApplyPlan(plan), now);
+        plan = tranche_sched::plan(st, now);
+        if plan.is_empty() {
+            return n;
+        }
+    }
+    20
+}
+
+/// Times the scheduler's answer for a state nothing changed since an empty plan.
+fn time_unchanged(st: &State, now: Millis, runs: u32) -> Vec<f64> {
+    let mut sched = tranche_sched::Scheduler::new();
+    let first = sched.plan(st, now);
+    assert!(first.is_empty(), "the state is settled");
+    (0..runs.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            let plan = sched.plan(st, now);
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            assert!(plan.is_empty());
+            ms
+        })
+        .collect()
 }
 
 pub fn sched(a: &SchedArgs) -> ExitCode {
@@ -327,16 +362,25 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
     let running = st.active_jobs().count();
     let runnable = st.runnable_count();
     let now = 10_000_000;
-    // Cold: every waiting job's reason is new to the pass.
-    let (cold, plan) = time_passes(&st, now, a.runs);
-    // Steady: reasons already stored, as after the controller's previous pass.
-    let mut reasons_only = plan.clone();
-    reasons_only.actions.clear();
-    apply(&mut st, Command::ApplyPlan(reasons_only), now);
-    let (steady, steady_plan) = time_passes(&st, now, a.runs);
+    // Cold: every waiting job's reason is new to the pass. The pass over every job
+    // first, then the pass by classes, which must plan the same.
+    let (each, each_plan) = time_passes(&st, now, a.runs, tranche_sched::plan_each);
+    let (cold, plan) = time_passes(&st, now, a.runs, tranche_sched::plan);
+    assert!(
+        each_plan == plan,
+        "the pass by classes plans as the pass over every job"
+    );
+    // Settled: the plan applied (victims stopping, holds taken) and the passes that
+    // follow applied until one has nothing to do; then a whole pass that finds
+    // nothing, and the scheduler's answer when nothing changed since.
+    let settling = settle(&mut st, plan.clone(), now);
+    let (settled, _) = time_passes(&st, now, a.runs, tranche_sched::plan);
+    let unchanged = time_unchanged(&st, now, a.runs);
     let cold_spread = Spread::of(&cold);
     let full_pass_ms = cold_spread.p50;
-    let steady_pass_ms = Spread::of(&steady).p50;
+    let each_pass_ms = Spread::of(&each).p50;
+    let settled_pass_ms = Spread::of(&settled).p50;
+    let unchanged_ms = Spread::of(&unchanged).p50;
     let placements = plan.placements();
     let placements_per_s = placements as f64 / (full_pass_ms / 1000.0);
     if a.json {
@@ -344,9 +388,11 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
             "mix": a.mix.name(),
             "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "units": a.units, "shares": a.shares,
             "runnable": runnable, "running": running, "runs": a.runs,
-            "full_pass_ms": full_pass_ms, "placements": placements, "placements_per_s": placements_per_s,
+            "full_pass_ms": full_pass_ms, "every_job_pass_ms": each_pass_ms,
+            "placements": placements, "placements_per_s": placements_per_s,
             "preemptions": plan.preemptions(), "reasons": plan.reasons.len(),
-            "steady_pass_ms": steady_pass_ms, "steady_reasons": steady_plan.reasons.len(),
+            "settling_passes": settling, "settled_pass_ms": settled_pass_ms,
+            "steady_pass_ms": unchanged_ms,
             "setup_s": setup_s,
         });
         print_json(j);
@@ -368,10 +414,11 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
             plan.reasons.len()
         );
         println!("placements/s: {placements_per_s:.0}");
+        println!("every job on its own: median {each_pass_ms:.1} ms (the same plan)");
         println!(
-            "steady pass: median {steady_pass_ms:.1} ms (reasons already current; {} changed)",
-            steady_plan.reasons.len()
+            "settled pass: median {settled_pass_ms:.1} ms (a whole pass with nothing to do, after {settling} passes applied)"
         );
+        println!("steady pass: median {unchanged_ms:.3} ms (nothing changed since an empty plan)");
     }
     ExitCode::SUCCESS
 }

@@ -43,14 +43,22 @@ impl Planner {
             .name("tranche-planner".into())
             .spawn(move || {
                 let mut replica: Option<State> = None;
+                // Skips a pass over a replica that nothing changed since an empty plan.
+                let mut scheduler = tranche_sched::Scheduler::new();
                 while let Ok(first) = rx.recv() {
                     // A pass's work starts when its request is taken: then the replica
                     // takes the commands queued behind it, and the pass runs.
                     let mut run: Option<(Millis, Instant, Duration)> = None;
                     let mut handle =
                         |m: PlannerMsg, run: &mut Option<(Millis, Instant, Duration)>| match m {
-                            PlannerMsg::Reset(st) => replica = Some(*st),
-                            PlannerMsg::Drop => replica = None,
+                            PlannerMsg::Reset(st) => {
+                                replica = Some(*st);
+                                scheduler.forget();
+                            }
+                            PlannerMsg::Drop => {
+                                replica = None;
+                                scheduler.forget();
+                            }
                             PlannerMsg::Apply(cmd, now) => {
                                 if let Some(st) = replica.as_mut() {
                                     let _ = st.apply(&cmd, now);
@@ -72,7 +80,7 @@ impl Planner {
                     let (plan, took) = match replica.as_ref() {
                         Some(st) => {
                             let t = Instant::now();
-                            let plan = tranche_sched::plan(st, now);
+                            let plan = scheduler.plan(st, now);
                             (Some(plan), t.elapsed())
                         }
                         None => (None, Duration::ZERO),

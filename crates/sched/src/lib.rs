@@ -13,5 +13,7 @@
 
 pub mod estimate;
 mod pass;
+mod scheduler;
 
-pub use pass::{plan, INSHARE_LOOK_LIMIT};
+pub use pass::{plan, plan_each, INSHARE_LOOK_LIMIT};
+pub use scheduler::Scheduler;

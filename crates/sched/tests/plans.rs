@@ -186,6 +186,47 @@ fn rule3_young_jobs_are_protected_by_min_runtime() {
 }
 
 #[test]
+fn a_pass_nothing_changed_is_skipped_until_a_change_or_its_wakeup() {
+    let mut h = cluster(1, 1);
+    let mut a = share("a", LendAndBorrow, 0);
+    a.min_runtime_s = 60;
+    h.share(a);
+    h.share(share("b", Lend, 1));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    let mut sched = tranche_sched::Scheduler::new();
+    // Settle: the first pass gives b1 its reason; once applied, a pass has nothing to do.
+    let settle = |sched: &mut tranche_sched::Scheduler, h: &mut H| {
+        let first = sched.plan(&h.st, h.now);
+        assert!(!first.is_empty());
+        h.apply(Command::ApplyPlan(first));
+        let settled = sched.plan(&h.st, h.now);
+        assert!(settled.is_empty());
+        settled
+    };
+    let settled = settle(&mut sched, &mut h);
+    assert_eq!(sched.skipped(), 0);
+    // Nothing changed: answered without a pass, with the same wakeup.
+    h.tick(20);
+    let again = sched.plan(&h.st, h.now);
+    assert!(again.is_empty());
+    assert_eq!(again.next_wakeup, settled.next_wakeup);
+    assert_eq!(sched.skipped(), 1);
+    // A change: the pass runs and gives the new job its reason.
+    h.waiting("b2", "b", 1, 1, 0);
+    let changed = sched.plan(&h.st, h.now);
+    assert_eq!(sched.skipped(), 1);
+    assert_eq!(h.name(changed.reasons[0].0), "b2");
+    h.apply(Command::ApplyPlan(changed));
+    assert!(sched.plan(&h.st, h.now).is_empty());
+    // At the wakeup (a1's min_runtime_s ends) the pass runs and reclaims.
+    h.tick(40);
+    let due = sched.plan(&h.st, h.now);
+    assert_eq!(sched.skipped(), 1);
+    assert_eq!(due.preemptions(), 1);
+}
+
+#[test]
 fn rule3_no_reclaim_from_a_share_within_its_max() {
     let mut h = cluster(2, 1);
     h.share(share("a", LendAndBorrow, 2));

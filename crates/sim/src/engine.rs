@@ -78,6 +78,10 @@ pub struct Sim {
     share_queue: HashMap<String, String>,
     /// The queue a submit to an unknown share names (it is refused anyway).
     first_queue: String,
+    scheduler: tranche_sched::Scheduler,
+    /// Also plans every pass with every job looked at on its own
+    /// ([`tranche_sched::plan_each`]) and fails where the two plans differ.
+    pub check_passes: bool,
 }
 
 /// A settle loop that does not settle is a scheduler bug, not a scenario property.
@@ -120,6 +124,10 @@ pub enum RunError {
         MAX_PASSES_PER_INSTANT
     )]
     Cycle { at_s: u64 },
+    /// The pass that judges jobs by class planned otherwise than the one that looks at
+    /// every job (only with `check_passes`).
+    #[error("t={at_s}: the pass by classes and the pass over every job differ: {detail}")]
+    PassesDiffer { at_s: u64, detail: String },
 }
 
 impl Sim {
@@ -144,6 +152,8 @@ impl Sim {
                 .map(|i| (sc.shares[i].name.clone(), sc.share_queue(i)))
                 .collect(),
             first_queue: sc.queue_list().remove(0).name,
+            scheduler: tranche_sched::Scheduler::new(),
+            check_passes: false,
         };
         let setup = |sim: &mut Sim, field: &str, cmd: Command| -> Result<(), SetupError> {
             sim.state
@@ -411,7 +421,16 @@ impl Sim {
     /// Runs the scheduler until nothing moves, starting every placed job at once.
     pub fn settle(&mut self) -> Result<(), RunError> {
         for _ in 0..MAX_PASSES_PER_INSTANT {
-            let plan = tranche_sched::plan(&self.state, self.now);
+            let plan = self.scheduler.plan(&self.state, self.now);
+            if self.check_passes {
+                let each = tranche_sched::plan_each(&self.state, self.now);
+                if each != plan {
+                    return Err(RunError::PassesDiffer {
+                        at_s: self.now / SECOND,
+                        detail: plan_difference(&plan, &each),
+                    });
+                }
+            }
             self.passes += 1;
             if let Some(w) = plan.next_wakeup {
                 if w > self.now {
@@ -803,4 +822,25 @@ pub fn run(sc: &Scenario) -> Result<Report, RunError> {
         passes: sim.passes,
         jobs,
     })
+}
+
+/// The first difference between two plans, for a failing check.
+fn plan_difference(a: &Plan, b: &Plan) -> String {
+    if a.next_wakeup != b.next_wakeup {
+        return format!("wakeup {:?} against {:?}", a.next_wakeup, b.next_wakeup);
+    }
+    for (i, (x, y)) in a.actions.iter().zip(&b.actions).enumerate() {
+        if x != y {
+            return format!("action {i}: {x:?} against {y:?}");
+        }
+    }
+    if a.actions.len() != b.actions.len() {
+        return format!("{} actions against {}", a.actions.len(), b.actions.len());
+    }
+    for (i, (x, y)) in a.reasons.iter().zip(&b.reasons).enumerate() {
+        if x != y {
+            return format!("reason {i}: {x:?} against {y:?}");
+        }
+    }
+    format!("{} reasons against {}", a.reasons.len(), b.reasons.len())
 }

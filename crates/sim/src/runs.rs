@@ -111,14 +111,16 @@ pub fn variants(name: &str, sc: &Scenario, jobs: &[TraceJob], compare: bool) -> 
 }
 
 /// Simulates one policy. `elapsed` is asked, as soon as the simulation ends, for the
-/// seconds it took (by the caller's clock: this crate reads none).
+/// seconds it took (by the caller's clock: this crate reads none). `every_job`: see
+/// [`tracesim::simulate_with`].
 pub fn run(
     label: &str,
     sc: &Scenario,
     jobs: &[TraceJob],
+    every_job: bool,
     elapsed: impl FnOnce() -> f64,
 ) -> Result<Run, RunsError> {
-    let out = tracesim::simulate(sc, jobs).map_err(|error| RunsError::Simulate {
+    let out = tracesim::simulate_with(sc, jobs, every_job).map_err(|error| RunsError::Simulate {
         label: label.into(),
         error,
     })?;

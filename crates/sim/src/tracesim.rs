@@ -161,6 +161,16 @@ pub fn specs(sc: &Scenario, jobs: &[TraceJob]) -> Result<Vec<JobSpec>, TraceErro
 
 /// Runs the trace under the policy until every job has ended.
 pub fn simulate(sc: &Scenario, jobs: &[TraceJob]) -> Result<Simulated, SimulateError> {
+    simulate_with(sc, jobs, false)
+}
+
+/// As [`simulate`]; with `every_job`, each pass looks at every waiting job on its own
+/// ([`tranche_sched::plan_each`]), the reference the pass by classes is checked against.
+pub fn simulate_with(
+    sc: &Scenario,
+    jobs: &[TraceJob],
+    every_job: bool,
+) -> Result<Simulated, SimulateError> {
     let specs = specs(sc, jobs)?;
     let mut d = Driver {
         state: Sim::new(sc)?.state,
@@ -172,6 +182,8 @@ pub fn simulate(sc: &Scenario, jobs: &[TraceJob]) -> Result<Simulated, SimulateE
         jobs,
         passes: 0,
         commands: 0,
+        scheduler: tranche_sched::Scheduler::new(),
+        every_job,
     };
     let mut next = 0;
     d.settle()?;
@@ -226,6 +238,8 @@ struct Driver<'a> {
     jobs: &'a [TraceJob],
     passes: u64,
     commands: u64,
+    scheduler: tranche_sched::Scheduler,
+    every_job: bool,
 }
 
 impl Driver<'_> {
@@ -258,7 +272,11 @@ impl Driver<'_> {
     /// Runs the scheduler until nothing moves, starting every placed job at once.
     fn settle(&mut self) -> Result<(), SimulateError> {
         for _ in 0..MAX_PASSES_PER_INSTANT {
-            let plan = tranche_sched::plan(&self.state, self.now);
+            let plan = if self.every_job {
+                tranche_sched::plan_each(&self.state, self.now)
+            } else {
+                self.scheduler.plan(&self.state, self.now)
+            };
             self.passes += 1;
             if let Some(w) = plan.next_wakeup.filter(|w| *w > self.now) {
                 if self.wakes.insert(w) {

@@ -738,3 +738,72 @@ proptest! {
         check(&sim, false, false, false, &before).map_err(|m| TestCaseError::fail(format!("end: {m}")))?;
     }
 }
+
+/// Events for the pass by classes: few job shapes, submitted in bursts of alike jobs,
+/// so that classes hold many jobs and queues grow.
+fn class_events() -> impl Gen<Value = Vec<(u64, usize, Ev)>> {
+    let ev = prop_oneof![
+        8 => (0usize..3, prop_oneof![Just(1u32), Just(2), Just(8)], prop_oneof![4 => Just(1u32), 1 => Just(2)],
+              0u32..3, prop_oneof![Just(None), (5u64..200).prop_map(Some)],
+              prop_oneof![Just("exit_after:0"), Just("exit_after:5"), Just("ignore")])
+            .prop_map(|(share, gpus, nodes, prio, runtime, on_signal)| Ev::Submit { share, gpus, nodes, prio, runtime, on_signal }),
+        1 => (0usize..60).prop_map(Ev::Cancel),
+        1 => (0usize..60, 0u32..3).prop_map(|(j, p)| Ev::Priority(j, p)),
+        1 => (0usize..3, proptest::bool::ANY).prop_map(|(n, now)| Ev::Drain(n, now)),
+        1 => (0usize..3).prop_map(Ev::Resume),
+        1 => (0usize..3).prop_map(Ev::Down),
+        1 => (0usize..3).prop_map(Ev::Up),
+    ];
+    proptest::collection::vec((0u64..20, 1usize..10, ev), 1..30).prop_map(|v| {
+        let mut t = 0;
+        v.into_iter()
+            .map(|(dt, n, e)| {
+                t += dt;
+                (t, n, e)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// The pass by classes (and the scheduler's skip of a pass nothing changed) plans
+    /// exactly what a pass that looks at every job on its own plans, at every pass of
+    /// every random scenario.
+    #[test]
+    fn incremental_and_whole_passes_plan_alike(shares in shares(), evs in class_events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))]) {
+        let sc = Scenario {
+            environment: cap.map(|max| EnvSpec {
+                name: None,
+                capacity_limits: Some(vec![LimitSpec { unit: "h100".into(), max }]),
+                selector: None,
+            }),
+            environments: vec![],
+            queues: vec![],
+            nodes: vec![NodeSpec { name: "n".into(), count: Some(node_count), unit: "h100".into(), gpus: 8, labels: None }],
+            shares: shares.clone(),
+            events: vec![],
+            expect: vec![],
+        };
+        let node_names: Vec<String> = expand_names(&sc.nodes[0]);
+        let mut sim = Sim::new(&sc).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        sim.check_passes = true;
+        let mut submitted = vec![];
+        sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for (at, n, e) in &evs {
+            sim.advance_to(at * SECOND).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            // A submit comes `n` times over: a burst of alike jobs.
+            let n = if matches!(e, Ev::Submit { .. }) { *n } else { 1 };
+            for _ in 0..n {
+                if let Some(ev) = to_event(*at, e, &mut submitted, shares.len(), &node_names) {
+                    sim.event(&ev);
+                }
+            }
+            sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        let end = evs.last().map_or(0, |e| e.0) + 400;
+        sim.advance_to(end * SECOND).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+}

@@ -646,6 +646,11 @@ impl State {
     }
 
     /// Ids of jobs that hold GPUs.
+    /// How many jobs hold GPUs (SCHEDULED, STARTING, RUNNING).
+    pub fn active_count(&self) -> usize {
+        self.index.active.len()
+    }
+
     pub fn active_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
         self.index.active.iter().map(|id| &self.jobs[id])
     }

@@ -42,6 +42,10 @@ pub struct SimArgs {
     /// Print the figures as one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Look at every waiting job on its own in each scheduling pass, rather than once
+    /// per class of interchangeable jobs: the same figures, slower (for checking).
+    #[arg(long)]
+    pub every_job: bool,
 }
 
 pub fn sim(args: &SimArgs) -> ExitCode {
@@ -74,9 +78,10 @@ pub fn read_policy(path: &Path, nodes: Option<&str>) -> Result<Scenario, String>
 }
 
 /// Simulates one policy, timed.
-pub fn run(label: &str, sc: &Scenario, jobs: &[TraceJob]) -> Result<Run, String> {
+pub fn run(label: &str, sc: &Scenario, jobs: &[TraceJob], every_job: bool) -> Result<Run, String> {
     let t0 = Instant::now();
-    runs::run(label, sc, jobs, || t0.elapsed().as_secs_f64()).map_err(|e| e.to_string())
+    runs::run(label, sc, jobs, every_job, || t0.elapsed().as_secs_f64())
+        .map_err(|e| e.to_string())
 }
 
 fn sim_inner(args: &SimArgs) -> Result<(), String> {
@@ -90,7 +95,7 @@ fn sim_inner(args: &SimArgs) -> Result<(), String> {
         .map_or("policy".into(), |s| s.to_string_lossy().to_string());
     let runs = runs::variants(&name, &sc, &jobs, args.compare)
         .iter()
-        .map(|v| run(&v.label, &v.scenario, &v.jobs))
+        .map(|v| run(&v.label, &v.scenario, &v.jobs, args.every_job))
         .collect::<Result<Vec<_>, _>>()?;
     for r in &runs {
         eprintln!(

@@ -10,6 +10,7 @@
 //! - `victims`: victim selection for reclaim and in-share preemption (ordering,
 //!   eligibility, the search and its pruning) and the holds it leaves.
 
+mod classes;
 mod holds;
 mod order;
 mod place;
@@ -28,12 +29,27 @@ type Ux = usize;
 /// Most victims in-share preemption examines for one job in one pass.
 pub const INSHARE_LOOK_LIMIT: usize = 512;
 type Nx = u32;
-/// An in-share search that failed: (nodes, GPUs per node, priority).
-type InShareFailure = (u32, u32, u32);
+/// A reclaim search that failed: (nodes, GPUs per node), and the earliest time a
+/// victim it passed over for `min_runtime_s` becomes eligible.
+type ReclaimFailure = (u32, u32, Option<Millis>);
+/// An in-share search that failed: (nodes, GPUs per node, priority), and as above.
+type InShareFailure = (u32, u32, u32, Option<Millis>);
 
-/// Computes the plan for `st` at time `now`.
+/// Computes the plan for `st` at time `now`: one pass, in which a job whose class
+/// (see [`classes`]) was judged with nothing changed since gets that judgement without
+/// being looked at again. [`crate::Scheduler`] also skips a pass nothing changed.
 pub fn plan(st: &State, now: Millis) -> Plan {
-    let mut pass = Pass::new(st, now);
+    run(st, now, true)
+}
+
+/// As [`plan`], with every waiting job looked at on its own: the reference that the
+/// pass's use of classes is tested against, giving the same plan.
+pub fn plan_each(st: &State, now: Millis) -> Plan {
+    run(st, now, false)
+}
+
+fn run(st: &State, now: Millis, classes: bool) -> Plan {
+    let mut pass = Pass::new(st, now, classes);
     // Most waiting jobs get a new reason on a full pass: room for them all up front
     // spares the growing list its copies. Room never used is never touched, so it costs
     // no memory; giving it back would copy the list once more.
@@ -190,6 +206,8 @@ struct Pass<'a> {
     holds: HashMap<JobId, holds::Held>,
     /// Holders whose hold another share's within-max job took over in this pass.
     hold_lost: JobBits,
+    /// Each class's latest judgement in this pass.
+    classes: classes::Classes,
     /// Victim lists, built once per pass when first needed, with the index of the
     /// first victim not yet taken (victims are taken front to back).
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,
@@ -200,7 +218,7 @@ struct Pass<'a> {
     /// Scratch for the victim walks: nodes touched, nodes that fit, victims picked
     /// (see [`Pass::walk_node_victims`]), empty between walks.
     walk_bufs: (Vec<Nx>, Vec<Nx>, Vec<usize>),
-    reclaim_failed: HashMap<(usize, Ux), Vec<(u32, u32)>>,
+    reclaim_failed: HashMap<(usize, Ux), Vec<ReclaimFailure>>,
     inshare_failed: HashMap<(usize, Ux), Vec<InShareFailure>>,
     /// Per array with a `%` limit: its tasks holding or about to hold GPUs.
     array_taken: HashMap<JobId, u32>,

@@ -5,6 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::classes::Judged;
 use super::*;
 
 /// A job the own-capacity pass leaves to the borrow pass: (submitted, id, waiting,
@@ -20,7 +21,13 @@ type HeapKey = (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>);
 
 impl<'a> Pass<'a> {
     pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why) {
-        if w.reason.as_ref() != Some(&why) {
+        let changed = w.reason.as_ref() != Some(&why);
+        if self.classes.capture {
+            if changed {
+                self.plan.reasons.push((id, why.clone()));
+            }
+            self.classes.why = Some(why);
+        } else if changed {
             self.plan.reasons.push((id, why));
         }
     }
@@ -214,9 +221,36 @@ impl<'a> Pass<'a> {
         if self.array_full(k.id, w) {
             return;
         }
+        let class = self.class_of(w, s, u, k.priority.0);
         let mark = self.plan.actions.len();
-        let waits = self.own_job(k, w, s, u, deferred);
-        self.array_count(k.id, w, mark);
+        let waits = match class.and_then(|c| self.classes.own_judged(c, mark)) {
+            Some(Judged::Deferred) => {
+                deferred[s].push((k.submitted_at, k.id, w, s, k.priority.0, u.expect("a unit")));
+                true
+            }
+            Some(Judged::Waits(why, waits)) => {
+                self.reason(k.id, w, why);
+                waits
+            }
+            None => {
+                let before = deferred[s].len();
+                self.classes.start(class.is_some());
+                let waits = self.own_job(k, w, s, u, deferred);
+                let why = self.classes.stop();
+                self.array_count(k.id, w, mark);
+                if let (Some(c), true) = (class, self.plan.actions.len() == mark) {
+                    let judged = if deferred[s].len() > before {
+                        Some(Judged::Deferred)
+                    } else {
+                        why.map(|why| Judged::Waits(why, waits))
+                    };
+                    if let Some(j) = judged {
+                        self.classes.own.insert(c, (mark, j));
+                    }
+                }
+                waits
+            }
+        };
         // Only a share that may borrow reads what its waiting jobs want (rule 2), and
         // only a job its max could ever hold waits for room there: one that can only
         // ever borrow keeps nothing from the others.
@@ -344,9 +378,19 @@ impl<'a> Pass<'a> {
         if self.array_full(id, w) {
             return;
         }
+        let class = self.class_of(w, s, Some(u), prio);
         let mark = self.plan.actions.len();
+        if let Some(why) = class.and_then(|c| self.classes.borrow_judged(c, mark)) {
+            self.reason(id, w, why);
+            return;
+        }
+        self.classes.start(class.is_some());
         self.borrow_job(id, w, s, prio, u);
+        let why = self.classes.stop();
         self.array_count(id, w, mark);
+        if let (Some(c), Some(why), true) = (class, why, self.plan.actions.len() == mark) {
+            self.classes.borrow.insert(c, (mark, why));
+        }
     }
 
     fn borrow_job(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32, u: Ux) {

@@ -209,18 +209,25 @@ impl<'a> Pass<'a> {
             (s, u)
         };
         // A failure for a smaller request (and, in-share, a higher priority) means this
-        // one fails too: victims only become fewer during a pass.
+        // one fails too: victims only become fewer during a pass. It fails for the same
+        // victims kept by `min_runtime_s`, so the job is told the same.
         let failed = if reclaim {
-            self.reclaim_failed
-                .get(&key)
-                .is_some_and(|f| f.iter().any(|&(k0, g0)| k >= k0 && g >= g0))
-        } else {
-            self.inshare_failed.get(&key).is_some_and(|f| {
+            self.reclaim_failed.get(&key).and_then(|f| {
                 f.iter()
-                    .any(|&(k0, g0, p0)| k >= k0 && g >= g0 && ask.prio <= p0)
+                    .find(|&&(k0, g0, _)| k >= k0 && g >= g0)
+                    .map(|f| f.2)
+            })
+        } else {
+            self.inshare_failed.get(&key).and_then(|f| {
+                f.iter()
+                    .find(|&&(k0, g0, p0, _)| k >= k0 && g >= g0 && ask.prio <= p0)
+                    .map(|f| f.3)
             })
         };
-        if failed {
+        if let Some(kept) = failed {
+            if let Some(t) = kept {
+                *protect = Some(protect.map_or(t, |p| p.min(t)));
+            }
             return false;
         }
         if reclaim
@@ -267,11 +274,17 @@ impl<'a> Pass<'a> {
             allowance: free_allowance,
             deficit,
         };
+        // What this search passes over for `min_runtime_s`, apart from earlier ones.
+        let before = protect.take();
         let (found, picked) = if k > 1 {
             self.gang_victims(shape, &mode, &cands, start, protect)
         } else {
             self.node_victims(shape, &mode, &cands, start, protect)
         };
+        let kept = *protect;
+        if let Some(b) = before {
+            *protect = Some(protect.map_or(b, |p| p.min(b)));
+        }
         if let Some(until) = *protect {
             self.wakeup = Some(self.wakeup.map_or(until, |w| w.min(until)));
         }
@@ -280,12 +293,12 @@ impl<'a> Pass<'a> {
             // ones it covers, so the list stays as short as the distinct request shapes.
             if reclaim {
                 let f = self.reclaim_failed.entry(key).or_default();
-                f.retain(|&(k0, g0)| !(k0 >= k && g0 >= g));
-                f.push((k, g));
+                f.retain(|&(k0, g0, _)| !(k0 >= k && g0 >= g));
+                f.push((k, g, kept));
             } else {
                 let f = self.inshare_failed.entry(key).or_default();
-                f.retain(|&(k0, g0, p0)| !(k0 >= k && g0 >= g && p0 <= ask.prio));
-                f.push((k, g, ask.prio));
+                f.retain(|&(k0, g0, p0, _)| !(k0 >= k && g0 >= g && p0 <= ask.prio));
+                f.push((k, g, ask.prio, kept));
             }
             self.put_cached(key, reclaim, (cands, start));
             self.walk_bufs.2 = picked;

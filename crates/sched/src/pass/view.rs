@@ -167,7 +167,7 @@ impl ShareView<'_> {
 }
 
 impl<'a> Pass<'a> {
-    pub(super) fn new(st: &'a State, now: Millis) -> Pass<'a> {
+    pub(super) fn new(st: &'a State, now: Millis, classes: bool) -> Pass<'a> {
         let mut units: Vec<&'a str> = vec![];
         let mut unit_ix: HashMap<&'a str, Ux> = HashMap::default();
         fn intern<'a>(units: &mut Vec<&'a str>, ix: &mut HashMap<&'a str, Ux>, u: &'a Unit) -> Ux {
@@ -279,6 +279,7 @@ impl<'a> Pass<'a> {
             taken: JobBits::default(),
             holds: HashMap::default(),
             hold_lost: JobBits::default(),
+            classes: super::classes::Classes::new(classes),
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),
             nu_flat: vec![],

@@ -261,9 +261,15 @@ impl H {
             .unwrap_or_else(|| format!("job{id}"))
     }
 
-    /// Runs one pass at the current time and returns its actions as lines.
+    /// Runs one pass at the current time and returns its actions as lines. The pass
+    /// that looks at every job on its own must plan the same.
     pub fn plan(&mut self) -> Vec<String> {
         let plan = tranche_sched::plan(&self.st, self.now);
+        assert_eq!(
+            plan,
+            tranche_sched::plan_each(&self.st, self.now),
+            "the pass by classes and the pass over every job differ"
+        );
         let lines = plan.actions.iter().map(|a| self.line(a)).collect();
         self.last = Some(plan);
         lines

@@ -120,10 +120,11 @@ pub fn run(
     every_job: bool,
     elapsed: impl FnOnce() -> f64,
 ) -> Result<Run, RunsError> {
-    let out = tracesim::simulate_with(sc, jobs, every_job).map_err(|error| RunsError::Simulate {
-        label: label.into(),
-        error,
-    })?;
+    let out =
+        tracesim::simulate_with(sc, jobs, every_job).map_err(|error| RunsError::Simulate {
+            label: label.into(),
+            error,
+        })?;
     let wall_s = elapsed();
     let setup = Setup::of(sc);
     let figures = report::figures(&setup, &out.runs, BUCKETS);

@@ -80,8 +80,7 @@ pub fn read_policy(path: &Path, nodes: Option<&str>) -> Result<Scenario, String>
 /// Simulates one policy, timed.
 pub fn run(label: &str, sc: &Scenario, jobs: &[TraceJob], every_job: bool) -> Result<Run, String> {
     let t0 = Instant::now();
-    runs::run(label, sc, jobs, every_job, || t0.elapsed().as_secs_f64())
-        .map_err(|e| e.to_string())
+    runs::run(label, sc, jobs, every_job, || t0.elapsed().as_secs_f64()).map_err(|e| e.to_string())
 }
 
 fn sim_inner(args: &SimArgs) -> Result<(), String> {

@@ -31,41 +31,92 @@ pub(super) enum Judged {
     Waits(Why, bool),
 }
 
+/// One share's latest judgements, for the priority the pass is at in that share: a
+/// share's jobs come in priority order in both passes, so its classes of one priority
+/// are judged one after another, and a few entries scanned in place are all a lookup
+/// needs.
+pub(super) struct ShareJudged<J> {
+    prio: u32,
+    /// (unit, GPUs per node, nodes), the plan's count of actions then, the judgement.
+    at: Vec<((Option<Ux>, u32, u32), usize, J)>,
+}
+
+impl<J> Default for ShareJudged<J> {
+    fn default() -> Self {
+        ShareJudged {
+            prio: u32::MAX,
+            at: vec![],
+        }
+    }
+}
+
+impl<J: Clone> ShareJudged<J> {
+    fn get(&self, c: ClassKey, actions: usize) -> Option<J> {
+        if self.prio != c.4 {
+            return None;
+        }
+        self.at
+            .iter()
+            .find(|(shape, at, _)| *shape == (c.1, c.2, c.3) && *at == actions)
+            .map(|e| e.2.clone())
+    }
+
+    fn put(&mut self, c: ClassKey, actions: usize, j: J) {
+        if self.prio != c.4 {
+            self.prio = c.4;
+            self.at.clear();
+        }
+        match self
+            .at
+            .iter_mut()
+            .find(|(shape, ..)| *shape == (c.1, c.2, c.3))
+        {
+            Some(e) => *e = ((c.1, c.2, c.3), actions, j),
+            None => self.at.push(((c.1, c.2, c.3), actions, j)),
+        }
+    }
+}
+
 /// The latest judgement of each class in this pass, with the count of actions the plan
 /// had when it was made.
 #[derive(Default)]
 pub(super) struct Classes {
     /// Off for a pass that looks at every job on its own ([`crate::plan_each`]).
     pub(super) on: bool,
-    pub(super) own: HashMap<ClassKey, (usize, Judged)>,
-    pub(super) borrow: HashMap<ClassKey, (usize, Why)>,
+    /// Per share: the own-capacity pass's judgements, and the borrow pass's reasons.
+    own: Vec<ShareJudged<Judged>>,
+    borrow: Vec<ShareJudged<Why>>,
     /// While a job whose class is kept is judged: its reason is kept here too.
     pub(super) capture: bool,
     pub(super) why: Option<Why>,
 }
 
 impl Classes {
-    pub(super) fn new(on: bool) -> Classes {
+    pub(super) fn new(on: bool, shares: usize) -> Classes {
         Classes {
             on,
+            own: (0..shares).map(|_| ShareJudged::default()).collect(),
+            borrow: (0..shares).map(|_| ShareJudged::default()).collect(),
             ..Classes::default()
         }
     }
 
     /// The own-capacity pass's judgement of `class`, if made with `actions` actions.
-    pub(super) fn own_judged(&self, class: ClassKey, actions: usize) -> Option<Judged> {
-        match self.own.get(&class) {
-            Some((at, j)) if *at == actions => Some(j.clone()),
-            _ => None,
-        }
+    pub(super) fn own_judged(&self, c: ClassKey, actions: usize) -> Option<Judged> {
+        self.own[c.0].get(c, actions)
+    }
+
+    pub(super) fn own_put(&mut self, c: ClassKey, actions: usize, j: Judged) {
+        self.own[c.0].put(c, actions, j);
     }
 
     /// The borrow pass's reason for `class`, if given with `actions` actions.
-    pub(super) fn borrow_judged(&self, class: ClassKey, actions: usize) -> Option<Why> {
-        match self.borrow.get(&class) {
-            Some((at, why)) if *at == actions => Some(why.clone()),
-            _ => None,
-        }
+    pub(super) fn borrow_judged(&self, c: ClassKey, actions: usize) -> Option<Why> {
+        self.borrow[c.0].get(c, actions)
+    }
+
+    pub(super) fn borrow_put(&mut self, c: ClassKey, actions: usize, why: Why) {
+        self.borrow[c.0].put(c, actions, why);
     }
 
     /// Starts keeping the reason the next job is given (when `keep`).
@@ -92,7 +143,12 @@ impl Pass<'_> {
         u: Option<Ux>,
         prio: u32,
     ) -> Option<ClassKey> {
-        (self.classes.on && !w.has_hold && w.array_limit.is_none())
-            .then_some((s, u, w.gpus_per_node, w.nodes, prio))
+        (self.classes.on && !w.has_hold && w.array_limit.is_none()).then_some((
+            s,
+            u,
+            w.gpus_per_node,
+            w.nodes,
+            prio,
+        ))
     }
 }

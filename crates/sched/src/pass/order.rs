@@ -245,7 +245,7 @@ impl<'a> Pass<'a> {
                         why.map(|why| Judged::Waits(why, waits))
                     };
                     if let Some(j) = judged {
-                        self.classes.own.insert(c, (mark, j));
+                        self.classes.own_put(c, mark, j);
                     }
                 }
                 waits
@@ -389,7 +389,7 @@ impl<'a> Pass<'a> {
         let why = self.classes.stop();
         self.array_count(id, w, mark);
         if let (Some(c), Some(why), true) = (class, why, self.plan.actions.len() == mark) {
-            self.classes.borrow.insert(c, (mark, why));
+            self.classes.borrow_put(c, mark, why);
         }
     }
 

@@ -279,7 +279,7 @@ impl<'a> Pass<'a> {
             taken: JobBits::default(),
             holds: HashMap::default(),
             hold_lost: JobBits::default(),
-            classes: super::classes::Classes::new(classes),
+            classes: super::classes::Classes::new(classes, st.shares.len()),
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),
             nu_flat: vec![],

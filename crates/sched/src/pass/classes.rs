@@ -22,117 +22,48 @@ use super::*;
 /// Share, unit (`None`: no node has it), GPUs per node, nodes, priority.
 pub(super) type ClassKey = (usize, Option<Ux>, u32, u32, u32);
 
+/// Where a judged job's reason is, without a copy: the plan's reasons (it changed), or
+/// the job's entry in the state (it was already current).
+#[derive(Clone, Copy)]
+pub(super) enum WhyAt<'a> {
+    Plan(usize),
+    State(&'a Why),
+}
+
 /// What the pass decided for a job that neither started nor took GPUs.
-#[derive(Clone)]
-pub(super) enum Judged {
+#[derive(Clone, Copy)]
+pub(super) enum Judged<'a> {
     /// Left to the borrow pass.
     Deferred,
     /// This reason; and whether the job waits for room in its share.
-    Waits(Why, bool),
+    Waits(WhyAt<'a>, bool),
 }
 
-/// One share's latest judgements, for the priority the pass is at in that share: a
-/// share's jobs come in priority order in both passes, so its classes of one priority
-/// are judged one after another, and a few entries scanned in place are all a lookup
-/// needs.
-pub(super) struct ShareJudged<J> {
-    prio: u32,
-    /// (unit, GPUs per node, nodes), the plan's count of actions then, the judgement.
-    at: Vec<((Option<Ux>, u32, u32), usize, J)>,
-}
+/// One share's latest judgement: its class, and the plan's count of actions then. A
+/// share's jobs come in its order (priority, then age) in both passes, so alike jobs
+/// mostly come one after another.
+type Last<J> = Option<(ClassKey, usize, J)>;
 
-impl<J> Default for ShareJudged<J> {
-    fn default() -> Self {
-        ShareJudged {
-            prio: u32::MAX,
-            at: vec![],
-        }
-    }
-}
-
-impl<J: Clone> ShareJudged<J> {
-    fn get(&self, c: ClassKey, actions: usize) -> Option<J> {
-        if self.prio != c.4 {
-            return None;
-        }
-        self.at
-            .iter()
-            .find(|(shape, at, _)| *shape == (c.1, c.2, c.3) && *at == actions)
-            .map(|e| e.2.clone())
-    }
-
-    fn put(&mut self, c: ClassKey, actions: usize, j: J) {
-        if self.prio != c.4 {
-            self.prio = c.4;
-            self.at.clear();
-        }
-        match self
-            .at
-            .iter_mut()
-            .find(|(shape, ..)| *shape == (c.1, c.2, c.3))
-        {
-            Some(e) => *e = ((c.1, c.2, c.3), actions, j),
-            None => self.at.push(((c.1, c.2, c.3), actions, j)),
-        }
-    }
-}
-
-/// The latest judgement of each class in this pass, with the count of actions the plan
-/// had when it was made.
+/// The latest judgement per share, in each of the two passes.
 #[derive(Default)]
-pub(super) struct Classes {
+pub(super) struct Classes<'a> {
     /// Off for a pass that looks at every job on its own ([`crate::plan_each`]).
-    pub(super) on: bool,
-    /// Per share: the own-capacity pass's judgements, and the borrow pass's reasons.
-    own: Vec<ShareJudged<Judged>>,
-    borrow: Vec<ShareJudged<Why>>,
-    /// While a job whose class is kept is judged: its reason is kept here too.
-    pub(super) capture: bool,
-    pub(super) why: Option<Why>,
+    on: bool,
+    own: Vec<Last<Judged<'a>>>,
+    borrow: Vec<Last<WhyAt<'a>>>,
 }
 
-impl Classes {
-    pub(super) fn new(on: bool, shares: usize) -> Classes {
+impl<'a> Classes<'a> {
+    pub(super) fn new(on: bool, shares: usize) -> Classes<'a> {
         Classes {
             on,
-            own: (0..shares).map(|_| ShareJudged::default()).collect(),
-            borrow: (0..shares).map(|_| ShareJudged::default()).collect(),
-            ..Classes::default()
+            own: vec![None; shares],
+            borrow: vec![None; shares],
         }
-    }
-
-    /// The own-capacity pass's judgement of `class`, if made with `actions` actions.
-    pub(super) fn own_judged(&self, c: ClassKey, actions: usize) -> Option<Judged> {
-        self.own[c.0].get(c, actions)
-    }
-
-    pub(super) fn own_put(&mut self, c: ClassKey, actions: usize, j: Judged) {
-        self.own[c.0].put(c, actions, j);
-    }
-
-    /// The borrow pass's reason for `class`, if given with `actions` actions.
-    pub(super) fn borrow_judged(&self, c: ClassKey, actions: usize) -> Option<Why> {
-        self.borrow[c.0].get(c, actions)
-    }
-
-    pub(super) fn borrow_put(&mut self, c: ClassKey, actions: usize, why: Why) {
-        self.borrow[c.0].put(c, actions, why);
-    }
-
-    /// Starts keeping the reason the next job is given (when `keep`).
-    pub(super) fn start(&mut self, keep: bool) {
-        self.capture = keep;
-        self.why = None;
-    }
-
-    /// The reason kept since [`Classes::start`].
-    pub(super) fn stop(&mut self) -> Option<Why> {
-        self.capture = false;
-        self.why.take()
     }
 }
 
-impl Pass<'_> {
+impl<'a> Pass<'a> {
     /// The job's class, or `None` where the pass judges it on its own: a holder (its
     /// hold is its own), a task of an array with a `%` limit (the count of its array's
     /// tasks is its own), or every job when classes are off.
@@ -143,12 +74,88 @@ impl Pass<'_> {
         u: Option<Ux>,
         prio: u32,
     ) -> Option<ClassKey> {
-        (self.classes.on && !w.has_hold && w.array_limit.is_none()).then_some((
-            s,
-            u,
-            w.gpus_per_node,
-            w.nodes,
-            prio,
-        ))
+        (self.classes.on && !w.has_hold && w.array_limit.is_none())
+            .then_some((s, u, w.gpus_per_node, w.nodes, prio))
+    }
+
+    /// The own-capacity pass's judgement of the job's class, if made with as many
+    /// actions in the plan as now.
+    pub(super) fn own_judged(&self, c: ClassKey) -> Option<Judged<'a>> {
+        match self.classes.own[c.0] {
+            Some((k, at, j)) if k == c && at == self.plan.actions.len() => Some(j),
+            _ => None,
+        }
+    }
+
+    /// The borrow pass's reason for the job's class, as [`Pass::own_judged`].
+    pub(super) fn borrow_judged(&self, c: ClassKey) -> Option<WhyAt<'a>> {
+        match self.classes.borrow[c.0] {
+            Some((k, at, why)) if k == c && at == self.plan.actions.len() => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Keeps the judgement of job `id` of class `c` (`w` its entry), made since the
+    /// plan had `mark` actions and `reasons` reasons, if it made no action: its reason,
+    /// and whether it waits; or `deferred`.
+    pub(super) fn own_keep(
+        &mut self,
+        c: ClassKey,
+        id: JobId,
+        w: &'a Waiting,
+        (mark, reasons): (usize, usize),
+        deferred: bool,
+        waits: bool,
+    ) {
+        if self.plan.actions.len() != mark {
+            return;
+        }
+        let j = if deferred {
+            Some(Judged::Deferred)
+        } else {
+            self.why_at(id, w, reasons).map(|why| Judged::Waits(why, waits))
+        };
+        if let Some(j) = j {
+            self.classes.own[c.0] = Some((c, mark, j));
+        }
+    }
+
+    /// As [`Pass::own_keep`], for the borrow pass.
+    pub(super) fn borrow_keep(
+        &mut self,
+        c: ClassKey,
+        id: JobId,
+        w: &'a Waiting,
+        (mark, reasons): (usize, usize),
+    ) {
+        if self.plan.actions.len() != mark {
+            return;
+        }
+        if let Some(why) = self.why_at(id, w, reasons) {
+            self.classes.borrow[c.0] = Some((c, mark, why));
+        }
+    }
+
+    /// Where the reason job `id` was just given is: the plan's last, if it was pushed
+    /// since the plan had `reasons`; else its entry's, which was current.
+    fn why_at(&self, id: JobId, w: &'a Waiting, reasons: usize) -> Option<WhyAt<'a>> {
+        match self.plan.reasons.last() {
+            Some((j, _)) if self.plan.reasons.len() > reasons && *j == id => {
+                Some(WhyAt::Plan(self.plan.reasons.len() - 1))
+            }
+            _ => w.reason.as_ref().map(WhyAt::State),
+        }
+    }
+
+    /// Gives job `id` (`w` its entry) the reason at `why`.
+    pub(super) fn reason_at(&mut self, id: JobId, w: &Waiting, why: WhyAt<'a>) {
+        let r = match why {
+            WhyAt::Plan(i) => &self.plan.reasons[i].1,
+            WhyAt::State(r) => r,
+        };
+        if w.reason.as_ref() != Some(r) {
+            let r = r.clone();
+            self.plan.reasons.push((id, r));
+        }
     }
 }

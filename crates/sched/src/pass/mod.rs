@@ -207,7 +207,7 @@ struct Pass<'a> {
     /// Holders whose hold another share's within-max job took over in this pass.
     hold_lost: JobBits,
     /// Each class's latest judgement in this pass.
-    classes: classes::Classes,
+    classes: classes::Classes<'a>,
     /// Victim lists, built once per pass when first needed, with the index of the
     /// first victim not yet taken (victims are taken front to back).
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,

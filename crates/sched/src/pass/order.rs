@@ -21,13 +21,7 @@ type HeapKey = (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>);
 
 impl<'a> Pass<'a> {
     pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why) {
-        let changed = w.reason.as_ref() != Some(&why);
-        if self.classes.capture {
-            if changed {
-                self.plan.reasons.push((id, why.clone()));
-            }
-            self.classes.why = Some(why);
-        } else if changed {
+        if w.reason.as_ref() != Some(&why) {
             self.plan.reasons.push((id, why));
         }
     }
@@ -223,30 +217,22 @@ impl<'a> Pass<'a> {
         }
         let class = self.class_of(w, s, u, k.priority.0);
         let mark = self.plan.actions.len();
-        let waits = match class.and_then(|c| self.classes.own_judged(c, mark)) {
+        let waits = match class.and_then(|c| self.own_judged(c)) {
             Some(Judged::Deferred) => {
                 deferred[s].push((k.submitted_at, k.id, w, s, k.priority.0, u.expect("a unit")));
                 true
             }
             Some(Judged::Waits(why, waits)) => {
-                self.reason(k.id, w, why);
+                self.reason_at(k.id, w, why);
                 waits
             }
             None => {
-                let before = deferred[s].len();
-                self.classes.start(class.is_some());
+                let before = (deferred[s].len(), self.plan.reasons.len());
                 let waits = self.own_job(k, w, s, u, deferred);
-                let why = self.classes.stop();
                 self.array_count(k.id, w, mark);
-                if let (Some(c), true) = (class, self.plan.actions.len() == mark) {
-                    let judged = if deferred[s].len() > before {
-                        Some(Judged::Deferred)
-                    } else {
-                        why.map(|why| Judged::Waits(why, waits))
-                    };
-                    if let Some(j) = judged {
-                        self.classes.own_put(c, mark, j);
-                    }
+                if let Some(c) = class {
+                    let put_off = deferred[s].len() > before.0;
+                    self.own_keep(c, k.id, w, (mark, before.1), put_off, waits);
                 }
                 waits
             }
@@ -379,17 +365,15 @@ impl<'a> Pass<'a> {
             return;
         }
         let class = self.class_of(w, s, Some(u), prio);
-        let mark = self.plan.actions.len();
-        if let Some(why) = class.and_then(|c| self.classes.borrow_judged(c, mark)) {
-            self.reason(id, w, why);
+        if let Some(why) = class.and_then(|c| self.borrow_judged(c)) {
+            self.reason_at(id, w, why);
             return;
         }
-        self.classes.start(class.is_some());
+        let mark = (self.plan.actions.len(), self.plan.reasons.len());
         self.borrow_job(id, w, s, prio, u);
-        let why = self.classes.stop();
-        self.array_count(id, w, mark);
-        if let (Some(c), Some(why), true) = (class, why, self.plan.actions.len() == mark) {
-            self.classes.borrow_put(c, mark, why);
+        self.array_count(id, w, mark.0);
+        if let Some(c) = class {
+            self.borrow_keep(c, id, w, mark);
         }
     }
 

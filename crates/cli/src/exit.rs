@@ -45,7 +45,7 @@ pub enum CliError {
     #[error("{object}: {source} (stopped here; {before})")]
     Stopped {
         object: String,
-        source: ApiError,
+        source: Box<ApiError>,
         before: String,
     },
     /// A rule the cluster would refuse, found before anything was sent.

@@ -172,7 +172,7 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
                         };
                         return Err(CliError::Stopped {
                             object: format!("{kind} {name}"),
-                            source: e,
+                            source: Box::new(e),
                             before,
                         });
                     }

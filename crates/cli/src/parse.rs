@@ -2,9 +2,50 @@
 //! (`--mem`), and points in time (`--since`, `--until`). Each error names the option's
 //! value and the forms it takes.
 
+/// An option's value in none of the forms the option takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}`{value}`: use {forms}", option.map(|o| format!("{o} ")).unwrap_or_default())]
+pub struct BadValue {
+    /// The option, when the value's parser knows it.
+    pub option: Option<&'static str>,
+    pub value: String,
+    /// The forms it takes, e.g. "4h, 90m, 30s".
+    pub forms: &'static str,
+}
+
+impl BadValue {
+    fn new(option: Option<&'static str>, value: &str, forms: &'static str) -> BadValue {
+        BadValue {
+            option,
+            value: value.to_string(),
+            forms,
+        }
+    }
+
+    /// The same error, for the option the value was given to.
+    pub fn for_option(self, option: &'static str) -> BadValue {
+        BadValue {
+            option: Some(option),
+            ..self
+        }
+    }
+}
+
+impl From<BadValue> for crate::exit::CliError {
+    fn from(e: BadValue) -> Self {
+        crate::exit::CliError::Usage(e.to_string())
+    }
+}
+
 /// `4h`, `90m`, `30s`, `2d`, `1-00:00:00`, `HH:MM:SS`, `MM:SS` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let bad = || format!("--time `{s}`: use 4h, 90m, 30s, 2d, D-HH:MM:SS, HH:MM:SS or seconds");
+pub fn parse_duration(s: &str) -> Result<u64, BadValue> {
+    let bad = || {
+        BadValue::new(
+            Some("--time"),
+            s,
+            "4h, 90m, 30s, 2d, D-HH:MM:SS, HH:MM:SS or seconds",
+        )
+    };
     let s = s.trim();
     if let Some((n, unit)) = s
         .char_indices()
@@ -38,9 +79,14 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
 }
 
 /// `64G`, `4000M`, `1T`, or a plain number of MiB (sbatch's `--mem`).
-pub fn parse_mem(s: &str) -> Result<u64, String> {
-    let bad =
-        || format!("--mem `{s}`: use a size such as 64G, 4000M or 1T (plain numbers are MiB)");
+pub fn parse_mem(s: &str) -> Result<u64, BadValue> {
+    let bad = || {
+        BadValue::new(
+            Some("--mem"),
+            s,
+            "a size such as 64G, 4000M or 1T (plain numbers are MiB)",
+        )
+    };
     let t = s.trim();
     let (n, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (
@@ -68,9 +114,13 @@ pub fn parse_mem(s: &str) -> Result<u64, String> {
 }
 
 /// `2026-11-01`, `2026-11-01T08:00[:00]` (local time), or `7d`, `24h`, `90m` before now.
-pub fn parse_when(s: &str, now: u64) -> Result<u64, String> {
+pub fn parse_when(s: &str, now: u64) -> Result<u64, BadValue> {
     let bad = || {
-        format!("`{s}`: use a local date or time (2026-11-01, 2026-11-01T08:00) or a span back from now (7d, 24h, 90m)")
+        BadValue::new(
+            None,
+            s,
+            "a local date or time (2026-11-01, 2026-11-01T08:00) or a span back from now (7d, 24h, 90m)",
+        )
     };
     let t = s.trim();
     if let Some((n, unit)) = t.char_indices().last().map(|(i, c)| (&t[..i], c)) {
@@ -139,7 +189,10 @@ mod tests {
         assert_eq!(parse_duration("10:00"), Ok(600));
         assert_eq!(parse_duration("45"), Ok(45));
         for bad in ["4x", "h", "1-2", "a:b", ""] {
-            assert!(parse_duration(bad).unwrap_err().contains(bad), "{bad}");
+            assert!(
+                parse_duration(bad).unwrap_err().to_string().contains(bad),
+                "{bad}"
+            );
         }
     }
 
@@ -152,7 +205,34 @@ mod tests {
         let b = parse_when("2026-11-01T08:30", now).unwrap();
         assert_eq!(b - a, (8 * 60 + 30) * 60_000);
         for bad in ["yesterday", "2026-13-01", "2026-11-01T25:00", "5x"] {
-            assert!(parse_when(bad, now).unwrap_err().contains(bad), "{bad}");
+            assert!(
+                parse_when(bad, now).unwrap_err().to_string().contains(bad),
+                "{bad}"
+            );
         }
+    }
+
+    #[test]
+    fn a_bad_value_names_its_option() {
+        let e = parse_duration("4x").unwrap_err();
+        assert_eq!(e.option, Some("--time"));
+        assert_eq!(
+            e.clone().for_option("--ttl").to_string(),
+            "--ttl `4x`: use 4h, 90m, 30s, 2d, D-HH:MM:SS, HH:MM:SS or seconds"
+        );
+        assert_eq!(
+            parse_mem("0").unwrap_err().to_string(),
+            "--mem `0`: use a size such as 64G, 4000M or 1T (plain numbers are MiB)"
+        );
+        let when = parse_when("5x", 0).unwrap_err();
+        assert_eq!(when.option, None);
+        assert!(when
+            .for_option("--since")
+            .to_string()
+            .starts_with("--since `5x`: use a local date"));
+        assert!(matches!(
+            crate::exit::CliError::from(e),
+            crate::exit::CliError::Usage(_)
+        ));
     }
 }

@@ -4,6 +4,8 @@
 //! ([`crate::peer::frames`], plain data).
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -11,6 +13,7 @@ use crate::peer::frames::PeerItem;
 use tokio::sync::{oneshot, watch};
 use tranche_model::{Millis, NodeName};
 use tranche_proto::{ApiError, ClusterStatus, Member, MembershipChange};
+use tranche_state::codec::FormatError;
 use tranche_state::{ApplyError, Command, Outcome, RequestId, State};
 
 /// The result of a write: committed and applied (the state machine's answer), or not
@@ -112,16 +115,71 @@ pub fn wall_ms() -> Millis {
         .unwrap_or(0)
 }
 
-/// An error that stops the controller: it can no longer write its log safely, or its
-/// data cannot be read.
+/// An error that stops the controller, or keeps it from starting: a port it cannot
+/// listen on, its TLS files, its key secret, a data dir it cannot use or read, or a log
+/// it can no longer write safely.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("raft log: {0}")]
     Log(#[from] tranche_raftlog::LogError),
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
+    /// A listening address of the config is not an IP address and port.
+    #[error("{setting}: `{addr}` is not an IP address and port")]
+    Address { setting: &'static str, addr: String },
+    /// A port cannot be listened on.
+    #[error("cannot listen on {setting} {addr}: {source}")]
+    Listen {
+        setting: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// A bound port's address cannot be read back.
+    #[error("{setting}: {source}")]
+    LocalAddr {
+        setting: &'static str,
+        source: std::io::Error,
+    },
+    /// The certificate, key, CA or revocation list, or the TLS setup made of them.
+    #[error(transparent)]
+    Tls(#[from] tranche_tls::TlsError),
+    /// The AWS endpoint's key secret file is missing or unsafe.
     #[error("{0}")]
-    Other(String),
+    KeySecret(String),
+    /// The metrics port.
+    #[error("{0}")]
+    Metrics(String),
+    /// The data dir cannot be created.
+    #[error("cannot create data_dir {}: {source}", path.display())]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The data dir is readable by others and cannot be made private.
+    #[error("data_dir {} has mode {mode:o} and cannot be made 0700: {source}", path.display())]
+    DataDirMode {
+        path: PathBuf,
+        mode: u32,
+        source: std::io::Error,
+    },
+    /// The data dir holds data in a format this build cannot read.
+    #[error("data dir {}: {source}; this controller does not start on data it cannot read", path.display())]
+    Unreadable { path: PathBuf, source: FormatError },
+    /// The history store cannot be opened.
+    #[error("{0}")]
+    History(String),
+    /// The history store cannot be written: ended jobs are not dropped unkept.
+    #[error("{0}; the controller stops rather than drop ended jobs it could not keep")]
+    Archive(String),
+    /// A snapshot from the leader cannot be read.
+    #[error("the leader's snapshot cannot be read: {0}")]
+    Snapshot(FormatError),
+    /// A log entry of a newer release.
+    #[error("log entry {index} cannot be read: {source}; upgrade this controller")]
+    NewerEntry { index: u64, source: FormatError },
+    /// A membership change in the log does not decode.
+    #[error("conf change at {index}: {detail}")]
+    ConfChange { index: u64, detail: String },
 }
 
 /// Per node, the applied index at which its work (what its agent must run or stop)

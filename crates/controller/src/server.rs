@@ -27,17 +27,20 @@ fn endpoint(
     files: &TlsFiles,
     certs: &CertVerifier,
     limits: &QuicLimits,
-    what: &str,
+    what: &'static str,
     kind: ClientStreams,
 ) -> Result<quinn::Endpoint, NodeError> {
-    let addr: SocketAddr = addr
-        .parse()
-        .map_err(|_| NodeError::Other(format!("{what}: `{addr}` is not an IP address and port")))?;
-    let mut server = tranche_tls::server_config_with(files, certs)
-        .map_err(|e| NodeError::Other(e.to_string()))?;
+    let addr: SocketAddr = addr.parse().map_err(|_| NodeError::Address {
+        setting: what,
+        addr: addr.to_string(),
+    })?;
+    let mut server = tranche_tls::server_config_with(files, certs)?;
     tranche_tls::only_client_streams(&mut server, kind, limits);
-    let cannot =
-        |e: std::io::Error| NodeError::Other(format!("cannot listen on {what} {addr}: {e}"));
+    let cannot = |source: std::io::Error| NodeError::Listen {
+        setting: what,
+        addr,
+        source,
+    };
     let socket = tranche_daemon_kit::listen::udp(addr).map_err(cannot)?;
     let mut ep = quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
@@ -46,7 +49,7 @@ fn endpoint(
         std::sync::Arc::new(quinn::TokioRuntime),
     )
     .map_err(cannot)?;
-    let client = tranche_tls::client_config(files).map_err(|e| NodeError::Other(e.to_string()))?;
+    let client = tranche_tls::client_config(files)?;
     ep.set_default_client_config(client);
     Ok(ep)
 }
@@ -56,8 +59,9 @@ fn endpoint(
 /// reads them.
 fn private_dir(dir: &std::path::Path) -> Result<(), NodeError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    let failed = |e: std::io::Error| {
-        NodeError::Other(format!("cannot create data_dir {}: {e}", dir.display()))
+    let failed = |source: std::io::Error| NodeError::DataDir {
+        path: dir.to_path_buf(),
+        source,
     };
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -66,12 +70,13 @@ fn private_dir(dir: &std::path::Path) -> Result<(), NodeError> {
         .map_err(failed)?;
     let mode = std::fs::metadata(dir).map_err(failed)?.permissions().mode() & 0o777;
     if mode != 0o700 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
-            NodeError::Other(format!(
-                "data_dir {} has mode {mode:o} and cannot be made 0700: {e}",
-                dir.display()
-            ))
-        })?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(
+            |source| NodeError::DataDirMode {
+                path: dir.to_path_buf(),
+                mode,
+                source,
+            },
+        )?;
         info!(dir = %dir.display(), "data_dir was mode {mode:o}: made 0700");
     }
     Ok(())
@@ -114,7 +119,7 @@ pub fn open(cfg: Config) -> Result<Controller, NodeError> {
     // here, with the file's path and the rule it breaks.
     let key_secret = match &cfg.aws.key_secret_file {
         Some(path) => {
-            Some(tranche_tls::keys::load_key_secret_file(path).map_err(NodeError::Other)?)
+            Some(tranche_tls::keys::load_key_secret_file(path).map_err(NodeError::KeySecret)?)
         }
         None => None,
     };
@@ -126,7 +131,7 @@ pub fn open(cfg: Config) -> Result<Controller, NodeError> {
         image_index,
     } = storage::open(&cfg)?;
     // One verifier, so one revocation list, for every port: reread when it changes.
-    let certs = CertVerifier::new(&files).map_err(|e| NodeError::Other(e.to_string()))?;
+    let certs = CertVerifier::new(&files)?;
     let peer_ep = endpoint(
         cfg.peer_listen(),
         &files,
@@ -149,14 +154,17 @@ pub fn open(cfg: Config) -> Result<Controller, NodeError> {
     )?;
     let client_addr = client_ep
         .local_addr()
-        .map_err(|e| NodeError::Other(format!("client_addr: {e}")))?;
+        .map_err(|source| NodeError::LocalAddr {
+            setting: "client_addr",
+            source,
+        })?;
     let net = PeerNet::new(cfg.id, cfg.peer_addr.clone(), peer_ep.clone());
     net.set_members(&shared.members);
     net.watch_certs(certs.clone());
     let work = Arc::new(WorkWatch::default());
     let shared = Arc::new(RwLock::new(shared));
     if let Some(addr) = &cfg.metrics_addr {
-        crate::metrics::serve(addr, shared.clone()).map_err(NodeError::Other)?;
+        crate::metrics::serve(addr, shared.clone()).map_err(NodeError::Metrics)?;
     }
     let (tx, rx) = mpsc::channel(65_536);
     let beats = Arc::new(Beats::default());
@@ -226,5 +234,70 @@ impl Controller {
         client_ep.close(0u32.into(), b"controller stopping");
         peer_ep.close(0u32.into(), b"controller stopping");
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listening_address_misspelt_or_taken_stops_the_start_with_its_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        tranche_tls::init_ca(dir.path(), "test", false).unwrap();
+        let files = tranche_tls::issue(
+            dir.path(),
+            dir.path(),
+            tranche_tls::Role::Controller,
+            "c1",
+            &["127.0.0.1".to_string()],
+            1,
+        )
+        .unwrap();
+        let certs = CertVerifier::new(&files).unwrap();
+        let limits = QuicLimits::default();
+        let open =
+            |addr: &str, what| endpoint(addr, &files, &certs, &limits, what, ClientStreams::Bidi);
+
+        let e = open("c1:7000", "client_addr").unwrap_err();
+        assert!(
+            matches!(&e, NodeError::Address { setting: "client_addr", addr } if addr == "c1:7000"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "client_addr: `c1:7000` is not an IP address and port"
+        );
+
+        let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let e = open(&addr.to_string(), "peer_addr").unwrap_err();
+        assert!(
+            matches!(&e, NodeError::Listen { setting: "peer_addr", addr: a, .. } if *a == addr),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("cannot listen on peer_addr {addr}: ")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_data_dir_that_cannot_be_made_is_a_data_dir_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let under = file.join("data");
+        let e = private_dir(&under).unwrap_err();
+        assert!(
+            matches!(&e, NodeError::DataDir { path, .. } if *path == under),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("cannot create data_dir {}: ", under.display())),
+            "{e}"
+        );
     }
 }

@@ -3,9 +3,11 @@
 
 pub mod demo;
 pub mod demo_image;
+mod error;
 mod ports;
 pub mod rig;
 
+pub use error::LocalError;
 pub use ports::Ports;
 
 use std::net::SocketAddr;
@@ -93,12 +95,13 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Calls `check` until it returns `Ok`, for at most `timeout`; a check still running
 /// at the deadline is abandoned. `Err` from `check` means "not yet" and says what it
-/// saw; the error returned at the deadline names `what` and that last sight.
-pub async fn wait_until<T>(
+/// saw; the error returned at the deadline ([`LocalError::Timeout`]) names `what` and
+/// that last sight.
+pub async fn wait_for<T>(
     what: &str,
     timeout: Duration,
     mut check: impl AsyncFnMut() -> Result<T, String>,
-) -> Result<T, String> {
+) -> Result<T, LocalError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut last = String::from("not checked yet");
     loop {
@@ -108,20 +111,33 @@ pub async fn wait_until<T>(
             Err(_) => {}
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(format!("{what}: not within {timeout:?}; last seen: {last}"));
+            return Err(LocalError::Timeout {
+                what: what.to_string(),
+                after: timeout,
+                last,
+            });
         }
         // The poll interval; the deadline above bounds the whole wait.
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
-/// [`wait_until`] for blocking checks (a command run to completion, a child process).
+/// [`wait_for`] with the failure as text, for callers whose failures are text.
+pub async fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    check: impl AsyncFnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    Ok(wait_for(what, timeout, check).await?)
+}
+
+/// [`wait_for`] for blocking checks (a command run to completion, a child process).
 /// The deadline is looked at between checks, so each check must end by itself.
-pub fn wait_until_blocking<T>(
+pub fn wait_for_blocking<T>(
     what: &str,
     timeout: Duration,
     mut check: impl FnMut() -> Result<T, String>,
-) -> Result<T, String> {
+) -> Result<T, LocalError> {
     let deadline = Instant::now() + timeout;
     loop {
         let last = match check() {
@@ -129,11 +145,24 @@ pub fn wait_until_blocking<T>(
             Err(seen) => seen,
         };
         if Instant::now() >= deadline {
-            return Err(format!("{what}: not within {timeout:?}; last seen: {last}"));
+            return Err(LocalError::Timeout {
+                what: what.to_string(),
+                after: timeout,
+                last,
+            });
         }
         // The poll interval; the deadline above bounds the whole wait.
         std::thread::sleep(POLL_INTERVAL);
     }
+}
+
+/// [`wait_for_blocking`] with the failure as text, for callers whose failures are text.
+pub fn wait_until_blocking<T>(
+    what: &str,
+    timeout: Duration,
+    check: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    Ok(wait_for_blocking(what, timeout, check)?)
 }
 
 pub struct LocalController {
@@ -168,10 +197,10 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// Writes a CA, certificates and configs for `n` founding controllers (ids 1..=n).
     /// Nothing is started.
-    pub fn create(dir: &Path, n: usize, opts: LocalOptions) -> Result<LocalCluster, String> {
+    pub fn create(dir: &Path, n: usize, opts: LocalOptions) -> Result<LocalCluster, LocalError> {
         let certs = dir.join("certs");
-        std::fs::create_dir_all(&certs).map_err(|e| format!("{}: {e}", certs.display()))?;
-        tranche_tls::init_ca(&certs, "local", true).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&certs).map_err(LocalError::io(&certs))?;
+        tranche_tls::init_ca(&certs, "local", true)?;
         let mut cluster = LocalCluster {
             dir: dir.to_path_buf(),
             certs,
@@ -194,15 +223,13 @@ impl LocalCluster {
     /// A cluster whose files already exist under `dir` (certificates in `certs/`,
     /// configs `c<i>.toml`, data dirs `c<i>/`), as [`create`](Self::create) wrote them
     /// with `opts.base_port` set: `n` controllers, nothing started.
-    pub fn reopen(dir: &Path, n: usize, opts: LocalOptions) -> Result<LocalCluster, String> {
-        let base = opts
-            .base_port
-            .ok_or("reopen: the cluster's base_port is needed to know its addresses")?;
+    pub fn reopen(dir: &Path, n: usize, opts: LocalOptions) -> Result<LocalCluster, LocalError> {
+        let base = opts.base_port.ok_or(LocalError::NoBasePort)?;
         let mut ports = Ports::default();
         let controllers = (1..=n as u64)
             .map(|id| {
                 let member = Self::new_member(&mut ports, id, Some(base))?;
-                Ok::<_, String>(LocalController {
+                Ok::<_, LocalError>(LocalController {
                     config: dir.join(format!("{}.toml", member.name)),
                     data_dir: dir.join(&member.name),
                     log: dir.join(format!("{}.log", member.name)),
@@ -223,7 +250,11 @@ impl LocalCluster {
     }
 
     /// A controller's member record, its peer and client ports bound and held.
-    fn new_member(ports: &mut Ports, id: u64, base_port: Option<u16>) -> Result<Member, String> {
+    fn new_member(
+        ports: &mut Ports,
+        id: u64,
+        base_port: Option<u16>,
+    ) -> Result<Member, LocalError> {
         let mut port = |k: u16| {
             let p = base_port.map_or(0, |b| b + 2 * id as u16 + k);
             ports.udp(SocketAddr::from(([127, 0, 0, 1], p)))
@@ -238,16 +269,15 @@ impl LocalCluster {
 
     /// Puts `text` (top-level settings) at the head of controller `i`'s config, before
     /// its tables; it takes effect at its next start.
-    pub fn prepend_config(&mut self, i: usize, text: &str) -> Result<(), String> {
+    pub fn prepend_config(&mut self, i: usize, text: &str) -> Result<(), LocalError> {
         let path = &self.controllers[i].config;
-        let old = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        std::fs::write(path, format!("{text}\n{old}"))
-            .map_err(|e| format!("{}: {e}", path.display()))
+        let old = std::fs::read_to_string(path).map_err(LocalError::io(path))?;
+        std::fs::write(path, format!("{text}\n{old}")).map_err(LocalError::io(path))
     }
 
     /// A TCP port held for a process's config (e.g. `metrics_addr`): the process whose
     /// config names it as a top-level setting gets the listener when it starts.
-    pub fn reserve_tcp(&mut self) -> Result<String, String> {
+    pub fn reserve_tcp(&mut self) -> Result<String, LocalError> {
         Ok(self
             .ports
             .tcp(SocketAddr::from(([127, 0, 0, 1], 0)))?
@@ -255,7 +285,7 @@ impl LocalCluster {
     }
 
     /// A UDP port held for a process's config (e.g. `peer_listen`), as [`reserve_tcp`](Self::reserve_tcp).
-    pub fn reserve_udp(&mut self) -> Result<String, String> {
+    pub fn reserve_udp(&mut self) -> Result<String, LocalError> {
         Ok(self
             .ports
             .udp(SocketAddr::from(([127, 0, 0, 1], 0)))?
@@ -263,19 +293,23 @@ impl LocalCluster {
     }
 
     /// Issues a certificate into the cluster's cert dir.
-    pub fn issue(&self, role: Role, name: &str) -> Result<TlsFiles, String> {
-        tranche_tls::issue(
+    pub fn issue(&self, role: Role, name: &str) -> Result<TlsFiles, LocalError> {
+        Ok(tranche_tls::issue(
             &self.certs,
             &self.certs,
             role,
             name,
             &[],
             self.opts.cert_days,
-        )
-        .map_err(|e| e.to_string())
+        )?)
     }
 
-    fn add_config(&mut self, m: Member, founders: &[Member], join: bool) -> Result<usize, String> {
+    fn add_config(
+        &mut self,
+        m: Member,
+        founders: &[Member],
+        join: bool,
+    ) -> Result<usize, LocalError> {
         let files = tranche_tls::issue(
             &self.certs,
             &self.certs,
@@ -283,8 +317,7 @@ impl LocalCluster {
             &m.name,
             &["127.0.0.1".to_string()],
             self.opts.cert_days,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let data_dir = self.dir.join(&m.name);
         let mut text = format!(
             "id = {}\nname = \"{}\"\npeer_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\njoin = {}\nfault_injection = {}\n",
@@ -320,7 +353,7 @@ impl LocalCluster {
             files.key.display()
         );
         let config = self.dir.join(format!("{}.toml", m.name));
-        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        std::fs::write(&config, text).map_err(LocalError::io(&config))?;
         self.controllers.push(LocalController {
             log: self.dir.join(format!("{}.log", m.name)),
             member: m,
@@ -334,13 +367,13 @@ impl LocalCluster {
 
     /// Writes the config of a new controller that joins the running cluster; returns
     /// its position. Start it, then add it with a membership change.
-    pub fn prepare_joiner(&mut self, id: u64) -> Result<usize, String> {
+    pub fn prepare_joiner(&mut self, id: u64) -> Result<usize, LocalError> {
         let m = Self::new_member(&mut self.ports, id, self.opts.base_port)?;
         self.add_config(m, &[], true)
     }
 
     /// Starts controller `i` (a position in `controllers`).
-    pub fn start(&mut self, i: usize) -> Result<(), String> {
+    pub fn start(&mut self, i: usize) -> Result<(), LocalError> {
         let c = &mut self.controllers[i];
         if let Some(ch) = &mut c.child {
             if ch.try_wait().ok().flatten().is_none() {
@@ -351,26 +384,26 @@ impl LocalCluster {
             .create(true)
             .append(true)
             .open(&c.log)
-            .map_err(|e| format!("{}: {e}", c.log.display()))?;
-        let config = std::fs::read_to_string(&c.config)
-            .map_err(|e| format!("{}: {e}", c.config.display()))?;
+            .map_err(LocalError::io(&c.log))?;
+        let config = std::fs::read_to_string(&c.config).map_err(LocalError::io(&c.config))?;
         let mut cmd = Command::new(&self.opts.tranched);
         cmd.arg("--config")
             .arg(&c.config)
             .env("TRANCHE_LOG", &self.opts.log_filter)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(log.try_clone().map_err(LocalError::Os)?)
             .stderr(log);
         self.ports.hand(&mut cmd, &config)?;
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.opts.tranched.display()))?;
+        let child = cmd.spawn().map_err(|source| LocalError::Spawn {
+            program: self.opts.tranched.clone(),
+            source,
+        })?;
         self.ports.handed(&config);
         c.child = Some(child);
         Ok(())
     }
 
-    pub fn start_all(&mut self) -> Result<(), String> {
+    pub fn start_all(&mut self) -> Result<(), LocalError> {
         for i in 0..self.controllers.len() {
             self.start(i)?;
         }
@@ -395,13 +428,12 @@ impl LocalCluster {
     pub fn stop(&mut self, i: usize) -> Option<i32> {
         self.signal(i, 15);
         let mut ch = self.controllers[i].child.take()?;
-        let exited =
-            wait_until_blocking("exit after SIGTERM", Duration::from_secs(10), || {
-                match ch.try_wait() {
-                    Ok(Some(st)) => Ok(st.code()),
-                    other => Err(format!("{other:?}")),
-                }
-            });
+        let exited = wait_for_blocking("exit after SIGTERM", Duration::from_secs(10), || match ch
+            .try_wait()
+        {
+            Ok(Some(st)) => Ok(st.code()),
+            other => Err(format!("{other:?}")),
+        });
         match exited {
             Ok(code) => code,
             Err(_) => {
@@ -435,22 +467,22 @@ impl LocalCluster {
     }
 
     /// A client for a role and name (its certificate is issued on first use).
-    pub fn client(&self, role: Role, name: &str) -> Result<Client, String> {
+    pub fn client(&self, role: Role, name: &str) -> Result<Client, LocalError> {
         let files = TlsFiles::in_dir(&self.certs, role, name);
         if !files.cert.exists() {
             self.issue(role, name)?;
         }
-        Client::new(self.client_addrs(), &files).map_err(|e| e.to_string())
+        Ok(Client::new(self.client_addrs(), &files)?)
     }
 
     /// A client that talks only to controller `i`.
-    pub fn client_of(&self, i: usize, role: Role, name: &str) -> Result<Client, String> {
+    pub fn client_of(&self, i: usize, role: Role, name: &str) -> Result<Client, LocalError> {
         let files = TlsFiles::in_dir(&self.certs, role, name);
         if !files.cert.exists() {
             self.issue(role, name)?;
         }
         let addr = self.controllers[i].member.client_addr.parse().unwrap();
-        Client::new(vec![addr], &files).map_err(|e| e.to_string())
+        Ok(Client::new(vec![addr], &files)?)
     }
 
     /// Controller `i`'s own view (a stale read).
@@ -474,7 +506,7 @@ impl LocalCluster {
 
     /// Waits until some running controller reports itself leader; returns its position.
     pub async fn wait_leader(&mut self, admin: &Client, timeout: Duration) -> Option<usize> {
-        wait_until("a leader", timeout, async || {
+        wait_for("a leader", timeout, async || {
             for i in 0..self.controllers.len() {
                 if !self.is_running(i) {
                     continue;
@@ -502,21 +534,18 @@ pub struct JobAccount {
 
 /// The account running this process, whose jobs a local cluster's agents run as
 /// (`[users]` maps every name to it).
-pub fn job_account() -> Result<JobAccount, String> {
+pub fn job_account() -> Result<JobAccount, LocalError> {
     let uid = nix::unistd::Uid::effective();
     match nix::unistd::User::from_uid(uid) {
         Ok(Some(u)) => Ok(JobAccount {
             name: u.name,
             root: uid.is_root(),
         }),
-        Ok(None) => Err(format!(
-            "this process runs as uid {uid}, which has no account name (no entry in the \
-             account database), so the local cluster's agents cannot run jobs as it"
-        )),
-        Err(e) => Err(format!(
-            "cannot look up the account of uid {uid}: {}",
-            e.desc()
-        )),
+        Ok(None) => Err(LocalError::NoAccountName { uid: uid.as_raw() }),
+        Err(source) => Err(LocalError::Account {
+            uid: uid.as_raw(),
+            source,
+        }),
     }
 }
 
@@ -531,7 +560,7 @@ impl LocalCluster {
         node: &str,
         gpus: &str,
         extra: &str,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, LocalError> {
         let files = self.issue(Role::Agent, node)?;
         let spool = self
             .opts
@@ -574,7 +603,7 @@ impl LocalCluster {
             format!("logs_addr = \"127.0.0.1:0\"\n{text}")
         };
         let config = self.dir.join(format!("agent-{node}.toml"));
-        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        std::fs::write(&config, text).map_err(LocalError::io(&config))?;
         self.agents.push(LocalAgent {
             node: node.to_string(),
             config,
@@ -587,15 +616,14 @@ impl LocalCluster {
         Ok(i)
     }
 
-    pub fn start_agent(&mut self, agent: &Path, i: usize) -> Result<(), String> {
+    pub fn start_agent(&mut self, agent: &Path, i: usize) -> Result<(), LocalError> {
         let a = &mut self.agents[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&a.log)
-            .map_err(|e| format!("{}: {e}", a.log.display()))?;
-        let config = std::fs::read_to_string(&a.config)
-            .map_err(|e| format!("{}: {e}", a.config.display()))?;
+            .map_err(LocalError::io(&a.log))?;
+        let config = std::fs::read_to_string(&a.config).map_err(LocalError::io(&a.config))?;
         let mut cmd = Command::new(agent);
         cmd.arg("run")
             .arg("--config")
@@ -603,12 +631,13 @@ impl LocalCluster {
             .env("TRANCHE_LOG", &self.opts.log_filter)
             .env("TRANCHE_AGENT_BIN", agent)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(log.try_clone().map_err(LocalError::Os)?)
             .stderr(log);
         self.ports.hand(&mut cmd, &config)?;
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", agent.display()))?;
+        let child = cmd.spawn().map_err(|source| LocalError::Spawn {
+            program: agent.to_path_buf(),
+            source,
+        })?;
         self.ports.handed(&config);
         a.child = Some(child);
         Ok(())
@@ -676,4 +705,52 @@ pub fn pids_matching(needle: &str) -> Vec<(i32, String)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wait_that_runs_out_says_what_it_saw_last() {
+        let after = Duration::from_millis(120);
+        let mut n = 0;
+        let e = wait_for("three", after, async || {
+            n += 1;
+            Err::<(), _>(format!("{n} of 3"))
+        })
+        .await
+        .unwrap_err();
+        match &e {
+            LocalError::Timeout {
+                what,
+                after: a,
+                last,
+            } => {
+                assert_eq!((what.as_str(), *a), ("three", after));
+                assert!(last.ends_with(" of 3"), "{last}");
+            }
+            other => panic!("not a timeout: {other:?}"),
+        }
+        assert!(
+            e.to_string()
+                .starts_with("three: not within 120ms; last seen: "),
+            "{e}"
+        );
+        let blocking = wait_for_blocking("never", after, || Err::<(), _>("no".into()));
+        assert!(matches!(blocking, Err(LocalError::Timeout { .. })));
+        // Callers that report failures as text get the same text.
+        let text = wait_until_blocking("never", after, || Err::<(), _>("no".into()));
+        assert_eq!(text.unwrap_err(), "never: not within 120ms; last seen: no");
+    }
+
+    #[test]
+    fn reopening_needs_the_fixed_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LocalOptions::new(PathBuf::from("tranched"));
+        assert!(matches!(
+            LocalCluster::reopen(dir.path(), 3, opts),
+            Err(LocalError::NoBasePort)
+        ));
+    }
 }

@@ -14,6 +14,8 @@ use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
 
+use crate::LocalError;
+
 enum Sock {
     Udp(UdpSocket),
     Tcp(Option<TcpListener>),
@@ -33,9 +35,13 @@ pub struct Ports {
 impl Ports {
     /// Binds a UDP socket on `addr` (port 0: a free port) and holds it; returns its
     /// address.
-    pub fn udp(&mut self, addr: SocketAddr) -> Result<SocketAddr, String> {
-        let s = UdpSocket::bind(addr).map_err(|e| format!("cannot bind UDP {addr}: {e}"))?;
-        let addr = s.local_addr().map_err(|e| e.to_string())?;
+    pub fn udp(&mut self, addr: SocketAddr) -> Result<SocketAddr, LocalError> {
+        let s = UdpSocket::bind(addr).map_err(|source| LocalError::Port {
+            proto: "UDP",
+            addr,
+            source,
+        })?;
+        let addr = s.local_addr().map_err(LocalError::Os)?;
         self.held.push(Held {
             addr,
             sock: Sock::Udp(s),
@@ -45,9 +51,13 @@ impl Ports {
 
     /// Binds a TCP listener on `addr` (port 0: a free port) and holds it until a
     /// process takes it; returns its address.
-    pub fn tcp(&mut self, addr: SocketAddr) -> Result<SocketAddr, String> {
-        let l = TcpListener::bind(addr).map_err(|e| format!("cannot bind TCP {addr}: {e}"))?;
-        let addr = l.local_addr().map_err(|e| e.to_string())?;
+    pub fn tcp(&mut self, addr: SocketAddr) -> Result<SocketAddr, LocalError> {
+        let l = TcpListener::bind(addr).map_err(|source| LocalError::Port {
+            proto: "TCP",
+            addr,
+            source,
+        })?;
+        let addr = l.local_addr().map_err(LocalError::Os)?;
         self.held.push(Held {
             addr,
             sock: Sock::Tcp(Some(l)),
@@ -72,7 +82,7 @@ impl Ports {
     /// whose address a top-level setting of the config names (`peer_addr = "..."`,
     /// `metrics_addr = "9100"`, ...) is handed to it. Call [`Ports::handed`] once the
     /// process is spawned.
-    pub fn hand(&mut self, cmd: &mut Command, config: &str) -> Result<(), String> {
+    pub fn hand(&mut self, cmd: &mut Command, config: &str) -> Result<(), LocalError> {
         let named = listen_addrs(config);
         let mut fds: Vec<RawFd> = Vec::new();
         for h in self.held.iter_mut().filter(|h| named.contains(&h.addr)) {
@@ -80,9 +90,11 @@ impl Ports {
                 Sock::Udp(s) => s.as_raw_fd(),
                 Sock::Tcp(l) => {
                     if l.is_none() {
-                        let again = TcpListener::bind(h.addr).map_err(|e| {
-                            format!("cannot bind TCP {} again for a restart: {e}", h.addr)
-                        })?;
+                        let again =
+                            TcpListener::bind(h.addr).map_err(|source| LocalError::Rebind {
+                                addr: h.addr,
+                                source,
+                            })?;
                         *l = Some(again);
                     }
                     l.as_ref().expect("bound above").as_raw_fd()
@@ -188,5 +200,27 @@ mod tests {
             TcpListener::bind(t).is_err(),
             "not bound again for a restart"
         );
+    }
+
+    #[test]
+    fn a_port_taken_elsewhere_is_a_port_error() {
+        let mut p = Ports::default();
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let t = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (u, t) = (u.local_addr().unwrap(), t.local_addr().unwrap());
+        match p.udp(u).unwrap_err() {
+            LocalError::Port { proto, addr, .. } => assert_eq!((proto, addr), ("UDP", u)),
+            other => panic!("not a port error: {other:?}"),
+        }
+        let e = p.tcp(t).unwrap_err();
+        assert!(
+            matches!(&e, LocalError::Port { proto: "TCP", addr, .. } if *addr == t),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!("cannot bind TCP {t}: ")),
+            "{e}"
+        );
+        assert!(p.held.is_empty(), "a port it could not bind is held");
     }
 }

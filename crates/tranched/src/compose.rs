@@ -8,18 +8,32 @@ use tokio::sync::watch;
 use tranche_controller::mailbox::NodeError;
 use tranche_controller::Config;
 
+/// Why a controller with its adapters could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The HTTPS API's port (`http_addr`).
+    #[error("{0}")]
+    Http(String),
+    /// The HTTPS API's TLS setup.
+    #[error(transparent)]
+    Https(tranche_tls::TlsError),
+    /// The controller itself.
+    #[error(transparent)]
+    Controller(#[from] NodeError),
+}
+
 /// Runs a controller with its adapters until `shutdown` turns true (or the node fails).
-pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), RunError> {
     // The HTTPS port is bound before the controller joins its peers, so a taken port is
     // an error at start.
     let listener = match &cfg.http_addr {
-        Some(addr) => Some(tranche_http::bind(addr).map_err(NodeError::Other)?),
+        Some(addr) => Some(tranche_http::bind(addr).map_err(RunError::Http)?),
         None => None,
     };
     let controller = tranche_controller::server::open(cfg.clone())?;
     if let Some(listener) = listener {
         let tls = tranche_tls::https_server_config(&controller.files, controller.certs.clone())
-            .map_err(|e| NodeError::Other(e.to_string()))?;
+            .map_err(RunError::Https)?;
         let api = tranche_http::Api::new(
             controller.service.clone(),
             controller.shared.clone(),
@@ -45,5 +59,5 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Nod
             shutdown.clone(),
         ));
     }
-    controller.run(shutdown).await
+    Ok(controller.run(shutdown).await?)
 }

@@ -43,7 +43,7 @@ use tranche_proto::ClientCommand;
 use tranche_proto::{JobFilter, Objects, Query, Response};
 
 use crate::client_cfg::connect;
-use crate::exit::{failed, run, unexpected, usage, Fail};
+use crate::exit::{failed, run, unexpected, usage, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {
@@ -109,8 +109,10 @@ fn compare(cmd: &ClientCommand, o: &Objects) -> Option<bool> {
 
 pub fn apply(args: &ApplyArgs) -> ExitCode {
     run("apply", async {
-        let text = std::fs::read_to_string(&args.file)
-            .map_err(|e| usage(format!("cannot read {}: {e}", args.file.display())))?;
+        let text = std::fs::read_to_string(&args.file).map_err(|source| CliError::Io {
+            path: args.file.clone(),
+            source,
+        })?;
         let file = policy_file::parse(&text)
             .map_err(|e| usage(format!("{}: {e}", args.file.display())))?;
         let cmds = commands(file);
@@ -125,13 +127,10 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
             if let ClientCommand::PutShare(s) = cmd {
                 if let Some(old) = objects.shares.iter().find(|x| x.name == s.name) {
                     if old.queue != s.queue {
-                        return Err((
-                            1,
-                            format!(
-                                "share {name}: field `queue`: it belongs to queue {}; a share cannot move to another queue (nothing was changed)",
-                                old.queue
-                            ),
-                        ));
+                        return Err(CliError::Conflict(format!(
+                            "share {name}: field `queue`: it belongs to queue {}; a share cannot move to another queue (nothing was changed)",
+                            old.queue
+                        )));
                     }
                 }
             }
@@ -171,7 +170,11 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
                         } else {
                             format!("already applied: {}", done.join(", "))
                         };
-                        return Err((1, format!("{kind} {name}: {e} (stopped here; {before})")));
+                        return Err(CliError::Stopped {
+                            object: format!("{kind} {name}"),
+                            source: Box::new(e),
+                            before,
+                        });
                     }
                 }
             }
@@ -194,7 +197,10 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
 
 /// For shares whose new limits are below their use: the running jobs that would be
 /// over the new max, hence reclaimable, youngest first (the order reclaim takes them).
-async fn preemptible(client: &tranche_client::Client, shares: &[&QuotaShare]) -> Result<(), Fail> {
+async fn preemptible(
+    client: &tranche_client::Client,
+    shares: &[&QuotaShare],
+) -> Result<(), CliError> {
     for s in shares {
         let filter = JobFilter {
             share: Some(s.name.clone()),

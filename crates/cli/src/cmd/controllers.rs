@@ -63,7 +63,7 @@ pub fn controllers(args: &ControllersArgs) -> ExitCode {
                 .map_err(failed)?
             {
                 Response::Done => Ok(()),
-                Response::Error(e) => Err((1, e.to_string())),
+                Response::Error(e) => Err(e.into()),
                 other => Err(unexpected(&other)),
             };
         }

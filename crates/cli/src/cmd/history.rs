@@ -7,7 +7,7 @@ use tranche_client::Client;
 use tranche_model::{Job, JobId};
 use tranche_proto::{parse_ended_states, EndedJob, HistoryCursor, HistoryFilter, MAX_HISTORY_PAGE};
 
-use crate::exit::{failed, usage, Fail};
+use crate::exit::{failed, usage, CliError};
 use crate::text::{clock_duration, fit, local_time, now_ms};
 
 /// What `--since` is when not given: a day back from now.
@@ -29,10 +29,9 @@ pub struct HistoryArgs<'a> {
 }
 
 /// The filter `args` describe, as of `now`.
-pub fn filter(args: &HistoryArgs, now: u64) -> Result<(HistoryFilter, u32), Fail> {
+pub fn filter(args: &HistoryArgs, now: u64) -> Result<(HistoryFilter, u32), CliError> {
     let since_text = args.since.unwrap_or(DEFAULT_SINCE);
-    let since =
-        crate::parse::parse_when(since_text, now).map_err(|e| usage(format!("--since {e}")))?;
+    let since = crate::parse::parse_when(since_text, now).map_err(|e| e.for_option("--since"))?;
     let mut status = Vec::new();
     for s in args.states {
         for st in parse_ended_states(s).map_err(|e| usage(format!("--state {s}: {e}")))? {
@@ -66,7 +65,7 @@ pub async fn fetch(
     client: &Client,
     mut f: HistoryFilter,
     limit: u32,
-) -> Result<(Vec<EndedJob>, Option<HistoryCursor>), Fail> {
+) -> Result<(Vec<EndedJob>, Option<HistoryCursor>), CliError> {
     let mut out: Vec<EndedJob> = Vec::new();
     loop {
         f.limit = (limit - out.len() as u32).min(MAX_HISTORY_PAGE);
@@ -157,7 +156,7 @@ pub fn json(jobs: &[EndedJob]) -> serde_json::Value {
 }
 
 /// `tranche jobs --history`.
-pub async fn list(client: &Client, args: &HistoryArgs<'_>) -> Result<(), Fail> {
+pub async fn list(client: &Client, args: &HistoryArgs<'_>) -> Result<(), CliError> {
     let (f, limit) = filter(args, now_ms())?;
     let (jobs, next) = fetch(client, f, limit).await?;
     if args.json {
@@ -180,7 +179,7 @@ pub async fn list(client: &Client, args: &HistoryArgs<'_>) -> Result<(), Fail> {
 /// Whether `job` (an ended one) has left the controllers' state: the history lists it
 /// as archived. `None` when the history does not list it (it may have been dropped
 /// from the store since).
-pub async fn archived(client: &Client, job: &Job) -> Result<Option<bool>, Fail> {
+pub async fn archived(client: &Client, job: &Job) -> Result<Option<bool>, CliError> {
     if !job.status.is_terminal() {
         return Ok(Some(false));
     }
@@ -245,7 +244,8 @@ mod tests {
     #[test]
     fn bad_options_name_the_option_and_the_rule() {
         let running = vec!["RUNNING".to_string()];
-        let (code, m) = filter(&args(&running), 0).unwrap_err();
+        let e = filter(&args(&running), 0).unwrap_err();
+        let (code, m) = (e.code(), e.to_string());
         assert_eq!(code, 2);
         assert!(
             m.starts_with("--state RUNNING: RUNNING has not ended"),
@@ -253,17 +253,20 @@ mod tests {
         );
         let mut a = args(&[]);
         a.limit = Some(0);
-        let m = filter(&a, 0).unwrap_err().1;
+        let m = filter(&a, 0).unwrap_err().to_string();
         assert!(m.contains("--limit 0: must be 1 to 100000"), "{m}");
         let mut a = args(&[]);
         a.since = Some("yesterday");
         assert!(filter(&a, 0)
             .unwrap_err()
-            .1
+            .to_string()
             .starts_with("--since `yesterday`"));
         let mut a = args(&[]);
         a.before = Some("42");
-        assert!(filter(&a, 0).unwrap_err().1.contains("<ended_at>.<id>"));
+        assert!(filter(&a, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("<ended_at>.<id>"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use tranche_model::{JobId, JobStatus};
 use tranche_proto::{JobFilter, Query, Response};
 
 use crate::client_cfg::connect;
-use crate::exit::{failed, run, unexpected, usage, Fail};
+use crate::exit::{failed, run, unexpected, usage, CliError};
 use crate::text::now_ms;
 
 #[derive(clap::Args, Debug)]
@@ -80,7 +80,7 @@ pub fn jobs(args: &JobsArgs) -> ExitCode {
     })
 }
 
-async fn list_jobs(args: &JobsArgs) -> Result<(), Fail> {
+async fn list_jobs(args: &JobsArgs) -> Result<(), CliError> {
     let (client, me) = connect(&args.config)?;
     let user = if args.me {
         Some(me.clone())

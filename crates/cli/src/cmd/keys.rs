@@ -10,7 +10,7 @@ use tranche_model::{AccessKey, KeyRole};
 use tranche_proto::{ClientCommand, ClientRequest, Query, Response};
 
 use crate::client_cfg::connect;
-use crate::exit::{failed, run, unexpected, Fail};
+use crate::exit::{failed, run, unexpected, CliError};
 use crate::text::local_time;
 
 #[derive(clap::Subcommand, Debug)]
@@ -112,7 +112,7 @@ pub fn keys(cmd: KeysCmd) -> ExitCode {
                     eprintln!("access key {id} revoked: it signs nothing from now on");
                     Ok(())
                 }
-                Err(e) => Err::<(), Fail>((1, e.to_string())),
+                Err(e) => Err::<(), CliError>(e.into()),
             }
         }),
     }

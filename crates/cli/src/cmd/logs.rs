@@ -12,7 +12,7 @@ use tranche_model::JobRef;
 use tranche_proto::{ApiError, LogRequest, Query, Response, LOGS_LABEL};
 
 use crate::client_cfg;
-use crate::exit::{failed, run, unexpected, Fail};
+use crate::exit::{failed, run, unexpected, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {
@@ -44,7 +44,7 @@ pub fn logs(args: &LogsArgs) -> ExitCode {
     run("logs", fetch(args))
 }
 
-async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
+async fn fetch(args: &LogsArgs) -> Result<(), CliError> {
     let client = client_cfg::client(&args.config)?;
     let job = match client
         .read(Query::Job(args.job), false)
@@ -55,20 +55,15 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
         other => return Err(unexpected(&other)),
     };
     let attempt = match args.attempt {
-        Some(n) => job
-            .attempts
-            .iter()
-            .find(|a| a.number == n)
-            .ok_or_else(|| (1, format!("job {} has no attempt {n}", job.job_ref())))?,
+        Some(n) => job.attempts.iter().find(|a| a.number == n).ok_or_else(|| {
+            CliError::NotFound(format!("job {} has no attempt {n}", job.job_ref()))
+        })?,
         None => job.attempts.last().ok_or_else(|| {
-            (
-                1,
-                format!(
-                    "job {} has not run yet: {}",
-                    job.job_ref(),
-                    job.status.as_str()
-                ),
-            )
+            CliError::NotFound(format!(
+                "job {} has not run yet: {}",
+                job.job_ref(),
+                job.status.as_str()
+            ))
         })?,
     };
     let members: Vec<_> = attempt.allocation.iter().map(|a| a.node.clone()).collect();
@@ -80,19 +75,16 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
                 .position(|m| m.as_str() == n)
                 .or_else(|| n.parse::<usize>().ok().filter(|r| *r < members.len()));
             let r = rank.ok_or_else(|| {
-                (
-                    1,
-                    format!(
-                        "attempt {} of job {} did not run on {n} (its nodes, by rank: {})",
-                        attempt.number,
-                        job.job_ref(),
-                        members
-                            .iter()
-                            .map(|m| m.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ),
-                )
+                CliError::NotFound(format!(
+                    "attempt {} of job {} did not run on {n} (its nodes, by rank: {})",
+                    attempt.number,
+                    job.job_ref(),
+                    members
+                        .iter()
+                        .map(|m| m.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ))
             })?;
             vec![(r, members[r].clone())]
         }
@@ -112,18 +104,15 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
             crate::text::local_time(tranche_state::retention::ended_at(&job))
         )
     });
-    let gone = |node: &tranche_model::NodeName, why: String| -> Fail {
-        match &ended {
-            Some(e) => (
-                1,
-                format!(
-                    "{e}its output is no longer on node {node} ({why}). The output of an \
-                     ended job lives only in the spool of the agent that ran it (or in the \
-                     files its --output/--error named), not in the controllers' history"
-                ),
+    let gone = |node: &tranche_model::NodeName, why: String| -> CliError {
+        CliError::NotFound(match &ended {
+            Some(e) => format!(
+                "{e}its output is no longer on node {node} ({why}). The output of an \
+                 ended job lives only in the spool of the agent that ran it (or in the \
+                 files its --output/--error named), not in the controllers' history"
             ),
-            None => (1, why),
-        }
+            None => why,
+        })
     };
     let mut out = std::io::stdout().lock();
     for (rank, node) in chosen {
@@ -135,10 +124,9 @@ async fn fetch(args: &LogsArgs) -> Result<(), Fail> {
             .and_then(|n| n.inventory.labels.get(LOGS_LABEL))
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| {
-                (
-                    1,
-                    format!("node {node} publishes no log port (label {LOGS_LABEL})"),
-                )
+                CliError::NotFound(format!(
+                    "node {node} publishes no log port (label {LOGS_LABEL})"
+                ))
             })?;
         if args.all {
             let _ = writeln!(out, "==> {node} (rank {rank}) <==");

@@ -34,7 +34,7 @@ use tranche_model::JobRef;
 use tranche_proto::{ApiError, ClientCommand, Outcome};
 
 use crate::client_cfg::connect;
-use crate::exit::{failed, run, Fail};
+use crate::exit::{failed, run, CliError};
 
 /// The options of a listing that can also print JSON.
 #[derive(clap::Args, Debug)]
@@ -46,10 +46,10 @@ pub struct ListArgs {
 }
 
 /// One write; a refusal is the command's failure.
-async fn write(client: &tranche_client::Client, cmd: ClientCommand) -> Result<(), Fail> {
+async fn write(client: &tranche_client::Client, cmd: ClientCommand) -> Result<(), CliError> {
     match client.command(cmd).await.map_err(failed)? {
         Ok(_) => Ok(()),
-        Err(e) => Err((1, e.to_string())),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -73,7 +73,7 @@ fn each_job(
         if refused.is_empty() {
             Ok(())
         } else {
-            Err((1, refused.join("; ")))
+            Err(CliError::RefusedEach(refused))
         }
     })
 }

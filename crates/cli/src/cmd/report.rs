@@ -8,7 +8,7 @@ use tranche_proto::{GpuTimes, LedgerReport, Query, Response};
 use tranche_state::ledger::HOUR_MS;
 
 use crate::client_cfg::connect;
-use crate::exit::{failed, run, unexpected, usage, Fail};
+use crate::exit::{failed, run, unexpected, usage, CliError};
 use crate::parse::parse_when;
 use crate::text::{local_time, now_ms};
 
@@ -202,11 +202,11 @@ pub fn report(args: &ReportArgs) -> ExitCode {
     run("report", async {
         let now = now_ms();
         let from = match &args.since {
-            Some(s) => parse_when(s, now).map_err(|e| usage(format!("--since {e}")))?,
+            Some(s) => parse_when(s, now).map_err(|e| e.for_option("--since"))?,
             None => 0,
         };
         let to = match &args.until {
-            Some(s) => Some(parse_when(s, now).map_err(|e| usage(format!("--until {e}")))?),
+            Some(s) => Some(parse_when(s, now).map_err(|e| e.for_option("--until"))?),
             None => None,
         };
         if to.is_some_and(|t| t <= from) {
@@ -228,6 +228,6 @@ pub fn report(args: &ReportArgs) -> ExitCode {
                 println!("{l}");
             }
         }
-        Ok::<(), Fail>(())
+        Ok::<(), CliError>(())
     })
 }

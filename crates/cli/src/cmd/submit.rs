@@ -10,7 +10,7 @@ use tranche_model::{Checkpoint, JobId, JobRef, JobSpec, JobStatus};
 use tranche_proto::{ApiError, JobFilter, Objects, Query, Response};
 
 use crate::client_cfg::{connect, remember_leader};
-use crate::exit::{failed, run, unexpected, usage, Fail};
+use crate::exit::{failed, run, unexpected, usage, CliError};
 use crate::parse::{parse_duration, parse_mem};
 use crate::timing;
 
@@ -104,7 +104,7 @@ pub struct SubmitArgs {
 
 /// The working directory a submit sends: `--chdir` made absolute, else this directory;
 /// `None` when this directory cannot be named (deleted, not UTF-8).
-fn working_dir(chdir: Option<&std::path::Path>) -> Result<Option<String>, Fail> {
+fn working_dir(chdir: Option<&std::path::Path>) -> Result<Option<String>, CliError> {
     let here = std::env::current_dir().ok();
     let dir = match (chdir, here) {
         (Some(d), _) if d.is_absolute() => Some(d.to_path_buf()),
@@ -281,7 +281,7 @@ pub fn gpus_per_node(gpus: Option<u32>, per_node: Option<u32>, nodes: u32) -> Re
 }
 
 /// The objects, read linearizably.
-async fn read_objects(client: &Client) -> Result<Objects, Fail> {
+async fn read_objects(client: &Client) -> Result<Objects, CliError> {
     match client.read(Query::Objects, false).await.map_err(failed)? {
         Response::Objects(o) => Ok(o),
         other => Err(unexpected(&other)),
@@ -296,12 +296,12 @@ fn spec_from(
     share_name: &str,
     gpus: u32,
     me: &str,
-) -> Result<JobSpec, Fail> {
+) -> Result<JobSpec, CliError> {
     let share = objs
         .shares
         .iter()
         .find(|s| s.name.as_str() == share_name)
-        .ok_or_else(|| (1, format!("--share {share_name}: no such share")))?;
+        .ok_or_else(|| CliError::NotFound(format!("--share {share_name}: no such share")))?;
     let unit = match &args.unit {
         Some(u) => u.clone(),
         None => share
@@ -329,7 +329,7 @@ fn build_spec(
     me: &str,
     unit: &str,
     gpus: u32,
-) -> Result<JobSpec, Fail> {
+) -> Result<JobSpec, CliError> {
     let mut spec = JobSpec::new(&args.name, queue, share_name, me, unit, gpus, args.nodes);
     spec.priority = args.priority;
     spec.image = args.image.clone();
@@ -337,7 +337,7 @@ fn build_spec(
     spec.preemption_retries = args.preemption_retries;
     spec.cwd = working_dir(args.chdir.as_deref())?;
     if let Some(t) = &args.time {
-        spec.time_limit_s = Some(parse_duration(t).map_err(usage)?);
+        spec.time_limit_s = Some(parse_duration(t)?);
     }
     if let Some(sig) = &args.signal {
         let (name, grace) = match sig.split_once('@') {
@@ -377,14 +377,14 @@ fn build_spec(
     spec.error = args.error.clone();
     spec.cpus_per_node = args.cpus_per_node.unwrap_or(0);
     if let Some(m) = &args.mem {
-        spec.memory_mb_per_node = parse_mem(m).map_err(usage)?;
+        spec.memory_mb_per_node = parse_mem(m)?;
     }
     Ok(spec)
 }
 
 /// Follows a job to its end, printing each new state; the job's own exit code becomes
 /// this command's (1 for a job that failed without one, or was cancelled).
-async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), Fail> {
+async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), CliError> {
     let mut last = None;
     loop {
         let j = match client
@@ -409,11 +409,14 @@ async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), 
             });
             return match (j.status, code) {
                 (JobStatus::Succeeded, _) => Ok(()),
-                (_, Some(c)) if c > 0 && c < 256 => Err((
-                    c as u8,
-                    format!("job {job} {} with exit code {c}", j.status.as_str()),
-                )),
-                _ => Err((1, format!("job {job} {}", j.status.as_str()))),
+                (_, Some(c)) if c > 0 && c < 256 => Err(CliError::JobFailed {
+                    code: c as u8,
+                    text: format!("job {job} {} with exit code {c}", j.status.as_str()),
+                }),
+                _ => Err(CliError::JobFailed {
+                    code: 1,
+                    text: format!("job {job} {}", j.status.as_str()),
+                }),
             };
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
@@ -422,7 +425,7 @@ async fn wait_for_end(client: &Client, job: JobId, verbose: bool) -> Result<(), 
 
 /// Follows every task of an array to its end: 0 when all succeeded, else the highest
 /// exit code of a task (1 for a task that ended without one), as `sbatch --wait` does.
-async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<(), Fail> {
+async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<(), CliError> {
     let filter = JobFilter {
         array: Some(array),
         ..Default::default()
@@ -466,14 +469,14 @@ async fn wait_for_array(client: &Client, array: JobId, verbose: bool) -> Result<
                     }
                 }
             }
-            return Err((
+            return Err(CliError::JobFailed {
                 code,
-                format!(
+                text: format!(
                     "array {array}: {} of {} task(s) did not succeed",
                     bad.len(),
                     tasks.len()
                 ),
-            ));
+            });
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }

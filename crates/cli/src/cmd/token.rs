@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::client_cfg::{path, ClientCfg};
+use crate::client_cfg::{path, ClientCfg, ConfigError};
+use crate::exit::{finish, CliError};
 use crate::parse::parse_duration;
 
 #[derive(clap::Subcommand, Debug)]
@@ -31,22 +32,19 @@ pub enum TokenCmd {
 pub fn token(cmd: TokenCmd) -> ExitCode {
     match cmd {
         TokenCmd::Issue { ttl, config } => {
-            let r = (|| -> Result<String, String> {
-                let secs = parse_duration(&ttl).map_err(|e| e.replace("--time", "--ttl"))?;
-                let cfg = ClientCfg::load(&path(&config)?)?;
-                tranche_tls::token::issue_token(&cfg.tls, Duration::from_secs(secs))
-                    .map_err(|e| e.to_string())
-            })();
-            match r {
-                Ok(t) => {
-                    println!("{t}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("tranche token issue: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            let r = issue(&ttl, &config).map(|t| println!("{t}"));
+            finish("token issue", r)
         }
     }
+}
+
+/// A token for the config's certificate, valid for `ttl`.
+fn issue(ttl: &str, config: &Option<PathBuf>) -> Result<String, CliError> {
+    let secs = parse_duration(ttl).map_err(|e| e.for_option("--ttl"))?;
+    let cfg = ClientCfg::load(&path(config)?)?;
+    tranche_tls::token::issue_token(&cfg.tls, Duration::from_secs(secs)).map_err(|e| match e {
+        // Only the validity can break a rule here.
+        e @ tranche_tls::TlsError::InvalidField { .. } => CliError::Usage(e.to_string()),
+        e => ConfigError::from(e).into(),
+    })
 }

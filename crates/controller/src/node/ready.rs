@@ -42,9 +42,7 @@ impl RaftNode {
             let snap = rd.snapshot().clone();
             {
                 let mut sh = self.shared.write().unwrap();
-                restore_image(&mut sh, snap.get_data()).map_err(|e| {
-                    NodeError::Other(format!("the leader's snapshot cannot be read: {e}"))
-                })?;
+                restore_image(&mut sh, snap.get_data()).map_err(NodeError::Snapshot)?;
                 sh.applied = snap.get_metadata().index;
                 let index = sh.applied;
                 sh.events.replaced(index);
@@ -230,10 +228,10 @@ impl RaftNode {
                     Err(err @ FormatError::Unknown { .. }) => {
                         // Skipping it would make this member's state differ from the
                         // others': stop instead, and say why.
-                        return Err(NodeError::Other(format!(
-                            "log entry {} cannot be read: {err}; upgrade this controller",
-                            e.index
-                        )));
+                        return Err(NodeError::NewerEntry {
+                            index: e.index,
+                            source: err,
+                        });
                     }
                     Err(err) => {
                         // Every member skips it alike; the log stays consistent.
@@ -242,7 +240,10 @@ impl RaftNode {
                 },
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(&e.data).map_err(|er| {
-                        NodeError::Other(format!("conf change at {}: {er}", e.index))
+                        NodeError::ConfChange {
+                            index: e.index,
+                            detail: er.to_string(),
+                        }
                     })?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.conf_state = cs;
@@ -315,11 +316,7 @@ fn archive(sh: &mut Shared, r: &tranche_state::Retention) -> Result<(), NodeErro
         .filter_map(|id| sh.state.job(*id))
         .map(|j| (tranche_state::retention::ended_at(j), j));
     let t = Instant::now();
-    blocking(|| history.append(jobs)).map_err(|e| {
-        NodeError::Other(format!(
-            "{e}; the controller stops rather than drop ended jobs it could not keep"
-        ))
-    })?;
+    blocking(|| history.append(jobs)).map_err(NodeError::Archive)?;
     debug!(
         jobs = ids.len(),
         write_ms = t.elapsed().as_millis() as u64,

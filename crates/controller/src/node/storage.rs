@@ -36,19 +36,17 @@ pub struct Opened {
 }
 
 fn refused(cfg: &Config, e: FormatError) -> NodeError {
-    NodeError::Other(format!(
-        "data dir {}: {e}; this controller does not start on data it cannot read",
-        cfg.data_dir.display()
-    ))
+    NodeError::Unreadable {
+        path: cfg.data_dir.clone(),
+        source: e,
+    }
 }
 
 /// The node's starting point: storage opened (and migrated), state restored.
 pub fn open(cfg: &Config) -> Result<Opened, NodeError> {
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
-        NodeError::Other(format!(
-            "cannot create data_dir {}: {e}",
-            cfg.data_dir.display()
-        ))
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| NodeError::DataDir {
+        path: cfg.data_dir.clone(),
+        source,
     })?;
     let fsync = match cfg.raft.unsafe_no_fsync {
         false => Fsync::Always,
@@ -84,7 +82,7 @@ pub fn open(cfg: &Config) -> Result<Opened, NodeError> {
     let mut shared = Shared::new(cfg.id);
     let history =
         crate::history::History::open(&cfg.data_dir.join(HISTORY_FILE), !cfg.raft.unsafe_no_fsync)
-            .map_err(NodeError::Other)?;
+            .map_err(NodeError::History)?;
     shared.history = Some(std::sync::Arc::new(history));
     let mut image_index = 0;
     if let Some(img) = storage.image() {

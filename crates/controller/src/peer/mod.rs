@@ -96,7 +96,7 @@ impl PeerNet {
 
     /// Whether a frame that says it comes from `from` may be taken from a connection
     /// whose certificate carries `cert_name` (see the module's comment).
-    fn sender_is(&self, from: u64, cert_name: &str) -> Result<(), String> {
+    fn sender_is(&self, from: u64, cert_name: &str) -> Result<(), PeerError> {
         let known = self.names.read().unwrap().get(&from).cloned();
         let mut learned = self.learned_names.write().unwrap();
         admit(known.as_deref(), &mut learned, from, cert_name)
@@ -203,15 +203,11 @@ impl PeerNet {
         }
     }
 
-    async fn connect(&self, addr: SocketAddr) -> Result<quinn::Connection, String> {
-        let connecting = self
-            .endpoint
-            .connect(addr, CONTROLLER_SERVER_NAME)
-            .map_err(|e| e.to_string())?;
+    async fn connect(&self, addr: SocketAddr) -> Result<quinn::Connection, PeerError> {
+        let connecting = self.endpoint.connect(addr, CONTROLLER_SERVER_NAME)?;
         match tokio::time::timeout(Duration::from_secs(2), connecting).await {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("connect timed out".into()),
+            Ok(r) => Ok(r?),
+            Err(_) => Err(PeerError::ConnectTimeout),
         }
     }
 
@@ -294,6 +290,27 @@ impl PeerNet {
     }
 }
 
+/// Why a frame was refused, or a controller could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The frame names a controller id whose certificate is another's.
+    #[error(
+        "it names controller id {from}, which is `{expected}`, but comes from the \
+         certificate of `{cert_name}`"
+    )]
+    WrongSender {
+        from: u64,
+        expected: String,
+        cert_name: String,
+    },
+    #[error(transparent)]
+    Connect(#[from] quinn::ConnectError),
+    #[error(transparent)]
+    Handshake(#[from] quinn::ConnectionError),
+    #[error("connect timed out")]
+    ConnectTimeout,
+}
+
 /// The rule of [`PeerNet::sender_is`]: `from` is member `known`'s id (when this
 /// controller knows it), or an id first seen with `cert_name` (kept in `learned`).
 fn admit(
@@ -301,7 +318,7 @@ fn admit(
     learned: &mut BTreeMap<u64, String>,
     from: u64,
     cert_name: &str,
-) -> Result<(), String> {
+) -> Result<(), PeerError> {
     let expected = match known {
         Some(name) => name.to_string(),
         None => learned
@@ -312,10 +329,11 @@ fn admit(
     if expected == cert_name {
         Ok(())
     } else {
-        Err(format!(
-            "it names controller id {from}, which is `{expected}`, but comes from the \
-             certificate of `{cert_name}`"
-        ))
+        Err(PeerError::WrongSender {
+            from,
+            expected,
+            cert_name: cert_name.to_string(),
+        })
     }
 }
 
@@ -327,8 +345,24 @@ impl crate::service::Isolation for PeerNet {
 
 #[cfg(test)]
 mod tests {
-    use super::admit;
+    use super::{admit, PeerError};
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_frame_from_another_certificate_is_a_wrong_sender() {
+        let mut learned = BTreeMap::new();
+        match admit(Some("ctl1"), &mut learned, 1, "ctl2") {
+            Err(PeerError::WrongSender {
+                from,
+                expected,
+                cert_name,
+            }) => assert_eq!(
+                (from, expected.as_str(), cert_name.as_str()),
+                (1, "ctl1", "ctl2")
+            ),
+            other => panic!("not a wrong sender: {other:?}"),
+        }
+    }
 
     #[test]
     fn l4_a_frame_is_taken_only_from_the_certificate_of_the_member_it_names() {
@@ -336,6 +370,7 @@ mod tests {
         // Member 1 is ctl1: its own certificate passes, another controller's does not.
         assert!(admit(Some("ctl1"), &mut learned, 1, "ctl1").is_ok());
         let e = admit(Some("ctl1"), &mut learned, 1, "ctl2").unwrap_err();
+        let e = e.to_string();
         assert!(e.contains("controller id 1") && e.contains("ctl2"), "{e}");
         // An id not in the membership yet is bound to the first name it came with.
         assert!(admit(None, &mut learned, 7, "ctl7").is_ok());

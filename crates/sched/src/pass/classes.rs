@@ -74,8 +74,13 @@ impl<'a> Pass<'a> {
         u: Option<Ux>,
         prio: u32,
     ) -> Option<ClassKey> {
-        (self.classes.on && !w.has_hold && w.array_limit.is_none())
-            .then_some((s, u, w.gpus_per_node, w.nodes, prio))
+        (self.classes.on && !w.has_hold && w.array_limit.is_none()).then_some((
+            s,
+            u,
+            w.gpus_per_node,
+            w.nodes,
+            prio,
+        ))
     }
 
     /// The own-capacity pass's judgement of the job's class, if made with as many
@@ -113,7 +118,8 @@ impl<'a> Pass<'a> {
         let j = if deferred {
             Some(Judged::Deferred)
         } else {
-            self.why_at(id, w, reasons).map(|why| Judged::Waits(why, waits))
+            self.why_at(id, w, reasons)
+                .map(|why| Judged::Waits(why, waits))
         };
         if let Some(j) = j {
             self.classes.own[c.0] = Some((c, mark, j));

@@ -123,15 +123,18 @@ impl<'a> Pass<'a> {
         let Some(pi) = self.shares[s].env.and_then(|e| self.envs[e].pool[u]) else {
             return false;
         };
+        // Over max once its holds start: what it uses, less what is being stopped, plus
+        // what it holds. Most passes have no such share, and the holds are not read.
+        let over = |t: usize| {
+            let hv = &self.shares[t];
+            t != s && hv.held[u] > 0 && hv.used[u] + hv.held[u] > hv.max[u] + hv.stopping[u]
+        };
+        if !(0..self.shares.len()).any(over) {
+            return false;
+        }
         let mut best: Option<(Millis, JobId, Nx, u32)> = None;
         for (&h, held) in &self.holds {
-            if h == ask.id || held.s == s || held.u != u {
-                continue;
-            }
-            // Over max once it starts: what it uses, less what is being stopped, plus
-            // what it holds.
-            let hv = &self.shares[held.s];
-            if hv.used[u] + hv.held[u] <= hv.max[u] + hv.stopping[u] {
+            if h == ask.id || held.u != u || !over(held.s) {
                 continue;
             }
             for &(n, c) in &held.targets {

@@ -89,24 +89,27 @@ impl<'a> Pass<'a> {
         for &s in &shares {
             deferred[s].reserve(st.runnable_count_in(&self.shares[s].q.name));
         }
-        while let Some(&(_, i)) = heap.peek() {
+        // The share whose head comes first takes turns until its next job no longer
+        // comes before every other share's head: the heap is touched when the turn
+        // passes, not once per job (in a long queue one share's jobs mostly come one
+        // after another: a share's usage ratio changes only when it starts jobs).
+        while let Some((_, i)) = heap.pop() {
             let s = iters[i].0;
-            let u = iters[i].2;
-            let (k, w) = iters[i].1.next().expect("peeked");
-            if let Some((_, w)) = iters[i].3.next() {
-                prefetch(w);
-            }
-            self.own(k, w, s, u, &mut deferred);
-            // The share's next job takes its head's place in the heap (one sift).
-            let mut top = heap.peek_mut().expect("the head");
-            match iters[i].1.peek() {
-                Some((k, w)) => {
-                    let (key, u) = self.heap_key(s, k, w);
-                    iters[i].2 = u;
-                    *top = (key, i);
+            loop {
+                let u = iters[i].2;
+                let (k, w) = iters[i].1.next().expect("peeked");
+                if let Some((_, w)) = iters[i].3.next() {
+                    prefetch(w);
                 }
-                None => {
-                    std::collections::binary_heap::PeekMut::pop(top);
+                self.own(k, w, s, u, &mut deferred);
+                let Some((k, w)) = iters[i].1.peek() else {
+                    break;
+                };
+                let (key, u) = self.heap_key(s, k, w);
+                iters[i].2 = u;
+                if heap.peek().is_some_and(|top| top.0 > key) {
+                    heap.push((key, i));
+                    break;
                 }
             }
         }

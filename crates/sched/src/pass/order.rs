@@ -127,15 +127,24 @@ impl<'a> Pass<'a> {
             .enumerate()
             .filter_map(|(i, l)| l.first().map(|d| Reverse((d.0, d.1, i))))
             .collect();
+        // As in the own-capacity pass, a share keeps its turn while its next job still
+        // comes first.
         while let Some(Reverse((_, _, i))) = heads.pop() {
-            let (_, id, w, s, prio, u) = deferred[i][next[i]];
-            next[i] += 1;
-            self.borrow(id, w, s, prio, u);
-            if let Some(d) = deferred[i].get(next[i] + LOOKAHEAD - 1) {
-                prefetch(d.2);
-            }
-            if let Some(d) = deferred[i].get(next[i]) {
-                heads.push(Reverse((d.0, d.1, i)));
+            loop {
+                let (_, id, w, s, prio, u) = deferred[i][next[i]];
+                next[i] += 1;
+                self.borrow(id, w, s, prio, u);
+                if let Some(d) = deferred[i].get(next[i] + LOOKAHEAD - 1) {
+                    prefetch(d.2);
+                }
+                let Some(d) = deferred[i].get(next[i]) else {
+                    break;
+                };
+                let key = (d.0, d.1, i);
+                if heads.peek().is_some_and(|Reverse(top)| *top < key) {
+                    heads.push(Reverse(key));
+                    break;
+                }
             }
         }
     }

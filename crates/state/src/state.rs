@@ -93,6 +93,55 @@ impl Waiting {
     }
 }
 
+/// One shared copy of each name a pending reason shows (shares, queues, environments,
+/// units, strategies). The scheduler builds its reasons from these copies, and the
+/// state stores those reasons, so a pass compares a stored reason with its new one by
+/// pointer rather than by text. Local to one copy of the state, like [`Numbering`]; it
+/// grows by the objects ever put in this copy, and a name deleted stays.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedNames(BTreeSet<SharedStr>);
+
+impl Default for SharedNames {
+    /// The strategies' names, which every share shows.
+    fn default() -> Self {
+        SharedNames(
+            ["RESERVE", "LEND", "LEND_AND_BORROW"]
+                .into_iter()
+                .map(SharedStr::from)
+                .collect(),
+        )
+    }
+}
+
+impl SharedNames {
+    pub(crate) fn add(&mut self, name: &str) {
+        if !self.0.contains(name) {
+            self.0.insert(name.into());
+        }
+    }
+
+    /// Every name an object shows in reasons.
+    pub(crate) fn add_share(&mut self, s: &QuotaShare) {
+        self.add(s.name.as_str());
+        for l in &s.capacity_limits {
+            self.add(l.unit.as_str());
+        }
+    }
+
+    pub(crate) fn add_environment(&mut self, e: &ServiceEnvironment) {
+        self.add(e.name.as_str());
+        for l in &e.capacity_limits {
+            self.add(l.unit.as_str());
+        }
+    }
+
+    pub(crate) fn add_node(&mut self, n: &Node) {
+        for g in &n.inventory.gpus {
+            self.add(g.unit.as_str());
+        }
+    }
+}
+
 /// Names numbered in the order this copy of the state first met them: units of
 /// waiting and active jobs, and nodes. The numbering is local: it is neither
 /// replicated nor compared, and a restored state numbers afresh. It only grows, by
@@ -217,6 +266,8 @@ pub(crate) struct Index {
     pub capacity: BTreeMap<Unit, u32>,
     /// Numbers for waiting and active jobs' units, and for nodes.
     pub units: UnitIds,
+    /// The names reasons show, one copy each.
+    pub names: SharedNames,
     pub nodes: Numbering<NodeName>,
     /// Per unit, the registered nodes with GPUs of it (DOWN or not), most GPUs first:
     /// a submit finds the largest node of its unit in its environment without reading
@@ -539,7 +590,17 @@ impl State {
 
     pub(crate) fn rebuild_index(&mut self) {
         let mut ix = Index::default();
+        for sh in self.shares.values() {
+            ix.names.add_share(sh);
+        }
+        for q in self.queues.values() {
+            ix.names.add(q.name.as_str());
+        }
+        for e in self.environments.values() {
+            ix.names.add_environment(e);
+        }
         for n in self.nodes.values() {
+            ix.names.add_node(n);
             for (u, g) in node_capacity(n) {
                 *ix.capacity.entry(u).or_default() += g;
             }
@@ -577,6 +638,17 @@ impl State {
     }
 
     /// Unit names by the number each [`Waiting`] entry's `unit_id` gives.
+    /// The shared copy of `name` that stored reasons use, or a new one for a name no
+    /// object shows (see [`SharedNames`]).
+    pub fn shared_name(&self, name: &str) -> SharedStr {
+        self.index
+            .names
+            .0
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| name.into())
+    }
+
     pub fn unit_names(&self) -> &[Unit] {
         &self.index.units.names
     }

@@ -251,7 +251,7 @@ impl<'a> Pass<'a> {
                 .map(|u| st.env_used(&e.name, &Unit::new(units[u])))
                 .collect();
             envs.push(EnvView {
-                name: e.name.as_str().into(),
+                name: st.shared_name(e.name.as_str()),
                 enabled: e.state == ObjState::Enabled,
                 cap,
                 used,
@@ -263,7 +263,7 @@ impl<'a> Pass<'a> {
         let mut pass = Pass {
             st,
             now,
-            unit_names: units.iter().map(|&u| SharedStr::from(u)).collect(),
+            unit_names: units.iter().map(|&u| st.shared_name(u)).collect(),
             units,
             unit_ix,
             unit_of_id,
@@ -308,8 +308,8 @@ impl<'a> Pass<'a> {
             }
             pass.shares.push(ShareView {
                 q: s,
-                name: s.name.as_str().into(),
-                strategy: strategy_str(s.resource_sharing.strategy).into(),
+                name: st.shared_name(s.name.as_str()),
+                strategy: st.shared_name(strategy_str(s.resource_sharing.strategy)),
                 queue: pass
                     .queue_ix
                     .get(s.queue.as_str())

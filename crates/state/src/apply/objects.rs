@@ -8,6 +8,7 @@ use tranche_model::*;
 impl State {
     pub(super) fn put_environment(&mut self, e: &ServiceEnvironment) -> Result<(), ApplyError> {
         e.validate()?;
+        self.index.names.add_environment(e);
         self.environments.insert(e.name.clone(), e.clone());
         Ok(())
     }
@@ -72,6 +73,7 @@ impl State {
                 )));
             }
         }
+        self.index.names.add(q.name.as_str());
         self.queues.insert(q.name.clone(), q.clone());
         Ok(())
     }
@@ -130,6 +132,7 @@ impl State {
                 }
             }
         }
+        self.index.names.add_share(s);
         self.shares.insert(s.name.clone(), s.clone());
         Ok(())
     }

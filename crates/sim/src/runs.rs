@@ -199,7 +199,7 @@ mod tests {
         );
         let sc = load_policy("p.toml", POLICY, Some("1 x 4 h100")).unwrap();
         let jobs = load_trace("t.csv", TRACE, None, None).unwrap();
-        assert_eq!(run("p", &sc, &jobs, || 0.0).unwrap().figures.jobs, 1);
+        assert_eq!(run("p", &sc, &jobs, false, || 0.0).unwrap().figures.jobs, 1);
         let wide = load_trace(
             "t.csv",
             "submit_s,share,gpus,duration_s\n0,a,6,10\n",
@@ -207,7 +207,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let Err(e) = run("p", &sc, &wide, || 0.0) else {
+        let Err(e) = run("p", &sc, &wide, false, || 0.0) else {
             panic!("a job wider than a node ran");
         };
         assert!(

@@ -17,6 +17,9 @@ pub enum Mix {
     Preemption,
     /// A mostly free cluster (2,000 running jobs): the pass places tens of thousands.
     Placement,
+    /// Every GPU busy and 1,000,000 jobs waiting; one job ends, and the pass that
+    /// follows is timed.
+    Backlog,
 }
 
 impl Mix {
@@ -24,6 +27,7 @@ impl Mix {
         match self {
             Mix::Preemption => "preemption",
             Mix::Placement => "placement",
+            Mix::Backlog => "backlog",
         }
     }
 }
@@ -46,11 +50,13 @@ pub struct SchedArgs {
     /// Quota shares in the queue.
     #[arg(long, default_value_t = 20)]
     shares: u32,
-    /// RUNNABLE jobs waiting when the pass runs.
-    #[arg(long, default_value_t = 100_000)]
-    pending: u32,
-    /// Jobs already running when the pass runs (default: 60,000 for the preemption
-    /// mix, 2,000 for the placement mix).
+    /// RUNNABLE jobs waiting when the pass runs (default: 100,000; 1,000,000 for the
+    /// backlog mix).
+    #[arg(long)]
+    pending: Option<u32>,
+    /// Jobs submitted to run before the others (default: 60,000 for the preemption
+    /// mix, 2,000 for the placement mix, a GPU's worth each of every GPU for the
+    /// backlog mix, which fills the cluster and leaves the rest waiting).
     #[arg(long)]
     running: Option<u32>,
     /// Timed passes; the median is reported.
@@ -67,6 +73,15 @@ pub struct SchedArgs {
     /// the pass without the minute-long set-up each time).
     #[arg(long, value_name = "FILE")]
     state: Option<std::path::PathBuf>,
+}
+
+impl SchedArgs {
+    fn pending(&self) -> u32 {
+        self.pending.unwrap_or(match self.mix {
+            Mix::Backlog => 1_000_000,
+            _ => 100_000,
+        })
+    }
 }
 
 /// xorshift64*: a tiny deterministic generator for the job mix.
@@ -272,7 +287,7 @@ fn build(a: &SchedArgs, running: u32) -> State {
             2,
         );
     }
-    for i in 0..a.pending {
+    for i in 0..a.pending() {
         submit(&mut st, running + i, false, 3 + i as Millis);
     }
     st
@@ -330,6 +345,7 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
     let running = a.running.unwrap_or(match a.mix {
         Mix::Preemption => 60_000,
         Mix::Placement => 2_000,
+        Mix::Backlog => a.nodes * a.gpus_per_node,
     });
     let mut st = match &a.state {
         Some(p) if p.exists() => match std::fs::read(p)
@@ -358,6 +374,9 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
         }
         None => build(a, running),
     };
+    if a.mix == Mix::Backlog {
+        return backlog(a, st, t0);
+    }
     let setup_s = t0.elapsed().as_secs_f64();
     let running = st.active_jobs().count();
     let runnable = st.runnable_count();
@@ -419,6 +438,66 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
             "settled pass: median {settled_pass_ms:.1} ms (a whole pass with nothing to do, after {settling} passes applied)"
         );
         println!("steady pass: median {unchanged_ms:.3} ms (nothing changed since an empty plan)");
+    }
+    ExitCode::SUCCESS
+}
+
+/// The backlog mix: the cluster settled (the passes applied until one has nothing to
+/// do), then one running job ends; times the pass that follows.
+fn backlog(a: &SchedArgs, mut st: State, t0: Instant) -> ExitCode {
+    let now = 10_000_000;
+    let first = tranche_sched::plan(&st, now);
+    let settling = settle(&mut st, first, now);
+    let Some((job, attempt)) = st
+        .active_jobs()
+        .find(|j| j.stop.is_none())
+        .map(|j| (j.id, j.attempts.len() as u32))
+    else {
+        eprintln!("tranche bench sched: no running job to end");
+        return ExitCode::FAILURE;
+    };
+    apply(
+        &mut st,
+        Command::JobProgress {
+            job,
+            attempt,
+            event: Progress::Exited {
+                code: Some(0),
+                reason: None,
+            },
+        },
+        now,
+    );
+    let setup_s = t0.elapsed().as_secs_f64();
+    let (times, plan) = time_passes(&st, now, a.runs, tranche_sched::plan);
+    let spread = Spread::of(&times);
+    let (runnable, running) = (st.runnable_count(), st.active_count());
+    if a.json {
+        print_json(serde_json::json!({
+            "mix": a.mix.name(),
+            "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "units": a.units, "shares": a.shares,
+            "runnable": runnable, "running": running, "runs": a.runs,
+            "settling_passes": settling,
+            "after_one_end_pass_ms": spread.p50,
+            "placements": plan.placements(), "preemptions": plan.preemptions(),
+            "reasons": plan.reasons.len(),
+            "setup_s": setup_s,
+        }));
+    } else {
+        println!(
+            "backlog mix: {} nodes x {} GPUs in {} units, {} shares; {runnable} RUNNABLE, {running} running (setup {setup_s:.1} s, {settling} passes to settle)",
+            a.nodes, a.gpus_per_node, a.units, a.shares
+        );
+        println!(
+            "one job ended: the next pass median {:.1} ms over {} runs (min {:.1}, max {:.1}); {} placements, {} preemptions, {} reasons",
+            spread.p50,
+            a.runs,
+            spread.min,
+            spread.max,
+            plan.placements(),
+            plan.preemptions(),
+            plan.reasons.len()
+        );
     }
     ExitCode::SUCCESS
 }

@@ -166,8 +166,9 @@ fn rule3_reclaim_takes_the_lowest_priority_then_newest_over_max_job_and_holds_it
     assert_eq!(h.plan(), ["place b1 n2[0]"]);
 }
 
-#[test]
-fn rule3_young_jobs_are_protected_by_min_runtime() {
+/// One GPU, lent by `a` (max 0, `min_runtime_s` 60) to its job a1 started at t=0; b1
+/// of `b` (max 1) waits to reclaim it.
+fn young_borrower() -> H {
     let mut h = cluster(1, 1);
     let mut a = share("a", LendAndBorrow, 0);
     a.min_runtime_s = 60;
@@ -175,6 +176,12 @@ fn rule3_young_jobs_are_protected_by_min_runtime() {
     h.share(share("b", Lend, 1));
     h.running("a1", "a", 0, &[("n1", &[0])]);
     h.waiting("b1", "b", 1, 1, 0);
+    h
+}
+
+#[test]
+fn rule3_young_jobs_are_protected_by_min_runtime() {
+    let mut h = young_borrower();
     assert!(h.plan().is_empty());
     assert!(
         h.reasons()["b1"].contains("min_runtime"),
@@ -187,13 +194,7 @@ fn rule3_young_jobs_are_protected_by_min_runtime() {
 
 #[test]
 fn a_pass_nothing_changed_is_skipped_until_a_change_or_its_wakeup() {
-    let mut h = cluster(1, 1);
-    let mut a = share("a", LendAndBorrow, 0);
-    a.min_runtime_s = 60;
-    h.share(a);
-    h.share(share("b", Lend, 1));
-    h.running("a1", "a", 0, &[("n1", &[0])]);
-    h.waiting("b1", "b", 1, 1, 0);
+    let mut h = young_borrower();
     let mut sched = tranche_sched::Scheduler::new();
     // Settle: the first pass gives b1 its reason; once applied, a pass has nothing to do.
     let settle = |sched: &mut tranche_sched::Scheduler, h: &mut H| {

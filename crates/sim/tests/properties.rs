@@ -688,26 +688,46 @@ fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
     Ok(())
 }
 
+/// A cluster of `node_count` nodes of 8 h100 (their names returned too), with these
+/// shares and an environment cap of `cap`.
+fn cluster(
+    shares: &[ShareSpec],
+    node_count: u32,
+    cap: Option<u32>,
+) -> Result<(Sim, Vec<String>), TestCaseError> {
+    let sc = Scenario {
+        environment: cap.map(|max| EnvSpec {
+            name: None,
+            capacity_limits: Some(vec![LimitSpec {
+                unit: "h100".into(),
+                max,
+            }]),
+            selector: None,
+        }),
+        environments: vec![],
+        queues: vec![],
+        nodes: vec![NodeSpec {
+            name: "n".into(),
+            count: Some(node_count),
+            unit: "h100".into(),
+            gpus: 8,
+            labels: None,
+        }],
+        shares: shares.to_vec(),
+        events: vec![],
+        expect: vec![],
+    };
+    let names = expand_names(&sc.nodes[0]);
+    let sim = Sim::new(&sc).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    Ok((sim, names))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
     fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))]) {
-        let sc = Scenario {
-            environment: cap.map(|max| EnvSpec {
-                name: None,
-                capacity_limits: Some(vec![LimitSpec { unit: "h100".into(), max }]),
-                selector: None,
-            }),
-            environments: vec![],
-            queues: vec![],
-            nodes: vec![NodeSpec { name: "n".into(), count: Some(node_count), unit: "h100".into(), gpus: 8, labels: None }],
-            shares: shares.clone(),
-            events: vec![],
-            expect: vec![],
-        };
-        let node_names: Vec<String> = expand_names(&sc.nodes[0]);
-        let mut sim = Sim::new(&sc).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let (mut sim, node_names) = cluster(&shares, node_count, cap)?;
         let mut submitted = vec![];
         sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut lost_at = None;
@@ -773,21 +793,7 @@ proptest! {
     /// every random scenario.
     #[test]
     fn incremental_and_whole_passes_plan_alike(shares in shares(), evs in class_events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))]) {
-        let sc = Scenario {
-            environment: cap.map(|max| EnvSpec {
-                name: None,
-                capacity_limits: Some(vec![LimitSpec { unit: "h100".into(), max }]),
-                selector: None,
-            }),
-            environments: vec![],
-            queues: vec![],
-            nodes: vec![NodeSpec { name: "n".into(), count: Some(node_count), unit: "h100".into(), gpus: 8, labels: None }],
-            shares: shares.clone(),
-            events: vec![],
-            expect: vec![],
-        };
-        let node_names: Vec<String> = expand_names(&sc.nodes[0]);
-        let mut sim = Sim::new(&sc).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let (mut sim, node_names) = cluster(&shares, node_count, cap)?;
         sim.check_passes = true;
         let mut submitted = vec![];
         sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
 """Replays a slice of the Microsoft ITP trace through `tranche scenario run` and checks
-the quota guarantee for gangs.
+the quota guarantee for every job.
 
-    scripts/itp-replay.py [--trace CSV] [--days 2] [--nodes 64] [--tranche BIN]
-                          [--scenario OUT.toml] [--keep]
+    scripts/itp-replay.py --trace CSV [--days 2] [--nodes 64] [--tranche BIN]
+                          [--scenario OUT.toml] [--json]
 
-The slice becomes a scenario file: one LEND_AND_BORROW share per tenant whose max is
-proportional to the tenant's GPU-hours in the slice (largest remainders, so the maxes
-add up to the cluster's GPUs), `--nodes` nodes of 8 h100, each job at its submit time
-with its duration, jobs above 8 GPUs as gangs of whole 8-GPU nodes, a grace of 30 s,
-and every job exiting at once on its checkpoint signal.
+The slice (jobs submitted in the first `--days` days of the trace's clock, with a
+positive duration and GPU count) becomes a scenario file: one LEND_AND_BORROW share
+per tenant whose max is its share of the slice's GPU-seconds times the cluster's GPUs,
+rounded (at least 1; the largest trimmed while they add up to more than the cluster),
+`--nodes` nodes of 8 GPUs, each job at its submit time with its duration, jobs above 8
+GPUs as gangs of whole 8-GPU nodes, a grace of 30 s, and every job exiting at once on
+its checkpoint signal.
 
 It then runs the scenario (`--json`), rebuilds each share's usage from the
-transitions, and lists every gang that had room in its share when it arrived (usage,
-plus the share's older jobs still waiting, plus its own need, within max) with how
-long it waited for its first start. The guarantee is a start within the grace (30 s)
-plus one scheduling interval (1 s). Exit status 0 when every such gang started in
-time, 1 when one did not, 2 when the run could not be made.
+transitions, and lists every job that had room in its share when it arrived: the
+share's running GPUs (counting the jobs started at that instant), plus its jobs still
+waiting, plus its own need, within max. The guarantee is a first start within the
+grace (30 s) plus one scheduling interval (1 s). Exit status 0 when every such job
+started in time, 1 when one did not, 2 when the run could not be made.
 
 The trace is MIT-licensed (see its LICENSE beside it).
 """
@@ -36,41 +38,27 @@ GPUS_PER_NODE = 8
 
 
 def load(trace, days):
-    rows = list(csv.DictReader(open(trace, newline="")))
-    t0 = min(int(r["submit_s"]) for r in rows)
-    end = t0 + days * 86400
-    jobs = []
-    for r in rows:
-        t = int(r["submit_s"])
-        if t >= end:
-            continue
-        gpus = int(r["num_gpu"])
-        if gpus <= 0:
-            continue
-        jobs.append(
-            {
-                "at": t - t0,
-                "share": r["tenant"],
-                "gpus": gpus,
-                "duration": max(1, int(r["duration_s"])),
-            }
-        )
-    jobs.sort(key=lambda j: j["at"])
-    for i, j in enumerate(jobs):
-        j["name"] = f"j{i + 1}"
-    return jobs
+    rows = []
+    for r in csv.DictReader(open(trace, newline="")):
+        t, d, g = int(r["submit_s"]), int(r["duration_s"]), int(r["num_gpu"])
+        if 0 <= t < days * 86400 and d > 0 and g > 0:
+            rows.append((t, r["tenant"], d, g))
+    rows.sort()
+    t0 = rows[0][0]
+    return [
+        {"name": f"j{i}", "at": t - t0, "share": tenant, "gpus": g, "duration": d}
+        for i, (t, tenant, d, g) in enumerate(rows)
+    ]
 
 
 def maxes(jobs, total):
-    hours = collections.Counter()
+    seconds = collections.Counter()
     for j in jobs:
-        hours[j["share"]] += j["gpus"] * j["duration"]
-    whole = sum(hours.values())
-    exact = {s: h * total / whole for s, h in hours.items()}
-    out = {s: int(v) for s, v in exact.items()}
-    rest = sorted(exact, key=lambda s: exact[s] - out[s], reverse=True)
-    for s in rest[: total - sum(out.values())]:
-        out[s] += 1
+        seconds[j["share"]] += j["gpus"] * j["duration"]
+    whole = sum(seconds.values())
+    out = {s: max(1, round(total * v / whole)) for s, v in sorted(seconds.items())}
+    while sum(out.values()) > total:
+        out[max(out, key=out.get)] -= 1
     return out
 
 
@@ -124,46 +112,54 @@ def scenario(jobs, nodes, share_max):
 ACTIVE = {"SCHEDULED", "STARTING", "RUNNING"}
 
 
+def need(j):
+    """GPUs the job's submit asks for: a gang's whole nodes."""
+    return j["per_node"] * j["nodes"]
+
+
 def check(jobs, share_max, records):
+    """Every job with room in its share on arrival, with its wait for its first start."""
     by_name = {j["name"]: j for j in jobs}
-    used = collections.Counter()
-    waiting = collections.defaultdict(list)  # share -> names RUNNABLE, in submit order
-    first_start = {}
-    room_at_arrival = {}
+    starts = collections.defaultdict(list)  # t -> (job, +1 start / -1 stop, requeued)
     for r in records:
-        j = by_name.get(r["job"])
-        if j is None:
+        if r["job"] not in by_name:
             continue
-        share, need = j["share"], j["per_node"] * j["nodes"]
-        old, new = r["from"], r["to"]
-        if old == "SUBMITTED" and new == "RUNNABLE":
-            if j["nodes"] > 1:
-                ahead = sum(
-                    by_name[n]["per_node"] * by_name[n]["nodes"] for n in waiting[share]
-                )
-                room_at_arrival[j["name"]] = (
-                    used[share] + ahead + need <= share_max[share],
-                    used[share],
-                    ahead,
-                )
-            waiting[share].append(j["name"])
-        if old == "RUNNABLE" and new != "RUNNABLE":
-            if j["name"] in waiting[share]:
-                waiting[share].remove(j["name"])
-        if new == "RUNNABLE" and old in ACTIVE:
-            waiting[share].append(j["name"])
-            waiting[share].sort(key=lambda n: (by_name[n]["at"], n))
-        if new in ACTIVE and old not in ACTIVE:
-            used[share] += need
-            first_start.setdefault(j["name"], r["t"])
-        if old in ACTIVE and new not in ACTIVE:
-            used[share] -= need
+        if r["to"] == "RUNNING" and r["from"] != "RUNNING":
+            starts[r["t"]].append((r["job"], 1, False))
+        elif r["from"] == "RUNNING" and r["to"] != "RUNNING":
+            starts[r["t"]].append((r["job"], -1, r["to"] == "RUNNABLE"))
+    times = sorted(starts)
+    used, waiting = collections.Counter(), collections.Counter()
+    first_start, running = {}, set()
+    room = {}
+    ti = 0
+    for j in sorted(jobs, key=lambda j: (j["at"], int(j["name"][1:]))):
+        # Transitions up to and at the arrival's instant come first.
+        while ti < len(times) and times[ti] <= j["at"]:
+            t = times[ti]
+            ti += 1
+            for name, d, requeued in starts[t]:
+                k = by_name[name]
+                if d == 1:
+                    first_start.setdefault(name, t)
+                    running.add(name)
+                    used[k["share"]] += need(k)
+                    waiting[k["share"]] -= need(k)
+                elif name in running:
+                    running.discard(name)
+                    used[k["share"]] -= need(k)
+                    if requeued:
+                        waiting[k["share"]] += need(k)
+        share = j["share"]
+        if used[share] + waiting[share] + need(j) <= share_max[share]:
+            room[j["name"]] = (used[share], waiting[share])
+        waiting[share] += need(j)
+    for t in times[ti:]:
+        for name, d, _ in starts[t]:
+            if d == 1:
+                first_start.setdefault(name, t)
     report = []
-    for name, (room, u, ahead) in sorted(
-        room_at_arrival.items(), key=lambda kv: by_name[kv[0]]["at"]
-    ):
-        if not room:
-            continue
+    for name, (u, ahead) in room.items():
         j = by_name[name]
         start = first_start.get(name)
         wait = None if start is None else start - j["at"]
@@ -186,10 +182,7 @@ def check(jobs, share_max, records):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--trace",
-        default=os.path.join(here, "..", "..", "shared", "traces", "msft-itp", "msft_itp_merged.csv"),
-    )
+    ap.add_argument("--trace", required=True, help="msft_itp_merged.csv (see docs/simulation.md)")
     ap.add_argument("--days", type=float, default=2)
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--tranche", default=os.path.join(here, "..", "target", "release", "tranche"))
@@ -217,19 +210,18 @@ def main():
         v = json.loads(line)
         if "job" in v and "to" in v:
             records.append(v)
-    gangs = check(jobs, share_max, records)
-    late = [g for g in gangs if not g["in_time"]]
+    with_room = check(jobs, share_max, records)
+    late = [g for g in with_room if not g["in_time"]]
     if a.json:
-        print(json.dumps({"jobs": len(jobs), "shares": share_max, "gangs_with_room": gangs}, indent=1))
+        print(json.dumps({"jobs": len(jobs), "shares": share_max, "with_room": with_room}, indent=1))
     else:
         print(f"{len(jobs)} jobs, {len(share_max)} shares: " + ", ".join(f"{s} max {m}" for s, m in sorted(share_max.items())))
-        print(f"{len(gangs)} gangs had room in their share on arrival; {len(late)} waited longer than {GRACE_S + INTERVAL_S} s")
-        for g in gangs:
+        print(f"{len(with_room)} jobs had room in their share on arrival; {len(late)} waited longer than {GRACE_S + INTERVAL_S} s")
+        for g in late:
             wait = "never started" if g["wait_s"] is None else f"waited {g['wait_s']} s"
-            mark = "" if g["in_time"] else "  LATE"
             print(
                 f"  {g['job']:>6} {g['share']} {g['gpus']:>3} GPUs at t={g['arrived_s']} s "
-                f"(share {g['share_used']}+{g['ahead']} ahead of {g['max']}): {wait}{mark}"
+                f"(share {g['share_used']}+{g['ahead']} ahead of {g['max']}): {wait}  LATE"
             )
     return 1 if late else 0
 

@@ -194,6 +194,8 @@ pub struct Running {
     pub started_at: Millis,
     /// Whether the job is being stopped.
     pub stopping: bool,
+    /// Whether its attempt was placed above its share's max (borrowed).
+    pub borrowed: bool,
     /// The job's own grace period, if it set one (else its share's default).
     pub grace_s: Option<u64>,
     /// The first node of its allocation (its number, see [`State::node_numbers`]) and
@@ -217,6 +219,7 @@ impl Running {
             gpus: job.spec.request.total_gpus(),
             started_at: attempt.map_or(0, |a| a.started_at.unwrap_or(a.scheduled_at)),
             stopping: job.stop.is_some(),
+            borrowed: attempt.is_some_and(|a| a.borrowed),
             grace_s: job.spec.checkpoint.grace_s,
             first,
             more,
@@ -232,6 +235,7 @@ impl Running {
             self.gpus,
             self.started_at,
             self.stopping,
+            self.borrowed,
             self.grace_s,
             self.first
                 .iter()

@@ -2,6 +2,8 @@
 //! environment's usable nodes, gangs whole or not at all, and the environment's cap
 //! (rules 2, 5, 7 and 8).
 
+use std::collections::BTreeSet;
+
 use super::*;
 
 impl Pool {
@@ -22,21 +24,46 @@ impl Pool {
         (out.len() == k as usize).then_some(out)
     }
 
+    /// Best fit, apart: first the nodes without the other kind of work (for borrowed
+    /// work, nodes without work within max; for work within max, nodes without
+    /// borrowed work), then any.
+    pub(super) fn find_apart(&self, g: u32, k: u32, borrowed: bool) -> Option<Vec<Nx>> {
+        if self.fitting_nodes(g) < k {
+            return None;
+        }
+        let apart = if borrowed {
+            &self.no_own
+        } else {
+            &self.no_lent
+        };
+        let mut out = up_to(apart, g, k, &[]);
+        if out.len() < k as usize {
+            let more = up_to(&self.buckets, g, k - out.len() as u32, &out);
+            out.extend(more);
+        }
+        (out.len() == k as usize).then_some(out)
+    }
+
     /// Up to `k` nodes with at least `g` available, in best-fit order.
     pub(super) fn find_up_to(&self, g: u32, k: u32, exclude: &[Nx]) -> Vec<Nx> {
-        let mut out = Vec::with_capacity(k as usize);
-        for b in self.buckets.iter().skip(g as usize) {
-            for &n in b {
-                if out.len() == k as usize {
-                    return out;
-                }
-                if !exclude.contains(&n) {
-                    out.push(n);
-                }
+        up_to(&self.buckets, g, k, exclude)
+    }
+}
+
+/// Up to `k` nodes of `buckets` with at least `g` available, in best-fit order.
+fn up_to(buckets: &[BTreeSet<Nx>], g: u32, k: u32, exclude: &[Nx]) -> Vec<Nx> {
+    let mut out = Vec::with_capacity(k as usize);
+    for b in buckets.iter().skip(g as usize) {
+        for &n in b {
+            if out.len() == k as usize {
+                return out;
+            }
+            if !exclude.contains(&n) {
+                out.push(n);
             }
         }
-        out
     }
+    out
 }
 
 impl<'a> Pass<'a> {
@@ -121,7 +148,7 @@ impl<'a> Pass<'a> {
         }
         let targets: Vec<(Nx, u32)> = match held {
             Some(t) => t.to_vec(),
-            None => match pool.find(w.gpus_per_node, w.nodes, &[]) {
+            None => match pool.find_apart(w.gpus_per_node, w.nodes, borrowed) {
                 Some(ns) => ns.into_iter().map(|n| (n, w.gpus_per_node)).collect(),
                 None => {
                     return Err(PendingReasonOf::NoCapacity {
@@ -172,6 +199,11 @@ impl<'a> Pass<'a> {
                 gpus = nu.free.drain(..c as usize).collect();
                 if is_holder {
                     nu.held -= c.min(nu.held);
+                }
+                if borrowed {
+                    nu.lent += c;
+                } else {
+                    nu.own += c;
                 }
             });
             allocation.push(NodeAlloc {

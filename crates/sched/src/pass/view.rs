@@ -15,12 +15,21 @@ pub(super) struct NodeUnit {
     pub(super) held: u32,
     /// Pools (environment × unit) this node is in.
     pub(super) pools: Vec<usize>,
+    /// GPUs of its jobs placed within their share's max, and of its borrowed jobs.
+    pub(super) own: u32,
+    pub(super) lent: u32,
 }
 
 impl NodeUnit {
     /// Free GPUs others may take: free minus held.
     pub(super) fn avail(&self) -> u32 {
         (self.free.len() as u32).saturating_sub(self.held)
+    }
+
+    /// Where the node sits in its pools: its available GPUs, whether it has no
+    /// borrowed work, whether it has no work within max.
+    fn place_key(&self) -> (u32, bool, bool) {
+        (self.avail(), self.lent == 0, self.own == 0)
     }
 }
 
@@ -52,9 +61,40 @@ impl NodeView<'_> {
 
 /// The usable nodes of one environment that have GPUs of one unit, bucketed by how many
 /// GPUs each has available, so best-fit is the first node of the first bucket that fits.
+///
+/// Placement keeps borrowed work apart from work within max where it can (DESIGN §3,
+/// "placement helps it"), so that reclaim frees whole nodes: `no_lent` holds the same
+/// buckets for the nodes without borrowed work, `no_own` for those without work within
+/// max (a free node is in both).
 pub(super) struct Pool {
     pub(super) buckets: Vec<BTreeSet<Nx>>,
+    pub(super) no_lent: Vec<BTreeSet<Nx>>,
+    pub(super) no_own: Vec<BTreeSet<Nx>>,
     pub(super) total_avail: u32,
+}
+
+impl Pool {
+    fn insert(&mut self, n: Nx, (a, no_lent, no_own): (u32, bool, bool)) {
+        self.buckets[a as usize].insert(n);
+        if no_lent {
+            self.no_lent[a as usize].insert(n);
+        }
+        if no_own {
+            self.no_own[a as usize].insert(n);
+        }
+        self.total_avail += a;
+    }
+
+    fn remove(&mut self, n: Nx, (a, no_lent, no_own): (u32, bool, bool)) {
+        self.buckets[a as usize].remove(&n);
+        if no_lent {
+            self.no_lent[a as usize].remove(&n);
+        }
+        if no_own {
+            self.no_own[a as usize].remove(&n);
+        }
+        self.total_avail -= a;
+    }
 }
 
 pub(super) struct EnvView {
@@ -202,6 +242,8 @@ impl<'a> Pass<'a> {
                             free: Vec::with_capacity(n.inventory.gpus.len()),
                             held: 0,
                             pools: vec![],
+                            own: 0,
+                            lent: 0,
                         });
                         nus.len() - 1
                     }
@@ -342,8 +384,11 @@ impl<'a> Pass<'a> {
                     let pi = match self.envs[ei].pool[u] {
                         Some(p) => p,
                         None => {
+                            let empty = vec![BTreeSet::new(); MAX_GPUS_PER_NODE_INVENTORY + 1];
                             self.pools.push(Pool {
-                                buckets: vec![BTreeSet::new(); MAX_GPUS_PER_NODE_INVENTORY + 1],
+                                buckets: empty.clone(),
+                                no_lent: empty.clone(),
+                                no_own: empty,
                                 total_avail: 0,
                             });
                             self.envs[ei].pool[u] = Some(self.pools.len() - 1);
@@ -358,20 +403,22 @@ impl<'a> Pass<'a> {
         // free GPUs and gives back holds), so each pool needs buckets up to its
         // largest node's free count: the searches that sum and walk the buckets read
         // those alone.
+        self.count_own_and_lent();
         let mut top = vec![0usize; self.pools.len()];
         for ni in 0..self.nodes.len() {
             for k in 0..self.nodes[ni].units.len() {
                 let nu = &self.nodes[ni].units[k];
-                let a = nu.avail();
+                let key = nu.place_key();
                 for &pi in &nu.pools {
-                    self.pools[pi].buckets[a as usize].insert(ni as Nx);
-                    self.pools[pi].total_avail += a;
+                    self.pools[pi].insert(ni as Nx, key);
                     top[pi] = top[pi].max(nu.free.len());
                 }
             }
         }
         for (p, top) in self.pools.iter_mut().zip(top) {
             p.buckets.truncate(top + 1);
+            p.no_lent.truncate(top + 1);
+            p.no_own.truncate(top + 1);
         }
         // The flat table, where every pool index fits the bitmask.
         if self.pools.len() <= 64 {
@@ -382,6 +429,31 @@ impl<'a> Pass<'a> {
                     let f = &mut self.nu_flat[ni * units + nu.unit];
                     f.avail = nu.avail();
                     f.pools = nu.pools.iter().fold(0, |m, &pi| m | 1 << pi);
+                }
+            }
+        }
+    }
+
+    /// Counts each node's GPUs of running jobs placed within max and borrowed.
+    fn count_own_and_lent(&mut self) {
+        let st = self.st;
+        for sh in st.shares.values() {
+            for (_, r) in st.running_in(&sh.name) {
+                let Some(u) = self.unit_of_id.get(r.unit_id as usize).copied().flatten() else {
+                    continue;
+                };
+                for &(i, g) in r.first.iter().chain(&r.more) {
+                    let Some(&n) = self.nx_of_number.get(i as usize).filter(|&&n| n != Nx::MAX)
+                    else {
+                        continue;
+                    };
+                    if let Some(nu) = self.nodes[n as usize].nu_mut(u) {
+                        if r.borrowed {
+                            nu.lent += g;
+                        } else {
+                            nu.own += g;
+                        }
+                    }
                 }
             }
         }
@@ -420,19 +492,18 @@ impl<'a> Pass<'a> {
         let Some(nu) = self.nodes[n as usize].nu_mut(u) else {
             return;
         };
-        let before = nu.avail();
+        let before = nu.place_key();
         f(nu);
-        let after = nu.avail();
+        let after = nu.place_key();
         if before != after {
             let units = self.units.len();
             if let Some(flat) = self.nu_flat.get_mut(n as usize * units + u) {
-                flat.avail = after;
+                flat.avail = after.0;
             }
             for &pi in &nu.pools {
                 let p = &mut self.pools[pi];
-                p.buckets[before as usize].remove(&n);
-                p.buckets[after as usize].insert(n);
-                p.total_avail = p.total_avail + after - before;
+                p.remove(n, before);
+                p.insert(n, after);
             }
         }
     }

@@ -26,6 +26,7 @@ The trace is MIT-licensed (see its LICENSE beside it).
 import argparse
 import collections
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -179,6 +180,64 @@ def check(jobs, share_max, records):
     return report
 
 
+def reclaim_could_start(job, jobs, share_max, records):
+    """Whether, at some instant the job waited, rule 3 could have freed its nodes: the
+    instant, or None. At each instant (each transition from its arrival to its first
+    start) with room in its share, nodes are freed by taking victims only from shares
+    over their max, each only while its share is still over max when taken (largest
+    first), across the nodes tried together (every set of the job's node count among
+    the nodes that free and over-max GPUs could fill)."""
+    by_name = {j["name"]: j for j in jobs}
+    on = {}  # running job -> its nodes
+    start = next((r["t"] for r in records if r["job"] == job["name"] and r["to"] == "SCHEDULED"), None)
+    times = sorted({r["t"] for r in records if job["at"] <= r["t"] and (start is None or r["t"] < start)})
+    ri = 0
+    for t in times:
+        while ri < len(records) and records[ri]["t"] <= t:
+            r = records[ri]
+            ri += 1
+            if r["job"] not in by_name:
+                continue
+            if r["to"] == "SCHEDULED":
+                on[r["job"]] = r["nodes"]
+            elif r["from"] in ACTIVE and r["to"] not in ACTIVE:
+                on.pop(r["job"], None)
+        used = collections.Counter()
+        per_node = collections.defaultdict(list)
+        for name, nodes in on.items():
+            k = by_name[name]
+            used[k["share"]] += need(k)
+            for n in nodes:
+                per_node[n].append((k["share"], k["per_node"]))
+        if used[job["share"]] + need(job) > share_max[job["share"]]:
+            continue
+        excess = {s: used[s] - m for s, m in share_max.items()}
+        cands = [
+            n
+            for n, js in per_node.items()
+            if GPUS_PER_NODE - sum(g for _, g in js) + sum(g for s, g in js if excess[s] > 0)
+            >= job["per_node"]
+        ]
+        for combo in itertools.combinations(sorted(cands), job["nodes"]):
+            left = dict(excess)
+            ok = True
+            for n in combo:
+                js = per_node[n]
+                freed = GPUS_PER_NODE - sum(g for _, g in js)
+                for s, g in sorted(js, key=lambda x: -x[1]):
+                    if freed >= job["per_node"]:
+                        break
+                    if left[s] > 0:
+                        left[s] -= g
+                        freed += g
+                if freed < job["per_node"]:
+                    ok = False
+                    break
+            if ok:
+                return t
+    return None
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -211,6 +270,7 @@ def main():
         if "job" in v and "to" in v:
             records.append(v)
     with_room = check(jobs, share_max, records)
+    by_name = {j["name"]: j for j in jobs}
     late = [g for g in with_room if not g["in_time"]]
     if a.json:
         print(json.dumps({"jobs": len(jobs), "shares": share_max, "with_room": with_room}, indent=1))
@@ -223,6 +283,11 @@ def main():
                 f"  {g['job']:>6} {g['share']} {g['gpus']:>3} GPUs at t={g['arrived_s']} s "
                 f"(share {g['share_used']}+{g['ahead']} ahead of {g['max']}): {wait}  LATE"
             )
+            at = reclaim_could_start(by_name[g["job"]], jobs, share_max, records)
+            if at is None:
+                print("         no reclaim that rule 3 allows could free its nodes while it waited")
+            else:
+                print(f"         reclaim could have freed its nodes at t={at} s")
     return 1 if late else 0
 
 

@@ -223,7 +223,7 @@ async fn authenticate(
         match (pre, refusal.into_inner()) {
             (Err(sigv4::SigError::UnknownKey), Some(None)) => {}
             (Err(sigv4::SigError::UnknownKey), Some(Some(e))) => return Err(e),
-            (Err(e), _) => return Err(AwsError::auth(e.code(), e.message())),
+            (Err(e), _) => return Err(AwsError::signature(&e)),
             (Ok(_), _) => unreachable!("no secret was given"),
         }
     }
@@ -255,7 +255,7 @@ async fn authenticate(
                 .is_none()
                 .then(|| tranche_tls::keys::derive_secret(&ep.master, id))
         })
-        .map_err(|e| AwsError::auth(e.code(), e.message()))?;
+        .map_err(|e| AwsError::signature(&e))?;
         v.access_key_id
     };
     let who = {

@@ -48,6 +48,16 @@ impl AwsError {
         }
     }
 
+    /// A refused signature, with the status AWS answers it with (400 for a malformed
+    /// `Authorization` header, 403 for the rest).
+    pub fn signature(e: &crate::sigv4::SigError) -> AwsError {
+        AwsError {
+            status: StatusCode::from_u16(e.status()).unwrap_or(StatusCode::FORBIDDEN),
+            code: e.code(),
+            message: e.message(),
+        }
+    }
+
     /// A member that breaks its rule, in AWS's validation wording.
     pub fn invalid(member: &str, rule: impl std::fmt::Display) -> AwsError {
         AwsError::client(format!("Invalid value at '{member}': {rule}"))

@@ -121,11 +121,10 @@ async fn bad_signatures_and_keys_get_awss_codes() {
     req.headers_mut()
         .insert("authorization", "AWS4-HMAC-SHA256 garbage".parse().unwrap());
     let r = aws.send(req).await;
-    // Answered 403 as every refused signature is (`AwsError::auth`), though AWS
-    // answers this one 400 (`SigError::status`); clients match on the type.
+    // Answered 400, as AWS answers it (other refused signatures are 403).
     assert_eq!(
         (aws_error(&r).0, aws_error(&r).1.as_str()),
-        (403, "IncompleteSignatureException")
+        (400, "IncompleteSignatureException")
     );
 
     // A key that does not exist.

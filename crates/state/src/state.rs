@@ -135,8 +135,8 @@ impl SharedNames {
         }
     }
 
-    pub(crate) fn add_node(&mut self, n: &Node) {
-        for g in &n.inventory.gpus {
+    pub(crate) fn add_node(&mut self, inv: &NodeInventory) {
+        for g in &inv.gpus {
             self.add(g.unit.as_str());
         }
     }
@@ -604,7 +604,7 @@ impl State {
             ix.names.add_environment(e);
         }
         for n in self.nodes.values() {
-            ix.names.add_node(n);
+            ix.names.add_node(&n.inventory);
             for (u, g) in node_capacity(n) {
                 *ix.capacity.entry(u).or_default() += g;
             }

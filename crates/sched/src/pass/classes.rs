@@ -11,8 +11,9 @@
 //! back (a holder that tried to start elsewhere) restores the views with it. So when a
 //! job's class was judged with no action since, and that judgement made no action,
 //! the job gets the same judgement without being looked at: the same reason, or the
-//! same turn in the borrow pass. In a long queue most jobs are judged that way: once
-//! the first of a class cannot start, the rest of it costs a lookup each.
+//! same turn in the borrow pass. Each share keeps its latest judgement only: in a long
+//! queue a share's alike jobs mostly come one after another, and once the first of such
+//! a run cannot start, the rest of it costs a comparison each.
 //!
 //! `docs/design.md` ("What a pass may skip") gives the argument in full; the property
 //! test `incremental_and_whole_passes_plan_alike` runs every random scenario both ways.
@@ -45,7 +46,6 @@ pub(super) enum Judged<'a> {
 type Last<J> = Option<(ClassKey, usize, J)>;
 
 /// The latest judgement per share, in each of the two passes.
-#[derive(Default)]
 pub(super) struct Classes<'a> {
     /// Off for a pass that looks at every job on its own ([`crate::plan_each`]).
     on: bool,

@@ -67,9 +67,7 @@ impl State {
             .get(&inv.name)
             .map(|n| n.registered_at)
             .unwrap_or(now);
-        for g in &inv.gpus {
-            self.index.names.add(g.unit.as_str());
-        }
+        self.index.names.add_node(&inv);
         self.nodes.insert(
             inv.name.clone(),
             Node {

@@ -22,6 +22,7 @@ pub mod retention;
 mod session;
 mod state;
 mod touch;
+mod waiting;
 
 pub use apply::{is_gang_stop, TAGGED_KINDS};
 pub use command::*;
@@ -30,3 +31,4 @@ pub use retention::Retention;
 pub use session::*;
 pub use state::*;
 pub use touch::*;
+pub use waiting::*;

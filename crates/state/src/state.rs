@@ -5,6 +5,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use tranche_model::*;
 
+use crate::waiting::Waiters;
+
 /// A user's submits to a share in one minute of entry time (minutes counted from the
 /// epoch, so every controller cuts them alike).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -251,7 +253,7 @@ impl Running {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Index {
     /// RUNNABLE jobs per share in scheduling order.
-    pub runnable: BTreeMap<ShareName, BTreeMap<RunKey, Waiting>>,
+    pub runnable: BTreeMap<ShareName, Waiters>,
     /// Jobs holding GPUs (SCHEDULED, STARTING, RUNNING), overall and per share.
     pub active: BTreeSet<JobId>,
     pub active_by_share: BTreeMap<ShareName, BTreeMap<JobId, Running>>,
@@ -637,8 +639,17 @@ impl State {
     }
 
     /// RUNNABLE jobs of a share in scheduling order.
-    pub fn runnable_in(&self, share: &ShareName) -> impl Iterator<Item = (&RunKey, &Waiting)> + '_ {
-        self.index.runnable.get(share).into_iter().flatten()
+    pub fn runnable_in(&self, share: &ShareName) -> impl Iterator<Item = (RunKey, &Waiting)> + '_ {
+        self.index
+            .runnable
+            .get(share)
+            .into_iter()
+            .flat_map(|w| w.iter())
+    }
+
+    /// RUNNABLE jobs of a share by class, highest priority first.
+    pub fn waiting_in(&self, share: &ShareName) -> Option<&Waiters> {
+        self.index.runnable.get(share)
     }
 
     /// Unit names by the number each [`Waiting`] entry's `unit_id` gives.
@@ -772,8 +783,18 @@ impl State {
         let mut fresh = self.clone();
         fresh.rebuild_index();
         let (a, b) = (&self.index, &fresh.index);
-        if a.runnable != b.runnable {
+        let same_waiting = a.runnable.len() == b.runnable.len()
+            && a.runnable
+                .iter()
+                .zip(&b.runnable)
+                .all(|((sa, wa), (sb, wb))| {
+                    sa == sb && wa.len() == wb.len() && wa.iter().eq(wb.iter())
+                });
+        if !same_waiting {
             return Err("runnable index differs".into());
+        }
+        for w in a.runnable.values() {
+            w.check()?;
         }
         if (&a.active, &a.stopping, &a.holding) != (&b.active, &b.stopping, &b.holding) {
             return Err("active, stopping or holding index differs".into());

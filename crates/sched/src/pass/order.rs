@@ -101,7 +101,7 @@ impl<'a> Pass<'a> {
                 if let Some((_, w)) = iters[i].3.next() {
                     prefetch(w);
                 }
-                self.own(k, w, s, u, &mut deferred);
+                self.own(&k, w, s, u, &mut deferred);
                 let Some((k, w)) = iters[i].1.peek() else {
                     break;
                 };

@@ -32,13 +32,8 @@ impl State {
                 if job.status == JobStatus::Runnable && job.pending_reason.as_ref() != Some(reason)
                 {
                     job.pending_reason = Some(reason.clone());
-                    if let Some(w) = self
-                        .index
-                        .runnable
-                        .get_mut(&job.spec.share)
-                        .and_then(|m| m.get_mut(&RunKey::of(job)))
-                    {
-                        w.reason = Some(reason.clone());
+                    if let Some(w) = self.index.runnable.get_mut(&job.spec.share) {
+                        w.set_reason(&RunKey::of(job), reason);
                     }
                     out.applied += 1;
                 }
@@ -236,13 +231,9 @@ impl State {
         } else {
             self.index.holding.remove(&id);
         }
-        if let Some(w) = self
-            .index
-            .runnable
-            .get_mut(&job.spec.share)
-            .and_then(|m| m.get_mut(&RunKey::of(job)))
-        {
-            w.has_hold = job.hold.is_some();
+        let has_hold = job.hold.is_some();
+        if let Some(w) = self.index.runnable.get_mut(&job.spec.share) {
+            w.update(&RunKey::of(job), |w| w.has_hold = has_hold);
         }
         Ok(())
     }

@@ -1,0 +1,270 @@
+//! A share's RUNNABLE jobs, kept by class: jobs of the same priority, unit and shape
+//! (GPUs per node, nodes) in one list, in submit order. The scheduler judges a class's
+//! jobs alike (`docs/design.md`, "What a pass may skip"), so it reads a whole class as
+//! one: how many jobs it has, and whether they all give the same pending reason,
+//! without reading each job.
+//!
+//! A share's scheduling order (priority descending, then submit time, then id) is the
+//! merge of its classes, level by level: [`Waiters::iter`] gives it.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+use tranche_model::*;
+
+use crate::state::{RunKey, Waiting};
+
+/// The class of a waiting job. `alone` marks a job the scheduler judges on its own: one
+/// that holds GPUs, or a task of an array with a `%` limit. Classes sort by priority
+/// first (highest first), so that a share's classes come level by level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClassKey {
+    pub priority: Reverse<u32>,
+    /// The unit's number in [`crate::State::unit_names`].
+    pub unit_id: u32,
+    pub gpus_per_node: u32,
+    pub nodes: u32,
+    pub alone: bool,
+}
+
+impl ClassKey {
+    pub(crate) fn of(key: &RunKey, w: &Waiting) -> ClassKey {
+        ClassKey {
+            priority: key.priority,
+            unit_id: w.unit_id,
+            gpus_per_node: w.gpus_per_node,
+            nodes: w.nodes,
+            alone: w.has_hold || w.array_limit.is_some(),
+        }
+    }
+}
+
+/// A job's place in its class: submit time, then id.
+pub type ClassPos = (Millis, JobId);
+
+/// The waiting jobs of one class, in submit order, with a count of each pending reason
+/// they give.
+#[derive(Debug, Clone, Default)]
+pub struct ClassList {
+    jobs: BTreeMap<ClassPos, Waiting>,
+    /// Each reason the jobs give, with how many give it: mostly one.
+    reasons: Vec<(Option<PendingReason>, u32)>,
+}
+
+impl ClassList {
+    pub fn jobs(&self) -> &BTreeMap<ClassPos, Waiting> {
+        &self.jobs
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// The reason every job of the class gives, where they all give the same.
+    pub fn uniform_reason(&self) -> Option<Option<&PendingReason>> {
+        match self.reasons.as_slice() {
+            [(r, _)] => Some(r.as_ref()),
+            _ => None,
+        }
+    }
+
+    fn count_reason(&mut self, r: &Option<PendingReason>, add: bool) {
+        match self.reasons.iter().position(|(x, _)| x == r) {
+            Some(i) if add => self.reasons[i].1 += 1,
+            Some(i) => {
+                self.reasons[i].1 -= 1;
+                if self.reasons[i].1 == 0 {
+                    self.reasons.swap_remove(i);
+                }
+            }
+            None if add => self.reasons.push((r.clone(), 1)),
+            None => debug_assert!(false, "a reason not counted"),
+        }
+    }
+
+    /// Whether the counts of reasons are those of the jobs (for tests).
+    fn counts_hold(&self) -> bool {
+        let mut fresh = ClassList::default();
+        for w in self.jobs.values() {
+            fresh.count_reason(&w.reason, true);
+        }
+        fresh.reasons.len() == self.reasons.len()
+            && fresh
+                .reasons
+                .iter()
+                .all(|(r, n)| self.reasons.iter().any(|(x, m)| x == r && m == n))
+    }
+}
+
+/// A share's RUNNABLE jobs, by class.
+#[derive(Debug, Clone, Default)]
+pub struct Waiters {
+    classes: BTreeMap<ClassKey, ClassList>,
+    len: usize,
+}
+
+fn pos(key: &RunKey) -> ClassPos {
+    (key.submitted_at, key.id)
+}
+
+impl Waiters {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The classes, highest priority first.
+    pub fn classes(&self) -> impl Iterator<Item = (&ClassKey, &ClassList)> + '_ {
+        self.classes.iter()
+    }
+
+    pub(crate) fn insert(&mut self, key: RunKey, w: Waiting) {
+        let list = self.classes.entry(ClassKey::of(&key, &w)).or_default();
+        list.count_reason(&w.reason, true);
+        if let Some(old) = list.jobs.insert(pos(&key), w) {
+            list.count_reason(&old.reason, false);
+        } else {
+            self.len += 1;
+        }
+    }
+
+    /// The class of the job at `key`: found among the classes of its priority.
+    fn class_of(&self, key: &RunKey) -> Option<ClassKey> {
+        let lo = ClassKey {
+            priority: key.priority,
+            unit_id: 0,
+            gpus_per_node: 0,
+            nodes: 0,
+            alone: false,
+        };
+        let p = pos(key);
+        self.classes
+            .range(lo..)
+            .take_while(|(c, _)| c.priority == key.priority)
+            .find(|(_, l)| l.jobs.contains_key(&p))
+            .map(|(c, _)| *c)
+    }
+
+    pub(crate) fn remove(&mut self, key: &RunKey) -> Option<Waiting> {
+        let c = self.class_of(key)?;
+        let list = self.classes.get_mut(&c)?;
+        let w = list.jobs.remove(&pos(key))?;
+        list.count_reason(&w.reason, false);
+        if list.jobs.is_empty() {
+            self.classes.remove(&c);
+        }
+        self.len -= 1;
+        Some(w)
+    }
+
+    /// Changes the entry at `key` with `f`, moving it to its new class if `f` changed it.
+    pub(crate) fn update(&mut self, key: &RunKey, f: impl FnOnce(&mut Waiting)) {
+        if let Some(mut w) = self.remove(key) {
+            f(&mut w);
+            self.insert(*key, w);
+        }
+    }
+
+    /// Gives the entry at `key` the reason `reason`: kept in its class.
+    pub(crate) fn set_reason(&mut self, key: &RunKey, reason: &PendingReason) {
+        let Some(c) = self.class_of(key) else {
+            return;
+        };
+        let list = self.classes.get_mut(&c).expect("found");
+        let Some(w) = list.jobs.get_mut(&pos(key)) else {
+            return;
+        };
+        let old = std::mem::replace(&mut w.reason, Some(reason.clone()));
+        list.count_reason(&old, false);
+        list.count_reason(&Some(reason.clone()), true);
+    }
+
+    /// The jobs in scheduling order: priority descending, then submit time, then id.
+    pub fn iter(&self) -> Merged<'_> {
+        Merged {
+            classes: self.classes.iter().peekable(),
+            level: vec![],
+        }
+    }
+
+    /// Whether every class holds only jobs of its class, with their reasons counted
+    /// (for tests).
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let mut n = 0;
+        for (c, l) in &self.classes {
+            if l.jobs.is_empty() {
+                return Err("an empty class is kept".into());
+            }
+            for ((at, id), w) in &l.jobs {
+                let key = RunKey {
+                    priority: c.priority,
+                    submitted_at: *at,
+                    id: *id,
+                };
+                if ClassKey::of(&key, w) != *c {
+                    return Err(format!("job {id} is kept in another class than its own"));
+                }
+            }
+            if !l.counts_hold() {
+                return Err("a class's reasons are miscounted".into());
+            }
+            n += l.jobs.len();
+        }
+        if n != self.len {
+            return Err(format!("{n} waiting jobs counted as {}", self.len));
+        }
+        Ok(())
+    }
+}
+
+type ClassIter<'a> = std::collections::btree_map::Iter<'a, ClassPos, Waiting>;
+
+/// A share's waiting jobs in scheduling order: its classes merged, one priority level
+/// at a time.
+pub struct Merged<'a> {
+    classes: std::iter::Peekable<std::collections::btree_map::Iter<'a, ClassKey, ClassList>>,
+    /// The level's classes, each with its next job.
+    level: Vec<(Reverse<u32>, std::iter::Peekable<ClassIter<'a>>)>,
+}
+
+impl<'a> Iterator for Merged<'a> {
+    type Item = (RunKey, &'a Waiting);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.level.is_empty() {
+            let (c, l) = self.classes.next()?;
+            let p = c.priority;
+            self.level.push((p, l.jobs.iter().peekable()));
+            while let Some((c, l)) = self.classes.next_if(|(c, _)| c.priority == p) {
+                self.level.push((c.priority, l.jobs.iter().peekable()));
+            }
+        }
+        let (i, _) = self
+            .level
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, (_, it))| it.peek().map(|(k, _)| (i, **k)))
+            .min_by_key(|&(_, k)| k)?;
+        let (p, it) = &mut self.level[i];
+        let p = *p;
+        let ((at, id), w) = it.next().expect("peeked");
+        if it.peek().is_none() {
+            drop(self.level.swap_remove(i));
+        }
+        Some((
+            RunKey {
+                priority: p,
+                submitted_at: *at,
+                id: *id,
+            },
+            w,
+        ))
+    }
+}

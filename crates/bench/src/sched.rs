@@ -386,7 +386,7 @@ pub fn sched(a: &SchedArgs) -> ExitCode {
     let (each, each_plan) = time_passes(&st, now, a.runs, tranche_sched::plan_each);
     let (cold, plan) = time_passes(&st, now, a.runs, tranche_sched::plan);
     assert!(
-        each_plan == plan,
+        each_plan.same_as(&plan),
         "the pass by classes plans as the pass over every job"
     );
     // Settled: the plan applied (victims stopping, holds taken) and the passes that

@@ -15,5 +15,5 @@ pub mod estimate;
 mod pass;
 mod scheduler;
 
-pub use pass::{plan, plan_each, INSHARE_LOOK_LIMIT};
+pub use pass::{plan, plan_by_class, plan_each, CLASS_WALK_MIN_JOBS, INSHARE_LOOK_LIMIT};
 pub use scheduler::Scheduler;

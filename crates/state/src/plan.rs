@@ -20,6 +20,18 @@ impl Plan {
         self.actions.is_empty() && self.reasons.is_empty()
     }
 
+    /// Whether the two plans do the same: the same actions in the same order, the same
+    /// wakeup, and the same reasons for the same jobs (a pass may give jobs their
+    /// reasons in another order; a job given two keeps the later).
+    pub fn same_as(&self, o: &Plan) -> bool {
+        fn by_job(p: &Plan) -> Vec<&(JobId, PendingReason)> {
+            let mut r: Vec<_> = p.reasons.iter().collect();
+            r.sort_by_key(|(id, _)| *id);
+            r
+        }
+        self.actions == o.actions && self.next_wakeup == o.next_wakeup && by_job(self) == by_job(o)
+    }
+
     pub fn placements(&self) -> usize {
         self.actions
             .iter()

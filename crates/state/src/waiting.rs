@@ -8,7 +8,7 @@
 //! merge of its classes, level by level: [`Waiters::iter`] gives it.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use tranche_model::*;
 
@@ -120,6 +120,11 @@ impl Waiters {
         self.len == 0
     }
 
+    /// The classes by key, highest priority first.
+    pub fn class_map(&self) -> &BTreeMap<ClassKey, ClassList> {
+        &self.classes
+    }
+
     /// The classes, highest priority first.
     pub fn classes(&self) -> impl Iterator<Item = (&ClassKey, &ClassList)> + '_ {
         self.classes.iter()
@@ -135,8 +140,19 @@ impl Waiters {
         }
     }
 
-    /// The class of the job at `key`: found among the classes of its priority.
-    fn class_of(&self, key: &RunKey) -> Option<ClassKey> {
+    /// The class of the job at `key`: `hint` where it holds the job (the class its
+    /// job's fields give), else found among the classes of its priority.
+    fn class_of(&self, key: &RunKey, hint: Option<ClassKey>) -> Option<ClassKey> {
+        let p = pos(key);
+        if let Some(c) = hint {
+            if self
+                .classes
+                .get(&c)
+                .is_some_and(|l| l.jobs.contains_key(&p))
+            {
+                return Some(c);
+            }
+        }
         let lo = ClassKey {
             priority: key.priority,
             unit_id: 0,
@@ -144,7 +160,6 @@ impl Waiters {
             nodes: 0,
             alone: false,
         };
-        let p = pos(key);
         self.classes
             .range(lo..)
             .take_while(|(c, _)| c.priority == key.priority)
@@ -153,7 +168,7 @@ impl Waiters {
     }
 
     pub(crate) fn remove(&mut self, key: &RunKey) -> Option<Waiting> {
-        let c = self.class_of(key)?;
+        let c = self.class_of(key, None)?;
         let list = self.classes.get_mut(&c)?;
         let w = list.jobs.remove(&pos(key))?;
         list.count_reason(&w.reason, false);
@@ -172,16 +187,22 @@ impl Waiters {
         }
     }
 
-    /// Gives the entry at `key` the reason `reason`: kept in its class.
-    pub(crate) fn set_reason(&mut self, key: &RunKey, reason: &PendingReason) {
-        let Some(c) = self.class_of(key) else {
+    /// Gives the entry at `key` (of class `hint`, where known) the reason `reason`:
+    /// kept in its class.
+    pub(crate) fn set_reason(
+        &mut self,
+        key: &RunKey,
+        hint: Option<ClassKey>,
+        reason: &PendingReason,
+    ) {
+        let Some(c) = self.class_of(key, hint) else {
             return;
         };
         let list = self.classes.get_mut(&c).expect("found");
         let Some(w) = list.jobs.get_mut(&pos(key)) else {
             return;
         };
-        let old = std::mem::replace(&mut w.reason, Some(reason.clone()));
+        let old = w.reason.replace(reason.clone());
         list.count_reason(&old, false);
         list.count_reason(&Some(reason.clone()), true);
     }
@@ -190,7 +211,11 @@ impl Waiters {
     pub fn iter(&self) -> Merged<'_> {
         Merged {
             classes: self.classes.iter().peekable(),
+            prio: Reverse(0),
             level: vec![],
+            heads: BinaryHeap::new(),
+            next: vec![],
+            hint: |_| {},
         }
     }
 
@@ -227,42 +252,60 @@ impl Waiters {
 type ClassIter<'a> = std::collections::btree_map::Iter<'a, ClassPos, Waiting>;
 
 /// A share's waiting jobs in scheduling order: its classes merged, one priority level
-/// at a time.
+/// at a time, by their next jobs' positions.
 pub struct Merged<'a> {
     classes: std::iter::Peekable<std::collections::btree_map::Iter<'a, ClassKey, ClassList>>,
-    /// The level's classes, each with its next job.
-    level: Vec<(Reverse<u32>, std::iter::Peekable<ClassIter<'a>>)>,
+    prio: Reverse<u32>,
+    /// The level's classes with jobs left, and their next jobs, earliest first.
+    level: Vec<ClassIter<'a>>,
+    heads: BinaryHeap<Reverse<(ClassPos, usize)>>,
+    next: Vec<Option<&'a Waiting>>,
+    /// Called with each entry as it becomes its class's next, some jobs before it is
+    /// given out (see [`Merged::with_hint`]).
+    hint: fn(&Waiting),
+}
+
+impl<'a> Merged<'a> {
+    /// Calls `hint` with each entry as it becomes its class's next: a reader that
+    /// visits many entries can ask the CPU to load each before it is given out.
+    pub fn with_hint(mut self, hint: fn(&Waiting)) -> Merged<'a> {
+        self.hint = hint;
+        self
+    }
 }
 
 impl<'a> Iterator for Merged<'a> {
     type Item = (RunKey, &'a Waiting);
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.level.is_empty() {
-            let (c, l) = self.classes.next()?;
-            let p = c.priority;
-            self.level.push((p, l.jobs.iter().peekable()));
-            while let Some((c, l)) = self.classes.next_if(|(c, _)| c.priority == p) {
-                self.level.push((c.priority, l.jobs.iter().peekable()));
+        if self.heads.is_empty() {
+            let (c, _) = self.classes.peek()?;
+            self.prio = c.priority;
+            self.level.clear();
+            self.next.clear();
+            let p = self.prio;
+            while let Some((_, l)) = self.classes.next_if(|(c, _)| c.priority == p) {
+                let mut it = l.jobs.iter();
+                if let Some((pos, w)) = it.next() {
+                    (self.hint)(w);
+                    self.heads.push(Reverse((*pos, self.level.len())));
+                    self.next.push(Some(w));
+                    self.level.push(it);
+                }
             }
         }
-        let (i, _) = self
-            .level
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, (_, it))| it.peek().map(|(k, _)| (i, **k)))
-            .min_by_key(|&(_, k)| k)?;
-        let (p, it) = &mut self.level[i];
-        let p = *p;
-        let ((at, id), w) = it.next().expect("peeked");
-        if it.peek().is_none() {
-            drop(self.level.swap_remove(i));
+        let Reverse((pos, i)) = self.heads.pop()?;
+        let w = self.next[i].take().expect("a head has its entry");
+        if let Some((p, nw)) = self.level[i].next() {
+            (self.hint)(nw);
+            self.heads.push(Reverse((*p, i)));
+            self.next[i] = Some(nw);
         }
         Some((
             RunKey {
-                priority: p,
-                submitted_at: *at,
-                id: *id,
+                priority: self.prio,
+                submitted_at: pos.0,
+                id: pos.1,
             },
             w,
         ))

@@ -11,6 +11,7 @@
 //!   eligibility, the search and its pruning) and the holds it leaves.
 
 mod classes;
+mod each;
 mod holds;
 mod order;
 mod place;
@@ -26,6 +27,14 @@ use view::{EnvView, NodeView, NuFlat, Pool, ShareView};
 
 type Ux = usize;
 
+/// Own-capacity order: priority, then lowest usage ratio, then age, then share.
+type HeapKey = (
+    u32,
+    std::cmp::Reverse<u64>,
+    std::cmp::Reverse<Millis>,
+    std::cmp::Reverse<usize>,
+);
+
 /// Most victims in-share preemption examines for one job in one pass.
 pub const INSHARE_LOOK_LIMIT: usize = 512;
 type Nx = u32;
@@ -35,21 +44,42 @@ type ReclaimFailure = (u32, u32, Option<Millis>);
 /// An in-share search that failed: (nodes, GPUs per node, priority), and as above.
 type InShareFailure = (u32, u32, u32, Option<Millis>);
 
-/// Computes the plan for `st` at time `now`: one pass, in which a job whose class
-/// (see [`classes`]) was judged with nothing changed since gets that judgement without
-/// being looked at again. [`crate::Scheduler`] also skips a pass nothing changed.
+/// How a pass walks a queue's waiting jobs: by class (see [`classes`]), job by job
+/// (see [`each`]), or by class where the queue's classes hold on average at least
+/// [`CLASS_WALK_MIN_JOBS`] jobs. All three give the same plan.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Walk {
+    Auto,
+    Each,
+    Classes,
+}
+
+/// The fewest waiting jobs per class, on average over a queue, at which a pass walks
+/// the queue by class: below it, most classes' jobs are judged one by one anyway, and
+/// the walk by class costs more per job than the walk job by job.
+pub const CLASS_WALK_MIN_JOBS: usize = 8;
+
+/// Computes the plan for `st` at time `now`: one pass, in which a class of alike jobs
+/// (see [`classes`]) is judged once while nothing changes. [`crate::Scheduler`] also
+/// skips a pass nothing changed.
 pub fn plan(st: &State, now: Millis) -> Plan {
-    run(st, now, true)
+    run(st, now, Walk::Auto)
 }
 
 /// As [`plan`], with every waiting job looked at on its own: the reference that the
-/// pass's use of classes is tested against, giving the same plan.
+/// pass by classes is tested against, giving the same plan.
 pub fn plan_each(st: &State, now: Millis) -> Plan {
-    run(st, now, false)
+    run(st, now, Walk::Each)
 }
 
-fn run(st: &State, now: Millis, classes: bool) -> Plan {
-    let mut pass = Pass::new(st, now, classes);
+/// As [`plan`], walking every queue by class however short its classes (for tests).
+#[doc(hidden)]
+pub fn plan_by_class(st: &State, now: Millis) -> Plan {
+    run(st, now, Walk::Classes)
+}
+
+fn run(st: &State, now: Millis, walk: Walk) -> Plan {
+    let mut pass = Pass::new(st, now, walk);
     // Most waiting jobs get a new reason on a full pass: room for them all up front
     // spares the growing list its copies. Room never used is never touched, so it costs
     // no memory; giving it back would copy the list once more.
@@ -186,6 +216,8 @@ struct Pass<'a> {
     /// ([`State::unit_names`]); `None` for a unit no share, environment or node has.
     unit_of_id: Vec<Option<Ux>>,
     nodes: Vec<NodeView<'a>>,
+    /// The nodes by name, made when first asked (see [`Pass::node_ix`]).
+    node_by_name: std::cell::OnceCell<HashMap<&'a str, Nx>>,
     /// Per (node, unit), `node * units + unit`: see [`NuFlat`]. Empty where there are
     /// more pools than its bitmask holds.
     nu_flat: Vec<NuFlat>,
@@ -206,8 +238,8 @@ struct Pass<'a> {
     holds: HashMap<JobId, holds::Held>,
     /// Holders whose hold another share's within-max job took over in this pass.
     hold_lost: JobBits,
-    /// Each class's latest judgement in this pass.
-    classes: classes::Classes<'a>,
+    /// How the pass walks a queue's waiting jobs.
+    walk: Walk,
     /// Victim lists, built once per pass when first needed, with the index of the
     /// first victim not yet taken (victims are taken front to back).
     reclaim_cands: HashMap<(usize, Ux), (Vec<Cand>, usize)>,

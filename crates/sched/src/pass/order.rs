@@ -2,22 +2,8 @@
 //! and 2, with reclaim and in-share preemption for jobs that cannot start), then the
 //! FIFO borrow pass (rule 5); holders are placed once their GPUs are free.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
-use super::classes::Judged;
+use super::classes::{DLevel, OwnEvent, ShareWalk};
 use super::*;
-
-/// A job the own-capacity pass leaves to the borrow pass: (submitted, id, waiting,
-/// share, priority, unit).
-type Deferred<'a> = (Millis, JobId, &'a Waiting, usize, u32, Ux);
-
-/// How many of a share's jobs ahead of the one being scheduled are being loaded into
-/// cache (see [`prefetch`]).
-const LOOKAHEAD: usize = 4;
-
-/// Own-capacity order: priority, then lowest usage ratio, then age, then share.
-type HeapKey = (u32, Reverse<u64>, Reverse<Millis>, Reverse<usize>);
 
 impl<'a> Pass<'a> {
     pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why) {
@@ -50,129 +36,77 @@ impl<'a> Pass<'a> {
                 }),
             }
         };
-        // Rule 1 and 2: the own-capacity pass, visiting shares by their head job's
-        // priority, then lowest usage ratio, then the head's age.
-        let mut iters = vec![];
-        let mut heap = BinaryHeap::new();
+        // Rule 1 and 2: the own-capacity pass, visiting shares by their next job's
+        // priority, then lowest usage ratio, then the job's age; then rule 5, the
+        // borrow pass. Both walk the queue by class where its classes are long enough
+        // to pay for it (see [`classes`]), else job by job: the two plan alike.
+        let mut open = vec![];
+        let (mut jobs, mut classes) = (0, 0);
         for &s in &shares {
             let sv = &self.shares[s];
-            let mut it = st.runnable_in(&sv.q.name).peekable();
+            let Some(waiters) = st.waiting_in(&sv.q.name) else {
+                continue;
+            };
             let why = blocked.clone().or_else(|| {
                 (!sv.enabled()).then(|| PendingReasonOf::ShareDisabled {
                     share: sv.name.clone(),
                 })
             });
             if let Some(why) = why {
-                for (k, w) in it {
-                    self.reason(k.id, w, why.clone());
+                for (_, list) in waiters.classes() {
+                    if list.uniform_reason() == Some(Some(&why)) {
+                        continue;
+                    }
+                    for (p, w) in list.jobs() {
+                        self.reason(p.1, w, why.clone());
+                    }
                 }
                 continue;
             }
-            // The share's jobs a few places ahead of its head are loaded early (see
-            // `prefetch`), so that each is in cache by its turn.
-            let mut ahead = st.runnable_in(&sv.q.name);
-            for (_, w) in ahead.by_ref().take(LOOKAHEAD) {
-                prefetch(w);
-            }
-            // Each head's unit, looked up once for its key and its turn.
-            let mut head_u = None;
-            if let Some((k, w)) = it.peek() {
-                let (key, u) = self.heap_key(s, k, w);
-                head_u = u;
-                heap.push((key, iters.len()));
-            }
-            iters.push((s, it, head_u, ahead));
+            open.push((s, waiters));
+            jobs += waiters.len();
+            classes += waiters.class_map().len();
         }
-        // Per share, the jobs left to the borrow pass, in rule 1's order; room for all
-        // of a share's jobs up front (what is never used is never touched).
-        let mut deferred: Vec<Vec<Deferred<'a>>> = self.shares.iter().map(|_| vec![]).collect();
-        for &s in &shares {
-            deferred[s].reserve(st.runnable_count_in(&self.shares[s].q.name));
-        }
-        // The share whose head comes first takes turns until its next job no longer
-        // comes before every other share's head: the heap is touched when the turn
-        // passes, not once per job (in a long queue one share's jobs mostly come one
-        // after another: a share's usage ratio changes only when it starts jobs).
-        while let Some((_, i)) = heap.pop() {
-            let s = iters[i].0;
-            loop {
-                let u = iters[i].2;
-                let (k, w) = iters[i].1.next().expect("peeked");
-                if let Some((_, w)) = iters[i].3.next() {
-                    prefetch(w);
-                }
-                self.own(&k, w, s, u, &mut deferred);
-                let Some((k, w)) = iters[i].1.peek() else {
-                    break;
-                };
-                let (key, u) = self.heap_key(s, k, w);
-                iters[i].2 = u;
-                if heap.peek().is_some_and(|top| top.0 > key) {
-                    heap.push((key, i));
-                    break;
-                }
-            }
-        }
-        // Rule 5: the borrow pass, FIFO by submit time across shares. Inside a share
-        // the order of rule 1 holds, so shares' lists are merged by their head's
-        // submit time.
-        for l in &deferred {
-            for d in l.iter().take(LOOKAHEAD) {
-                prefetch(d.2);
-            }
-        }
-        let mut next = vec![0usize; deferred.len()];
-        let mut heads: BinaryHeap<Reverse<(Millis, JobId, usize)>> = deferred
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| l.first().map(|d| Reverse((d.0, d.1, i))))
-            .collect();
-        // As in the own-capacity pass, a share keeps its turn while its next job still
-        // comes first.
-        while let Some(Reverse((_, _, i))) = heads.pop() {
-            loop {
-                let (_, id, w, s, prio, u) = deferred[i][next[i]];
-                next[i] += 1;
-                self.borrow(id, w, s, prio, u);
-                if let Some(d) = deferred[i].get(next[i] + LOOKAHEAD - 1) {
-                    prefetch(d.2);
-                }
-                let Some(d) = deferred[i].get(next[i]) else {
-                    break;
-                };
-                let key = (d.0, d.1, i);
-                if heads.peek().is_some_and(|Reverse(top)| *top < key) {
-                    heads.push(Reverse(key));
-                    break;
-                }
-            }
-        }
-    }
-
-    /// The job's place in the own-capacity pass, and its unit's index.
-    pub(super) fn heap_key(&self, s: usize, k: &RunKey, w: &Waiting) -> (HeapKey, Option<Ux>) {
-        let sv = &self.shares[s];
-        let u = self.unit_of_id.get(w.unit_id as usize).copied().flatten();
-        let ratio = match u {
-            Some(u) if sv.max[u] > 0 => {
-                (sv.used[u] + sv.held[u]) as u64 * 1_000_000 / sv.max[u] as u64
-            }
-            _ => u64::MAX,
+        let by_class = match self.walk {
+            Walk::Each => false,
+            Walk::Classes => true,
+            Walk::Auto => jobs >= CLASS_WALK_MIN_JOBS * classes,
         };
-        (
-            (
-                k.priority.0,
-                Reverse(ratio),
-                Reverse(k.submitted_at),
-                Reverse(s),
-            ),
-            u,
-        )
+        if !by_class {
+            let open: Vec<usize> = open.iter().map(|(s, _)| *s).collect();
+            self.queue_each(&open);
+            return;
+        }
+        let mut walks: Vec<ShareWalk<'a>> =
+            open.iter().map(|(s, w)| ShareWalk::new(*s, w)).collect();
+        // The share whose next job has the highest key goes next: the walks give
+        // each share's next job to judge, and settle the rest by class.
+        loop {
+            let mut best: Option<(usize, OwnEvent)> = None;
+            for (j, w) in walks.iter_mut().enumerate() {
+                if let Some(e) = self.own_next(w) {
+                    if best.is_none_or(|(_, b)| e.key > b.key) {
+                        best = Some((j, e));
+                    }
+                }
+            }
+            let Some((j, e)) = best else {
+                break;
+            };
+            self.own_step(&mut walks, j, e);
+        }
+        for w in &mut walks {
+            self.own_finish(w);
+        }
+        // Rule 5: the borrow pass, FIFO by submit time across shares.
+        let deferred: Vec<(usize, Vec<DLevel<'a>>)> =
+            walks.into_iter().map(|w| (w.s, w.deferred)).collect();
+        self.borrow_walk(&deferred);
     }
 
     /// Whether the job is a task of an array with its `%` limit of tasks already
     /// holding GPUs (then its reason says so).
-    fn array_full(&mut self, id: JobId, w: &'a Waiting) -> bool {
+    pub(super) fn array_full(&mut self, id: JobId, w: &'a Waiting) -> bool {
         let Some((array, limit)) = w.array_limit else {
             return false;
         };
@@ -201,7 +135,7 @@ impl<'a> Pass<'a> {
 
     /// Counts the job against its array's limit when the actions since `mark` place it
     /// or give it a hold.
-    fn array_count(&mut self, id: JobId, w: &Waiting, mark: usize) {
+    pub(super) fn array_count(&mut self, id: JobId, w: &Waiting, mark: usize) {
         let Some((array, _)) = w.array_limit.filter(|_| !w.has_hold) else {
             return;
         };
@@ -215,61 +149,16 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// The own-capacity pass for one job (rules 2, 3, 4).
-    pub(super) fn own(
-        &mut self,
-        k: &RunKey,
-        w: &'a Waiting,
-        s: usize,
-        u: Option<Ux>,
-        deferred: &mut [Vec<Deferred<'a>>],
-    ) {
-        if self.array_full(k.id, w) {
-            return;
-        }
-        let class = self.class_of(w, s, u, k.priority.0);
-        let mark = self.plan.actions.len();
-        let waits = match class.and_then(|c| self.own_judged(c)) {
-            Some(Judged::Deferred) => {
-                deferred[s].push((k.submitted_at, k.id, w, s, k.priority.0, u.expect("a unit")));
-                true
-            }
-            Some(Judged::Waits(why, waits)) => {
-                self.reason_at(k.id, w, why);
-                waits
-            }
-            None => {
-                let before = (deferred[s].len(), self.plan.reasons.len());
-                let waits = self.own_job(k, w, s, u, deferred);
-                self.array_count(k.id, w, mark);
-                if let Some(c) = class {
-                    let put_off = deferred[s].len() > before.0;
-                    self.own_keep(c, k.id, w, (mark, before.1), put_off, waits);
-                }
-                waits
-            }
-        };
-        // Only a share that may borrow reads what its waiting jobs want (rule 2), and
-        // only a job its max could ever hold waits for room there: one that can only
-        // ever borrow keeps nothing from the others.
-        if let (true, Some(u)) = (waits, u) {
-            let sv = &mut self.shares[s];
-            let need = w.gpus_per_node * w.nodes;
-            if sv.q.borrows() && need <= sv.max[u] {
-                sv.ahead[u].add(k.priority.0, need);
-            }
-        }
-    }
-
     /// Returns whether the job still waits for room in its share: it neither started
     /// nor holds GPUs, and it could start once there is room.
-    fn own_job(
+    /// Sets `defer` when the job is left to the borrow pass.
+    pub(super) fn own_job(
         &mut self,
         k: &RunKey,
         w: &'a Waiting,
         s: usize,
         u: Option<Ux>,
-        deferred: &mut [Vec<Deferred<'a>>],
+        defer: &mut bool,
     ) -> bool {
         let Some(u) = u else {
             let env = self.shares[s]
@@ -345,7 +234,7 @@ impl<'a> Pass<'a> {
             };
             self.reason(k.id, w, why);
         } else if sv.q.borrows() {
-            deferred[s].push((k.submitted_at, k.id, w, s, k.priority.0, u));
+            *defer = true;
         } else {
             let mut protect = None;
             if sv.q.in_share_preemption
@@ -371,22 +260,26 @@ impl<'a> Pass<'a> {
     }
 
     /// The borrow pass for one job (rule 5): up to the share's ceiling, on idle GPUs,
-    /// never by preempting another share.
-    pub(super) fn borrow(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32, u: Ux) {
+    /// never by preempting another share. Returns the judgement a class may keep: the
+    /// job's reason, where it made no action and is not judged on its own.
+    pub(super) fn borrow_event(
+        &mut self,
+        id: JobId,
+        w: &'a Waiting,
+        s: usize,
+        prio: u32,
+        u: Ux,
+        alone: bool,
+    ) -> Option<super::classes::WhyAt<'a>> {
         if self.array_full(id, w) {
-            return;
-        }
-        let class = self.class_of(w, s, Some(u), prio);
-        if let Some(why) = class.and_then(|c| self.borrow_judged(c)) {
-            self.reason_at(id, w, why);
-            return;
+            return None;
         }
         let mark = (self.plan.actions.len(), self.plan.reasons.len());
         self.borrow_job(id, w, s, prio, u);
         self.array_count(id, w, mark.0);
-        if let Some(c) = class {
-            self.borrow_keep(c, id, w, mark);
-        }
+        (self.walk != Walk::Each && !alone && self.plan.actions.len() == mark.0)
+            .then(|| self.why_at(id, w, mark.1))
+            .flatten()
     }
 
     fn borrow_job(&mut self, id: JobId, w: &'a Waiting, s: usize, prio: u32, u: Ux) {

@@ -207,7 +207,7 @@ impl ShareView<'_> {
 }
 
 impl<'a> Pass<'a> {
-    pub(super) fn new(st: &'a State, now: Millis, classes: bool) -> Pass<'a> {
+    pub(super) fn new(st: &'a State, now: Millis, walk: Walk) -> Pass<'a> {
         let mut units: Vec<&'a str> = vec![];
         let mut unit_ix: HashMap<&'a str, Ux> = HashMap::default();
         fn intern<'a>(units: &mut Vec<&'a str>, ix: &mut HashMap<&'a str, Ux>, u: &'a Unit) -> Ux {
@@ -310,6 +310,7 @@ impl<'a> Pass<'a> {
             unit_ix,
             unit_of_id,
             nodes,
+            node_by_name: Default::default(),
             nx_of_number,
             pools: vec![],
             envs,
@@ -321,7 +322,7 @@ impl<'a> Pass<'a> {
             taken: JobBits::default(),
             holds: HashMap::default(),
             hold_lost: JobBits::default(),
-            classes: super::classes::Classes::new(classes, st.shares.len()),
+            walk,
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),
             nu_flat: vec![],
@@ -459,12 +460,18 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// The pass's index of node `name`: nodes are in name order, as the state keeps them.
+    /// The pass's index of node `name`.
     pub(super) fn node_ix(&self, name: &NodeName) -> Option<Nx> {
-        self.nodes
-            .binary_search_by(|n| n.name.cmp(name.as_str()))
-            .ok()
-            .map(|n| n as Nx)
+        // Holds name their nodes; a pass with thousands of holders looks names up by
+        // hash rather than by comparing names along a binary search.
+        let ix = self.node_by_name.get_or_init(|| {
+            self.nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name, i as Nx))
+                .collect()
+        });
+        ix.get(name.as_str()).copied()
     }
 
     /// GPUs of unit `u` available to others on node `n`, if the node is in pool `pi`.

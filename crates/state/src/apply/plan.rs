@@ -32,8 +32,9 @@ impl State {
                 if job.status == JobStatus::Runnable && job.pending_reason.as_ref() != Some(reason)
                 {
                     job.pending_reason = Some(reason.clone());
+                    let class = self.index.class_key(job);
                     if let Some(w) = self.index.runnable.get_mut(&job.spec.share) {
-                        w.set_reason(&RunKey::of(job), reason);
+                        w.set_reason(&RunKey::of(job), class, reason);
                     }
                     out.applied += 1;
                 }

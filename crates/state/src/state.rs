@@ -388,16 +388,17 @@ impl Index {
         }
     }
 
-    /// The class of RUNNABLE `job`, as its fields give it.
-    pub(crate) fn class_key(&self, job: &Job) -> Option<ClassKey> {
-        Some(ClassKey {
+    /// The class of RUNNABLE `job`, as its fields give it, `unit_id` being its unit's
+    /// number.
+    pub(crate) fn class_key(&self, job: &Job, unit_id: u32) -> ClassKey {
+        ClassKey {
             priority: std::cmp::Reverse(job.spec.priority),
-            unit_id: self.units.get(&job.spec.request.unit)?,
+            unit_id,
             gpus_per_node: job.spec.request.gpus_per_node,
             nodes: job.spec.request.nodes,
             alone: job.hold.is_some()
                 || job.array.as_ref().is_some_and(|a| a.max_running.is_some()),
-        })
+        }
     }
 
     /// Entries are removed when they empty, so an index kept up step by step equals

@@ -72,8 +72,8 @@ impl ClassList {
         }
     }
 
-    fn count_reason(&mut self, r: &Option<PendingReason>, add: bool) {
-        match self.reasons.iter().position(|(x, _)| x == r) {
+    fn count_reason(&mut self, r: Option<&PendingReason>, add: bool) {
+        match self.reasons.iter().position(|(x, _)| x.as_ref() == r) {
             Some(i) if add => self.reasons[i].1 += 1,
             Some(i) => {
                 self.reasons[i].1 -= 1;
@@ -81,16 +81,29 @@ impl ClassList {
                     self.reasons.swap_remove(i);
                 }
             }
-            None if add => self.reasons.push((r.clone(), 1)),
+            None if add => self.reasons.push((r.cloned(), 1)),
             None => debug_assert!(false, "a reason not counted"),
         }
+    }
+
+    /// Gives the job at `p` the reason `reason`; false where the class has no job there.
+    fn set_reason(&mut self, p: ClassPos, reason: &PendingReason) -> bool {
+        let Some(w) = self.jobs.get_mut(&p) else {
+            return false;
+        };
+        if w.reason.as_ref() != Some(reason) {
+            let old = w.reason.replace(reason.clone());
+            self.count_reason(old.as_ref(), false);
+            self.count_reason(Some(reason), true);
+        }
+        true
     }
 
     /// Whether the counts of reasons are those of the jobs (for tests).
     fn counts_hold(&self) -> bool {
         let mut fresh = ClassList::default();
         for w in self.jobs.values() {
-            fresh.count_reason(&w.reason, true);
+            fresh.count_reason(w.reason.as_ref(), true);
         }
         fresh.reasons.len() == self.reasons.len()
             && fresh
@@ -132,9 +145,9 @@ impl Waiters {
 
     pub(crate) fn insert(&mut self, key: RunKey, w: Waiting) {
         let list = self.classes.entry(ClassKey::of(&key, &w)).or_default();
-        list.count_reason(&w.reason, true);
+        list.count_reason(w.reason.as_ref(), true);
         if let Some(old) = list.jobs.insert(pos(&key), w) {
-            list.count_reason(&old.reason, false);
+            list.count_reason(old.reason.as_ref(), false);
         } else {
             self.len += 1;
         }
@@ -171,7 +184,7 @@ impl Waiters {
         let c = self.class_of(key, None)?;
         let list = self.classes.get_mut(&c)?;
         let w = list.jobs.remove(&pos(key))?;
-        list.count_reason(&w.reason, false);
+        list.count_reason(w.reason.as_ref(), false);
         if list.jobs.is_empty() {
             self.classes.remove(&c);
         }
@@ -195,16 +208,18 @@ impl Waiters {
         hint: Option<ClassKey>,
         reason: &PendingReason,
     ) {
-        let Some(c) = self.class_of(key, hint) else {
-            return;
-        };
-        let list = self.classes.get_mut(&c).expect("found");
-        let Some(w) = list.jobs.get_mut(&pos(key)) else {
-            return;
-        };
-        let old = w.reason.replace(reason.clone());
-        list.count_reason(&old, false);
-        list.count_reason(&Some(reason.clone()), true);
+        let p = pos(key);
+        // The hinted class first; else the class found by search.
+        if let Some(list) = hint.and_then(|c| self.classes.get_mut(&c)) {
+            if list.set_reason(p, reason) {
+                return;
+            }
+        }
+        if let Some(c) = self.class_of(key, None) {
+            if let Some(list) = self.classes.get_mut(&c) {
+                list.set_reason(p, reason);
+            }
+        }
     }
 
     /// The jobs in scheduling order: priority descending, then submit time, then id.

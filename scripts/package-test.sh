@@ -6,9 +6,11 @@
 #
 # As root: `dpkg -i` of tranche, tranche-agent and tranched (in that order, as on a
 # host that is both agent and controller); the files, owners and modes, the conffiles,
-# the tranche system user; that the binaries run; `systemd-analyze verify` of the
-# installed units; that tranched refuses the shipped example config with an error
-# naming the missing certificate; then `dpkg -r` (config and data kept) and `dpkg -P`
+# the tranche system user; that the binaries run; that tranched refuses the shipped
+# example config, naming the missing certificate, and leaves its data dir empty; that
+# the daemons start from the packages' layout and a node registers
+# (scripts/package-smoke.py); `systemd-analyze verify` of the installed units; then
+# `dpkg -r` (config and data kept) and `dpkg -P`
 # (config and data gone, the user kept as Debian does). Whatever happens, the machine
 # is left as it was found (a trap purges the packages and removes the user if this run
 # made it), and that is checked at the end.
@@ -26,8 +28,9 @@ not_run() {
 [[ $(id -u) -eq 0 ]] || not_run "needs root (dpkg -i, adduser)"
 command -v dpkg >/dev/null 2>&1 || not_run "no dpkg on this machine"
 for p in "${pkgs[@]}"; do
-  if dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^[a-z][a-zA-Z]'; then
-    not_run "package $p is installed here; the test would replace it"
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) || true
+  if [[ -n $status && $status != not-installed ]]; then
+    not_run "package $p is on this machine ($status); the test would replace it"
   fi
 done
 for d in /etc/tranche /var/lib/tranche /var/spool/tranche /var/spool/tranche.work; do
@@ -59,8 +62,18 @@ getent passwd tranche >/dev/null && had_user=1
 work=$(mktemp -d /tmp/tranche-package-test.XXXXXX)
 failed=0
 
+# Daemons the smoke run started, if it was stopped before it could stop them.
+stop_smoke() {
+  local pid
+  if [[ -f $work/smoke/pids ]]; then
+    while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$work/smoke/pids"
+    rm -f "$work/smoke/pids"
+  fi
+}
+
 cleanup() {
   local rc=$? p after
+  stop_smoke
   for p in tranched tranche-agent tranche; do
     if dpkg-query -W "$p" >/dev/null 2>&1; then dpkg -P "$p" >/dev/null 2>&1 || rc=1; fi
   done
@@ -74,8 +87,10 @@ cleanup() {
     echo "package-test: FAIL: the machine is not as it was; before vs after:" >&2
     diff <(echo "$before") <(echo "$after") >&2 || true
     rc=1
+  else
+    echo "package-test: the machine is as it was" >&2
   fi
-  ((rc == 0)) && echo "package-test: passed; the machine is as it was" >&2
+  ((rc == 0)) && echo "package-test: passed" >&2 || echo "package-test: FAILED" >&2
   exit "$rc"
 }
 trap cleanup EXIT
@@ -105,8 +120,9 @@ else
 fi
 declare -A deb
 for p in "${pkgs[@]}"; do
-  deb[$p]=$(ls "$debdir/$p"_*.deb 2>/dev/null | sort -V | tail -1)
-  [[ -n ${deb[$p]} ]] || { echo "package-test: FAIL: no ${p}_*.deb in $debdir" >&2; exit 1; }
+  found=$(compgen -G "$debdir/${p}_*.deb" | sort -V | tail -1) || true
+  [[ -n $found ]] || { echo "package-test: FAIL: no ${p}_*.deb in $debdir" >&2; exit 1; }
+  deb[$p]=$found
 done
 
 echo "package-test: dpkg -i (tranche, tranche-agent, tranched)"
@@ -154,15 +170,26 @@ v=$(/usr/bin/tranche --version 2>&1) && ok "tranche --version: $v" || fail "tran
 # The shipped config names certificates an admin has yet to install: the controller
 # refuses it, naming the file (as the tranche user, like its unit).
 set +e
-msg=$(setpriv --reuid=tranche --regid=tranche --clear-groups \
+msg=$(umask 0077 && setpriv --reuid=tranche --regid=tranche --clear-groups \
   /usr/bin/tranched --config /etc/tranche/controller.toml 2>&1 </dev/null)
 rc=$?
 set -e
-if ((rc != 0)) && grep -q '/etc/tranche/certs/' <<<"$msg"; then
-  ok "tranched refuses the unedited config (exit $rc): $(tail -1 <<<"$msg")"
+if ((rc != 0)) && grep -q 'cannot read certificate /etc/tranche/certs/' <<<"$msg"; then
+  ok "tranched refuses the unedited config (exit $rc): ${msg##*ERROR }"
 else
   fail "tranched with the unedited config: exit $rc: $msg"
 fi
+# ... and leaves the data dir empty: the founding members of a data dir are read once.
+left=$(ls -A /var/lib/tranche)
+[[ -z $left ]] && ok "/var/lib/tranche is still empty" || fail "the refused start left in /var/lib/tranche: $left"
+
+echo "package-test: the daemons start from the packages' layout"
+# The tranche user reaches its config in the smoke run's directory, and lists nothing.
+chmod 0711 "$work"
+mkdir -m 0711 "$work/smoke"
+python3 "$root/scripts/package-smoke.py" "$work/smoke" \
+  || fail "the installed daemons did not all start and stop cleanly (above)"
+stop_smoke
 
 echo "package-test: systemd-analyze verify"
 if out=$(systemd-analyze verify /usr/lib/systemd/system/tranched.service \
@@ -182,6 +209,7 @@ expect_gone /usr/lib/systemd/system/tranched.service
 expect_stat /etc/tranche/controller.toml "root root 644"
 expect_stat /etc/tranche/agent.toml "root root 644"
 expect_stat /var/lib/tranche/marker "root root 644"
+expect_stat /var/lib/tranche/controller/raft.redb "tranche tranche 600"
 expect_stat /var/spool/tranche/marker "root root 644"
 getent passwd tranche >/dev/null && ok "user tranche kept" || fail "user tranche removed by dpkg -r"
 

@@ -129,6 +129,8 @@ echo "package-test: dpkg -i (tranche, tranche-agent, tranched)"
 for p in "${pkgs[@]}"; do
   dpkg -i "${deb[$p]}" >"$work/dpkg-i-$p.log" 2>&1 \
     || { cat "$work/dpkg-i-$p.log" >&2; fail "dpkg -i $p"; exit 1; }
+  # As on a GPU node, before tranched joins it: the agent's key is root's alone.
+  if [[ $p == tranche-agent ]]; then expect_stat /etc/tranche/certs "root root 700"; fi
 done
 
 echo "package-test: files, owners and modes"

@@ -9,8 +9,9 @@
 # the tranche system user; that the binaries run; that tranched refuses the shipped
 # example config, naming the missing certificate, and leaves its data dir empty; that
 # the daemons start from the packages' layout and a node registers
-# (scripts/package-smoke.py); `systemd-analyze verify` of the installed units; then
-# `dpkg -r` (config and data kept) and `dpkg -P`
+# (scripts/package-smoke.py); `systemd-analyze verify` of the installed units; an
+# upgrade (the same packages repacked under a higher version) that keeps an edited
+# conffile, the data and the user; then `dpkg -r` (config and data kept) and `dpkg -P`
 # (config and data gone, the user kept as Debian does). Whatever happens, the machine
 # is left as it was found (a trap purges the packages and removes the user if this run
 # made it), and that is checked at the end.
@@ -202,6 +203,34 @@ if out=$(systemd-analyze verify /usr/lib/systemd/system/tranched.service \
 else
   fail "systemd-analyze verify: $out"
 fi
+
+echo "package-test: an upgrade keeps the edited config, the data and the user"
+# The same packages under a higher version (repacked with dpkg-deb), as a new release.
+uid_before=$(id -u tranche)
+echo "# edited by the admin" >>/etc/tranche/controller.toml
+for p in tranched tranche-agent; do
+  rm -rf "$work/repack"
+  dpkg-deb -R "${deb[$p]}" "$work/repack"
+  sed -i 's/^Version: \(.*\)$/Version: \1.1/' "$work/repack/DEBIAN/control"
+  new=$(sed -n 's/^Version: //p' "$work/repack/DEBIAN/control")
+  dpkg-deb -b --root-owner-group "$work/repack" "$work/$p-upgrade.deb" >/dev/null
+  if dpkg -i "$work/$p-upgrade.deb" >"$work/dpkg-upgrade-$p.log" 2>&1 \
+    && [[ $(dpkg-query -W -f='${Version}' "$p") == "$new" ]]; then
+    ok "$p upgraded to $new"
+  else
+    cat "$work/dpkg-upgrade-$p.log" >&2
+    fail "dpkg -i of $p $new"
+  fi
+done
+[[ $(tail -1 /etc/tranche/controller.toml) == "# edited by the admin" ]] \
+  && ok "the edited controller.toml is kept" || fail "the upgrade replaced the edited controller.toml"
+left=$(compgen -G '/etc/tranche/*.dpkg-*') || true
+[[ -z $left ]] && ok "no .dpkg-dist or .dpkg-old beside it" || fail "the upgrade left $left"
+expect_stat /var/lib/tranche "tranche tranche 700"
+expect_stat /var/lib/tranche/controller/raft.redb "tranche tranche 600"
+expect_stat /var/spool/tranche "root root 700"
+[[ $(id -u tranche) == "$uid_before" ]] && ok "user tranche kept (uid $uid_before)" \
+  || fail "user tranche's uid changed from $uid_before to $(id -u tranche)"
 
 echo "package-test: dpkg -r keeps config and data"
 echo "data" >/var/lib/tranche/marker

@@ -23,7 +23,7 @@ fi
 cargo build --release -p tranched -p tranche-agent -p tranche-cli
 mkdir -p "$out"
 for crate in tranche-cli tranched tranche-agent; do
-  # --strip: the release profile keeps line tables (debug = 1) for backtraces in
+  # --strip: the release profile keeps limited debug info (debug = 1) for backtraces in
   # benchmarks; the packaged binaries drop them.
   cargo deb --no-build --strip --no-dbgsym -p "$crate" -o "$out" >/dev/null
 done

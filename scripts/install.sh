@@ -27,7 +27,7 @@ if [[ -e /etc/tranche/$cfg ]]; then
 else
   install -m 0644 "$root/config/$cfg" "/etc/tranche/$cfg"
 fi
-sed "s#/usr/local/bin#$prefix/bin#" "$root/systemd/$unit" > "/etc/systemd/system/$unit"
+sed "s#/usr/bin/#$prefix/bin/#" "$root/systemd/$unit" > "/etc/systemd/system/$unit"
 if [[ $role == controller ]] && ! id tranche >/dev/null 2>&1; then
   useradd --system --home /var/lib/tranche --shell /usr/sbin/nologin tranche
 fi

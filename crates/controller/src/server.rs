@@ -123,6 +123,13 @@ pub fn open(cfg: Config) -> Result<Controller, NodeError> {
         }
         None => None,
     };
+    // One verifier, so one revocation list, for every port: reread when it changes.
+    // It and this controller's certificate and key are read before the data dir is
+    // made: a first start before they are installed leaves no data dir bootstrapped
+    // from founding members the admin may still correct (they are read only once).
+    let certs = CertVerifier::new(&files)?;
+    tranche_tls::load_certs(&files.cert)?;
+    tranche_tls::load_key(&files.key)?;
     private_dir(&cfg.data_dir)?;
     let storage::Opened {
         storage,
@@ -130,8 +137,6 @@ pub fn open(cfg: Config) -> Result<Controller, NodeError> {
         conf_state,
         image_index,
     } = storage::open(&cfg)?;
-    // One verifier, so one revocation list, for every port: reread when it changes.
-    let certs = CertVerifier::new(&files)?;
     let peer_ep = endpoint(
         cfg.peer_listen(),
         &files,

@@ -19,7 +19,10 @@ if ! cargo deb --version >/dev/null 2>&1; then
   cargo install cargo-deb --locked --version '^3.8'
 fi
 
-# One build for the three binaries; cargo-deb then only packs (--no-build).
+# One build for the three binaries; cargo-deb then only packs (--no-build). Under CI
+# the build keeps no debug info (the packed binaries are stripped anyway), which keeps
+# the suite's target dir small on a shared disk.
+[[ ${CI:-} == true ]] && export CARGO_PROFILE_RELEASE_DEBUG=${CARGO_PROFILE_RELEASE_DEBUG:-0}
 cargo build --release -p tranched -p tranche-agent -p tranche-cli
 mkdir -p "$out"
 for crate in tranche-cli tranched tranche-agent; do

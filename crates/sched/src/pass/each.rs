@@ -47,7 +47,11 @@ impl<'a> Pass<'a> {
                 ));
             }
         }
+        // Room for all of a share's jobs up front (what is never used is never touched).
         let mut deferred: Vec<Vec<Deferred<'a>>> = self.shares.iter().map(|_| vec![]).collect();
+        for &s in shares {
+            deferred[s].reserve(st.runnable_count_in(&self.shares[s].q.name));
+        }
         let mut last = vec![None; self.shares.len()];
         while let Some((_, i, v)) = heap.pop() {
             if v != version[i] {
@@ -56,9 +60,12 @@ impl<'a> Pass<'a> {
             let s = iters[i].0;
             loop {
                 let (k, w) = iters[i].1.next().expect("peeked");
-                let mark = self.plan.actions.len();
+                let mark = (self.plan.actions.len(), self.takeovers);
                 self.own_each(&k, w, s, &mut deferred, &mut last);
-                if self.plan.actions.len() != mark {
+                if self.plan.actions.len() != mark.0 {
+                    ratio[i] = self.share_ratio(s);
+                }
+                if self.takeovers != mark.1 {
                     for (x, (sx, it)) in iters.iter_mut().enumerate() {
                         let Some((k, _)) = it.peek().filter(|_| x != i) else {
                             continue;
@@ -75,7 +82,6 @@ impl<'a> Pass<'a> {
                 let Some((k, _)) = iters[i].1.peek() else {
                     break;
                 };
-                ratio[i] = self.share_ratio(s);
                 let key = key_of(s, k.priority.0, (k.submitted_at, k.id), ratio[i]);
                 while heap.peek().is_some_and(|t| t.2 != version[t.1]) {
                     heap.pop();

@@ -160,6 +160,7 @@ impl<'a> Pass<'a> {
         };
         self.give_back_hold(h);
         self.hold_lost.insert(h);
+        self.takeovers += 1;
         self.take_hold(ask.id, s, u, g, &[(n, g)]);
         let hold = Hold {
             nodes: vec![(NodeName(self.nodes[n as usize].name.to_owned()), g)],

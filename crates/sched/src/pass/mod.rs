@@ -236,8 +236,11 @@ struct Pass<'a> {
     /// The holds as the pass has them now: the state's, less those given back, plus
     /// those taken (see [`holds`]).
     holds: HashMap<JobId, holds::Held>,
-    /// Holders whose hold another share's within-max job took over in this pass.
+    /// Holders whose hold another share's within-max job took over in this pass, and
+    /// how many times that happened (the only change to a share's usage ratio that
+    /// another share's job makes).
     hold_lost: JobBits,
+    takeovers: u32,
     /// How the pass walks a queue's waiting jobs.
     walk: Walk,
     /// Victim lists, built once per pass when first needed, with the index of the

@@ -322,6 +322,7 @@ impl<'a> Pass<'a> {
             taken: JobBits::default(),
             holds: HashMap::default(),
             hold_lost: JobBits::default(),
+            takeovers: 0,
             walk,
             reclaim_cands: HashMap::default(),
             inshare_cands: HashMap::default(),

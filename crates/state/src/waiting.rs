@@ -275,14 +275,15 @@ pub struct Merged<'a> {
     level: Vec<ClassIter<'a>>,
     heads: BinaryHeap<Reverse<(ClassPos, usize)>>,
     next: Vec<Option<&'a Waiting>>,
-    /// Called with each entry as it becomes its class's next, some jobs before it is
-    /// given out (see [`Merged::with_hint`]).
+    /// Called with each entry as it becomes its class's second next, some jobs before
+    /// it is given out (see [`Merged::with_hint`]).
     hint: fn(&Waiting),
 }
 
 impl<'a> Merged<'a> {
-    /// Calls `hint` with each entry as it becomes its class's next: a reader that
-    /// visits many entries can ask the CPU to load each before it is given out.
+    /// Calls `hint` with each entry as it becomes the one after its class's next (and
+    /// with a level's first two of each class): a reader that visits many entries can
+    /// ask the CPU to load each before it is given out.
     pub fn with_hint(mut self, hint: fn(&Waiting)) -> Merged<'a> {
         self.hint = hint;
         self
@@ -303,6 +304,9 @@ impl<'a> Iterator for Merged<'a> {
                 let mut it = l.jobs.iter();
                 if let Some((pos, w)) = it.next() {
                     (self.hint)(w);
+                    if let Some((_, after)) = it.clone().next() {
+                        (self.hint)(after);
+                    }
                     self.heads.push(Reverse((*pos, self.level.len())));
                     self.next.push(Some(w));
                     self.level.push(it);
@@ -312,7 +316,10 @@ impl<'a> Iterator for Merged<'a> {
         let Reverse((pos, i)) = self.heads.pop()?;
         let w = self.next[i].take().expect("a head has its entry");
         if let Some((p, nw)) = self.level[i].next() {
-            (self.hint)(nw);
+            // The hint goes a job further on in the class, for a level of few classes.
+            if let Some((_, after)) = self.level[i].clone().next() {
+                (self.hint)(after);
+            }
             self.heads.push(Reverse((*p, i)));
             self.next[i] = Some(nw);
         }

@@ -126,6 +126,36 @@ pub(super) struct ShareWalk<'a> {
     /// The level the last search for its next event stopped at, with the plan's count
     /// of actions then.
     scan: Option<(usize, u32)>,
+    /// Judgements that hold for every lower priority too (see [`Pass::holds_below`]),
+    /// by shape, with the plan's count of actions they were made at.
+    below: Vec<Below<Judged<'a>>>,
+}
+
+/// A judgement that holds for the jobs of one shape at every lower priority: the
+/// shape (unit, GPUs per node, nodes), the plan's count of actions then, and it.
+type Below<J> = ((u32, u32, u32), usize, J);
+
+fn shape(c: &ClassKey) -> (u32, u32, u32) {
+    (c.unit_id, c.gpus_per_node, c.nodes)
+}
+
+fn keep_below<J>(below: &mut Vec<Below<J>>, sh: (u32, u32, u32), at: usize, j: J) {
+    match below.iter_mut().find(|b| b.0 == sh) {
+        Some(b) => *b = (sh, at, j),
+        None => below.push((sh, at, j)),
+    }
+}
+
+/// The judgement a class of a lower priority takes from `below`, if one holds now.
+fn below<'a>(below: &[Below<Judged<'a>>], c: &Cls<'a>, epoch: usize) -> Option<Judged<'a>> {
+    if c.key.alone || c.left == 0 {
+        return None;
+    }
+    let sh = shape(&c.key);
+    below
+        .iter()
+        .find(|b| b.0 == sh && b.1 == epoch)
+        .map(|b| b.2)
 }
 
 /// A job the own-capacity pass is to judge: its key, level and class.
@@ -146,6 +176,7 @@ impl<'a> ShareWalk<'a> {
             next: None,
             judged: false,
             scan: None,
+            below: vec![],
         }
     }
 }
@@ -199,6 +230,11 @@ impl<'a> Pass<'a> {
             let mut best: Option<(usize, ClassPos)> = None;
             for (i, c) in level.iter_mut().enumerate() {
                 if c.judged_at(epoch) {
+                    continue;
+                }
+                if let Some(j) = below(&sw.below, c, epoch) {
+                    c.memo = Some((epoch, j));
+                    sw.judged = true;
                     continue;
                 }
                 if let Some((p, _)) = c.head() {
@@ -343,9 +379,31 @@ impl<'a> Pass<'a> {
             };
             sw.levels[0].1[i].memo = j.map(|j| (mark.0, j));
             sw.judged |= j.is_some();
+            if let Some(j) = j.filter(|j| self.holds_below(s, *j)) {
+                let c = &sw.levels[0].1[i];
+                keep_below(&mut sw.below, shape(&c.key), mark.0, j);
+            }
         }
         if waits {
             self.count_ahead(s, u, prio, w, 1);
+        }
+    }
+
+    /// Whether an own-capacity judgement of share `s` holds for the same shape at every
+    /// lower priority until the next action: one that reads nothing a priority
+    /// changes. A job left to the borrow pass is above its room, which only shrinks at
+    /// lower priorities (rule 2 counts the higher priorities' waiting jobs); a job
+    /// above its share's ceiling, or of a unit no node has, is so at any priority; a
+    /// share that does not borrow and has no in-share preemption tells a job at its
+    /// max only that.
+    fn holds_below(&self, s: usize, j: Judged<'a>) -> bool {
+        match j {
+            Judged::Deferred => true,
+            Judged::Waits(why, _) => match self.why(why) {
+                PendingReasonOf::AboveCeiling { .. } | PendingReasonOf::NoNodes { .. } => true,
+                PendingReasonOf::AtMaxNoBorrow { .. } => !self.shares[s].q.in_share_preemption,
+                _ => false,
+            },
         }
     }
 
@@ -411,13 +469,16 @@ impl<'a> Pass<'a> {
                 let n = c.left;
                 c.rest = c.list.jobs().range(..(0, JobId(0))).peekable();
                 c.left = 0;
-                match j {
-                    Judged::Deferred => self.defer(sw, l, i, DItem::Rest(from, n)),
-                    Judged::Waits(_, waits) => {
-                        if waits {
-                            self.count_ahead(s, u, prio, w, n as u32);
-                        }
+                // A job left to the borrow pass waits for room in its share too.
+                let waits = match j {
+                    Judged::Deferred => {
+                        self.defer(sw, l, i, DItem::Rest(from, n));
+                        true
                     }
+                    Judged::Waits(_, waits) => waits,
+                };
+                if waits {
+                    self.count_ahead(s, u, prio, w, n as u32);
                 }
                 return;
             }
@@ -427,14 +488,18 @@ impl<'a> Pass<'a> {
                 break;
             }
             sw.levels[l].1[i].take();
-            match j {
-                Judged::Deferred => self.defer(sw, l, i, DItem::One(p, w)),
+            let waits = match j {
+                Judged::Deferred => {
+                    self.defer(sw, l, i, DItem::One(p, w));
+                    true
+                }
                 Judged::Waits(why, waits) => {
                     self.reason_at(p.1, w, why);
-                    if waits {
-                        self.count_ahead(s, u, prio, w, 1);
-                    }
+                    waits
                 }
+            };
+            if waits {
+                self.count_ahead(s, u, prio, w, 1);
             }
         }
     }
@@ -568,6 +633,8 @@ struct BShare<'a, 'd> {
     /// The level the last search for its next event stopped at, with the plan's count
     /// of actions then.
     scan: (usize, usize),
+    /// Borrow judgements that hold for every lower priority too, by shape.
+    below: Vec<Below<WhyAt<'a>>>,
 }
 
 /// The borrow pass's next job to judge: its order key (see [`Pass::borrow_walk`]),
@@ -598,6 +665,14 @@ impl<'a, 'd> BShare<'a, 'd> {
             for (i, c) in self.levels[l].1.iter_mut().enumerate() {
                 if c.left == 0 || c.judged_at(epoch) {
                     continue;
+                }
+                if !c.d.key.alone {
+                    let sh = shape(&c.d.key);
+                    if let Some(b) = self.below.iter().find(|b| b.0 == sh && b.1 == epoch) {
+                        c.memo = Some((epoch, b.2));
+                        self.judged.push((l, i));
+                        continue;
+                    }
                 }
                 if let Some((p, _)) = c.head() {
                     if best.is_none_or(|(_, q)| p < q) {
@@ -649,6 +724,7 @@ impl<'a> Pass<'a> {
                     lo: 0,
                     judged: vec![],
                     scan: (usize::MAX, 0),
+                    below: vec![],
                 }
             })
             .collect();
@@ -681,8 +757,15 @@ impl<'a> Pass<'a> {
             c.take();
             let (s, u, alone) = (sh.s, c.d.u, c.d.key.alone);
             if let Some(why) = self.borrow_event(p.1, w, s, prio, u, alone) {
-                shares[e.b].levels[e.level].1[e.class].memo = Some((epoch, why));
-                shares[e.b].judged.push((e.level, e.class));
+                let sh = &mut shares[e.b];
+                sh.levels[e.level].1[e.class].memo = Some((epoch, why));
+                sh.judged.push((e.level, e.class));
+                // Without in-share preemption a borrow reads nothing a priority
+                // changes: the judgement holds for the shape at lower priorities.
+                if !self.shares[s].q.in_share_preemption {
+                    let k = shape(&sh.levels[e.level].1[e.class].d.key);
+                    keep_below(&mut sh.below, k, epoch, why);
+                }
             }
             if self.plan.actions.len() != epoch {
                 // The classes judged before the action: their jobs before it are

@@ -135,7 +135,8 @@ impl<'a> Pass<'a> {
         let epoch = self.plan.actions.len();
         let (waits, defer) = match last[s] {
             Some((c, at, j)) if Some(c) == class && at == epoch => match j {
-                Judged::Deferred => (false, true),
+                // A job left to the borrow pass waits for room in its share too.
+                Judged::Deferred => (true, true),
                 Judged::Waits(why, waits) => {
                     self.reason_at(k.id, w, why);
                     (waits, false)

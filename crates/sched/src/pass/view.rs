@@ -369,8 +369,10 @@ impl<'a> Pass<'a> {
                 ahead: vec![Ahead::NONE; nu_count],
             });
         }
-        pass.build_pools();
+        // Holds first: they count in each node's held GPUs, which the pools are then
+        // built from at once, rather than moving every held node in its pools.
         pass.account_stopping_and_holds();
+        pass.build_pools();
         pass
     }
 

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use tranche_model::*;
 
-use crate::waiting::{ClassKey, Waiters};
+use crate::waiting::Waiters;
 
 /// A user's submits to a share in one minute of entry time (minutes counted from the
 /// epoch, so every controller cuts them alike).
@@ -172,11 +172,6 @@ impl<K: Ord + Clone> Numbering<K> {
         self.names.push(k.clone());
         self.ids.insert(k.clone(), i);
         i
-    }
-
-    /// The number of `k`, if it has one.
-    pub(crate) fn get(&self, k: &K) -> Option<u32> {
-        self.ids.get(k).copied()
     }
 
     pub(crate) fn name(&self, i: u32) -> Option<&K> {
@@ -385,19 +380,6 @@ impl Index {
         if class(from) != class(to) {
             self.count_job(job, from, false);
             self.count_job(job, to, true);
-        }
-    }
-
-    /// The class of RUNNABLE `job`, as its fields give it, `unit_id` being its unit's
-    /// number.
-    pub(crate) fn class_key(&self, job: &Job, unit_id: u32) -> ClassKey {
-        ClassKey {
-            priority: std::cmp::Reverse(job.spec.priority),
-            unit_id,
-            gpus_per_node: job.spec.request.gpus_per_node,
-            nodes: job.spec.request.nodes,
-            alone: job.hold.is_some()
-                || job.array.as_ref().is_some_and(|a| a.max_running.is_some()),
         }
     }
 

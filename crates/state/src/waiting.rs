@@ -1,14 +1,13 @@
-//! A share's RUNNABLE jobs, kept by class: jobs of the same priority, unit and shape
-//! (GPUs per node, nodes) in one list, in submit order. The scheduler judges a class's
-//! jobs alike (`docs/design.md`, "What a pass may skip"), so it reads a whole class as
-//! one: how many jobs it has, and whether they all give the same pending reason,
-//! without reading each job.
-//!
-//! A share's scheduling order (priority descending, then submit time, then id) is the
-//! merge of its classes, level by level: [`Waiters::iter`] gives it.
+//! A share's RUNNABLE jobs: in scheduling order (priority descending, then submit
+//! time, then id), and by class: jobs of the same priority, unit and shape (GPUs per
+//! node, nodes) in one list, in submit order. The scheduler judges a class's jobs
+//! alike (`docs/design.md`, "What a pass may skip"), so it reads a whole class as one:
+//! how many jobs it has, and whether they all give the same pending reason, without
+//! reading each job. The entries themselves are kept once, in scheduling order, where
+//! a walk job by job reads them one after another.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use tranche_model::*;
 
@@ -46,13 +45,14 @@ pub type ClassPos = (Millis, JobId);
 /// they give.
 #[derive(Debug, Clone, Default)]
 pub struct ClassList {
-    jobs: BTreeMap<ClassPos, Waiting>,
+    jobs: BTreeSet<ClassPos>,
     /// Each reason the jobs give, with how many give it: mostly one.
     reasons: Vec<(Option<PendingReason>, u32)>,
 }
 
 impl ClassList {
-    pub fn jobs(&self) -> &BTreeMap<ClassPos, Waiting> {
+    /// The class's jobs' places, in submit order.
+    pub fn jobs(&self) -> &BTreeSet<ClassPos> {
         &self.jobs
     }
 
@@ -85,39 +85,13 @@ impl ClassList {
             None => debug_assert!(false, "a reason not counted"),
         }
     }
-
-    /// Gives the job at `p` the reason `reason`; false where the class has no job there.
-    fn set_reason(&mut self, p: ClassPos, reason: &PendingReason) -> bool {
-        let Some(w) = self.jobs.get_mut(&p) else {
-            return false;
-        };
-        if w.reason.as_ref() != Some(reason) {
-            let old = w.reason.replace(reason.clone());
-            self.count_reason(old.as_ref(), false);
-            self.count_reason(Some(reason), true);
-        }
-        true
-    }
-
-    /// Whether the counts of reasons are those of the jobs (for tests).
-    fn counts_hold(&self) -> bool {
-        let mut fresh = ClassList::default();
-        for w in self.jobs.values() {
-            fresh.count_reason(w.reason.as_ref(), true);
-        }
-        fresh.reasons.len() == self.reasons.len()
-            && fresh
-                .reasons
-                .iter()
-                .all(|(r, n)| self.reasons.iter().any(|(x, m)| x == r && m == n))
-    }
 }
 
-/// A share's RUNNABLE jobs, by class.
+/// A share's RUNNABLE jobs, in scheduling order and by class.
 #[derive(Debug, Clone, Default)]
 pub struct Waiters {
+    order: BTreeMap<RunKey, Waiting>,
     classes: BTreeMap<ClassKey, ClassList>,
-    len: usize,
 }
 
 fn pos(key: &RunKey) -> ClassPos {
@@ -126,11 +100,11 @@ fn pos(key: &RunKey) -> ClassPos {
 
 impl Waiters {
     pub fn len(&self) -> usize {
-        self.len
+        self.order.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.order.is_empty()
     }
 
     /// The classes by key, highest priority first.
@@ -143,52 +117,45 @@ impl Waiters {
         self.classes.iter()
     }
 
-    pub(crate) fn insert(&mut self, key: RunKey, w: Waiting) {
-        let list = self.classes.entry(ClassKey::of(&key, &w)).or_default();
-        list.count_reason(w.reason.as_ref(), true);
-        if let Some(old) = list.jobs.insert(pos(&key), w) {
-            list.count_reason(old.reason.as_ref(), false);
+    /// The entry of the job at `p` of priority `priority`.
+    pub fn get(&self, priority: Reverse<u32>, p: ClassPos) -> Option<&Waiting> {
+        self.order.get(&RunKey {
+            priority,
+            submitted_at: p.0,
+            id: p.1,
+        })
+    }
+
+    /// The jobs in scheduling order: priority descending, then submit time, then id.
+    pub fn iter(&self) -> impl Iterator<Item = (RunKey, &Waiting)> + '_ {
+        self.order.iter().map(|(k, w)| (*k, w))
+    }
+
+    fn file(&mut self, key: &RunKey, w: &Waiting, add: bool) {
+        let c = ClassKey::of(key, w);
+        let list = self.classes.entry(c).or_default();
+        list.count_reason(w.reason.as_ref(), add);
+        if add {
+            list.jobs.insert(pos(key));
         } else {
-            self.len += 1;
+            list.jobs.remove(&pos(key));
+            if list.jobs.is_empty() {
+                self.classes.remove(&c);
+            }
         }
     }
 
-    /// The class of the job at `key`: `hint` where it holds the job (the class its
-    /// job's fields give), else found among the classes of its priority.
-    fn class_of(&self, key: &RunKey, hint: Option<ClassKey>) -> Option<ClassKey> {
-        let p = pos(key);
-        if let Some(c) = hint {
-            if self
-                .classes
-                .get(&c)
-                .is_some_and(|l| l.jobs.contains_key(&p))
-            {
-                return Some(c);
-            }
+    pub(crate) fn insert(&mut self, key: RunKey, w: Waiting) {
+        if let Some(old) = self.order.remove(&key) {
+            self.file(&key, &old, false);
         }
-        let lo = ClassKey {
-            priority: key.priority,
-            unit_id: 0,
-            gpus_per_node: 0,
-            nodes: 0,
-            alone: false,
-        };
-        self.classes
-            .range(lo..)
-            .take_while(|(c, _)| c.priority == key.priority)
-            .find(|(_, l)| l.jobs.contains_key(&p))
-            .map(|(c, _)| *c)
+        self.file(&key, &w, true);
+        self.order.insert(key, w);
     }
 
     pub(crate) fn remove(&mut self, key: &RunKey) -> Option<Waiting> {
-        let c = self.class_of(key, None)?;
-        let list = self.classes.get_mut(&c)?;
-        let w = list.jobs.remove(&pos(key))?;
-        list.count_reason(w.reason.as_ref(), false);
-        if list.jobs.is_empty() {
-            self.classes.remove(&c);
-        }
-        self.len -= 1;
+        let w = self.order.remove(key)?;
+        self.file(key, &w, false);
         Some(w)
     }
 
@@ -200,136 +167,42 @@ impl Waiters {
         }
     }
 
-    /// Gives the entry at `key` (of class `hint`, where known) the reason `reason`:
-    /// kept in its class.
-    pub(crate) fn set_reason(
-        &mut self,
-        key: &RunKey,
-        hint: Option<ClassKey>,
-        reason: &PendingReason,
-    ) {
-        let p = pos(key);
-        // The hinted class first; else the class found by search.
-        if let Some(list) = hint.and_then(|c| self.classes.get_mut(&c)) {
-            if list.set_reason(p, reason) {
-                return;
-            }
+    /// Gives the entry at `key` the reason `reason`.
+    pub(crate) fn set_reason(&mut self, key: &RunKey, reason: &PendingReason) {
+        let Some(w) = self.order.get_mut(key) else {
+            return;
+        };
+        if w.reason.as_ref() == Some(reason) {
+            return;
         }
-        if let Some(c) = self.class_of(key, None) {
-            if let Some(list) = self.classes.get_mut(&c) {
-                list.set_reason(p, reason);
-            }
+        let old = w.reason.replace(reason.clone());
+        let c = ClassKey::of(key, w);
+        if let Some(list) = self.classes.get_mut(&c) {
+            list.count_reason(old.as_ref(), false);
+            list.count_reason(Some(reason), true);
         }
     }
 
-    /// The jobs in scheduling order: priority descending, then submit time, then id.
-    pub fn iter(&self) -> Merged<'_> {
-        Merged {
-            classes: self.classes.iter().peekable(),
-            prio: Reverse(0),
-            level: vec![],
-            heads: BinaryHeap::new(),
-            next: vec![],
-            hint: |_| {},
-        }
-    }
-
-    /// Whether every class holds only jobs of its class, with their reasons counted
-    /// (for tests).
+    /// Whether the classes hold exactly the jobs in order, each in its class, with
+    /// their reasons counted (for tests).
     pub(crate) fn check(&self) -> Result<(), String> {
-        let mut n = 0;
-        for (c, l) in &self.classes {
-            if l.jobs.is_empty() {
-                return Err("an empty class is kept".into());
-            }
-            for ((at, id), w) in &l.jobs {
-                let key = RunKey {
-                    priority: c.priority,
-                    submitted_at: *at,
-                    id: *id,
-                };
-                if ClassKey::of(&key, w) != *c {
-                    return Err(format!("job {id} is kept in another class than its own"));
-                }
-            }
-            if !l.counts_hold() {
-                return Err("a class's reasons are miscounted".into());
-            }
-            n += l.jobs.len();
+        let mut fresh = Waiters::default();
+        for (k, w) in &self.order {
+            fresh.file(k, w, true);
         }
-        if n != self.len {
-            return Err(format!("{n} waiting jobs counted as {}", self.len));
+        if fresh.classes.len() != self.classes.len() {
+            return Err("the classes differ from the waiting jobs".into());
+        }
+        for ((ca, la), (cb, lb)) in fresh.classes.iter().zip(&self.classes) {
+            let same_reasons = la.reasons.len() == lb.reasons.len()
+                && la
+                    .reasons
+                    .iter()
+                    .all(|(r, n)| lb.reasons.iter().any(|(x, m)| x == r && m == n));
+            if ca != cb || la.jobs != lb.jobs || !same_reasons {
+                return Err("a class holds other jobs or reasons than its own".into());
+            }
         }
         Ok(())
-    }
-}
-
-type ClassIter<'a> = std::collections::btree_map::Iter<'a, ClassPos, Waiting>;
-
-/// A share's waiting jobs in scheduling order: its classes merged, one priority level
-/// at a time, by their next jobs' positions.
-pub struct Merged<'a> {
-    classes: std::iter::Peekable<std::collections::btree_map::Iter<'a, ClassKey, ClassList>>,
-    prio: Reverse<u32>,
-    /// The level's classes with jobs left, and their next jobs, earliest first.
-    level: Vec<ClassIter<'a>>,
-    heads: BinaryHeap<Reverse<(ClassPos, usize)>>,
-    next: Vec<Option<&'a Waiting>>,
-    /// Called with each entry as it becomes its class's second next, some jobs before
-    /// it is given out (see [`Merged::with_hint`]).
-    hint: fn(&Waiting),
-}
-
-impl<'a> Merged<'a> {
-    /// Calls `hint` with each entry as it becomes the one after its class's next (and
-    /// with a level's first two of each class): a reader that visits many entries can
-    /// ask the CPU to load each before it is given out.
-    pub fn with_hint(mut self, hint: fn(&Waiting)) -> Merged<'a> {
-        self.hint = hint;
-        self
-    }
-}
-
-impl<'a> Iterator for Merged<'a> {
-    type Item = (RunKey, &'a Waiting);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.heads.is_empty() {
-            let (c, _) = self.classes.peek()?;
-            self.prio = c.priority;
-            self.level.clear();
-            self.next.clear();
-            let p = self.prio;
-            while let Some((_, l)) = self.classes.next_if(|(c, _)| c.priority == p) {
-                let mut it = l.jobs.iter();
-                if let Some((pos, w)) = it.next() {
-                    (self.hint)(w);
-                    if let Some((_, after)) = it.clone().next() {
-                        (self.hint)(after);
-                    }
-                    self.heads.push(Reverse((*pos, self.level.len())));
-                    self.next.push(Some(w));
-                    self.level.push(it);
-                }
-            }
-        }
-        let Reverse((pos, i)) = self.heads.pop()?;
-        let w = self.next[i].take().expect("a head has its entry");
-        if let Some((p, nw)) = self.level[i].next() {
-            // The hint goes a job further on in the class, for a level of few classes.
-            if let Some((_, after)) = self.level[i].clone().next() {
-                (self.hint)(after);
-            }
-            self.heads.push(Reverse((*p, i)));
-            self.next[i] = Some(nw);
-        }
-        Some((
-            RunKey {
-                priority: self.prio,
-                submitted_at: pos.0,
-                id: pos.1,
-            },
-            w,
-        ))
     }
 }

@@ -32,7 +32,6 @@
 //! `docs/design.md` ("What a pass may skip") gives the argument in full; the property
 //! test `incremental_and_whole_passes_plan_alike` runs every random scenario both ways.
 
-use std::collections::btree_map::Range;
 use std::iter::Peekable;
 
 use super::*;
@@ -54,14 +53,18 @@ pub(super) enum Judged<'a> {
     Waits(WhyAt<'a>, bool),
 }
 
-type Rest<'a> = Peekable<Range<'a, ClassPos, Waiting>>;
+type Rest<'a> = Peekable<std::collections::btree_set::Range<'a, ClassPos>>;
 
 /// One class of a share's priority level, as the own-capacity pass walks it.
 pub(super) struct Cls<'a> {
     pub(super) key: ClassKey,
     list: &'a ClassList,
-    /// Its jobs not yet judged or settled, and how many.
+    /// The share's waiting jobs, where the class's jobs' entries are.
+    all: &'a Waiters,
+    /// Its jobs not yet judged or settled, and how many; the first with its entry,
+    /// once looked up.
     rest: Rest<'a>,
+    cur: Option<(ClassPos, &'a Waiting)>,
     left: usize,
     pub(super) u: Option<Ux>,
     /// Its judgement, and the plan's count of actions then.
@@ -70,13 +73,23 @@ pub(super) struct Cls<'a> {
     dix: Option<usize>,
 }
 
+/// The entry of the job at `p` of class `key` in `all`.
+fn entry<'a>(all: &'a Waiters, key: &ClassKey, p: ClassPos) -> &'a Waiting {
+    all.get(key.priority, p).expect("a class's job waits")
+}
+
 impl<'a> Cls<'a> {
     fn head(&mut self) -> Option<(ClassPos, &'a Waiting)> {
-        self.rest.peek().map(|(p, w)| (**p, *w))
+        if self.cur.is_none() {
+            let p = **self.rest.peek()?;
+            self.cur = Some((p, entry(self.all, &self.key, p)));
+        }
+        self.cur
     }
 
     fn take(&mut self) {
         self.rest.next();
+        self.cur = None;
         self.left -= 1;
     }
 
@@ -85,7 +98,7 @@ impl<'a> Cls<'a> {
     }
 
     fn last(&self) -> Option<ClassPos> {
-        self.list.jobs().last_key_value().map(|(p, _)| *p)
+        self.list.jobs().last().copied()
     }
 }
 
@@ -99,6 +112,7 @@ pub(super) struct DLevel<'a> {
 pub(super) struct DClass<'a> {
     key: ClassKey,
     list: &'a ClassList,
+    all: &'a Waiters,
     u: Ux,
     items: Vec<DItem<'a>>,
 }
@@ -112,6 +126,7 @@ enum DItem<'a> {
 /// A share's walk through its levels in the own-capacity pass.
 pub(super) struct ShareWalk<'a> {
     pub(super) s: usize,
+    waiters: &'a Waiters,
     /// The levels not yet loaded.
     classes: Peekable<std::collections::btree_map::Iter<'a, ClassKey, ClassList>>,
     /// The loaded levels with jobs left, highest priority first: all but the last hold
@@ -170,6 +185,7 @@ impl<'a> ShareWalk<'a> {
     pub(super) fn new(s: usize, w: &'a Waiters) -> ShareWalk<'a> {
         ShareWalk {
             s,
+            waiters: w,
             classes: w.class_map().iter().peekable(),
             levels: vec![],
             deferred: vec![],
@@ -217,7 +233,9 @@ impl<'a> Pass<'a> {
                     level.push(Cls {
                         key: *c,
                         list,
+                        all: sw.waiters,
                         rest: list.jobs().range(..).peekable(),
+                        cur: None,
                         left: list.len(),
                         u: self.unit_of_id.get(c.unit_id as usize).copied().flatten(),
                         memo: None,
@@ -438,6 +456,7 @@ impl<'a> Pass<'a> {
                 level.classes.push(DClass {
                     key: c.key,
                     list: c.list,
+                    all: c.all,
                     u: c.u.expect("a deferred job has a unit"),
                     items: vec![],
                 });
@@ -468,6 +487,7 @@ impl<'a> Pass<'a> {
             if all {
                 let n = c.left;
                 c.rest = c.list.jobs().range(..(0, JobId(0))).peekable();
+                c.cur = None;
                 c.left = 0;
                 // A job left to the borrow pass waits for room in its share too.
                 let waits = match j {
@@ -578,7 +598,8 @@ impl<'a, 'd> BCls<'a, 'd> {
         loop {
             if let Some((r, n)) = &mut self.rest {
                 if *n > 0 {
-                    return r.peek().map(|(p, w)| (**p, *w));
+                    let p = **r.peek()?;
+                    return Some((p, entry(self.d.all, &self.d.key, p)));
                 }
                 self.rest = None;
                 self.item += 1;
@@ -614,7 +635,7 @@ impl<'a, 'd> BCls<'a, 'd> {
     fn last(&self) -> Option<ClassPos> {
         match self.d.items.last()? {
             DItem::One(p, _) => Some(*p),
-            DItem::Rest(..) => self.d.list.jobs().last_key_value().map(|(p, _)| *p),
+            DItem::Rest(..) => self.d.list.jobs().last().copied(),
         }
     }
 }

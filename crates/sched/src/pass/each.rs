@@ -13,6 +13,10 @@ use super::*;
 /// share, priority, unit).
 type Deferred<'a> = (Millis, JobId, &'a Waiting, usize, u32, Ux);
 
+/// How many of a share's jobs ahead of the one being judged are being loaded into
+/// cache (see [`prefetch`]).
+const LOOKAHEAD: usize = 4;
+
 /// A job's unit, GPUs per node, nodes and priority: what makes it alike another of
 /// its share (see [`super::classes`]).
 type Alike = (u32, u32, u32, u32);
@@ -31,13 +35,19 @@ impl<'a> Pass<'a> {
             .iter()
             .filter_map(|&s| {
                 let w = st.waiting_in(&self.shares[s].q.name)?;
-                Some((s, w.iter().with_hint(prefetch).peekable()))
+                // A second walk runs a few jobs ahead, loading their entries (see
+                // `prefetch`), so that each is in cache by its turn.
+                let mut ahead = w.iter();
+                for (_, w) in ahead.by_ref().take(LOOKAHEAD) {
+                    prefetch(w);
+                }
+                Some((s, w.iter().peekable(), ahead))
             })
             .collect();
         let mut version = vec![0u32; iters.len()];
         let mut ratio = vec![0u64; iters.len()];
         let mut heap = BinaryHeap::new();
-        for (i, (s, it)) in iters.iter_mut().enumerate() {
+        for (i, (s, it, _)) in iters.iter_mut().enumerate() {
             if let Some((k, _)) = it.peek() {
                 ratio[i] = self.share_ratio(*s);
                 heap.push((
@@ -60,13 +70,16 @@ impl<'a> Pass<'a> {
             let s = iters[i].0;
             loop {
                 let (k, w) = iters[i].1.next().expect("peeked");
+                if let Some((_, w)) = iters[i].2.next() {
+                    prefetch(w);
+                }
                 let mark = (self.plan.actions.len(), self.takeovers);
                 self.own_each(&k, w, s, &mut deferred, &mut last);
                 if self.plan.actions.len() != mark.0 {
                     ratio[i] = self.share_ratio(s);
                 }
                 if self.takeovers != mark.1 {
-                    for (x, (sx, it)) in iters.iter_mut().enumerate() {
+                    for (x, (sx, it, _)) in iters.iter_mut().enumerate() {
                         let Some((k, _)) = it.peek().filter(|_| x != i) else {
                             continue;
                         };

@@ -53,12 +53,14 @@ impl<'a> Pass<'a> {
                 })
             });
             if let Some(why) = why {
-                for (_, list) in waiters.classes() {
+                for (c, list) in waiters.classes() {
                     if list.uniform_reason() == Some(Some(&why)) {
                         continue;
                     }
-                    for (p, w) in list.jobs() {
-                        self.reason(p.1, w, why.clone());
+                    for &p in list.jobs() {
+                        if let Some(w) = waiters.get(c.priority, p) {
+                            self.reason(p.1, w, why.clone());
+                        }
                     }
                 }
                 continue;

@@ -27,26 +27,13 @@ impl State {
                 Err(e) => out.rejected.push((i as u32, e)),
             }
         }
-        let mut last_unit: Option<(Unit, u32)> = None;
         for (id, reason) in &plan.reasons {
             if let Some(job) = self.jobs.get_mut(id) {
                 if job.status == JobStatus::Runnable && job.pending_reason.as_ref() != Some(reason)
                 {
                     job.pending_reason = Some(reason.clone());
-                    // A plan's reasons come class by class: the unit's number is
-                    // looked up once per run of one unit.
-                    let unit = &job.spec.request.unit;
-                    let unit_id = match &last_unit {
-                        Some((u, id)) if u == unit => Some(*id),
-                        _ => {
-                            let id = self.index.units.get(unit);
-                            last_unit = id.map(|id| (unit.clone(), id));
-                            id
-                        }
-                    };
-                    let class = unit_id.map(|id| self.index.class_key(job, id));
                     if let Some(w) = self.index.runnable.get_mut(&job.spec.share) {
-                        w.set_reason(&RunKey::of(job), class, reason);
+                        w.set_reason(&RunKey::of(job), reason);
                     }
                     out.applied += 1;
                 }

@@ -36,35 +36,53 @@ impl Ports {
     /// Binds a UDP socket on `addr` (port 0: a free port) and holds it; returns its
     /// address.
     pub fn udp(&mut self, addr: SocketAddr) -> Result<SocketAddr, LocalError> {
-        let s = UdpSocket::bind(addr).map_err(|source| LocalError::Port {
-            proto: "UDP",
-            addr,
-            source,
-        })?;
-        let addr = s.local_addr().map_err(LocalError::Os)?;
-        self.held.push(Held {
-            addr,
-            sock: Sock::Udp(s),
-        });
-        Ok(addr)
+        let bind = |a| {
+            let s = UdpSocket::bind(a).map_err(|source| LocalError::Port {
+                proto: "UDP",
+                addr: a,
+                source,
+            })?;
+            let at = s.local_addr().map_err(LocalError::Os)?;
+            Ok((at, Sock::Udp(s)))
+        };
+        self.hold(addr, bind)
     }
 
     /// Binds a TCP listener on `addr` (port 0: a free port) and holds it until a
     /// process takes it; returns its address.
     pub fn tcp(&mut self, addr: SocketAddr) -> Result<SocketAddr, LocalError> {
-        let l = TcpListener::bind(addr).map_err(|source| LocalError::Port {
-            proto: "TCP",
-            addr,
-            source,
-        })?;
-        let addr = l.local_addr().map_err(LocalError::Os)?;
-        self.held.push(Held {
-            addr,
-            sock: Sock::Tcp(Some(l)),
-        });
-        Ok(addr)
+        let bind = |a| {
+            let l = TcpListener::bind(a).map_err(|source| LocalError::Port {
+                proto: "TCP",
+                addr: a,
+                source,
+            })?;
+            let at = l.local_addr().map_err(LocalError::Os)?;
+            Ok((at, Sock::Tcp(Some(l))))
+        };
+        self.hold(addr, bind)
     }
 
+    /// Binds with `bind` and holds the socket. A free port is one that no socket held
+    /// here has, in either protocol: sockets are handed to a process by the addresses
+    /// its config names, so a UDP and a TCP socket on the same port number would both
+    /// go to it. A port taken that way is kept bound until another is found, so that
+    /// the next try gets a new one.
+    fn hold(
+        &mut self,
+        addr: SocketAddr,
+        bind: impl Fn(SocketAddr) -> Result<(SocketAddr, Sock), LocalError>,
+    ) -> Result<SocketAddr, LocalError> {
+        let mut passed = vec![];
+        loop {
+            let (at, sock) = bind(addr)?;
+            if addr.port() != 0 || !self.held.iter().any(|h| h.addr == at) {
+                self.held.push(Held { addr: at, sock });
+                return Ok(at);
+            }
+            passed.push(sock);
+        }
+    }
     /// Gives up the UDP socket held for `addr`, for the caller to serve that address
     /// itself (e.g. a relay in front of a controller).
     pub fn take_udp(&mut self, addr: SocketAddr) -> Option<UdpSocket> {
@@ -199,6 +217,32 @@ mod tests {
         assert!(
             TcpListener::bind(t).is_err(),
             "not bound again for a restart"
+        );
+    }
+
+    #[test]
+    fn a_tcp_port_never_has_the_number_of_a_held_udp_port() {
+        let mut p = Ports::default();
+        let u = p.udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        // The kernel may give a TCP listener the number of a held UDP port (the two
+        // are apart); the first bind here does so on purpose.
+        let tries = std::cell::Cell::new(0);
+        let bind = |a: SocketAddr| {
+            tries.set(tries.get() + 1);
+            let at = if tries.get() == 1 { u } else { a };
+            let l = TcpListener::bind(at).unwrap();
+            Ok((l.local_addr().unwrap(), Sock::Tcp(Some(l))))
+        };
+        let t = p.hold("127.0.0.1:0".parse().unwrap(), bind).unwrap();
+        assert_eq!(tries.get(), 2, "the clashing port was taken");
+        assert_ne!(t.port(), u.port());
+        // Named by a config, the UDP port's address hands over the UDP socket alone.
+        let config = format!("peer_addr = \"{u}\"\n");
+        p.hand(&mut Command::new("true"), &config).unwrap();
+        p.handed(&config);
+        assert!(
+            matches!(&p.held[1].sock, Sock::Tcp(Some(_))),
+            "another process's TCP listener was handed over"
         );
     }
 

@@ -578,10 +578,15 @@ impl Service {
         self.shared.read().unwrap().history.clone()
     }
 
-    /// The job `r` names, from the history store, once it has left the state.
-    fn archived(&self, r: &JobRef) -> Result<Job, ApiError> {
+    /// The job `r` names, from the history store `history` (the shared state's, which
+    /// a caller holding that state's lock passes rather than locking it again: a
+    /// second read lock waits behind a waiting writer, which waits for the first).
+    fn archived(
+        history: Option<&Arc<crate::history::History>>,
+        r: &JobRef,
+    ) -> Result<Job, ApiError> {
         let missing = || ApiError::NotFound(format!("job {r} does not exist"));
-        let history = self.history().ok_or_else(missing)?;
+        let history = history.ok_or_else(missing)?;
         history
             .find(r)
             .map_err(ApiError::Unavailable)?
@@ -684,7 +689,7 @@ impl Service {
                 .and_then(|ids| ids.first().and_then(|id| st.job(*id)))
             {
                 Some(j) => Ok(std::borrow::Cow::Borrowed(j)),
-                None => self.archived(r).map(std::borrow::Cow::Owned),
+                None => Self::archived(sh.history.as_ref(), r).map(std::borrow::Cow::Owned),
             }
         };
         match q {

@@ -98,6 +98,27 @@ fn pos(key: &RunKey) -> ClassPos {
     (key.submitted_at, key.id)
 }
 
+/// Adds (or, with `add` false, takes away) the job at `key`, of class `c` and giving
+/// `reason`, to its class; a class left empty is dropped.
+fn file(
+    classes: &mut BTreeMap<ClassKey, ClassList>,
+    key: &RunKey,
+    c: ClassKey,
+    reason: Option<&PendingReason>,
+    add: bool,
+) {
+    let list = classes.entry(c).or_default();
+    list.count_reason(reason, add);
+    if add {
+        list.jobs.insert(pos(key));
+    } else {
+        list.jobs.remove(&pos(key));
+        if list.jobs.is_empty() {
+            classes.remove(&c);
+        }
+    }
+}
+
 impl Waiters {
     pub fn len(&self) -> usize {
         self.order.len()
@@ -107,13 +128,8 @@ impl Waiters {
         self.order.is_empty()
     }
 
-    /// The classes by key, highest priority first.
-    pub fn class_map(&self) -> &BTreeMap<ClassKey, ClassList> {
-        &self.classes
-    }
-
     /// The classes, highest priority first.
-    pub fn classes(&self) -> impl Iterator<Item = (&ClassKey, &ClassList)> + '_ {
+    pub fn classes(&self) -> std::collections::btree_map::Iter<'_, ClassKey, ClassList> {
         self.classes.iter()
     }
 
@@ -132,17 +148,13 @@ impl Waiters {
     }
 
     fn file(&mut self, key: &RunKey, w: &Waiting, add: bool) {
-        let c = ClassKey::of(key, w);
-        let list = self.classes.entry(c).or_default();
-        list.count_reason(w.reason.as_ref(), add);
-        if add {
-            list.jobs.insert(pos(key));
-        } else {
-            list.jobs.remove(&pos(key));
-            if list.jobs.is_empty() {
-                self.classes.remove(&c);
-            }
-        }
+        file(
+            &mut self.classes,
+            key,
+            ClassKey::of(key, w),
+            w.reason.as_ref(),
+            add,
+        );
     }
 
     pub(crate) fn insert(&mut self, key: RunKey, w: Waiting) {
@@ -161,9 +173,15 @@ impl Waiters {
 
     /// Changes the entry at `key` with `f`, moving it to its new class if `f` changed it.
     pub(crate) fn update(&mut self, key: &RunKey, f: impl FnOnce(&mut Waiting)) {
-        if let Some(mut w) = self.remove(key) {
-            f(&mut w);
-            self.insert(*key, w);
+        let Some(w) = self.order.get_mut(key) else {
+            return;
+        };
+        let (before, reason) = (ClassKey::of(key, w), w.reason.clone());
+        f(w);
+        let after = ClassKey::of(key, w);
+        if before != after || w.reason != reason {
+            file(&mut self.classes, key, before, reason.as_ref(), false);
+            file(&mut self.classes, key, after, w.reason.as_ref(), true);
         }
     }
 

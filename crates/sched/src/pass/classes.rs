@@ -13,13 +13,17 @@
 //! class's job was judged without an action, every later job of the class gets the
 //! same judgement until the next action: the same reason, or the same turn in the
 //! borrow pass. The pass therefore walks a share's priority level class by class: it
-//! judges the first job of each class, in the level's order, and leaves the rest of a
+//! judges the first job of each class, in the pass's order, and leaves the rest of a
 //! judged class to be *settled* (given the class's judgement) later, all at once:
 //!
 //! - when an action is made, the judged classes' jobs that come before it in the
 //!   pass's order are settled, and the rest of each class is judged again;
-//! - when a share's turn ends (the own-capacity pass) or the pass ends (the borrow
-//!   pass), the jobs the turn reached are settled.
+//! - when a share's next job to judge is at a lower priority, its levels above are
+//!   settled (a lower priority reads what they want);
+//! - when the pass ends, every judged class is settled.
+//!
+//! A judgement that reads nothing a priority changes is given to the same shape at
+//! the share's lower priorities without judging them (see [`Pass::holds_below`]).
 //!
 //! Settling the rest of a class whose jobs all give the class's reason costs nothing
 //! per job (the state counts each class's reasons); otherwise each job is given the
@@ -186,7 +190,7 @@ impl<'a> ShareWalk<'a> {
         ShareWalk {
             s,
             waiters: w,
-            classes: w.class_map().iter().peekable(),
+            classes: w.classes().peekable(),
             levels: vec![],
             deferred: vec![],
             next: None,
@@ -594,18 +598,18 @@ impl<'a, 'd> BCls<'a, 'd> {
         }
     }
 
-    fn head(&mut self) -> Option<(ClassPos, &'a Waiting)> {
+    /// The position of the next job, without looking its entry up.
+    fn head_pos(&mut self) -> Option<ClassPos> {
         loop {
             if let Some((r, n)) = &mut self.rest {
                 if *n > 0 {
-                    let p = **r.peek()?;
-                    return Some((p, entry(self.d.all, &self.d.key, p)));
+                    return r.peek().map(|p| **p);
                 }
                 self.rest = None;
                 self.item += 1;
             }
             match self.d.items.get(self.item)? {
-                DItem::One(p, w) => return Some((*p, *w)),
+                DItem::One(p, _) => return Some(*p),
                 DItem::Rest(from, n) => {
                     self.rest = Some((self.d.list.jobs().range(*from..).peekable(), *n));
                 }
@@ -613,8 +617,17 @@ impl<'a, 'd> BCls<'a, 'd> {
         }
     }
 
+    /// The next job and its entry.
+    fn head(&mut self) -> Option<(ClassPos, &'a Waiting)> {
+        let p = self.head_pos()?;
+        match (&self.rest, &self.d.items[self.item]) {
+            (None, DItem::One(_, w)) => Some((p, *w)),
+            _ => Some((p, entry(self.d.all, &self.d.key, p))),
+        }
+    }
+
     fn take(&mut self) {
-        if self.head().is_none() {
+        if self.head_pos().is_none() {
             return;
         }
         self.left -= 1;
@@ -695,7 +708,7 @@ impl<'a, 'd> BShare<'a, 'd> {
                         continue;
                     }
                 }
-                if let Some((p, _)) = c.head() {
+                if let Some(p) = c.head_pos() {
                     if best.is_none_or(|(_, q)| p < q) {
                         best = Some((i, p));
                     }
@@ -846,10 +859,11 @@ impl<'a> Pass<'a> {
             c.rest = None;
             return;
         }
-        while let Some((p, w)) = c.head() {
+        while let Some(p) = c.head_pos() {
             if upto.is_some_and(|up| p >= up) {
                 break;
             }
+            let (_, w) = c.head().expect("a job left");
             c.take();
             self.reason_at(p.1, w, why);
         }

@@ -53,21 +53,20 @@ impl<'a> Pass<'a> {
                 })
             });
             if let Some(why) = why {
-                for (c, list) in waiters.classes() {
-                    if list.uniform_reason() == Some(Some(&why)) {
-                        continue;
-                    }
-                    for &p in list.jobs() {
-                        if let Some(w) = waiters.get(c.priority, p) {
-                            self.reason(p.1, w, why.clone());
-                        }
+                // Where every class gives the reason already, no job is read.
+                if !waiters
+                    .classes()
+                    .all(|(_, l)| l.uniform_reason() == Some(Some(&why)))
+                {
+                    for (k, w) in waiters.iter() {
+                        self.reason(k.id, w, why.clone());
                     }
                 }
                 continue;
             }
             open.push((s, waiters));
             jobs += waiters.len();
-            classes += waiters.class_map().len();
+            classes += waiters.classes().len();
         }
         let by_class = match self.walk {
             Walk::Each => false,

@@ -92,9 +92,18 @@ impl History {
         txn.commit().map_err(|e| err("commit", e))
     }
 
+    /// A record of this build's format, or of format 7 or 6 (the formats before
+    /// checkpoints and loan terms), migrated.
     fn decode(bytes: &[u8]) -> Result<Job, String> {
         let (version, body) = codec::open(bytes).map_err(|e| err("record", e))?;
-        codec::decode(body).map_err(|e| err(&format!("record of format {version}"), e))
+        let bad = |e| err(&format!("record of format {version}"), e);
+        if version == codec::FORMAT {
+            codec::decode(body).map_err(bad)
+        } else {
+            codec::decode::<tranche_state::format::v7::Job>(body)
+                .map(Into::into)
+                .map_err(bad)
+        }
     }
 
     /// The record of job `id`, with the time it ended.

@@ -180,6 +180,18 @@ pub fn render(shared: &SharedRef) -> String {
     }
     let _ = writeln!(
         out,
+        "# HELP tranche_share_gpu_work_lost_seconds_total Of the GPU time lost to preemption, the work since each attempt's last checkpoint.
+# TYPE tranche_share_gpu_work_lost_seconds_total counter"
+    );
+    for ((s, u), t) in &all.shares {
+        let _ = writeln!(
+            out,
+            "tranche_share_gpu_work_lost_seconds_total{{share=\"{s}\",unit=\"{u}\"}} {}",
+            t.work_lost as f64 / 1000.0
+        );
+    }
+    let _ = writeln!(
+        out,
         "# HELP tranche_user_gpu_seconds_total GPU time per user and unit: used within max, borrowed, lost to preemption.
 # TYPE tranche_user_gpu_seconds_total counter"
     );

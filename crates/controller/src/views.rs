@@ -97,6 +97,13 @@ pub fn explain(
         st if st.is_active() => {
             let nodes: Vec<String> = s.nodes.iter().map(|n| n.to_string()).collect();
             lines.push(format!("holds {} GPU(s) on {}", s.gpus, nodes.join(",")));
+            let current = job.current_attempt();
+            if let Some(a) = current.filter(|a| a.borrowed) {
+                lines.push(loan_text(state.shares.get(&job.spec.share), a, now));
+            }
+            if let Some(a) = current {
+                lines.push(checkpoint_text(job, a, now));
+            }
             if let Some(stop) = &job.stop {
                 lines.push(format!(
                     "being stopped: {}; signalled {} ago, {}",
@@ -347,7 +354,7 @@ pub fn node_work(
             restarts: job.attempts.len().saturating_sub(1) as u32,
             image: spec.image.clone(),
             command: spec.command.clone(),
-            env: spec.env.clone(),
+            env: attempt_env(state, spec, att),
             cpus: spec.cpus_per_node,
             memory_mb: spec.memory_mb_per_node,
             gpus,
@@ -372,6 +379,86 @@ pub fn node_work(
         registered: true,
         items,
     }
+}
+
+/// What an attempt on borrowed GPUs may count on: its share's loan terms.
+fn loan_text(
+    share: Option<&tranche_model::QuotaShare>,
+    a: &tranche_model::Attempt,
+    now: Millis,
+) -> String {
+    let Some(share) = share else {
+        return "on loan: it runs on borrowed GPUs, and a reclaim may take it".into();
+    };
+    let start = a.started_at.unwrap_or(a.scheduled_at);
+    let protected_until = start + share.loan_min_runtime_s() * tranche_model::SECOND;
+    let protection = if protected_until > now {
+        format!(
+            "no reclaim takes it for {} more",
+            duration_text(protected_until - now)
+        )
+    } else {
+        "a reclaim may take it now".into()
+    };
+    let notice = match share.loans.recall_notice_s {
+        0 => "no recall notice".to_string(),
+        n => format!("recall notice {}", duration_text(n * tranche_model::SECOND)),
+    };
+    format!("on loan: it runs on borrowed GPUs; {protection}; {notice}")
+}
+
+/// What a stop now would lose: the work since the attempt's last checkpoint.
+fn checkpoint_text(job: &Job, a: &tranche_model::Attempt, now: Millis) -> String {
+    let start = a.started_at.unwrap_or(a.scheduled_at);
+    let from = a.resumes_from(job.spec.checkpoint.every_s, now);
+    let lost = duration_text(now.saturating_sub(from));
+    match (a.checkpointed_at, job.spec.checkpoint.every_s) {
+        (Some(at), _) => format!(
+            "last checkpoint reported {} ago: a stop now loses {lost} of work",
+            duration_text(now.saturating_sub(at))
+        ),
+        (None, Some(e)) => format!(
+            "checkpoints every {} (declared): a stop now loses {lost} of work",
+            duration_text(e * tranche_model::SECOND)
+        ),
+        (None, None) if from == start => {
+            format!("no checkpoint known: a stop now loses all {lost} of its work")
+        }
+        _ => format!("a stop now loses {lost} of work"),
+    }
+}
+
+/// The job's environment with its loan contract (design §3, *Checkpoints and loans*):
+/// `TRANCHE_ON_LOAN` is `1` for an attempt placed on borrowed GPUs, with its share's
+/// loan terms beside it, and `0` otherwise; a job cannot set these itself.
+fn attempt_env(
+    state: &State,
+    spec: &tranche_model::JobSpec,
+    att: &tranche_model::Attempt,
+) -> std::collections::BTreeMap<String, String> {
+    let mut env = spec.env.clone();
+    for k in [
+        "TRANCHE_ON_LOAN",
+        "TRANCHE_RECALL_NOTICE_S",
+        "TRANCHE_LOAN_MIN_RUNTIME_S",
+    ] {
+        env.remove(k);
+    }
+    env.insert(
+        "TRANCHE_ON_LOAN".into(),
+        if att.borrowed { "1" } else { "0" }.into(),
+    );
+    if let (true, Some(share)) = (att.borrowed, state.shares.get(&spec.share)) {
+        env.insert(
+            "TRANCHE_RECALL_NOTICE_S".into(),
+            share.loans.recall_notice_s.to_string(),
+        );
+        env.insert(
+            "TRANCHE_LOAN_MIN_RUNTIME_S".into(),
+            share.loan_min_runtime_s().to_string(),
+        );
+    }
+    env
 }
 
 /// Where `node` stands in attempt `att` of job `id`: the members in allocation order,

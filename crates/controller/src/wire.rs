@@ -112,6 +112,7 @@ fn gpu_times(t: Totals) -> GpuTimes {
         lost_reclaim: t.lost_reclaim,
         lost_in_share: t.lost_in_share,
         lost_drain: t.lost_drain,
+        work_lost: t.work_lost,
     }
 }
 
@@ -180,6 +181,7 @@ mod tests {
             lost_reclaim: n + 4,
             lost_in_share: n + 5,
             lost_drain: n + 6,
+            work_lost: n + 7,
         };
         let mut b = Bucket::default();
         b.shares.insert(("s".into(), "h100".into()), t(10));

@@ -119,6 +119,8 @@ pub struct Figures {
     pub lost_in_share: f64,
     /// Run time of attempts stopped by a drain.
     pub lost_drain: f64,
+    /// Of the three lost figures, the work since each attempt's last checkpoint.
+    pub work_lost: f64,
 }
 
 impl Figures {
@@ -131,6 +133,7 @@ impl Figures {
             lost_reclaim: f(t.lost_reclaim),
             lost_in_share: f(t.lost_in_share),
             lost_drain: f(t.lost_drain),
+            work_lost: f(t.work_lost),
         }
     }
 }

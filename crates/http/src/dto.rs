@@ -66,6 +66,10 @@ pub struct CheckpointSpec {
     /// Seconds between the signal and SIGKILL; absent: the share's default.
     #[serde(default)]
     pub grace_s: Option<u64>,
+    /// The job saves a checkpoint every this many seconds from the start of each
+    /// attempt (60 s to a week); a preemption loses only the work since the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_s: Option<u64>,
 }
 
 /// A job to submit. Only `share`, `gpus` (or `gpus_per_node`) and `command` are
@@ -220,6 +224,7 @@ impl SubmitJob {
             spec.checkpoint = Checkpoint {
                 signal: c.signal,
                 grace_s: c.grace_s,
+                every_s: c.every_s,
             };
         }
         spec.retry_attempts = self.retry_attempts;
@@ -421,6 +426,7 @@ impl From<&JobSpec> for JobSpecView {
             checkpoint: CheckpointSpec {
                 signal: s.checkpoint.signal.clone(),
                 grace_s: s.checkpoint.grace_s,
+                every_s: s.checkpoint.every_s,
             },
             retry_attempts: s.retry_attempts,
             preemption_retries: s.preemption_retries,
@@ -470,12 +476,14 @@ pub struct AttemptEndView {
 pub struct AttemptView {
     pub number: u32,
     pub allocation: Vec<NodeAllocView>,
-    /// It took its share above its max.
+    /// It took its share above its max: it runs on loan, and a reclaim may take it.
     pub borrowed: bool,
     pub scheduled_at: u64,
     pub started_at: Option<u64>,
     pub ended_at: Option<u64>,
     pub end: Option<AttemptEndView>,
+    /// The latest checkpoint the job reported in this attempt (ms since the epoch).
+    pub checkpointed_at: Option<u64>,
 }
 
 fn stop_kind(k: &StopKind) -> &'static str {
@@ -503,6 +511,7 @@ impl From<&Attempt> for AttemptView {
             scheduled_at: a.scheduled_at,
             started_at: a.ran_from(),
             ended_at: a.ended_at,
+            checkpointed_at: a.checkpointed_at,
             end: a.end.as_ref().map(|e| match e {
                 AttemptEnd::Exited { code } => AttemptEndView {
                     kind: "exited".into(),

@@ -752,9 +752,10 @@ function jobPage(root, id) {
       const attempts = job.attempts.map((a) => el('tr', {},
         td(String(a.number), 'num'),
         td(a.allocation.map((n) => `${n.node}: GPU ${n.gpus.join(',')}`).join('; ')),
-        td(a.borrowed ? 'yes' : 'no'),
+        td(a.borrowed ? 'on loan' : 'no'),
         td(localTime(a.scheduled_at)),
         td(localTime(a.started_at)),
+        td(a.checkpointed_at ? localTime(a.checkpointed_at) : '—'),
         td(a.ended_at ? localTime(a.ended_at) : '—'),
         td(a.started_at ? duration((a.ended_at || Date.now()) - a.started_at) : '—', 'num'),
         td(attemptEnd(a, byVictim))));
@@ -769,7 +770,7 @@ function jobPage(root, id) {
         el('h2', {}, 'Timeline'), el('div', {class: 'card'}, timeline(job)),
         table(['When', 'Transition', 'Reason', 'Nodes'], trs),
         el('h2', {}, 'Attempts'),
-        table([['#', 'num'], 'GPUs', 'Borrowed', 'Scheduled', 'Started', 'Ended', ['Ran', 'num'], 'End'], attempts,
+        table([['#', 'num'], 'GPUs', 'Borrowed', 'Scheduled', 'Started', 'Last checkpoint', 'Ended', ['Ran', 'num'], 'End'], attempts,
           {empty: 'Not placed yet.'}),
         took.length ? [el('h2', {}, 'Preempted for this job'), table(['When', 'Kind', 'Taken from', ['GPUs', 'num']],
           took.map((p) => el('tr', {}, td(localTime(p.at)), td(kindText(p.kind)),
@@ -857,7 +858,8 @@ function preemptionsPage(root) {
 // ---- Report -------------------------------------------------------------------------
 
 const FIGURES = [['used', 'Used'], ['borrowed', 'Borrowed'], ['lent', 'Lent'], ['reserved_idle', 'Reserved idle'],
-  ['lost_reclaim', 'Lost: reclaim'], ['lost_in_share', 'Lost: in-share'], ['lost_drain', 'Lost: drain']];
+  ['lost_reclaim', 'Lost: reclaim'], ['lost_in_share', 'Lost: in-share'], ['lost_drain', 'Lost: drain'],
+  ['work_lost', 'Work lost']];
 
 function toLocalInput(ms) {
   const d = new Date(ms);

@@ -96,6 +96,10 @@ pub struct Checkpoint {
     pub signal: String,
     /// Seconds between the signal and SIGKILL; `None` takes the share's default.
     pub grace_s: Option<u64>,
+    /// `--checkpoint-every`: the job saves a checkpoint this often (seconds, counted from
+    /// the start of each attempt) without reporting each one. A job that reports its
+    /// checkpoints (`TRANCHE_CHECKPOINT_FILE`) is judged by its reports instead.
+    pub every_s: Option<u64>,
 }
 
 impl Default for Checkpoint {
@@ -103,9 +107,31 @@ impl Default for Checkpoint {
         Checkpoint {
             signal: "SIGTERM".into(),
             grace_s: None,
+            every_s: None,
         }
     }
 }
+
+/// Where work that started at `start` resumes if stopped at `now` (see
+/// [`Attempt::resumes_from`]); never before `start`.
+pub fn resume_point(
+    start: Millis,
+    reported: Option<Millis>,
+    every_s: Option<u64>,
+    now: Millis,
+) -> Millis {
+    match (reported, every_s) {
+        (Some(at), _) => at.clamp(start, now.max(start)),
+        (None, Some(e)) if e > 0 && now > start => {
+            let every = e * crate::SECOND;
+            start + (now - start) / every * every
+        }
+        _ => start,
+    }
+}
+
+/// The shortest `--checkpoint-every` (one minute).
+pub const MIN_CHECKPOINT_EVERY_S: u64 = 60;
 
 /// Signals a job may ask for as its checkpoint signal.
 pub const CHECKPOINT_SIGNALS: &[&str] = &[
@@ -291,6 +317,17 @@ impl JobSpec {
                     self.checkpoint.signal
                 ),
             ));
+        }
+        if let Some(e) = self.checkpoint.every_s {
+            if !(MIN_CHECKPOINT_EVERY_S..=crate::MAX_DURATION_S).contains(&e) {
+                return Err(invalid(
+                    "checkpoint.every_s",
+                    format!(
+                        "must be {MIN_CHECKPOINT_EVERY_S}-{} s when set, got {e}",
+                        crate::MAX_DURATION_S
+                    ),
+                ));
+            }
         }
         if !(1..=MAX_RETRY_ATTEMPTS).contains(&self.retry_attempts) {
             return Err(invalid(
@@ -675,6 +712,8 @@ pub struct Attempt {
     pub started_at: Option<Millis>,
     pub ended_at: Option<Millis>,
     pub end: Option<AttemptEnd>,
+    /// The attempt's latest checkpoint its job reported (controller time).
+    pub checkpointed_at: Option<Millis>,
 }
 
 impl Attempt {
@@ -690,6 +729,15 @@ impl Attempt {
         ) || matches!(&self.end, Some(AttemptEnd::Stopped { code: Some(_), .. }));
         self.started_at
             .or_else(|| exited.then_some(self.scheduled_at))
+    }
+
+    /// Where the work of this attempt would resume from if it stopped at `now`: its
+    /// latest reported checkpoint; else, for a job that declares `--checkpoint-every`,
+    /// the latest whole interval since it started; else its start. The work since then
+    /// is what a stop at `now` loses.
+    pub fn resumes_from(&self, every_s: Option<u64>, now: Millis) -> Millis {
+        let start = self.started_at.unwrap_or(self.scheduled_at);
+        resume_point(start, self.checkpointed_at, every_s, now)
     }
 
     pub fn was_preempted(&self) -> bool {
@@ -969,7 +1017,7 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
             }
             P::NoNodes { unit, env } => format!("no usable node in environment {env} has {unit} GPUs"),
             P::MinRuntime { until } => format!(
-                "over-max jobs that could be reclaimed are protected by min_runtime_s for {} s",
+                "over-max jobs that could be reclaimed are protected by their minimum runtime for {} s",
                 secs(until)
             ),
             P::AboveCeiling { share, need, ceiling, unit, strategy } => {
@@ -1061,6 +1109,7 @@ mod tests {
     #[test]
     fn an_attempt_that_exited_ran_even_without_its_running_report() {
         let at = |started_at, end| Attempt {
+            checkpointed_at: None,
             number: 1,
             allocation: vec![],
             borrowed: false,

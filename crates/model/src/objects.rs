@@ -215,6 +215,21 @@ pub struct QuotaShare {
     /// How many jobs the share and each of its users may have, and how fast a user
     /// may submit.
     pub limits: JobLimits,
+    /// What the share's jobs that run on borrowed GPUs are promised.
+    pub loans: LoanTerms,
+}
+
+/// The terms on which a share's jobs run on borrowed GPUs (above the share's max): how
+/// long such a job runs before a reclaim may take it, and how much notice it gets when
+/// one does. The defaults are AWS's: no notice, and the share's `min_runtime_s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LoanTerms {
+    /// A job on borrowed GPUs is not reclaimed before it has run this long (seconds);
+    /// `None`: the share's `min_runtime_s`, which alone governs in-share preemption.
+    pub min_runtime_s: Option<u64>,
+    /// When a reclaim picks a job, it gets its checkpoint signal this many seconds
+    /// before its grace period starts: SIGKILL comes after notice + grace.
+    pub recall_notice_s: u64,
 }
 
 /// Limits on jobs, per quota share: for each user of the share (as Slurm's limits of
@@ -355,6 +370,8 @@ impl QuotaShare {
             ("default_grace_s", self.default_grace_s),
             ("max_grace_s", self.max_grace_s),
             ("min_runtime_s", self.min_runtime_s),
+            ("loan_min_runtime_s", self.loans.min_runtime_s.unwrap_or(0)),
+            ("recall_notice_s", self.loans.recall_notice_s),
         ] {
             if v > MAX_DURATION_S {
                 return Err(invalid(
@@ -404,6 +421,11 @@ impl QuotaShare {
         }
     }
 
+    /// How long a job of this share on borrowed GPUs runs before a reclaim may take it.
+    pub fn loan_min_runtime_s(&self) -> u64 {
+        self.loans.min_runtime_s.unwrap_or(self.min_runtime_s)
+    }
+
     pub fn borrows(&self) -> bool {
         self.resource_sharing.strategy == Strategy::LendAndBorrow
     }
@@ -419,6 +441,7 @@ mod tests {
 
     pub(crate) fn share() -> QuotaShare {
         QuotaShare {
+            loans: Default::default(),
             name: "vision".into(),
             queue: "q".into(),
             capacity_limits: vec![CapacityLimit {

@@ -27,8 +27,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::{
-    CapacityLimit, IdleAssignment, JobLimits, JobQueue, ObjState, QuotaShare, ResourceSharing,
-    SchedulingPolicy, ServiceEnvironment, Strategy, DEFAULT_MAX_USER_PRIORITY,
+    CapacityLimit, IdleAssignment, JobLimits, JobQueue, LoanTerms, ObjState, QuotaShare,
+    ResourceSharing, SchedulingPolicy, ServiceEnvironment, Strategy, DEFAULT_MAX_USER_PRIORITY,
 };
 
 /// The objects a policy file describes, each kind in file order.
@@ -137,6 +137,10 @@ struct ShareEntry {
     max_grace_s: u64,
     #[serde(default)]
     min_runtime_s: u64,
+    #[serde(default)]
+    loan_min_runtime_s: Option<u64>,
+    #[serde(default)]
+    recall_notice_s: u64,
     #[serde(default = "max_user_priority")]
     max_user_priority: u32,
     #[serde(default)]
@@ -210,6 +214,10 @@ pub fn parse(text: &str) -> Result<PolicyObjects, String> {
                 min_runtime_s: s.min_runtime_s,
                 max_user_priority: s.max_user_priority,
                 limits: s.limits.over(file_limits),
+                loans: LoanTerms {
+                    min_runtime_s: s.loan_min_runtime_s,
+                    recall_notice_s: s.recall_notice_s,
+                },
             })
             .collect(),
     })

@@ -22,4 +22,7 @@ pub enum Progress {
     /// watched the job vanished). Like an attempt on a DOWN node, the job is requeued;
     /// this is not the job's failure.
     Lost { reason: String },
+    /// The job reported a checkpoint (it touched its `TRANCHE_CHECKPOINT_FILE`): a
+    /// preemption from now on loses only the work done after this report.
+    Checkpointed,
 }

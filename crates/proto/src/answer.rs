@@ -62,6 +62,9 @@ pub struct GpuTimes {
     pub lost_reclaim: u64,
     pub lost_in_share: u64,
     pub lost_drain: u64,
+    /// Of the three `lost_` figures (GPU time preempted), the work since each attempt's
+    /// last checkpoint.
+    pub work_lost: u64,
 }
 
 impl GpuTimes {
@@ -73,6 +76,7 @@ impl GpuTimes {
         self.lost_reclaim += o.lost_reclaim;
         self.lost_in_share += o.lost_in_share;
         self.lost_drain += o.lost_drain;
+        self.work_lost += o.work_lost;
     }
 
     /// GPU time lost to preemption of every kind.

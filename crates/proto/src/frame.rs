@@ -6,29 +6,30 @@
 //! the body, a version it does not speak, a body that does not decode, and a body with
 //! bytes left over.
 //!
-//! Clients and agents speak version 6 with the controllers. The client port answers a
-//! version-5 request with a version-5 error that tells the user to upgrade the client;
-//! and a client that gets a version-5 answer says the controllers are older.
+//! Clients and agents speak version 7 with the controllers. The client port answers a
+//! version-6 request with a version-6 error that tells the user to upgrade the client;
+//! and a client that gets a version-6 answer says the controllers are older.
 //!
-//! Controllers speak [`PEER_PROTOCOL_VERSION`] (7) with each other: its frames are laid
-//! out as version 6's, but the log entries they carry may be of stored format 7, which
-//! a controller of the previous release cannot apply. Such a controller refuses version-7
-//! frames whole (so it never meets an entry it cannot read), while this build still
-//! reads version-6 and version-5 frames from controllers not yet upgraded.
+//! Controllers speak [`PEER_PROTOCOL_VERSION`] (8) with each other: its frames are laid
+//! out as version 7's, but the writes they forward and the log entries they carry are
+//! of stored format 8, which a controller of the previous release cannot apply. Such a
+//! controller refuses version-8 frames whole (so it never meets an entry it cannot
+//! read), while this build still reads version-7, -6 and -5 frames from controllers not
+//! yet upgraded.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this build speaks on every stream.
-pub const PROTOCOL_VERSION: u16 = 6;
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// The previous release's protocol version: the client port tells such clients to
 /// upgrade; controllers still read its frames from each other.
-pub const PREVIOUS_PROTOCOL_VERSION: u16 = 5;
+pub const PREVIOUS_PROTOCOL_VERSION: u16 = 6;
 
 /// The protocol version between controllers (see the module's head).
-pub const PEER_PROTOCOL_VERSION: u16 = 7;
+pub const PEER_PROTOCOL_VERSION: u16 = 8;
 
 /// The largest client request or response frame (16 MiB).
 pub const MAX_CLIENT_FRAME: usize = 16 << 20;

@@ -184,12 +184,103 @@ fn rule3_young_jobs_are_protected_by_min_runtime() {
     let mut h = young_borrower();
     assert!(h.plan().is_empty());
     assert!(
-        h.reasons()["b1"].contains("min_runtime"),
+        h.reasons()["b1"].contains("minimum runtime"),
         "{:?}",
         h.reasons()
     );
     h.tick(60);
     assert_eq!(h.plan(), ["preempt a1 reclaim for b1", "hold b1 n1:1"]);
+}
+
+#[test]
+fn rule3_a_loan_minimum_protects_from_reclaim_only() {
+    // a's loan minimum (60 s) holds a1 against b1's reclaim though its min_runtime_s is 0.
+    let mut h = cluster(1, 1);
+    let mut a = in_share(share("a", LendAndBorrow, 0));
+    a.loans.min_runtime_s = Some(60);
+    h.share(a);
+    h.share(share("b", Lend, 1));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    assert!(h.plan().is_empty());
+    assert!(
+        h.reasons()["b1"].contains("minimum runtime for 58 s"),
+        "{:?}",
+        h.reasons()
+    );
+    // In-share preemption reads min_runtime_s alone: a2 (priority 5) takes a1 at once.
+    h.waiting("a2", "a", 1, 1, 5);
+    let mut b = share("b", Lend, 0);
+    b.state = ObjState::Disabled;
+    h.share(b);
+    assert_eq!(h.plan(), ["preempt a1 in-share for a2", "hold a2 n1:1"]);
+    // A loan minimum shorter than min_runtime_s lets a reclaim come sooner.
+    let mut h = young_borrower();
+    let mut a = h.st.shares[&ShareName("a".into())].clone();
+    a.loans.min_runtime_s = Some(5);
+    h.share(a);
+    h.tick(5);
+    assert_eq!(h.plan(), ["preempt a1 reclaim for b1", "hold b1 n1:1"]);
+}
+
+#[test]
+fn rule3_a_recall_notice_comes_before_the_grace() {
+    let mut h = cluster(1, 1);
+    let mut a = share("a", LendAndBorrow, 0);
+    a.loans.recall_notice_s = 30;
+    h.share(a);
+    h.share(share("b", Lend, 1));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    assert_eq!(h.plan(), ["preempt a1 reclaim for b1", "hold b1 n1:1"]);
+    // Notice 30 s, then the share's grace of 10 s.
+    assert_eq!(
+        h.reasons()["b1"],
+        "waiting for 1 preempted job to exit, grace ends in 40 s"
+    );
+    h.commit();
+    let stop = h.st.jobs[&h.id("a1")].stop.clone().expect("stopping");
+    assert_eq!(stop.deadline - stop.signalled_at, 40 * SECOND);
+}
+
+#[test]
+fn rule3_and_4_victims_that_lose_the_least_work_go_first() {
+    // Three borrowers of one priority: a3 declares a checkpoint every 60 s and started
+    // first, a1 next, a2 last, which reported a checkpoint at t=58. At t=70 a3 would
+    // lose 10 s (its last whole interval ended at 60 s), a2 12 s and a1 69 s; by start
+    // times alone a2 would go first and a3 last.
+    let mut h = cluster(3, 1);
+    h.share(share("a", LendAndBorrow, 0));
+    h.share(share("b", Lend, 3));
+    h.running_every("a3", "a", 60, &[("n3", &[0])]);
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.running("a2", "a", 0, &[("n2", &[0])]);
+    h.tick(55);
+    h.checkpoint("a2");
+    h.tick(12);
+    assert_eq!(h.now, 70 * SECOND);
+    h.waiting("b1", "b", 1, 1, 0);
+    assert_eq!(h.plan(), ["preempt a3 reclaim for b1", "hold b1 n3:1"]);
+    h.commit();
+    h.waiting("b2", "b", 1, 1, 0);
+    assert_eq!(h.plan(), ["preempt a2 reclaim for b2", "hold b2 n2:1"]);
+    // In-share preemption picks alike: a1 checkpointed a moment ago, a2 never did.
+    let mut h = cluster(2, 1);
+    h.share(in_share(share("a", LendAndBorrow, 2)));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.running("a2", "a", 0, &[("n2", &[0])]);
+    h.tick(30);
+    h.checkpoint("a1");
+    h.waiting("a3", "a", 1, 1, 5);
+    assert_eq!(h.plan(), ["preempt a1 in-share for a3", "hold a3 n1:1"]);
+    // Without checkpoints the order is AWS's: the most recently started first.
+    let mut h = cluster(2, 1);
+    h.share(share("a", LendAndBorrow, 0));
+    h.share(share("b", Lend, 2));
+    h.running("a1", "a", 0, &[("n1", &[0])]);
+    h.running("a2", "a", 0, &[("n2", &[0])]);
+    h.waiting("b1", "b", 1, 1, 0);
+    assert_eq!(h.plan(), ["preempt a2 reclaim for b1", "hold b1 n2:1"]);
 }
 
 #[test]

@@ -41,6 +41,8 @@ pub struct Refusal {
 #[derive(Debug, Clone, Copy)]
 struct Behavior {
     runtime_ms: Option<Millis>,
+    /// Work saved by the checkpoints of earlier attempts: the next attempt resumes there.
+    done_ms: Millis,
     exit_code: i32,
     on_signal: OnSignal,
 }
@@ -261,6 +263,7 @@ impl Sim {
             spec.checkpoint.grace_s = s.grace_s;
             spec.preemption_retries = s.preemption_retries;
             spec.retry_attempts = s.retry_attempts.unwrap_or(1);
+            spec.checkpoint.every_s = s.checkpoint_every_s;
             match self.cmd(Command::Submit(spec)) {
                 Ok(Outcome::Submitted { job, .. }) => {
                     self.jobs.insert(s.name.clone(), job);
@@ -271,6 +274,7 @@ impl Sim {
                         job,
                         Behavior {
                             runtime_ms: s.runtime_s.map(|r| r * SECOND),
+                            done_ms: 0,
                             exit_code: s.exit_code.unwrap_or(0),
                             on_signal,
                         },
@@ -284,6 +288,19 @@ impl Sim {
                     self.rejected.insert(s.name.clone());
                     self.refuse(format!("submit {}", s.name), err);
                 }
+            }
+        } else if let Some(name) = &e.checkpoint {
+            let Some(&id) = self.jobs.get(name) else {
+                self.refuse(format!("checkpoint {name}"), "no such job");
+                return;
+            };
+            let attempt = self.state.jobs[&id].attempts.len() as u32;
+            if let Err(err) = self.cmd(Command::JobProgress {
+                job: id,
+                attempt,
+                event: Progress::Checkpointed,
+            }) {
+                self.refuse(format!("checkpoint {name}"), err);
             }
         } else if let Some(name) = &e.cancel {
             if let Some(&id) = self.jobs.get(name) {
@@ -401,6 +418,21 @@ impl Sim {
         }
     }
 
+    /// A stopped attempt keeps the work up to its last checkpoint for the next one.
+    fn save_work(&mut self, id: JobId) {
+        let Some(job) = self.state.jobs.get(&id) else {
+            return;
+        };
+        let Some(a) = job.current_attempt() else {
+            return;
+        };
+        let start = a.started_at.unwrap_or(a.scheduled_at);
+        let saved = a.resumes_from(job.spec.checkpoint.every_s, self.now) - start;
+        if let Some(b) = self.behavior.get_mut(&id) {
+            b.done_ms += saved;
+        }
+    }
+
     fn fire(&mut self, timer: Timer) {
         let (id, attempt, code) = match timer {
             Timer::Wake => return,
@@ -413,6 +445,9 @@ impl Sim {
             Timer::Kill(id, a) => (id, a, None),
         };
         let stop_timer = matches!(timer, Timer::Kill(..) | Timer::SignalExit(..));
+        if stop_timer {
+            self.save_work(id);
+        }
         for cmd in exit_reports(&self.state, id, attempt, stop_timer, code, None) {
             let _ = self.cmd(cmd);
         }
@@ -476,9 +511,12 @@ impl Sim {
                     attempt,
                     event: Progress::Running,
                 });
-                if let Some(r) = self.behavior.get(&id).and_then(|b| b.runtime_ms) {
-                    self.timers
-                        .insert((self.now + r, Timer::Complete(id, attempt)));
+                if let Some(b) = self.behavior.get(&id) {
+                    if let Some(r) = b.runtime_ms {
+                        let left = r.saturating_sub(b.done_ms);
+                        self.timers
+                            .insert((self.now + left, Timer::Complete(id, attempt)));
+                    }
                 }
             }
             self.arm_stops();
@@ -739,6 +777,10 @@ pub fn objects(sc: &Scenario) -> Objects {
                 .unwrap_or(3600)
                 .max(s.default_grace_s.unwrap_or(60)),
             min_runtime_s: s.min_runtime_s.unwrap_or(0),
+            loans: LoanTerms {
+                min_runtime_s: s.loan_min_runtime_s,
+                recall_notice_s: s.recall_notice_s.unwrap_or(0),
+            },
             // The simulator measures scheduling: submits are not limited.
             max_user_priority: tranche_model::MAX_JOB_PRIORITY,
             limits: tranche_model::JobLimits::widest(),

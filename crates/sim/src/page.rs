@@ -97,7 +97,7 @@ fn html(trace: &str, runs: &[Run], sections: &[Section]) -> String {
         let _ = writeln!(
             h,
             "<p>{} jobs on {} GPUs over {}; utilization {:.1}% over the makespan, {:.1}% while jobs wait; \
-             mean wait {}, p99 {}; {} preempted attempts ({:.1} GPU-hours lost); \
+             mean wait {}, p99 {}; {} preempted attempts ({:.1} GPU-hours preempted, {:.1} of work lost); \
              {} jobs had room in their share at arrival, {} of them waited past grace + 1 s. \
              Simulated in {:.2} s ({} scheduling passes).</p>",
             f.jobs,
@@ -109,6 +109,7 @@ fn html(trace: &str, runs: &[Run], sections: &[Section]) -> String {
             fmt_duration(f.wait.p99),
             f.preempted_attempts,
             f.lost_gpu_hours,
+            f.work_lost_gpu_hours,
             f.room_at_arrival,
             f.started_late,
             r.wall_s,

@@ -141,6 +141,8 @@ pub fn pooled(sc: &Scenario) -> Scenario {
         default_grace_s: grace.or(first.default_grace_s),
         max_grace_s: sc.shares.iter().filter_map(|s| s.max_grace_s).max(),
         min_runtime_s: None,
+        loan_min_runtime_s: None,
+        recall_notice_s: None,
         state: None,
     }];
     out

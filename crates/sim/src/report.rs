@@ -16,8 +16,9 @@
 //! - borrowed: a share's usage above its max; lent: the borrowed GPUs, spread over the
 //!   lending shares in proportion to their idle GPUs (borrowed GPUs beyond those came
 //!   from GPUs no share owns);
-//! - lost to preemption: GPU-time of the preempted attempts (a preempted job starts
-//!   its work again).
+//! - preempted: GPU-time of the preempted attempts; of it, work lost: the GPU-time
+//!   since each one's last checkpoint (all of it for a job without checkpoints, which
+//!   starts its work again).
 //!
 //! GPUs of several units are added up.
 
@@ -44,6 +45,8 @@ pub struct AttemptRun {
     pub start: Millis,
     pub end: Option<Millis>,
     pub preempted: bool,
+    /// Of the attempt's time, what its checkpoints saved when it ended (0 without).
+    pub saved: Millis,
 }
 
 /// Reads the runs out of the jobs of a state (the simulator's, or one fetched from a
@@ -62,6 +65,9 @@ pub fn runs_from_jobs<'a>(jobs: impl Iterator<Item = &'a Job>) -> Vec<JobRun> {
                 start: a.scheduled_at,
                 end: a.ended_at,
                 preempted: a.was_preempted(),
+                saved: a.ended_at.map_or(0, |e| {
+                    a.resumes_from(j.spec.checkpoint.every_s, e) - a.scheduled_at
+                }),
             })
             .collect(),
         status: j.status,
@@ -142,7 +148,10 @@ pub struct ShareFigures {
     pub borrowed_gpu_hours: f64,
     pub lent_gpu_hours: f64,
     pub preempted_attempts: u64,
+    /// GPU-hours of the preempted attempts.
     pub lost_gpu_hours: f64,
+    /// Of those, the work since each one's last checkpoint.
+    pub work_lost_gpu_hours: f64,
     pub room_at_arrival: u64,
     pub started_late: u64,
 }
@@ -161,6 +170,7 @@ impl ShareFigures {
             lent_gpu_hours: 0.0,
             preempted_attempts: 0,
             lost_gpu_hours: 0.0,
+            work_lost_gpu_hours: 0.0,
             room_at_arrival: 0,
             started_late: 0,
         }
@@ -186,7 +196,10 @@ pub struct Figures {
     pub borrowed_gpu_hours: f64,
     pub lent_gpu_hours: f64,
     pub preempted_attempts: u64,
+    /// GPU-hours of the preempted attempts.
     pub lost_gpu_hours: f64,
+    /// Of those, the work since each one's last checkpoint.
+    pub work_lost_gpu_hours: f64,
     pub room_at_arrival: u64,
     pub started_late: u64,
     /// The longest wait of a job that had room at arrival.
@@ -315,6 +328,8 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
                 if a.preempted {
                     sf[s].preempted_attempts += 1;
                     sf[s].lost_gpu_hours += (e - a.start) as f64 * r.gpus as f64 / HOUR_MS;
+                    sf[s].work_lost_gpu_hours +=
+                        (e - a.start).saturating_sub(a.saved) as f64 * r.gpus as f64 / HOUR_MS;
                 }
             }
         }
@@ -446,6 +461,7 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
         lent_gpu_hours: sum(|s| s.lent_gpu_hours),
         preempted_attempts: sf.iter().map(|s| s.preempted_attempts).sum(),
         lost_gpu_hours: sum(|s| s.lost_gpu_hours),
+        work_lost_gpu_hours: sum(|s| s.work_lost_gpu_hours),
         room_at_arrival: sf.iter().map(|s| s.room_at_arrival).sum(),
         started_late: sf.iter().map(|s| s.started_late).sum(),
         longest_wait_with_room_ms: longest_with_room,
@@ -572,10 +588,11 @@ pub fn render_table(title: &str, f: &Figures) -> String {
     );
     let _ = writeln!(
         s,
-        "  preempted attempts {} ({} GPU-hours lost, {} of GPU-hours used); borrowed {} GPU-hours",
+        "  preempted attempts {} ({} GPU-hours preempted, {} of GPU-hours used; {} GPU-hours of work lost); borrowed {} GPU-hours",
         f.preempted_attempts,
         hours(f.lost_gpu_hours),
         pct(ratio(f.lost_gpu_hours, f.gpu_hours)),
+        hours(f.work_lost_gpu_hours),
         hours(f.borrowed_gpu_hours)
     );
     let _ = writeln!(

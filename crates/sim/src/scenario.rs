@@ -90,6 +90,10 @@ pub struct ShareSpec {
     pub default_grace_s: Option<u64>,
     pub max_grace_s: Option<u64>,
     pub min_runtime_s: Option<u64>,
+    /// The share's loan terms: how long its jobs on borrowed GPUs run before a reclaim
+    /// may take them (default: `min_runtime_s`), and their recall notice.
+    pub loan_min_runtime_s: Option<u64>,
+    pub recall_notice_s: Option<u64>,
     pub state: Option<ObjState>,
 }
 
@@ -105,6 +109,8 @@ pub struct EventSpec {
     pub resume: Option<String>,
     pub node_down: Option<String>,
     pub node_up: Option<String>,
+    /// The named job reports a checkpoint (as touching its `TRANCHE_CHECKPOINT_FILE`).
+    pub checkpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -122,6 +128,9 @@ pub struct SubmitSpec {
     pub grace_s: Option<u64>,
     pub preemption_retries: Option<u32>,
     pub retry_attempts: Option<u32>,
+    /// `--checkpoint-every`: the job saves its work this often; a preempted attempt
+    /// loses only the work since its last checkpoint, and the next one resumes there.
+    pub checkpoint_every_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -287,6 +296,7 @@ impl Scenario {
                 e.resume.is_some(),
                 e.node_down.is_some(),
                 e.node_up.is_some(),
+                e.checkpoint.is_some(),
             ]
             .iter()
             .filter(|b| **b)
@@ -294,7 +304,7 @@ impl Scenario {
             if n != 1 {
                 return Err(err(
                     format!("events[{i}]"),
-                    format!("needs exactly one action (submit, cancel, update_priority, update_share, drain, resume, node_down, node_up), found {n}"),
+                    format!("needs exactly one action (submit, cancel, update_priority, update_share, drain, resume, node_down, node_up, checkpoint), found {n}"),
                 ));
             }
             if e.at < last_at {

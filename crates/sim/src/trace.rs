@@ -11,20 +11,21 @@
 //! | `user` | no | who submits it (default `sim`) |
 //! | `nodes` | no | nodes of a gang, `gpus / nodes` each; absent: one node when `gpus` fits one, else whole nodes |
 //! | `unit` | no | GPU class (default: the cluster's only unit) |
-//! | `duration_s` | unless `time_limit_s` | how long each attempt runs; a preempted job starts again from the start |
+//! | `duration_s` | unless `time_limit_s` | how long the job's work takes; a preempted job starts again from its last checkpoint (from the start without `checkpoint_every_s`) |
 //! | `priority` | no | 0-9999 (default 0) |
 //! | `time_limit_s` | no | whole seconds; an attempt that reaches it is killed and the job FAILS |
 //! | `checkpoint_s` | no | how long the job takes to exit after its checkpoint signal (absent: at once); past the grace it is killed |
+//! | `checkpoint_every_s` | no | whole seconds, 60 or more: the job saves its work this often (`--checkpoint-every`); a preempted attempt loses only the work since its last checkpoint |
 //!
 //! A file whose columns have other names is read through a column mapping
 //! (`tenant=share,num_gpu=gpus`); a column mapped to `-` is ignored. Every other
 //! column is an error, so that a misspelt field is not silently dropped.
 
 use std::collections::BTreeMap;
-use tranche_model::{Millis, SECOND};
+use tranche_model::{Millis, MIN_CHECKPOINT_EVERY_S, SECOND};
 
 /// The fields a trace may have, in the order the docs list them.
-pub const FIELDS: [&str; 11] = [
+pub const FIELDS: [&str; 12] = [
     "submit_s",
     "share",
     "gpus",
@@ -36,6 +37,7 @@ pub const FIELDS: [&str; 11] = [
     "priority",
     "time_limit_s",
     "checkpoint_s",
+    "checkpoint_every_s",
 ];
 
 /// The largest time a trace may state (about 31 years), far from overflowing the clock.
@@ -57,6 +59,7 @@ pub struct TraceJob {
     pub priority: u32,
     pub time_limit_s: Option<u64>,
     pub checkpoint: Option<Millis>,
+    pub checkpoint_every_s: Option<u64>,
 }
 
 /// A trace that cannot be read: where (the line, and the column as the file spells
@@ -411,6 +414,15 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
             })
             .transpose()
             .map_err(|m| bad("time_limit_s", m))?;
+        let checkpoint_every_s = get("checkpoint_every_s")
+            .map(|v| match v.parse::<u64>() {
+                Ok(t) if (MIN_CHECKPOINT_EVERY_S..=MAX_TRACE_SECONDS).contains(&t) => Ok(t),
+                _ => Err(format!(
+                    "must be whole seconds, {MIN_CHECKPOINT_EVERY_S}-{MAX_TRACE_SECONDS}, got {v:?}"
+                )),
+            })
+            .transpose()
+            .map_err(|m| bad("checkpoint_every_s", m))?;
         if duration.is_none() && time_limit_s.is_none() {
             return Err(bad(
                 "duration_s",
@@ -438,6 +450,7 @@ pub fn parse(text: &str, columns: &Columns) -> Result<Vec<TraceJob>, TraceError>
             priority,
             time_limit_s,
             checkpoint: time("checkpoint_s")?,
+            checkpoint_every_s,
         });
     }
     if jobs.is_empty() {

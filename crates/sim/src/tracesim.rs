@@ -150,6 +150,7 @@ pub fn specs(sc: &Scenario, jobs: &[TraceJob]) -> Result<Vec<JobSpec>, TraceErro
             );
             spec.priority = j.priority;
             spec.time_limit_s = j.time_limit_s;
+            spec.checkpoint.every_s = j.checkpoint_every_s;
             spec.validate().map_err(|error| TraceError::Job {
                 line: j.line,
                 error,
@@ -184,6 +185,7 @@ pub fn simulate_with(
         commands: 0,
         scheduler: tranche_sched::Scheduler::new(),
         every_job,
+        done: HashMap::new(),
     };
     let mut next = 0;
     d.settle()?;
@@ -240,6 +242,9 @@ struct Driver<'a> {
     commands: u64,
     scheduler: tranche_sched::Scheduler,
     every_job: bool,
+    /// Per job, the work its stopped attempts saved by their checkpoints: the next
+    /// attempt resumes there.
+    done: HashMap<JobId, Millis>,
 }
 
 impl Driver<'_> {
@@ -264,6 +269,15 @@ impl Driver<'_> {
             Timer::Kill(id, a) => (id, a, None, None),
         };
         let stop_timer = matches!(timer, Timer::Kill(..) | Timer::SignalExit(..));
+        if stop_timer {
+            if let Some(job) = self.state.jobs.get(&id) {
+                if let Some(a) = job.current_attempt() {
+                    let start = a.started_at.unwrap_or(a.scheduled_at);
+                    let saved = a.resumes_from(job.spec.checkpoint.every_s, self.now) - start;
+                    *self.done.entry(id).or_default() += saved;
+                }
+            }
+        }
         for cmd in crate::engine::exit_reports(&self.state, id, attempt, stop_timer, code, reason) {
             let _ = self.cmd(cmd);
         }
@@ -319,7 +333,10 @@ impl Driver<'_> {
                 }
                 let j = self.trace_job(id);
                 let limit = j.time_limit_s.map(|s| s * SECOND);
-                let (after, by_limit) = match (j.duration, limit) {
+                let left = j
+                    .duration
+                    .map(|d| d.saturating_sub(self.done.get(&id).copied().unwrap_or(0)));
+                let (after, by_limit) = match (left, limit) {
                     (Some(d), Some(l)) if l < d => (l, true),
                     (Some(d), _) => (d, false),
                     (None, Some(l)) => (l, true),

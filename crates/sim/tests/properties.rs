@@ -34,26 +34,32 @@ fn shares() -> impl Gen<Value = Vec<ShareSpec>> {
         ],
         proptest::bool::ANY,
         prop_oneof![Just(0u64), Just(0), Just(30)],
+        prop_oneof![2 => Just(None), 1 => Just(Some(0u64)), 1 => Just(Some(45))],
+        prop_oneof![2 => Just(None), 1 => Just(Some(15u64))],
     );
     proptest::collection::vec(one, 2..5).prop_map(|v| {
         v.into_iter()
             .enumerate()
-            .map(|(i, (strategy, max, bl, in_share, min_rt))| ShareSpec {
-                name: format!("s{i}"),
-                queue: None,
-                capacity_limits: limit(max),
-                strategy,
-                borrow_limit: if strategy == Strategy::LendAndBorrow {
-                    bl
-                } else {
-                    None
+            .map(
+                |(i, (strategy, max, bl, in_share, min_rt, loan_rt, notice))| ShareSpec {
+                    name: format!("s{i}"),
+                    queue: None,
+                    capacity_limits: limit(max),
+                    strategy,
+                    borrow_limit: if strategy == Strategy::LendAndBorrow {
+                        bl
+                    } else {
+                        None
+                    },
+                    in_share_preemption: Some(in_share),
+                    default_grace_s: Some(20),
+                    max_grace_s: None,
+                    min_runtime_s: Some(min_rt),
+                    loan_min_runtime_s: loan_rt,
+                    recall_notice_s: notice,
+                    state: None,
                 },
-                in_share_preemption: Some(in_share),
-                default_grace_s: Some(20),
-                max_grace_s: None,
-                min_runtime_s: Some(min_rt),
-                state: None,
-            })
+            )
             .collect()
     })
 }
@@ -67,7 +73,9 @@ enum Ev {
         prio: u32,
         runtime: Option<u64>,
         on_signal: &'static str,
+        every: Option<u64>,
     },
+    Checkpoint(usize),
     Cancel(usize),
     Priority(usize, u32),
     Drain(usize, bool),
@@ -80,8 +88,10 @@ fn events() -> impl Gen<Value = Vec<(u64, Ev)>> {
     let ev = prop_oneof![
         8 => (0usize..4, prop_oneof![Just(1u32), Just(2), Just(4), Just(8), 1u32..9], prop_oneof![4 => Just(1u32), 1 => Just(2)],
               0u32..4, prop_oneof![Just(None), (5u64..200).prop_map(Some)],
-              prop_oneof![Just("exit_after:0"), Just("exit_after:5"), Just("exit_after:60"), Just("ignore")])
-            .prop_map(|(share, gpus, nodes, prio, runtime, on_signal)| Ev::Submit { share, gpus, nodes, prio, runtime, on_signal }),
+              prop_oneof![Just("exit_after:0"), Just("exit_after:5"), Just("exit_after:60"), Just("ignore")],
+              prop_oneof![3 => Just(None), 1 => Just(Some(60u64))])
+            .prop_map(|(share, gpus, nodes, prio, runtime, on_signal, every)| Ev::Submit { share, gpus, nodes, prio, runtime, on_signal, every }),
+        1 => (0usize..40).prop_map(Ev::Checkpoint),
         1 => (0usize..40).prop_map(Ev::Cancel),
         1 => (0usize..40, 0u32..6).prop_map(|(j, p)| Ev::Priority(j, p)),
         1 => (0usize..3, proptest::bool::ANY).prop_map(|(n, now)| Ev::Drain(n, now)),
@@ -117,6 +127,7 @@ fn to_event(
         resume: None,
         node_down: None,
         node_up: None,
+        checkpoint: None,
     };
     match e {
         Ev::Submit {
@@ -126,6 +137,7 @@ fn to_event(
             prio,
             runtime,
             on_signal,
+            every,
         } => {
             let name = format!("j{}", submitted.len());
             submitted.push(name.clone());
@@ -142,9 +154,13 @@ fn to_event(
                 grace_s: None,
                 preemption_retries: None,
                 retry_attempts: None,
+                checkpoint_every_s: *every,
             });
         }
-        Ev::Cancel(_) | Ev::Priority(..) if submitted.is_empty() => return None,
+        Ev::Cancel(_) | Ev::Priority(..) | Ev::Checkpoint(_) if submitted.is_empty() => {
+            return None
+        }
+        Ev::Checkpoint(j) => spec.checkpoint = Some(submitted[j % submitted.len()].clone()),
         Ev::Cancel(j) => spec.cancel = Some(submitted[j % submitted.len()].clone()),
         Ev::Priority(j, p) => {
             spec.update_priority = Some(PrioritySpec {
@@ -321,7 +337,7 @@ fn check(
                 let ex = excess
                     .entry(&v.spec.share)
                     .or_insert_with(|| excess_of(st, &ts.name));
-                let young = v.started_at().unwrap_or(0) + ts.min_runtime_s * SECOND > now;
+                let young = v.started_at().unwrap_or(0) + ts.loan_min_runtime_s() * SECOND > now;
                 if *ex <= 0 || young {
                     continue;
                 }
@@ -641,10 +657,9 @@ fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
                 .filter(|v| v.allocation().iter().any(|a| a.node == *n.name()))
                 .collect();
             let ok = on_node.iter().all(|v| {
-                let young = st
-                    .shares
-                    .get(&v.spec.share)
-                    .is_none_or(|ts| v.started_at().unwrap_or(0) + ts.min_runtime_s * SECOND > now);
+                let young = st.shares.get(&v.spec.share).is_none_or(|ts| {
+                    v.started_at().unwrap_or(0) + ts.loan_min_runtime_s() * SECOND > now
+                });
                 v.stop.is_none()
                     && v.spec.request.nodes == 1
                     && v.spec.share != s.name
@@ -765,8 +780,10 @@ fn class_events() -> impl Gen<Value = Vec<(u64, usize, Ev)>> {
     let ev = prop_oneof![
         8 => (0usize..3, prop_oneof![Just(1u32), Just(2), Just(8)], prop_oneof![4 => Just(1u32), 1 => Just(2)],
               0u32..3, prop_oneof![Just(None), (5u64..200).prop_map(Some)],
-              prop_oneof![Just("exit_after:0"), Just("exit_after:5"), Just("ignore")])
-            .prop_map(|(share, gpus, nodes, prio, runtime, on_signal)| Ev::Submit { share, gpus, nodes, prio, runtime, on_signal }),
+              prop_oneof![Just("exit_after:0"), Just("exit_after:5"), Just("ignore")],
+              prop_oneof![3 => Just(None), 1 => Just(Some(60u64))])
+            .prop_map(|(share, gpus, nodes, prio, runtime, on_signal, every)| Ev::Submit { share, gpus, nodes, prio, runtime, on_signal, every }),
+        1 => (0usize..60).prop_map(Ev::Checkpoint),
         1 => (0usize..60).prop_map(Ev::Cancel),
         1 => (0usize..60, 0u32..3).prop_map(|(j, p)| Ev::Priority(j, p)),
         1 => (0usize..3, proptest::bool::ANY).prop_map(|(n, now)| Ev::Drain(n, now)),

@@ -48,6 +48,7 @@ fn at(start: u64, end: u64, preempted: bool) -> AttemptRun {
         start: start * S,
         end: Some(end * S),
         preempted,
+        saved: 0,
     }
 }
 
@@ -82,6 +83,8 @@ fn the_figures_of_the_tiny_trace() {
     // j1's first attempt: 4 GPUs × 10 s lost.
     assert_eq!((f.preempted_attempts, a.preempted_attempts), (1, 1));
     assert!(close(f.lost_gpu_hours, 40.0 / 3600.0));
+    // No checkpoints: all of it is work lost.
+    assert!(close(f.work_lost_gpu_hours, f.lost_gpu_hours));
     // a above its max by 2 GPUs during [0, 10) and [80, 180): 220 GPU-seconds, all
     // of them b's idle GPUs.
     assert!(close(a.borrowed_gpu_hours, 220.0 / 3600.0));

@@ -22,11 +22,11 @@ use serde::Serialize;
 pub const MAX_DECODE_BYTES: usize = 512 << 20;
 
 /// The stored format this build writes.
-pub const FORMAT: u16 = 7;
+pub const FORMAT: u16 = 8;
 
 /// The stored formats this build reads: its own and the earlier releases' (each read
 /// through the newer ones' migrations, see [`crate::format`]).
-pub const FORMATS_READ: [u16; 7] = [1, 2, 3, 4, 5, 6, 7];
+pub const FORMATS_READ: [u16; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 
 /// The envelope's first bytes.
 pub const MAGIC: [u8; 3] = [0xFF, b'T', b'R'];
@@ -145,12 +145,12 @@ mod tests {
             assert_ne!(encode(&n)[0], 0xFF, "{n}");
         }
         let mut future = sealed.clone();
-        future[3..5].copy_from_slice(&9u16.to_be_bytes());
+        future[3..5].copy_from_slice(&10u16.to_be_bytes());
         let e = unseal::<(u64, String)>(&future).unwrap_err();
-        assert_eq!(e, FormatError::Unknown { found: 9 });
+        assert_eq!(e, FormatError::Unknown { found: 10 });
         assert_eq!(
             e.to_string(),
-            "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6 and 7"
+            "stored format version 10 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6, 7 and 8"
         );
         assert!(open(&[0xFF, b'T']).is_err());
     }

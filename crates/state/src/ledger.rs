@@ -16,8 +16,10 @@
 //!   from GPUs that no share's max covers, and is kept as the unit's `unassigned_lent`.
 //!   So, in every hour, lent plus `unassigned_lent` equals borrowed.
 //! - **reserved idle**: a RESERVE share's max that it does not use.
-//! - **lost to preemption**: the run time of an attempt that ended reclaimed, preempted
-//!   within its share, or stopped by a drain (`--now`), charged to the hour it ended in.
+//! - **lost to preemption** (GPU time preempted): the run time of an attempt that ended
+//!   reclaimed, preempted within its share, or stopped by a drain (`--now`), charged to
+//!   the hour it ended in; of it, **work lost**: the run time since the attempt's last
+//!   checkpoint (all of it for a job that neither reports nor declares checkpoints).
 //! - **capacity**: the GPUs of registered nodes that are not DOWN, per unit.
 //!
 //! Figures are GPU-milliseconds. The ledger is part of the replicated state and of
@@ -46,6 +48,9 @@ pub struct Totals {
     pub lost_reclaim: u64,
     pub lost_in_share: u64,
     pub lost_drain: u64,
+    /// Of the GPU time of preempted and drained attempts (the three `lost_` figures),
+    /// the work since each one's last checkpoint: what a restart must do again.
+    pub work_lost: u64,
 }
 
 impl Totals {
@@ -57,6 +62,7 @@ impl Totals {
         self.lost_reclaim += o.lost_reclaim;
         self.lost_in_share += o.lost_in_share;
         self.lost_drain += o.lost_drain;
+        self.work_lost += o.work_lost;
     }
 
     /// GPU time lost to preemption of every kind.
@@ -202,8 +208,19 @@ impl Ledger {
     /// An attempt of `share`'s `user` that held GPUs of `unit` for `gpu_ms`
     /// GPU-milliseconds ended stopped by `kind`: a preemption's or a drain's run time is
     /// lost, charged to the hour of `now`; a cancel's is not.
-    pub fn book_lost(&mut self, kind: &StopKind, gpu_ms: u64, holder: Holder<'_>, now: Millis) {
-        let mut t = Totals::default();
+    /// Books an attempt that ended stopped: `gpu_ms` of GPU time preempted, of which
+    /// `work_ms` was work since its last checkpoint.
+    pub fn book_lost(
+        &mut self,
+        kind: &StopKind,
+        (gpu_ms, work_ms): (u64, u64),
+        holder: Holder<'_>,
+        now: Millis,
+    ) {
+        let mut t = Totals {
+            work_lost: work_ms,
+            ..Totals::default()
+        };
         match kind {
             StopKind::Reclaim { .. } => t.lost_reclaim = gpu_ms,
             StopKind::InShare { .. } => t.lost_in_share = gpu_ms,
@@ -339,6 +356,7 @@ impl Bucket {
     /// Every figure times `ms`.
     fn times(&self, ms: u64) -> Bucket {
         let m = |t: &Totals| Totals {
+            work_lost: 0,
             used: t.used * ms,
             borrowed: t.borrowed * ms,
             lent: t.lent * ms,
@@ -483,11 +501,12 @@ mod tests {
             unit: &u,
         };
         let mut l = Ledger::default();
-        l.book_lost(&StopKind::Cancel, 5_000, holder, HOUR_MS + 1);
+        l.book_lost(&StopKind::Cancel, (5_000, 5_000), holder, HOUR_MS + 1);
         assert_eq!(l, Ledger::default());
-        l.book_lost(&StopKind::Drain, 5_000, holder, HOUR_MS + 1);
+        l.book_lost(&StopKind::Drain, (5_000, 2_000), holder, HOUR_MS + 1);
         let hour = &l.hours[&1];
         assert_eq!(hour.shares[&(s.clone(), u.clone())].lost_drain, 5_000);
+        assert_eq!(hour.shares[&(s.clone(), u.clone())].work_lost, 2_000);
         assert_eq!(hour.users[&(user, u.clone())].lost(), 5_000);
         assert_eq!(l.all_time.by_unit()[&u].lost(), 5_000);
     }

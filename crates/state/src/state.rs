@@ -200,6 +200,10 @@ pub struct Running {
     pub borrowed: bool,
     /// The job's own grace period, if it set one (else its share's default).
     pub grace_s: Option<u64>,
+    /// The attempt's latest reported checkpoint, and the job's declared interval: where
+    /// its work would resume from ([`tranche_model::resume_point`]).
+    pub checkpointed_at: Option<Millis>,
+    pub checkpoint_every_s: Option<u64>,
     /// The first node of its allocation (its number, see [`State::node_numbers`]) and
     /// its GPUs there; `more` holds a gang's further nodes.
     pub first: Option<(u32, u32)>,
@@ -223,6 +227,8 @@ impl Running {
             stopping: job.stop.is_some(),
             borrowed: attempt.is_some_and(|a| a.borrowed),
             grace_s: job.spec.checkpoint.grace_s,
+            checkpointed_at: attempt.and_then(|a| a.checkpointed_at),
+            checkpoint_every_s: job.spec.checkpoint.every_s,
             first,
             more,
         }
@@ -239,6 +245,8 @@ impl Running {
             self.stopping,
             self.borrowed,
             self.grace_s,
+            self.checkpointed_at,
+            self.checkpoint_every_s,
             self.first
                 .iter()
                 .chain(&self.more)

@@ -217,6 +217,11 @@ fn write_fixture() {
         let mut nlp = demo::share("nlp", Strategy::LendAndBorrow, 2, &[]);
         nlp.resource_sharing.borrow_limit = Some(-1);
         nlp.default_grace_s = 1;
+        // Format 8: loan terms.
+        nlp.loans = tranche_model::LoanTerms {
+            min_runtime_s: Some(0),
+            recall_notice_s: 1,
+        };
         ok(&admin, ClientCommand::PutShare(nlp)).await;
         for n in ["n1", "n2"] {
             c.add_agent(&agent, n, "2 x h100", "").unwrap();
@@ -242,10 +247,29 @@ fn write_fixture() {
         let fails = submit(spec("fails", "nlp", "alice", 1, "exit 3")).await;
         wait_status(&admin, fails, "FAILED").await;
         // nlp fills all 4 GPUs (2 of them borrowed); vision's job takes its 2 back.
-        let a = submit(spec("long-a", "nlp", "bob", 2, "sleep 600")).await;
-        let b = submit(spec("long-b", "nlp", "bob", 2, "sleep 600")).await;
+        // Format 8: a declared checkpoint interval, and a reported checkpoint.
+        let mut long_a = spec("long-a", "nlp", "bob", 2, "sleep 600");
+        long_a.checkpoint.every_s = Some(1800);
+        let a = submit(long_a).await;
+        let b = submit(spec(
+            "long-b",
+            "nlp",
+            "bob",
+            2,
+            "touch \"$TRANCHE_CHECKPOINT_FILE\"; sleep 600",
+        ))
+        .await;
         wait_status(&admin, a, "RUNNING").await;
         wait_status(&admin, b, "RUNNING").await;
+        wait_until("long-b's checkpoint", Duration::from_secs(30), async || {
+            let j = job(&admin, b).await;
+            match j["attempts"][0]["checkpointed_at"] {
+                serde_json::Value::Null => Err(format!("{}", j["attempts"])),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .unwrap();
         let reclaim = submit(spec("reclaim", "vision", "carol", 2, "sleep 600")).await;
         wait_status(&admin, reclaim, "RUNNING").await;
         let waits = submit(spec("waits", "vision", "carol", 1, "sleep 600")).await;
@@ -417,13 +441,18 @@ fn an_older_release_data_dirs_of_format_5_are_read_unchanged() {
 }
 
 #[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+fn an_older_release_data_dirs_of_format_6_are_read_unchanged() {
     read_unchanged_then("format-6", 6, fixture_tags_kept);
 }
 
 #[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged_then("format-7", 7, fixture_tags_kept);
+}
+
+#[test]
 fn this_release_data_dirs_are_read_unchanged() {
-    read_unchanged_then("format-7", tranche_state::codec::FORMAT, fixture_tags_kept);
+    read_unchanged_then("format-8", tranche_state::codec::FORMAT, fixture_tags_kept);
 }
 
 /// The previous release's data dirs, upgraded, with ended jobs kept one second: the
@@ -678,7 +707,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6 and 7"
+                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6, 7 and 8"
             ),
             "controller {} log: {log}",
             i + 1

@@ -86,6 +86,9 @@ struct RunningAttempt {
     look: Arc<AtomicBool>,
     /// The monitor has tried to watch the shim's pidfd.
     watched: bool,
+    /// The checkpoint file's time last reported, and when that report went out.
+    checkpoint_seen: Option<std::time::SystemTime>,
+    checkpoint_sent: Option<Instant>,
 }
 
 impl RunningAttempt {
@@ -103,6 +106,8 @@ impl RunningAttempt {
             stopped_for: None,
             look: Arc::new(AtomicBool::new(true)),
             watched: false,
+            checkpoint_seen: None,
+            checkpoint_sent: None,
         }
     }
 
@@ -321,6 +326,7 @@ impl Agent {
             }
         }
         let mon = tokio::spawn(self.clone().monitor());
+        let checkpoints = tokio::spawn(self.clone().checkpoints());
         let sweep = tokio::spawn(self.clone().sweep_output());
         let mut seen: Option<u64> = None;
         loop {
@@ -359,6 +365,7 @@ impl Agent {
         hb.abort();
         sweep.abort();
         mon.abort();
+        checkpoints.abort();
         health.abort();
         logs.abort();
         // Attempts the controllers have acknowledged are cleared before the agent goes

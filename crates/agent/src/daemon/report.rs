@@ -7,7 +7,15 @@ use tranche_client::ClientError;
 use tranche_model::Progress;
 use tranche_proto::{ApiError, ClientCommand, Refusal};
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use super::{Agent, AttemptKey, RunningReport};
+
+/// How often the agent looks at the jobs' checkpoint files.
+pub const CHECKPOINT_LOOK: Duration = Duration::from_secs(5);
+/// The least time between two checkpoint reports of one attempt.
+pub const CHECKPOINT_GAP: Duration = Duration::from_secs(30);
 
 impl Agent {
     /// Reports that an attempt runs (its `running` is `Sending`); a report not
@@ -20,6 +28,56 @@ impl Agent {
             } else {
                 RunningReport::Unsent
             };
+        }
+    }
+
+    /// Reports the checkpoints jobs make: every [`CHECKPOINT_LOOK`] it reads the time
+    /// of each running attempt's checkpoint file, and reports an attempt whose file
+    /// changed, at most once per [`CHECKPOINT_GAP`] (each report is a replicated
+    /// write). The controllers record the checkpoint at their own time, so the node's
+    /// clock does not matter; what a job touched between two looks counts a few
+    /// seconds late.
+    pub(super) async fn checkpoints(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(CHECKPOINT_LOOK).await;
+            let running: Vec<_> = self
+                .attempts
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, e)| e.running == RunningReport::Sent)
+                .filter(|(_, e)| {
+                    e.checkpoint_sent
+                        .is_none_or(|t| t.elapsed() >= CHECKPOINT_GAP)
+                })
+                .map(|(k, e)| (*k, e.attempt.clone(), e.checkpoint_seen))
+                .collect();
+            if running.is_empty() {
+                continue;
+            }
+            // The file system is read off the runtime's workers.
+            let Ok(touched) = tokio::task::spawn_blocking(move || {
+                running
+                    .into_iter()
+                    .filter_map(|(k, a, seen)| {
+                        a.checkpoint_touched()
+                            .filter(|t| Some(*t) != seen)
+                            .map(|t| (k, t))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            else {
+                continue;
+            };
+            for (key, at) in touched {
+                if self.report(key, &Progress::Checkpointed).await {
+                    if let Some(e) = self.attempts.lock().unwrap().get_mut(&key) {
+                        e.checkpoint_seen = Some(at);
+                        e.checkpoint_sent = Some(std::time::Instant::now());
+                    }
+                }
+            }
         }
     }
 

@@ -142,6 +142,15 @@ impl Attempt {
     }
 
     /// The attempt directory.
+    /// When the job last touched its checkpoint file (`TRANCHE_CHECKPOINT_FILE`), as
+    /// the file's modification time; `None` while it has not. The file is not followed
+    /// if the job made it a link.
+    pub fn checkpoint_touched(&self) -> Option<std::time::SystemTime> {
+        std::fs::symlink_metadata(self.plan.checkpoint_file_of(&self.dir))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -318,6 +318,14 @@ impl Executors {
         fsutil::private_dir(&root)?;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
             .map_err(|e| ExecError::io("creating directory", &root, e))?;
+        // A directory of this name is left by an attempt of the same name cleared
+        // before its record was written; it is removed (a link the job made there is
+        // removed, not followed).
+        match std::fs::remove_dir_all(work) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ExecError::io("removing a leftover directory", work, e)),
+        }
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(work)
@@ -419,8 +427,7 @@ impl Executors {
             rootfs_mount: None,
             spool: Some(self.spool.clone()),
             no_new_privs: kind == ExecKind::Process && self.policy.no_new_privs(&spec.share),
-            work: (kind == ExecKind::Process && spec.sagemaker.is_some())
-                .then(|| self.work_dir().join(&name)),
+            work: (kind == ExecKind::Process).then(|| self.work_dir().join(&name)),
         };
         match self.launch(spec, &dir, &mut plan, prepared) {
             Ok(()) => Ok(Attempt::new(
@@ -548,6 +555,7 @@ impl Executors {
                 } else {
                     rootfs.path.clone()
                 };
+                oci::make_checkpoint_dir(spec, dir)?;
                 let config = oci::config(
                     spec,
                     dir,

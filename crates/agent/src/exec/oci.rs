@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use serde_json::{json, Value};
 use tranche_model::GpuIndex;
 
-use super::spool::{files, LaunchRecord};
+use super::spool::{self, files, LaunchRecord};
 use super::{
     image, job_env, sagemaker, sagemaker_env, ExecError, LaunchSpec, DEFAULT_PATH, OCI_RUNTIME_ENV,
 };
@@ -225,6 +225,14 @@ pub(crate) fn container_env(spec: &LaunchSpec, image_env: &[String]) -> BTreeMap
     }
     env.extend(job_env(spec));
     env.extend(sagemaker_env(spec, None));
+    env.insert(
+        "TRANCHE_CHECKPOINT_FILE".into(),
+        format!(
+            "{}/{}",
+            spool::CONTAINER_CHECKPOINT_DIR,
+            spool::CHECKPOINT_FILE
+        ),
+    );
     let mut sorted: Vec<GpuIndex> = spec.gpus.iter().map(|g| g.index).collect();
     sorted.sort_unstable();
     let local: Vec<String> = spec
@@ -334,6 +342,11 @@ pub(crate) fn config(
         }
     }
     mounts.extend(sagemaker::mounts(spec, dir));
+    mounts.push(
+        json!({"destination": spool::CONTAINER_CHECKPOINT_DIR, "type": "bind",
+                       "source": dir.join(spool::CHECKPOINT_DIR),
+                       "options": ["rbind", "rw", "nosuid", "nodev", "noexec"]}),
+    );
 
     let mut dev_rules = vec![json!({"allow": false, "access": "rwm"})];
     let mut dev_nodes = Vec::new();
@@ -396,6 +409,22 @@ pub(crate) fn config(
 
 /// Mounts an overlay with `lower` (a cached image rootfs, shared by attempts) below
 /// and a per-attempt upper layer in the bundle, at `<bundle>/rootfs`.
+/// The container's checkpoint directory in its attempt directory: 0700 and the job
+/// user's, so that only the job writes there.
+pub(crate) fn make_checkpoint_dir(spec: &LaunchSpec, dir: &Path) -> Result<(), ExecError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let d = dir.join(spool::CHECKPOINT_DIR);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&d)
+        .map_err(|e| ExecError::io("creating directory", &d, e))?;
+    if let Some((uid, gid)) = spec.user {
+        std::os::unix::fs::lchown(&d, Some(uid), Some(gid))
+            .map_err(|e| ExecError::io("giving the job's user", &d, e))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn mount_overlay(lower: &Path, bundle: &Path) -> Result<PathBuf, OciError> {
     let upper = bundle.join("upper");
     let work = bundle.join("work");

@@ -380,6 +380,10 @@ fn run_process(
 ) -> Result<ExitStatus, ShimError> {
     let mut env = job_env(spec);
     env.extend(sagemaker_env(spec, Some(&plan.opt_ml_of(dir))));
+    env.insert(
+        "TRANCHE_CHECKPOINT_FILE".into(),
+        plan.checkpoint_file_of(dir).to_string_lossy().into_owned(),
+    );
     env.entry("PATH".into())
         .or_insert_with(|| DEFAULT_PATH.into());
     let mut joins = Vec::new();

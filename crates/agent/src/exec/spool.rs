@@ -85,14 +85,30 @@ pub(crate) struct LaunchRecord {
     #[serde(default)]
     pub no_new_privs: bool,
     /// A process job's own directory on the node, outside the spool and owned by its
-    /// user (`<work_dir>/<job>.<attempt>`), holding its SageMaker `opt-ml/`; `None`:
-    /// `opt-ml/` is in the attempt directory (containers, which are given it by a
-    /// bind mount).
+    /// user (`<work_dir>/<job>.<attempt>`), holding its checkpoint file and its
+    /// SageMaker `opt-ml/`; `None`: both are in the attempt directory (containers,
+    /// which are given them by bind mounts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work: Option<PathBuf>,
 }
 
+/// The directory, in a container's attempt directory, that holds its checkpoint file
+/// and is mounted at [`CONTAINER_CHECKPOINT_DIR`].
+pub(super) const CHECKPOINT_DIR: &str = "checkpoint";
+/// Where a container finds its checkpoint directory.
+pub(super) const CONTAINER_CHECKPOINT_DIR: &str = "/run/tranche";
+/// The checkpoint file's name: the job touches it after each checkpoint it saves.
+pub(super) const CHECKPOINT_FILE: &str = "checkpoint";
+
 impl LaunchRecord {
+    /// The attempt's checkpoint file on the node (see `TRANCHE_CHECKPOINT_FILE`).
+    pub fn checkpoint_file_of(&self, dir: &Path) -> PathBuf {
+        match &self.work {
+            Some(w) => w.join(CHECKPOINT_FILE),
+            None => dir.join(CHECKPOINT_DIR).join(CHECKPOINT_FILE),
+        }
+    }
+
     /// Where the attempt in `dir` has its SageMaker `opt-ml/` tree.
     pub fn opt_ml_of(&self, dir: &Path) -> PathBuf {
         self.work

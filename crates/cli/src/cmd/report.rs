@@ -121,6 +121,7 @@ pub fn to_json(r: &LedgerReport, by: By) -> serde_json::Value {
                 ("lost_reclaim", t.lost_reclaim),
                 ("lost_in_share", t.lost_in_share),
                 ("lost_drain", t.lost_drain),
+                ("work_lost", t.work_lost),
             ];
             o.insert(
                 "gpu_hours".into(),
@@ -171,8 +172,8 @@ pub fn to_text(r: &LedgerReport, by: By) -> Vec<String> {
         By::Unit => format!("{:<21}", "UNIT"),
     };
     out.push(format!(
-        "{head} {:>16} {:>16} {:>16} {:>16} {:>16}",
-        "USED", "BORROWED", "LENT", "RESERVED IDLE", "LOST (PREEMPTED)"
+        "{head} {:>16} {:>16} {:>16} {:>16} {:>16} {:>16}",
+        "USED", "BORROWED", "LENT", "RESERVED IDLE", "PREEMPTED", "WORK LOST"
     ));
     for row in rows(r, by) {
         let c = r
@@ -187,12 +188,13 @@ pub fn to_text(r: &LedgerReport, by: By) -> Vec<String> {
             _ => format!("{:<14.14} {:<6.6}", row.key[0], row.key[1]),
         };
         out.push(format!(
-            "{key} {} {} {} {} {}",
+            "{key} {} {} {} {} {} {}",
             cell(row.t.used),
             cell(row.t.borrowed),
             cell(row.t.lent),
             cell(row.t.reserved_idle),
-            cell(row.t.lost())
+            cell(row.t.lost()),
+            cell(row.t.work_lost)
         ));
     }
     out

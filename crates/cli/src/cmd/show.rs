@@ -155,7 +155,10 @@ pub fn show(args: &ShowArgs) -> ExitCode {
                 (None, _) => what.push(format!("scheduled {}", local_time(a.scheduled_at))),
             }
             if a.borrowed {
-                what.push("on borrowed GPUs".into());
+                what.push("on loan (borrowed GPUs)".into());
+            }
+            if let Some(c) = a.checkpointed_at {
+                what.push(format!("last checkpoint {}", local_time(c)));
             }
             what.extend(attempt_end(&j, a));
             println!(

@@ -46,6 +46,11 @@ pub struct SubmitArgs {
     /// Checkpoint signal and grace, e.g. SIGUSR1@120.
     #[arg(long)]
     signal: Option<String>,
+    /// How often the job saves a checkpoint (30m, 2h, ...), counted from the start of
+    /// each attempt: a preemption then loses only the work since the last one. A job
+    /// may instead touch $TRANCHE_CHECKPOINT_FILE after each checkpoint it saves.
+    #[arg(long, value_name = "DURATION")]
+    checkpoint_every: Option<String>,
     /// Requeues allowed after preemption (default: unlimited).
     #[arg(long)]
     preemption_retries: Option<u32>,
@@ -352,7 +357,15 @@ fn build_spec(
         spec.checkpoint = Checkpoint {
             signal: name.to_string(),
             grace_s: grace,
+            every_s: None,
         };
+    }
+    if let Some(c) = &args.checkpoint_every {
+        spec.checkpoint.every_s = Some(parse_duration(c).map_err(|_| {
+            usage(format!(
+                "--checkpoint-every `{c}`: use a duration such as 30m, 2h or 1800"
+            ))
+        })?);
     }
     let mut env = BTreeMap::new();
     for kv in &args.env {

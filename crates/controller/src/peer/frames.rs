@@ -10,12 +10,10 @@
 use serde::{Deserialize, Serialize};
 use tranche_model::Millis;
 use tranche_state::codec::{self, FormatError};
-use tranche_state::format::{v2, v3, v4, v5};
+use tranche_state::format::{v2, v3, v4, v5, v7};
 use tranche_state::{Command, RequestId, State};
 
-use tranche_proto::frame::{
-    self, FrameError, PEER_PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION, PROTOCOL_VERSION,
-};
+use tranche_proto::frame::{self, FrameError, PEER_PROTOCOL_VERSION};
 use tranche_proto::Member;
 
 /// One item between controllers.
@@ -110,9 +108,20 @@ impl Proposal {
     pub fn open(bytes: &[u8]) -> Result<Proposal, FormatError> {
         let (version, body) = codec::open(bytes)?;
         let bad = |reason: String| FormatError::Decode { version, reason };
-        // Format 7 only appends a command to format 6's.
-        if version == codec::FORMAT || version == 6 {
+        if version == codec::FORMAT {
             return codec::decode(body).map_err(bad);
+        }
+        // Format 7 only appends a command to format 6's; format 8 changes the share
+        // and job spec that commands carry.
+        if version == 7 || version == 6 {
+            let p: v7::Proposal = codec::decode(body).map_err(bad)?;
+            return Ok(Proposal {
+                origin: p.origin,
+                id: p.id,
+                now: p.now,
+                cmd: p.cmd.into(),
+                request: p.request,
+            });
         }
         // Formats 1 and 2 lay their entries out alike; formats 3, 4 and 5 differ in
         // their commands, format 5 in its request ids too.
@@ -139,43 +148,26 @@ impl Proposal {
     }
 }
 
-/// What a controller of the previous protocol version (5) sends: its forwarded writes
-/// carry that format's command and request id.
+/// What a controller of an earlier peer protocol sends: its forwarded writes carry its
+/// format's command (`C`) and request id (`R`): format 7's for versions 7 and 6,
+/// format 5's for version 5.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-enum PreviousItem {
+enum PreviousItem<C, R> {
     Raft(Vec<u8>),
-    Forward {
-        id: u64,
-        cmd: v5::Command,
-        request: Option<v5::RequestId>,
-    },
+    Forward { id: u64, cmd: C, request: Option<R> },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct PreviousFrame {
+struct PreviousFrame<C, R> {
     from: u64,
     from_addr: String,
     incarnation: u64,
-    items: Vec<PreviousItem>,
+    items: Vec<PreviousItem<C, R>>,
 }
 
-impl PeerFrame {
-    /// The frame as a controller sends it, in [`PEER_PROTOCOL_VERSION`].
-    pub fn encode(&self) -> Vec<u8> {
-        frame::encode_as(self, PEER_PROTOCOL_VERSION)
-    }
-
-    /// Reads a frame's payload from another controller, of this protocol version or
-    /// an earlier one (a controller not yet upgraded): versions 7 and 6 lay frames out
-    /// alike, version 5 forwards writes in its own format.
-    pub fn decode_payload(payload: &[u8]) -> Result<PeerFrame, FrameError> {
-        let v = frame::payload_version(payload)?;
-        if v == PEER_PROTOCOL_VERSION || v == PROTOCOL_VERSION {
-            return frame::decode_payload_of(payload, &[v]).map(|(_, f)| f);
-        }
-        let (_, f): (u16, PreviousFrame) =
-            frame::decode_payload_of(payload, &[PREVIOUS_PROTOCOL_VERSION])?;
-        Ok(PeerFrame {
+impl<C: Into<Command>, R: Into<RequestId>> From<PreviousFrame<C, R>> for PeerFrame {
+    fn from(f: PreviousFrame<C, R>) -> Self {
+        PeerFrame {
             from: f.from,
             from_addr: f.from_addr,
             incarnation: f.incarnation,
@@ -191,7 +183,32 @@ impl PeerFrame {
                     },
                 })
                 .collect(),
-        })
+        }
+    }
+}
+
+impl PeerFrame {
+    /// The frame as a controller sends it, in [`PEER_PROTOCOL_VERSION`].
+    pub fn encode(&self) -> Vec<u8> {
+        frame::encode_as(self, PEER_PROTOCOL_VERSION)
+    }
+
+    /// Reads a frame's payload from another controller, of this protocol version or
+    /// an earlier one (a controller not yet upgraded): versions 7 and 6 lay frames out
+    /// as this one does but forward writes in format 7, version 5 in format 5.
+    pub fn decode_payload(payload: &[u8]) -> Result<PeerFrame, FrameError> {
+        let v = frame::payload_version(payload)?;
+        if v == PEER_PROTOCOL_VERSION {
+            return frame::decode_payload_of(payload, &[v]).map(|(_, f)| f);
+        }
+        if v == 7 || v == 6 {
+            let (_, f): (u16, PreviousFrame<v7::Command, RequestId>) =
+                frame::decode_payload_of(payload, &[v])?;
+            return Ok(f.into());
+        }
+        let (_, f): (u16, PreviousFrame<v5::Command, v5::RequestId>) =
+            frame::decode_payload_of(payload, &[5])?;
+        Ok(f.into())
     }
 }
 
@@ -218,7 +235,10 @@ mod tests {
             command: vec!["true".into()],
             env: Default::default(),
             time_limit_s: None,
-            checkpoint: Default::default(),
+            checkpoint: v7::Checkpoint {
+                signal: "SIGTERM".into(),
+                grace_s: None,
+            },
             retry_attempts: 1,
             preemption_retries: None,
             client_token: Some("t".into()),
@@ -338,7 +358,7 @@ mod tests {
                 },
             ],
         };
-        let bytes = frame::encode_as(&f, PREVIOUS_PROTOCOL_VERSION);
+        let bytes = frame::encode_as(&f, 5);
         let got = PeerFrame::decode_payload(&bytes[4..]).unwrap();
         assert_eq!((got.from, got.incarnation, got.items.len()), (3, 4, 2));
         assert!(
@@ -350,7 +370,7 @@ mod tests {
     }
 
     #[test]
-    fn peer_frames_are_version_7_and_version_6_frames_still_read() {
+    fn peer_frames_are_version_8_and_version_7_frames_still_read() {
         let f = PeerFrame {
             from: 1,
             from_addr: "127.0.0.1:1".into(),
@@ -363,25 +383,67 @@ mod tests {
             PEER_PROTOCOL_VERSION
         );
         assert_eq!(PeerFrame::decode_payload(&bytes[4..]).unwrap(), f);
-        // A controller of the previous release reads only versions 6 and 5: it refuses
-        // the frame whole, never an entry inside it.
-        assert!(frame::decode_payload_of::<PeerFrame>(
-            &bytes[4..],
-            &[PROTOCOL_VERSION, PREVIOUS_PROTOCOL_VERSION]
-        )
-        .is_err());
-        // What such a controller sends (version 6) reads as today's.
-        let old = frame::encode_as(&f, PROTOCOL_VERSION);
-        assert_eq!(PeerFrame::decode_payload(&old[4..]).unwrap(), f);
-        // A format-6 entry inside it reads too: format 7 only appends a command.
-        let p = Proposal {
+        // A controller of the previous release reads only versions 7, 6 and 5: it
+        // refuses the frame whole, never an entry inside it.
+        assert!(frame::decode_payload_of::<PeerFrame>(&bytes[4..], &[7, 6, 5]).is_err());
+        // What such a controller sends (version 7), with a forwarded share of format
+        // 7, reads as today's: the share lends on AWS's terms.
+        let share = v7::QuotaShare {
+            name: "s".into(),
+            queue: "q".into(),
+            capacity_limits: vec![],
+            resource_sharing: tranche_model::ResourceSharing {
+                strategy: tranche_model::Strategy::Lend,
+                borrow_limit: None,
+            },
+            in_share_preemption: false,
+            state: tranche_model::ObjState::Enabled,
+            members: vec![],
+            default_grace_s: 1,
+            max_grace_s: 2,
+            min_runtime_s: 3,
+            max_user_priority: 10,
+            limits: Default::default(),
+        };
+        let old = PreviousFrame {
+            from: 1,
+            from_addr: "127.0.0.1:1".into(),
+            incarnation: 2,
+            items: vec![PreviousItem::<v7::Command, RequestId>::Forward {
+                id: 3,
+                cmd: v7::Command::PutShare(share.clone()),
+                request: None,
+            }],
+        };
+        for v in [7, 6] {
+            let got = PeerFrame::decode_payload(&frame::encode_as(&old, v)[4..]).unwrap();
+            match &got.items[0] {
+                PeerItem::Forward {
+                    cmd: Command::PutShare(s),
+                    ..
+                } => assert_eq!(
+                    (s.min_runtime_s, s.loans),
+                    (3, tranche_model::LoanTerms::default())
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Format-6 and -7 entries read too: format 7 only appends a command, and
+        // format 8 changes what a share and a spec hold.
+        let p = v7::Proposal {
             origin: 1,
             id: 2,
             now: 3,
-            cmd: Command::PruneLedger { before_hour: 4 },
+            cmd: v7::Command::PutShare(share),
             request: None,
         };
-        assert_eq!(Proposal::open(&sealed_as(6, &p)).unwrap(), p);
+        for v in [6, 7] {
+            let got = Proposal::open(&sealed_as(v, &p)).unwrap();
+            assert!(
+                matches!(&got.cmd, Command::PutShare(s) if s.max_user_priority == 10 && s.loans.recall_notice_s == 0),
+                "{got:?}"
+            );
+        }
     }
 
     /// `v` sealed as format `version` wrote it.
@@ -394,7 +456,7 @@ mod tests {
 
     fn old_as_today(spec: &v2::JobSpec) -> Proposal {
         let s: v3::JobSpec = spec.clone().into();
-        let mut s: tranche_model::JobSpec = v4::JobSpec::from(s).into();
+        let mut s: tranche_model::JobSpec = v7::JobSpec::from(v4::JobSpec::from(s)).into();
         s.cwd = Some("/w".into());
         Proposal {
             origin: 1,

@@ -29,8 +29,10 @@ impl Cand {
     }
 }
 
-/// Victim order: priority, then most recently started, then newest id.
-type CandKey = (u32, Reverse<Millis>, Reverse<JobId>);
+/// Victim order: priority, then least work lost (the time since the job's last
+/// checkpoint, or since it started when it has none: for jobs that never checkpoint,
+/// most recently started first), then most recently started, then newest id.
+type CandKey = (u32, Millis, Reverse<Millis>, Reverse<JobId>);
 
 /// What a victim search looks for: `k` nodes with room for `g` GPUs of unit `u` each,
 /// in pool `pi`, taking at most `allowance` GPUs that are free now, and victims of at
@@ -129,14 +131,32 @@ impl<'a> Pass<'a> {
                     continue;
                 };
                 let started = r.started_at;
+                let resumes =
+                    resume_point(started, r.checkpointed_at, r.checkpoint_every_s, self.now);
                 let mut nodes = r.first.iter().chain(&r.more).filter_map(node);
                 let first = nodes.next();
                 let more = nodes.collect();
                 let (list, keys) = &mut out[v];
                 keys.push((
-                    (r.priority, Reverse(started), Reverse(id)),
+                    (
+                        r.priority,
+                        self.now.saturating_sub(resumes),
+                        Reverse(started),
+                        Reverse(id),
+                    ),
                     list.len() as u32,
                 ));
+                // A reclaim takes a job on loan after its share's loan minimum and gives
+                // it the recall notice before its grace; in-share preemption neither.
+                let grace = r.grace_s.unwrap_or(sv.q.default_grace_s) * SECOND;
+                let (min_run, grace) = if mode_reclaim {
+                    (
+                        sv.q.loan_min_runtime_s(),
+                        grace + sv.q.loans.recall_notice_s * SECOND,
+                    )
+                } else {
+                    (sv.q.min_runtime_s, grace)
+                };
                 list.push(Some(Cand {
                     id,
                     share: t,
@@ -144,8 +164,8 @@ impl<'a> Pass<'a> {
                     total: r.gpus,
                     first,
                     more,
-                    protected_until: started + sv.q.min_runtime_s * SECOND,
-                    grace: r.grace_s.unwrap_or(sv.q.default_grace_s) * SECOND,
+                    protected_until: started + min_run * SECOND,
+                    grace,
                 }));
             }
         }

@@ -36,6 +36,7 @@ pub struct H {
 /// A share of queue `q` with one limit, in-share preemption off, no grace minimum.
 pub fn share(name: &str, strategy: Strategy, max: u32) -> QuotaShare {
     QuotaShare {
+        loans: LoanTerms::default(),
         name: ShareName(name.into()),
         queue: QUEUE.into(),
         capacity_limits: vec![CapacityLimit {
@@ -203,6 +204,37 @@ impl H {
         id
     }
 
+    /// The running job reports a checkpoint now.
+    pub fn checkpoint(&mut self, name: &str) {
+        let id = self.ids[name];
+        let attempt = self.st.jobs[&id].attempts.len() as u32;
+        self.apply(Command::JobProgress {
+            job: id,
+            attempt,
+            event: Progress::Checkpointed,
+        });
+    }
+
+    /// [`H::running`] for a job that declares `--checkpoint-every every_s`.
+    pub fn running_every(
+        &mut self,
+        name: &str,
+        share: &str,
+        every_s: u64,
+        on: &[(&str, &[u32])],
+    ) -> JobId {
+        let gpus = on[0].1.len() as u32;
+        let mut spec = self.spec(name, share, gpus, on.len() as u32, 0);
+        spec.checkpoint.every_s = Some(every_s);
+        let id = self.submit(spec);
+        let s = self.st.shares[&ShareName(share.into())].clone();
+        let used = self.st.share_used(&s.name, &Unit("g".into()));
+        let borrowed = used + gpus * on.len() as u32 > s.max_for(&Unit("g".into()));
+        self.place(id, on, borrowed);
+        self.tick(1);
+        id
+    }
+
     /// Places job `id` on these GPUs and reports it running.
     pub fn place(&mut self, id: JobId, on: &[(&str, &[u32])], borrowed: bool) {
         let plan = Plan {
@@ -252,6 +284,10 @@ impl H {
                 },
             });
         }
+    }
+
+    pub fn id(&self, name: &str) -> JobId {
+        self.ids[name]
     }
 
     pub fn name(&self, id: JobId) -> String {

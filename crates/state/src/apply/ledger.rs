@@ -31,7 +31,8 @@ impl State {
     }
 
     /// An attempt that ended stopped: its run time, if a preemption or a drain, is
-    /// lost, charged to the hour it ended in.
+    /// lost, charged to the hour it ended in, and of it the work since its last
+    /// checkpoint.
     pub(crate) fn book_lost(&mut self, job: JobId, now: Millis) {
         let Some(j) = self.jobs.get(&job) else {
             return;
@@ -41,13 +42,15 @@ impl State {
             return;
         };
         let ran = now.saturating_sub(a.started_at.unwrap_or(a.scheduled_at));
+        let since = now.saturating_sub(a.resumes_from(j.spec.checkpoint.every_s, now));
         let gpus: u64 = a.allocation.iter().map(|n| n.gpus.len() as u64).sum();
         let holder = Holder {
             share: &j.spec.share,
             user: &j.spec.user,
             unit: &j.spec.request.unit,
         };
-        self.ledger.book_lost(kind, ran * gpus, holder, now);
+        self.ledger
+            .book_lost(kind, (ran * gpus, since.min(ran) * gpus), holder, now);
     }
 
     /// GPUs held and idle right now, per kind: one millisecond's worth of every figure.

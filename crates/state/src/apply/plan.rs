@@ -181,6 +181,7 @@ impl State {
         let job = self.jobs.get_mut(&id).expect("checked");
         let number = job.attempts.len() as u32 + 1;
         job.attempts.push(Attempt {
+            checkpointed_at: None,
             number,
             allocation: alloc.to_vec(),
             borrowed,

@@ -69,6 +69,21 @@ impl State {
                     self.attempt_lost(id, reason, nodes, now)
                 }
             }
+            Progress::Checkpointed => {
+                if job.status != JobStatus::Running {
+                    return Err(conflict(format!(
+                        "job {id} is {}, not RUNNING: only a running job checkpoints",
+                        job.status
+                    )));
+                }
+                let job = self.jobs.get_mut(&id).expect("job exists");
+                if let Some(a) = job.attempts.last_mut() {
+                    a.checkpointed_at = Some(now);
+                }
+                if let Some(r) = self.index.running_mut(&job.spec.share, id) {
+                    r.checkpointed_at = Some(now);
+                }
+            }
         }
         Ok(())
     }

@@ -11,9 +11,15 @@ impl State {
     pub(super) fn stop_or_cancel(&mut self, id: JobId, kind: StopKind, reason: &str, now: Millis) {
         let status = self.jobs[&id].status;
         if status.is_active() {
-            let grace = {
+            // A reclaimed job on loan gets its share's recall notice before its grace.
+            let (notice, grace) = {
                 let job = &self.jobs[&id];
-                job.spec.grace_s(self.shares.get(&job.spec.share)) * SECOND
+                let share = self.shares.get(&job.spec.share);
+                let notice = match kind {
+                    StopKind::Reclaim { .. } => share.map_or(0, |s| s.loans.recall_notice_s),
+                    _ => 0,
+                };
+                (notice * SECOND, job.spec.grace_s(share) * SECOND)
             };
             let job = self.jobs.get_mut(&id).expect("job exists");
             match &mut job.stop {
@@ -29,7 +35,7 @@ impl State {
                         kind,
                         reason: reason.to_string(),
                         signalled_at: now,
-                        deadline: now + grace,
+                        deadline: now + notice + grace,
                     });
                     self.index.stopping.insert(id);
                     if let Some(r) = self.index.running_mut(&job.spec.share, id) {
@@ -40,11 +46,20 @@ impl State {
                         at: now,
                         from: status,
                         to: status,
-                        reason: format!(
-                            "stopping ({reason}): {} sent, grace {} s",
-                            job.spec.checkpoint.signal,
-                            grace / SECOND
-                        ),
+                        reason: if notice > 0 {
+                            format!(
+                                "stopping ({reason}): {} sent, recall notice {} s, then grace {} s",
+                                job.spec.checkpoint.signal,
+                                notice / SECOND,
+                                grace / SECOND
+                            )
+                        } else {
+                            format!(
+                                "stopping ({reason}): {} sent, grace {} s",
+                                job.spec.checkpoint.signal,
+                                grace / SECOND
+                            )
+                        },
                         nodes,
                     });
                 }

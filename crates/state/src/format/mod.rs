@@ -17,8 +17,12 @@
 //! (`State::submit_rate`), and keys client sessions by (identity, client id): a
 //! request id carries the caller's identity. Format 7 appends the command that drops
 //! ended jobs from the state (`ForgetEnded`); its states are stored as format 6's, and
-//! a format-6 log entry reads as a format-7 one. Reading an older format goes through
-//! each newer one in turn (1 → 2 → 3 → 4 → 5 → 6 = 7).
+//! a format-6 log entry reads as a format-7 one. Format 8 adds the loan contract and
+//! checkpoints: a job's checkpoint interval (`Checkpoint::every_s`), an
+//! attempt's latest reported checkpoint (`Attempt::checkpointed_at`), a share's loan
+//! terms (`QuotaShare::loans`), and the ledger's count of work lost since preempted
+//! attempts' checkpoints (`Totals::work_lost`). Reading an older format goes through
+//! each newer one in turn (1 → 2 → 3 → 4 → 5 → 6 = 7 → 8).
 //!
 //! Each frozen format has a file of its own, `vN.rs`, holding only the types of format N
 //! that differ from the next format's, as that release wrote them, and their conversions
@@ -60,6 +64,7 @@ pub mod v2;
 pub mod v3;
 pub mod v4;
 pub mod v5;
+pub mod v7;
 
 /// Decodes state bytes written in format `version` and migrates them to today's
 /// state (indexes rebuilt).
@@ -86,7 +91,8 @@ pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
         4 => read::<v4::State>(version, bytes)?.into(),
         5 => read(version, bytes)?,
         // Format 7 stores the state as format 6 did.
-        6 | codec::FORMAT => {
+        6 | 7 => return Ok(read::<v7::State>(version, bytes)?.into()),
+        codec::FORMAT => {
             return State::restore(bytes).map_err(|e| FormatError::Decode {
                 version,
                 reason: e.to_string(),

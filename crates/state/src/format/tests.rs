@@ -24,7 +24,10 @@ fn v2_job() -> v2::Job {
             command: vec!["true".into()],
             env: BTreeMap::new(),
             time_limit_s: None,
-            checkpoint: Checkpoint::default(),
+            checkpoint: v7::Checkpoint {
+                signal: "SIGTERM".into(),
+                grace_s: None,
+            },
             retry_attempts: 1,
             preemption_retries: None,
             client_token: None,
@@ -82,7 +85,7 @@ fn a_format_3_command_names_its_job_as_a_plain_reference() {
         }
     );
     let v3: v3::Job = v2_job().into();
-    let j: Job = v4::Job::from(v3).into();
+    let j: Job = v7::Job::from(v4::Job::from(v3)).into();
     assert_eq!((j.array, j.deps.len(), j.held), (None, 0, false));
     assert!(j.spec.dependency.is_empty() && j.spec.output.is_none());
 }
@@ -129,7 +132,7 @@ fn a_format_4_submit_becomes_todays_with_no_sagemaker_part() {
 
 #[test]
 fn a_format_4_state_migrates_with_no_access_keys_or_tags() {
-    let mut ledger = crate::ledger::Ledger {
+    let mut ledger = v7::Ledger {
         since: 5,
         counted_to: 7_200_000,
         ..Default::default()
@@ -155,7 +158,7 @@ fn a_format_4_state_migrates_with_no_access_keys_or_tags() {
     };
     let got = decode_state(4, &codec::encode(&old)).unwrap();
     assert_eq!((got.version, got.next_job_id), (9, 2));
-    assert_eq!(got.ledger, ledger);
+    assert_eq!(got.ledger, ledger.into());
     assert!(got.keys.is_empty() && got.tags.is_empty());
     let j = &got.jobs[&JobId(1)];
     assert!(!j.held && j.spec.hold && j.spec.sagemaker.is_none());
@@ -305,7 +308,102 @@ fn a_format_1_state_migrates_with_its_nodes_and_jobs() {
     assert!(decode_state(1, &st.snapshot()).is_err());
     assert_eq!(decode_state(codec::FORMAT, &st.snapshot()).unwrap(), st);
     assert_eq!(
-        decode_state(8, &st.snapshot()),
-        Err(FormatError::Unknown { found: 8 })
+        decode_state(9, &st.snapshot()),
+        Err(FormatError::Unknown { found: 9 })
     );
+}
+
+#[test]
+fn a_format_7_state_migrates_with_no_checkpoints_and_aws_loan_terms() {
+    let v3: v3::Job = v2_job().into();
+    let job: v7::Job = v4::Job::from(v3).into();
+    let attempt = v7::Attempt {
+        number: 1,
+        allocation: vec![],
+        borrowed: true,
+        scheduled_at: 10,
+        started_at: Some(20),
+        ended_at: Some(30),
+        end: Some(AttemptEnd::Stopped {
+            kind: StopKind::Cancel,
+            code: None,
+        }),
+    };
+    let share = v7::QuotaShare {
+        name: "s".into(),
+        queue: "q".into(),
+        capacity_limits: vec![],
+        resource_sharing: ResourceSharing {
+            strategy: Strategy::LendAndBorrow,
+            borrow_limit: None,
+        },
+        in_share_preemption: false,
+        state: ObjState::Enabled,
+        members: vec![],
+        default_grace_s: 1,
+        max_grace_s: 2,
+        min_runtime_s: 30,
+        max_user_priority: 7,
+        limits: JobLimits::default(),
+    };
+    let lost = v7::Totals {
+        lost_reclaim: 5_000,
+        lost_drain: 1_000,
+        ..Default::default()
+    };
+    let mut ledger = v7::Ledger::default();
+    ledger
+        .all_time
+        .shares
+        .insert(("s".into(), "h100".into()), lost);
+    let old = v7::State {
+        version: 3,
+        environments: BTreeMap::new(),
+        policies: BTreeMap::new(),
+        queues: BTreeMap::new(),
+        shares: [(ShareName::from("s"), share)].into(),
+        nodes: BTreeMap::new(),
+        jobs: v7::StoredJobs {
+            specs: vec![job.spec.clone()],
+            jobs: vec![v7::StoredJob {
+                id: job.id,
+                spec: 0,
+                status: JobStatus::Cancelled,
+                submitted_at: job.submitted_at,
+                attempts: vec![attempt],
+                transitions: vec![],
+                stop: None,
+                hold: None,
+                pending_reason: None,
+                preemptions: 0,
+                failures: 0,
+                array: None,
+                deps: vec![],
+                held: false,
+            }],
+        },
+        tokens: BTreeMap::new(),
+        next_job_id: 2,
+        sessions: BTreeMap::new(),
+        sessions_swept_at: 0,
+        ledger,
+        keys: BTreeMap::new(),
+        tags: BTreeMap::new(),
+        submit_rate: BTreeMap::new(),
+    };
+    for version in [6, 7] {
+        let got = decode_state(version, &codec::encode(&old)).unwrap();
+        let s = &got.shares[&ShareName::from("s")];
+        assert_eq!((s.max_user_priority, s.loans), (7, LoanTerms::default()));
+        assert_eq!(s.loan_min_runtime_s(), 30);
+        let j = &got.jobs[&JobId(1)];
+        assert_eq!(j.spec.checkpoint.every_s, None);
+        assert_eq!(
+            (j.attempts[0].started_at, j.attempts[0].checkpointed_at),
+            (Some(20), None)
+        );
+        // Without checkpoints, every preempted GPU-millisecond was work lost.
+        let t = got.ledger.all_time.shares[&("s".into(), "h100".into())];
+        assert_eq!((t.lost(), t.work_lost), (6_000, 6_000));
+    }
 }

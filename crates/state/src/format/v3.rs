@@ -2,6 +2,7 @@
 
 use super::v5::QuotaShare;
 use super::v5::RequestId;
+use super::v7::{Attempt, Checkpoint};
 use super::*;
 use crate::{Plan, Progress};
 

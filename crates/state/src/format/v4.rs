@@ -2,8 +2,8 @@
 
 use super::v5::QuotaShare;
 use super::v5::RequestId;
+use super::v7::{Attempt, Checkpoint, Ledger};
 use super::*;
-use crate::ledger::Ledger;
 use crate::{Plan, Progress};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,10 +137,10 @@ pub struct Proposal {
     pub request: Option<RequestId>,
 }
 
-impl From<JobSpec> for tranche_model::JobSpec {
+impl From<JobSpec> for super::v7::JobSpec {
     /// A format-4 job is no SageMaker training job.
     fn from(s: JobSpec) -> Self {
-        tranche_model::JobSpec {
+        super::v7::JobSpec {
             name: s.name,
             queue: s.queue,
             share: s.share,
@@ -169,11 +169,11 @@ impl From<JobSpec> for tranche_model::JobSpec {
     }
 }
 
-impl From<Job> for tranche_model::Job {
+impl From<Job> for super::v7::Job {
     fn from(j: Job) -> Self {
-        tranche_model::Job {
+        super::v7::Job {
             id: j.id,
-            spec: std::sync::Arc::new(j.spec.into()),
+            spec: j.spec.into(),
             status: j.status,
             submitted_at: j.submitted_at,
             attempts: j.attempts,

@@ -1,7 +1,7 @@
 //! The types of format 5 that differ from today's, frozen as that release wrote them.
 
+use super::v7::{Job, JobSpec, Ledger};
 use super::*;
-use crate::ledger::Ledger;
 use crate::{Plan, Progress};
 
 /// A format-5 quota share: no users' priority cap, no job limits.
@@ -159,6 +159,7 @@ impl From<QuotaShare> for tranche_model::QuotaShare {
             min_runtime_s: s.min_runtime_s,
             max_user_priority: DEFAULT_MAX_USER_PRIORITY,
             limits: JobLimits::default(),
+            loans: LoanTerms::default(),
         }
     }
 }
@@ -203,12 +204,12 @@ impl From<State> for crate::State {
             queues: s.queues,
             shares: s.shares.into_iter().map(|(k, v)| (k, v.into())).collect(),
             nodes: s.nodes,
-            jobs: s.jobs,
+            jobs: s.jobs.into_iter().map(|(k, j)| (k, j.into())).collect(),
             tokens: s.tokens,
             next_job_id: s.next_job_id,
             sessions: BTreeMap::new(),
             sessions_swept_at: s.sessions_swept_at,
-            ledger: s.ledger,
+            ledger: s.ledger.into(),
             keys: s.aws.keys.into_iter().map(|(k, v)| (k, v.into())).collect(),
             tags: s.aws.tags,
             submit_rate: BTreeMap::new(),
@@ -232,7 +233,7 @@ impl From<Command> for crate::Command {
             Command::DeleteQueue(n) => C::DeleteQueue(n),
             Command::PutShare(s) => C::PutShare(s.into()),
             Command::DeleteShare(n) => C::DeleteShare(n),
-            Command::Submit(spec) => C::Submit(spec),
+            Command::Submit(spec) => C::Submit(spec.into()),
             Command::Cancel { job, reason } => C::Cancel { job, reason },
             Command::UpdatePriority { job, priority } => C::UpdatePriority { job, priority },
             Command::RegisterNode(inv) => C::RegisterNode(inv),

@@ -1,5 +1,6 @@
 //! Issue-level stories on `tranche dev`, through the real CLI: lend, borrow and
-//! reclaim; in-share preemption after `tranche update --priority`; one-line errors.
+//! reclaim; a loan with its terms and a checkpoint that makes its job the victim;
+//! in-share preemption after `tranche update --priority`; one-line errors.
 
 mod common;
 
@@ -155,6 +156,122 @@ fn lend_borrow_reclaim_through_the_cli() {
         &["cancel"]
             .into_iter()
             .chain(borrowers.iter().map(|s| s.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// The first line of a job's output, once it has one.
+fn first_line(config: &str, id: &str) -> String {
+    wait_until_blocking(
+        &format!("job {id}: its first line of output"),
+        Duration::from_secs(60),
+        || {
+            let out = tranche(config, &["logs", id]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            match text.lines().next() {
+                Some(l) if !l.is_empty() => Ok(l.to_string()),
+                _ => Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr))),
+            }
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
+    let dev = Dev::start("lou");
+    // nlp (LEND_AND_BORROW, 4 A100) gets loan terms: recall notice 3 s.
+    let dir = std::path::Path::new(&dev.admin)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let policy = dir.join("loans.toml");
+    std::fs::write(
+        &policy,
+        "[[shares]]\nname = \"nlp\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"a100\", max = 4 } ]\nstrategy = \"LEND_AND_BORROW\"\nborrow_limit = -1\nrecall_notice_s = 3\nloan_min_runtime_s = 0\n",
+    )
+    .unwrap();
+    let out = tranche(&dev.admin, &["apply", "-f", policy.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("update share nlp"),
+        "{out:?}"
+    );
+    let nlp = |script: &str| {
+        submit(
+            &dev.user,
+            &["--share", "nlp", "--gpus", "1", "--", "sh", "-c", script],
+        )
+    };
+    let says = "echo on_loan=$TRANCHE_ON_LOAN notice=$TRANCHE_RECALL_NOTICE_S; ";
+    // Four jobs within nlp's max, then one on loan that checkpoints when told to,
+    // then three more on loan, started later.
+    let own: Vec<String> = (0..4)
+        .map(|_| nlp(&format!("{says}{CHECKPOINTER}")))
+        .collect();
+    for j in &own {
+        wait(&dev.user, j, "running", |j| j["status"] == "RUNNING");
+    }
+    let go = dir.join("go");
+    let saver = nlp(&format!(
+        "{says}while [ ! -e {} ]; do sleep 0.2; done; touch \"$TRANCHE_CHECKPOINT_FILE\"; {CHECKPOINTER}",
+        go.display()
+    ));
+    wait(&dev.user, &saver, "running", |j| j["status"] == "RUNNING");
+    let later: Vec<String> = (0..3)
+        .map(|_| nlp(&format!("{says}{CHECKPOINTER}")))
+        .collect();
+    for j in &later {
+        wait(&dev.user, j, "running", |j| j["status"] == "RUNNING");
+    }
+    // Each job knows whether it is on loan, and on what terms.
+    assert_eq!(first_line(&dev.user, &own[0]), "on_loan=0 notice=");
+    assert_eq!(first_line(&dev.user, &saver), "on_loan=1 notice=3");
+    assert_eq!(job(&dev.user, &saver)["attempts"][0]["borrowed"], true);
+    // The saver reports a checkpoint (the agent sees its file touched).
+    std::fs::write(&go, "").unwrap();
+    wait(&dev.user, &saver, "a checkpoint reported", |j| {
+        !j["attempts"][0]["checkpointed_at"].is_null()
+    });
+    let text = explain_until(&dev.user, &saver, &["on loan:", "recall notice 3s"]);
+    assert!(text.contains("last checkpoint reported"), "{text}");
+    assert_no_debug_or_epoch(&text);
+    // vision takes one A100 back: of nlp's eight jobs, the one that loses the least
+    // work is the saver, though three jobs started after it.
+    let lender = submit(
+        &dev.user,
+        &[
+            "--share", "vision", "--unit", "a100", "--gpus", "1", "--", "sleep", "1",
+        ],
+    );
+    wait(&dev.user, &saver, "reclaimed", |j| j["preemptions"] == 1);
+    for j in own.iter().chain(&later) {
+        assert_eq!(job(&dev.user, j)["preemptions"], 0, "job {j}");
+    }
+    let s = job(&dev.user, &saver);
+    let stopping = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["reason"].as_str().unwrap_or("").starts_with("stopping"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        stopping["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("recall notice 3 s, then grace 30 s"),
+        "{s}"
+    );
+    wait(&dev.user, &lender, "success", |j| {
+        j["status"] == "SUCCEEDED"
+    });
+    let out = tranche(
+        &dev.user,
+        &["cancel"]
+            .into_iter()
+            .chain(own.iter().chain(&later).map(|s| s.as_str()))
+            .chain([saver.as_str()])
             .collect::<Vec<_>>(),
     );
     assert!(out.status.success(), "{out:?}");

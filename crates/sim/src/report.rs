@@ -800,6 +800,7 @@ pub fn comparison_table(rows: &[(String, &Figures)]) -> Table {
         col("p50 wait", 12),
         col("p99 wait", 12),
         col("preempted attempts", 22),
+        col("work lost GPU-h", 15),
         col("room/late", 10),
     ];
     let rows = rows
@@ -817,6 +818,7 @@ pub fn comparison_table(rows: &[(String, &Figures)]) -> Table {
                     f.preempted_attempts,
                     pct(ratio(f.lost_gpu_hours, f.gpu_hours))
                 ),
+                hours(f.work_lost_gpu_hours),
                 format!("{}/{}", f.room_at_arrival, f.started_late),
             ]
         })

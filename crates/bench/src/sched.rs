@@ -178,6 +178,7 @@ fn build(a: &SchedArgs, running: u32) -> State {
         apply(
             &mut st,
             Command::PutShare(QuotaShare {
+                weight: None,
                 loans: Default::default(),
                 name: ShareName(format!("team{i:02}")),
                 queue: "q".into(),

@@ -78,7 +78,7 @@ pub fn render(shared: &SharedRef) -> String {
         "Size of the latest state image this controller wrote or installed.",
         vec![(String::new(), sh.image_bytes as f64)],
     );
-    let shares = views::shares(&sh.state);
+    let shares = views::shares(&sh.state, crate::mailbox::wall_ms().max(sh.last_now));
     g(
         "tranche_share_waiting_jobs",
         "Jobs waiting in each share (queue depth).",

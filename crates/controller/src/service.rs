@@ -705,7 +705,7 @@ impl Service {
                 Ok(j) => Response::Explain(views::explain(st, &j, now, &self.standings(&sh, now))),
                 Err(e) => Response::Error(e),
             },
-            Query::Shares => Response::Shares(views::shares(st)),
+            Query::Shares => Response::Shares(views::shares(st, now)),
             Query::Queue { limit } => Response::Queue(views::queue(st, *limit, now)),
             Query::Nodes => Response::Nodes(st.nodes.values().cloned().collect()),
             Query::Controllers => Response::Controllers(sh.status.clone()),

@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use tranche_model::{Job, JobId, JobStatus, Millis, Standing, Unit};
+use tranche_model::{Job, JobId, JobStatus, Millis, QueueName, ShareName, Standing, Unit};
 use tranche_proto::text::{duration_text, stop_kind_text};
 use tranche_proto::{
-    Explanation, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot, Rendezvous,
-    ShareUsage, StateDigest, StopOrder, UnitUsage, WorkItem,
+    Explanation, FairStanding, GpuBinding, JobFilter, JobSummary, NodeWork, Objects, QueueSnapshot,
+    Rendezvous, ShareUsage, StateDigest, StopOrder, UnitUsage, WorkItem,
 };
 use tranche_state::State;
 
@@ -126,6 +126,9 @@ pub fn explain(
         }
         _ => {}
     }
+    if let Some(f) = fair_standings(state, now).get(&job.spec.share) {
+        lines.push(fair_text(&job.spec.share, f));
+    }
     if let Some(share) = state.shares.get(&job.spec.share) {
         let unit = &job.spec.request.unit;
         lines.push(format!(
@@ -216,7 +219,56 @@ fn would_start(r: &tranche_model::PendingReason, now: Millis) -> String {
     }
 }
 
-pub fn shares(state: &State) -> Vec<ShareUsage> {
+/// Each FAIR_SHARE share's standing at `now`, by share.
+pub fn fair_standings(state: &State, now: Millis) -> BTreeMap<ShareName, FairStanding> {
+    let usage = tranche_sched::fair::Usage::at(state, now, &mut vec![]);
+    // Per queue: its shares' usage per weight.
+    let mut by_queue: BTreeMap<&QueueName, Vec<(f64, &tranche_model::QuotaShare, u64, f64)>> =
+        BTreeMap::new();
+    for share in state.shares.values() {
+        let Some(h) = state
+            .queues
+            .get(&share.queue)
+            .and_then(|q| state.policies.get(&q.policy))
+            .and_then(|p| p.half_life_s())
+        else {
+            continue;
+        };
+        let used = usage.of(h, &share.name);
+        by_queue.entry(&share.queue).or_default().push((
+            used / share.fair_weight() as f64,
+            share,
+            h,
+            used,
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for (_, mut list) in by_queue {
+        list.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let of = list.len() as u32;
+        let mut order = 0;
+        for k in 0..list.len() {
+            if k == 0 || list[k].0 != list[k - 1].0 {
+                order = k as u32 + 1;
+            }
+            let (_, share, h, used) = list[k];
+            out.insert(
+                share.name.clone(),
+                FairStanding {
+                    half_life_s: h,
+                    decayed_milli_gpu_hours: (used * 1000.0).round() as u64,
+                    weight: share.fair_weight(),
+                    borrow_order: order,
+                    of,
+                },
+            );
+        }
+    }
+    out
+}
+
+pub fn shares(state: &State, now: Millis) -> Vec<ShareUsage> {
+    let mut fair = fair_standings(state, now);
     // Per unit, how much every share uses beyond its own capacity.
     let mut borrowed_total: BTreeMap<Unit, u32> = BTreeMap::new();
     let mut rows = Vec::new();
@@ -242,6 +294,7 @@ pub fn shares(state: &State) -> Vec<ShareUsage> {
             units,
             running,
             waiting,
+            fair: fair.remove(&share.name),
         });
     }
     for row in &mut rows {
@@ -379,6 +432,33 @@ pub fn node_work(
         registered: true,
         items,
     }
+}
+
+/// A share's fair-share standing as `explain` says it.
+fn fair_text(share: &ShareName, f: &FairStanding) -> String {
+    format!(
+        "fair share: share {share} used {:.1} GPU-hours (decayed, half-life {}), weight {}: {} of {} to borrow idle GPUs, and the {} to be reclaimed from",
+        f.decayed_milli_gpu_hours as f64 / 1000.0,
+        duration_text(f.half_life_s * tranche_model::SECOND),
+        f.weight,
+        ordinal(f.borrow_order),
+        f.of,
+        if f.borrow_order == f.of && f.of > 1 {
+            "first".to_string()
+        } else {
+            format!("{} from last", ordinal(f.borrow_order))
+        }
+    )
+}
+
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, x) if x != 11 => "st",
+        (2, x) if x != 12 => "nd",
+        (3, x) if x != 13 => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// What an attempt on borrowed GPUs may count on: its share's loan terms.

@@ -686,6 +686,22 @@ pub struct ShareView {
     pub units: Vec<UnitUsageView>,
     pub running: u32,
     pub waiting: u32,
+    /// Under a FAIR_SHARE policy: its standing; absent under FIFO.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair: Option<FairView>,
+}
+
+/// A share's standing under FAIR_SHARE.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FairView {
+    /// Its usage history in GPU-hours, each hour's weighing half every half-life.
+    pub decayed_gpu_hours: f64,
+    pub weight: u64,
+    /// Its place in the borrow order of its queue (1 borrows first; a reclaim takes
+    /// first from the last), of `of` shares.
+    pub borrow_order: u32,
+    pub of: u32,
+    pub half_life_s: u64,
 }
 
 impl From<&ShareUsage> for ShareView {
@@ -709,6 +725,13 @@ impl From<&ShareUsage> for ShareView {
                 .collect(),
             running: s.running,
             waiting: s.waiting,
+            fair: s.fair.as_ref().map(|f| FairView {
+                decayed_gpu_hours: f.decayed_milli_gpu_hours as f64 / 1000.0,
+                weight: f.weight,
+                borrow_order: f.borrow_order,
+                of: f.of,
+                half_life_s: f.half_life_s,
+            }),
         }
     }
 }

@@ -64,7 +64,7 @@ impl Modify for Security {
         ErrorBody, ErrorDetail, Status, SubmitJob, CheckpointSpec, Submitted, JobUpdate,
         CancelJob, DrainNode, ApplyPolicy, PolicyChange, PolicyResult, JobSummaryView,
         JobPage, JobSpecView, NodeAllocView, AttemptEndView, AttemptView, TransitionView,
-        StopView, JobView, ArrayTaskView, ExplanationView, UnitUsageView, ShareView, ShareFront, QueueView,
+        StopView, JobView, ArrayTaskView, ExplanationView, UnitUsageView, ShareView, FairView, ShareFront, QueueView,
         GpuView, NodeView, MemberView, ControllersView, Health, WhoAmI, JobEventView,
         UnitUseView, ShareEventView, routes::Done, EndedJobView, HistoryPageView,
     )),

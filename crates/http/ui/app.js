@@ -343,13 +343,15 @@ function sharesPage(root) {
             td(String(u.lent), 'num'),
             td(i === 0 ? String(s.running) : '', 'num'),
             td(i === 0 ? String(s.waiting) : '', 'num', {dataset: {field: 'waiting'}}),
+            td(i === 0 && s.fair ? el('span', {title: `decayed usage, half-life ${duration(s.fair.half_life_s * 1000)}; weight ${s.fair.weight}`},
+              `${s.fair.decayed_gpu_hours.toFixed(1)} GPU-h, borrows ${s.fair.borrow_order} of ${s.fair.of}`) : ''),
             td(el('span', {class: 'bar', title: `${used} of ${u.max} in use`},
               el('span', {style: null, class: 'fill', dataset: {w: pct(used - u.borrowed)}}),
               el('span', {class: 'fill borrowed', dataset: {w: pct(u.borrowed)}})))));
         });
       }
       const t = table(['Share', 'Strategy', 'Unit', ['Max', 'num'], ['Used', 'num'], ['Borrowed', 'num'],
-        ['Lent', 'num'], ['Running', 'num'], ['Waiting', 'num'], 'Use of max'], rows,
+        ['Lent', 'num'], ['Running', 'num'], ['Waiting', 'num'], 'Fair share', 'Use of max'], rows,
       {attrs: {id: 'shares-now'}, empty: 'No shares yet: an admin creates them with tranche apply.'});
       // Widths and colours are set through the DOM (the page allows no inline styles).
       for (const tr of t.querySelectorAll('tbody tr[data-share]')) {

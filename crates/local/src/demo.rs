@@ -13,6 +13,7 @@ use tranche_proto::ClientCommand;
 /// A share of the demo queue `q` with `max` H100s.
 pub fn share(name: &str, strategy: Strategy, max: u32, members: &[&str]) -> QuotaShare {
     QuotaShare {
+        weight: None,
         loans: Default::default(),
         name: name.into(),
         queue: "q".into(),

@@ -119,12 +119,33 @@ impl ServiceEnvironment {
     }
 }
 
-/// How idle capacity is handed to borrowers. FIFO is the only value, as in AWS.
+/// How idle capacity is handed to borrowers: AWS's FIFO (by submit time across
+/// shares), or Tranche's FAIR_SHARE (the share that used the least, per weight, over
+/// its decayed usage history first; design §3, *Fair share*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum IdleAssignment {
     #[default]
     Fifo,
+    /// Usage counts half as much every `usage_half_life_s` seconds.
+    FairShare { usage_half_life_s: u64 },
+}
+
+/// The shortest and longest half-life of fair-share usage: an hour (the ledger's
+/// bucket) and a year.
+pub const MIN_USAGE_HALF_LIFE_S: u64 = 3600;
+pub const MAX_USAGE_HALF_LIFE_S: u64 = 365 * 24 * 3600;
+
+/// The largest fair-share weight of a share.
+pub const MAX_SHARE_WEIGHT: u32 = 1_000_000;
+
+impl fmt::Display for IdleAssignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdleAssignment::Fifo => f.write_str("FIFO"),
+            IdleAssignment::FairShare { .. } => f.write_str("FAIR_SHARE"),
+        }
+    }
 }
 
 /// A scheduling policy: `quota_share_policy { idle_resource_assignment = FIFO }`.
@@ -136,7 +157,26 @@ pub struct SchedulingPolicy {
 
 impl SchedulingPolicy {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        self.name.validate("name")
+        self.name.validate("name")?;
+        if let IdleAssignment::FairShare { usage_half_life_s } = self.idle_resource_assignment {
+            if !(MIN_USAGE_HALF_LIFE_S..=MAX_USAGE_HALF_LIFE_S).contains(&usage_half_life_s) {
+                return Err(invalid(
+                    "usage_half_life_s",
+                    format!(
+                        "must be {MIN_USAGE_HALF_LIFE_S}-{MAX_USAGE_HALF_LIFE_S} s (an hour to a year) with FAIR_SHARE, got {usage_half_life_s}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The half-life of usage history, for a FAIR_SHARE policy.
+    pub fn half_life_s(&self) -> Option<u64> {
+        match self.idle_resource_assignment {
+            IdleAssignment::Fifo => None,
+            IdleAssignment::FairShare { usage_half_life_s } => Some(usage_half_life_s),
+        }
     }
 }
 
@@ -217,6 +257,8 @@ pub struct QuotaShare {
     pub limits: JobLimits,
     /// What the share's jobs that run on borrowed GPUs are promised.
     pub loans: LoanTerms,
+    /// Its weight under a FAIR_SHARE policy; `None`: the sum of its maxes.
+    pub weight: Option<u32>,
 }
 
 /// The terms on which a share's jobs run on borrowed GPUs (above the share's max): how
@@ -391,6 +433,14 @@ impl QuotaShare {
             ));
         }
         self.limits.validate("limits")?;
+        if let Some(w) = self.weight {
+            if !(1..=MAX_SHARE_WEIGHT).contains(&w) {
+                return Err(invalid(
+                    "weight",
+                    format!("must be 1-{MAX_SHARE_WEIGHT} when set, got {w}"),
+                ));
+            }
+        }
         if self.default_grace_s > self.max_grace_s {
             return Err(invalid(
                 "default_grace_s",
@@ -421,6 +471,20 @@ impl QuotaShare {
         }
     }
 
+    /// Its fair-share weight: as set, else the sum of its maxes (at least 1).
+    pub fn fair_weight(&self) -> u64 {
+        self.weight.map_or_else(
+            || {
+                self.capacity_limits
+                    .iter()
+                    .map(|l| l.max as u64)
+                    .sum::<u64>()
+                    .max(1)
+            },
+            u64::from,
+        )
+    }
+
     /// How long a job of this share on borrowed GPUs runs before a reclaim may take it.
     pub fn loan_min_runtime_s(&self) -> u64 {
         self.loans.min_runtime_s.unwrap_or(self.min_runtime_s)
@@ -441,6 +505,7 @@ mod tests {
 
     pub(crate) fn share() -> QuotaShare {
         QuotaShare {
+            weight: None,
             loans: Default::default(),
             name: "vision".into(),
             queue: "q".into(),

@@ -100,8 +100,12 @@ struct EnvEntry {
 #[serde(deny_unknown_fields)]
 struct PolicyEntry {
     name: String,
+    /// `FIFO` (the default) or `FAIR_SHARE`.
     #[serde(default)]
-    idle_resource_assignment: IdleAssignment,
+    idle_resource_assignment: Option<String>,
+    /// FAIR_SHARE's half-life of usage, in seconds.
+    #[serde(default)]
+    usage_half_life_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -141,6 +145,8 @@ struct ShareEntry {
     loan_min_runtime_s: Option<u64>,
     #[serde(default)]
     recall_notice_s: u64,
+    #[serde(default)]
+    weight: Option<u32>,
     #[serde(default = "max_user_priority")]
     max_user_priority: u32,
     #[serde(default)]
@@ -179,11 +185,37 @@ pub fn parse(text: &str) -> Result<PolicyObjects, String> {
         policies: f
             .policies
             .into_iter()
-            .map(|p| SchedulingPolicy {
-                name: p.name.as_str().into(),
-                idle_resource_assignment: p.idle_resource_assignment,
+            .map(|p| {
+                let idle = match (p.idle_resource_assignment.as_deref(), p.usage_half_life_s) {
+                    (None | Some("FIFO"), None) => IdleAssignment::Fifo,
+                    (Some("FAIR_SHARE"), Some(h)) => IdleAssignment::FairShare {
+                        usage_half_life_s: h,
+                    },
+                    (Some("FAIR_SHARE"), None) => {
+                        return Err(format!(
+                            "policy {}: idle_resource_assignment = \"FAIR_SHARE\" needs usage_half_life_s (seconds, e.g. 604800 for 7 days)",
+                            p.name
+                        ))
+                    }
+                    (None | Some("FIFO"), Some(_)) => {
+                        return Err(format!(
+                            "policy {}: usage_half_life_s is only allowed with idle_resource_assignment = \"FAIR_SHARE\"",
+                            p.name
+                        ))
+                    }
+                    (Some(other), _) => {
+                        return Err(format!(
+                            "policy {}: idle_resource_assignment must be \"FIFO\" or \"FAIR_SHARE\", got {other:?}",
+                            p.name
+                        ))
+                    }
+                };
+                Ok(SchedulingPolicy {
+                    name: p.name.as_str().into(),
+                    idle_resource_assignment: idle,
+                })
             })
-            .collect(),
+            .collect::<Result<_, String>>()?,
         queues: f
             .queues
             .into_iter()
@@ -218,6 +250,7 @@ pub fn parse(text: &str) -> Result<PolicyObjects, String> {
                     min_runtime_s: s.loan_min_runtime_s,
                     recall_notice_s: s.recall_notice_s,
                 },
+                weight: s.weight,
             })
             .collect(),
     })

@@ -276,6 +276,23 @@ pub struct ShareUsage {
     pub units: Vec<UnitUsage>,
     pub running: u32,
     pub waiting: u32,
+    /// Its standing under a FAIR_SHARE policy; `None` under FIFO.
+    pub fair: Option<FairStanding>,
+}
+
+/// A share's standing under FAIR_SHARE (design §3, *Fair share*).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FairStanding {
+    /// The policy's half-life of usage, in seconds.
+    pub half_life_s: u64,
+    /// Its decayed usage, in thousandths of a GPU-hour.
+    pub decayed_milli_gpu_hours: u64,
+    pub weight: u64,
+    /// Its place in the borrow order among its queue's shares: 1 borrows first (least
+    /// decayed usage per weight); a reclaim takes first from the highest.
+    pub borrow_order: u32,
+    /// How many of its queue's shares are ranked.
+    pub of: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,8 +12,11 @@
 //! scenario runner and in the benchmark, and must give the same plan for the same input.
 
 pub mod estimate;
+pub mod fair;
 mod pass;
 mod scheduler;
 
-pub use pass::{plan, plan_by_class, plan_each, CLASS_WALK_MIN_JOBS, INSHARE_LOOK_LIMIT};
+pub use pass::{
+    plan, plan_by_class, plan_each, plan_with, CLASS_WALK_MIN_JOBS, INSHARE_LOOK_LIMIT,
+};
 pub use scheduler::Scheduler;

@@ -37,6 +37,8 @@ pub struct Scheduler {
     settled: Option<(Mark, Option<Millis>)>,
     /// Passes answered without running.
     skipped: u64,
+    /// Fair-share usage of the hours before the current one (see [`crate::fair`]).
+    past: Vec<crate::fair::Past>,
 }
 
 impl Scheduler {
@@ -56,7 +58,7 @@ impl Scheduler {
                 };
             }
         }
-        let plan = crate::plan(st, now);
+        let plan = crate::plan_with(st, now, &mut self.past);
         self.settled = plan.is_empty().then_some((mark, plan.next_wakeup));
         plan
     }

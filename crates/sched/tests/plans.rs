@@ -284,6 +284,73 @@ fn rule3_and_4_victims_that_lose_the_least_work_go_first() {
 }
 
 #[test]
+fn rule3_under_fair_share_reclaim_takes_first_from_the_share_most_above_its_fair_share() {
+    // a borrowed for two hours, b for ten seconds; c's job needs one GPU back. Under
+    // FIFO the victim is b1 (it loses less work); under FAIR_SHARE it is a1.
+    let build = |fair: bool| {
+        let mut h = cluster(2, 1);
+        if fair {
+            h.apply(Command::PutPolicy(SchedulingPolicy {
+                name: "fifo".into(),
+                idle_resource_assignment: IdleAssignment::FairShare {
+                    usage_half_life_s: 3600,
+                },
+            }));
+        }
+        h.share(share("a", LendAndBorrow, 0));
+        h.share(share("b", LendAndBorrow, 0));
+        h.share(share("c", Lend, 2));
+        h.tick(1);
+        h.running("a1", "a", 0, &[("n1", &[0])]);
+        h.tick(7200);
+        h.running("b1", "b", 0, &[("n2", &[0])]);
+        h.tick(10);
+        h.waiting("c1", "c", 1, 1, 0);
+        h
+    };
+    assert_eq!(
+        build(false).plan(),
+        ["preempt b1 reclaim for c1", "hold c1 n2:1"]
+    );
+    assert_eq!(
+        build(true).plan(),
+        ["preempt a1 reclaim for c1", "hold c1 n1:1"]
+    );
+}
+
+#[test]
+fn rule5_under_fair_share_idle_gpus_go_first_to_the_share_that_used_least() {
+    // a used one GPU for two hours; b none. One GPU is idle: a's job asked first, but
+    // b's borrows it under FAIR_SHARE.
+    let build = |fair: bool| {
+        let mut h = cluster(2, 1);
+        if fair {
+            h.apply(Command::PutPolicy(SchedulingPolicy {
+                name: "fifo".into(),
+                idle_resource_assignment: IdleAssignment::FairShare {
+                    usage_half_life_s: 3600,
+                },
+            }));
+        }
+        h.share(share("a", LendAndBorrow, 0));
+        h.share(share("b", LendAndBorrow, 0));
+        h.share(share("c", Lend, 2));
+        h.tick(1);
+        h.running("c1", "c", 0, &[("n1", &[0])]);
+        h.running("a1", "a", 0, &[("n2", &[0])]);
+        h.tick(7200);
+        h.exit("a1");
+        h.running("c2", "c", 0, &[("n2", &[0])]);
+        h.waiting("a2", "a", 1, 1, 0);
+        h.waiting("b2", "b", 1, 1, 0);
+        h.exit("c2");
+        h
+    };
+    assert_eq!(build(false).plan(), ["place a2 n2[0] borrowed"]);
+    assert_eq!(build(true).plan(), ["place b2 n2[0] borrowed"]);
+}
+
+#[test]
 fn a_pass_nothing_changed_is_skipped_until_a_change_or_its_wakeup() {
     let mut h = young_borrower();
     let mut sched = tranche_sched::Scheduler::new();

@@ -757,6 +757,7 @@ pub fn objects(sc: &Scenario) -> Objects {
         .iter()
         .enumerate()
         .map(|(i, s)| QuotaShare {
+            weight: s.weight,
             name: ShareName(s.name.clone()),
             queue: sc.share_queue(i).as_str().into(),
             capacity_limits: s
@@ -790,7 +791,8 @@ pub fn objects(sc: &Scenario) -> Objects {
         environments,
         policy: SchedulingPolicy {
             name: POLICY.into(),
-            idle_resource_assignment: IdleAssignment::Fifo,
+            // Checked when the file was read.
+            idle_resource_assignment: sc.idle_assignment().unwrap_or_default(),
         },
         queues,
         shares,

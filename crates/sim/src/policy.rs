@@ -102,6 +102,14 @@ pub fn unit_totals(sc: &Scenario) -> BTreeMap<String, u32> {
     m
 }
 
+/// The same shares under a FAIR_SHARE policy with this half-life.
+pub fn fair_share(sc: &Scenario, half_life_s: u64) -> Scenario {
+    let mut out = sc.clone();
+    out.idle_resource_assignment = Some("FAIR_SHARE".into());
+    out.usage_half_life_s = Some(half_life_s);
+    out
+}
+
 /// The same shares as a static partition: every share RESERVE at its max.
 pub fn static_partition(sc: &Scenario) -> Scenario {
     let mut out = sc.clone();
@@ -129,6 +137,7 @@ pub fn pooled(sc: &Scenario) -> Scenario {
     }
     let grace = sc.shares.iter().filter_map(|s| s.default_grace_s).max();
     out.shares = vec![ShareSpec {
+        weight: None,
         name: POOL.into(),
         queue: out.queues.first().map(|q| q.name.clone()),
         capacity_limits: unit_totals(sc)

@@ -87,14 +87,22 @@ pub fn load_policy(name: &str, text: &str, nodes: Option<&str>) -> Result<Scenar
     })
 }
 
-/// The policy named `name`, and with `compare` the static partition (every share
-/// RESERVE at its max) and pooled FIFO (one share with every GPU) of the same trace.
+/// The policy named `name`, and with `compare` the same shares under FAIR_SHARE (for
+/// a FIFO policy; half-life 7 days), the static partition (every share RESERVE at its
+/// max) and pooled FIFO (one share with every GPU) of the same trace.
 pub fn variants(name: &str, sc: &Scenario, jobs: &[TraceJob], compare: bool) -> Vec<Variant> {
     let mut v = vec![Variant {
         label: name.to_string(),
         scenario: sc.clone(),
         jobs: jobs.to_vec(),
     }];
+    if compare && sc.usage_half_life_s.is_none() {
+        v.push(Variant {
+            label: "fair share (FAIR_SHARE, half-life 7 d)".into(),
+            scenario: policy::fair_share(sc, 7 * 24 * 3600),
+            jobs: jobs.to_vec(),
+        });
+    }
     if compare {
         v.push(Variant {
             label: "static partition (every share RESERVE)".into(),

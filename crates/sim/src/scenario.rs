@@ -34,6 +34,12 @@ pub struct Scenario {
     pub events: Vec<EventSpec>,
     #[serde(default)]
     pub expect: Vec<ExpectSpec>,
+    /// The scheduling policy's `FIFO` (the default) or `FAIR_SHARE`, with its
+    /// `usage_half_life_s` (Tranche's addition).
+    #[serde(default)]
+    pub idle_resource_assignment: Option<String>,
+    #[serde(default)]
+    pub usage_half_life_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -94,6 +100,8 @@ pub struct ShareSpec {
     /// may take them (default: `min_runtime_s`), and their recall notice.
     pub loan_min_runtime_s: Option<u64>,
     pub recall_notice_s: Option<u64>,
+    /// Its weight under FAIR_SHARE (default: the sum of its maxes).
+    pub weight: Option<u32>,
     pub state: Option<ObjState>,
 }
 
@@ -244,6 +252,45 @@ fn err(field: impl std::fmt::Display, msg: impl std::fmt::Display) -> ScenarioEr
 }
 
 impl Scenario {
+    /// The scheduling policy's idle assignment the file asks for.
+    pub fn idle_assignment(&self) -> Result<tranche_model::IdleAssignment, ScenarioError> {
+        use tranche_model::IdleAssignment;
+        let bad = |field: &str, message: String| ScenarioError::Invalid {
+            field: field.to_string(),
+            message,
+        };
+        match (
+            self.idle_resource_assignment.as_deref(),
+            self.usage_half_life_s,
+        ) {
+            (None | Some("FIFO"), None) => Ok(IdleAssignment::Fifo),
+            (Some("FAIR_SHARE"), Some(h)) => {
+                let a = IdleAssignment::FairShare {
+                    usage_half_life_s: h,
+                };
+                tranche_model::SchedulingPolicy {
+                    name: "p".into(),
+                    idle_resource_assignment: a,
+                }
+                .validate()
+                .map_err(|e| bad("usage_half_life_s", e.rule))?;
+                Ok(a)
+            }
+            (Some("FAIR_SHARE"), None) => Err(bad(
+                "usage_half_life_s",
+                "is required with idle_resource_assignment = \"FAIR_SHARE\"".into(),
+            )),
+            (None | Some("FIFO"), Some(_)) => Err(bad(
+                "usage_half_life_s",
+                "is only allowed with idle_resource_assignment = \"FAIR_SHARE\"".into(),
+            )),
+            (Some(other), _) => Err(bad(
+                "idle_resource_assignment",
+                format!("must be \"FIFO\" or \"FAIR_SHARE\", got {other:?}"),
+            )),
+        }
+    }
+
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         tranche_model::text_limits::check_toml("scenario file", text)
             .map_err(ScenarioError::TooLarge)?;
@@ -283,6 +330,7 @@ impl Scenario {
             }
         }
         self.check_queues()?;
+        self.idle_assignment()?;
         let share_names: BTreeSet<&str> = self.shares.iter().map(|s| s.name.as_str()).collect();
         let mut jobs = BTreeSet::new();
         let mut last_at = 0;

@@ -42,6 +42,8 @@ fn shares() -> impl Gen<Value = Vec<ShareSpec>> {
             .enumerate()
             .map(
                 |(i, (strategy, max, bl, in_share, min_rt, loan_rt, notice))| ShareSpec {
+                    // Under FAIR_SHARE, weights other than the max.
+                    weight: (i % 2 == 1).then_some(i as u32 * 3),
                     name: format!("s{i}"),
                     queue: None,
                     capacity_limits: limit(max),
@@ -704,13 +706,17 @@ fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
 }
 
 /// A cluster of `node_count` nodes of 8 h100 (their names returned too), with these
-/// shares and an environment cap of `cap`.
+/// shares and an environment cap of `cap`, under FIFO or (`fair`) FAIR_SHARE with a
+/// half-life of an hour.
 fn cluster(
     shares: &[ShareSpec],
     node_count: u32,
     cap: Option<u32>,
+    fair: bool,
 ) -> Result<(Sim, Vec<String>), TestCaseError> {
     let sc = Scenario {
+        idle_resource_assignment: fair.then(|| "FAIR_SHARE".into()),
+        usage_half_life_s: fair.then_some(3600),
         environment: cap.map(|max| EnvSpec {
             name: None,
             capacity_limits: Some(vec![LimitSpec {
@@ -741,8 +747,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
-    fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))]) {
-        let (mut sim, node_names) = cluster(&shares, node_count, cap)?;
+    fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))], fair in proptest::bool::weighted(0.3)) {
+        let (mut sim, node_names) = cluster(&shares, node_count, cap, fair)?;
         let mut submitted = vec![];
         sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut lost_at = None;
@@ -809,8 +815,8 @@ proptest! {
     /// exactly what a pass that looks at every job on its own plans, at every pass of
     /// every random scenario.
     #[test]
-    fn incremental_and_whole_passes_plan_alike(shares in shares(), evs in class_events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))]) {
-        let (mut sim, node_names) = cluster(&shares, node_count, cap)?;
+    fn incremental_and_whole_passes_plan_alike(shares in shares(), evs in class_events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))], fair in proptest::bool::weighted(0.3)) {
+        let (mut sim, node_names) = cluster(&shares, node_count, cap, fair)?;
         sim.check_passes = true;
         let mut submitted = vec![];
         sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -52,6 +52,7 @@ fn cluster(limits: JobLimits) -> State {
     ok(
         &mut st,
         Command::PutShare(QuotaShare {
+            weight: None,
             loans: Default::default(),
             name: "s".into(),
             queue: "q".into(),

@@ -208,8 +208,20 @@ fn write_fixture() {
         }]) {
             ok(&admin, cmd).await;
         }
+        // Format 8: a FAIR_SHARE policy (no queue uses it) and a share's weight.
+        ok(
+            &admin,
+            ClientCommand::PutPolicy(tranche_model::SchedulingPolicy {
+                name: "fair".into(),
+                idle_resource_assignment: tranche_model::IdleAssignment::FairShare {
+                    usage_half_life_s: 604_800,
+                },
+            }),
+        )
+        .await;
         // Format 6: `vision` has its own cap on users' priorities and job limits.
         let mut vision = demo::share("vision", Strategy::Lend, 2, &[]);
+        vision.weight = Some(3);
         vision.max_user_priority = 20;
         vision.limits.max_jobs_per_user = 500;
         vision.limits.submits_per_user_per_minute = 100;

@@ -166,6 +166,7 @@ impl Endpoint {
             }
         }
         cx.write(ClientCommand::PutShare(QuotaShare {
+            weight: None,
             loans: Default::default(),
             name: name.as_str().into(),
             queue: queue.as_str().into(),

@@ -38,7 +38,7 @@ impl Endpoint {
                 }
             }
         }
-        let usage = tranche_controller::views::shares(&st);
+        let usage = tranche_controller::views::shares(&st, now);
         let mut total: BTreeMap<Unit, (u32, u32)> = BTreeMap::new();
         let mut top = vec![];
         for u in usage.iter().filter(|u| in_queue(&u.name)) {

@@ -14,6 +14,11 @@
 //! [[policies]]
 //! name = "fifo"                      # idle_resource_assignment = "FIFO" (the default)
 //!
+//! [[policies]]
+//! name = "fair"
+//! idle_resource_assignment = "FAIR_SHARE"  # the share that used least borrows first
+//! usage_half_life_s = 604800         # usage weighs half after a week
+//!
 //! [[queues]]
 //! name = "q"
 //! environment = "gpu"
@@ -31,6 +36,9 @@
 //! default_grace_s = 120
 //! max_grace_s = 600
 //! min_runtime_s = 300
+//! loan_min_runtime_s = 1800          # its jobs on loan run this long before a reclaim
+//! recall_notice_s = 300              # a reclaim's signal comes this long before grace
+//! weight = 16                        # under FAIR_SHARE (default: the sum of its maxes)
 //! ```
 
 use std::collections::BTreeMap;

@@ -1,5 +1,6 @@
 //! `tranche shares`: per quota share and unit, its strategy, max, used, lent,
-//! borrowed, running and waiting.
+//! borrowed, running and waiting; under a FAIR_SHARE policy, each share's decayed
+//! usage, weight and place in the borrow order.
 
 use std::process::ExitCode;
 
@@ -47,6 +48,29 @@ pub fn shares(args: &ListArgs) -> ExitCode {
                     u.borrowed,
                     running,
                     waiting
+                );
+            }
+        }
+        let fair: Vec<_> = rows
+            .iter()
+            .filter_map(|s| s.fair.as_ref().map(|f| (s, f)))
+            .collect();
+        if !fair.is_empty() {
+            println!();
+            println!(
+                "{:<14} {:>14} {:>7} {:>10} {:>12}  HALF-LIFE",
+                "FAIR SHARE", "DECAYED GPU-H", "WEIGHT", "PER WEIGHT", "BORROWS"
+            );
+            for (s, f) in fair {
+                let used = f.decayed_milli_gpu_hours as f64 / 1000.0;
+                println!(
+                    "{:<14} {:>14.1} {:>7} {:>10.3} {:>12}  {}",
+                    s.name.to_string(),
+                    used,
+                    f.weight,
+                    used / f.weight.max(1) as f64,
+                    format!("{} of {}", f.borrow_order, f.of),
+                    tranche_proto::text::duration_text(f.half_life_s * 1000)
                 );
             }
         }

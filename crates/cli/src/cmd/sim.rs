@@ -32,8 +32,9 @@ pub struct SimArgs {
     /// Only the jobs submitted within this many seconds of the trace's first submit.
     #[arg(long, value_name = "SECONDS")]
     pub until_s: Option<u64>,
-    /// Also run the trace as a static partition (every share RESERVE at its max) and
-    /// as pooled FIFO (one share with every GPU), and print the three side by side.
+    /// Also run the trace under FAIR_SHARE (a FIFO policy's shares, half-life 7 days),
+    /// as a static partition (every share RESERVE at its max) and as pooled FIFO (one
+    /// share with every GPU), and print them side by side.
     #[arg(long)]
     pub compare: bool,
     /// Write the report there: index.html, plots as PNG and SVG, figures.json.

@@ -105,6 +105,17 @@ impl<'a> Pass<'a> {
                 }
             }
         }
+        // The borrow pass under FAIR_SHARE: share by share, least decayed usage per
+        // weight first.
+        if let Some(order) = self.fair_order(shares) {
+            let mut last = vec![None; self.shares.len()];
+            for s in order {
+                for &(_, id, w, s, prio, u) in &deferred[s] {
+                    self.borrow_each((id, w, s, prio, u), &mut last);
+                }
+            }
+            return;
+        }
         // The borrow pass: shares' lists merged by their heads' submit time; a share
         // keeps its turn while its next job still comes first.
         let mut next = vec![0usize; deferred.len()];

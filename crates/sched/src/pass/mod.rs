@@ -63,23 +63,39 @@ pub const CLASS_WALK_MIN_JOBS: usize = 8;
 /// (see [`classes`]) is judged once while nothing changes. [`crate::Scheduler`] also
 /// skips a pass nothing changed.
 pub fn plan(st: &State, now: Millis) -> Plan {
-    run(st, now, Walk::Auto)
+    plan_with(st, now, &mut vec![])
+}
+
+/// As [`plan`], with the fair-share usage of past hours kept in `past` between passes
+/// (see [`crate::fair`]); the plan is the same.
+pub fn plan_with(st: &State, now: Millis, past: &mut Vec<crate::fair::Past>) -> Plan {
+    run(st, now, Walk::Auto, &crate::fair::Usage::at(st, now, past))
 }
 
 /// As [`plan`], with every waiting job looked at on its own: the reference that the
 /// pass by classes is tested against, giving the same plan.
 pub fn plan_each(st: &State, now: Millis) -> Plan {
-    run(st, now, Walk::Each)
+    run(
+        st,
+        now,
+        Walk::Each,
+        &crate::fair::Usage::at(st, now, &mut vec![]),
+    )
 }
 
 /// As [`plan`], walking every queue by class however short its classes (for tests).
 #[doc(hidden)]
 pub fn plan_by_class(st: &State, now: Millis) -> Plan {
-    run(st, now, Walk::Classes)
+    run(
+        st,
+        now,
+        Walk::Classes,
+        &crate::fair::Usage::at(st, now, &mut vec![]),
+    )
 }
 
-fn run(st: &State, now: Millis, walk: Walk) -> Plan {
-    let mut pass = Pass::new(st, now, walk);
+fn run(st: &State, now: Millis, walk: Walk, usage: &crate::fair::Usage) -> Plan {
+    let mut pass = Pass::new(st, now, walk, usage);
     // Most waiting jobs get a new reason on a full pass: room for them all up front
     // spares the growing list its copies. Room never used is never touched, so it costs
     // no memory; giving it back would copy the list once more.

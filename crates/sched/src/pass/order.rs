@@ -99,10 +99,22 @@ impl<'a> Pass<'a> {
         for w in &mut walks {
             self.own_finish(w);
         }
-        // Rule 5: the borrow pass, FIFO by submit time across shares.
-        let deferred: Vec<(usize, Vec<DLevel<'a>>)> =
+        // Rule 5: the borrow pass, FIFO by submit time across shares; under
+        // FAIR_SHARE share by share, least decayed usage per weight first.
+        let mut deferred: Vec<(usize, Vec<DLevel<'a>>)> =
             walks.into_iter().map(|w| (w.s, w.deferred)).collect();
-        self.borrow_walk(&deferred);
+        let open: Vec<usize> = deferred.iter().map(|d| d.0).collect();
+        match self.fair_order(&open) {
+            Some(order) => {
+                for s in order {
+                    if let Some(i) = deferred.iter().position(|d| d.0 == s) {
+                        let one = deferred.swap_remove(i);
+                        self.borrow_walk(std::slice::from_ref(&one));
+                    }
+                }
+            }
+            None => self.borrow_walk(&deferred),
+        }
     }
 
     /// Whether the job is a task of an array with its `%` limit of tasks already

@@ -29,10 +29,12 @@ impl Cand {
     }
 }
 
-/// Victim order: priority, then least work lost (the time since the job's last
-/// checkpoint, or since it started when it has none: for jobs that never checkpoint,
-/// most recently started first), then most recently started, then newest id.
-type CandKey = (u32, Millis, Reverse<Millis>, Reverse<JobId>);
+/// Victim order: under FAIR_SHARE, the share most above its fair share first (its
+/// rank; 0 for every share under FIFO); then priority, then least work lost (the time
+/// since the job's last checkpoint, or since it started when it has none: for jobs
+/// that never checkpoint, most recently started first), then most recently started,
+/// then newest id.
+type CandKey = (u32, u32, Millis, Reverse<Millis>, Reverse<JobId>);
 
 /// What a victim search looks for: `k` nodes with room for `g` GPUs of unit `u` each,
 /// in pool `pi`, taking at most `allowance` GPUs that are free now, and victims of at
@@ -139,6 +141,7 @@ impl<'a> Pass<'a> {
                 let (list, keys) = &mut out[v];
                 keys.push((
                     (
+                        if mode_reclaim { sv.fair_rank } else { 0 },
                         r.priority,
                         self.now.saturating_sub(resumes),
                         Reverse(started),

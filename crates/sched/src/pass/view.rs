@@ -129,6 +129,11 @@ pub(super) struct ShareView<'a> {
     /// Per unit, during the own-capacity pass: the GPUs its jobs visited so far wait
     /// for (see [`Ahead`]).
     pub(super) ahead: Vec<Ahead>,
+    /// Under a FAIR_SHARE policy: its decayed GPU-hours per weight (see
+    /// [`crate::fair`]), and its place among its queue's shares, most above its fair
+    /// share first (0 under FIFO: every share alike).
+    pub(super) fair: Option<f64>,
+    pub(super) fair_rank: u32,
 }
 
 /// The GPUs a share's waiting jobs want, gathered as the own-capacity pass visits them
@@ -207,7 +212,12 @@ impl ShareView<'_> {
 }
 
 impl<'a> Pass<'a> {
-    pub(super) fn new(st: &'a State, now: Millis, walk: Walk) -> Pass<'a> {
+    pub(super) fn new(
+        st: &'a State,
+        now: Millis,
+        walk: Walk,
+        usage: &crate::fair::Usage,
+    ) -> Pass<'a> {
         let mut units: Vec<&'a str> = vec![];
         let mut unit_ix: HashMap<&'a str, Ux> = HashMap::default();
         fn intern<'a>(units: &mut Vec<&'a str>, ix: &mut HashMap<&'a str, Ux>, u: &'a Unit) -> Ux {
@@ -350,7 +360,15 @@ impl<'a> Pass<'a> {
                 ceiling[u] = s.ceiling_for(&unit);
                 used[u] = st.share_used(&s.name, &unit);
             }
+            let fair = st
+                .queues
+                .get(&s.queue)
+                .and_then(|q| st.policies.get(&q.policy))
+                .and_then(|p| p.half_life_s())
+                .map(|h| usage.of(h, &s.name) / s.fair_weight() as f64);
             pass.shares.push(ShareView {
+                fair,
+                fair_rank: 0,
                 q: s,
                 name: st.shared_name(s.name.as_str()),
                 strategy: st.shared_name(strategy_str(s.resource_sharing.strategy)),
@@ -369,11 +387,43 @@ impl<'a> Pass<'a> {
                 ahead: vec![Ahead::NONE; nu_count],
             });
         }
+        pass.rank_fair_shares();
         // Holds first: they count in each node's held GPUs, which the pools are then
         // built from at once, rather than moving every held node in its pools.
         pass.account_stopping_and_holds();
         pass.build_pools();
         pass
+    }
+
+    /// Ranks each FAIR_SHARE queue's shares by decayed usage per weight, highest
+    /// first; shares that stand alike share a rank.
+    fn rank_fair_shares(&mut self) {
+        let mut by_queue: HashMap<usize, Vec<(f64, usize)>> = HashMap::default();
+        for (i, sv) in self.shares.iter().enumerate() {
+            if let Some(f) = sv.fair {
+                by_queue.entry(sv.queue).or_default().push((f, i));
+            }
+        }
+        for (_, mut list) in by_queue {
+            list.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let mut rank = 0;
+            for k in 0..list.len() {
+                if k > 0 && list[k].0 != list[k - 1].0 {
+                    rank += 1;
+                }
+                self.shares[list[k].1].fair_rank = rank;
+            }
+        }
+    }
+
+    /// The queue's shares (those given) in the order a FAIR_SHARE borrow pass visits
+    /// them: least decayed usage per weight first, then as given; `None` under FIFO.
+    pub(super) fn fair_order(&self, shares: &[usize]) -> Option<Vec<usize>> {
+        let first = *shares.first()?;
+        self.shares[first].fair?;
+        let mut order = shares.to_vec();
+        order.sort_by_key(|&s| std::cmp::Reverse(self.shares[s].fair_rank));
+        Some(order)
     }
 
     pub(super) fn build_pools(&mut self) {

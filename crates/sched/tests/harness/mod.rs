@@ -36,6 +36,7 @@ pub struct H {
 /// A share of queue `q` with one limit, in-share preemption off, no grace minimum.
 pub fn share(name: &str, strategy: Strategy, max: u32) -> QuotaShare {
     QuotaShare {
+        weight: None,
         loans: LoanTerms::default(),
         name: ShareName(name.into()),
         queue: QUEUE.into(),

@@ -20,8 +20,10 @@
 //! a format-6 log entry reads as a format-7 one. Format 8 adds the loan contract and
 //! checkpoints: a job's checkpoint interval (`Checkpoint::every_s`), an
 //! attempt's latest reported checkpoint (`Attempt::checkpointed_at`), a share's loan
-//! terms (`QuotaShare::loans`), and the ledger's count of work lost since preempted
-//! attempts' checkpoints (`Totals::work_lost`). Reading an older format goes through
+//! terms (`QuotaShare::loans`) and fair-share weight (`QuotaShare::weight`), and the
+//! ledger's count of work lost since preempted attempts' checkpoints
+//! (`Totals::work_lost`); a scheduling policy's `FAIR_SHARE` is an appended variant
+//! of `IdleAssignment`, so a format-7 policy reads unchanged. Reading an older format goes through
 //! each newer one in turn (1 → 2 → 3 → 4 → 5 → 6 = 7 → 8).
 //!
 //! Each frozen format has a file of its own, `vN.rs`, holding only the types of format N

@@ -147,6 +147,7 @@ impl From<QuotaShare> for tranche_model::QuotaShare {
     /// share already over a limit takes no new jobs until it is under it again.
     fn from(s: QuotaShare) -> Self {
         tranche_model::QuotaShare {
+            weight: None,
             name: s.name,
             queue: s.queue,
             capacity_limits: s.capacity_limits,

@@ -349,6 +349,7 @@ impl From<QuotaShare> for tranche_model::QuotaShare {
     /// `min_runtime_s` for reclaim as for in-share preemption.
     fn from(s: QuotaShare) -> Self {
         tranche_model::QuotaShare {
+            weight: None,
             name: s.name,
             queue: s.queue,
             capacity_limits: s.capacity_limits,

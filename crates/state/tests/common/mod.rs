@@ -15,6 +15,7 @@ pub fn ok(st: &mut State, cmd: Command, now: Millis) -> Outcome {
 
 pub fn share(name: &str, strategy: Strategy, max: u32) -> QuotaShare {
     QuotaShare {
+        weight: None,
         loans: Default::default(),
         name: name.into(),
         queue: "q".into(),

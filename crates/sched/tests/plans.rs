@@ -283,24 +283,31 @@ fn rule3_and_4_victims_that_lose_the_least_work_go_first() {
     assert_eq!(h.plan(), ["preempt a2 reclaim for b1", "hold b1 n2:1"]);
 }
 
+/// Two nodes of one GPU; borrowers a and b (max 0), lender c (max 2); the queue's
+/// policy FAIR_SHARE with a half-life of an hour where `fair`, else FIFO.
+fn two_borrowers(fair: bool) -> H {
+    let mut h = cluster(2, 1);
+    if fair {
+        h.apply(Command::PutPolicy(SchedulingPolicy {
+            name: "fifo".into(),
+            idle_resource_assignment: IdleAssignment::FairShare {
+                usage_half_life_s: 3600,
+            },
+        }));
+    }
+    h.share(share("a", LendAndBorrow, 0));
+    h.share(share("b", LendAndBorrow, 0));
+    h.share(share("c", Lend, 2));
+    h.tick(1);
+    h
+}
+
 #[test]
 fn rule3_under_fair_share_reclaim_takes_first_from_the_share_most_above_its_fair_share() {
     // a borrowed for two hours, b for ten seconds; c's job needs one GPU back. Under
     // FIFO the victim is b1 (it loses less work); under FAIR_SHARE it is a1.
     let build = |fair: bool| {
-        let mut h = cluster(2, 1);
-        if fair {
-            h.apply(Command::PutPolicy(SchedulingPolicy {
-                name: "fifo".into(),
-                idle_resource_assignment: IdleAssignment::FairShare {
-                    usage_half_life_s: 3600,
-                },
-            }));
-        }
-        h.share(share("a", LendAndBorrow, 0));
-        h.share(share("b", LendAndBorrow, 0));
-        h.share(share("c", Lend, 2));
-        h.tick(1);
+        let mut h = two_borrowers(fair);
         h.running("a1", "a", 0, &[("n1", &[0])]);
         h.tick(7200);
         h.running("b1", "b", 0, &[("n2", &[0])]);
@@ -323,19 +330,7 @@ fn rule5_under_fair_share_idle_gpus_go_first_to_the_share_that_used_least() {
     // a used one GPU for two hours; b none. One GPU is idle: a's job asked first, but
     // b's borrows it under FAIR_SHARE.
     let build = |fair: bool| {
-        let mut h = cluster(2, 1);
-        if fair {
-            h.apply(Command::PutPolicy(SchedulingPolicy {
-                name: "fifo".into(),
-                idle_resource_assignment: IdleAssignment::FairShare {
-                    usage_half_life_s: 3600,
-                },
-            }));
-        }
-        h.share(share("a", LendAndBorrow, 0));
-        h.share(share("b", LendAndBorrow, 0));
-        h.share(share("c", Lend, 2));
-        h.tick(1);
+        let mut h = two_borrowers(fair);
         h.running("c1", "c", 0, &[("n1", &[0])]);
         h.running("a1", "a", 0, &[("n2", &[0])]);
         h.tick(7200);

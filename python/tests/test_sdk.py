@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
+import sys
 import time
 
 import pytest
@@ -52,18 +54,36 @@ def test_submit_fields_reach_the_job(cluster):
     job = cluster.submit(
         share="vision", gpus=2, command=["true"], name="fields", priority=5,
         env={"A": "1"}, time_limit="2h", checkpoint=("SIGUSR1", 120), tags={"team": "x"},
-        preemption_retries=2, retry_attempts=3, unit="h100",
+        preemption_retries=2, retry_attempts=3, unit="h100", checkpoint_every="30m",
     )
     spec = job.refresh().data["spec"]
     assert spec["name"] == "fields"
     assert spec["priority"] == 5
     assert spec["env"] == {"A": "1"}
     assert spec["time_limit_s"] == 7200
-    assert spec["checkpoint"] == {"signal": "SIGUSR1", "grace_s": 120}
+    assert spec["checkpoint"] == {"signal": "SIGUSR1", "grace_s": 120, "every_s": 1800}
     assert spec["tags"] == {"team": "x"}
     assert (spec["preemption_retries"], spec["retry_attempts"]) == (2, 3)
     assert (spec["unit"], spec["gpus_per_node"], spec["queue"]) == ("h100", 2, "q")
     assert job.wait(timeout=60) == "SUCCEEDED"
+
+
+def test_a_job_reports_its_checkpoint_and_knows_it_is_not_on_loan(cluster):
+    sdk = pathlib.Path(tranche.__file__).resolve().parent.parent
+    script = (
+        f"import sys, time; sys.path.insert(0, {str(sdk)!r}); import tranche.inside as ti; "
+        "print(ti.on_loan(), ti.checkpointed(), flush=True); time.sleep(12)"
+    )
+    job = cluster.submit(share="vision", gpus=1, command=[sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while True:
+        attempts = job.refresh().data["attempts"]
+        if attempts and attempts[0].get("checkpointed_at"):
+            break
+        assert time.monotonic() < deadline, f"no checkpoint reported: {attempts}"
+        time.sleep(0.5)
+    assert job.wait(timeout=60) == "SUCCEEDED"
+    assert job.logs().strip() == "False True"
 
 
 def test_a_retried_submit_with_one_token_makes_one_job(cluster):

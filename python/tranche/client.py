@@ -335,6 +335,7 @@ class Cluster:
         priority: int = 0,
         time_limit: int | float | str | None = None,
         checkpoint: tuple[str, int | float | str | None] | str | None = None,
+        checkpoint_every: int | float | str | None = None,
         name: str = "job",
         unit: str | None = None,
         queue: str | None = None,
@@ -355,7 +356,10 @@ class Cluster:
         ``gpus`` is the job's GPUs in all, as Slurm's ``--gpus``: split evenly over
         ``nodes``; ``gpus_per_node`` gives each node's instead (give one of the two).
         ``time_limit`` is seconds or a text such as ``"4h"``; ``checkpoint`` is a signal
-        name or ``(signal, grace)``, e.g. ``("SIGUSR1", 120)``. ``array`` (``"0-99%10"``)
+        name or ``(signal, grace)``, e.g. ``("SIGUSR1", 120)``; ``checkpoint_every``
+        (``"30m"``) says how often the job saves a checkpoint, so that a preemption
+        loses only the work since the last (a job may instead call
+        :func:`tranche.inside.checkpointed` after each save). ``array`` (``"0-99%10"``)
         and ``dependency`` (``"afterok:41:42_3"``) take Slurm's syntax; an array's submit
         returns its first task, whose id is the array's (see :meth:`array_tasks`).
         ``hold`` submits it PENDING until :meth:`Job.release`; ``output`` and ``error``
@@ -381,6 +385,9 @@ class Cluster:
         if checkpoint is not None:
             sig, grace = (checkpoint, None) if isinstance(checkpoint, str) else checkpoint
             body["checkpoint"] = {"signal": sig, "grace_s": parse_duration(grace)}
+        if checkpoint_every is not None:
+            body.setdefault("checkpoint", {"signal": "SIGTERM"})
+            body["checkpoint"]["every_s"] = parse_duration(checkpoint_every)
         if hold:
             body["hold"] = True
         for k, v in (("gpus", gpus), ("gpus_per_node", gpus_per_node),

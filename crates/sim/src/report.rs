@@ -18,7 +18,12 @@
 //!   from GPUs no share owns);
 //! - preempted: GPU-time of the preempted attempts; of it, work lost: the GPU-time
 //!   since each one's last checkpoint (all of it for a job without checkpoints, which
-//!   starts its work again).
+//!   starts its work again);
+//! - entitlement (the fairness figure): at each instant, a share is owed what its jobs
+//!   hold and wait for up to its max (a RESERVE share its whole max), plus, if it may
+//!   borrow, a part of the GPUs no share is owed, in proportion to its max
+//!   ([`entitlements`]); its shortfall is the entitlement it did not get while it had
+//!   jobs waiting, as a share of its entitled GPU-hours.
 //!
 //! GPUs of several units are added up.
 
@@ -154,6 +159,10 @@ pub struct ShareFigures {
     pub work_lost_gpu_hours: f64,
     pub room_at_arrival: u64,
     pub started_late: u64,
+    /// GPU-hours it was entitled to (see [`entitlements`]).
+    pub entitled_gpu_hours: f64,
+    /// While it had jobs waiting: GPU-hours of its entitlement it did not get.
+    pub shortfall_gpu_hours: f64,
 }
 
 impl ShareFigures {
@@ -173,8 +182,48 @@ impl ShareFigures {
             work_lost_gpu_hours: 0.0,
             room_at_arrival: 0,
             started_late: 0,
+            entitled_gpu_hours: 0.0,
+            shortfall_gpu_hours: 0.0,
         }
     }
+}
+
+/// Each share's entitlement at one instant, in GPUs, from what its jobs hold and wait
+/// for (`demand`): its demand up to its max (a RESERVE share: its whole max, which it
+/// keeps idle), and of the GPUs no share is owed, a part for each LEND_AND_BORROW share
+/// that wants more, in proportion to its max and at most what it wants (water-filled).
+pub fn entitlements(shares: &[ShareInfo], demand: &[u64], total: u64) -> Vec<f64> {
+    let mut ent: Vec<f64> = shares
+        .iter()
+        .zip(demand)
+        .map(|(s, &d)| match s.strategy {
+            Strategy::Reserve => s.max as f64,
+            _ => d.min(s.max as u64) as f64,
+        })
+        .collect();
+    let mut idle = (total as f64 - ent.iter().sum::<f64>()).max(0.0);
+    let mut want: Vec<usize> = (0..shares.len())
+        .filter(|&i| shares[i].strategy == Strategy::LendAndBorrow && demand[i] as f64 > ent[i])
+        .collect();
+    while idle > 1e-9 && !want.is_empty() {
+        let w: f64 = want.iter().map(|&i| shares[i].max.max(1) as f64).sum();
+        let per = idle / w;
+        let (full, rest): (Vec<usize>, Vec<usize>) = want
+            .iter()
+            .partition(|&&i| demand[i] as f64 - ent[i] <= per * shares[i].max.max(1) as f64);
+        if full.is_empty() {
+            for &i in &rest {
+                ent[i] += per * shares[i].max.max(1) as f64;
+            }
+            break;
+        }
+        for &i in &full {
+            idle -= demand[i] as f64 - ent[i];
+            ent[i] = demand[i] as f64;
+        }
+        want = rest;
+    }
+    ent
 }
 
 /// The figures of a whole run.
@@ -204,6 +253,10 @@ pub struct Figures {
     pub started_late: u64,
     /// The longest wait of a job that had room at arrival.
     pub longest_wait_with_room_ms: Millis,
+    /// The largest share of its entitlement a share went without while it had jobs
+    /// waiting (shortfall over entitled GPU-hours), and that share.
+    pub largest_shortfall: f64,
+    pub largest_shortfall_share: String,
     pub shares: Vec<ShareFigures>,
     /// Waits by job priority, highest first (the classes of a trace such as Kueue's).
     pub by_priority: Vec<PriorityWaits>,
@@ -378,6 +431,16 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
                     idle[i] = max.saturating_sub(used[i]) as f64;
                 }
             }
+            let demand: Vec<u64> = (0..ns)
+                .map(|i| used[i] + waiting[i].values().sum::<u64>())
+                .collect();
+            let ent = entitlements(&setup.shares, &demand, setup.total_gpus as u64);
+            for i in 0..ns {
+                sf[i].entitled_gpu_hours += ent[i] * dt / HOUR_MS;
+                if queued[i] > 0 {
+                    sf[i].shortfall_gpu_hours += (ent[i] - used[i] as f64).max(0.0) * dt / HOUR_MS;
+                }
+            }
             let idle_total: f64 = idle.iter().sum();
             if borrowed_total > 0.0 && idle_total > 0.0 {
                 let lent = borrowed_total.min(idle_total);
@@ -444,6 +507,15 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
     let mut all: Vec<Millis> = per_share_waits.iter().flatten().copied().collect();
     all.sort_unstable();
     let cap = setup.total_gpus as f64;
+    let worst = sf
+        .iter()
+        .map(|s| {
+            (
+                s.name.clone(),
+                ratio(s.shortfall_gpu_hours, s.entitled_gpu_hours),
+            )
+        })
+        .fold((String::new(), 0.0), |a, b| if b.1 > a.1 { b } else { a });
     let sum = |f: fn(&ShareFigures) -> f64| sf.iter().map(f).sum::<f64>();
     Figures {
         jobs: sf.iter().map(|s| s.jobs).sum(),
@@ -465,6 +537,8 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
         room_at_arrival: sf.iter().map(|s| s.room_at_arrival).sum(),
         started_late: sf.iter().map(|s| s.started_late).sum(),
         longest_wait_with_room_ms: longest_with_room,
+        largest_shortfall: worst.1,
+        largest_shortfall_share: worst.0,
         shares: sf,
         by_priority: per_prio
             .into_iter()
@@ -764,6 +838,8 @@ pub fn share_table(shares: &[ShareFigures]) -> Table {
         col("lent", 8),
         col("preempted", 9),
         col("room/late", 9),
+        col("entitled", 8),
+        col("shortfall", 9),
     ];
     let rows = shares
         .iter()
@@ -781,6 +857,8 @@ pub fn share_table(shares: &[ShareFigures]) -> Table {
                 hours(x.lent_gpu_hours),
                 x.preempted_attempts.to_string(),
                 format!("{}/{}", x.room_at_arrival, x.started_late),
+                hours(x.entitled_gpu_hours),
+                pct(ratio(x.shortfall_gpu_hours, x.entitled_gpu_hours)),
             ]
         })
         .collect();
@@ -802,6 +880,7 @@ pub fn comparison_table(rows: &[(String, &Figures)]) -> Table {
         col("preempted attempts", 22),
         col("work lost GPU-h", 15),
         col("room/late", 10),
+        col("largest shortfall", 17),
     ];
     let rows = rows
         .iter()
@@ -820,6 +899,7 @@ pub fn comparison_table(rows: &[(String, &Figures)]) -> Table {
                 ),
                 hours(f.work_lost_gpu_hours),
                 format!("{}/{}", f.room_at_arrival, f.started_late),
+                format!("{} {}", pct(f.largest_shortfall), f.largest_shortfall_share),
             ]
         })
         .collect();
@@ -832,6 +912,36 @@ pub fn comparison_table(rows: &[(String, &Figures)]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entitlements_give_idle_gpus_to_borrowers_by_max_up_to_their_demand() {
+        let share = |name: &str, max, strategy| ShareInfo {
+            name: name.into(),
+            max,
+            strategy,
+            grace_s: 30,
+        };
+        let shares = [
+            share("a", 2, Strategy::LendAndBorrow),
+            share("b", 4, Strategy::LendAndBorrow),
+            share("c", 2, Strategy::Reserve),
+            share("d", 2, Strategy::Lend),
+        ];
+        // a wants 6: its max 2, and all 4 GPUs no share is owed (c keeps its 2).
+        assert_eq!(
+            entitlements(&shares, &[6, 3, 0, 1], 12),
+            vec![6.0, 3.0, 2.0, 1.0]
+        );
+        // a and b both want more: the 4 left split 2 : 4, as their maxes.
+        let e = entitlements(&shares, &[10, 10, 0, 0], 12);
+        assert!((e[0] - (2.0 + 4.0 / 3.0)).abs() < 1e-9, "{e:?}");
+        assert!((e[1] - (4.0 + 8.0 / 3.0)).abs() < 1e-9, "{e:?}");
+        // a wants only 1 more: b gets the rest.
+        assert_eq!(
+            entitlements(&shares, &[3, 10, 0, 0], 12),
+            vec![3.0, 7.0, 2.0, 0.0]
+        );
+    }
 
     #[test]
     fn durations_read_as_durations() {

@@ -258,6 +258,63 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_record_of_format_7_reads_as_todays_job() {
+        use tranche_state::format::v7;
+        let today = job(7, "carol");
+        let spec = &today.spec;
+        let old = v7::Job {
+            id: today.id,
+            spec: v7::JobSpec {
+                name: spec.name.clone(),
+                queue: spec.queue.clone(),
+                share: spec.share.clone(),
+                user: spec.user.clone(),
+                priority: spec.priority,
+                request: spec.request.clone(),
+                cpus_per_node: 0,
+                memory_mb_per_node: 0,
+                image: spec.image.clone(),
+                command: vec![],
+                env: Default::default(),
+                time_limit_s: None,
+                checkpoint: v7::Checkpoint {
+                    signal: "SIGTERM".into(),
+                    grace_s: None,
+                },
+                retry_attempts: 1,
+                preemption_retries: None,
+                client_token: None,
+                tags: Default::default(),
+                cwd: None,
+                array: None,
+                dependency: Default::default(),
+                hold: false,
+                output: None,
+                error: None,
+                sagemaker: None,
+            },
+            status: JobStatus::Succeeded,
+            submitted_at: 1,
+            attempts: vec![],
+            transitions: vec![],
+            stop: None,
+            hold: None,
+            pending_reason: None,
+            preemptions: 0,
+            failures: 0,
+            array: None,
+            deps: vec![],
+            held: false,
+        };
+        let mut bytes = codec::MAGIC.to_vec();
+        bytes.extend(7u16.to_be_bytes());
+        bytes.extend(codec::encode(&old));
+        assert_eq!(History::decode(&bytes).unwrap(), today);
+        // Today's records read as they were written.
+        assert_eq!(History::decode(&codec::seal(&today)).unwrap(), today);
+    }
+
+    #[test]
     fn records_are_read_back_by_id_and_by_page_newest_first_and_pruned_by_age() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("history.redb");

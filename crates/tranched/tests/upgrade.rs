@@ -268,7 +268,7 @@ fn write_fixture() {
             "nlp",
             "bob",
             2,
-            "touch \"$TRANCHE_CHECKPOINT_FILE\"; sleep 600",
+            "sleep 2; touch \"$TRANCHE_CHECKPOINT_FILE\"; sleep 600",
         ))
         .await;
         wait_status(&admin, a, "RUNNING").await;

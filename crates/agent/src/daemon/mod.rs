@@ -98,6 +98,10 @@ impl RunningAttempt {
         time_limit_at: Option<Instant>,
     ) -> RunningAttempt {
         RunningAttempt {
+            // An attempt adopted after a restart may have touched its file before: that
+            // checkpoint was reported then (or cannot be dated), and is not reported
+            // again as new.
+            checkpoint_seen: attempt.checkpoint_touched(),
             attempt,
             signal,
             running: RunningReport::Unsent,
@@ -106,7 +110,6 @@ impl RunningAttempt {
             stopped_for: None,
             look: Arc::new(AtomicBool::new(true)),
             watched: false,
-            checkpoint_seen: None,
             checkpoint_sent: None,
         }
     }

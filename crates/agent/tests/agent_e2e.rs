@@ -262,7 +262,7 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     );
     let tick = dir.path().join("tick");
     let fenced = dir.path().join("fenced");
-    rt().block_on(async {
+    let id = rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
         // The job counts in `tick` until SIGTERM, which it notes in `fenced`.
@@ -280,6 +280,7 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
             j.status == JobStatus::Running
         })
         .await;
+        id
     });
     let ticks = || -> Option<u64> { std::fs::read_to_string(&tick).ok()?.trim().parse().ok() };
     let wait = |what: &str, done: &mut dyn FnMut() -> bool| {
@@ -320,6 +321,29 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
         age >= 3.0,
         "fenced {age} s after the last contact, before fence_after: {m}"
     );
+    // The controllers come back: the fenced attempt is reported lost, not failed (nor
+    // succeeded, though the job exited 0 on its checkpoint signal), and the job runs
+    // again.
+    for i in 0..3 {
+        c.start(i).unwrap();
+    }
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let j = wait_for(
+            &admin,
+            id,
+            "a second attempt",
+            Duration::from_secs(60),
+            |j| j.attempts.len() >= 2 || j.status.is_terminal(),
+        )
+        .await;
+        assert!(!j.status.is_terminal(), "{j:?}");
+        assert_eq!(
+            j.attempts[0].end,
+            Some(tranche_model::AttemptEnd::Lost),
+            "{j:?}"
+        );
+    });
 }
 
 #[test]

@@ -1,25 +1,12 @@
 //! The 20-second nemesis run of the test command: real controllers and agents under
 //! injected faults, judged by the checker.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::Command;
 
-/// `tranched` and `tranche-agent` beside the nemesis binary, built first when this
-/// package's tests run alone.
-fn binaries(exe: &Path) -> (PathBuf, PathBuf) {
-    let dir = exe.parent().unwrap();
-    let (c, a) = (dir.join("tranched"), dir.join("tranche-agent"));
-    if !c.exists() || !a.exists() {
-        let cargo = option_env!("CARGO").unwrap_or("cargo");
-        let st = Command::new(cargo)
-            .args(["build", "-p", "tranched", "--bin", "tranched"])
-            .args(["-p", "tranche-agent", "--bin", "tranche-agent"])
-            .status()
-            .expect("cargo build");
-        assert!(st.success(), "building tranched and tranche-agent failed");
-    }
-    (c, a)
-}
+use common::binaries;
 
 #[test]
 fn twenty_seconds_of_faults_lose_and_duplicate_nothing() {

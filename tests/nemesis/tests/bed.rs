@@ -1,0 +1,250 @@
+//! The test bed: `tranche-nemesis bed` brings up controllers and agents on hosts of
+//! their own (network namespaces) and leaves nothing behind: not after Ctrl-C, not
+//! after a failure, and, once swept, not after the run was killed outright.
+//!
+//! It needs root, `ip` and `nft`. Without them it says NOT RUN on stderr and passes,
+//! except under `CI=true`, where it fails.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn nemesis() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tranche-nemesis"))
+}
+
+/// Why the bed cannot run here, if it cannot.
+fn unavailable() -> Option<String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Some("not root".into());
+    }
+    for tool in ["ip", "nft"] {
+        let ok = Command::new(tool)
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        if !ok {
+            return Some(format!("`{tool}` is missing (iproute2, nftables)"));
+        }
+    }
+    None
+}
+
+/// True when the test can run; otherwise says NOT RUN (and fails under CI=true).
+fn can_run(test: &str) -> bool {
+    let Some(why) = unavailable() else {
+        return true;
+    };
+    let msg = format!("NOT RUN: {test}: the test bed needs root, ip and nft: {why}");
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg} (CI=true)");
+    }
+    eprintln!("\n*** {msg} ***\n");
+    false
+}
+
+fn daemons() -> (PathBuf, PathBuf) {
+    common::binaries(&nemesis())
+}
+
+fn bed(extra: &[&str]) -> Command {
+    let (c, a) = daemons();
+    let mut cmd = Command::new(nemesis());
+    cmd.args(["bed", "--agents", "2"])
+        .args(extra)
+        .env("TRANCHED", c)
+        .env("TRANCHE_AGENT", a)
+        .env_remove("CARGO");
+    cmd
+}
+
+/// A bed being brought up: its process and the lines it printed once ready.
+struct Up {
+    child: Child,
+    tag: String,
+    lines: Vec<String>,
+}
+
+/// Starts `tranche-nemesis bed` and waits (up to 90 s) for its `ready` line.
+fn up(extra: &[&str]) -> Up {
+    let mut child = bed(extra).stdout(Stdio::piped()).spawn().expect("spawn");
+    let tag = format!("trb-{}", child.id());
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(90)) {
+        let ready = line == "ready";
+        lines.push(line);
+        if ready {
+            return Up { child, tag, lines };
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the bed did not come up within 90 s: {lines:?}");
+}
+
+fn sh(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().expect(program);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The machine's own interfaces (names only), which a bed must never change.
+fn own_links() -> Vec<String> {
+    let mut v: Vec<String> = sh("ip", &["-o", "link", "show"])
+        .lines()
+        .filter_map(|l| l.split(':').nth(1).map(|s| s.trim().to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// What of run `tag` is still there: namespaces, processes, its directory.
+fn left(tag: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let prefix = format!("{tag}-");
+    if let Ok(d) = std::fs::read_dir("/run/netns") {
+        for e in d.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with(&prefix) {
+                out.push(format!("namespace {n}"));
+            }
+        }
+    }
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let line = String::from_utf8_lossy(&c).replace('\0', " ");
+            if line.contains(&format!("/{prefix}")) || line.contains(&format!(" {prefix}")) {
+                out.push(format!(
+                    "process {}: {line}",
+                    e.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            out.push(format!("directory {}", e.path().display()));
+        }
+    }
+    out
+}
+
+/// Waits (up to 10 s) for nothing of `tag` to be left; returns what still is.
+fn settle(tag: &str) -> Vec<String> {
+    for _ in 0..100 {
+        if left(tag).is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    left(tag)
+}
+
+#[test]
+fn the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it() {
+    if !can_run("the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it") {
+        return;
+    }
+    let before = own_links();
+    let mut b = up(&[]);
+    let hosts: Vec<Vec<&str>> = b
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("host "))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    // 3 controllers, 2 agents, the client: each its own namespace and address.
+    assert_eq!(hosts.len(), 6, "{:?}", b.lines);
+    for h in &hosts {
+        let (name, addr, ns) = (h[0], h[1], h[2]);
+        assert_eq!(ns, format!("{}-{name}", b.tag));
+        assert!(addr.starts_with("10.77.0."), "{addr}");
+        let a = sh("ip", &["-n", ns, "-o", "-4", "addr", "show", "dev", "eth0"]);
+        assert!(a.contains(&format!("{addr}/24")), "{ns}: {a}");
+        // No route out: the bed's /24 only.
+        let routes = sh("ip", &["-n", ns, "route", "show"]);
+        assert!(!routes.contains("default"), "{ns}: {routes}");
+        assert_eq!(routes.lines().count(), 1, "{ns}: {routes}");
+        let pids = sh("ip", &["netns", "pids", ns]);
+        if name != "cl" {
+            assert!(!pids.trim().is_empty(), "nothing runs in {ns}");
+        }
+    }
+    // The switch holds the bridge and the hosts' other ends; the machine's own
+    // namespace gained nothing.
+    let sw = sh(
+        "ip",
+        &["-n", &format!("{}-sw", b.tag), "-o", "link", "show"],
+    );
+    assert!(sw.contains("br0"), "{sw}");
+    assert_eq!(sw.matches("master br0").count(), 6, "{sw}");
+    assert_eq!(own_links(), before, "the machine's own interfaces changed");
+    assert!(b
+        .lines
+        .iter()
+        .any(|l| l.starts_with("export TRANCHE_CONFIG=")));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(b.child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let st = b.child.wait().unwrap();
+    assert!(st.success(), "Ctrl-C: {st}");
+    assert_eq!(settle(&b.tag), Vec::<String>::new());
+    assert_eq!(own_links(), before);
+}
+
+#[test]
+fn a_failure_or_a_kill_leaves_nothing_once_swept() {
+    if !can_run("a_failure_or_a_kill_leaves_nothing_once_swept") {
+        return;
+    }
+    // A panic with the bed up: the guard removes it all while the panic unwinds.
+    let mut b = up(&["--fail-when-up"]);
+    let st = b.child.wait().unwrap();
+    assert!(!st.success(), "the injected failure fails the command");
+    assert_eq!(settle(&b.tag), Vec::<String>::new(), "after a panic");
+
+    // SIGKILL: nothing can run; the next sweep (every bed starts with one) removes
+    // what the dead run left, and leaves a live bed alone.
+    let mut dead = up(&[]);
+    let mut live = up(&[]);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    assert!(
+        left(&dead.tag).iter().any(|l| l.starts_with("namespace")),
+        "a killed run leaves its namespaces"
+    );
+    let out = Command::new(nemesis()).arg("sweep").output().unwrap();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("namespace {}-c1", dead.tag)),
+        "{said}"
+    );
+    assert_eq!(settle(&dead.tag), Vec::<String>::new(), "after the sweep");
+    assert!(
+        left(&live.tag).iter().any(|l| l.starts_with("namespace")),
+        "the sweep removed a live bed"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(live.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(live.child.wait().unwrap().success());
+    assert_eq!(settle(&live.tag), Vec::<String>::new());
+}

@@ -24,6 +24,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# No test may leave a test bed of the nemesis behind (docs/testing.md): no network
+# namespace, interface, nft table, netem qdisc or process of one (their names and
+# directories start with trb-<pid>-). Checked when the script ends, however it ends.
+beds_left() {
+  local left
+  left=$({
+    ip netns list 2>/dev/null | grep -E '^trb-[0-9]+-'
+    ip -o link show 2>/dev/null | grep -E '^[0-9]+: trb-'
+    nft list tables 2>/dev/null | grep -E ' trb$'
+    tc qdisc show 2>/dev/null | grep -w netem
+    local f
+    for f in $(grep -lsaE '/trb-[0-9]+-' /proc/[0-9]*/cmdline); do
+      echo "process ${f//[^0-9]/}: $(tr '\0' ' ' <"$f" 2>/dev/null)"
+    done
+  } || true)
+  [[ -z $left ]] && return 0
+  echo "test.sh: a test bed was left behind:" >&2
+  echo "$left" >&2
+  return 1
+}
+trap 'rc=$?; beds_left || rc=1; exit $rc' EXIT
+
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
 # The package test checks the installed units with systemd-analyze verify.

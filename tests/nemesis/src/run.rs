@@ -750,6 +750,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         history: history.clone(),
         stop: stop.clone(),
         nodes: nodes.clone(),
+        long_jobs: hosts,
     });
     let started = Instant::now();
     let mut clients = Vec::new();
@@ -886,6 +887,11 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         jobs: &jobs,
         ledgers: &ledgers,
         digests: &ds,
+        fence: hosts.then_some(check::Fence {
+            after_us: timing.fence_after_s * 1_000_000,
+            grace_us: tranche_agent::daemon::ORPHAN_GRACE.as_micros() as u64,
+            slack_us: 2_000_000,
+        }),
     });
     write_history(&dir, &ops, &faults);
     let summary = Summary {

@@ -17,38 +17,6 @@ fn nemesis() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tranche-nemesis"))
 }
 
-/// Why the bed cannot run here, if it cannot.
-fn unavailable() -> Option<String> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return Some("not root".into());
-    }
-    for tool in ["ip", "nft"] {
-        let ok = Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !ok {
-            return Some(format!("`{tool}` is missing (iproute2, nftables)"));
-        }
-    }
-    None
-}
-
-/// True when the test can run; otherwise says NOT RUN (and fails under CI=true).
-fn can_run(test: &str) -> bool {
-    let Some(why) = unavailable() else {
-        return true;
-    };
-    let msg = format!("NOT RUN: {test}: the test bed needs root, ip and nft: {why}");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg} (CI=true)");
-    }
-    eprintln!("\n*** {msg} ***\n");
-    false
-}
-
 fn daemons() -> (PathBuf, PathBuf) {
     common::binaries(&nemesis())
 }
@@ -110,51 +78,9 @@ fn own_links() -> Vec<String> {
     v
 }
 
-/// What of run `tag` is still there: namespaces, processes, its directory.
-fn left(tag: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let prefix = format!("{tag}-");
-    if let Ok(d) = std::fs::read_dir("/run/netns") {
-        for e in d.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with(&prefix) {
-                out.push(format!("namespace {n}"));
-            }
-        }
-    }
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
-            let line = String::from_utf8_lossy(&c).replace('\0', " ");
-            if line.contains(&format!("/{prefix}")) || line.contains(&format!(" {prefix}")) {
-                out.push(format!(
-                    "process {}: {line}",
-                    e.file_name().to_string_lossy()
-                ));
-            }
-        }
-    }
-    for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
-            out.push(format!("directory {}", e.path().display()));
-        }
-    }
-    out
-}
-
-/// Waits (up to 10 s) for nothing of `tag` to be left; returns what still is.
-fn settle(tag: &str) -> Vec<String> {
-    for _ in 0..100 {
-        if left(tag).is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    left(tag)
-}
-
 #[test]
 fn the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it() {
-    if !can_run("the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it") {
+    if !common::can_run("the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it") {
         return;
     }
     let before = own_links();
@@ -203,20 +129,24 @@ fn the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it() {
     .unwrap();
     let st = b.child.wait().unwrap();
     assert!(st.success(), "Ctrl-C: {st}");
-    assert_eq!(settle(&b.tag), Vec::<String>::new());
+    assert_eq!(common::settle(&b.tag), Vec::<String>::new());
     assert_eq!(own_links(), before);
 }
 
 #[test]
 fn a_failure_or_a_kill_leaves_nothing_once_swept() {
-    if !can_run("a_failure_or_a_kill_leaves_nothing_once_swept") {
+    if !common::can_run("a_failure_or_a_kill_leaves_nothing_once_swept") {
         return;
     }
     // A panic with the bed up: the guard removes it all while the panic unwinds.
     let mut b = up(&["--fail-when-up"]);
     let st = b.child.wait().unwrap();
     assert!(!st.success(), "the injected failure fails the command");
-    assert_eq!(settle(&b.tag), Vec::<String>::new(), "after a panic");
+    assert_eq!(
+        common::settle(&b.tag),
+        Vec::<String>::new(),
+        "after a panic"
+    );
 
     // SIGKILL: nothing can run; the next sweep (every bed starts with one) removes
     // what the dead run left, and leaves a live bed alone.
@@ -225,7 +155,9 @@ fn a_failure_or_a_kill_leaves_nothing_once_swept() {
     dead.child.kill().unwrap();
     dead.child.wait().unwrap();
     assert!(
-        left(&dead.tag).iter().any(|l| l.starts_with("namespace")),
+        common::left(&dead.tag)
+            .iter()
+            .any(|l| l.starts_with("namespace")),
         "a killed run leaves its namespaces"
     );
     let out = Command::new(nemesis()).arg("sweep").output().unwrap();
@@ -235,9 +167,15 @@ fn a_failure_or_a_kill_leaves_nothing_once_swept() {
         said.contains(&format!("namespace {}-c1", dead.tag)),
         "{said}"
     );
-    assert_eq!(settle(&dead.tag), Vec::<String>::new(), "after the sweep");
+    assert_eq!(
+        common::settle(&dead.tag),
+        Vec::<String>::new(),
+        "after the sweep"
+    );
     assert!(
-        left(&live.tag).iter().any(|l| l.starts_with("namespace")),
+        common::left(&live.tag)
+            .iter()
+            .any(|l| l.starts_with("namespace")),
         "the sweep removed a live bed"
     );
     nix::sys::signal::kill(
@@ -246,5 +184,5 @@ fn a_failure_or_a_kill_leaves_nothing_once_swept() {
     )
     .unwrap();
     assert!(live.child.wait().unwrap().success());
-    assert_eq!(settle(&live.tag), Vec::<String>::new());
+    assert_eq!(common::settle(&live.tag), Vec::<String>::new());
 }

@@ -17,7 +17,8 @@
 #
 # As root, missing Debian packages are installed with apt-get before any test runs:
 # runc and a static busybox for the container tests, chromium and chromium-driver for
-# the dashboard's browser tests, iproute2 and nftables for the nemesis's test bed.
+# the dashboard's browser tests, iproute2, nftables and faketime for the nemesis's
+# test bed.
 # Without root nothing is installed, and the tests that need those tools say so on
 # stderr and are skipped (the test bed's say NOT RUN);
 # under CI=true a test that cannot run as root fails instead of skipping.
@@ -61,9 +62,11 @@ busybox_static() {
 }
 busybox_static || need+=(busybox-static)
 # The nemesis's test bed: hosts as network namespaces (iproute2), and the network
-# faults among them (nftables).
+# faults among them (nftables)...
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+# ...and its controllers' skewed clocks (libfaketime, which faketime pulls in).
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
 # The log relay's slow-reader test (agent_e2e) reads through curl.
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # Debian's python3 makes virtualenvs only with python3-venv (ensurepip).

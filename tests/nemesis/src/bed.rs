@@ -13,9 +13,13 @@
 //! [`sweep`] removes what runs that died without that (SIGKILL) left behind.
 //!
 //! Network faults are nft rules in a table `inet trb` of each host: packets from the
-//! hosts a host must not hear are dropped on its input hook ([`Bed::set_drops`]).
+//! hosts a host must not hear are dropped on its input hook, all of them or a random
+//! share ([`Bed::set_losses`]; the kernel may lack netem, nft's `numgen` needs nothing).
 //! Since every host is a fresh namespace of this run's, the daemons' ports are fixed
 //! (no other process can hold them).
+//!
+//! Where libfaketime is installed, each controller runs with it preloaded and a clock
+//! file of its own, so that its wall clock can be set minutes off ([`Bed::skew`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -42,6 +46,14 @@ pub const TAG_PREFIX: &str = "trb-";
 const KEPT: &str = "KEPT";
 /// The most agents a bed holds (their addresses are .21 onwards).
 pub const MAX_AGENTS: usize = 200;
+
+/// Packets from `from` to `to` are lost: `percent` of them, at random (100: all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loss {
+    pub from: Ipv4Addr,
+    pub to: Ipv4Addr,
+    pub percent: u8,
+}
 
 /// One host: a network namespace and its address.
 #[derive(Debug, Clone)]
@@ -94,6 +106,21 @@ pub struct BedOptions {
     pub log_filter: String,
     /// Keep the bed's directory when it is dropped.
     pub keep: bool,
+    /// libfaketime (its multi-threaded build): when set, each controller runs with it,
+    /// its wall clock offset by what its clock file says ([`Bed::skew`]).
+    pub faketime: Option<PathBuf>,
+}
+
+/// Debian's libfaketime (package `libfaketime`, pulled in by `faketime`), if installed.
+pub fn find_faketime() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join("faketime/libfaketimeMT.so.1"))
+    .find(|p| p.exists())
 }
 
 pub struct Bed {
@@ -110,8 +137,9 @@ pub struct Bed {
     opts: BedOptions,
     /// The namespaces made so far, in order (teardown deletes them in reverse).
     made: Vec<String>,
-    /// The sources each host drops, by namespace (what its nft input chain holds).
-    drops: Mutex<BTreeMap<String, BTreeSet<Ipv4Addr>>>,
+    /// The sources each host loses, by namespace and share in percent (what its nft
+    /// input chain holds).
+    drops: Mutex<BTreeMap<String, BTreeMap<u8, BTreeSet<Ipv4Addr>>>>,
     /// This process's own network namespace, to come back to.
     home: File,
 }
@@ -517,6 +545,22 @@ impl Bed {
         Ok(())
     }
 
+    /// Controller `i`'s clock file: its wall clock's offset, in libfaketime's terms.
+    fn clock_file(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("clock-c{}", self.controllers[i].id))
+    }
+
+    /// Sets controller `i`'s wall clock `offset_s` seconds off (0: right again); it
+    /// takes effect within a second. Its monotonic clock (timers, elections) is never
+    /// touched. An error when the bed runs without libfaketime.
+    pub fn skew(&self, i: usize, offset_s: i64) -> Result<(), String> {
+        if self.opts.faketime.is_none() {
+            return Err("clock skew needs libfaketime (Debian package faketime)".into());
+        }
+        let f = self.clock_file(i);
+        std::fs::write(&f, format!("{offset_s:+}\n")).map_err(|e| format!("{}: {e}", f.display()))
+    }
+
     fn spawn(&self, ns: &str, program: &Path, args: &[&str], log: &Path) -> Result<Child, String> {
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -544,12 +588,32 @@ impl Bed {
         }
         let c = &self.controllers[i];
         let config = c.config.to_string_lossy().into_owned();
-        let child = self.spawn(
-            &c.host.ns,
-            &self.opts.tranched,
-            &["--config", &config],
-            &c.log,
-        )?;
+        let tranched = self.opts.tranched.to_string_lossy().into_owned();
+        let child = match &self.opts.faketime {
+            None => self.spawn(
+                &c.host.ns,
+                &self.opts.tranched,
+                &["--config", &config],
+                &c.log,
+            )?,
+            Some(lib) => {
+                let clock = self.clock_file(i);
+                if !clock.exists() {
+                    self.skew(i, 0)?;
+                }
+                // `ip netns exec NS env ... tranched`: libfaketime is loaded into the
+                // daemon only, not into `ip`.
+                let env = [
+                    format!("LD_PRELOAD={}", lib.display()),
+                    format!("FAKETIME_TIMESTAMP_FILE={}", clock.display()),
+                    "FAKETIME_CACHE_DURATION=1".to_string(),
+                    "FAKETIME_DONT_FAKE_MONOTONIC=1".to_string(),
+                ];
+                let mut args: Vec<&str> = env.iter().map(String::as_str).collect();
+                args.extend([tranched.as_str(), "--config", &config]);
+                self.spawn(&c.host.ns, Path::new("env"), &args, &c.log)?
+            }
+        };
         self.controllers[i].child = Some(child);
         Ok(())
     }
@@ -660,33 +724,41 @@ impl Bed {
         let _ = setns(&self.home);
     }
 
-    /// Makes each host drop what comes from the hosts `drops` names for it (by
-    /// address): `(from, to)` pairs, one direction each. Hosts not named hear everyone.
-    pub fn set_drops(&self, drops: &[(Ipv4Addr, Ipv4Addr)]) -> Result<(), String> {
-        let mut want: BTreeMap<String, BTreeSet<Ipv4Addr>> = BTreeMap::new();
+    /// Makes each host lose what comes from the hosts `losses` name for it (by
+    /// address, one direction each): all of it, or a random share (a lossy link).
+    /// Hosts not named hear everyone.
+    pub fn set_losses(&self, losses: &[Loss]) -> Result<(), String> {
+        let mut want: BTreeMap<String, BTreeMap<u8, BTreeSet<Ipv4Addr>>> = BTreeMap::new();
         for h in self.hosts() {
-            let from: BTreeSet<Ipv4Addr> = drops
-                .iter()
-                .filter(|(_, to)| *to == h.addr)
-                .map(|(f, _)| *f)
-                .collect();
-            want.insert(h.ns.clone(), from);
+            let mut by_percent: BTreeMap<u8, BTreeSet<Ipv4Addr>> = BTreeMap::new();
+            for l in losses.iter().filter(|l| l.to == h.addr) {
+                by_percent.entry(l.percent).or_default().insert(l.from);
+            }
+            want.insert(h.ns.clone(), by_percent);
         }
         let mut have = self.drops.lock().unwrap();
-        for (ns, from) in want {
-            if have.get(&ns).map_or(from.is_empty(), |h| *h == from) {
+        for (ns, by_percent) in want {
+            if have
+                .get(&ns)
+                .map_or(by_percent.is_empty(), |h| *h == by_percent)
+            {
                 continue;
             }
             let mut script = String::from("flush chain inet trb input\n");
-            if !from.is_empty() {
+            // The whole losses first: a source both cut and lossy is cut.
+            for (percent, from) in by_percent.iter().rev() {
                 let list: Vec<String> = from.iter().map(|a| a.to_string()).collect();
+                let share = match percent {
+                    100.. => String::new(),
+                    p => format!("numgen random mod 100 < {p} "),
+                };
                 script += &format!(
-                    "add rule inet trb input ip saddr {{ {} }} drop\n",
+                    "add rule inet trb input ip saddr {{ {} }} {share}drop\n",
                     list.join(", ")
                 );
             }
             nft(&ns, &script)?;
-            have.insert(ns, from);
+            have.insert(ns, by_percent);
         }
         Ok(())
     }

@@ -36,6 +36,11 @@ pub enum Fault {
     Bridge,
     /// On the bed: what one controller sends its peers is lost, not what it receives.
     OneWay { target: Target },
+    /// On the bed: `percent` of the packets on every link of a controller are lost, at
+    /// random, both ways.
+    Lossy { target: Target, percent: u8 },
+    /// On the bed with libfaketime: a controller's wall clock `offset_s` off.
+    SkewClock { target: Target, offset_s: i32 },
     /// On the bed: an agent cut from every controller.
     CutAgent { node: usize },
     /// On the bed: an agent that reaches one follower only (a minority).
@@ -58,6 +63,8 @@ impl Fault {
             } => "partition_minority",
             Fault::Bridge => "partition_bridge",
             Fault::OneWay { .. } => "drop_one_way",
+            Fault::Lossy { .. } => "lossy_links",
+            Fault::SkewClock { .. } => "skew_clock",
             Fault::CutAgent { .. } => "cut_agent",
             Fault::AgentMinority { .. } => "agent_minority",
         }
@@ -88,6 +95,8 @@ pub struct Shape {
     pub down_after_ms: u64,
     /// The agents' `fence_after_s`, in ms.
     pub fence_after_ms: u64,
+    /// Controllers' clocks can be skewed (the bed runs them under libfaketime).
+    pub skew: bool,
 }
 
 /// Steps drawn one after another (`draw` gives a fault and how long it lasts, then a
@@ -196,7 +205,24 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
                 },
                 rng.gen_range(1_000..4_000),
             ),
-            14..=16 => (Fault::Bridge, rng.gen_range(1_000..4_000)),
+            14..=15 => (Fault::Bridge, rng.gen_range(1_000..4_000)),
+            18 if shape.skew => (
+                Fault::SkewClock {
+                    target: target(&mut *rng),
+                    offset_s: match rng.gen_bool(0.5) {
+                        true => rng.gen_range(60..300),
+                        false => -rng.gen_range(60..300),
+                    },
+                },
+                rng.gen_range(3_000..8_000),
+            ),
+            16 => (
+                Fault::Lossy {
+                    target: target(&mut *rng),
+                    percent: rng.gen_range(10..40),
+                },
+                rng.gen_range(2_000..5_000),
+            ),
             _ => (
                 Fault::OneWay {
                     target: target(&mut *rng),
@@ -244,6 +270,7 @@ mod tests {
             agents: 3,
             down_after_ms: 3_000,
             fence_after_ms: 10_000,
+            skew: false,
         }
     }
 
@@ -254,6 +281,7 @@ mod tests {
             agents: 4,
             down_after_ms: 15_000,
             fence_after_ms: 2_000,
+            skew: true,
         };
         assert_eq!(schedule_hosts(3, shape), schedule_hosts(3, shape));
         let mut seen = std::collections::BTreeSet::new();
@@ -273,6 +301,8 @@ mod tests {
             "partition_minority",
             "partition_bridge",
             "drop_one_way",
+            "lossy_links",
+            "skew_clock",
             "cut_agent",
             "agent_minority",
             "kill_controller",

@@ -20,7 +20,7 @@ use tranche_proto::{
 };
 use tranche_tls::Role;
 
-use crate::bed::{Bed, BedOptions};
+use crate::bed::{Bed, BedOptions, Loss};
 use crate::check::{self, FinalJob, NodeLedger, Report};
 use crate::faults::{self, Fault, Shape, Step, Target};
 use crate::history::{now_us, FaultRecord, History};
@@ -36,6 +36,9 @@ const DOWN_AFTER_S: u64 = 3;
 /// silent for 15 s (> 2 s + the 10 s orphan grace + the jobs' 2 s grace) is DOWN.
 const HOSTS_FENCE_AFTER_S: u64 = 2;
 const HOSTS_DOWN_AFTER_S: u64 = 15;
+/// On the bed every job has this time limit, twice its longest sleep: a job that ends
+/// FAILED by it was timed out early (by a skewed clock, say).
+const HOSTS_TIME_LIMIT_S: u64 = 60;
 
 /// Waits until a controller (one client each in `probes`) says it leads.
 async fn wait_leader(probes: &[Client], timeout: Duration) -> Result<(), String> {
@@ -231,18 +234,31 @@ struct Net {
     client: Ipv4Addr,
 }
 
-type Drops = Vec<(Ipv4Addr, Ipv4Addr)>;
+type Drops = Vec<Loss>;
 
-/// Every packet between a host of `a` and one of `b` is lost, both ways.
-fn cut(a: &[Ipv4Addr], b: &[Ipv4Addr]) -> Drops {
+/// `percent` of the packets between a host of `a` and one of `b` are lost, both ways.
+fn lossy(a: &[Ipv4Addr], b: &[Ipv4Addr], percent: u8) -> Drops {
     let mut d = Vec::new();
     for x in a {
         for y in b {
-            d.push((*x, *y));
-            d.push((*y, *x));
+            d.push(Loss {
+                from: *x,
+                to: *y,
+                percent,
+            });
+            d.push(Loss {
+                from: *y,
+                to: *x,
+                percent,
+            });
         }
     }
     d
+}
+
+/// Every packet between a host of `a` and one of `b` is lost, both ways.
+fn cut(a: &[Ipv4Addr], b: &[Ipv4Addr]) -> Drops {
+    lossy(a, b, 100)
 }
 
 /// The cluster's processes, shared by the fault tracks (locked only for process
@@ -273,7 +289,7 @@ impl Procs {
         all[track] = d;
         let union: Drops = all.iter().flatten().copied().collect();
         if let Fleet::Hosts(b) = &*self.cluster.lock().unwrap() {
-            if let Err(e) = b.set_drops(&union) {
+            if let Err(e) = b.set_losses(&union) {
                 eprintln!("tranche-nemesis: {e}");
             }
         }
@@ -301,6 +317,27 @@ impl Procs {
             }
         }
         best.map(|(_, i)| i)
+    }
+
+    /// The agent (`n<i>`) whose node has the most GPUs allocated, as a controller sees it.
+    async fn busiest(&self) -> Option<usize> {
+        for p in &self.probes {
+            let req = ClientRequest::Read {
+                query: Query::Nodes,
+                stale: true,
+            };
+            if let Ok(Response::Nodes(ns)) = p.request_to(0, &req).await {
+                return ns
+                    .iter()
+                    .filter_map(|n| {
+                        let i = n.inventory.name.as_str().strip_prefix('n')?.parse().ok()?;
+                        Some((n.allocated.iter().flatten().count(), i))
+                    })
+                    .max()
+                    .map(|(_, i)| i);
+            }
+        }
+        None
     }
 
     async fn pick(&self, target: Target, rng: &mut StdRng) -> usize {
@@ -413,13 +450,50 @@ impl Procs {
                 // What a controller sends its peers is lost; what they send it arrives.
                 let i = self.pick(target, rng).await;
                 let from = net.controllers[i];
-                let d = others(i).into_iter().map(|to| (from, to)).collect();
+                let d = others(i)
+                    .into_iter()
+                    .map(|to| Loss {
+                        from,
+                        to,
+                        percent: 100,
+                    })
+                    .collect();
                 (d, format!("c{}>", self.ids[i]))
             }
-            Fault::CutAgent { node } => (
-                cut(&[net.agents[node]], &net.controllers),
-                format!("n{node}"),
-            ),
+            Fault::Lossy { target, percent } => {
+                // Every link of a controller loses a share of its packets, both ways.
+                let i = self.pick(target, rng).await;
+                let mut rest = others(i);
+                rest.extend(&net.agents);
+                rest.push(net.client);
+                let d = lossy(&[net.controllers[i]], &rest, percent);
+                (d, format!("c{}~{percent}%", self.ids[i]))
+            }
+            Fault::SkewClock { target, offset_s } => {
+                // A wall clock off by minutes: elections and timers run on the
+                // monotonic clock, which stays right.
+                let i = self.pick(target, rng).await;
+                let skew = |s| match &*self.cluster.lock().unwrap() {
+                    Fleet::Hosts(b) => b.skew(i, s),
+                    Fleet::Local { .. } => Ok(()),
+                };
+                if let Err(e) = skew(offset_s.into()) {
+                    eprintln!("tranche-nemesis: {e}");
+                }
+                tokio::time::sleep(hold).await;
+                if let Err(e) = skew(0) {
+                    eprintln!("tranche-nemesis: {e}");
+                }
+                return Some(format!("c{}{offset_s:+}s", self.ids[i]));
+            }
+            Fault::CutAgent { node } => {
+                // The agent with the most GPUs in use, so that the cut has jobs to fence.
+                let node = self.busiest().await.unwrap_or(node);
+                (
+                    cut(&[net.agents[node]], &net.controllers),
+                    format!("n{node}"),
+                )
+            }
             Fault::AgentMinority { node } => {
                 // The agent hears one follower only: no quorum it could heartbeat to.
                 let seen = self.pick(Target::Follower, rng).await;
@@ -624,6 +698,7 @@ pub fn bed_options(args: &Args) -> Result<BedOptions, String> {
         gpus: format!("{GPUS_PER_NODE} x h100"),
         log_filter: std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into()),
         keep: args.keep,
+        faketime: crate::bed::find_faketime(),
     })
 }
 
@@ -751,6 +826,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         stop: stop.clone(),
         nodes: nodes.clone(),
         long_jobs: hosts,
+        time_limit_s: hosts.then_some(HOSTS_TIME_LIMIT_S),
     });
     let started = Instant::now();
     let mut clients = Vec::new();
@@ -782,6 +858,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         agents,
         down_after_ms: timing.down_after_s * 1000,
         fence_after_ms: timing.fence_after_s * 1000,
+        skew: hosts && crate::bed::find_faketime().is_some(),
     };
     let schedule = match hosts {
         true => faults::schedule_hosts(seed, shape),

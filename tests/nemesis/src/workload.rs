@@ -73,6 +73,8 @@ pub struct Ctx {
     pub nodes: Vec<String>,
     /// One job in ten sleeps 15–30 s, so that cut agents have jobs to fence.
     pub long_jobs: bool,
+    /// Every job's time limit: none reaches it, unless a skewed clock ends it early.
+    pub time_limit_s: Option<u64>,
 }
 
 async fn pause(rng: &mut StdRng, lo: u64, hi: u64) {
@@ -129,6 +131,7 @@ pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u
                 false => rng.gen_range(0.3..2.5),
             };
             spec.command = vec!["sleep".into(), format!("{secs:.1}")];
+            spec.time_limit_s = ctx.time_limit_s;
             let r = client.submit(spec).await;
             let (outcome, job, detail) = match &r {
                 Ok((id, existing)) => (Outcome::Ok, Some(id.0), format!("existing={existing}")),

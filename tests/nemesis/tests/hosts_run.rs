@@ -55,6 +55,7 @@ fn sixty_seconds_of_partitions_on_hosts_lose_and_duplicate_nothing() {
         "partition_minority",
         "partition_bridge",
         "drop_one_way",
+        "lossy_links",
         "cut_agent",
         "agent_minority",
     ];

@@ -321,9 +321,12 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
         age >= 3.0,
         "fenced {age} s after the last contact, before fence_after: {m}"
     );
-    // The controllers come back: the fenced attempt is reported lost, not failed (nor
-    // succeeded, though the job exited 0 on its checkpoint signal), and the job runs
-    // again.
+    // The agent restarts before it could report the fenced exit (it re-adopts the
+    // attempt), then the controllers come back: the attempt is reported lost, not
+    // failed (nor succeeded, though the job exited 0 on its checkpoint signal), and the
+    // job runs again.
+    c.kill_agent(0);
+    c.start_agent(&agent_bin(), 0).unwrap();
     for i in 0..3 {
         c.start(i).unwrap();
     }

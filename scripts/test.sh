@@ -26,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # No test may leave a test bed of the nemesis behind (docs/testing.md): no network
-# namespace, interface, nft table, netem qdisc or process of one (their names and
+# namespace, interface, nft table, netem qdisc, mount or process of one (their names and
 # directories start with trb-<pid>-). Checked when the script ends, however it ends.
 beds_left() {
   local left
@@ -35,6 +35,7 @@ beds_left() {
     ip -o link show 2>/dev/null | grep -E '^[0-9]+: trb-'
     nft list tables 2>/dev/null | grep -E ' trb$'
     tc qdisc show 2>/dev/null | grep -w netem
+    grep -E '^tmpfs [^ ]*/trb-[0-9]+-' /proc/self/mounts
     local f
     for f in $(grep -lsaE '/trb-[0-9]+-' /proc/[0-9]*/cmdline); do
       echo "process ${f//[^0-9]/}: $(tr '\0' ' ' <"$f" 2>/dev/null)"

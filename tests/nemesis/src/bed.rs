@@ -18,7 +18,8 @@
 //! Since every host is a fresh namespace of this run's, the daemons' ports are fixed
 //! (no other process can hold them).
 //!
-//! Where libfaketime is installed, each controller runs with it preloaded and a clock
+//! Each controller's data dir can sit on a small tmpfs of its own ([`Bed::fill`] fills
+//! it). Where libfaketime is installed, each controller runs with it preloaded and a clock
 //! file of its own, so that its wall clock can be set minutes off ([`Bed::skew`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -106,6 +107,9 @@ pub struct BedOptions {
     pub log_filter: String,
     /// Keep the bed's directory when it is dropped.
     pub keep: bool,
+    /// Each controller's data dir on a file system of its own of this many MiB (a
+    /// tmpfs), which [`Bed::fill`] can fill.
+    pub disk_mib: Option<u64>,
     /// libfaketime (its multi-threaded build): when set, each controller runs with it,
     /// its wall clock offset by what its clock file says ([`Bed::skew`]).
     pub faketime: Option<PathBuf>,
@@ -142,6 +146,8 @@ pub struct Bed {
     drops: Mutex<BTreeMap<String, BTreeMap<u8, BTreeSet<Ipv4Addr>>>>,
     /// This process's own network namespace, to come back to.
     home: File,
+    /// The file systems mounted for the controllers' data dirs.
+    mounts: Vec<PathBuf>,
 }
 
 fn addr(last: usize) -> Ipv4Addr {
@@ -292,6 +298,12 @@ pub fn sweep() -> Vec<String> {
             Err(e) => eprintln!("tranche-nemesis: sweeping {ns}: {e}"),
         }
     }
+    for (point, run) in bed_mounts() {
+        if !alive(run) {
+            unmount(&point);
+            removed.push(format!("mount {}", point.display()));
+        }
+    }
     for (pid, run, line) in bed_processes() {
         if !alive(run) {
             let _ = nix::sys::signal::kill(
@@ -332,6 +344,11 @@ pub fn leftovers(tag: Option<&str>) -> Vec<String> {
     for (pid, run, line) in bed_processes() {
         if tag.is_none_or(|t| owner(t) == Some(run)) {
             out.push(format!("process {pid}: {line}"));
+        }
+    }
+    for (point, run) in bed_mounts() {
+        if tag.is_none_or(|t| owner(t) == Some(run)) {
+            out.push(format!("mount {}", point.display()));
         }
     }
     for line in sh("ip", &["-o", "link", "show"])
@@ -394,6 +411,7 @@ impl Bed {
             made: Vec::new(),
             drops: Mutex::new(BTreeMap::new()),
             home,
+            mounts: Vec::new(),
             keep: opts.keep,
             opts,
             tag: tag.clone(),
@@ -403,7 +421,7 @@ impl Bed {
             bed.controllers.push(BedController {
                 id,
                 config: bed.dir.join(format!("c{id}.toml")),
-                data_dir: bed.dir.join(format!("c{id}")),
+                data_dir: bed.dir.join(format!("c{id}")).join("data"),
                 log: bed.dir.join(format!("c{id}.log")),
                 host: h,
                 child: None,
@@ -421,6 +439,7 @@ impl Bed {
             });
         }
         bed.network()?;
+        bed.disks()?;
         bed.write_files()?;
         for i in 0..bed.controllers.len() {
             bed.start_controller(i)?;
@@ -543,6 +562,55 @@ impl Bed {
             std::fs::write(&a.config, text).map_err(|e| format!("{}: {e}", a.config.display()))?;
         }
         Ok(())
+    }
+
+    /// Each controller's disk: its data dir's parent, a tmpfs of `disk_mib` when set.
+    fn disks(&mut self) -> Result<(), String> {
+        for i in 0..self.controllers.len() {
+            let data = self.controllers[i].data_dir.clone();
+            let disk = data.parent().expect("a data dir's disk").to_path_buf();
+            std::fs::create_dir_all(&disk).map_err(|e| format!("{}: {e}", disk.display()))?;
+            if let Some(mib) = self.opts.disk_mib {
+                let d = disk.to_string_lossy().into_owned();
+                let size = format!("size={mib}m,mode=0700");
+                sh("mount", &["-t", "tmpfs", "-o", &size, "tmpfs", &d])?;
+                self.mounts.push(disk);
+            }
+            std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        }
+        Ok(())
+    }
+
+    fn ballast(&self, i: usize) -> PathBuf {
+        let data = &self.controllers[i].data_dir;
+        data.parent().expect("a data dir's disk").join("ballast")
+    }
+
+    /// Fills controller `i`'s disk: a file beside its data dir grows until the file
+    /// system has no space left. Returns the bytes it took.
+    pub fn fill(&self, i: usize) -> Result<u64, String> {
+        if self.opts.disk_mib.is_none() {
+            return Err("a full disk needs the bed's disks (disk_mib)".into());
+        }
+        let path = self.ballast(i);
+        let mut f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let chunk = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(k) => n += k as u64,
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Gives controller `i`'s disk its space back.
+    pub fn unfill(&self, i: usize) -> Result<(), String> {
+        let path = self.ballast(i);
+        std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Controller `i`'s clock file: its wall clock's offset, in libfaketime's terms.
@@ -779,6 +847,10 @@ impl Bed {
                 eprintln!("tranche-nemesis: {e}");
             }
         }
+        // The controllers' disks go too (a kept directory keeps their logs, not them).
+        for m in self.mounts.drain(..) {
+            unmount(&m);
+        }
         if self.keep {
             // A sweep leaves a kept directory alone.
             let _ = std::fs::write(self.dir.join(KEPT), "kept for a person to read\n");
@@ -792,6 +864,29 @@ impl Drop for Bed {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// Unmounts `path` (lazily, if it is still busy).
+fn unmount(path: &Path) {
+    let p = path.to_string_lossy();
+    if sh("umount", &[&p]).is_err() {
+        if let Err(e) = sh("umount", &["-l", &p]) {
+            eprintln!("tranche-nemesis: {e}");
+        }
+    }
+}
+
+/// The controllers' disks of beds (tmpfs mounts whose paths name a bed's directory),
+/// with the run's pid.
+fn bed_mounts() -> Vec<(PathBuf, i32)> {
+    let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let point = l.strip_prefix("tmpfs ")?.split(' ').next()?;
+            let at = point.find(&format!("/{TAG_PREFIX}"))?;
+            Some((PathBuf::from(point), owner(&point[at + 1..])?))
+        })
+        .collect()
 }
 
 fn running(child: &mut Option<Child>) -> bool {

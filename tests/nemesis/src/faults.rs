@@ -41,6 +41,9 @@ pub enum Fault {
     Lossy { target: Target, percent: u8 },
     /// On the bed with libfaketime: a controller's wall clock `offset_s` off.
     SkewClock { target: Target, offset_s: i32 },
+    /// On the bed: a controller's disk (its data dir's file system) full; the space
+    /// comes back when it heals.
+    DiskFull { target: Target },
     /// On the bed: an agent cut from every controller.
     CutAgent { node: usize },
     /// On the bed: an agent that reaches one follower only (a minority).
@@ -65,6 +68,7 @@ impl Fault {
             Fault::OneWay { .. } => "drop_one_way",
             Fault::Lossy { .. } => "lossy_links",
             Fault::SkewClock { .. } => "skew_clock",
+            Fault::DiskFull { .. } => "disk_full",
             Fault::CutAgent { .. } => "cut_agent",
             Fault::AgentMinority { .. } => "agent_minority",
         }
@@ -97,6 +101,8 @@ pub struct Shape {
     pub fence_after_ms: u64,
     /// Controllers' clocks can be skewed (the bed runs them under libfaketime).
     pub skew: bool,
+    /// Controllers' disks can be filled (the bed gives each a file system).
+    pub disk: bool,
 }
 
 /// Steps drawn one after another (`draw` gives a fault and how long it lasts, then a
@@ -206,6 +212,12 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
                 rng.gen_range(1_000..4_000),
             ),
             14..=15 => (Fault::Bridge, rng.gen_range(1_000..4_000)),
+            19 if shape.disk => (
+                Fault::DiskFull {
+                    target: target(&mut *rng),
+                },
+                rng.gen_range(2_000..5_000),
+            ),
             18 if shape.skew => (
                 Fault::SkewClock {
                     target: target(&mut *rng),
@@ -271,6 +283,7 @@ mod tests {
             down_after_ms: 3_000,
             fence_after_ms: 10_000,
             skew: false,
+            disk: false,
         }
     }
 
@@ -282,12 +295,13 @@ mod tests {
             down_after_ms: 15_000,
             fence_after_ms: 2_000,
             skew: true,
+            disk: true,
         };
         assert_eq!(schedule_hosts(3, shape), schedule_hosts(3, shape));
         let mut seen = std::collections::BTreeSet::new();
         for seed in 0..50 {
             let s = schedule_hosts(seed, shape);
-            assert!(s.controllers.len() >= 20, "seed {seed}: {s:?}");
+            assert!(s.controllers.len() >= 15, "seed {seed}: {s:?}");
             for st in s.controllers.iter().chain(&s.agents) {
                 seen.insert(st.fault.name());
                 if let Fault::CutAgent { node } | Fault::AgentMinority { node } = st.fault {
@@ -303,6 +317,7 @@ mod tests {
             "drop_one_way",
             "lossy_links",
             "skew_clock",
+            "disk_full",
             "cut_agent",
             "agent_minority",
             "kill_controller",

@@ -39,6 +39,11 @@ const HOSTS_DOWN_AFTER_S: u64 = 15;
 /// On the bed every job has this time limit, twice its longest sleep: a job that ends
 /// FAILED by it was timed out early (by a skewed clock, say).
 const HOSTS_TIME_LIMIT_S: u64 = 60;
+/// On the bed each controller's data dir is on a tmpfs of this size (a 10-minute run
+/// writes about 5 MiB), which a `disk_full` fault fills.
+const HOSTS_DISK_MIB: u64 = 64;
+/// How long a controller has to answer again once its disk has space again.
+const DISK_RECOVERY: Duration = Duration::from_secs(30);
 
 /// Waits until a controller (one client each in `probes`) says it leads.
 async fn wait_leader(probes: &[Client], timeout: Duration) -> Result<(), String> {
@@ -59,6 +64,19 @@ async fn wait_leader(probes: &[Client], timeout: Duration) -> Result<(), String>
     .await
 }
 
+/// What the `disk_full` faults did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DiskFigures {
+    /// Disks filled.
+    pub fills: usize,
+    /// Of those, how often the controller exited (and was started again).
+    pub exits: usize,
+    /// The longest time from the space coming back to the controller answering, in ms.
+    pub recover_max_ms: u64,
+    /// Controllers that did not answer within 30 s of the space coming back.
+    pub unrecovered: usize,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub passed: bool,
@@ -66,6 +84,7 @@ pub struct Summary {
     pub duration_s: u64,
     #[serde(flatten)]
     pub report: Report,
+    pub disk_full: DiskFigures,
     /// Peer datagrams the relays dropped while a controller was cut off.
     pub relay_dropped: u64,
     /// Seconds from the first fault to the end of the checks.
@@ -269,6 +288,7 @@ struct Procs {
     net: Option<Net>,
     /// The packets each fault track has lost (applied together).
     drops: Mutex<[Drops; 2]>,
+    disk: Mutex<DiskFigures>,
     /// One client per controller, for leader lookups and digests.
     probes: Vec<Client>,
     ids: Vec<u64>,
@@ -317,6 +337,22 @@ impl Procs {
             }
         }
         best.map(|(_, i)| i)
+    }
+
+    /// Waits (up to `timeout`) for controller `i` to answer a read; false if it did not.
+    async fn answers(&self, i: usize, timeout: Duration) -> bool {
+        let req = ClientRequest::Read {
+            query: Query::Controllers,
+            stale: true,
+        };
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Response::Controllers(_)) = self.probes[i].request_to(0, &req).await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
     }
 
     /// The agent (`n<i>`) whose node has the most GPUs allocated, as a controller sees it.
@@ -485,6 +521,41 @@ impl Procs {
                     eprintln!("tranche-nemesis: {e}");
                 }
                 return Some(format!("c{}{offset_s:+}s", self.ids[i]));
+            }
+            Fault::DiskFull { target } => {
+                let i = self.pick(target, rng).await;
+                let with_bed = |f: &dyn Fn(&Bed) -> Result<(), String>| {
+                    if let Fleet::Hosts(b) = &*self.cluster.lock().unwrap() {
+                        if let Err(e) = f(b) {
+                            eprintln!("tranche-nemesis: {e}");
+                        }
+                    }
+                };
+                with_bed(&|b| b.fill(i).map(|_| ()));
+                tokio::time::sleep(hold).await;
+                with_bed(&|b| b.unfill(i));
+                // A controller that gave up on its full disk is started again.
+                let exited = {
+                    let mut c = self.cluster.lock().unwrap();
+                    let exited = !c.is_running(i);
+                    if exited {
+                        if let Err(e) = c.start(i) {
+                            eprintln!("tranche-nemesis: restarting c{}: {e}", self.ids[i]);
+                        }
+                    }
+                    exited
+                };
+                let t0 = Instant::now();
+                let back = self.answers(i, DISK_RECOVERY).await;
+                let mut d = self.disk.lock().unwrap();
+                d.fills += 1;
+                d.exits += usize::from(exited);
+                d.recover_max_ms = d.recover_max_ms.max(t0.elapsed().as_millis() as u64);
+                if !back {
+                    d.unrecovered += 1;
+                }
+                let how = if exited { " (exited)" } else { "" };
+                return Some(format!("c{}{how}", self.ids[i]));
             }
             Fault::CutAgent { node } => {
                 // The agent with the most GPUs in use, so that the cut has jobs to fence.
@@ -699,6 +770,7 @@ pub fn bed_options(args: &Args) -> Result<BedOptions, String> {
         log_filter: std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into()),
         keep: args.keep,
         faketime: crate::bed::find_faketime(),
+        disk_mib: Some(HOSTS_DISK_MIB),
     })
 }
 
@@ -814,6 +886,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         cuts: cuts.clone(),
         net,
         drops: Mutex::new([Vec::new(), Vec::new()]),
+        disk: Mutex::default(),
         probes,
         ids: (1..=CONTROLLERS as u64).collect(),
     });
@@ -859,6 +932,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         down_after_ms: timing.down_after_s * 1000,
         fence_after_ms: timing.fence_after_s * 1000,
         skew: hosts && crate::bed::find_faketime().is_some(),
+        disk: hosts,
     };
     let schedule = match hosts {
         true => faults::schedule_hosts(seed, shape),
@@ -971,8 +1045,10 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         }),
     });
     write_history(&dir, &ops, &faults);
+    let disk_full = procs.disk.lock().unwrap().clone();
     let summary = Summary {
-        passed: report.passed(),
+        passed: report.passed() && disk_full.unrecovered == 0,
+        disk_full,
         seed,
         duration_s: args.duration,
         relay_dropped: cuts.dropped.load(Ordering::Relaxed),

@@ -117,6 +117,13 @@ fn the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it() {
     assert!(sw.contains("br0"), "{sw}");
     assert_eq!(sw.matches("master br0").count(), 6, "{sw}");
     assert_eq!(own_links(), before, "the machine's own interfaces changed");
+    // Each controller's data dir is on a disk of its own.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let disks = mounts
+        .lines()
+        .filter(|l| l.starts_with("tmpfs ") && l.contains(&format!("/{}-", b.tag)))
+        .count();
+    assert_eq!(disks, 3, "{mounts}");
     assert!(b
         .lines
         .iter()

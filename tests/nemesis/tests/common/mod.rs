@@ -57,7 +57,7 @@ pub fn can_run(test: &str) -> bool {
     false
 }
 
-/// What of run `tag` is still there: namespaces, processes, its directory.
+/// What of run `tag` is still there: namespaces, processes, mounts, its directory.
 pub fn left(tag: &str) -> Vec<String> {
     let mut out = Vec::new();
     let prefix = format!("{tag}-");
@@ -78,6 +78,15 @@ pub fn left(tag: &str) -> Vec<String> {
                     e.file_name().to_string_lossy()
                 ));
             }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    // The controllers' disks (a namespace is a mount too, under /run/netns: counted
+    // above).
+    let disks = mounts.lines().filter_map(|l| l.strip_prefix("tmpfs "));
+    for point in disks.filter_map(|l| l.split(' ').next()) {
+        if point.contains(&format!("/{prefix}")) {
+            out.push(format!("mount {point}"));
         }
     }
     for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {

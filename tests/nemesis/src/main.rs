@@ -6,8 +6,10 @@
 //! violation, 2 when the run itself could not be carried out.
 //!
 //! `--hosts` runs the same on the test bed ([`bed`]): each controller and agent on a
-//! host of its own (a network namespace), with network partitions and one-way drops
-//! among the faults. `tranche-nemesis bed` brings the bed up for a person to try;
+//! host of its own (a network namespace), with network partitions, one-way drops,
+//! lossy links, skewed controller clocks and full controller disks among the faults,
+//! and checks fencing too (no job runs twice at once; a cut agent stops its jobs in
+//! time). `tranche-nemesis bed` brings the bed up for a person to try;
 //! `tranche-nemesis sweep` removes what dead runs left.
 
 mod bed;

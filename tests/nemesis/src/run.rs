@@ -389,7 +389,7 @@ impl Procs {
     async fn inject(&self, track: usize, step: &Step, rng: &mut StdRng) -> String {
         let hold = Duration::from_millis(step.hold_ms);
         if let Some(net) = &self.net {
-            if let Some(t) = self.network_fault(net, track, step, rng, hold).await {
+            if let Some(t) = self.bed_fault(net, track, step, rng, hold).await {
                 return t;
             }
         }
@@ -437,13 +437,14 @@ impl Procs {
                 signal(pid, Signal::SIGCONT);
                 format!("n{node}")
             }
-            // Network faults need a bed (handled above).
+            // The bed's own faults need a bed (handled above).
             _ => format!("{:?}", step.fault),
         }
     }
 
-    /// Applies, holds and heals a network fault on the bed; `None` for the other kinds.
-    async fn network_fault(
+    /// Applies, holds and heals a fault only the bed has (the network's, a clock's, a
+    /// disk's); `None` for the other kinds.
+    async fn bed_fault(
         &self,
         net: &Net,
         track: usize,

@@ -350,6 +350,46 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
 }
 
 #[test]
+fn an_agent_restarted_without_controllers_fences_the_jobs_it_adopts() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 3, "");
+    let fenced = dir.path().join("fenced");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let script = format!(
+            "trap 'echo TERM > {}; exit 0' TERM; while true; do sleep 0.1; done",
+            fenced.display()
+        );
+        let (id, _) = admin
+            .submit(host_job("lender", "f2", &script))
+            .await
+            .unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+    });
+    // The controllers go, then the agent restarts: it re-adopts the job, and cannot
+    // register. It must still stop the job once fence_after (3 s) has passed.
+    for i in 0..3 {
+        c.kill(i);
+    }
+    c.kill_agent(0);
+    c.start_agent(&agent_bin(), 0).unwrap();
+    let restarted = Instant::now();
+    while !fenced.exists() {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(30),
+            "the restarted agent never fenced the job it re-adopted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn a_container_job_gets_its_gpus_env_and_output() {
     let _g = serial();
     if exec_common::lacks(

@@ -35,7 +35,7 @@ pub struct Args {
     pub command: Option<Cmd>,
     /// Run on the test bed: every controller and agent on a host of its own (a network
     /// namespace; needs root, `ip` and `nft`), with network faults.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub hosts: bool,
     /// Agents on the bed (`--hosts`, `bed`).
     #[arg(long, default_value_t = 4, global = true)]
@@ -79,6 +79,13 @@ pub enum Cmd {
         #[arg(long, hide = true)]
         fail_when_up: bool,
     },
+    /// Measure failover: the time from losing the leader (killed; partitioned away) to
+    /// the next acknowledged write, `--rounds` times each, on 127.0.0.1 or, with
+    /// `--hosts`, on the bed. Prints one JSON object.
+    Failover {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// Remove what beds of runs no longer alive left (namespaces, processes,
     /// directories); with `--check`, only list what any bed left and exit 1 if
     /// anything is.
@@ -109,7 +116,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             };
         }
-        None => {}
+        Some(Cmd::Failover { .. }) | None => {}
     }
     let seed = args.seed.unwrap_or_else(rand::random);
     // On the bed, this process's threads are in the client host (made before the
@@ -139,6 +146,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(Cmd::Failover { rounds }) = args.command {
+        return match rt.block_on(run::failover(args.clone(), bed, rounds)) {
+            Ok(out) => {
+                println!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tranche-nemesis failover: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     match rt.block_on(run::run(args.clone(), seed, bed)) {
         Ok(out) => {
             if args.json {

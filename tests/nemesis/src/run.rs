@@ -14,6 +14,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use tranche_client::Client;
 use tranche_local::{LocalCluster, LocalOptions};
+use tranche_model::JobSpec;
 use tranche_proto::ClientCommand;
 use tranche_proto::{
     ClientRequest, HistoryFilter, JobFilter, JobSummary, Query, Response, MAX_HISTORY_PAGE,
@@ -825,24 +826,15 @@ async fn loopback(args: &Args, dir: &Path, cuts: &Arc<Cuts>) -> Result<Fleet, St
     Ok(Fleet::Local { cluster, agent_bin })
 }
 
-pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, String> {
+/// The cluster, on the bed or on 127.0.0.1, with the policy in and every agent's node
+/// registered; its processes, and an admin client.
+async fn setup(
+    args: &Args,
+    bed: Option<Bed>,
+    dir: &Path,
+    cuts: &Arc<Cuts>,
+) -> Result<(Arc<Procs>, Client), String> {
     let hosts = bed.is_some();
-    let timing = Timing::of(hosts);
-    let cuts = Arc::new(Cuts::default());
-    let (dir, tmp) = match (&bed, &args.dir) {
-        (Some(b), _) => (b.dir.clone(), None),
-        (None, Some(d)) => {
-            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
-            (d.clone(), None)
-        }
-        (None, None) => {
-            let t = tempfile::Builder::new()
-                .prefix("tranche-nemesis-")
-                .tempdir()
-                .map_err(|e| e.to_string())?;
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
     let (fleet, net) = match bed {
         Some(b) => {
             let net = Net {
@@ -852,7 +844,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
             };
             (Fleet::Hosts(b), Some(net))
         }
-        None => (loopback(&args, &dir, &cuts).await?, None),
+        None => (loopback(args, dir, cuts).await?, None),
     };
     let agents = fleet.spools().len();
     let admin = tune(fleet.client(Role::Admin, "admin", None)?, 1_000, 30);
@@ -869,7 +861,6 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
             must(&admin, cmd).await?;
         }
     }
-    let nodes: Vec<String> = fleet.spools().into_iter().map(|(n, _)| n).collect();
     let t0 = Instant::now();
     loop {
         if let Ok(Response::Nodes(ns)) = admin.read(Query::Nodes, false).await {
@@ -891,6 +882,30 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         probes,
         ids: (1..=CONTROLLERS as u64).collect(),
     });
+    Ok((procs, admin))
+}
+
+pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, String> {
+    let hosts = bed.is_some();
+    let timing = Timing::of(hosts);
+    let cuts = Arc::new(Cuts::default());
+    let (dir, tmp) = match (&bed, &args.dir) {
+        (Some(b), _) => (b.dir.clone(), None),
+        (None, Some(d)) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            (d.clone(), None)
+        }
+        (None, None) => {
+            let t = tempfile::Builder::new()
+                .prefix("tranche-nemesis-")
+                .tempdir()
+                .map_err(|e| e.to_string())?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let (procs, admin) = setup(&args, bed, &dir, &cuts).await?;
+    let agents = procs.cluster.lock().unwrap().spools().len();
+    let nodes: Vec<String> = (0..agents).map(|n| format!("n{n}")).collect();
 
     // Load and faults.
     let history = Arc::new(History::default());
@@ -1158,4 +1173,84 @@ async fn bed_ready(bed: &Bed, fail_when_up: bool) -> Result<(), String> {
     }
     eprintln!("tranche-nemesis bed: removing the bed");
     Ok(())
+}
+
+/// `tranche-nemesis failover`: the time from losing the leader to the next acknowledged
+/// write, `rounds` times each way: the leader killed (SIGKILL, restarted after), and the
+/// leader partitioned away (on the bed cut from every host; on 127.0.0.1 cut from its
+/// peers by the relays, clients still reaching it), then healed. No other load runs.
+pub async fn failover(args: Args, bed: Option<Bed>, rounds: usize) -> Result<String, String> {
+    if rounds == 0 {
+        return Err("rounds: must be at least 1".into());
+    }
+    let hosts = bed.is_some();
+    let cuts = Arc::new(Cuts::default());
+    let tmp = tempfile::Builder::new()
+        .prefix("tranche-nemesis-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let dir = match &bed {
+        Some(b) => b.dir.clone(),
+        None => tmp.path().to_path_buf(),
+    };
+    let (procs, _admin) = setup(&args, bed, &dir, &cuts).await?;
+    let mut kill_ms = Vec::new();
+    let mut partition_ms = Vec::new();
+    for round in 0..rounds * 2 {
+        let partition = round % 2 == 1;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        wait_leader(&procs.probes, Duration::from_secs(15)).await?;
+        let leader = procs.leader().await.ok_or("no leader before the fault")?;
+        // Connected before the fault, as a busy client would be.
+        let probe = tune(
+            procs
+                .cluster
+                .lock()
+                .unwrap()
+                .client(Role::User, "user0", None)?,
+            300,
+            30,
+        );
+        let _ = probe.read(Query::Controllers, true).await;
+        match (partition, &procs.net) {
+            (false, _) => procs.cluster.lock().unwrap().kill(leader),
+            (true, Some(net)) => {
+                let mut rest: Vec<Ipv4Addr> = net.controllers.clone();
+                rest.remove(leader);
+                rest.extend(&net.agents);
+                rest.push(net.client);
+                procs.set_drops(0, cut(&[net.controllers[leader]], &rest));
+            }
+            (true, None) => procs.cuts.set(&[procs.ids[leader]]),
+        }
+        let t0 = Instant::now();
+        let name = format!("failover-{round}");
+        let mut spec = JobSpec::new(&name, "q", "borrow", "user0", "h100", 1, 1);
+        spec.client_token = Some(tranche_client::new_token());
+        spec.command = vec!["true".into()];
+        let acked = probe.submit(spec).await;
+        let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        // Heal before judging, so that a failed round leaves the cluster whole.
+        procs.set_drops(0, Vec::new());
+        procs.cuts.set(&[]);
+        procs.cluster.lock().unwrap().start(leader)?;
+        acked.map_err(|e| format!("round {round}: no write acknowledged: {e}"))?;
+        match partition {
+            true => partition_ms.push(ms),
+            false => kill_ms.push(ms),
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(serde_json::json!({
+        "on": if hosts { "hosts" } else { "loopback" },
+        "rounds": rounds,
+        "kill_ms_median": median(&mut kill_ms),
+        "kill_ms": kill_ms,
+        "partition_ms_median": median(&mut partition_ms),
+        "partition_ms": partition_ms,
+    })
+    .to_string())
 }

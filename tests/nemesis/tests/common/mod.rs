@@ -39,6 +39,17 @@ pub fn unavailable() -> Option<String> {
             return Some(format!("`{tool}` is missing (iproute2, nftables)"));
         }
     }
+    // Root may still be refused network namespaces (a container without
+    // CAP_SYS_ADMIN): try one.
+    let netns = Command::new("unshare")
+        .args(["--net", "true"])
+        .stderr(Stdio::null())
+        .status();
+    if let Ok(st) = netns {
+        if !st.success() {
+            return Some("this machine refuses network namespaces (unshare --net)".into());
+        }
+    }
     None
 }
 
@@ -47,7 +58,8 @@ pub fn can_run(test: &str) -> bool {
     let Some(why) = unavailable() else {
         return true;
     };
-    let msg = format!("NOT RUN: {test}: the test bed needs root, ip and nft: {why}");
+    let msg =
+        format!("NOT RUN: {test}: the test bed needs root, ip, nft and network namespaces: {why}");
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{msg} (CI=true)");
     }

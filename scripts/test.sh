@@ -17,11 +17,36 @@
 #
 # As root, missing Debian packages are installed with apt-get before any test runs:
 # runc and a static busybox for the container tests, chromium and chromium-driver for
-# the dashboard's browser tests. Without root nothing is
-# installed, and the tests that need those tools say so on stderr and are skipped;
+# the dashboard's browser tests, iproute2, nftables and faketime for the nemesis's
+# test bed.
+# Without root nothing is installed, and the tests that need those tools say so on
+# stderr and are skipped (the test bed's say NOT RUN);
 # under CI=true a test that cannot run as root fails instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# No test may leave a test bed of the nemesis behind (docs/testing.md): no network
+# namespace, interface, nft table, netem qdisc, mount or process of one (their names and
+# directories start with trb-<pid>-). Checked when the script ends, however it ends.
+beds_left() {
+  local left
+  left=$({
+    ip netns list 2>/dev/null | grep -E '^trb-[0-9]+-'
+    ip -o link show 2>/dev/null | grep -E '^[0-9]+: trb-'
+    nft list tables 2>/dev/null | grep -E ' trb$'
+    tc qdisc show 2>/dev/null | grep -w netem
+    grep -E '^tmpfs [^ ]*/trb-[0-9]+-' /proc/self/mounts
+    local f
+    for f in $(grep -lsaE '/trb-[0-9]+-' /proc/[0-9]*/cmdline); do
+      echo "process ${f//[^0-9]/}: $(tr '\0' ' ' <"$f" 2>/dev/null)"
+    done
+  } || true)
+  [[ -z $left ]] && return 0
+  echo "test.sh: a test bed was left behind:" >&2
+  echo "$left" >&2
+  return 1
+}
+trap 'rc=$?; beds_left || rc=1; exit $rc' EXIT
 
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
@@ -37,6 +62,12 @@ busybox_static() {
   return 1
 }
 busybox_static || need+=(busybox-static)
+# The nemesis's test bed: hosts as network namespaces (iproute2), and the network
+# faults among them (nftables)...
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+# ...and its controllers' skewed clocks (libfaketime, which faketime pulls in).
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
 # The log relay's slow-reader test (agent_e2e) reads through curl.
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # Debian's python3 makes virtualenvs only with python3-venv (ensurepip).

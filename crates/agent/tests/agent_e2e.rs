@@ -262,7 +262,7 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
     );
     let tick = dir.path().join("tick");
     let fenced = dir.path().join("fenced");
-    rt().block_on(async {
+    let id = rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
         // The job counts in `tick` until SIGTERM, which it notes in `fenced`.
@@ -280,6 +280,7 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
             j.status == JobStatus::Running
         })
         .await;
+        id
     });
     let ticks = || -> Option<u64> { std::fs::read_to_string(&tick).ok()?.trim().parse().ok() };
     let wait = |what: &str, done: &mut dyn FnMut() -> bool| {
@@ -320,6 +321,72 @@ fn without_controllers_jobs_go_on_until_the_agent_fences() {
         age >= 3.0,
         "fenced {age} s after the last contact, before fence_after: {m}"
     );
+    // The agent restarts before it could report the fenced exit (it re-adopts the
+    // attempt), then the controllers come back: the attempt is reported lost, not
+    // failed (nor succeeded, though the job exited 0 on its checkpoint signal), and the
+    // job runs again.
+    c.kill_agent(0);
+    c.start_agent(&agent_bin(), 0).unwrap();
+    for i in 0..3 {
+        c.start(i).unwrap();
+    }
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let j = wait_for(
+            &admin,
+            id,
+            "a second attempt",
+            Duration::from_secs(60),
+            |j| j.attempts.len() >= 2 || j.status.is_terminal(),
+        )
+        .await;
+        assert!(!j.status.is_terminal(), "{j:?}");
+        assert_eq!(
+            j.attempts[0].end,
+            Some(tranche_model::AttemptEnd::Lost),
+            "{j:?}"
+        );
+    });
+}
+
+#[test]
+fn an_agent_restarted_without_controllers_fences_the_jobs_it_adopts() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 3, "");
+    let fenced = dir.path().join("fenced");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let script = format!(
+            "trap 'echo TERM > {}; exit 0' TERM; while true; do sleep 0.1; done",
+            fenced.display()
+        );
+        let (id, _) = admin
+            .submit(host_job("lender", "f2", &script))
+            .await
+            .unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+    });
+    // The controllers go, then the agent restarts: it re-adopts the job, and cannot
+    // register. It must still stop the job once fence_after (3 s) has passed.
+    for i in 0..3 {
+        c.kill(i);
+    }
+    c.kill_agent(0);
+    c.start_agent(&agent_bin(), 0).unwrap();
+    let restarted = Instant::now();
+    while !fenced.exists() {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(30),
+            "the restarted agent never fenced the job it re-adopted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]

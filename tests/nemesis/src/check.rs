@@ -51,12 +51,28 @@ pub struct NodeLedger {
 /// Each controller's (applied index, digest), or `None` when it did not answer.
 pub type Digests = Vec<Option<(u64, u64)>>;
 
+/// What fencing promises when the settings follow DESIGN §4 (`down_after` greater than
+/// `fence_after` plus the orphan grace): an agent cut from every controller has stopped
+/// each job it ran within `fence_after` plus the grace, before any of them is requeued.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence {
+    /// The agents' `fence_after_s`, in µs.
+    pub after_us: u64,
+    /// The grace of a fence's stop (the agents' orphan grace), in µs.
+    pub grace_us: u64,
+    /// What the check allows beyond those: the heartbeat before the cut, the monitor's
+    /// tick, the process's exit.
+    pub slack_us: u64,
+}
+
 pub struct Input<'a> {
     pub ops: &'a [Op],
     pub faults: &'a [FaultRecord],
     pub jobs: &'a [FinalJob],
     pub ledgers: &'a [NodeLedger],
     pub digests: &'a Digests,
+    /// Checked only where the run's settings make the promise (on the test bed).
+    pub fence: Option<Fence>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -74,6 +90,17 @@ pub struct Report {
     /// Pairs of attempts that held the same GPU at the same instant.
     pub gpu_overlaps: usize,
     pub gpu_intervals: usize,
+    /// Pairs of attempts of one job that ran at the same instant (on two nodes, or two
+    /// attempts on one): checked with `fence` only.
+    pub job_overlaps: usize,
+    /// Attempts running on an agent when it was cut from every controller, for longer
+    /// than `fence_after`: each must have ended within the fence's bound (and its job
+    /// been requeued, not failed).
+    pub fenced_attempts: usize,
+    /// Of those, the ones that ended later than the bound.
+    pub fence_late: usize,
+    /// The longest time from such a cut to the end of one of those attempts, in ms.
+    pub fence_max_ms: u64,
     /// Ledger lines that do not pair up (a free without its bind) or cannot be read.
     pub ledger_errors: usize,
     pub faults: usize,
@@ -102,6 +129,8 @@ impl Report {
             && self.cancels_undone == 0
             && self.priorities_undone == 0
             && self.gpu_overlaps == 0
+            && self.job_overlaps == 0
+            && self.fence_late == 0
             && self.ledger_errors == 0
             && self.converged
             && self.stuck == 0
@@ -148,8 +177,91 @@ pub fn check(input: &Input) -> Report {
         .count();
     check_jobs(input, &mut r);
     check_ledgers(input.ledgers, &mut r);
+    if let Some(f) = input.fence {
+        check_fencing(input, f, &mut r);
+    }
     check_digests(input.digests, &mut r);
     r
+}
+
+/// Each attempt's span on its node: from its first bind to its last free (`u64::MAX`
+/// when a GPU of it was never freed), by (job, attempt), with its node.
+fn attempt_spans(ledgers: &[NodeLedger]) -> BTreeMap<(u64, u32, usize), (u64, u64)> {
+    let mut spans: BTreeMap<(u64, u32, usize), (u64, u64)> = BTreeMap::new();
+    let mut open: HashMap<(u64, u32, usize), usize> = HashMap::new();
+    for (n, l) in ledgers.iter().enumerate() {
+        for e in &l.entries {
+            let key = (e.job.0, e.attempt.0, n);
+            let s = spans.entry(key).or_insert((e.t_us, e.t_us));
+            let held = open.entry(key).or_default();
+            if e.bind {
+                s.0 = s.0.min(e.t_us);
+                *held += e.gpus.len();
+            } else {
+                s.1 = s.1.max(e.t_us);
+                *held = held.saturating_sub(e.gpus.len());
+            }
+        }
+    }
+    for (key, held) in open {
+        if held > 0 {
+            spans.get_mut(&key).expect("span").1 = u64::MAX;
+        }
+    }
+    spans
+}
+
+/// No job runs twice at once, and a cut agent's jobs end within the fence's bound.
+fn check_fencing(input: &Input, f: Fence, r: &mut Report) {
+    let spans = attempt_spans(input.ledgers);
+    let node = |n: usize| input.ledgers[n].node.as_str();
+    let mut by_job: BTreeMap<u64, Vec<(u64, u64, u32, usize)>> = BTreeMap::new();
+    for (&(job, attempt, n), &(t0, t1)) in &spans {
+        by_job.entry(job).or_default().push((t0, t1, attempt, n));
+    }
+    for (job, mut iv) in by_job {
+        iv.sort();
+        for w in 1..iv.len() {
+            let (a, b) = (iv[w - 1], iv[w]);
+            if b.0 < a.1 {
+                r.job_overlaps += 1;
+                r.violation(format!(
+                    "job {job} ran attempt {} on {} and attempt {} on {} at once",
+                    a.2,
+                    node(a.3),
+                    b.2,
+                    node(b.3)
+                ));
+            }
+        }
+    }
+    let bound = f.after_us + f.grace_us + f.slack_us;
+    for cut in input.faults.iter().filter(|x| x.kind == "cut_agent") {
+        if cut.healed_us.saturating_sub(cut.start_us) < f.after_us + f.slack_us {
+            continue; // healed before the agent had to fence
+        }
+        let Some(n) = input.ledgers.iter().position(|l| l.node == cut.target) else {
+            continue;
+        };
+        for (&(job, attempt, at), &(t0, t1)) in &spans {
+            if at != n || t0 >= cut.start_us || t1 <= cut.start_us {
+                continue;
+            }
+            r.fenced_attempts += 1;
+            let took = t1.saturating_sub(cut.start_us);
+            r.fence_max_ms = r.fence_max_ms.max(took.min(u64::MAX / 2) / 1000);
+            if took > bound {
+                r.fence_late += 1;
+                r.violation(format!(
+                    "{}: job {job} attempt {attempt} still ran {} ms after the agent was cut (fence_after {} ms, grace {} ms)",
+                    cut.target,
+                    took.min(u64::MAX / 2) / 1000,
+                    f.after_us / 1000,
+                    f.grace_us / 1000
+                ));
+            }
+        }
+    }
 }
 
 fn check_jobs(input: &Input, r: &mut Report) {
@@ -400,6 +512,7 @@ mod tests {
             jobs,
             ledgers: &ledgers,
             digests: &vec![Some((5, 9)), Some((5, 9)), Some((5, 9))],
+            fence: None,
         })
     }
 
@@ -472,8 +585,88 @@ mod tests {
             jobs: &[],
             ledgers: &ledgers,
             digests: &vec![Some((5, 9)), Some((5, 8)), None],
+            fence: None,
         });
         assert_eq!(r.gpu_overlaps, 1);
         assert!(!r.converged);
+    }
+
+    fn on(node: &str, entries: Vec<LedgerEntry>) -> NodeLedger {
+        NodeLedger {
+            node: node.into(),
+            entries,
+            bad_lines: 0,
+        }
+    }
+
+    fn attempt(mut e: LedgerEntry, n: u32) -> LedgerEntry {
+        e.attempt = tranche_agent::exec::AttemptNo(n);
+        e
+    }
+
+    #[test]
+    fn a_job_on_two_nodes_at_once_and_a_late_fence_are_caught() {
+        const S: u64 = 1_000_000;
+        let fence = Fence {
+            after_us: 2 * S,
+            grace_us: 10 * S,
+            slack_us: 2 * S,
+        };
+        let cut = |target: &str, start: u64, healed: u64| FaultRecord {
+            kind: "cut_agent",
+            target: target.into(),
+            start_us: start,
+            healed_us: healed,
+        };
+        // n0 is cut at 100 s for 20 s: job 1 stops 2.3 s later (fenced in time) and
+        // runs again on n1 from 117 s; job 2 runs on through the cut.
+        let ledgers = vec![
+            on(
+                "n0",
+                vec![
+                    entry(90 * S, true, 1, &[0]),
+                    entry(102 * S + 300_000, false, 1, &[0]),
+                    entry(95 * S, true, 2, &[1]),
+                    entry(130 * S, false, 2, &[1]),
+                ],
+            ),
+            on(
+                "n1",
+                vec![
+                    attempt(entry(117 * S, true, 1, &[0]), 2),
+                    attempt(entry(118 * S, false, 1, &[0]), 2),
+                    // Job 3 twice at once: attempt 1 here, attempt 2 on n2.
+                    entry(50 * S, true, 3, &[1]),
+                    entry(60 * S, false, 3, &[1]),
+                ],
+            ),
+            on(
+                "n2",
+                vec![
+                    attempt(entry(59 * S, true, 3, &[0]), 2),
+                    attempt(entry(61 * S, false, 3, &[0]), 2),
+                ],
+            ),
+        ];
+        let faults = [cut("n0", 100 * S, 120 * S), cut("n1", 10 * S, 11 * S)];
+        let digests = vec![Some((5, 9))];
+        let input = |fence| Input {
+            ops: &[],
+            faults: &faults,
+            jobs: &[],
+            ledgers: &ledgers,
+            digests: &digests,
+            fence,
+        };
+        let r = check(&input(Some(fence)));
+        assert_eq!(r.job_overlaps, 1, "{r:?}");
+        assert_eq!(r.fenced_attempts, 2, "{r:?}");
+        assert_eq!(r.fence_late, 1, "{r:?}");
+        assert_eq!(r.fence_max_ms, 30_000);
+        assert!(!r.passed());
+        // Without the promise (settings outside DESIGN §4) neither is checked.
+        let r = check(&input(None));
+        assert_eq!((r.job_overlaps, r.fence_late), (0, 0));
+        assert!(r.passed(), "{r:?}");
     }
 }

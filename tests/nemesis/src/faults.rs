@@ -25,8 +25,29 @@ pub enum Fault {
     Isolate { target: Target },
     /// SIGKILL an agent (its jobs go on under their shims); restart after `hold_ms`.
     KillAgent { node: usize },
-    /// SIGSTOP an agent for `hold_ms`, longer than the controllers' `down_after_s`.
+    /// SIGSTOP an agent for `hold_ms`, longer than the controllers' `down_after_s`
+    /// (on the bed: from 2 s to 3 s short of it).
     StopAgent { node: usize },
+    /// On the bed: one controller alone, cut from every other host (a follower: a
+    /// minority controller; the leader: the leader alone).
+    Partition { target: Target },
+    /// On the bed: two halves, each a controller and half the agents (the client with
+    /// the second), and the third controller hears both.
+    Bridge,
+    /// On the bed: what one controller sends its peers is lost, not what it receives.
+    OneWay { target: Target },
+    /// On the bed: `percent` of the packets on every link of a controller are lost, at
+    /// random, both ways.
+    Lossy { target: Target, percent: u8 },
+    /// On the bed with libfaketime: a controller's wall clock `offset_s` off.
+    SkewClock { target: Target, offset_s: i32 },
+    /// On the bed: a controller's disk (its data dir's file system) full; the space
+    /// comes back when it heals.
+    DiskFull { target: Target },
+    /// On the bed: an agent cut from every controller.
+    CutAgent { node: usize },
+    /// On the bed: an agent that reaches one follower only (a minority).
+    AgentMinority { node: usize },
 }
 
 impl Fault {
@@ -37,6 +58,19 @@ impl Fault {
             Fault::Isolate { .. } => "isolate_controller",
             Fault::KillAgent { .. } => "kill_agent",
             Fault::StopAgent { .. } => "stop_agent",
+            Fault::Partition {
+                target: Target::Leader,
+            } => "partition_leader",
+            Fault::Partition {
+                target: Target::Follower,
+            } => "partition_minority",
+            Fault::Bridge => "partition_bridge",
+            Fault::OneWay { .. } => "drop_one_way",
+            Fault::Lossy { .. } => "lossy_links",
+            Fault::SkewClock { .. } => "skew_clock",
+            Fault::DiskFull { .. } => "disk_full",
+            Fault::CutAgent { .. } => "cut_agent",
+            Fault::AgentMinority { .. } => "agent_minority",
         }
     }
 }
@@ -63,6 +97,35 @@ pub struct Shape {
     pub agents: usize,
     /// The controllers' `down_after_s`, in ms: an agent is stopped for longer.
     pub down_after_ms: u64,
+    /// The agents' `fence_after_s`, in ms.
+    pub fence_after_ms: u64,
+    /// Controllers' clocks can be skewed (the bed runs them under libfaketime).
+    pub skew: bool,
+    /// Controllers' disks can be filled (the bed gives each a file system).
+    pub disk: bool,
+}
+
+/// Steps drawn one after another (`draw` gives a fault and how long it lasts, then a
+/// pause from `gaps` follows) until their planned time reaches `duration_ms`.
+fn fill(
+    rng: &mut StdRng,
+    duration_ms: u64,
+    gaps: std::ops::Range<u64>,
+    mut draw: impl FnMut(&mut StdRng) -> (Fault, u64),
+) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut t = 0;
+    while t < duration_ms {
+        let (fault, hold_ms) = draw(rng);
+        let gap_ms = rng.gen_range(gaps.clone());
+        t += hold_ms + gap_ms;
+        steps.push(Step {
+            fault,
+            hold_ms,
+            gap_ms,
+        });
+    }
+    steps
 }
 
 /// Draws the schedule for `seed`. Each track is filled until its planned time reaches
@@ -76,52 +139,135 @@ pub fn schedule(seed: u64, shape: Shape) -> Schedule {
             Target::Follower
         }
     };
-    let mut controllers = Vec::new();
-    let mut t = 0;
-    while t < shape.duration_ms {
-        let (fault, hold_ms) = match rng.gen_range(0..10) {
+    let controllers = fill(&mut rng, shape.duration_ms, 200..700, |rng| {
+        match rng.gen_range(0..10) {
             0..=3 => (
                 Fault::KillController {
-                    target: target(&mut rng),
+                    target: target(&mut *rng),
                 },
                 rng.gen_range(200..1_000),
             ),
             4..=6 => (Fault::PauseLeader, rng.gen_range(800..2_500)),
             _ => (
                 Fault::Isolate {
-                    target: target(&mut rng),
+                    target: target(&mut *rng),
                 },
                 rng.gen_range(800..2_500),
             ),
-        };
-        let gap_ms = rng.gen_range(200..700);
-        t += hold_ms + gap_ms;
-        controllers.push(Step {
-            fault,
-            hold_ms,
-            gap_ms,
-        });
+        }
+    });
+    let agents = match shape.agents {
+        0 => Vec::new(),
+        n => fill(&mut rng, shape.duration_ms, 300..1_000, |rng| {
+            let node = rng.gen_range(0..n);
+            if rng.gen_bool(0.3) {
+                (
+                    Fault::StopAgent { node },
+                    shape.down_after_ms + rng.gen_range(1_000..2_500),
+                )
+            } else {
+                (Fault::KillAgent { node }, rng.gen_range(200..1_200))
+            }
+        }),
+    };
+    Schedule {
+        controllers,
+        agents,
     }
-    let mut agents = Vec::new();
-    let mut t = 0;
-    while t < shape.duration_ms && shape.agents > 0 {
-        let node = rng.gen_range(0..shape.agents);
-        let (fault, hold_ms) = if rng.gen_bool(0.3) {
-            (
-                Fault::StopAgent { node },
-                shape.down_after_ms + rng.gen_range(1_000..2_500),
-            )
+}
+
+/// Draws the schedule of a run on the bed for `seed`: the controllers' track adds
+/// partitions (a minority controller, the leader alone, a bridge) and one-way drops to
+/// kills and pauses; the agents' track adds an agent cut from every controller (held
+/// past `fence_after`, a third of them past `down_after` too, so that its jobs are
+/// fenced and then requeued) and an agent that reaches a minority only.
+pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let target = |rng: &mut StdRng| {
+        if rng.gen_bool(0.5) {
+            Target::Leader
         } else {
-            (Fault::KillAgent { node }, rng.gen_range(200..1_200))
-        };
-        let gap_ms = rng.gen_range(300..1_000);
-        t += hold_ms + gap_ms;
-        agents.push(Step {
-            fault,
-            hold_ms,
-            gap_ms,
-        });
-    }
+            Target::Follower
+        }
+    };
+    let controllers = fill(&mut rng, shape.duration_ms, 200..700, |rng| {
+        match rng.gen_range(0..20) {
+            0..=4 => (
+                Fault::KillController {
+                    target: target(&mut *rng),
+                },
+                rng.gen_range(200..1_000),
+            ),
+            5..=7 => (Fault::PauseLeader, rng.gen_range(800..2_500)),
+            8..=10 => (
+                Fault::Partition {
+                    target: Target::Follower,
+                },
+                rng.gen_range(1_000..4_000),
+            ),
+            11..=13 => (
+                Fault::Partition {
+                    target: Target::Leader,
+                },
+                rng.gen_range(1_000..4_000),
+            ),
+            14..=15 => (Fault::Bridge, rng.gen_range(1_000..4_000)),
+            19 if shape.disk => (
+                Fault::DiskFull {
+                    target: target(&mut *rng),
+                },
+                rng.gen_range(2_000..5_000),
+            ),
+            18 if shape.skew => (
+                Fault::SkewClock {
+                    target: target(&mut *rng),
+                    offset_s: match rng.gen_bool(0.5) {
+                        true => rng.gen_range(60..300),
+                        false => -rng.gen_range(60..300),
+                    },
+                },
+                rng.gen_range(3_000..8_000),
+            ),
+            16 => (
+                Fault::Lossy {
+                    target: target(&mut *rng),
+                    percent: rng.gen_range(10..40),
+                },
+                rng.gen_range(2_000..5_000),
+            ),
+            _ => (
+                Fault::OneWay {
+                    target: target(&mut *rng),
+                },
+                rng.gen_range(1_000..3_000),
+            ),
+        }
+    });
+    let past_fence = shape.fence_after_ms + 1_000..shape.fence_after_ms + 6_000;
+    let agents = match shape.agents {
+        0 => Vec::new(),
+        n => fill(&mut rng, shape.duration_ms, 300..1_000, |rng| {
+            let node = rng.gen_range(0..n);
+            match rng.gen_range(0..10) {
+                0..=2 => (Fault::KillAgent { node }, rng.gen_range(200..1_200)),
+                // Shorter than down_after: a frozen agent cannot fence, and its jobs
+                // go on under their shims while the controllers would requeue them.
+                3 => (
+                    Fault::StopAgent { node },
+                    rng.gen_range(2_000..shape.down_after_ms - 3_000),
+                ),
+                4..=5 => (Fault::CutAgent { node }, rng.gen_range(past_fence.clone())),
+                6 => (
+                    Fault::CutAgent { node },
+                    shape.down_after_ms + rng.gen_range(1_000..3_000),
+                ),
+                _ => (
+                    Fault::AgentMinority { node },
+                    rng.gen_range(past_fence.clone()),
+                ),
+            }
+        }),
+    };
     Schedule {
         controllers,
         agents,
@@ -137,6 +283,49 @@ mod tests {
             duration_ms: 60_000,
             agents: 3,
             down_after_ms: 3_000,
+            fence_after_ms: 10_000,
+            skew: false,
+            disk: false,
+        }
+    }
+
+    #[test]
+    fn a_minute_on_the_bed_holds_every_network_fault() {
+        let shape = Shape {
+            duration_ms: 60_000,
+            agents: 4,
+            down_after_ms: 15_000,
+            fence_after_ms: 2_000,
+            skew: true,
+            disk: true,
+        };
+        assert_eq!(schedule_hosts(3, shape), schedule_hosts(3, shape));
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..50 {
+            let s = schedule_hosts(seed, shape);
+            assert!(s.controllers.len() >= 15, "seed {seed}: {s:?}");
+            for st in s.controllers.iter().chain(&s.agents) {
+                seen.insert(st.fault.name());
+                if let Fault::CutAgent { node } | Fault::AgentMinority { node } = st.fault {
+                    assert!(node < 4);
+                    assert!(st.hold_ms > 2_000, "a cut outlasts fence_after");
+                }
+            }
+        }
+        for name in [
+            "partition_leader",
+            "partition_minority",
+            "partition_bridge",
+            "drop_one_way",
+            "lossy_links",
+            "skew_clock",
+            "disk_full",
+            "cut_agent",
+            "agent_minority",
+            "kill_controller",
+            "kill_agent",
+        ] {
+            assert!(seen.contains(name), "no {name} in 50 seeds");
         }
     }
 

@@ -4,7 +4,15 @@
 //! acknowledged is lost or duplicated, no GPU was held twice at once, the controllers
 //! converge, and no job is stuck. Prints one JSON summary with `--json`; exits 1 on any
 //! violation, 2 when the run itself could not be carried out.
+//!
+//! `--hosts` runs the same on the test bed ([`bed`]): each controller and agent on a
+//! host of its own (a network namespace), with network partitions, one-way drops,
+//! lossy links, skewed controller clocks and full controller disks among the faults,
+//! and checks fencing too (no job runs twice at once; a cut agent stops its jobs in
+//! time). `tranche-nemesis bed` brings the bed up for a person to try;
+//! `tranche-nemesis sweep` removes what dead runs left.
 
+mod bed;
 mod check;
 mod faults;
 mod history;
@@ -15,7 +23,7 @@ mod workload;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -23,6 +31,15 @@ use clap::Parser;
     about = "Runs a Tranche cluster under injected faults and checks its history"
 )]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+    /// Run on the test bed: every controller and agent on a host of its own (a network
+    /// namespace; needs root, `ip` and `nft`), with network faults.
+    #[arg(long, global = true)]
+    pub hosts: bool,
+    /// Agents on the bed (`--hosts`, `bed`).
+    #[arg(long, default_value_t = 4, global = true)]
+    pub agents: usize,
     /// Seconds of client load and faults.
     #[arg(long, default_value_t = 60)]
     pub duration: u64,
@@ -37,7 +54,7 @@ pub struct Args {
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Keep the directory even when the run passes.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub keep: bool,
     /// Concurrent user clients (besides one admin/operator client).
     #[arg(long, default_value_t = 3)]
@@ -53,15 +70,95 @@ pub struct Args {
     pub job_hot_s: u64,
 }
 
+#[derive(Subcommand, Debug, Clone)]
+pub enum Cmd {
+    /// Bring the test bed up with the run's policy, print its hosts and a CLI config,
+    /// and keep it until Ctrl-C (or SIGTERM), then remove it all.
+    Bed {
+        /// Fail on purpose once the bed is up (tests of its teardown).
+        #[arg(long, hide = true)]
+        fail_when_up: bool,
+    },
+    /// Measure failover: the time from losing the leader (killed; partitioned away) to
+    /// the next acknowledged write, `--rounds` times each, on 127.0.0.1 or, with
+    /// `--hosts`, on the bed. Prints one JSON object.
+    Failover {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
+    /// Remove what beds of runs no longer alive left (namespaces, processes,
+    /// directories); with `--check`, only list what any bed left and exit 1 if
+    /// anything is.
+    Sweep {
+        #[arg(long)]
+        check: bool,
+    },
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    match &args.command {
+        Some(Cmd::Bed { fail_when_up }) => return run::serve_bed(&args, *fail_when_up),
+        Some(Cmd::Sweep { check: false }) => {
+            for s in bed::sweep() {
+                println!("removed {s}");
+            }
+            return ExitCode::SUCCESS;
+        }
+        Some(Cmd::Sweep { check: true }) => {
+            let left = bed::leftovers(None);
+            for l in &left {
+                println!("left behind: {l}");
+            }
+            return if left.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            };
+        }
+        Some(Cmd::Failover { .. }) | None => {}
+    }
     let seed = args.seed.unwrap_or_else(rand::random);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match rt.block_on(run::run(args.clone(), seed)) {
+    // On the bed, this process's threads are in the client host (made before the
+    // runtime, so that its threads are born there).
+    let bed = match args.hosts {
+        true => match run::bed_options(&args).and_then(bed::Bed::up) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("tranche-nemesis: the test bed could not be made: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        false => None,
+    };
+    let rt = match &bed {
+        Some(b) => b.runtime(),
+        None => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string()),
+    };
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tranche-nemesis: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Cmd::Failover { rounds }) = args.command {
+        return match rt.block_on(run::failover(args.clone(), bed, rounds)) {
+            Ok(out) => {
+                println!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tranche-nemesis failover: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    match rt.block_on(run::run(args.clone(), seed, bed)) {
         Ok(out) => {
             if args.json {
                 println!("{}", serde_json::to_string(&out.summary).expect("json"));

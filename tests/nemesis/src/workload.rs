@@ -71,6 +71,10 @@ pub struct Ctx {
     pub history: Arc<History>,
     pub stop: Arc<AtomicBool>,
     pub nodes: Vec<String>,
+    /// One job in ten sleeps 15–30 s, so that cut agents have jobs to fence.
+    pub long_jobs: bool,
+    /// Every job's time limit: none reaches it, unless a skewed clock ends it early.
+    pub time_limit_s: Option<u64>,
 }
 
 async fn pause(rng: &mut StdRng, lo: u64, hi: u64) {
@@ -98,8 +102,9 @@ async fn open_jobs(client: &Client, user: &str) -> Option<usize> {
     }
 }
 
-/// A user: submits short jobs (sleeps of 0.3–2.5 s on one or two GPUs) to the three
-/// shares, cancels some, reprioritizes some.
+/// A user: submits short jobs (sleeps of 0.3–2.5 s on one or two GPUs; with
+/// `long_jobs`, one in ten of 15–30 s) to the three shares, cancels some, reprioritizes
+/// some.
 pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut mine: Vec<u64> = Vec::new();
@@ -121,7 +126,12 @@ pub async fn user(ctx: Arc<Ctx>, client: Client, n: usize, user: String, seed: u
             let mut spec = JobSpec::new(&name, "q", share, &user, "h100", gpus, 1);
             spec.client_token = Some(tranche_client::new_token());
             spec.priority = rng.gen_range(0..100);
-            spec.command = vec!["sleep".into(), format!("{:.1}", rng.gen_range(0.3..2.5))];
+            let secs = match ctx.long_jobs && rng.gen_bool(0.1) {
+                true => rng.gen_range(15.0..30.0),
+                false => rng.gen_range(0.3..2.5),
+            };
+            spec.command = vec!["sleep".into(), format!("{secs:.1}")];
+            spec.time_limit_s = ctx.time_limit_s;
             let r = client.submit(spec).await;
             let (outcome, job, detail) = match &r {
                 Ok((id, existing)) => (Outcome::Ok, Some(id.0), format!("existing={existing}")),

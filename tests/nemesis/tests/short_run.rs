@@ -1,25 +1,12 @@
 //! The 20-second nemesis run of the test command: real controllers and agents under
 //! injected faults, judged by the checker.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::Command;
 
-/// `tranched` and `tranche-agent` beside the nemesis binary, built first when this
-/// package's tests run alone.
-fn binaries(exe: &Path) -> (PathBuf, PathBuf) {
-    let dir = exe.parent().unwrap();
-    let (c, a) = (dir.join("tranched"), dir.join("tranche-agent"));
-    if !c.exists() || !a.exists() {
-        let cargo = option_env!("CARGO").unwrap_or("cargo");
-        let st = Command::new(cargo)
-            .args(["build", "-p", "tranched", "--bin", "tranched"])
-            .args(["-p", "tranche-agent", "--bin", "tranche-agent"])
-            .status()
-            .expect("cargo build");
-        assert!(st.success(), "building tranched and tranche-agent failed");
-    }
-    (c, a)
-}
+use common::binaries;
 
 #[test]
 fn twenty_seconds_of_faults_lose_and_duplicate_nothing() {
@@ -34,26 +21,17 @@ fn twenty_seconds_of_faults_lose_and_duplicate_nothing() {
         cmd.args(["--seed", &seed]);
     }
     let out = cmd.output().expect("run tranche-nemesis");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "tranche-nemesis failed ({}):\n{stdout}\n{stderr}",
-        out.status
+    let v = common::judged(
+        &out,
+        &[
+            "lost",
+            "duplicated",
+            "gpu_overlaps",
+            "stuck",
+            "cancels_undone",
+        ],
     );
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
-    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
-    assert_eq!(v["passed"], true, "{v}");
-    assert_eq!(v["converged"], true, "{v}");
-    for k in [
-        "lost",
-        "duplicated",
-        "gpu_overlaps",
-        "stuck",
-        "cancels_undone",
-    ] {
-        assert_eq!(n(k), 0, "{k}: {v}");
-    }
+    let n = |k: &str| common::count(&v, k);
     // The run did something worth judging: load, faults of several kinds, jobs on GPUs.
     assert!(n("faults") >= 12, "{v}");
     assert!(v["faults_by_kind"].as_object().unwrap().len() >= 3, "{v}");

@@ -319,6 +319,10 @@ impl Agent {
         // Ready once jobs are re-adopted and the log port is open; registration may wait
         // for the controllers.
         tranche_daemon_kit::systemd::notify("READY=1");
+        // The monitor (exits, time limits, the fence) runs from the start: an agent
+        // restarted while cut from the controllers re-adopts running jobs, and must
+        // fence them even if it never gets to register.
+        let mon = tokio::spawn(self.clone().monitor());
         self.register().await;
         let hb = tokio::spawn(self.clone().heartbeats());
         let health = tokio::spawn(self.clone().health());
@@ -328,7 +332,6 @@ impl Agent {
                 warn!("{e}");
             }
         }
-        let mon = tokio::spawn(self.clone().monitor());
         let checkpoints = tokio::spawn(self.clone().checkpoints());
         let sweep = tokio::spawn(self.clone().sweep_output());
         let mut seen: Option<u64> = None;

@@ -12,6 +12,13 @@ use tranche_model::Progress;
 use super::{Agent, AttemptKey, ORPHAN_GRACE, SWEEP};
 use crate::exec::Attempt;
 
+/// The reason, in an exit report, of an attempt the agent stopped when it fenced its
+/// node: the job did not fail, and the controllers requeue it.
+const FENCED: &str = "fenced: the agent lost the controllers for fence_after";
+/// The mark a fence leaves in the directory of each attempt it stops, so that an agent
+/// restarted before the exit was reported still reports it as fenced.
+const FENCED_MARK: &str = "fenced";
+
 impl Agent {
     /// Reports exits (exactly once: an exit is forgotten only once the controllers have
     /// it), and fences the node when the controllers have been out of reach too long.
@@ -109,7 +116,17 @@ impl Agent {
                     lost_s = lost.as_secs(),
                     "no controller quorum for fence_after: stopping every job on this node"
                 );
-                let keys: Vec<AttemptKey> = self.attempts.lock().unwrap().keys().copied().collect();
+                let keys: Vec<AttemptKey> = {
+                    let mut l = self.attempts.lock().unwrap();
+                    for e in l.values_mut() {
+                        e.stopped_for.get_or_insert_with(|| FENCED.into());
+                        let mark = e.attempt.dir().join(FENCED_MARK);
+                        if let Err(err) = std::fs::write(&mark, "") {
+                            warn!("{}: {err}", mark.display());
+                        }
+                    }
+                    l.keys().copied().collect()
+                };
                 for k in keys {
                     self.clone().stop(k, None, ORPHAN_GRACE);
                 }
@@ -170,21 +187,32 @@ impl Agent {
         // Neither code nor signal, and no launch error: the agent lost the
         // attempt (it died before the shim started, or the shim vanished). The
         // job did not fail; the controllers requeue it.
-        let event = if st.code.is_none() && st.signal.is_none() && a.launch_error().is_none() {
-            Progress::Lost {
-                reason: reason.unwrap_or_else(|| {
-                    format!(
-                        "the agent on {} lost track of the attempt (no exit status)",
-                        self.inventory.name
-                    )
-                }),
-            }
-        } else {
-            Progress::Exited {
-                code: st.code,
-                reason,
-            }
+        // An attempt the fence ended neither failed nor finished (a job may exit 0 on
+        // its checkpoint signal): like one the agent lost track of, it is requeued (or
+        // ended as a stop the controllers had ordered meant).
+        let fenced = reason.as_deref().is_some_and(|r| r.starts_with(FENCED))
+            || a.dir().join(FENCED_MARK).exists();
+        let reason = match (fenced, reason) {
+            (true, Some(r)) if !r.starts_with(FENCED) => Some(format!("{FENCED}; {r}")),
+            (true, None) => Some(FENCED.to_string()),
+            (_, r) => r,
         };
+        let event =
+            if fenced || (st.code.is_none() && st.signal.is_none() && a.launch_error().is_none()) {
+                Progress::Lost {
+                    reason: reason.unwrap_or_else(|| {
+                        format!(
+                            "the agent on {} lost track of the attempt (no exit status)",
+                            self.inventory.name
+                        )
+                    }),
+                }
+            } else {
+                Progress::Exited {
+                    code: st.code,
+                    reason,
+                }
+            };
         let delivered = self.progress(key, event).await;
         if delivered {
             // Forgotten first, then cleared: nothing may look at an attempt

@@ -1,0 +1,929 @@
+//! The test bed: Tranche on hosts instead of ports. As root, one network namespace per
+//! host (3 controllers, N agents, one client host), each with its own address in
+//! 10.77.0.0/24 on an `eth0` whose other end hangs on one bridge; the bridge itself and
+//! those other ends live in a namespace of their own (the switch), so the machine's own
+//! network namespace gains no interface, address, route or rule: nothing can leave the
+//! bed and nothing outside can reach it. The real `tranched` and `tranche-agent` run in
+//! the hosts (`ip netns exec`) with certificates issued for those addresses.
+//!
+//! Every name carries the run's tag, `trb-<pid>`: namespaces `trb-<pid>-c1`,
+//! `trb-<pid>-n0`, `trb-<pid>-cl` (client), `trb-<pid>-sw` (switch), and the bed's
+//! directory `trb-<pid>-XXXXXX` under the temporary directory. Dropping the [`Bed`]
+//! (also while a panic unwinds) kills every process in its namespaces and deletes them;
+//! [`sweep`] removes what runs that died without that (SIGKILL) left behind.
+//!
+//! Network faults are nft rules in a table `inet trb` of each host: packets from the
+//! hosts a host must not hear are dropped on its input hook, all of them or a random
+//! share ([`Bed::set_losses`]; the kernel may lack netem, nft's `numgen` needs nothing).
+//! Since every host is a fresh namespace of this run's, the daemons' ports are fixed
+//! (no other process can hold them).
+//!
+//! Each controller's data dir can sit on a small tmpfs of its own ([`Bed::fill`] fills
+//! it). Where libfaketime is installed, each controller runs with it preloaded and a clock
+//! file of its own, so that its wall clock can be set minutes off ([`Bed::skew`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+
+use tranche_client::Client;
+use tranche_tls::{Role, TlsFiles};
+
+/// The bed's network: 10.77.0.0/24, private to its namespaces.
+const NET: [u8; 3] = [10, 77, 0];
+const PREFIX: u8 = 24;
+const PEER_PORT: u16 = 7000;
+const CLIENT_PORT: u16 = 7001;
+const HTTP_PORT: u16 = 7080;
+const LOGS_PORT: u16 = 7102;
+/// The tag every run's names start with.
+pub const TAG_PREFIX: &str = "trb-";
+/// In a bed's directory: it was kept on purpose (`--keep`, or a failed run).
+const KEPT: &str = "KEPT";
+/// The most agents a bed holds (their addresses are .21 onwards).
+pub const MAX_AGENTS: usize = 200;
+
+/// Packets from `from` to `to` are lost: `percent` of them, at random (100: all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loss {
+    pub from: Ipv4Addr,
+    pub to: Ipv4Addr,
+    pub percent: u8,
+}
+
+/// One host: a network namespace and its address.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// Its short name: `c1`, `n0`, `cl`.
+    pub name: String,
+    /// Its network namespace.
+    pub ns: String,
+    pub addr: Ipv4Addr,
+}
+
+pub struct BedController {
+    pub host: Host,
+    pub id: u64,
+    pub config: PathBuf,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl BedController {
+    pub fn client_addr(&self) -> SocketAddr {
+        SocketAddr::from((self.host.addr, CLIENT_PORT))
+    }
+}
+
+pub struct BedAgent {
+    pub host: Host,
+    pub node: String,
+    pub config: PathBuf,
+    pub spool: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+/// What a bed runs.
+#[derive(Debug, Clone)]
+pub struct BedOptions {
+    pub agents: usize,
+    pub tranched: PathBuf,
+    pub agent_bin: PathBuf,
+    /// Top-level settings and tables for every controller's config (before its
+    /// `[[peers]]` and `[tls]`).
+    pub controller_extra: String,
+    /// Top-level settings for every agent's config.
+    pub agent_extra: String,
+    /// Each agent's fake GPUs, e.g. "4 x h100".
+    pub gpus: String,
+    /// `TRANCHE_LOG` of the daemons.
+    pub log_filter: String,
+    /// Keep the bed's directory when it is dropped.
+    pub keep: bool,
+    /// Each controller's data dir on a file system of its own of this many MiB (a
+    /// tmpfs), which [`Bed::fill`] can fill.
+    pub disk_mib: Option<u64>,
+    /// libfaketime (its multi-threaded build): when set, each controller runs with it,
+    /// its wall clock offset by what its clock file says ([`Bed::skew`]).
+    pub faketime: Option<PathBuf>,
+}
+
+/// Debian's libfaketime (package `libfaketime`, pulled in by `faketime`), if installed.
+pub fn find_faketime() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join("faketime/libfaketimeMT.so.1"))
+    .find(|p| p.exists())
+}
+
+pub struct Bed {
+    /// `trb-<pid>`.
+    pub tag: String,
+    pub dir: PathBuf,
+    pub certs: PathBuf,
+    pub switch: String,
+    pub client: Host,
+    pub controllers: Vec<BedController>,
+    pub agents: Vec<BedAgent>,
+    /// Keep the directory when the bed is dropped (from [`BedOptions::keep`]).
+    pub keep: bool,
+    opts: BedOptions,
+    /// The namespaces made so far, in order (teardown deletes them in reverse).
+    made: Vec<String>,
+    /// The sources each host loses, by namespace and share in percent (what its nft
+    /// input chain holds).
+    drops: Mutex<BTreeMap<String, BTreeMap<u8, BTreeSet<Ipv4Addr>>>>,
+    /// This process's own network namespace, to come back to.
+    home: File,
+    /// The file systems mounted for the controllers' data dirs.
+    mounts: Vec<PathBuf>,
+}
+
+fn addr(last: usize) -> Ipv4Addr {
+    Ipv4Addr::new(NET[0], NET[1], NET[2], last as u8)
+}
+
+/// Runs a command to its end; its failure names the command and what it printed.
+fn sh(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{program} {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `nft -f -` in namespace `ns` with `script` on its stdin.
+fn nft(ns: &str, script: &str) -> Result<(), String> {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nft in {ns}: {e}"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(script.as_bytes())
+        .map_err(|e| format!("nft in {ns}: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("nft in {ns}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nft in {ns} failed: {}\n{script}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// Why a bed cannot be made here, if it cannot: it needs root, `ip` and `nft`.
+pub fn unavailable() -> Option<String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Some("the test bed needs root (network namespaces)".into());
+    }
+    for (tool, pkg) in [("ip", "iproute2"), ("nft", "nftables")] {
+        let found = std::env::var_os("PATH").is_some_and(|p| {
+            std::env::split_paths(&p).any(|d| d.join(tool).is_file())
+                || Path::new("/usr/sbin").join(tool).is_file()
+        });
+        if !found {
+            return Some(format!(
+                "the test bed needs `{tool}` (Debian package {pkg})"
+            ));
+        }
+    }
+    None
+}
+
+/// The network namespaces of beds (names starting with [`TAG_PREFIX`]).
+pub fn bed_namespaces() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = dir
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(TAG_PREFIX))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The pid in a tag or a name that starts with one (`trb-<pid>-...`).
+fn owner(name: &str) -> Option<i32> {
+    name.strip_prefix(TAG_PREFIX)?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A run is alive while its process is: the pid exists and is a `tranche-nemesis`.
+fn alive(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("nemesis"))
+}
+
+/// Kills every process in namespace `ns` but this one, until none is left (a job's
+/// shim may fork while the first ones die).
+fn empty_namespace(ns: &str) {
+    let me = std::process::id() as i32;
+    for _ in 0..50 {
+        let pids: Vec<i32> = sh("ip", &["netns", "pids", ns])
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .filter(|p| *p != me)
+            .collect();
+        if pids.is_empty() {
+            return;
+        }
+        for p in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Processes whose command line names a bed's directory (`/trb-<pid>-`), with that pid.
+fn bed_processes() -> Vec<(i32, i32, String)> {
+    tranche_local::pids_matching(&format!("/{TAG_PREFIX}"))
+        .into_iter()
+        .filter_map(|(pid, line)| {
+            let at = line.find(&format!("/{TAG_PREFIX}"))?;
+            let run = owner(&line[at + 1..])?;
+            Some((pid, run, line))
+        })
+        .filter(|(pid, _, _)| *pid != std::process::id() as i32)
+        .collect()
+}
+
+/// Removes what beds of runs no longer alive left: their processes, namespaces (with
+/// the bridge, veths and nft tables inside) and directories. Returns what it removed.
+pub fn sweep() -> Vec<String> {
+    let mut removed = Vec::new();
+    for ns in bed_namespaces() {
+        if owner(&ns).is_some_and(alive) {
+            continue;
+        }
+        empty_namespace(&ns);
+        match sh("ip", &["netns", "del", &ns]) {
+            Ok(_) => removed.push(format!("namespace {ns}")),
+            Err(e) => eprintln!("tranche-nemesis: sweeping {ns}: {e}"),
+        }
+    }
+    for (point, run) in bed_mounts() {
+        if !alive(run) {
+            unmount(&point);
+            removed.push(format!("mount {}", point.display()));
+        }
+    }
+    for (pid, run, line) in bed_processes() {
+        if !alive(run) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            removed.push(format!("process {pid}: {line}"));
+        }
+    }
+    if let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if owner(&name).is_some_and(|p| !alive(p))
+                && e.path().is_dir()
+                && !e.path().join(KEPT).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+                removed.push(format!("directory {}", e.path().display()));
+            }
+        }
+    }
+    removed
+}
+
+/// What beds left on this machine: their namespaces and processes, and in the
+/// machine's own namespace any interface, nft table or netem qdisc of theirs. Empty
+/// when nothing is left. `tag`: only that run's; `None`: every bed's.
+pub fn leftovers(tag: Option<&str>) -> Vec<String> {
+    let mine = |name: &str| match tag {
+        Some(t) => name.starts_with(&format!("{t}-")) || name == t,
+        None => name.starts_with(TAG_PREFIX),
+    };
+    let mut out: Vec<String> = bed_namespaces()
+        .into_iter()
+        .filter(|n| mine(n))
+        .map(|n| format!("namespace {n}"))
+        .collect();
+    for (pid, run, line) in bed_processes() {
+        if tag.is_none_or(|t| owner(t) == Some(run)) {
+            out.push(format!("process {pid}: {line}"));
+        }
+    }
+    for (point, run) in bed_mounts() {
+        if tag.is_none_or(|t| owner(t) == Some(run)) {
+            out.push(format!("mount {}", point.display()));
+        }
+    }
+    for line in sh("ip", &["-o", "link", "show"])
+        .unwrap_or_default()
+        .lines()
+    {
+        let name = line.split(':').nth(1).unwrap_or("").trim();
+        if mine(name.split('@').next().unwrap_or("")) {
+            out.push(format!("interface {name}"));
+        }
+    }
+    if let Ok(tables) = sh("nft", &["list", "tables"]) {
+        out.extend(
+            tables
+                .lines()
+                .filter(|l| l.trim_end().ends_with(" trb"))
+                .map(|l| format!("nft table {l}")),
+        );
+    }
+    out
+}
+
+impl Bed {
+    /// Makes the bed and starts its controllers and agents (nothing is waited for).
+    /// Sweeps the leftovers of dead runs first. On an error everything made so far is
+    /// removed again.
+    pub fn up(opts: BedOptions) -> Result<Bed, String> {
+        if let Some(why) = unavailable() {
+            return Err(why);
+        }
+        if opts.agents == 0 || opts.agents > MAX_AGENTS {
+            return Err(format!(
+                "agents: a bed has 1 to {MAX_AGENTS} agents, not {}",
+                opts.agents
+            ));
+        }
+        for s in sweep() {
+            eprintln!("tranche-nemesis: removed a dead run's {s}");
+        }
+        let tag = format!("{TAG_PREFIX}{}", std::process::id());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{tag}-"))
+            .tempdir()
+            .map_err(|e| format!("a directory for the bed: {e}"))?;
+        let dir = tmp.keep();
+        let home = File::open("/proc/thread-self/ns/net")
+            .map_err(|e| format!("this thread's network namespace: {e}"))?;
+        let host = |name: &str, last: usize| Host {
+            name: name.to_string(),
+            ns: format!("{tag}-{name}"),
+            addr: addr(last),
+        };
+        let mut bed = Bed {
+            switch: format!("{tag}-sw"),
+            client: host("cl", 2),
+            certs: dir.join("certs"),
+            dir,
+            controllers: Vec::new(),
+            agents: Vec::new(),
+            made: Vec::new(),
+            drops: Mutex::new(BTreeMap::new()),
+            home,
+            mounts: Vec::new(),
+            keep: opts.keep,
+            opts,
+            tag: tag.clone(),
+        };
+        for id in 1..=3u64 {
+            let h = host(&format!("c{id}"), 10 + id as usize);
+            bed.controllers.push(BedController {
+                id,
+                config: bed.dir.join(format!("c{id}.toml")),
+                data_dir: bed.dir.join(format!("c{id}")).join("data"),
+                log: bed.dir.join(format!("c{id}.log")),
+                host: h,
+                child: None,
+            });
+        }
+        for n in 0..bed.opts.agents {
+            let node = format!("n{n}");
+            bed.agents.push(BedAgent {
+                host: host(&node, 21 + n),
+                config: bed.dir.join(format!("agent-{node}.toml")),
+                spool: bed.dir.join(format!("spool-{node}")),
+                log: bed.dir.join(format!("agent-{node}.log")),
+                node,
+                child: None,
+            });
+        }
+        bed.network()?;
+        bed.disks()?;
+        bed.write_files()?;
+        for i in 0..bed.controllers.len() {
+            bed.start_controller(i)?;
+        }
+        for i in 0..bed.agents.len() {
+            bed.start_agent(i)?;
+        }
+        Ok(bed)
+    }
+
+    /// Every host: the controllers, the agents, the client.
+    pub fn hosts(&self) -> Vec<&Host> {
+        let mut hs: Vec<&Host> = self.controllers.iter().map(|c| &c.host).collect();
+        hs.extend(self.agents.iter().map(|a| &a.host));
+        hs.push(&self.client);
+        hs
+    }
+
+    fn add_namespace(&mut self, ns: &str) -> Result<(), String> {
+        sh("ip", &["netns", "add", ns])?;
+        self.made.push(ns.to_string());
+        sh("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+        Ok(())
+    }
+
+    /// The switch with its bridge, then each host on it with its nft table.
+    fn network(&mut self) -> Result<(), String> {
+        let sw = self.switch.clone();
+        self.add_namespace(&sw)?;
+        sh("ip", &["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        sh("ip", &["-n", &sw, "link", "set", "br0", "up"])?;
+        let hosts: Vec<Host> = self.hosts().into_iter().cloned().collect();
+        for h in &hosts {
+            self.add_namespace(&h.ns)?;
+            sh(
+                "ip",
+                &[
+                    "-n", &sw, "link", "add", &h.name, "type", "veth", "peer", "name", "eth0",
+                    "netns", &h.ns,
+                ],
+            )?;
+            sh(
+                "ip",
+                &["-n", &sw, "link", "set", &h.name, "master", "br0", "up"],
+            )?;
+            let cidr = format!("{}/{PREFIX}", h.addr);
+            sh("ip", &["-n", &h.ns, "addr", "add", &cidr, "dev", "eth0"])?;
+            sh("ip", &["-n", &h.ns, "link", "set", "eth0", "up"])?;
+            nft(
+                &h.ns,
+                "table inet trb {\n  chain input {\n    type filter hook input priority 0; policy accept;\n  }\n}\n",
+            )?;
+        }
+        Ok(())
+    }
+
+    fn issue(&self, role: Role, name: &str, hosts: &[String]) -> Result<TlsFiles, String> {
+        tranche_tls::issue(&self.certs, &self.certs, role, name, hosts, 30)
+            .map_err(|e| format!("a certificate for {role} {name}: {e}"))
+    }
+
+    fn tls_table(files: &TlsFiles) -> String {
+        format!(
+            "\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        )
+    }
+
+    /// The CA, each daemon's certificate (a controller's for its address) and config.
+    fn write_files(&mut self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.certs).map_err(|e| e.to_string())?;
+        tranche_tls::init_ca(&self.certs, "bed", true).map_err(|e| e.to_string())?;
+        let mut peers = String::new();
+        for c in &self.controllers {
+            peers += &format!(
+                "\n[[peers]]\nid = {}\nname = \"c{}\"\npeer_addr = \"{}:{PEER_PORT}\"\nclient_addr = \"{}\"\n",
+                c.id,
+                c.id,
+                c.host.addr,
+                c.client_addr()
+            );
+        }
+        for c in &self.controllers {
+            let files = self.issue(Role::Controller, &c.host.name, &[c.host.addr.to_string()])?;
+            let text = format!(
+                "id = {}\nname = \"c{}\"\npeer_addr = \"{a}:{PEER_PORT}\"\nclient_addr = \"{}\"\nhttp_addr = \"{a}:{HTTP_PORT}\"\ndata_dir = \"{}\"\njoin = false\nfault_injection = false\n{}\n{peers}{}",
+                c.id,
+                c.id,
+                c.client_addr(),
+                c.data_dir.display(),
+                self.opts.controller_extra,
+                Self::tls_table(&files),
+                a = c.host.addr,
+            );
+            std::fs::write(&c.config, text).map_err(|e| format!("{}: {e}", c.config.display()))?;
+        }
+        let controllers: Vec<String> = self
+            .controllers
+            .iter()
+            .map(|c| format!("\"{}\"", c.client_addr()))
+            .collect();
+        let account = tranche_local::job_account().map_err(|e| e.to_string())?;
+        for a in &self.agents {
+            let files = self.issue(Role::Agent, &a.node, &[])?;
+            let text = format!(
+                "node = \"{}\"\ncontrollers = [{}]\nspool_dir = \"{}\"\ninventory = \"fake\"\nfake = \"{}\"\naddress = \"{a_addr}\"\nlogs_addr = \"{a_addr}:{LOGS_PORT}\"\n{}{}\n\
+                 # Every user's jobs run as the account that started the bed.\n[users]\n\"*\" = \"{}\"\n{}",
+                a.node,
+                controllers.join(", "),
+                a.spool.display(),
+                self.opts.gpus,
+                if account.root { "allow_root = true\n" } else { "" },
+                self.opts.agent_extra,
+                account.name,
+                Self::tls_table(&files),
+                a_addr = a.host.addr,
+            );
+            std::fs::write(&a.config, text).map_err(|e| format!("{}: {e}", a.config.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Each controller's disk: its data dir's parent, a tmpfs of `disk_mib` when set.
+    fn disks(&mut self) -> Result<(), String> {
+        for i in 0..self.controllers.len() {
+            let data = self.controllers[i].data_dir.clone();
+            let disk = data.parent().expect("a data dir's disk").to_path_buf();
+            std::fs::create_dir_all(&disk).map_err(|e| format!("{}: {e}", disk.display()))?;
+            if let Some(mib) = self.opts.disk_mib {
+                let d = disk.to_string_lossy().into_owned();
+                let size = format!("size={mib}m,mode=0700");
+                sh("mount", &["-t", "tmpfs", "-o", &size, "tmpfs", &d])?;
+                self.mounts.push(disk);
+            }
+            std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        }
+        Ok(())
+    }
+
+    fn ballast(&self, i: usize) -> PathBuf {
+        let data = &self.controllers[i].data_dir;
+        data.parent().expect("a data dir's disk").join("ballast")
+    }
+
+    /// Fills controller `i`'s disk: a file beside its data dir grows until the file
+    /// system has no space left. Returns the bytes it took.
+    pub fn fill(&self, i: usize) -> Result<u64, String> {
+        if self.opts.disk_mib.is_none() {
+            return Err("a full disk needs the bed's disks (disk_mib)".into());
+        }
+        let path = self.ballast(i);
+        let mut f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let chunk = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(k) => n += k as u64,
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Gives controller `i`'s disk its space back.
+    pub fn unfill(&self, i: usize) -> Result<(), String> {
+        let path = self.ballast(i);
+        std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Controller `i`'s clock file: its wall clock's offset, in libfaketime's terms.
+    fn clock_file(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("clock-c{}", self.controllers[i].id))
+    }
+
+    /// Sets controller `i`'s wall clock `offset_s` seconds off (0: right again); it
+    /// takes effect within a second. Its monotonic clock (timers, elections) is never
+    /// touched. An error when the bed runs without libfaketime.
+    pub fn skew(&self, i: usize, offset_s: i64) -> Result<(), String> {
+        if self.opts.faketime.is_none() {
+            return Err("clock skew needs libfaketime (Debian package faketime)".into());
+        }
+        let f = self.clock_file(i);
+        std::fs::write(&f, format!("{offset_s:+}\n")).map_err(|e| format!("{}: {e}", f.display()))
+    }
+
+    fn spawn(&self, ns: &str, program: &Path, args: &[&str], log: &Path) -> Result<Child, String> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(program)
+            .args(args)
+            .env("TRANCHE_LOG", &self.opts.log_filter)
+            .env("TRANCHE_AGENT_BIN", &self.opts.agent_bin)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("{} in {ns}: {e}", program.display()))
+    }
+
+    /// Starts controller `i` unless it runs.
+    pub fn start_controller(&mut self, i: usize) -> Result<(), String> {
+        if self.controller_running(i) {
+            return Ok(());
+        }
+        let c = &self.controllers[i];
+        let config = c.config.to_string_lossy().into_owned();
+        let tranched = self.opts.tranched.to_string_lossy().into_owned();
+        let child = match &self.opts.faketime {
+            None => self.spawn(
+                &c.host.ns,
+                &self.opts.tranched,
+                &["--config", &config],
+                &c.log,
+            )?,
+            Some(lib) => {
+                let clock = self.clock_file(i);
+                if !clock.exists() {
+                    self.skew(i, 0)?;
+                }
+                // `ip netns exec NS env ... tranched`: libfaketime is loaded into the
+                // daemon only, not into `ip`.
+                let env = [
+                    format!("LD_PRELOAD={}", lib.display()),
+                    format!("FAKETIME_TIMESTAMP_FILE={}", clock.display()),
+                    "FAKETIME_CACHE_DURATION=1".to_string(),
+                    "FAKETIME_DONT_FAKE_MONOTONIC=1".to_string(),
+                ];
+                let mut args: Vec<&str> = env.iter().map(String::as_str).collect();
+                args.extend([tranched.as_str(), "--config", &config]);
+                self.spawn(&c.host.ns, Path::new("env"), &args, &c.log)?
+            }
+        };
+        self.controllers[i].child = Some(child);
+        Ok(())
+    }
+
+    pub fn controller_running(&mut self, i: usize) -> bool {
+        running(&mut self.controllers[i].child)
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill_controller(&mut self, i: usize) {
+        kill(&mut self.controllers[i].child);
+    }
+
+    pub fn start_agent(&mut self, i: usize) -> Result<(), String> {
+        if self.agent_running(i) {
+            return Ok(());
+        }
+        let a = &self.agents[i];
+        let config = a.config.to_string_lossy().into_owned();
+        let child = self.spawn(
+            &a.host.ns,
+            &self.opts.agent_bin,
+            &["run", "--config", &config],
+            &a.log,
+        )?;
+        self.agents[i].child = Some(child);
+        Ok(())
+    }
+
+    pub fn agent_running(&mut self, i: usize) -> bool {
+        running(&mut self.agents[i].child)
+    }
+
+    /// SIGKILL an agent (its jobs go on under their shims).
+    pub fn kill_agent(&mut self, i: usize) {
+        kill(&mut self.agents[i].child);
+    }
+
+    /// A client certificate (issued on first use).
+    pub fn files(&self, role: Role, name: &str) -> Result<TlsFiles, String> {
+        let files = TlsFiles::in_dir(&self.certs, role, name);
+        if files.cert.exists() {
+            return Ok(files);
+        }
+        self.issue(role, name, &[])
+    }
+
+    /// A client of every controller, or of controller `only`. It reaches them only from
+    /// a thread in the client host ([`Bed::enter_client`]).
+    pub fn client(&self, role: Role, name: &str, only: Option<usize>) -> Result<Client, String> {
+        let addrs = self
+            .controllers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| only.is_none_or(|o| o == *i))
+            .map(|(_, c)| c.client_addr())
+            .collect();
+        Client::new(addrs, &self.files(role, name)?).map_err(|e| e.to_string())
+    }
+
+    /// A CLI config (`TRANCHE_CONFIG`) for a role and name, in the bed's directory.
+    pub fn cli_config(&self, role: Role, name: &str) -> Result<PathBuf, String> {
+        let files = self.files(role, name)?;
+        let list = |f: &dyn Fn(&BedController) -> String| {
+            self.controllers
+                .iter()
+                .map(|c| format!("\"{}\"", f(c)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let text = format!(
+            "controllers = [{}]\nhttp = [{}]\n{}",
+            list(&|c| c.client_addr().to_string()),
+            list(&|c| format!("https://{}:{HTTP_PORT}", c.host.addr)),
+            Self::tls_table(&files).trim_start()
+        );
+        let path = self.dir.join(format!("{role}-{name}.toml"));
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Moves the calling thread into the client host's network namespace (threads it
+    /// starts afterwards are born there too).
+    pub fn enter_client(&self) -> Result<(), String> {
+        let f = File::open(format!("/run/netns/{}", self.client.ns))
+            .map_err(|e| format!("{}: {e}", self.client.ns))?;
+        setns(&f).map_err(|e| format!("entering {}: {e}", self.client.ns))
+    }
+
+    /// A runtime whose threads, and the calling thread, are in the client host.
+    pub fn runtime(&self) -> Result<tokio::runtime::Runtime, String> {
+        self.enter_client()?;
+        let ns = format!("/run/netns/{}", self.client.ns);
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .on_thread_start(move || {
+                if let Err(e) = File::open(&ns).and_then(|f| setns(&f)) {
+                    eprintln!("tranche-nemesis: a runtime thread cannot enter {ns}: {e}");
+                }
+            })
+            .build()
+            .map_err(|e| format!("tokio runtime: {e}"))
+    }
+
+    /// Moves the calling thread back to the namespace the bed was made from.
+    pub fn leave(&self) {
+        let _ = setns(&self.home);
+    }
+
+    /// Makes each host lose what comes from the hosts `losses` name for it (by
+    /// address, one direction each): all of it, or a random share (a lossy link).
+    /// Hosts not named hear everyone.
+    pub fn set_losses(&self, losses: &[Loss]) -> Result<(), String> {
+        let mut want: BTreeMap<String, BTreeMap<u8, BTreeSet<Ipv4Addr>>> = BTreeMap::new();
+        for h in self.hosts() {
+            let mut by_percent: BTreeMap<u8, BTreeSet<Ipv4Addr>> = BTreeMap::new();
+            for l in losses.iter().filter(|l| l.to == h.addr) {
+                by_percent.entry(l.percent).or_default().insert(l.from);
+            }
+            want.insert(h.ns.clone(), by_percent);
+        }
+        let mut have = self.drops.lock().unwrap();
+        for (ns, by_percent) in want {
+            if have
+                .get(&ns)
+                .map_or(by_percent.is_empty(), |h| *h == by_percent)
+            {
+                continue;
+            }
+            let mut script = String::from("flush chain inet trb input\n");
+            // The whole losses first: a source both cut and lossy is cut.
+            for (percent, from) in by_percent.iter().rev() {
+                let list: Vec<String> = from.iter().map(|a| a.to_string()).collect();
+                let share = match percent {
+                    100.. => String::new(),
+                    p => format!("numgen random mod 100 < {p} "),
+                };
+                script += &format!(
+                    "add rule inet trb input ip saddr {{ {} }} {share}drop\n",
+                    list.join(", ")
+                );
+            }
+            nft(&ns, &script)?;
+            have.insert(ns, by_percent);
+        }
+        Ok(())
+    }
+
+    /// Kills everything in the bed and deletes its namespaces (with the bridge, veths
+    /// and nft tables in them); the directory too unless it is kept.
+    fn teardown(&mut self) {
+        self.leave();
+        for a in &mut self.agents {
+            kill(&mut a.child);
+        }
+        for c in &mut self.controllers {
+            kill(&mut c.child);
+        }
+        for ns in self.made.drain(..).rev() {
+            empty_namespace(&ns);
+            if let Err(e) = sh("ip", &["netns", "del", &ns]) {
+                eprintln!("tranche-nemesis: {e}");
+            }
+        }
+        // The controllers' disks go too (a kept directory keeps their logs, not them).
+        for m in self.mounts.drain(..) {
+            unmount(&m);
+        }
+        if self.keep {
+            // A sweep leaves a kept directory alone.
+            let _ = std::fs::write(self.dir.join(KEPT), "kept for a person to read\n");
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// Unmounts `path` (lazily, if it is still busy).
+fn unmount(path: &Path) {
+    let p = path.to_string_lossy();
+    if sh("umount", &[&p]).is_err() {
+        if let Err(e) = sh("umount", &["-l", &p]) {
+            eprintln!("tranche-nemesis: {e}");
+        }
+    }
+}
+
+/// The controllers' disks of beds (tmpfs mounts whose paths name a bed's directory),
+/// with the run's pid.
+fn bed_mounts() -> Vec<(PathBuf, i32)> {
+    let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let point = l.strip_prefix("tmpfs ")?.split(' ').next()?;
+            let at = point.find(&format!("/{TAG_PREFIX}"))?;
+            Some((PathBuf::from(point), owner(&point[at + 1..])?))
+        })
+        .collect()
+}
+
+fn running(child: &mut Option<Child>) -> bool {
+    child
+        .as_mut()
+        .is_some_and(|ch| ch.try_wait().ok().flatten().is_none())
+}
+
+fn kill(child: &mut Option<Child>) {
+    if let Some(mut ch) = child.take() {
+        let _ = ch.kill();
+        let _ = ch.wait();
+    }
+}
+
+fn setns(f: &File) -> std::io::Result<()> {
+    // SAFETY: setns on a descriptor this function borrows; it changes only the calling
+    // thread's network namespace.
+    let rc = unsafe { nix::libc::setns(f.as_raw_fd(), nix::libc::CLONE_NEWNET) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_their_run() {
+        assert_eq!(owner("trb-123-c1"), Some(123));
+        assert_eq!(owner("trb-123-abXYZ"), Some(123));
+        assert_eq!(owner("trb-123"), Some(123));
+        assert_eq!(owner("other-123-c1"), None);
+        assert_eq!(owner("trb-x-c1"), None);
+        assert_eq!(addr(21), Ipv4Addr::new(10, 77, 0, 21));
+    }
+}

@@ -194,8 +194,31 @@ impl H {
     /// A RUNNING job on exactly these GPUs (`(node, indices)` per node), placed by a
     /// hand-made plan. `borrowed` is worked out from the share's usage.
     pub fn running(&mut self, name: &str, share: &str, prio: u32, on: &[(&str, &[u32])]) -> JobId {
+        self.running_as(name, share, prio, None, on)
+    }
+
+    /// [`H::running`] for a job that declares `--checkpoint-every every_s`.
+    pub fn running_every(
+        &mut self,
+        name: &str,
+        share: &str,
+        every_s: u64,
+        on: &[(&str, &[u32])],
+    ) -> JobId {
+        self.running_as(name, share, 0, Some(every_s), on)
+    }
+
+    fn running_as(
+        &mut self,
+        name: &str,
+        share: &str,
+        prio: u32,
+        every_s: Option<u64>,
+        on: &[(&str, &[u32])],
+    ) -> JobId {
         let gpus = on[0].1.len() as u32;
-        let spec = self.spec(name, share, gpus, on.len() as u32, prio);
+        let mut spec = self.spec(name, share, gpus, on.len() as u32, prio);
+        spec.checkpoint.every_s = every_s;
         let id = self.submit(spec);
         let s = self.st.shares[&ShareName(share.into())].clone();
         let used = self.st.share_used(&s.name, &Unit("g".into()));
@@ -214,26 +237,6 @@ impl H {
             attempt,
             event: Progress::Checkpointed,
         });
-    }
-
-    /// [`H::running`] for a job that declares `--checkpoint-every every_s`.
-    pub fn running_every(
-        &mut self,
-        name: &str,
-        share: &str,
-        every_s: u64,
-        on: &[(&str, &[u32])],
-    ) -> JobId {
-        let gpus = on[0].1.len() as u32;
-        let mut spec = self.spec(name, share, gpus, on.len() as u32, 0);
-        spec.checkpoint.every_s = Some(every_s);
-        let id = self.submit(spec);
-        let s = self.st.shares[&ShareName(share.into())].clone();
-        let used = self.st.share_used(&s.name, &Unit("g".into()));
-        let borrowed = used + gpus * on.len() as u32 > s.max_for(&Unit("g".into()));
-        self.place(id, on, borrowed);
-        self.tick(1);
-        id
     }
 
     /// Places job `id` on these GPUs and reports it running.

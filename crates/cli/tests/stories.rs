@@ -181,7 +181,8 @@ fn first_line(config: &str, id: &str) -> String {
 #[test]
 fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     let dev = Dev::start("lou");
-    // nlp (LEND_AND_BORROW, 4 A100) gets loan terms: recall notice 3 s.
+    // nlp (LEND_AND_BORROW, 4 A100) gets loan terms: recall notice 3 s; the queue's
+    // policy becomes FAIR_SHARE (only nlp borrows, so the orders below are FIFO's too).
     let dir = std::path::Path::new(&dev.admin)
         .parent()
         .unwrap()
@@ -189,12 +190,13 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     let policy = dir.join("loans.toml");
     std::fs::write(
         &policy,
-        "[[shares]]\nname = \"nlp\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"a100\", max = 4 } ]\nstrategy = \"LEND_AND_BORROW\"\nborrow_limit = -1\nrecall_notice_s = 3\nloan_min_runtime_s = 0\n",
+        "[[policies]]\nname = \"fifo\"\nidle_resource_assignment = \"FAIR_SHARE\"\nusage_half_life_s = 86400\n\n[[shares]]\nname = \"nlp\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"a100\", max = 4 } ]\nstrategy = \"LEND_AND_BORROW\"\nborrow_limit = -1\nrecall_notice_s = 3\nloan_min_runtime_s = 0\nweight = 2\n",
     )
     .unwrap();
     let out = tranche(&dev.admin, &["apply", "-f", policy.to_str().unwrap()]);
+    let applied = String::from_utf8_lossy(&out.stdout);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("update share nlp"),
+        applied.contains("update share nlp") && applied.contains("update policy fifo"),
         "{out:?}"
     );
     let nlp = |script: &str| {
@@ -235,7 +237,17 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     });
     let text = explain_until(&dev.user, &saver, &["on loan:", "recall notice 3s"]);
     assert!(text.contains("last checkpoint reported"), "{text}");
+    assert!(text.contains("fair share: share nlp used "), "{text}");
     assert_no_debug_or_epoch(&text);
+    // `tranche shares` shows each share's standing under FAIR_SHARE.
+    let shares = stdout(&tranche(&dev.user, &["shares"]));
+    let nlp_fair = shares
+        .lines()
+        .skip_while(|l| !l.starts_with("FAIR SHARE"))
+        .find(|l| l.starts_with("nlp "))
+        .unwrap_or_default();
+    assert!(nlp_fair.split_whitespace().nth(2) == Some("2"), "{shares}");
+    assert_no_debug_or_epoch(&shares);
     // vision takes one A100 back: of nlp's eight jobs, the one that loses the least
     // work is the saver, though three jobs started after it.
     let lender = submit(

@@ -437,17 +437,14 @@ pub fn node_work(
 /// A share's fair-share standing as `explain` says it.
 fn fair_text(share: &ShareName, f: &FairStanding) -> String {
     format!(
-        "fair share: share {share} used {:.1} GPU-hours (decayed, half-life {}), weight {}: {} of {} to borrow idle GPUs, and the {} to be reclaimed from",
+        "fair share: share {share} used {:.1} GPU-hours (decayed, half-life {}), weight {}: {} of {} to borrow idle GPUs, {} of {} to be reclaimed from",
         f.decayed_milli_gpu_hours as f64 / 1000.0,
         duration_text(f.half_life_s * tranche_model::SECOND),
         f.weight,
         ordinal(f.borrow_order),
         f.of,
-        if f.borrow_order == f.of && f.of > 1 {
-            "first".to_string()
-        } else {
-            format!("{} from last", ordinal(f.borrow_order))
-        }
+        ordinal(f.of + 1 - f.borrow_order),
+        f.of,
     )
 }
 
@@ -570,5 +567,33 @@ fn rendezvous(
             .unwrap_or_default(),
         master_port: tranche_proto::master_port(id, att.number, range),
         nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fair_standing_reads_as_a_sentence_with_both_orders() {
+        let f = FairStanding {
+            half_life_s: 7 * 24 * 3600,
+            decayed_milli_gpu_hours: 12_345,
+            weight: 8,
+            borrow_order: 1,
+            of: 3,
+        };
+        let text = fair_text(&ShareName::from("vision"), &f);
+        assert_eq!(
+            text,
+            format!(
+                "fair share: share vision used 12.3 GPU-hours (decayed, half-life {}), weight 8: 1st of 3 to borrow idle GPUs, 3rd of 3 to be reclaimed from",
+                duration_text(7 * 24 * 3600 * 1000)
+            )
+        );
+        assert_eq!(
+            [1, 2, 3, 4, 11, 12, 13, 21, 22, 101].map(ordinal),
+            ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"]
+        );
     }
 }

@@ -11,6 +11,7 @@ use crate::views;
 /// Renders every metric of this controller.
 pub fn render(shared: &SharedRef) -> String {
     let sh = shared.read().unwrap();
+    let now = crate::mailbox::wall_ms().max(sh.last_now);
     let mut out = String::new();
     let st = &sh.status;
     let mut g = |name: &str, help: &str, rows: Vec<(String, f64)>| {
@@ -78,7 +79,7 @@ pub fn render(shared: &SharedRef) -> String {
         "Size of the latest state image this controller wrote or installed.",
         vec![(String::new(), sh.image_bytes as f64)],
     );
-    let shares = views::shares(&sh.state, crate::mailbox::wall_ms().max(sh.last_now));
+    let shares = views::shares(&sh.state, now);
     g(
         "tranche_share_waiting_jobs",
         "Jobs waiting in each share (queue depth).",
@@ -150,9 +151,7 @@ pub fn render(shared: &SharedRef) -> String {
         let _ = writeln!(out, "tranche_stops_total{{kind=\"{k}\"}} {}", by_kind[i]);
     }
     // The ledger's totals since it began (design §9), in GPU-seconds.
-    let all = sh
-        .state
-        .ledger_all_time(crate::mailbox::wall_ms().max(sh.last_now));
+    let all = sh.state.ledger_all_time(now);
     let kinds = |t: &tranche_state::ledger::Totals| {
         [
             ("used", t.used),

@@ -223,41 +223,32 @@ fn would_start(r: &tranche_model::PendingReason, now: Millis) -> String {
 pub fn fair_standings(state: &State, now: Millis) -> BTreeMap<ShareName, FairStanding> {
     let usage = tranche_sched::fair::Usage::at(state, now, &mut vec![]);
     // Per queue: its shares' usage per weight.
-    let mut by_queue: BTreeMap<&QueueName, Vec<(f64, &tranche_model::QuotaShare, u64, f64)>> =
+    let mut by_queue: BTreeMap<&QueueName, Vec<(tranche_sched::fair::Standing, &ShareName, u64)>> =
         BTreeMap::new();
     for share in state.shares.values() {
-        let Some(h) = state
-            .queues
-            .get(&share.queue)
-            .and_then(|q| state.policies.get(&q.policy))
-            .and_then(|p| p.half_life_s())
-        else {
-            continue;
-        };
-        let used = usage.of(h, &share.name);
-        by_queue.entry(&share.queue).or_default().push((
-            used / share.fair_weight() as f64,
-            share,
-            h,
-            used,
-        ));
+        if let Some(f) = usage.standing(state, share) {
+            by_queue
+                .entry(&share.queue)
+                .or_default()
+                .push((f, &share.name, share.fair_weight()));
+        }
     }
     let mut out = BTreeMap::new();
     for (_, mut list) in by_queue {
-        list.sort_by(|a, b| a.0.total_cmp(&b.0));
+        list.sort_by(|a, b| a.0.per_weight.total_cmp(&b.0.per_weight));
         let of = list.len() as u32;
         let mut order = 0;
         for k in 0..list.len() {
-            if k == 0 || list[k].0 != list[k - 1].0 {
+            if k == 0 || list[k].0.per_weight != list[k - 1].0.per_weight {
                 order = k as u32 + 1;
             }
-            let (_, share, h, used) = list[k];
+            let (f, name, weight) = list[k];
             out.insert(
-                share.name.clone(),
+                name.clone(),
                 FairStanding {
-                    half_life_s: h,
-                    decayed_milli_gpu_hours: (used * 1000.0).round() as u64,
-                    weight: share.fair_weight(),
+                    half_life_s: f.half_life_s,
+                    decayed_milli_gpu_hours: (f.used * 1000.0).round() as u64,
+                    weight,
                     borrow_order: order,
                     of,
                 },
@@ -486,7 +477,6 @@ fn loan_text(
 
 /// What a stop now would lose: the work since the attempt's last checkpoint.
 fn checkpoint_text(job: &Job, a: &tranche_model::Attempt, now: Millis) -> String {
-    let start = a.started_at.unwrap_or(a.scheduled_at);
     let from = a.resumes_from(job.spec.checkpoint.every_s, now);
     let lost = duration_text(now.saturating_sub(from));
     match (a.checkpointed_at, job.spec.checkpoint.every_s) {
@@ -498,10 +488,7 @@ fn checkpoint_text(job: &Job, a: &tranche_model::Attempt, now: Millis) -> String
             "checkpoints every {} (declared): a stop now loses {lost} of work",
             duration_text(e * tranche_model::SECOND)
         ),
-        (None, None) if from == start => {
-            format!("no checkpoint known: a stop now loses all {lost} of its work")
-        }
-        _ => format!("a stop now loses {lost} of work"),
+        (None, None) => format!("no checkpoint known: a stop now loses all {lost} of its work"),
     }
 }
 

@@ -740,6 +740,13 @@ impl Attempt {
         resume_point(start, self.checkpointed_at, every_s, now)
     }
 
+    /// The work this attempt's checkpoints had saved if it stopped at `now`: the time
+    /// from its start to [`Attempt::resumes_from`], which the next attempt need not do
+    /// again.
+    pub fn work_saved(&self, every_s: Option<u64>, now: Millis) -> Millis {
+        self.resumes_from(every_s, now) - self.started_at.unwrap_or(self.scheduled_at)
+    }
+
     pub fn was_preempted(&self) -> bool {
         matches!(&self.end, Some(AttemptEnd::Stopped { kind, .. }) if kind.is_preemption())
     }

@@ -139,6 +139,35 @@ pub const MAX_USAGE_HALF_LIFE_S: u64 = 365 * 24 * 3600;
 /// The largest fair-share weight of a share.
 pub const MAX_SHARE_WEIGHT: u32 = 1_000_000;
 
+impl IdleAssignment {
+    /// The assignment a policy's fields name: `idle_resource_assignment` (`FIFO`, the
+    /// default, or `FAIR_SHARE`) and `usage_half_life_s` (required with FAIR_SHARE only).
+    /// The error names the field and the rule.
+    pub fn from_fields(
+        name: Option<&str>,
+        usage_half_life_s: Option<u64>,
+    ) -> Result<IdleAssignment, ValidationError> {
+        match (name, usage_half_life_s) {
+            (None | Some("FIFO"), None) => Ok(IdleAssignment::Fifo),
+            (Some("FAIR_SHARE"), Some(h)) => Ok(IdleAssignment::FairShare {
+                usage_half_life_s: h,
+            }),
+            (Some("FAIR_SHARE"), None) => Err(invalid(
+                "usage_half_life_s",
+                "is required with idle_resource_assignment = \"FAIR_SHARE\" (seconds, e.g. 604800 for 7 days)",
+            )),
+            (None | Some("FIFO"), Some(_)) => Err(invalid(
+                "usage_half_life_s",
+                "is only allowed with idle_resource_assignment = \"FAIR_SHARE\"",
+            )),
+            (Some(other), _) => Err(invalid(
+                "idle_resource_assignment",
+                format!("must be \"FIFO\" or \"FAIR_SHARE\", got {other:?}"),
+            )),
+        }
+    }
+}
+
 impl fmt::Display for IdleAssignment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -186,30 +186,11 @@ pub fn parse(text: &str) -> Result<PolicyObjects, String> {
             .policies
             .into_iter()
             .map(|p| {
-                let idle = match (p.idle_resource_assignment.as_deref(), p.usage_half_life_s) {
-                    (None | Some("FIFO"), None) => IdleAssignment::Fifo,
-                    (Some("FAIR_SHARE"), Some(h)) => IdleAssignment::FairShare {
-                        usage_half_life_s: h,
-                    },
-                    (Some("FAIR_SHARE"), None) => {
-                        return Err(format!(
-                            "policy {}: idle_resource_assignment = \"FAIR_SHARE\" needs usage_half_life_s (seconds, e.g. 604800 for 7 days)",
-                            p.name
-                        ))
-                    }
-                    (None | Some("FIFO"), Some(_)) => {
-                        return Err(format!(
-                            "policy {}: usage_half_life_s is only allowed with idle_resource_assignment = \"FAIR_SHARE\"",
-                            p.name
-                        ))
-                    }
-                    (Some(other), _) => {
-                        return Err(format!(
-                            "policy {}: idle_resource_assignment must be \"FIFO\" or \"FAIR_SHARE\", got {other:?}",
-                            p.name
-                        ))
-                    }
-                };
+                let idle = IdleAssignment::from_fields(
+                    p.idle_resource_assignment.as_deref(),
+                    p.usage_half_life_s,
+                )
+                .map_err(|e| format!("policy {}: {} {}", p.name, e.field, e.rule))?;
                 Ok(SchedulingPolicy {
                     name: p.name.as_str().into(),
                     idle_resource_assignment: idle,
@@ -270,6 +251,30 @@ mod tests {
         let e = super::parse(&deep).unwrap_err();
         assert!(e.starts_with("policy file: line "), "{e}");
         assert!(e.ends_with("nesting deeper than 32 levels"), "{e}");
+    }
+
+    #[test]
+    fn a_fair_share_policy_needs_its_half_life_and_only_it_takes_one() {
+        let policy = |body: &str| super::parse(&format!("[[policies]]\nname = \"p\"\n{body}"));
+        let o = policy("idle_resource_assignment = \"FAIR_SHARE\"\nusage_half_life_s = 3600\n")
+            .unwrap();
+        assert_eq!(o.policies[0].half_life_s(), Some(3600));
+        assert_eq!(policy("").unwrap().policies[0].half_life_s(), None);
+        let e = policy("idle_resource_assignment = \"FAIR_SHARE\"\n").unwrap_err();
+        assert!(
+            e.starts_with("policy p: usage_half_life_s is required"),
+            "{e}"
+        );
+        let e = policy("usage_half_life_s = 3600\n").unwrap_err();
+        assert!(
+            e.contains("only allowed with idle_resource_assignment = \"FAIR_SHARE\""),
+            "{e}"
+        );
+        let e = policy("idle_resource_assignment = \"LIFO\"\n").unwrap_err();
+        assert!(
+            e.contains("idle_resource_assignment must be \"FIFO\" or \"FAIR_SHARE\", got \"LIFO\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use tranche_model::{Millis, ShareName};
+use tranche_model::{Millis, QuotaShare, ShareName};
 use tranche_state::ledger::HOUR_MS;
 use tranche_state::State;
 
@@ -22,6 +22,16 @@ pub const HORIZON_HALF_LIVES: u64 = 20;
 
 /// Decayed GPU-hours per share for one half-life.
 pub type ShareUsage = BTreeMap<ShareName, f64>;
+
+/// A share's standing under FAIR_SHARE.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    pub half_life_s: u64,
+    /// Decayed GPU-hours.
+    pub used: f64,
+    /// Those per weight: what the borrow and reclaim orders compare.
+    pub per_weight: f64,
+}
 
 /// The decayed usage of the hours before the current one, for one half-life.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,6 +104,22 @@ impl Usage {
             }
         }
         usage
+    }
+
+    /// Under a FAIR_SHARE policy (the one of `share`'s queue): the share's standing;
+    /// `None` under FIFO.
+    pub fn standing(&self, st: &State, share: &QuotaShare) -> Option<Standing> {
+        let half_life_s = st
+            .queues
+            .get(&share.queue)
+            .and_then(|q| st.policies.get(&q.policy))
+            .and_then(|p| p.half_life_s())?;
+        let used = self.of(half_life_s, &share.name);
+        Some(Standing {
+            half_life_s,
+            used,
+            per_weight: used / share.fair_weight() as f64,
+        })
     }
 
     /// The share's decayed GPU-hours under the half-life `h` (0 when it used none).

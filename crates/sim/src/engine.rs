@@ -426,8 +426,7 @@ impl Sim {
         let Some(a) = job.current_attempt() else {
             return;
         };
-        let start = a.started_at.unwrap_or(a.scheduled_at);
-        let saved = a.resumes_from(job.spec.checkpoint.every_s, self.now) - start;
+        let saved = a.work_saved(job.spec.checkpoint.every_s, self.now);
         if let Some(b) = self.behavior.get_mut(&id) {
             b.done_ms += saved;
         }

@@ -254,41 +254,22 @@ fn err(field: impl std::fmt::Display, msg: impl std::fmt::Display) -> ScenarioEr
 impl Scenario {
     /// The scheduling policy's idle assignment the file asks for.
     pub fn idle_assignment(&self) -> Result<tranche_model::IdleAssignment, ScenarioError> {
-        use tranche_model::IdleAssignment;
-        let bad = |field: &str, message: String| ScenarioError::Invalid {
-            field: field.to_string(),
-            message,
+        let bad = |e: tranche_model::ValidationError| ScenarioError::Invalid {
+            field: e.field,
+            message: e.rule,
         };
-        match (
+        let a = tranche_model::IdleAssignment::from_fields(
             self.idle_resource_assignment.as_deref(),
             self.usage_half_life_s,
-        ) {
-            (None | Some("FIFO"), None) => Ok(IdleAssignment::Fifo),
-            (Some("FAIR_SHARE"), Some(h)) => {
-                let a = IdleAssignment::FairShare {
-                    usage_half_life_s: h,
-                };
-                tranche_model::SchedulingPolicy {
-                    name: "p".into(),
-                    idle_resource_assignment: a,
-                }
-                .validate()
-                .map_err(|e| bad("usage_half_life_s", e.rule))?;
-                Ok(a)
-            }
-            (Some("FAIR_SHARE"), None) => Err(bad(
-                "usage_half_life_s",
-                "is required with idle_resource_assignment = \"FAIR_SHARE\"".into(),
-            )),
-            (None | Some("FIFO"), Some(_)) => Err(bad(
-                "usage_half_life_s",
-                "is only allowed with idle_resource_assignment = \"FAIR_SHARE\"".into(),
-            )),
-            (Some(other), _) => Err(bad(
-                "idle_resource_assignment",
-                format!("must be \"FIFO\" or \"FAIR_SHARE\", got {other:?}"),
-            )),
+        )
+        .map_err(bad)?;
+        tranche_model::SchedulingPolicy {
+            name: "p".into(),
+            idle_resource_assignment: a,
         }
+        .validate()
+        .map_err(bad)?;
+        Ok(a)
     }
 
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {

@@ -272,9 +272,8 @@ impl Driver<'_> {
         if stop_timer {
             if let Some(job) = self.state.jobs.get(&id) {
                 if let Some(a) = job.current_attempt() {
-                    let start = a.started_at.unwrap_or(a.scheduled_at);
-                    let saved = a.resumes_from(job.spec.checkpoint.every_s, self.now) - start;
-                    *self.done.entry(id).or_default() += saved;
+                    *self.done.entry(id).or_default() +=
+                        a.work_saved(job.spec.checkpoint.every_s, self.now);
                 }
             }
         }

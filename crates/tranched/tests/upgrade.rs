@@ -474,7 +474,7 @@ fn this_release_data_dirs_are_read_unchanged() {
 #[test]
 fn after_an_upgrade_ended_jobs_leave_the_state_and_read_back_from_history() {
     let _serial = serial();
-    let (tmp, mut c, expected) = fixture_copy("format-6");
+    let (tmp, mut c, expected) = fixture_copy("format-7");
     for ctl in &c.controllers {
         let mut text = std::fs::read_to_string(&ctl.config).unwrap();
         text += "\n[retention]\njob_hot_s = 1\ncheck_s = 1\n";
@@ -594,15 +594,15 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
     let _serial = serial();
-    let (_tmp, mut c, expected) = fixture_copy("format-6");
+    let (_tmp, mut c, expected) = fixture_copy("format-7");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
         data_dir_format(&dirs[0]),
-        Some(6),
+        Some(7),
         "the previous release's data dir"
     );
     rt().block_on(async {
-        // c2 and c3 start on this build (a majority); c1 still holds format-6 data.
+        // c2 and c3 start on this build (a majority); c1 still holds format-7 data.
         c.start(1).unwrap();
         c.start(2).unwrap();
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -626,7 +626,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             }
             acked
         });
-        // Then each controller in turn: c1 starts on its format-6 data dir while the
+        // Then each controller in turn: c1 starts on its format-7 data dir while the
         // others serve; then c2 and c3 are restarted, one at a time.
         c.start(0).unwrap();
         caught_up(&mut c, &admin, 0).await;

@@ -360,14 +360,8 @@ impl<'a> Pass<'a> {
                 ceiling[u] = s.ceiling_for(&unit);
                 used[u] = st.share_used(&s.name, &unit);
             }
-            let fair = st
-                .queues
-                .get(&s.queue)
-                .and_then(|q| st.policies.get(&q.policy))
-                .and_then(|p| p.half_life_s())
-                .map(|h| usage.of(h, &s.name) / s.fair_weight() as f64);
             pass.shares.push(ShareView {
-                fair,
+                fair: usage.standing(st, s).map(|f| f.per_weight),
                 fair_rank: 0,
                 q: s,
                 name: st.shared_name(s.name.as_str()),

@@ -69,7 +69,9 @@ pub struct AgentConfig {
     /// signal and, after a fixed grace of [`crate::daemon::ORPHAN_GRACE`] (10 s, not the
     /// job's own grace, which the agent learns only with a stop order), SIGKILL; a stop
     /// already under way keeps its own grace. The controllers' `down_after_s` must exceed
-    /// `fence_after_s` plus those 10 s, and the longest grace of such a stop.
+    /// `fence_after_s` plus those 10 s, and the longest grace of such a stop. The agent's
+    /// [lease](crate::exec::lease) runs out `fence_after_s` after its last contact, and
+    /// each shim then stops its job the same way, so a frozen or dead agent fences too.
     #[serde(default = "default_fence_after_s")]
     pub fence_after_s: u64,
     /// The cgroup hierarchy that tracks process jobs: `auto` (the default: v1 `pids`,

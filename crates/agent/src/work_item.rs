@@ -74,6 +74,7 @@ pub fn launch_spec(
         stdout_file: None,
         stderr_file: None,
         sagemaker: item.sagemaker.clone(),
+        stop_signal: Some(item.signal.clone()),
     };
     let node = cfg.node.as_str();
     let account = users::resolve(cfg, item.user.as_str())?;

@@ -389,6 +389,110 @@ fn an_agent_restarted_without_controllers_fences_the_jobs_it_adopts() {
     }
 }
 
+/// An agent frozen (SIGSTOP) longer than the controllers' `down_after_s` cannot fence
+/// its node itself: the shims do, when the lease it no longer renews runs out, before
+/// the controllers requeue the job on another node. The job never runs on two nodes.
+#[test]
+fn a_frozen_agents_jobs_stop_when_its_lease_runs_out() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path());
+    agent(&mut c, "n1", "2 x h100", 3, "");
+    let log = dir.path().join("runs");
+    let id = rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        // Each attempt notes its start and its checkpoint signal, with the time, in
+        // `runs`.
+        let script = format!(
+            "note() {{ echo \"$1 $TRANCHE_ATTEMPT $(date +%s%N)\" >> {log}; }}; \
+             trap 'note term; exit 0' USR1; note start; while true; do sleep 0.1; done",
+            log = log.display()
+        );
+        let mut spec = host_job("lender", "frozen1", &script);
+        spec.checkpoint.signal = "SIGUSR1".into();
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        id
+    });
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default();
+    let pid = c.agents[0].child.as_ref().unwrap().id() as i32;
+    let pid = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let frozen = Instant::now();
+    // The lease runs out 3 s after the agent's last contact; the shim signals the job
+    // with its own checkpoint signal.
+    while !lines().contains("term 1") {
+        assert!(
+            frozen.elapsed() < Duration::from_secs(20),
+            "the job of a frozen agent ran on: {}",
+            lines()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stopped_after = frozen.elapsed();
+    assert!(
+        stopped_after < Duration::from_secs(5),
+        "stopped {stopped_after:?} after the freeze, past fence_after (3 s) and a second"
+    );
+    // A second agent joins; the controllers find n1 DOWN after 6 s and requeue the job
+    // there. Its first attempt was stopped before.
+    agent(&mut c, "n2", "2 x h100", 3, "");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        wait_for(
+            &admin,
+            id,
+            "a second attempt",
+            Duration::from_secs(60),
+            |j| j.attempts.len() >= 2 && j.status == JobStatus::Running,
+        )
+        .await;
+    });
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let mut second = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while second.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no start of attempt 2: {}",
+            lines()
+        );
+        second = lines()
+            .lines()
+            .find(|l| l.starts_with("start 2 "))
+            .map(str::to_string);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let at = |l: &str| -> u128 { l.rsplit(' ').next().unwrap().trim().parse().unwrap() };
+    let text = lines();
+    let term1 = text.lines().find(|l| l.starts_with("term 1 ")).unwrap();
+    assert!(
+        at(term1) < at(second.as_deref().unwrap()),
+        "attempt 2 started before attempt 1 was stopped: {text}"
+    );
+    // Once thawed, the agent reports the first attempt fenced: lost, not failed.
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        let j = wait_for(
+            &admin,
+            id,
+            "attempt 1's end",
+            Duration::from_secs(30),
+            |j| j.attempts[0].end.is_some(),
+        )
+        .await;
+        assert_eq!(
+            j.attempts[0].end,
+            Some(tranche_model::AttemptEnd::Lost),
+            "{j:?}"
+        );
+    });
+}
+
 #[test]
 fn a_container_job_gets_its_gpus_env_and_output() {
     let _g = serial();

@@ -426,6 +426,30 @@ fn oci_stop_lets_a_checkpointing_job_exit_in_grace() {
 }
 
 #[test]
+fn oci_a_container_stops_once_the_agents_lease_runs_out() {
+    let test = "oci_a_container_stops_once_the_agents_lease_runs_out";
+    if lacks(test, Need::Containers) {
+        return;
+    }
+    init();
+    let t = test_dir();
+    let rootfs = busybox_rootfs(t.path());
+    let spool = t.path().join("spool");
+    let ex = executors_trusting(&spool, t.path());
+    let mut s = spec(
+        rootfs.to_str().unwrap(),
+        &[
+            "sh",
+            "-c",
+            "trap 'echo usr1 > /noted; exit 0' USR1; while :; do sleep 0.1; done",
+        ],
+    );
+    s.stop_signal = Some("SIGUSR1".into());
+    let a = ex.start(&s).unwrap();
+    lease_holds_then_runs_out(&spool, &a, &rootfs.join("noted"));
+}
+
+#[test]
 fn oci_stop_signals_then_kills_every_process_after_the_grace() {
     let test = "oci_stop_signals_then_kills_every_process_after_the_grace";
     if lacks(test, Need::Containers) {

@@ -362,6 +362,26 @@ fn stop_lets_a_checkpointing_job_exit_in_grace() {
     assert!(!a.alive());
 }
 
+#[test]
+fn a_job_stops_once_the_agents_lease_runs_out() {
+    init();
+    let spool = test_dir();
+    let work = tempfile::tempdir().unwrap();
+    let ex = Executors::new(spool.path()).unwrap();
+    let mut s = spec(
+        "host",
+        &[
+            "sh",
+            "-c",
+            "trap 'echo usr1 > noted; exit 0' USR1; while :; do sleep 0.1; done",
+        ],
+    );
+    s.cwd = Some(work.path().to_string_lossy().into_owned());
+    s.stop_signal = Some("SIGUSR1".into());
+    let a = ex.start(&s).unwrap();
+    lease_holds_then_runs_out(spool.path(), &a, &work.path().join("noted"));
+}
+
 on_v1_and_v2!(stop_signals_then_kills_every_process_after_the_grace);
 fn stop_signals_then_kills_every_process_after_the_grace(test: &str, mode: CgroupMode) {
     init();

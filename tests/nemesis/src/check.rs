@@ -52,8 +52,9 @@ pub struct NodeLedger {
 pub type Digests = Vec<Option<(u64, u64)>>;
 
 /// What fencing promises when the settings follow DESIGN §4 (`down_after` greater than
-/// `fence_after` plus the orphan grace): an agent cut from every controller has stopped
-/// each job it ran within `fence_after` plus the grace, before any of them is requeued.
+/// `fence_after` plus the orphan grace): an agent cut from every controller, or frozen,
+/// has stopped each job it ran within `fence_after` plus the grace (a frozen agent's
+/// shims do, when its lease runs out), before any of them is requeued.
 #[derive(Debug, Clone, Copy)]
 pub struct Fence {
     /// The agents' `fence_after_s`, in µs.
@@ -93,8 +94,8 @@ pub struct Report {
     /// Pairs of attempts of one job that ran at the same instant (on two nodes, or two
     /// attempts on one): checked with `fence` only.
     pub job_overlaps: usize,
-    /// Attempts running on an agent when it was cut from every controller, for longer
-    /// than `fence_after`: each must have ended within the fence's bound (and its job
+    /// Attempts running on an agent when it was cut from every controller, or frozen,
+    /// for longer than `fence_after`: each must have ended within the fence's bound (and its job
     /// been requeued, not failed).
     pub fenced_attempts: usize,
     /// Of those, the ones that ended later than the bound.
@@ -236,7 +237,9 @@ fn check_fencing(input: &Input, f: Fence, r: &mut Report) {
         }
     }
     let bound = f.after_us + f.grace_us + f.slack_us;
-    for cut in input.faults.iter().filter(|x| x.kind == "cut_agent") {
+    // A frozen agent renews no lease: its shims fence its jobs as a cut agent does.
+    let cuts = |x: &&FaultRecord| x.kind == "cut_agent" || x.kind == "stop_agent";
+    for cut in input.faults.iter().filter(cuts) {
         if cut.healed_us.saturating_sub(cut.start_us) < f.after_us + f.slack_us {
             continue; // healed before the agent had to fence
         }

@@ -250,11 +250,15 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
             let node = rng.gen_range(0..n);
             match rng.gen_range(0..10) {
                 0..=2 => (Fault::KillAgent { node }, rng.gen_range(200..1_200)),
-                // Shorter than down_after: a frozen agent cannot fence, and its jobs
-                // go on under their shims while the controllers would requeue them.
+                // A frozen agent: half of them past down_after, when the controllers
+                // requeue its jobs, which its shims have stopped once its lease ran
+                // out (fence_after after its last contact).
                 3 => (
                     Fault::StopAgent { node },
-                    rng.gen_range(2_000..shape.down_after_ms - 3_000),
+                    match rng.gen_bool(0.5) {
+                        true => rng.gen_range(2_000..shape.down_after_ms - 3_000),
+                        false => shape.down_after_ms + rng.gen_range(1_000..3_000),
+                    },
                 ),
                 4..=5 => (Fault::CutAgent { node }, rng.gen_range(past_fence.clone())),
                 6 => (
@@ -301,11 +305,15 @@ mod tests {
         };
         assert_eq!(schedule_hosts(3, shape), schedule_hosts(3, shape));
         let mut seen = std::collections::BTreeSet::new();
+        let mut frozen_past_down = 0;
         for seed in 0..50 {
             let s = schedule_hosts(seed, shape);
             assert!(s.controllers.len() >= 15, "seed {seed}: {s:?}");
             for st in s.controllers.iter().chain(&s.agents) {
                 seen.insert(st.fault.name());
+                if matches!(st.fault, Fault::StopAgent { .. }) && st.hold_ms > shape.down_after_ms {
+                    frozen_past_down += 1;
+                }
                 if let Fault::CutAgent { node } | Fault::AgentMinority { node } = st.fault {
                     assert!(node < 4);
                     assert!(st.hold_ms > 2_000, "a cut outlasts fence_after");
@@ -327,6 +335,10 @@ mod tests {
         ] {
             assert!(seen.contains(name), "no {name} in 50 seeds");
         }
+        assert!(
+            frozen_past_down > 0,
+            "no agent frozen past down_after in 50 seeds"
+        );
     }
 
     #[test]

@@ -35,7 +35,7 @@ use tranche_proto::ClientCommand;
 use tranche_proto::{NodeWork, Query, Response};
 
 use crate::config::AgentConfig;
-use crate::exec::{Attempt, Executors, ExitStatus};
+use crate::exec::{lease, Attempt, Executors, ExitStatus};
 use crate::inventory::{FakeInventory, Inventory, NvmlInventory, UnitMap};
 use reconcile::{Action, AttemptKey, AttemptView, Here, RunningReport};
 
@@ -54,6 +54,8 @@ const STARTING_AFTER: Duration = Duration::from_millis(100);
 
 /// How often the monitor looks for every attempt's end in the spool, watched or not.
 const SWEEP: Duration = Duration::from_secs(1);
+/// How often the agent renews the lease on its node's jobs.
+const LEASE_EVERY: Duration = Duration::from_secs(1);
 
 /// How many acknowledged attempts are cleared at once (see `Agent::clearing`).
 const CLEARING: u32 = 2;
@@ -69,6 +71,14 @@ pub enum AgentError {
     Exec(#[from] crate::exec::ExecError),
     #[error("client: {0}")]
     Client(String),
+    /// The lease on the node's jobs could not be written at start.
+    #[error("cannot write the lease {}: {source}", path.display())]
+    Lease {
+        /// The lease's file.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
 }
 
 struct RunningAttempt {
@@ -141,6 +151,8 @@ pub struct Agent {
     /// frame deadline; it also closes connections whose certificate is revoked.
     logs_gate: Arc<tranche_tls::Gate>,
     last_contact: Mutex<Instant>,
+    /// The kernel's boot id, written with the lease.
+    boot: String,
     fenced: AtomicBool,
     /// Attempts whose end on this node the controllers have: a gang's attempt stays
     /// placed here until its last member ends, and this node's part of it must be
@@ -281,6 +293,7 @@ impl Agent {
             logs,
             logs_gate,
             last_contact: Mutex::new(Instant::now()),
+            boot: lease::boot_id(),
             fenced: AtomicBool::new(false),
             ended_here: Mutex::new(std::collections::HashSet::new()),
             starting: Mutex::new(HashMap::new()),
@@ -289,8 +302,15 @@ impl Agent {
             clearing: tokio::sync::Semaphore::new(CLEARING as usize),
             reporting: Mutex::new(std::collections::HashSet::new()),
         };
+        // The lease first: the shims of attempts started by an earlier agent process
+        // are watching it, and it may have run out while no agent renewed it.
+        agent.renew_lease().map_err(|source| AgentError::Lease {
+            path: lease::path(&agent.cfg.spool_dir),
+            source,
+        })?;
         // Attempts started by an earlier agent process keep running under their shims.
         for a in agent.execs.adopt()? {
+            let signal = a.spec().stop_signal.clone().unwrap_or("SIGTERM".into());
             info!(
                 job = a.job().0,
                 attempt = a.attempt().0,
@@ -301,10 +321,43 @@ impl Agent {
                     job: a.job(),
                     attempt: a.attempt(),
                 },
-                RunningAttempt::new(Arc::new(a), "SIGTERM".into(), None),
+                RunningAttempt::new(Arc::new(a), signal, None),
             );
         }
         Ok(Arc::new(agent))
+    }
+
+    /// Sets the lease on the node's jobs to run out `fence_after_s` after the last
+    /// contact with a controller quorum (see [`lease`]).
+    fn renew_lease(&self) -> std::io::Result<()> {
+        let since = self.last_contact.lock().unwrap().elapsed().as_millis() as u64;
+        let expires = (lease::boottime_ms() + self.cfg.fence_after_s * 1000).saturating_sub(since);
+        lease::renew(&self.cfg.spool_dir, &self.boot, expires)
+    }
+
+    /// Renews the lease every [`LEASE_EVERY`]; a failure is logged (the shims stop
+    /// their jobs once the lease runs out, as a fence would).
+    async fn keep_lease(self: Arc<Self>) {
+        let mut failing = false;
+        loop {
+            tokio::time::sleep(LEASE_EVERY).await;
+            let agent = self.clone();
+            match tokio::task::spawn_blocking(move || agent.renew_lease()).await {
+                Ok(Ok(())) if failing => {
+                    failing = false;
+                    info!("the lease on this node's jobs is renewed again");
+                }
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if !failing => {
+                    failing = true;
+                    warn!(
+                        "cannot renew the lease {}: {e}; the jobs of this node stop once it runs out",
+                        lease::path(&self.cfg.spool_dir).display()
+                    );
+                }
+                _ => {}
+            }
+        }
     }
 
     fn contact(&self) {
@@ -323,6 +376,7 @@ impl Agent {
         // restarted while cut from the controllers re-adopts running jobs, and must
         // fence them even if it never gets to register.
         let mon = tokio::spawn(self.clone().monitor());
+        let lease = tokio::spawn(self.clone().keep_lease());
         self.register().await;
         let hb = tokio::spawn(self.clone().heartbeats());
         let health = tokio::spawn(self.clone().health());
@@ -371,6 +425,7 @@ impl Agent {
         hb.abort();
         sweep.abort();
         mon.abort();
+        lease.abort();
         checkpoints.abort();
         health.abort();
         logs.abort();
@@ -378,7 +433,10 @@ impl Agent {
         // (their turns come first: the semaphore is fair); one not cleared by then is
         // left to the next agent, which adopts every attempt in the spool.
         let _ = tokio::time::timeout(CLEARING_ON_STOP, self.clearing.acquire_many(CLEARING)).await;
-        info!("agent stopping; jobs keep running under their shims");
+        info!(
+            fence_after_s = self.cfg.fence_after_s,
+            "agent stopping; jobs keep running under their shims until the lease runs out"
+        );
     }
 
     async fn register(&self) {

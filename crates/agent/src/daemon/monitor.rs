@@ -15,9 +15,6 @@ use crate::exec::Attempt;
 /// The reason, in an exit report, of an attempt the agent stopped when it fenced its
 /// node: the job did not fail, and the controllers requeue it.
 const FENCED: &str = "fenced: the agent lost the controllers for fence_after";
-/// The mark a fence leaves in the directory of each attempt it stops, so that an agent
-/// restarted before the exit was reported still reports it as fenced.
-const FENCED_MARK: &str = "fenced";
 
 impl Agent {
     /// Reports exits (exactly once: an exit is forgotten only once the controllers have
@@ -120,9 +117,8 @@ impl Agent {
                     let mut l = self.attempts.lock().unwrap();
                     for e in l.values_mut() {
                         e.stopped_for.get_or_insert_with(|| FENCED.into());
-                        let mark = e.attempt.dir().join(FENCED_MARK);
-                        if let Err(err) = std::fs::write(&mark, "") {
-                            warn!("{}: {err}", mark.display());
+                        if let Err(err) = e.attempt.mark_fenced() {
+                            warn!("{}: {err}", e.attempt.dir().display());
                         }
                     }
                     l.keys().copied().collect()
@@ -190,8 +186,7 @@ impl Agent {
         // An attempt the fence ended neither failed nor finished (a job may exit 0 on
         // its checkpoint signal): like one the agent lost track of, it is requeued (or
         // ended as a stop the controllers had ordered meant).
-        let fenced = reason.as_deref().is_some_and(|r| r.starts_with(FENCED))
-            || a.dir().join(FENCED_MARK).exists();
+        let fenced = reason.as_deref().is_some_and(|r| r.starts_with(FENCED)) || a.fenced();
         let reason = match (fenced, reason) {
             (true, Some(r)) if !r.starts_with(FENCED) => Some(format!("{FENCED}; {r}")),
             (true, None) => Some(FENCED.to_string()),

@@ -264,6 +264,17 @@ impl Attempt {
         }
     }
 
+    /// Marks the attempt as stopped by a fence, so that its end is reported as fenced
+    /// (requeued, not failed), also by an agent restarted before it was reported.
+    pub fn mark_fenced(&self) -> std::io::Result<()> {
+        std::fs::write(self.dir.join(files::FENCED), "")
+    }
+
+    /// True once a fence has stopped the attempt ([`Attempt::mark_fenced`]).
+    pub fn fenced(&self) -> bool {
+        self.dir.join(files::FENCED).exists()
+    }
+
     /// True while some process of the job is left.
     pub fn alive(&self) -> bool {
         if self.dir.join(files::EXIT).exists() {

@@ -86,6 +86,7 @@ mod executors;
 mod fsutil;
 mod image;
 mod layer;
+pub mod lease;
 pub mod ledger;
 mod oci;
 pub mod output;

@@ -587,6 +587,7 @@ mod tests {
             stdout_file: None,
             stderr_file: None,
             sagemaker: None,
+            stop_signal: None,
         }
     }
 

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::thread::sleep;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::libc;
@@ -23,6 +23,7 @@ use super::DEFAULT_PATH;
 use super::{
     fsutil, job_env, oci, procfs, sagemaker_env, spawn, ExecError, ExecKind, ExitStatus, LaunchSpec,
 };
+use super::{lease, signal_number, Attempt};
 
 /// Why the shim could not start a job, or not record its end. The text is what
 /// `launch_error` says and what the controller reports as the attempt's failure.
@@ -156,11 +157,129 @@ pub(super) fn run_shim(dir: &Path) -> bool {
         log(dir, &format!("cannot record the shim's pid: {e}"));
         return false;
     }
+    tick_every_second(dir);
     match supervise(dir) {
         Ok(()) => true,
         Err(e) => {
             log(dir, &e.to_string());
             false
+        }
+    }
+}
+
+/// Interrupts the shim's waits every second (SIGALRM, whose handler does nothing and
+/// does not restart a wait), so that it looks at the agent's lease while its job runs.
+/// A timer is not inherited by the job's processes, and exec resets the handler.
+fn tick_every_second(dir: &Path) {
+    extern "C" fn tick(_: libc::c_int) {}
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let act = SigAction::new(SigHandler::Handler(tick), SaFlags::empty(), SigSet::empty());
+    // SAFETY: the handler does nothing, so it is async-signal-safe.
+    if let Err(e) = unsafe { sigaction(Signal::SIGALRM, &act) } {
+        log(
+            dir,
+            &format!("cannot handle SIGALRM ({e}): the agent's lease is not watched"),
+        );
+        return;
+    }
+    let second = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    let t = libc::itimerval {
+        it_interval: second,
+        it_value: second,
+    };
+    // SAFETY: `t` is a valid itimerval; the old value is not asked for.
+    if unsafe { libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut()) } != 0 {
+        log(
+            dir,
+            &format!(
+                "cannot set a timer ({}): the agent's lease is not watched",
+                io::Error::last_os_error()
+            ),
+        );
+    }
+}
+
+/// The fence below the agent: stops the job once the agent's [lease](super::lease)
+/// has run out (the agent lost the controllers, or is frozen, stuck or gone), with
+/// the job's checkpoint signal and, after [`lease::FENCE_GRACE`], SIGKILL, and marks
+/// the attempt fenced.
+struct Fence {
+    attempt: Attempt,
+    spool: PathBuf,
+    boot: String,
+    looked: Option<Instant>,
+    /// When the job was signalled, once the lease ran out.
+    since: Option<Instant>,
+}
+
+impl Fence {
+    fn new(dir: &Path, spec: &LaunchSpec, plan: &LaunchRecord) -> Fence {
+        Fence {
+            attempt: Attempt::new(
+                spec.job,
+                spec.attempt,
+                dir.to_path_buf(),
+                spec.clone(),
+                plan.clone(),
+            ),
+            spool: plan.spool_of(dir),
+            boot: lease::boot_id(),
+            looked: None,
+            since: None,
+        }
+    }
+
+    /// Looks at the lease (at most twice a second) and stops the job if it has run
+    /// out: called between waits.
+    fn check(&mut self) {
+        if self
+            .looked
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(500))
+        {
+            return;
+        }
+        self.looked = Some(Instant::now());
+        let dir = self.attempt.dir().to_path_buf();
+        match self.since {
+            None => {
+                let lease::Standing::RunOut { ago_ms } =
+                    lease::standing(&self.spool, &self.boot, lease::boottime_ms())
+                else {
+                    return;
+                };
+                let name = self
+                    .attempt
+                    .spec()
+                    .stop_signal
+                    .as_deref()
+                    .unwrap_or("SIGTERM");
+                log(
+                    &dir,
+                    &format!(
+                        "the agent's lease ran out {} ago: stopping the job ({name}, then \
+                         SIGKILL after {} s)",
+                        tranche_proto::text::duration_text(ago_ms),
+                        lease::FENCE_GRACE.as_secs()
+                    ),
+                );
+                if let Err(e) = self.attempt.mark_fenced() {
+                    log(&dir, &format!("cannot mark the attempt fenced: {e}"));
+                }
+                let sig = signal_number(name).unwrap_or(libc::SIGTERM);
+                if let Err(e) = self.attempt.signal(sig) {
+                    log(&dir, &e.to_string());
+                }
+                self.since = Some(Instant::now());
+            }
+            Some(t) if t.elapsed() >= lease::FENCE_GRACE => {
+                if let Err(e) = self.attempt.kill_all() {
+                    log(&dir, &e.to_string());
+                }
+            }
+            Some(_) => {}
         }
     }
 }
@@ -199,7 +318,7 @@ fn supervise(dir: &Path) -> Result<(), ShimError> {
         let (stdout, stderr) = open_streams(dir, &spec)?;
         match plan.kind {
             ExecKind::Process => run_process(dir, &spec, &plan, stdout, stderr),
-            ExecKind::Oci => run_oci(dir, &plan, stdout, stderr),
+            ExecKind::Oci => run_oci(dir, &spec, &plan, stdout, stderr),
         }
     })();
     record(dir, Some(&plan), ledger, outcome)
@@ -439,7 +558,9 @@ fn run_process(
     fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())?;
     log(dir, &format!("job running as pid {main}"));
     let mut main_status = None;
+    let mut fence = Fence::new(dir, spec, plan);
     loop {
+        fence.check();
         match wait_any(false) {
             Ok(Some((p, st))) => {
                 if p == main {
@@ -470,6 +591,7 @@ fn cgroup_empty(plan: &LaunchRecord) -> bool {
 
 fn run_oci(
     dir: &Path,
+    spec: &LaunchSpec,
     plan: &LaunchRecord,
     stdout: File,
     stderr: File,
@@ -503,7 +625,9 @@ fn run_oci(
     let mut runc_status = None;
     let mut init_status = None;
     let mut runc_done = false;
+    let mut fence = Fence::new(dir, spec, plan);
     loop {
+        fence.check();
         if init.is_none() {
             if let Some(p) = fsutil::read_string(&dir.join(files::INIT_PID))
                 .and_then(|t| t.trim().parse::<i32>().ok())

@@ -98,6 +98,12 @@ pub struct LaunchSpec {
     /// the image's entrypoint with `train`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sagemaker: Option<Box<tranche_model::SageMakerJob>>,
+    /// The signal a stop sends first: the job's checkpoint signal (e.g. `SIGUSR1`).
+    /// Unset (and absent from an older `spec.json`): SIGTERM. The shim sends it when
+    /// the agent's [lease](super::lease) runs out, and a re-adopting agent when it
+    /// stops the attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<String>,
 }
 
 /// Where a task of an array stands in it.
@@ -337,6 +343,7 @@ pub(super) mod tests {
             stdout_file: None,
             stderr_file: None,
             sagemaker: None,
+            stop_signal: None,
         }
     }
 

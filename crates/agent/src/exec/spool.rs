@@ -145,6 +145,10 @@ pub(crate) mod files {
     pub const RUNTIME_LOG: &str = "runtime.log";
     pub const INIT_PID: &str = "init.pid";
     pub const BUNDLE: &str = "bundle";
+    /// Left by a fence (the agent's, or the shim's when the agent's lease ran out) in
+    /// each attempt it stops, so that the exit is reported as fenced, also by an agent
+    /// restarted before it was reported.
+    pub const FENCED: &str = "fenced";
 }
 
 /// Where an acknowledged attempt's stdout and stderr are kept:

@@ -61,6 +61,7 @@ pub fn spec(image: &str, command: &[&str]) -> LaunchSpec {
         stdout_file: None,
         stderr_file: None,
         sagemaker: None,
+        stop_signal: None,
     }
 }
 
@@ -623,4 +624,31 @@ pub fn lacks_accounts(test: &str, need: Need) -> bool {
         return true;
     }
     false
+}
+
+/// Holds the agent's lease on `spool` for 2.5 s, then lets it run out: the shim of `a`
+/// leaves its job alone while the lease holds, then stops it with its stop signal (the
+/// job notes it in `note` and exits 0) and marks the attempt fenced.
+pub fn lease_holds_then_runs_out(spool: &Path, a: &Attempt, note: &Path) {
+    use tranche_agent::exec::lease;
+    let boot = lease::boot_id();
+    let hold = Instant::now() + Duration::from_millis(2_500);
+    while Instant::now() < hold {
+        lease::renew(spool, &boot, lease::boottime_ms() + 1_000).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !note.exists() && a.exit().is_none(),
+            "the job was stopped while the lease held"
+        );
+    }
+    let last = Instant::now();
+    wait_file(note, Duration::from_secs(30));
+    let after = last.elapsed();
+    assert!(
+        after >= Duration::from_millis(900) && after < Duration::from_secs(5),
+        "stopped {after:?} after the lease's last renewal (1 s lease)"
+    );
+    let st = wait_exit(a, Duration::from_secs(30));
+    assert_eq!(st.code, Some(0), "{st:?}");
+    assert!(a.fenced(), "the attempt was not marked fenced");
 }

@@ -145,7 +145,14 @@ impl Endpoint {
         j.attempts.iter().rev().find_map(|a| a.ran_from())
     }
 
-    fn summary_json(&self, j: &Job) -> Value {
+    /// Whether `j` is in the implicit share of a FIFO queue (whose jobs show no
+    /// `quotaShareName`, as AWS's FIFO queues' jobs have none).
+    fn in_implicit_share(st: &State, j: &Job) -> bool {
+        j.spec.share.as_str() == j.spec.queue.as_str()
+            && st.queues.get(&j.spec.queue).is_some_and(is_fifo)
+    }
+
+    fn summary_json(&self, j: &Job, implicit: bool) -> Value {
         let mut v = json!({
             "jobArn": self.arns.job(j.id),
             "jobId": j.id.0.to_string(),
@@ -157,6 +164,9 @@ impl Endpoint {
             "capacityUsage": self.capacity_usage(j),
         });
         let m = v.as_object_mut().expect("an object");
+        if implicit {
+            m.remove("quotaShareName");
+        }
         if let Some(r) = Self::status_reason(j) {
             m.insert("statusReason".into(), json!(r));
         }
@@ -217,8 +227,8 @@ impl Endpoint {
         v
     }
 
-    fn describe_json(&self, j: &Job) -> Value {
-        let mut v = self.summary_json(j);
+    fn describe_json(&self, j: &Job, implicit: bool) -> Value {
+        let mut v = self.summary_json(j, implicit);
         let m = v.as_object_mut().expect("an object");
         m.insert(
             "jobQueue".into(),
@@ -314,12 +324,6 @@ impl Endpoint {
                 "fair-share identifiers are not supported: this cluster's queues have quota-share policies; give quotaShareName",
             ));
         }
-        let share = r.quota_share_name.clone().ok_or_else(|| {
-            AwsError::invalid(
-                "quotaShareName",
-                "is required: the job queue has a quota-share scheduling policy",
-            )
-        })?;
         let payload = required(&r.service_request_payload, "serviceRequestPayload")?;
         let t = crate::training::read(payload, &name, &self.cfg, &self.cap)?;
         let priority = job_priority(r.scheduling_priority.unwrap_or(0))?;
@@ -377,6 +381,48 @@ impl Endpoint {
                 ));
             }
         }
+        let share = {
+            let st = cx.state().await?;
+            let q = match st.queues.get(&QueueName::from(queue.as_str())) {
+                None => {
+                    return Err(AwsError::client(format!(
+                        "job queue {queue} does not exist"
+                    )))
+                }
+                Some(q) if q.state == ObjState::Disabled => {
+                    return Err(AwsError::client(format!(
+                        "job queue {queue} is DISABLED and accepts no jobs"
+                    )))
+                }
+                Some(q) => q,
+            };
+            // A FIFO queue's jobs join its implicit share.
+            let share = match (is_fifo(q), &r.quota_share_name) {
+                (true, None) => queue.clone(),
+                (true, Some(_)) => {
+                    return Err(AwsError::invalid(
+                        "quotaShareName",
+                        format!("job queue {queue} has no quota-share scheduling policy (a FIFO queue); don't give quotaShareName"),
+                    ))
+                }
+                (false, Some(s)) => s.clone(),
+                (false, None) => {
+                    return Err(AwsError::invalid(
+                        "quotaShareName",
+                        "is required: the job queue has a quota-share scheduling policy",
+                    ))
+                }
+            };
+            match st.shares.get(&ShareName::from(share.as_str())) {
+                Some(s) if s.queue.as_str() == queue => {}
+                _ => {
+                    return Err(AwsError::client(format!(
+                        "quota share {share} does not exist in job queue {queue}"
+                    )))
+                }
+            }
+            share
+        };
         let mut spec = JobSpec::new(
             &name,
             &queue,
@@ -396,30 +442,6 @@ impl Endpoint {
         spec.client_token = r.client_token.clone();
         spec.tags = r.tags.clone().unwrap_or_default();
         spec.sagemaker = Some(Box::new(t.sagemaker));
-        {
-            let st = cx.state().await?;
-            match st.queues.get(&QueueName::from(queue.as_str())) {
-                None => {
-                    return Err(AwsError::client(format!(
-                        "job queue {queue} does not exist"
-                    )))
-                }
-                Some(q) if q.state == ObjState::Disabled => {
-                    return Err(AwsError::client(format!(
-                        "job queue {queue} is DISABLED and accepts no jobs"
-                    )))
-                }
-                _ => {}
-            }
-            match st.shares.get(&ShareName::from(share.as_str())) {
-                Some(s) if s.queue.as_str() == queue => {}
-                _ => {
-                    return Err(AwsError::client(format!(
-                        "quota share {share} does not exist in job queue {queue}"
-                    )))
-                }
-            }
-        }
         let id = match cx.write(ClientCommand::Submit(spec)).await? {
             tranche_proto::Outcome::Submitted { job, .. } => job,
             _ => {
@@ -434,7 +456,8 @@ impl Endpoint {
     pub(crate) async fn describe_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
         let r: OneJob = parse(body)?;
         let j = self.job_seen(cx, required(&r.job_id, "jobId")?).await?;
-        Ok(self.describe_json(&j))
+        let implicit = Self::in_implicit_share(&*cx.state().await?, &j);
+        Ok(self.describe_json(&j, implicit))
     }
 
     pub(crate) async fn list_service_jobs(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
@@ -556,7 +579,10 @@ impl Endpoint {
                     next = Some(id.0 + 1);
                     break;
                 }
-                list.push(self.summary_json(&job_as_seen_by(&cx.who, j)?));
+                list.push(self.summary_json(
+                    &job_as_seen_by(&cx.who, j)?,
+                    Self::in_implicit_share(&st, j),
+                ));
             }
         }
         Ok(with_next(
@@ -608,7 +634,8 @@ impl Endpoint {
                 (None, None) => None,
             };
             if let Some(j) = job {
-                list.push(self.summary_json(&job_as_seen_by(&cx.who, &j)?));
+                let implicit = Self::in_implicit_share(&cx.api.shared.read().unwrap().state, &j);
+                list.push(self.summary_json(&job_as_seen_by(&cx.who, &j)?, implicit));
             }
         }
         Ok(with_next(

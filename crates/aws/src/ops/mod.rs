@@ -7,6 +7,13 @@
 //! policy, a job queue is a queue with one environment and one policy, and a quota
 //! share is a share with the policy file's default grace periods and no member list.
 //!
+//! A job queue made without a scheduling policy is AWS's FIFO queue: it gets the
+//! reserved policy [`FIFO_POLICY`] and one implicit quota share of the queue's own name
+//! whose limits are its service environment's, which every job submitted without
+//! `quotaShareName` joins. The endpoint shows neither (no `schedulingPolicyArn`, no
+//! quota shares, no `quotaShareName` on its jobs); `tranche shares` and the native API
+//! show them.
+//!
 //! One module per resource kind holds its operations (`Endpoint`'s methods that the
 //! router dispatches to); this module holds what they share: reading members, pages,
 //! tags and the statuses a service job reports.
@@ -45,6 +52,62 @@ const STATUSES: [&str; 8] = [
     "SUCCEEDED",
     "FAILED",
 ];
+
+/// The scheduling policy of every job queue made without one: FIFO, reserved (no
+/// policy of that name can be made, described or deleted here).
+pub const FIFO_POLICY: &str = "implicit-fifo";
+
+/// Whether `q` is a FIFO queue (made without a scheduling policy).
+fn is_fifo(q: &JobQueue) -> bool {
+    q.policy.as_str() == FIFO_POLICY
+}
+
+/// Whether `s` is the implicit share of a FIFO queue.
+fn is_implicit(st: &State, s: &QuotaShare) -> bool {
+    s.name.as_str() == s.queue.as_str() && st.queues.get(&s.queue).is_some_and(is_fifo)
+}
+
+/// A share as this endpoint makes one: no member list, the policy file's default grace
+/// periods, LEND without in-share preemption until the request says otherwise.
+fn new_share(name: ShareName, queue: QueueName, limits: Vec<CapacityLimit>) -> QuotaShare {
+    QuotaShare {
+        weight: None,
+        loans: Default::default(),
+        name,
+        queue,
+        capacity_limits: limits,
+        resource_sharing: ResourceSharing {
+            strategy: Strategy::Lend,
+            borrow_limit: None,
+        },
+        in_share_preemption: false,
+        state: ObjState::Enabled,
+        members: vec![],
+        default_grace_s: DEFAULT_GRACE_S,
+        max_grace_s: MAX_GRACE_S,
+        min_runtime_s: 0,
+        max_user_priority: tranche_model::DEFAULT_MAX_USER_PRIORITY,
+        limits: Default::default(),
+    }
+}
+
+/// The implicit share of FIFO queue `queue` on `env`: all of the environment's
+/// capacity, lent to other queues' shares on it while idle, no preemption within.
+fn implicit_share(queue: &QueueName, env: &ServiceEnvironment) -> QuotaShare {
+    new_share(
+        queue.as_str().into(),
+        queue.clone(),
+        env.capacity_limits.clone(),
+    )
+}
+
+/// The refusal of a scheduling policy named [`FIFO_POLICY`].
+fn reserved_policy(member: &str) -> AwsError {
+    AwsError::invalid(
+        member,
+        format!("scheduling policy name {FIFO_POLICY} is reserved for the job queues made without a schedulingPolicyArn"),
+    )
+}
 
 /// Grace periods a share made here gets (those of the policy file's defaults).
 const DEFAULT_GRACE_S: u64 = 30;

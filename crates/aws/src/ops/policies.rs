@@ -89,6 +89,9 @@ impl Endpoint {
     ) -> AwsResult<Value> {
         let r: CreatePolicy = parse(body)?;
         let name = required(&r.name, "name")?.clone();
+        if name == FIFO_POLICY {
+            return Err(reserved_policy("name"));
+        }
         check_policy(&r.quota_share_policy, &r.fairshare_policy, true)?;
         check_tags(&r.tags)?;
         if cx
@@ -119,6 +122,9 @@ impl Endpoint {
             .arns
             .policy_of(required(&r.arn, "arn")?)
             .map_err(AwsError::client)?;
+        if name == FIFO_POLICY {
+            return Err(reserved_policy("arn"));
+        }
         check_policy(&r.quota_share_policy, &r.fairshare_policy, false)?;
         if !cx
             .state()
@@ -148,6 +154,9 @@ impl Endpoint {
         let mut out = vec![];
         for a in arns {
             let name = self.arns.policy_of(a).map_err(AwsError::client)?;
+            if name == FIFO_POLICY {
+                continue;
+            }
             if let Some(p) = st.policies.get(&PolicyName::from(name.as_str())) {
                 out.push(self.policy_json(&st, p));
             }
@@ -165,6 +174,7 @@ impl Endpoint {
         let all: Vec<Value> = st
             .policies
             .keys()
+            .filter(|n| n.as_str() != FIFO_POLICY)
             .map(|n| json!({"arn": self.arns.policy(n.as_str())}))
             .collect();
         let (items, next) = page(&all, r.max_results, r.next_token.as_deref())?;
@@ -181,6 +191,9 @@ impl Endpoint {
             .arns
             .policy_of(required(&r.arn, "arn")?)
             .map_err(AwsError::client)?;
+        if name == FIFO_POLICY {
+            return Err(reserved_policy("arn"));
+        }
         cx.write(ClientCommand::DeletePolicy(name.as_str().into()))
             .await?;
         Ok(json!({}))

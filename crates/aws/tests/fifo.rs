@@ -380,3 +380,31 @@ async fn fifo_queue_only(aws: &Aws) {
         )
         .await);
 }
+
+/// The notebooks' PyTorch image, without `ContainerEntrypoint`, through the catalog's
+/// pattern: the job runs the local image's own entrypoint (with `train`).
+#[tokio::test]
+async fn a_pytorch_image_of_any_region_and_tag_runs_as_the_catalogs_pattern_says() {
+    let aws = Aws::new(State::new());
+    fifo_queue(&aws, 1).await;
+    let image = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311";
+    let mut p: Value = serde_json::from_str(&payload("t", "ml.g5.xlarge", 1)).unwrap();
+    p["AlgorithmSpecification"] = json!({"TrainingImage": image, "TrainingInputMode": "File"});
+    let mut b = fifo_submit("t");
+    b["serviceRequestPayload"] = json!(p.to_string());
+    ok(&aws.op(&aws.alice, "SubmitServiceJob", b.clone()).await);
+    {
+        let st = &aws.h.rig.shared.read().unwrap().state;
+        let j = st.jobs.values().next().unwrap();
+        assert_eq!(j.spec.image, "/images/pytorch");
+        assert!(j.spec.command.is_empty(), "{:?}", j.spec.command);
+    }
+    // Another repository of that registry is not in the catalog.
+    p["AlgorithmSpecification"]["TrainingImage"] =
+        json!("763104351884.dkr.ecr.eu-west-1.amazonaws.com/tensorflow-training:2.16");
+    b["serviceRequestPayload"] = json!(p.to_string());
+    client_error(
+        &aws.op(&aws.alice, "SubmitServiceJob", b).await,
+        "image `763104351884.dkr.ecr.eu-west-1.amazonaws.com/tensorflow-training:2.16` is not in this cluster's image catalog",
+    );
+}

@@ -28,6 +28,8 @@ pub use http::{send, Harness, Reply};
 pub const REGION: &str = "us-west-2";
 pub const ACCOUNT: &str = "123456789012";
 pub const IMAGE: &str = "123456789012.dkr.ecr.us-west-2.amazonaws.com/tranche-train:latest";
+/// AWS's PyTorch training images, in the catalog as a pattern.
+pub const PYTORCH: &str = "763104351884.dkr.ecr.*.amazonaws.com/pytorch-training:*";
 /// The headers every request here signs (botocore signs these and more).
 pub const SIGNED: [&str; 3] = ["content-type", "host", "x-amz-date"];
 const HOST: &str = "c1.tranche.test:8443";
@@ -45,7 +47,8 @@ pub struct Aws {
 }
 
 /// The `[aws]` settings of these tests: A10G instances of 1 and 4 GPUs, H100s of 8,
-/// and one training image.
+/// one training image, and AWS's PyTorch training images of every region and tag
+/// ([`PYTORCH`]) as one local image.
 pub fn config() -> AwsConfig {
     let mut cfg = AwsConfig {
         region: REGION.into(),
@@ -67,6 +70,7 @@ pub fn config() -> AwsConfig {
     }
     cfg.images
         .insert(IMAGE.into(), "/images/tranche-train".into());
+    cfg.images.insert(PYTORCH.into(), "/images/pytorch".into());
     cfg
 }
 

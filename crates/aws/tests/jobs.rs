@@ -114,10 +114,8 @@ async fn service_jobs_are_submitted_described_listed_updated_and_terminated() {
     );
     assert_eq!(d["serviceJobType"], json!("SAGEMAKER_TRAINING"));
     assert_eq!(d["status"], json!("RUNNABLE"), "no planner runs in the rig");
-    assert_eq!(
-        (d["isTerminated"].clone(), d["startedAt"].clone()),
-        (json!(false), json!(0))
-    );
+    assert_eq!(d["isTerminated"], json!(false));
+    assert!(d.get("startedAt").is_none(), "not started: {d}");
     let sent: Value = serde_json::from_str(d["serviceRequestPayload"].as_str().unwrap()).unwrap();
     assert_eq!(sent["TrainingJobName"], json!("train-a"));
     assert!(d.get("preemptionSummary").is_none());
@@ -400,4 +398,46 @@ async fn bad_submits_name_their_member_and_change_nothing() {
         "a refused submit reached the node"
     );
     assert_eq!(aws.h.rig.shared.read().unwrap().state.jobs.len(), 0);
+}
+
+/// A job whose only attempt failed before it started (its image had no entrypoint)
+/// shows no `startedAt`, and its attempt's reason is the job's.
+#[tokio::test]
+async fn a_job_that_never_started_has_no_start_and_its_attempt_says_why() {
+    let aws = setup().await;
+    aws.node("n1", 4);
+    let alice = aws.alice.clone();
+    let id = ok(&aws.op(&alice, "SubmitServiceJob", submit("never")).await)["jobId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    aws.h.rig.plan();
+    let d = ok(&aws
+        .op(&alice, "DescribeServiceJob", json!({"jobId": id}))
+        .await);
+    assert_eq!(d["status"], json!("SCHEDULED"), "{d}");
+    assert!(d.get("startedAt").is_none(), "{d}");
+    let why = "image `/images/tranche-train` has no entrypoint; give ContainerEntrypoint";
+    aws.report(
+        &id,
+        1,
+        tranche_model::Progress::Exited {
+            code: None,
+            reason: Some(why.into()),
+        },
+    );
+    let d = ok(&aws
+        .op(&alice, "DescribeServiceJob", json!({"jobId": id}))
+        .await);
+    assert_eq!(d["status"], json!("FAILED"), "{d}");
+    assert!(d.get("startedAt").is_none(), "{d}");
+    let a = &d["attempts"][0];
+    assert!(a.get("startedAt").is_none(), "{a}");
+    assert!(a.get("stoppedAt").is_some(), "{a}");
+    assert!(
+        d["statusReason"].as_str().unwrap().contains(why),
+        "{}",
+        d["statusReason"]
+    );
+    assert_eq!(a["statusReason"], d["statusReason"]);
 }

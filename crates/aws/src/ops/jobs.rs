@@ -189,6 +189,17 @@ impl Endpoint {
         v
     }
 
+    /// The reason of the transition that ended attempt `a` (out of SCHEDULED,
+    /// STARTING or RUNNING when it ended).
+    fn ending_reason(j: &Job, a: &Attempt) -> Option<String> {
+        let end = a.ended_at?;
+        j.transitions
+            .iter()
+            .find(|t| t.at >= end && t.from.is_active() && t.to != t.from)
+            .map(|t| t.reason.clone())
+            .filter(|r| !r.is_empty())
+    }
+
     fn attempt_json(&self, j: &Job, a: &Attempt) -> Value {
         let mut v = json!({
             "serviceResourceId": {"name": "TrainingJobArn", "value": self.training_arn(j, a.number)},
@@ -201,7 +212,14 @@ impl Endpoint {
             m.insert("stoppedAt".into(), json!(t));
         }
         if let Some(end) = &a.end {
+            // An attempt that never ran ended as its job's transition then says.
+            let never_ran = a
+                .ran_from()
+                .is_none()
+                .then(|| Self::ending_reason(j, a))
+                .flatten();
             let reason = match end {
+                _ if never_ran.is_some() => never_ran.expect("just checked"),
                 AttemptEnd::Exited { code: 0 } => {
                     "Received status from SageMaker: Training job completed".to_string()
                 }
@@ -239,8 +257,8 @@ impl Endpoint {
             "retryStrategy".into(),
             json!({"attempts": j.spec.retry_attempts}),
         );
-        // Required in the model: 0 until the job has started.
-        m.entry("startedAt").or_insert(json!(0));
+        // `startedAt` (required in the model) is left out until the job has started,
+        // as AWS leaves it out.
         m.insert(
             "isTerminated".into(),
             json!(j.status == JobStatus::Cancelled),

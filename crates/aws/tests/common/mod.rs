@@ -236,3 +236,43 @@ pub fn payload(name: &str, itype: &str, count: u32) -> String {
     })
     .to_string()
 }
+
+impl Aws {
+    /// Applies `cmd` to the state now, as the node task applies a committed entry.
+    pub fn apply(&self, cmd: tranche_state::Command) {
+        let mut sh = self.h.rig.shared.write().unwrap();
+        let now = tranche_controller::mailbox::wall_ms().max(sh.last_now);
+        sh.state.apply(&cmd, now).expect("the command applies");
+        sh.last_now = now;
+    }
+
+    /// Node `name` with `gpus` healthy A10Gs, registered.
+    pub fn node(&self, name: &str, gpus: u32) {
+        let inv = tranche_model::NodeInventory {
+            name: name.into(),
+            address: "127.0.0.1".into(),
+            labels: Default::default(),
+            gpus: (0..gpus)
+                .map(|i| tranche_model::Gpu {
+                    index: tranche_model::GpuIndex(i),
+                    uuid: format!("GPU-{name}-{i}"),
+                    unit: "a10g".into(),
+                    memory_mb: 1,
+                    healthy: true,
+                })
+                .collect(),
+            cpus: 4,
+            memory_mb: 1024,
+        };
+        self.apply(tranche_state::Command::RegisterNode(inv));
+    }
+
+    /// Attempt `attempt` of service job `id` (its `jobId`) reports `event`.
+    pub fn report(&self, id: &str, attempt: u32, event: tranche_model::Progress) {
+        self.apply(tranche_state::Command::JobProgress {
+            job: tranche_model::JobId(id.parse().unwrap()),
+            attempt,
+            event,
+        });
+    }
+}

@@ -291,6 +291,11 @@ async fn service_jobs_are_submitted_described_listed_updated_and_terminated() {
     assert_eq!(errors, ["999999"], "{bulk}");
 
     // A job's tags, through the tag operations.
+    assert_eq!(job_tags(&aws, &alice, &sub).await, json!({"team": "a"}));
+}
+
+/// The tags of the job `sub` (a submit's answer), as `key` lists them.
+async fn job_tags(aws: &Aws, key: &str, sub: &Value) -> Value {
     let path = format!(
         "/v1/tags/{}",
         sub["jobArn"]
@@ -299,8 +304,8 @@ async fn service_jobs_are_submitted_described_listed_updated_and_terminated() {
             .replace(':', "%3A")
             .replace('/', "%2F")
     );
-    let r = aws.signed(&alice, Method::GET, &path, vec![]).await;
-    assert_eq!(ok(&r)["tags"], json!({"team": "a"}));
+    let r = aws.signed(key, Method::GET, &path, vec![]).await;
+    ok(&r)["tags"].clone()
 }
 
 #[tokio::test]
@@ -440,4 +445,38 @@ async fn a_job_that_never_started_has_no_start_and_its_attempt_says_why() {
         d["statusReason"]
     );
     assert_eq!(a["statusReason"], d["statusReason"]);
+}
+
+/// `timeoutConfig` is shown as it was sent, and not at all when none was; the job's
+/// time limit is still the smaller of it and the payload's `MaxRuntimeInSeconds` (600).
+#[tokio::test]
+async fn timeout_config_is_echoed_as_sent() {
+    let aws = setup().await;
+    let alice = aws.alice.clone();
+    for (name, sent, limit) in [
+        ("none", None, 600),
+        ("long", Some(json!({"attemptDurationSeconds": 86400})), 600),
+        ("short", Some(json!({"attemptDurationSeconds": 60})), 60),
+        ("empty", Some(json!({})), 600),
+    ] {
+        let mut b = submit(name);
+        b["tags"] = json!({"team": "a"});
+        if let Some(t) = &sent {
+            b["timeoutConfig"] = t.clone();
+        }
+        let sub = ok(&aws.op(&alice, "SubmitServiceJob", b).await);
+        let d = ok(&aws
+            .op(&alice, "DescribeServiceJob", json!({"jobId": sub["jobId"]}))
+            .await);
+        assert_eq!(d.get("timeoutConfig"), sent.as_ref(), "{name}: {d}");
+        assert_eq!(d["tags"], json!({"team": "a"}), "{name}");
+        assert_eq!(
+            job_tags(&aws, &alice, &sub).await,
+            json!({"team": "a"}),
+            "{name}"
+        );
+        let id = tranche_model::JobId(sub["jobId"].as_str().unwrap().parse().unwrap());
+        let st = &aws.h.rig.shared.read().unwrap().state;
+        assert_eq!(st.job(id).unwrap().spec.time_limit_s, Some(limit), "{name}");
+    }
 }

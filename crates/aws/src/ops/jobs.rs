@@ -83,6 +83,19 @@ struct UpdateJob {
     scheduling_priority: Option<i64>,
 }
 
+/// The job tag that keeps a submit's `timeoutConfig` as it was sent (its
+/// `attemptDurationSeconds`, empty for `{}`), to echo it: the job's time limit is the
+/// smaller of it and the payload's `MaxRuntimeInSeconds`. `aws:` keys are reserved, so
+/// no caller's tag has it; the endpoint shows it in no job's `tags`.
+const TIMEOUT_TAG: &str = "aws:batch:timeoutConfig";
+
+/// A job's tags as the endpoint shows them: without its own [`TIMEOUT_TAG`].
+pub(super) fn shown_tags(j: &Job) -> BTreeMap<String, String> {
+    let mut t = j.spec.tags.clone();
+    t.remove(TIMEOUT_TAG);
+    t
+}
+
 fn job_priority(p: i64) -> AwsResult<u32> {
     if !(0..=MAX_JOB_PRIORITY as i64).contains(&p) {
         return Err(AwsError::invalid(
@@ -270,8 +283,12 @@ impl Endpoint {
         if let Some(s) = j.spec.sagemaker.as_ref().filter(|_| !j.spec.is_redacted()) {
             m.insert("serviceRequestPayload".into(), json!(s.payload));
         }
-        if let Some(t) = j.spec.time_limit_s {
-            m.insert("timeoutConfig".into(), json!({"attemptDurationSeconds": t}));
+        if let Some(t) = j.spec.tags.get(TIMEOUT_TAG) {
+            let sent = match t.parse::<u64>() {
+                Ok(s) => json!({"attemptDurationSeconds": s}),
+                Err(_) => json!({}),
+            };
+            m.insert("timeoutConfig".into(), sent);
         }
         if let Some(p) = j.spec.preemption_retries {
             m.insert(
@@ -292,7 +309,7 @@ impl Endpoint {
                 json!({"preemptedAttemptCount": preempted.len(), "recentPreemptedAttempts": recent}),
             );
         }
-        m.insert("tags".into(), json!(j.spec.tags));
+        m.insert("tags".into(), json!(shown_tags(j)));
         v
     }
 
@@ -459,6 +476,17 @@ impl Endpoint {
         spec.preemption_retries = preemption_retries;
         spec.client_token = r.client_token.clone();
         spec.tags = r.tags.clone().unwrap_or_default();
+        if let Some(t) = &r.timeout_config {
+            if spec.tags.len() >= MAX_TAGS {
+                return Err(AwsError::invalid(
+                    "tags",
+                    format!("at most {} tags with a timeoutConfig on this cluster (a job keeps at most {MAX_TAGS} tags, and the timeoutConfig as one of them), got {}", MAX_TAGS - 1, spec.tags.len()),
+                ));
+            }
+            let sent = t.attempt_duration_seconds.map(|s| s.to_string());
+            spec.tags
+                .insert(TIMEOUT_TAG.into(), sent.unwrap_or_default());
+        }
         spec.sagemaker = Some(Box::new(t.sagemaker));
         let id = match cx.write(ClientCommand::Submit(spec)).await? {
             tranche_proto::Outcome::Submitted { job, .. } => job,

@@ -14,7 +14,7 @@ impl Endpoint {
         let t = self.tag_target(arn)?;
         if let crate::arn::Target::Job(_) = &t {
             let j = self.job_seen(cx, arn).await?;
-            return Ok(json!({ "tags": j.spec.tags }));
+            return Ok(json!({ "tags": super::jobs::shown_tags(&j) }));
         }
         let st = cx.state().await?;
         let key = t.tag_key().expect("an object's key");

@@ -72,6 +72,22 @@ fn check_policy(qs: &Option<QsPolicy>, fair: &Option<Value>, creating: bool) -> 
     }
 }
 
+/// Refuses a scheduling policy `name` that does not exist.
+async fn existing_policy(cx: &Ctx<'_>, name: &str) -> AwsResult<()> {
+    if cx
+        .state()
+        .await?
+        .policies
+        .contains_key(&PolicyName::from(name))
+    {
+        Ok(())
+    } else {
+        Err(AwsError::client(format!(
+            "scheduling policy {name} does not exist"
+        )))
+    }
+}
+
 impl Endpoint {
     fn policy_json(&self, st: &State, p: &SchedulingPolicy) -> Value {
         json!({
@@ -126,16 +142,7 @@ impl Endpoint {
             return Err(reserved_policy("arn"));
         }
         check_policy(&r.quota_share_policy, &r.fairshare_policy, false)?;
-        if !cx
-            .state()
-            .await?
-            .policies
-            .contains_key(&PolicyName::from(name.as_str()))
-        {
-            return Err(AwsError::client(format!(
-                "scheduling policy {name} does not exist"
-            )));
-        }
+        existing_policy(cx, &name).await?;
         // FIFO is the only strategy: nothing to change.
         Ok(json!({}))
     }
@@ -194,6 +201,9 @@ impl Endpoint {
         if name == FIFO_POLICY {
             return Err(reserved_policy("arn"));
         }
+        // Existence first, as for every other object: a missing policy is said to be
+        // missing whoever asks.
+        existing_policy(cx, &name).await?;
         cx.write(ClientCommand::DeletePolicy(name.as_str().into()))
             .await?;
         Ok(json!({}))

@@ -610,3 +610,21 @@ async fn existence_is_checked_before_authorization() {
         "a refused request reached the node"
     );
 }
+
+/// A refusal says what the caller holds: an access key, not a certificate.
+#[tokio::test]
+async fn a_refusal_to_a_key_names_keys() {
+    let aws = Aws::new(State::new());
+    let r = aws
+        .op(
+            &aws.alice,
+            "CreateSchedulingPolicy",
+            json!({"name": "sp", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+        )
+        .await;
+    client_error(
+        &r,
+        "not authorized: user:alice: only an admin access key may manage environments, policies, queues and shares",
+    );
+    assert!(!r.text().contains("certificate"), "{}", r.text());
+}

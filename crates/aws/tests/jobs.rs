@@ -480,3 +480,57 @@ async fn timeout_config_is_echoed_as_sent() {
         assert_eq!(st.job(id).unwrap().spec.time_limit_s, Some(limit), "{name}");
     }
 }
+
+/// A terminated job whose process ended on its stop signal at once is said to have
+/// done so, not to have been killed at the end of its grace period (30 s); one that
+/// ended on a signal after its grace was.
+#[tokio::test]
+async fn a_job_that_ends_on_its_signal_is_not_said_to_be_killed_at_the_grace_end() {
+    let aws = setup().await;
+    aws.node("n1", 4);
+    let alice = aws.alice.clone();
+    for (name, after_ms, says) in [
+        ("quick", 0, " ms after it was sent, within its grace period"),
+        (
+            "slow",
+            31_000,
+            "terminated; it was killed at the end of its grace period",
+        ),
+    ] {
+        let id = ok(&aws.op(&alice, "SubmitServiceJob", submit(name)).await)["jobId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        aws.h.rig.plan();
+        aws.report(&id, 1, tranche_model::Progress::Running);
+        ok(&aws
+            .op(
+                &alice,
+                "TerminateServiceJob",
+                json!({"jobId": id, "reason": "enough"}),
+            )
+            .await);
+        let killed = tranche_model::Progress::Exited {
+            code: None,
+            reason: None,
+        };
+        aws.report_after(&id, 1, killed, after_ms);
+        let d = ok(&aws
+            .op(&alice, "DescribeServiceJob", json!({"jobId": id}))
+            .await);
+        assert_eq!(
+            (d["status"].clone(), d["isTerminated"].clone()),
+            (json!("FAILED"), json!(true)),
+            "{d}"
+        );
+        let why = d["attempts"][0]["statusReason"].as_str().unwrap();
+        assert!(why.ends_with(says), "{name}: {why}");
+        if after_ms == 0 {
+            assert!(
+                why.starts_with("terminated; it ended on its stop signal "),
+                "{why}"
+            );
+        }
+        assert!(d["attempts"][0]["startedAt"].as_u64().is_some(), "{d}");
+    }
+}

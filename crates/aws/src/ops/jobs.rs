@@ -213,7 +213,49 @@ impl Endpoint {
             .filter(|r| !r.is_empty())
     }
 
-    fn attempt_json(&self, j: &Job, a: &Attempt) -> Value {
+    /// How the process of attempt `a`, stopped by Tranche, ended: with an exit code
+    /// within its grace period, on its stop signal within it, or killed when it ended
+    /// (the signal's time is the job's `stopping` transition; the grace, `share`'s).
+    fn stopped_how(
+        j: &Job,
+        a: &Attempt,
+        kind: &StopKind,
+        code: Option<i32>,
+        share: Option<&QuotaShare>,
+    ) -> String {
+        if let Some(c) = code {
+            return format!("exited with code {c} within its grace period");
+        }
+        let signalled = j
+            .transitions
+            .iter()
+            .rev()
+            .find(|t| {
+                t.from == t.to
+                    && t.from.is_active()
+                    && t.reason.starts_with("stopping (")
+                    && t.at >= a.scheduled_at
+                    && a.ended_at.is_none_or(|e| t.at <= e)
+            })
+            .map(|t| t.at);
+        let (Some(sent), Some(end)) = (signalled, a.ended_at) else {
+            return "ended on a signal".to_string();
+        };
+        let notice = match kind {
+            StopKind::Reclaim { .. } => share.map_or(0, |s| s.loans.recall_notice_s),
+            _ => 0,
+        };
+        if end < sent + (notice + j.spec.grace_s(share)) * 1000 {
+            format!(
+                "ended on its stop signal {} ms after it was sent, within its grace period",
+                end - sent
+            )
+        } else {
+            "was killed at the end of its grace period".to_string()
+        }
+    }
+
+    fn attempt_json(&self, j: &Job, a: &Attempt, share: Option<&QuotaShare>) -> Value {
         let mut v = json!({
             "serviceResourceId": {"name": "TrainingJobArn", "value": self.training_arn(j, a.number)},
         });
@@ -240,10 +282,7 @@ impl Endpoint {
                     format!("the training container exited with code {code}")
                 }
                 AttemptEnd::Stopped { kind, code } => {
-                    let how = match code {
-                        Some(c) => format!("exited with code {c} within its grace period"),
-                        None => "was killed at the end of its grace period".to_string(),
-                    };
+                    let how = Self::stopped_how(j, a, kind, *code, share);
                     match kind {
                         StopKind::Reclaim { for_job } => format!("preempted: its quota share's lent capacity was reclaimed for job {}; it {how}", for_job.0),
                         StopKind::InShare { for_job } => format!("preempted by the higher-priority job {} of its quota share; it {how}", for_job.0),
@@ -258,7 +297,7 @@ impl Endpoint {
         v
     }
 
-    fn describe_json(&self, j: &Job, implicit: bool) -> Value {
+    fn describe_json(&self, j: &Job, implicit: bool, share: Option<&QuotaShare>) -> Value {
         let mut v = self.summary_json(j, implicit);
         let m = v.as_object_mut().expect("an object");
         m.insert(
@@ -278,7 +317,12 @@ impl Endpoint {
         );
         m.insert(
             "attempts".into(),
-            Value::Array(j.attempts.iter().map(|a| self.attempt_json(j, a)).collect()),
+            Value::Array(
+                j.attempts
+                    .iter()
+                    .map(|a| self.attempt_json(j, a, share))
+                    .collect(),
+            ),
         );
         if let Some(s) = j.spec.sagemaker.as_ref().filter(|_| !j.spec.is_redacted()) {
             m.insert("serviceRequestPayload".into(), json!(s.payload));
@@ -302,7 +346,7 @@ impl Endpoint {
                 .iter()
                 .rev()
                 .take(5)
-                .map(|a| self.attempt_json(j, a))
+                .map(|a| self.attempt_json(j, a, share))
                 .collect();
             m.insert(
                 "preemptionSummary".into(),
@@ -502,8 +546,9 @@ impl Endpoint {
     pub(crate) async fn describe_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
         let r: OneJob = parse(body)?;
         let j = self.job_seen(cx, required(&r.job_id, "jobId")?).await?;
-        let implicit = Self::in_implicit_share(&*cx.state().await?, &j);
-        Ok(self.describe_json(&j, implicit))
+        let st = cx.state().await?;
+        let implicit = Self::in_implicit_share(&st, &j);
+        Ok(self.describe_json(&j, implicit, st.shares.get(&j.spec.share)))
     }
 
     pub(crate) async fn list_service_jobs(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {

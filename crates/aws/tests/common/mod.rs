@@ -240,8 +240,13 @@ pub fn payload(name: &str, itype: &str, count: u32) -> String {
 impl Aws {
     /// Applies `cmd` to the state now, as the node task applies a committed entry.
     pub fn apply(&self, cmd: tranche_state::Command) {
+        self.apply_after(cmd, 0)
+    }
+
+    /// Applies `cmd` to the state `ms` milliseconds from now.
+    pub fn apply_after(&self, cmd: tranche_state::Command, ms: u64) {
         let mut sh = self.h.rig.shared.write().unwrap();
-        let now = tranche_controller::mailbox::wall_ms().max(sh.last_now);
+        let now = tranche_controller::mailbox::wall_ms().max(sh.last_now) + ms;
         sh.state.apply(&cmd, now).expect("the command applies");
         sh.last_now = now;
     }
@@ -269,10 +274,17 @@ impl Aws {
 
     /// Attempt `attempt` of service job `id` (its `jobId`) reports `event`.
     pub fn report(&self, id: &str, attempt: u32, event: tranche_model::Progress) {
-        self.apply(tranche_state::Command::JobProgress {
-            job: tranche_model::JobId(id.parse().unwrap()),
+        self.report_after(id, attempt, event, 0)
+    }
+
+    /// [`Aws::report`], `ms` milliseconds from now.
+    pub fn report_after(&self, id: &str, attempt: u32, event: tranche_model::Progress, ms: u64) {
+        let job = tranche_model::JobId(id.parse().unwrap());
+        let cmd = tranche_state::Command::JobProgress {
+            job,
             attempt,
             event,
-        });
+        };
+        self.apply_after(cmd, ms);
     }
 }

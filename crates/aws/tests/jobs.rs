@@ -534,3 +534,118 @@ async fn a_job_that_ends_on_its_signal_is_not_said_to_be_killed_at_the_grace_end
         assert!(d["attempts"][0]["startedAt"].as_u64().is_some(), "{d}");
     }
 }
+
+/// A queue deleted and made again under its name lists only its own jobs, whatever
+/// their status; the tag that marks where its jobs start is neither shown nor set.
+#[tokio::test]
+async fn a_queue_made_again_does_not_list_the_old_ones_jobs() {
+    let aws = setup().await;
+    let (admin, alice) = (aws.admin.clone(), aws.alice.clone());
+    let old = ok(&aws.op(&alice, "SubmitServiceJob", submit("old")).await)["jobId"].clone();
+    let runnable_old =
+        ok(&aws.op(&alice, "SubmitServiceJob", submit("old-2")).await)["jobId"].clone();
+    for id in [&old, &runnable_old] {
+        ok(&aws
+            .op(
+                &alice,
+                "TerminateServiceJob",
+                json!({"jobId": id, "reason": "x"}),
+            )
+            .await);
+    }
+    let share_arn = format!("arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/jq/quota-share/qs");
+    for (op, body) in [
+        (
+            "UpdateQuotaShare",
+            json!({"quotaShareArn": share_arn, "state": "DISABLED"}),
+        ),
+        ("DeleteQuotaShare", json!({"quotaShareArn": share_arn})),
+        (
+            "UpdateJobQueue",
+            json!({"jobQueue": "jq", "state": "DISABLED"}),
+        ),
+        ("DeleteJobQueue", json!({"jobQueue": "jq"})),
+    ] {
+        ok(&aws.op(&admin, op, body).await);
+    }
+    let sp = format!("arn:aws:batch:{REGION}:{ACCOUNT}:scheduling-policy/sp");
+    ok(&aws
+        .op(
+            &admin,
+            "CreateJobQueue",
+            json!({
+                "jobQueueName": "jq", "priority": 1, "schedulingPolicyArn": sp, "tags": {"t": "1"},
+                "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
+            }),
+        )
+        .await);
+    ok(&aws
+        .op(
+            &admin,
+            "CreateQuotaShare",
+            json!({
+                "quotaShareName": "qs", "jobQueue": "jq",
+                "capacityLimits": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 3}],
+                "resourceSharingConfiguration": {"strategy": "LEND"},
+                "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
+            }),
+        )
+        .await);
+    let new = ok(&aws.op(&alice, "SubmitServiceJob", submit("new")).await)["jobId"].clone();
+    let list = |body: Value| {
+        let aws = &aws;
+        let alice = alice.clone();
+        async move { job_ids(&ok(&aws.op(&alice, "ListServiceJobs", body).await)) }
+    };
+    assert_eq!(
+        list(json!({"jobQueue": "jq", "jobStatus": "FAILED"})).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        list(json!({"jobQueue": "jq", "jobStatus": "RUNNABLE"})).await,
+        [new.as_str().unwrap()]
+    );
+    assert_eq!(
+        list(json!({"jobQueue": "jq", "filters": [{"name": "JOB_NAME", "values": ["*"]}]})).await,
+        [new.as_str().unwrap()]
+    );
+    // The old jobs are still there, by their ids.
+    let d = ok(&aws
+        .op(&alice, "DescribeServiceJob", json!({"jobId": old}))
+        .await);
+    assert_eq!(d["status"], json!("FAILED"));
+    // The queue's own tags only; its first job's tag is the endpoint's.
+    let d = ok(&aws
+        .op(&admin, "DescribeJobQueues", json!({"jobQueues": ["jq"]}))
+        .await);
+    assert_eq!(d["jobQueues"][0]["tags"], json!({"t": "1"}));
+    let q = format!("arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/jq")
+        .replace(':', "%3A")
+        .replace('/', "%2F");
+    let r = aws
+        .signed(&admin, Method::GET, &format!("/v1/tags/{q}"), vec![])
+        .await;
+    assert_eq!(ok(&r)["tags"], json!({"t": "1"}));
+    let body = json!({"tags": {"tranche:firstJobId": "0"}}).to_string();
+    let r = aws
+        .signed(
+            &admin,
+            Method::POST,
+            &format!("/v1/tags/{q}"),
+            body.into_bytes(),
+        )
+        .await;
+    client_error(
+        &r,
+        "Invalid value at 'tags.tranche:firstJobId': this tag key is reserved",
+    );
+    let r = aws
+        .signed(
+            &admin,
+            Method::DELETE,
+            &format!("/v1/tags/{q}?tagKeys=tranche%3AfirstJobId"),
+            vec![],
+        )
+        .await;
+    client_error(&r, "Invalid value at 'tagKeys.tranche:firstJobId'");
+}

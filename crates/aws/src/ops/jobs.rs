@@ -644,8 +644,10 @@ impl Endpoint {
                 return Err(AwsError::client(format!("job queue {q} does not exist")));
             }
         }
+        let first = queue.as_deref().map_or(0, |q| first_job_of(&st, q));
         let keeps = |j: &Job| {
             queue.as_ref().is_none_or(|q| j.spec.queue.as_str() == q)
+                && j.id.0 >= first
                 && (!use_status || aws_status(j.status) == status)
                 && by_share.as_ref().is_none_or(|s| j.spec.share.as_str() == s)
                 && match &by_name {
@@ -690,11 +692,16 @@ impl Endpoint {
         queue: Option<&str>,
         f: tranche_proto::HistoryFilter,
     ) -> AwsResult<Value> {
-        if let Some(q) = queue {
-            if !cx.state().await?.queues.contains_key(&QueueName::from(q)) {
-                return Err(AwsError::client(format!("job queue {q} does not exist")));
+        let first = match queue {
+            Some(q) => {
+                let st = cx.state().await?;
+                if !st.queues.contains_key(&QueueName::from(q)) {
+                    return Err(AwsError::client(format!("job queue {q} does not exist")));
+                }
+                first_job_of(&st, q)
             }
-        }
+            None => 0,
+        };
         let req = ClientRequest::Read {
             query: Query::History(f),
             stale: false,
@@ -716,7 +723,7 @@ impl Endpoint {
         for e in page
             .jobs
             .iter()
-            .filter(|e| queue.is_none_or(|q| e.job.queue.as_str() == q))
+            .filter(|e| queue.is_none_or(|q| e.job.queue.as_str() == q) && e.job.id.0 >= first)
         {
             let hot = cx.api.shared.read().unwrap().state.job(e.job.id).cloned();
             let job = match (hot, &history) {

@@ -139,11 +139,41 @@ fn required<'a, T>(v: &'a Option<T>, member: &str) -> AwsResult<&'a T> {
         .ok_or_else(|| AwsError::invalid(member, "is required"))
 }
 
+/// The tag a job queue made here keeps the first job id it may hold in, so that a
+/// queue deleted and made again under its name does not list the jobs of the one
+/// before (whose ids are all smaller). The endpoint shows it on no object, and no
+/// caller may set or remove it.
+const FIRST_JOB_TAG: &str = "tranche:firstJobId";
+
+/// The first job id job queue `q` may hold (0 for one not made here).
+fn first_job_of(st: &State, q: &str) -> u64 {
+    st.tags
+        .get(&format!("job-queue/{q}"))
+        .and_then(|t| t.get(FIRST_JOB_TAG))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Refuses a caller's tag keys that name [`FIRST_JOB_TAG`].
+fn refuse_reserved_tag<'a>(
+    member: &str,
+    mut keys: impl Iterator<Item = &'a String>,
+) -> AwsResult<()> {
+    match keys.any(|k| k == FIRST_JOB_TAG) {
+        true => Err(AwsError::invalid(
+            &format!("{member}.{FIRST_JOB_TAG}"),
+            "this tag key is reserved: the endpoint keeps a job queue's first job id in it",
+        )),
+        false => Ok(()),
+    }
+}
+
 fn tags_json(st: &State, key: Option<String>) -> Value {
-    let t = key
+    let mut t = key
         .and_then(|k| st.tags.get(&k))
         .cloned()
         .unwrap_or_default();
+    t.remove(FIRST_JOB_TAG);
     json!(t)
 }
 
@@ -195,7 +225,10 @@ impl Wanted {
 /// Checks a request's `tags`, when it has them.
 fn check_tags(tags: &Option<BTreeMap<String, String>>) -> AwsResult<()> {
     match tags {
-        Some(t) => validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule)),
+        Some(t) => {
+            validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule))?;
+            refuse_reserved_tag("tags", t.keys())
+        }
         None => Ok(()),
     }
 }

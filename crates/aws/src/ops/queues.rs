@@ -157,6 +157,17 @@ impl Endpoint {
         let priority = Self::queue_priority(*required(&r.priority, "priority")?)?;
         let state = state_of("state", r.state.as_deref())?.unwrap_or_default();
         check_tags(&r.tags)?;
+        let mut tags = r.tags.clone().unwrap_or_default();
+        if tags.len() >= MAX_OBJECT_TAGS {
+            return Err(AwsError::invalid(
+                "tags",
+                format!(
+                    "at most {} tags on a job queue on this cluster (it keeps one of its {MAX_OBJECT_TAGS} for itself), got {}",
+                    MAX_OBJECT_TAGS - 1,
+                    tags.len()
+                ),
+            ));
+        }
         let queue = QueueName::from(name.as_str());
         // A FIFO queue's implicit share, and whether its policy is to be made.
         let mut fifo = None;
@@ -165,6 +176,8 @@ impl Endpoint {
             if st.queues.contains_key(&queue) {
                 return Err(AwsError::client(EXISTS));
             }
+            // Every job of a queue of this name before has a smaller id.
+            tags.insert(FIRST_JOB_TAG.into(), st.next_job_id.to_string());
             if policy.is_none() {
                 if let Some(s) = st.shares.get(&ShareName::from(name.as_str())) {
                     return Err(AwsError::invalid(
@@ -205,7 +218,7 @@ impl Endpoint {
         if let Some((share, _)) = fifo {
             cx.write(ClientCommand::PutShare(share)).await?;
         }
-        self.tag_new(cx, format!("job-queue/{name}"), r.tags)
+        self.tag_new(cx, format!("job-queue/{name}"), Some(tags))
             .await?;
         Ok(json!({"jobQueueName": name, "jobQueueArn": self.arns.queue(&name)}))
     }

@@ -649,3 +649,48 @@ async fn a_queue_made_again_does_not_list_the_old_ones_jobs() {
         .await;
     client_error(&r, "Invalid value at 'tagKeys.tranche:firstJobId'");
 }
+
+/// One paged listing, followed by its `nextToken`, lists no job twice and every job
+/// that keeps the status throughout once, while jobs are submitted and start between
+/// its pages; a token goes on only with the listing that gave it.
+#[tokio::test]
+async fn paging_is_consistent_within_one_listing() {
+    let aws = setup().await;
+    aws.node("n1", 1);
+    let alice = aws.alice.clone();
+    let mut ids = vec![];
+    for n in 1..=4 {
+        let sub = ok(&aws
+            .op(&alice, "SubmitServiceJob", submit(&format!("p{n}")))
+            .await);
+        ids.push(sub["jobId"].as_str().unwrap().to_string());
+    }
+    let runnable = json!({"jobQueue": "jq", "jobStatus": "RUNNABLE", "maxResults": 1});
+    let mut listed = vec![];
+    let mut body = runnable.clone();
+    for page in 0.. {
+        let r = ok(&aws.op(&alice, "ListServiceJobs", body.clone()).await);
+        listed.extend(job_ids(&r));
+        if page == 0 {
+            // Between pages: the oldest job starts, and a new one is submitted.
+            aws.h.rig.plan();
+            ok(&aws.op(&alice, "SubmitServiceJob", submit("late")).await);
+        }
+        match r.get("nextToken") {
+            Some(t) => body["nextToken"] = t.clone(),
+            None => break,
+        }
+        let running =
+            json!({"jobQueue": "jq", "jobStatus": "RUNNING", "nextToken": body["nextToken"]});
+        client_error(
+            &aws.op(&alice, "ListServiceJobs", running).await,
+            "Invalid value at 'nextToken': is not a token of this listing",
+        );
+    }
+    // Newest first; the first job left RUNNABLE, the late one came after the start.
+    assert_eq!(listed, [ids[3].clone(), ids[2].clone(), ids[1].clone()]);
+    let first = ok(&aws
+        .op(&alice, "DescribeServiceJob", json!({"jobId": ids[0]}))
+        .await);
+    assert_eq!(first["status"], json!("SCHEDULED"));
+}

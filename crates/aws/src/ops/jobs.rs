@@ -96,6 +96,37 @@ pub(super) fn shown_tags(j: &Job) -> BTreeMap<String, String> {
     t
 }
 
+/// What identifies one `ListServiceJobs` listing (its queue, the status it lists or
+/// none where a filter overrides it, and its filter), as 16 hex digits that begin
+/// each of its tokens.
+fn listing_of(
+    queue: Option<&str>,
+    status: Option<&str>,
+    filter: Option<(&Option<String>, &Option<Vec<String>>)>,
+) -> String {
+    let text = format!("{queue:?}|{status:?}|{filter:?}");
+    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    d.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A token of `listing` that goes on from `cursor`.
+fn seal_token(listing: &str, cursor: &str) -> String {
+    format!("{listing}_{cursor}")
+}
+
+/// The cursor of `token`, which must be one `listing` gave.
+fn open_token<'a>(listing: &str, token: &'a str) -> AwsResult<&'a str> {
+    token
+        .strip_prefix(listing)
+        .and_then(|c| c.strip_prefix('_'))
+        .ok_or_else(|| {
+            AwsError::invalid(
+                "nextToken",
+                "is not a token of this listing: a token goes on only with the jobQueue, jobStatus and filters of the call that gave it",
+            )
+        })
+}
+
 fn job_priority(p: i64) -> AwsResult<u32> {
     if !(0..=MAX_JOB_PRIORITY as i64).contains(&p) {
         return Err(AwsError::invalid(
@@ -611,6 +642,16 @@ impl Endpoint {
         if !(1..=1000).contains(&max) {
             return Err(AwsError::invalid("maxResults", "must be 1 to 1000"));
         }
+        // A token goes on with the listing that gave it, and only with it.
+        let listing = listing_of(
+            queue.as_deref(),
+            use_status.then_some(status),
+            filters.first().map(|f| (&f.name, &f.values)),
+        );
+        let token = match r.next_token.as_deref() {
+            None => None,
+            Some(t) => Some(open_token(&listing, t)?),
+        };
         // Ended jobs are listed from the history, which holds those that have left the
         // state too: newest end first, a token is a history cursor.
         if use_status && matches!(status, "SUCCEEDED" | "FAILED") {
@@ -621,7 +662,7 @@ impl Endpoint {
                     _ => vec![JobStatus::Failed, JobStatus::Cancelled],
                 },
                 limit: max as u32,
-                before: match r.next_token.as_deref() {
+                before: match token {
                     None => None,
                     Some(t) => Some(tranche_proto::HistoryCursor::parse(t).map_err(|_| {
                         AwsError::invalid("nextToken", "is not a token this endpoint gave")
@@ -629,10 +670,10 @@ impl Endpoint {
                 },
                 ..Default::default()
             };
-            return self.list_ended(cx, queue.as_deref(), f).await;
+            return self.list_ended(cx, queue.as_deref(), f, &listing).await;
         }
         // Newest first: a token is the id the next page starts below.
-        let below = match r.next_token.as_deref() {
+        let below = match token {
             None => u64::MAX,
             Some(t) => t
                 .parse::<u64>()
@@ -680,7 +721,7 @@ impl Endpoint {
         }
         Ok(with_next(
             json!({ "jobSummaryList": list }),
-            next.map(|n: u64| n.to_string()),
+            next.map(|n: u64| seal_token(&listing, &n.to_string())),
         ))
     }
 
@@ -691,6 +732,7 @@ impl Endpoint {
         cx: &Ctx<'_>,
         queue: Option<&str>,
         f: tranche_proto::HistoryFilter,
+        listing: &str,
     ) -> AwsResult<Value> {
         let first = match queue {
             Some(q) => {
@@ -738,7 +780,7 @@ impl Endpoint {
         }
         Ok(with_next(
             json!({ "jobSummaryList": list }),
-            page.next.as_ref().map(tranche_proto::HistoryCursor::text),
+            page.next.as_ref().map(|c| seal_token(listing, &c.text())),
         ))
     }
 

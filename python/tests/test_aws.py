@@ -540,6 +540,39 @@ def test_the_sagemaker_sdk_submits_lists_waits_updates_and_terminates(dev, admin
     assert long.describe()["isTerminated"] is True
 
 
+def test_the_getting_started_fifo_queue_runs_awss_pytorch_image(dev, admin, user, image):
+    """AWS's getting-started notebook's plain queue (an environment in NUM_INSTANCES, a
+    queue without a scheduling policy, a submit without quotaShareName) and its PyTorch
+    training image without ContainerEntrypoint, which `tranche dev`'s catalog runs as its
+    demo image: the image's entrypoint runs with `train`."""
+    se, jq = uniq("fifo-se"), uniq("fifo-jq")
+    admin.create_service_environment(
+        serviceEnvironmentName=se, serviceEnvironmentType="SAGEMAKER_TRAINING", state="ENABLED",
+        capacityLimits=[{"maxCapacity": 1, "capacityUnit": "NUM_INSTANCES"}])
+    admin.create_job_queue(
+        jobQueueName=jq, jobQueueType="SAGEMAKER_TRAINING", state="ENABLED", priority=1,
+        serviceEnvironmentOrder=[{"order": 1, "serviceEnvironment": se}])
+    q = admin.describe_job_queues(jobQueues=[jq])["jobQueues"][0]
+    assert (q["state"], q["status"]) == ("ENABLED", "VALID") and "schedulingPolicyArn" not in q, q
+    assert admin.list_quota_shares(jobQueue=jq)["quotaShares"] == []
+    p = json.loads(payload("fifo"))
+    p["AlgorithmSpecification"] = {
+        "TrainingImage": "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311",
+        "TrainingInputMode": "File"}
+    job = user.submit_service_job(
+        jobName="fifo", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING",
+        serviceRequestPayload=json.dumps(p))
+    wait_for("the FIFO job to succeed", lambda: status(user, job["jobArn"]) == "SUCCEEDED")
+    d = user.describe_service_job(jobId=job["jobArn"])
+    assert "quotaShareName" not in d and d["stoppedAt"] >= d["startedAt"] > 0, d
+    assert "timeoutConfig" not in d, d
+    import tranche
+    c = tranche.Cluster.from_config(dev.config)
+    logs = c.job(int(job["jobId"])).logs()
+    c.close()
+    assert "args: train" in logs and "model: /opt/ml/model" in logs, logs
+
+
 def test_the_guides_snippet_runs_as_written(dev, image):
     """The guide's boto3 snippet (docs/api/aws-batch.md), in a shell with `tranche dev`'s two
     export lines."""

@@ -5,6 +5,13 @@
 //! "a10g", gpus = 1}` is a limit of 3 GPUs of `a10g`. Out: a unit's limit is shown in
 //! the instance type of that unit with the most GPUs that divides it evenly (ties: the
 //! first by name); a unit no instance type maps to is shown as itself, counting GPUs.
+//!
+//! A service environment may instead give one limit in [`NUM_INSTANCES`], as AWS's
+//! FIFO queues do: `{capacityUnit: "NUM_INSTANCES", maxCapacity: 2}` is, for each unit
+//! `[aws.instance_types]` maps to, 2 instances of that unit's largest type (with
+//! `ml.g5.xlarge` = 1 and `ml.g5.12xlarge` = 4 GPUs of `a10g`, 8 GPUs of `a10g`).
+//! Tranche counts GPUs, so jobs of smaller instances fit more of them than AWS would
+//! run; a job of the largest instance always fits. It is shown as the limits it became.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +21,13 @@ use tranche_model::{CapacityLimit, Unit};
 
 use super::wire::{AwsError, AwsResult};
 use tranche_controller::config::InstanceType;
+
+/// The capacity unit of AWS's FIFO and fair-share service environments: instances of
+/// any type.
+pub const NUM_INSTANCES: &str = "NUM_INSTANCES";
+
+/// The most capacity limits a Tranche environment or share has.
+const MAX_LIMITS: usize = 5;
 
 /// `{capacityUnit, maxCapacity}` as sent.
 #[derive(Debug, Clone, Deserialize)]
@@ -33,9 +47,9 @@ impl Capacity {
     pub fn instance(&self, member: &str, name: &str) -> AwsResult<(&InstanceType, Unit)> {
         match self.types.get(name) {
             Some(t) => Ok((t, Unit::from(t.unit.as_str()))),
-            None if name == "NUM_INSTANCES" => Err(AwsError::invalid(
+            None if name == NUM_INSTANCES => Err(AwsError::invalid(
                 member,
-                "capacityUnit NUM_INSTANCES is not supported: Tranche counts capacity per instance type; use one of the instance types its admin configured: "
+                "capacityUnit NUM_INSTANCES is only for a service environment's single limit; a quota share counts instances of one of the types this cluster's admin configured: "
                     .to_string()
                     + &self.known(),
             )),
@@ -49,12 +63,78 @@ impl Capacity {
         }
     }
 
+    /// `max` instances of any type: per unit, `max` of its largest instance type.
+    fn num_instances(&self, member: &str, max: u32) -> AwsResult<Vec<CapacityLimit>> {
+        let mut per_unit: BTreeMap<&str, u32> = BTreeMap::new();
+        for t in self.types.values() {
+            let g = per_unit.entry(t.unit.as_str()).or_default();
+            *g = (*g).max(t.gpus);
+        }
+        if per_unit.is_empty() {
+            return Err(AwsError::invalid(
+                member,
+                "capacityUnit NUM_INSTANCES counts instances of the types this cluster's admin configured, and its [aws.instance_types] has none",
+            ));
+        }
+        if per_unit.len() > MAX_LIMITS {
+            return Err(AwsError::invalid(
+                member,
+                format!(
+                    "capacityUnit NUM_INSTANCES would be a limit for each of the {} units [aws.instance_types] maps to, and an environment has at most {MAX_LIMITS}; give one limit per instance type instead",
+                    per_unit.len()
+                ),
+            ));
+        }
+        Ok(per_unit
+            .into_iter()
+            .map(|(unit, gpus)| CapacityLimit {
+                unit: unit.into(),
+                max: max * gpus,
+            })
+            .collect())
+    }
+
     fn known(&self) -> String {
         if self.types.is_empty() {
             "none".into()
         } else {
             self.types.keys().cloned().collect::<Vec<_>>().join(", ")
         }
+    }
+
+    /// A service environment's AWS limits → Tranche's (GPUs per unit): instance types,
+    /// or one limit in [`NUM_INSTANCES`].
+    pub fn environment_limits(
+        &self,
+        member: &str,
+        limits: &[AwsLimit],
+    ) -> AwsResult<Vec<CapacityLimit>> {
+        let Some(i) = limits
+            .iter()
+            .position(|l| l.capacity_unit.as_deref() == Some(NUM_INSTANCES))
+        else {
+            return self.to_tranche(member, limits, false);
+        };
+        let m = format!("{member}.{}", i + 1);
+        if limits.len() > 1 {
+            return Err(AwsError::invalid(
+                &format!("{m}.capacityUnit"),
+                format!(
+                    "NUM_INSTANCES must be the environment's only capacity limit, got {} limits",
+                    limits.len()
+                ),
+            ));
+        }
+        let max = limits[i]
+            .max_capacity
+            .ok_or_else(|| AwsError::invalid(&format!("{m}.maxCapacity"), "is required"))?;
+        if !(1..=100_000).contains(&max) {
+            return Err(AwsError::invalid(
+                &format!("{m}.maxCapacity"),
+                format!("must be 1 to 100000 instances, got {max}"),
+            ));
+        }
+        self.num_instances(&format!("{m}.capacityUnit"), max as u32)
     }
 
     /// AWS limits → Tranche's (GPUs per unit). `allow_zero`: a share may have 0.
@@ -231,6 +311,53 @@ mod tests {
         let e = c
             .to_tranche("capacityLimits", &[lim("NUM_INSTANCES", 1)], false)
             .unwrap_err();
-        assert!(e.message.contains("NUM_INSTANCES"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("NUM_INSTANCES is only for a service environment"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn num_instances_is_that_many_of_each_units_largest_type() {
+        let c = cap();
+        let l = c
+            .environment_limits("capacityLimits", &[lim("NUM_INSTANCES", 2)])
+            .unwrap();
+        let got: Vec<(&str, u32)> = l.iter().map(|l| (l.unit.as_str(), l.max)).collect();
+        assert_eq!(got, [("a10g", 8), ("h100", 16)]);
+        // Instance types still work, and NUM_INSTANCES stands alone.
+        let l = c
+            .environment_limits("capacityLimits", &[lim("ml.g5.xlarge", 3)])
+            .unwrap();
+        assert_eq!((l[0].unit.as_str(), l[0].max), ("a10g", 3));
+        let e = c
+            .environment_limits(
+                "capacityLimits",
+                &[lim("ml.g5.xlarge", 1), lim("NUM_INSTANCES", 1)],
+            )
+            .unwrap_err();
+        assert!(
+            e.message.contains("'capacityLimits.2.capacityUnit'")
+                && e.message.contains("only capacity limit, got 2"),
+            "{}",
+            e.message
+        );
+        let e = c
+            .environment_limits("capacityLimits", &[lim("NUM_INSTANCES", 0)])
+            .unwrap_err();
+        assert!(
+            e.message.contains("'capacityLimits.1.maxCapacity'") && e.message.contains("got 0"),
+            "{}",
+            e.message
+        );
+        let none = Capacity {
+            types: BTreeMap::new(),
+        };
+        let e = none
+            .environment_limits("capacityLimits", &[lim("NUM_INSTANCES", 1)])
+            .unwrap_err();
+        assert!(e.message.contains("has none"), "{}", e.message);
     }
 }

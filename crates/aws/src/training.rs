@@ -2,7 +2,7 @@
 //! read as a Tranche job:
 //!
 //! - `AlgorithmSpecification.TrainingImage` → the image, through the image catalog
-//!   (`[aws.images]`); an image not in it is refused;
+//!   (`[aws.images]`: exact references, then patterns); an image not in it is refused;
 //! - `ContainerEntrypoint` + `ContainerArguments` → the command; without an entrypoint
 //!   the node runs the image's entrypoint with `train`, as SageMaker does;
 //! - `ResourceConfig` → unit, GPUs per node and nodes (`InstanceCount > 1` is a gang);
@@ -106,7 +106,7 @@ pub fn read(payload: &str, job_name: &str, cfg: &AwsConfig, cap: &Capacity) -> A
         .get("TrainingImage")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("AlgorithmSpecification.TrainingImage", "is required"))?;
-    let image = cfg.images.get(image_ref).cloned().ok_or_else(|| {
+    let image = cfg.image(image_ref).cloned().ok_or_else(|| {
         bad(
             "AlgorithmSpecification.TrainingImage",
             format!(

@@ -551,3 +551,80 @@ async fn tags_are_set_listed_and_removed() {
         .await;
     client_error(&r, "does not exist");
 }
+
+/// Whether an object exists is answered before whether the caller may change it: a
+/// user key creating an existing object is told it exists (as AWS's samples expect on
+/// a re-run), and deleting a missing one that it is missing.
+#[tokio::test]
+async fn existence_is_checked_before_authorization() {
+    let aws = Aws::new(State::new());
+    let sp_arn = make_queue(&aws, "sp", "se", "jq", 3).await;
+    let share = share_body("jq", "qs", "LEND", "ml.g5.xlarge", 1);
+    ok(&aws.op(&aws.admin, "CreateQuotaShare", share.clone()).await);
+    let before = aws.h.rig.writes();
+    let alice = aws.alice.clone();
+    for (op, body, says) in [
+        (
+            "CreateQuotaShare",
+            share,
+            "Object already exists: quota share qs already exists in job queue jq",
+        ),
+        (
+            "CreateSchedulingPolicy",
+            json!({"name": "sp", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+            "Object already exists",
+        ),
+        (
+            "CreateServiceEnvironment",
+            json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+                   "capacityLimits": [{"maxCapacity": 1, "capacityUnit": "ml.g5.xlarge"}]}),
+            "Object already exists",
+        ),
+        (
+            "CreateJobQueue",
+            json!({"jobQueueName": "jq", "priority": 1, "schedulingPolicyArn": sp_arn,
+                   "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
+            "Object already exists",
+        ),
+        (
+            "DeleteSchedulingPolicy",
+            json!({"arn": arn("scheduling-policy/nope")}),
+            "scheduling policy nope does not exist",
+        ),
+        (
+            "DeleteServiceEnvironment",
+            json!({"serviceEnvironment": "nope"}),
+            "service environment nope does not exist",
+        ),
+        (
+            "DeleteJobQueue",
+            json!({"jobQueue": "nope"}),
+            "job queue nope does not exist",
+        ),
+    ] {
+        client_error(&aws.op(&alice, op, body).await, says);
+    }
+    assert_eq!(
+        aws.h.rig.writes(),
+        before,
+        "a refused request reached the node"
+    );
+}
+
+/// A refusal says what the caller holds: an access key, not a certificate.
+#[tokio::test]
+async fn a_refusal_to_a_key_names_keys() {
+    let aws = Aws::new(State::new());
+    let r = aws
+        .op(
+            &aws.alice,
+            "CreateSchedulingPolicy",
+            json!({"name": "sp", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+        )
+        .await;
+    client_error(
+        &r,
+        "not authorized: user:alice: only an admin access key may manage environments, policies, queues and shares",
+    );
+    assert!(!r.text().contains("certificate"), "{}", r.text());
+}

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+pub mod images;
 use tranche_model::MAX_GPUS_PER_NODE_INVENTORY;
 use tranche_proto::Member;
 
@@ -202,6 +204,8 @@ pub struct AwsConfig {
     pub instance_types: std::collections::BTreeMap<String, InstanceType>,
     /// `"<account>.dkr.ecr.<region>.amazonaws.com/name:tag" = "/images/name"`: the
     /// image a training image reference runs as (a rootfs directory or an OCI layout).
+    /// A key may be a pattern (`763104351884.dkr.ecr.*.amazonaws.com/pytorch-training:*`,
+    /// see [`images`]); an exact key wins over patterns.
     pub images: std::collections::BTreeMap<String, String>,
     /// `"fs-0123" = "/srv/datasets"`: the local directory a `FileSystemDataSource`'s
     /// file system id stands for (its `DirectoryPath` is read under it).
@@ -214,6 +218,13 @@ pub struct AwsConfig {
 pub struct InstanceType {
     pub unit: String,
     pub gpus: u32,
+}
+
+impl AwsConfig {
+    /// The local image training image `reference` runs as (see [`images`]).
+    pub fn image(&self, reference: &str) -> Option<&String> {
+        images::lookup(&self.images, reference)
+    }
 }
 
 impl Default for AwsConfig {
@@ -442,6 +453,9 @@ impl Config {
                     &format!("`{name}`: `{}` is not a valid capacity unit name", t.unit),
                 ));
             }
+        }
+        if let Some(rule) = aws.images.keys().find_map(|k| images::pattern_error(k)) {
+            return Err(bad("aws.images", &rule));
         }
         if self.retention.history_days == 0 {
             return Err(bad("retention.history_days", "must be at least 1"));

@@ -971,6 +971,11 @@ fn permitted(
 ) -> Result<(), ApiError> {
     use ClientCommand::*;
     check_content(origin, cmd)?;
+    // What the caller holds, as its refusals name it.
+    let credential = match origin {
+        Origin::Client => "certificate",
+        Origin::AwsEndpoint => "access key",
+    };
     let own_job = |job: &JobRef| -> Result<(), ApiError> {
         let first = state.resolve(job).ok().and_then(|ids| ids.first().copied());
         match first.and_then(|id| state.job(id)) {
@@ -990,7 +995,7 @@ fn permitted(
         | (Role::Admin, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => Ok(()),
         (_, PutEnvironment(_) | DeleteEnvironment(_) | PutPolicy(_) | DeletePolicy(_))
         | (_, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => deny(format!(
-            "{who}: only an admin certificate may manage environments, policies, queues and shares"
+            "{who}: only an admin {credential} may manage environments, policies, queues and shares"
         )),
         (Role::Admin, Submit(_)) => Ok(()),
         (Role::User, Submit(spec)) => {
@@ -1008,7 +1013,7 @@ fn permitted(
             }
         }
         (_, Submit(_)) => deny(format!(
-            "{who}: only user and admin certificates may submit jobs"
+            "{who}: only user and admin {credential}s may submit jobs"
         )),
         (
             Role::Admin | Role::Operator,
@@ -1031,7 +1036,7 @@ fn permitted(
             },
         ) if node.as_str() == who.name => Ok(()),
         (_, DrainNode { .. } | ResumeNode { .. }) => deny(format!(
-            "{who}: only operator and admin certificates may drain and resume nodes"
+            "{who}: only operator and admin {credential}s may drain and resume nodes"
         )),
         (Role::Agent, RegisterNode(inv)) if inv.name.as_str() == who.name => Ok(()),
         (Role::Agent, JobProgress { job, attempt, .. }) => match state.job(*job) {

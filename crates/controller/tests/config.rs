@@ -101,3 +101,28 @@ fn the_peer_port_may_listen_apart_from_its_advertised_address() {
     ));
     assert!(e.contains("`peer_listen`"), "{e}");
 }
+
+#[test]
+fn the_image_catalog_takes_patterns_and_names_a_malformed_one() {
+    let base = example();
+    let with = format!(
+        "{base}\n[aws.images]\n\"763104351884.dkr.ecr.*.amazonaws.com/pytorch-training:*\" = \"/images/pytorch\"\n\"reg.io/exact:1\" = \"/images/exact\"\n"
+    );
+    let cfg = Config::parse(&with, "c.toml").unwrap();
+    assert_eq!(
+        cfg.aws
+            .image("763104351884.dkr.ecr.eu-central-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker")
+            .map(String::as_str),
+        Some("/images/pytorch")
+    );
+    assert_eq!(
+        cfg.aws.image("reg.io/exact:1").map(String::as_str),
+        Some("/images/exact")
+    );
+    let bad = format!("{base}\n[aws.images]\n\"reg.io/pytorch-*:1\" = \"/images/x\"\n");
+    let e = refused(&bad);
+    assert!(
+        e.contains("field `aws.images`: `reg.io/pytorch-*:1`: the repository must be given exactly, without `*`"),
+        "{e}"
+    );
+}

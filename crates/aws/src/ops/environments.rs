@@ -71,10 +71,9 @@ impl Endpoint {
         let ty = required(&r.service_environment_type, "serviceEnvironmentType")?;
         one_of("serviceEnvironmentType", ty, &["SAGEMAKER_TRAINING"])?;
         let state = state_of("state", r.state.as_deref())?.unwrap_or_default();
-        let limits = self.cap.to_tranche(
+        let limits = self.cap.environment_limits(
             "capacityLimits",
             required(&r.capacity_limits, "capacityLimits")?,
-            false,
         )?;
         check_tags(&r.tags)?;
         if cx
@@ -110,22 +109,36 @@ impl Endpoint {
             .arns
             .environment_of(required(&r.service_environment, "serviceEnvironment")?)
             .map_err(AwsError::client)?;
-        let mut env = cx
-            .state()
-            .await?
-            .environments
-            .get(&EnvName::from(name.as_str()))
-            .cloned()
-            .ok_or_else(|| {
-                AwsError::client(format!("service environment {name} does not exist"))
-            })?;
+        let (mut env, implicit) = {
+            let st = cx.state().await?;
+            let env = st
+                .environments
+                .get(&EnvName::from(name.as_str()))
+                .cloned()
+                .ok_or_else(|| {
+                    AwsError::client(format!("service environment {name} does not exist"))
+                })?;
+            // The implicit shares of the FIFO queues on it, whose limits are its.
+            let implicit: Vec<QuotaShare> = st
+                .queues
+                .values()
+                .filter(|q| is_fifo(q) && q.environment == env.name)
+                .filter_map(|q| st.shares.get(&ShareName::from(q.name.as_str())).cloned())
+                .collect();
+            (env, implicit)
+        };
         if let Some(s) = state_of("state", r.state.as_deref())? {
             env.state = s;
         }
         if let Some(l) = &r.capacity_limits {
-            env.capacity_limits = self.cap.to_tranche("capacityLimits", l, false)?;
+            env.capacity_limits = self.cap.environment_limits("capacityLimits", l)?;
         }
+        let limits = env.capacity_limits.clone();
         cx.write(ClientCommand::PutEnvironment(env)).await?;
+        for mut s in implicit.into_iter().filter(|s| s.capacity_limits != limits) {
+            s.capacity_limits = limits.clone();
+            cx.write(ClientCommand::PutShare(s)).await?;
+        }
         Ok(json!({
             "serviceEnvironmentName": name,
             "serviceEnvironmentArn": self.arns.environment(&name),

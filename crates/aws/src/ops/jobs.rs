@@ -83,6 +83,50 @@ struct UpdateJob {
     scheduling_priority: Option<i64>,
 }
 
+/// The job tag that keeps a submit's `timeoutConfig` as it was sent (its
+/// `attemptDurationSeconds`, empty for `{}`), to echo it: the job's time limit is the
+/// smaller of it and the payload's `MaxRuntimeInSeconds`. `aws:` keys are reserved, so
+/// no caller's tag has it; the endpoint shows it in no job's `tags`.
+const TIMEOUT_TAG: &str = "aws:batch:timeoutConfig";
+
+/// A job's tags as the endpoint shows them: without its own [`TIMEOUT_TAG`].
+pub(super) fn shown_tags(j: &Job) -> BTreeMap<String, String> {
+    let mut t = j.spec.tags.clone();
+    t.remove(TIMEOUT_TAG);
+    t
+}
+
+/// What identifies one `ListServiceJobs` listing (its queue, the status it lists or
+/// none where a filter overrides it, and its filter), as 16 hex digits that begin
+/// each of its tokens.
+fn listing_of(
+    queue: Option<&str>,
+    status: Option<&str>,
+    filter: Option<(&Option<String>, &Option<Vec<String>>)>,
+) -> String {
+    let text = format!("{queue:?}|{status:?}|{filter:?}");
+    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    d.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A token of `listing` that goes on from `cursor`.
+fn seal_token(listing: &str, cursor: &str) -> String {
+    format!("{listing}_{cursor}")
+}
+
+/// The cursor of `token`, which must be one `listing` gave.
+fn open_token<'a>(listing: &str, token: &'a str) -> AwsResult<&'a str> {
+    token
+        .strip_prefix(listing)
+        .and_then(|c| c.strip_prefix('_'))
+        .ok_or_else(|| {
+            AwsError::invalid(
+                "nextToken",
+                "is not a token of this listing: a token goes on only with the jobQueue, jobStatus and filters of the call that gave it",
+            )
+        })
+}
+
 fn job_priority(p: i64) -> AwsResult<u32> {
     if !(0..=MAX_JOB_PRIORITY as i64).contains(&p) {
         return Err(AwsError::invalid(
@@ -145,7 +189,14 @@ impl Endpoint {
         j.attempts.iter().rev().find_map(|a| a.ran_from())
     }
 
-    fn summary_json(&self, j: &Job) -> Value {
+    /// Whether `j` is in the implicit share of a FIFO queue (whose jobs show no
+    /// `quotaShareName`, as AWS's FIFO queues' jobs have none).
+    fn in_implicit_share(st: &State, j: &Job) -> bool {
+        j.spec.share.as_str() == j.spec.queue.as_str()
+            && st.queues.get(&j.spec.queue).is_some_and(is_fifo)
+    }
+
+    fn summary_json(&self, j: &Job, implicit: bool) -> Value {
         let mut v = json!({
             "jobArn": self.arns.job(j.id),
             "jobId": j.id.0.to_string(),
@@ -157,6 +208,9 @@ impl Endpoint {
             "capacityUsage": self.capacity_usage(j),
         });
         let m = v.as_object_mut().expect("an object");
+        if implicit {
+            m.remove("quotaShareName");
+        }
         if let Some(r) = Self::status_reason(j) {
             m.insert("statusReason".into(), json!(r));
         }
@@ -179,7 +233,60 @@ impl Endpoint {
         v
     }
 
-    fn attempt_json(&self, j: &Job, a: &Attempt) -> Value {
+    /// The reason of the transition that ended attempt `a` (out of SCHEDULED,
+    /// STARTING or RUNNING when it ended).
+    fn ending_reason(j: &Job, a: &Attempt) -> Option<String> {
+        let end = a.ended_at?;
+        j.transitions
+            .iter()
+            .find(|t| t.at >= end && t.from.is_active() && t.to != t.from)
+            .map(|t| t.reason.clone())
+            .filter(|r| !r.is_empty())
+    }
+
+    /// How the process of attempt `a`, stopped by Tranche, ended: with an exit code
+    /// within its grace period, on its stop signal within it, or killed when it ended
+    /// (the signal's time is the job's `stopping` transition; the grace, `share`'s).
+    fn stopped_how(
+        j: &Job,
+        a: &Attempt,
+        kind: &StopKind,
+        code: Option<i32>,
+        share: Option<&QuotaShare>,
+    ) -> String {
+        if let Some(c) = code {
+            return format!("exited with code {c} within its grace period");
+        }
+        let signalled = j
+            .transitions
+            .iter()
+            .rev()
+            .find(|t| {
+                t.from == t.to
+                    && t.from.is_active()
+                    && t.reason.starts_with("stopping (")
+                    && t.at >= a.scheduled_at
+                    && a.ended_at.is_none_or(|e| t.at <= e)
+            })
+            .map(|t| t.at);
+        let (Some(sent), Some(end)) = (signalled, a.ended_at) else {
+            return "ended on a signal".to_string();
+        };
+        let notice = match kind {
+            StopKind::Reclaim { .. } => share.map_or(0, |s| s.loans.recall_notice_s),
+            _ => 0,
+        };
+        if end < sent + (notice + j.spec.grace_s(share)) * 1000 {
+            format!(
+                "ended on its stop signal {} ms after it was sent, within its grace period",
+                end - sent
+            )
+        } else {
+            "was killed at the end of its grace period".to_string()
+        }
+    }
+
+    fn attempt_json(&self, j: &Job, a: &Attempt, share: Option<&QuotaShare>) -> Value {
         let mut v = json!({
             "serviceResourceId": {"name": "TrainingJobArn", "value": self.training_arn(j, a.number)},
         });
@@ -191,7 +298,14 @@ impl Endpoint {
             m.insert("stoppedAt".into(), json!(t));
         }
         if let Some(end) = &a.end {
+            // An attempt that never ran ended as its job's transition then says.
+            let never_ran = a
+                .ran_from()
+                .is_none()
+                .then(|| Self::ending_reason(j, a))
+                .flatten();
             let reason = match end {
+                _ if never_ran.is_some() => never_ran.expect("just checked"),
                 AttemptEnd::Exited { code: 0 } => {
                     "Received status from SageMaker: Training job completed".to_string()
                 }
@@ -199,10 +313,7 @@ impl Endpoint {
                     format!("the training container exited with code {code}")
                 }
                 AttemptEnd::Stopped { kind, code } => {
-                    let how = match code {
-                        Some(c) => format!("exited with code {c} within its grace period"),
-                        None => "was killed at the end of its grace period".to_string(),
-                    };
+                    let how = Self::stopped_how(j, a, kind, *code, share);
                     match kind {
                         StopKind::Reclaim { for_job } => format!("preempted: its quota share's lent capacity was reclaimed for job {}; it {how}", for_job.0),
                         StopKind::InShare { for_job } => format!("preempted by the higher-priority job {} of its quota share; it {how}", for_job.0),
@@ -217,8 +328,8 @@ impl Endpoint {
         v
     }
 
-    fn describe_json(&self, j: &Job) -> Value {
-        let mut v = self.summary_json(j);
+    fn describe_json(&self, j: &Job, implicit: bool, share: Option<&QuotaShare>) -> Value {
+        let mut v = self.summary_json(j, implicit);
         let m = v.as_object_mut().expect("an object");
         m.insert(
             "jobQueue".into(),
@@ -229,21 +340,30 @@ impl Endpoint {
             "retryStrategy".into(),
             json!({"attempts": j.spec.retry_attempts}),
         );
-        // Required in the model: 0 until the job has started.
-        m.entry("startedAt").or_insert(json!(0));
+        // `startedAt` (required in the model) is left out until the job has started,
+        // as AWS leaves it out.
         m.insert(
             "isTerminated".into(),
             json!(j.status == JobStatus::Cancelled),
         );
         m.insert(
             "attempts".into(),
-            Value::Array(j.attempts.iter().map(|a| self.attempt_json(j, a)).collect()),
+            Value::Array(
+                j.attempts
+                    .iter()
+                    .map(|a| self.attempt_json(j, a, share))
+                    .collect(),
+            ),
         );
         if let Some(s) = j.spec.sagemaker.as_ref().filter(|_| !j.spec.is_redacted()) {
             m.insert("serviceRequestPayload".into(), json!(s.payload));
         }
-        if let Some(t) = j.spec.time_limit_s {
-            m.insert("timeoutConfig".into(), json!({"attemptDurationSeconds": t}));
+        if let Some(t) = j.spec.tags.get(TIMEOUT_TAG) {
+            let sent = match t.parse::<u64>() {
+                Ok(s) => json!({"attemptDurationSeconds": s}),
+                Err(_) => json!({}),
+            };
+            m.insert("timeoutConfig".into(), sent);
         }
         if let Some(p) = j.spec.preemption_retries {
             m.insert(
@@ -257,14 +377,14 @@ impl Endpoint {
                 .iter()
                 .rev()
                 .take(5)
-                .map(|a| self.attempt_json(j, a))
+                .map(|a| self.attempt_json(j, a, share))
                 .collect();
             m.insert(
                 "preemptionSummary".into(),
                 json!({"preemptedAttemptCount": preempted.len(), "recentPreemptedAttempts": recent}),
             );
         }
-        m.insert("tags".into(), json!(j.spec.tags));
+        m.insert("tags".into(), json!(shown_tags(j)));
         v
     }
 
@@ -314,12 +434,6 @@ impl Endpoint {
                 "fair-share identifiers are not supported: this cluster's queues have quota-share policies; give quotaShareName",
             ));
         }
-        let share = r.quota_share_name.clone().ok_or_else(|| {
-            AwsError::invalid(
-                "quotaShareName",
-                "is required: the job queue has a quota-share scheduling policy",
-            )
-        })?;
         let payload = required(&r.service_request_payload, "serviceRequestPayload")?;
         let t = crate::training::read(payload, &name, &self.cfg, &self.cap)?;
         let priority = job_priority(r.scheduling_priority.unwrap_or(0))?;
@@ -377,6 +491,48 @@ impl Endpoint {
                 ));
             }
         }
+        let share = {
+            let st = cx.state().await?;
+            let q = match st.queues.get(&QueueName::from(queue.as_str())) {
+                None => {
+                    return Err(AwsError::client(format!(
+                        "job queue {queue} does not exist"
+                    )))
+                }
+                Some(q) if q.state == ObjState::Disabled => {
+                    return Err(AwsError::client(format!(
+                        "job queue {queue} is DISABLED and accepts no jobs"
+                    )))
+                }
+                Some(q) => q,
+            };
+            // A FIFO queue's jobs join its implicit share.
+            let share = match (is_fifo(q), &r.quota_share_name) {
+                (true, None) => queue.clone(),
+                (true, Some(_)) => {
+                    return Err(AwsError::invalid(
+                        "quotaShareName",
+                        format!("job queue {queue} has no quota-share scheduling policy (a FIFO queue); don't give quotaShareName"),
+                    ))
+                }
+                (false, Some(s)) => s.clone(),
+                (false, None) => {
+                    return Err(AwsError::invalid(
+                        "quotaShareName",
+                        "is required: the job queue has a quota-share scheduling policy",
+                    ))
+                }
+            };
+            match st.shares.get(&ShareName::from(share.as_str())) {
+                Some(s) if s.queue.as_str() == queue => {}
+                _ => {
+                    return Err(AwsError::client(format!(
+                        "quota share {share} does not exist in job queue {queue}"
+                    )))
+                }
+            }
+            share
+        };
         let mut spec = JobSpec::new(
             &name,
             &queue,
@@ -395,31 +551,18 @@ impl Endpoint {
         spec.preemption_retries = preemption_retries;
         spec.client_token = r.client_token.clone();
         spec.tags = r.tags.clone().unwrap_or_default();
-        spec.sagemaker = Some(Box::new(t.sagemaker));
-        {
-            let st = cx.state().await?;
-            match st.queues.get(&QueueName::from(queue.as_str())) {
-                None => {
-                    return Err(AwsError::client(format!(
-                        "job queue {queue} does not exist"
-                    )))
-                }
-                Some(q) if q.state == ObjState::Disabled => {
-                    return Err(AwsError::client(format!(
-                        "job queue {queue} is DISABLED and accepts no jobs"
-                    )))
-                }
-                _ => {}
+        if let Some(t) = &r.timeout_config {
+            if spec.tags.len() >= MAX_TAGS {
+                return Err(AwsError::invalid(
+                    "tags",
+                    format!("at most {} tags with a timeoutConfig on this cluster (a job keeps at most {MAX_TAGS} tags, and the timeoutConfig as one of them), got {}", MAX_TAGS - 1, spec.tags.len()),
+                ));
             }
-            match st.shares.get(&ShareName::from(share.as_str())) {
-                Some(s) if s.queue.as_str() == queue => {}
-                _ => {
-                    return Err(AwsError::client(format!(
-                        "quota share {share} does not exist in job queue {queue}"
-                    )))
-                }
-            }
+            let sent = t.attempt_duration_seconds.map(|s| s.to_string());
+            spec.tags
+                .insert(TIMEOUT_TAG.into(), sent.unwrap_or_default());
         }
+        spec.sagemaker = Some(Box::new(t.sagemaker));
         let id = match cx.write(ClientCommand::Submit(spec)).await? {
             tranche_proto::Outcome::Submitted { job, .. } => job,
             _ => {
@@ -434,7 +577,9 @@ impl Endpoint {
     pub(crate) async fn describe_service_job(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
         let r: OneJob = parse(body)?;
         let j = self.job_seen(cx, required(&r.job_id, "jobId")?).await?;
-        Ok(self.describe_json(&j))
+        let st = cx.state().await?;
+        let implicit = Self::in_implicit_share(&st, &j);
+        Ok(self.describe_json(&j, implicit, st.shares.get(&j.spec.share)))
     }
 
     pub(crate) async fn list_service_jobs(&self, cx: &Ctx<'_>, body: &[u8]) -> AwsResult<Value> {
@@ -497,6 +642,16 @@ impl Endpoint {
         if !(1..=1000).contains(&max) {
             return Err(AwsError::invalid("maxResults", "must be 1 to 1000"));
         }
+        // A token goes on with the listing that gave it, and only with it.
+        let listing = listing_of(
+            queue.as_deref(),
+            use_status.then_some(status),
+            filters.first().map(|f| (&f.name, &f.values)),
+        );
+        let token = match r.next_token.as_deref() {
+            None => None,
+            Some(t) => Some(open_token(&listing, t)?),
+        };
         // Ended jobs are listed from the history, which holds those that have left the
         // state too: newest end first, a token is a history cursor.
         if use_status && matches!(status, "SUCCEEDED" | "FAILED") {
@@ -507,7 +662,7 @@ impl Endpoint {
                     _ => vec![JobStatus::Failed, JobStatus::Cancelled],
                 },
                 limit: max as u32,
-                before: match r.next_token.as_deref() {
+                before: match token {
                     None => None,
                     Some(t) => Some(tranche_proto::HistoryCursor::parse(t).map_err(|_| {
                         AwsError::invalid("nextToken", "is not a token this endpoint gave")
@@ -515,10 +670,10 @@ impl Endpoint {
                 },
                 ..Default::default()
             };
-            return self.list_ended(cx, queue.as_deref(), f).await;
+            return self.list_ended(cx, queue.as_deref(), f, &listing).await;
         }
         // Newest first: a token is the id the next page starts below.
-        let below = match r.next_token.as_deref() {
+        let below = match token {
             None => u64::MAX,
             Some(t) => t
                 .parse::<u64>()
@@ -530,8 +685,10 @@ impl Endpoint {
                 return Err(AwsError::client(format!("job queue {q} does not exist")));
             }
         }
+        let first = queue.as_deref().map_or(0, |q| first_job_of(&st, q));
         let keeps = |j: &Job| {
             queue.as_ref().is_none_or(|q| j.spec.queue.as_str() == q)
+                && j.id.0 >= first
                 && (!use_status || aws_status(j.status) == status)
                 && by_share.as_ref().is_none_or(|s| j.spec.share.as_str() == s)
                 && match &by_name {
@@ -556,12 +713,15 @@ impl Endpoint {
                     next = Some(id.0 + 1);
                     break;
                 }
-                list.push(self.summary_json(&job_as_seen_by(&cx.who, j)?));
+                list.push(self.summary_json(
+                    &job_as_seen_by(&cx.who, j)?,
+                    Self::in_implicit_share(&st, j),
+                ));
             }
         }
         Ok(with_next(
             json!({ "jobSummaryList": list }),
-            next.map(|n: u64| n.to_string()),
+            next.map(|n: u64| seal_token(&listing, &n.to_string())),
         ))
     }
 
@@ -572,12 +732,18 @@ impl Endpoint {
         cx: &Ctx<'_>,
         queue: Option<&str>,
         f: tranche_proto::HistoryFilter,
+        listing: &str,
     ) -> AwsResult<Value> {
-        if let Some(q) = queue {
-            if !cx.state().await?.queues.contains_key(&QueueName::from(q)) {
-                return Err(AwsError::client(format!("job queue {q} does not exist")));
+        let first = match queue {
+            Some(q) => {
+                let st = cx.state().await?;
+                if !st.queues.contains_key(&QueueName::from(q)) {
+                    return Err(AwsError::client(format!("job queue {q} does not exist")));
+                }
+                first_job_of(&st, q)
             }
-        }
+            None => 0,
+        };
         let req = ClientRequest::Read {
             query: Query::History(f),
             stale: false,
@@ -599,7 +765,7 @@ impl Endpoint {
         for e in page
             .jobs
             .iter()
-            .filter(|e| queue.is_none_or(|q| e.job.queue.as_str() == q))
+            .filter(|e| queue.is_none_or(|q| e.job.queue.as_str() == q) && e.job.id.0 >= first)
         {
             let hot = cx.api.shared.read().unwrap().state.job(e.job.id).cloned();
             let job = match (hot, &history) {
@@ -608,12 +774,13 @@ impl Endpoint {
                 (None, None) => None,
             };
             if let Some(j) = job {
-                list.push(self.summary_json(&job_as_seen_by(&cx.who, &j)?));
+                let implicit = Self::in_implicit_share(&cx.api.shared.read().unwrap().state, &j);
+                list.push(self.summary_json(&job_as_seen_by(&cx.who, &j)?, implicit));
             }
         }
         Ok(with_next(
             json!({ "jobSummaryList": list }),
-            page.next.as_ref().map(tranche_proto::HistoryCursor::text),
+            page.next.as_ref().map(|c| seal_token(listing, &c.text())),
         ))
     }
 

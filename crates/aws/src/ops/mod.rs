@@ -7,6 +7,13 @@
 //! policy, a job queue is a queue with one environment and one policy, and a quota
 //! share is a share with the policy file's default grace periods and no member list.
 //!
+//! A job queue made without a scheduling policy is AWS's FIFO queue: it gets the
+//! reserved policy [`FIFO_POLICY`] and one implicit quota share of the queue's own name
+//! whose limits are its service environment's, which every job submitted without
+//! `quotaShareName` joins. The endpoint shows neither (no `schedulingPolicyArn`, no
+//! quota shares, no `quotaShareName` on its jobs); `tranche shares` and the native API
+//! show them.
+//!
 //! One module per resource kind holds its operations (`Endpoint`'s methods that the
 //! router dispatches to); this module holds what they share: reading members, pages,
 //! tags and the statuses a service job reports.
@@ -46,6 +53,62 @@ const STATUSES: [&str; 8] = [
     "FAILED",
 ];
 
+/// The scheduling policy of every job queue made without one: FIFO, reserved (no
+/// policy of that name can be made, described or deleted here).
+pub const FIFO_POLICY: &str = "implicit-fifo";
+
+/// Whether `q` is a FIFO queue (made without a scheduling policy).
+fn is_fifo(q: &JobQueue) -> bool {
+    q.policy.as_str() == FIFO_POLICY
+}
+
+/// Whether `s` is the implicit share of a FIFO queue.
+fn is_implicit(st: &State, s: &QuotaShare) -> bool {
+    s.name.as_str() == s.queue.as_str() && st.queues.get(&s.queue).is_some_and(is_fifo)
+}
+
+/// A share as this endpoint makes one: no member list, the policy file's default grace
+/// periods, LEND without in-share preemption until the request says otherwise.
+fn new_share(name: ShareName, queue: QueueName, limits: Vec<CapacityLimit>) -> QuotaShare {
+    QuotaShare {
+        weight: None,
+        loans: Default::default(),
+        name,
+        queue,
+        capacity_limits: limits,
+        resource_sharing: ResourceSharing {
+            strategy: Strategy::Lend,
+            borrow_limit: None,
+        },
+        in_share_preemption: false,
+        state: ObjState::Enabled,
+        members: vec![],
+        default_grace_s: DEFAULT_GRACE_S,
+        max_grace_s: MAX_GRACE_S,
+        min_runtime_s: 0,
+        max_user_priority: tranche_model::DEFAULT_MAX_USER_PRIORITY,
+        limits: Default::default(),
+    }
+}
+
+/// The implicit share of FIFO queue `queue` on `env`: all of the environment's
+/// capacity, lent to other queues' shares on it while idle, no preemption within.
+fn implicit_share(queue: &QueueName, env: &ServiceEnvironment) -> QuotaShare {
+    new_share(
+        queue.as_str().into(),
+        queue.clone(),
+        env.capacity_limits.clone(),
+    )
+}
+
+/// The refusal of a scheduling policy named [`FIFO_POLICY`].
+fn reserved_policy(member: &str) -> AwsError {
+    AwsError::invalid(
+        member,
+        format!("scheduling policy name {FIFO_POLICY} is reserved for the job queues made without a schedulingPolicyArn"),
+    )
+}
+
 /// Grace periods a share made here gets (those of the policy file's defaults).
 const DEFAULT_GRACE_S: u64 = 30;
 const MAX_GRACE_S: u64 = 600;
@@ -76,11 +139,41 @@ fn required<'a, T>(v: &'a Option<T>, member: &str) -> AwsResult<&'a T> {
         .ok_or_else(|| AwsError::invalid(member, "is required"))
 }
 
+/// The tag a job queue made here keeps the first job id it may hold in, so that a
+/// queue deleted and made again under its name does not list the jobs of the one
+/// before (whose ids are all smaller). The endpoint shows it on no object, and no
+/// caller may set or remove it.
+const FIRST_JOB_TAG: &str = "tranche:firstJobId";
+
+/// The first job id job queue `q` may hold (0 for one not made here).
+fn first_job_of(st: &State, q: &str) -> u64 {
+    st.tags
+        .get(&format!("job-queue/{q}"))
+        .and_then(|t| t.get(FIRST_JOB_TAG))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Refuses a caller's tag keys that name [`FIRST_JOB_TAG`].
+fn refuse_reserved_tag<'a>(
+    member: &str,
+    mut keys: impl Iterator<Item = &'a String>,
+) -> AwsResult<()> {
+    match keys.any(|k| k == FIRST_JOB_TAG) {
+        true => Err(AwsError::invalid(
+            &format!("{member}.{FIRST_JOB_TAG}"),
+            "this tag key is reserved: the endpoint keeps a job queue's first job id in it",
+        )),
+        false => Ok(()),
+    }
+}
+
 fn tags_json(st: &State, key: Option<String>) -> Value {
-    let t = key
+    let mut t = key
         .and_then(|k| st.tags.get(&k))
         .cloned()
         .unwrap_or_default();
+    t.remove(FIRST_JOB_TAG);
     json!(t)
 }
 
@@ -132,7 +225,10 @@ impl Wanted {
 /// Checks a request's `tags`, when it has them.
 fn check_tags(tags: &Option<BTreeMap<String, String>>) -> AwsResult<()> {
     match tags {
-        Some(t) => validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule)),
+        Some(t) => {
+            validate_tags(t, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule))?;
+            refuse_reserved_tag("tags", t.keys())
+        }
         None => Ok(()),
     }
 }

@@ -72,6 +72,22 @@ fn check_policy(qs: &Option<QsPolicy>, fair: &Option<Value>, creating: bool) -> 
     }
 }
 
+/// Refuses a scheduling policy `name` that does not exist.
+async fn existing_policy(cx: &Ctx<'_>, name: &str) -> AwsResult<()> {
+    if cx
+        .state()
+        .await?
+        .policies
+        .contains_key(&PolicyName::from(name))
+    {
+        Ok(())
+    } else {
+        Err(AwsError::client(format!(
+            "scheduling policy {name} does not exist"
+        )))
+    }
+}
+
 impl Endpoint {
     fn policy_json(&self, st: &State, p: &SchedulingPolicy) -> Value {
         json!({
@@ -89,6 +105,9 @@ impl Endpoint {
     ) -> AwsResult<Value> {
         let r: CreatePolicy = parse(body)?;
         let name = required(&r.name, "name")?.clone();
+        if name == FIFO_POLICY {
+            return Err(reserved_policy("name"));
+        }
         check_policy(&r.quota_share_policy, &r.fairshare_policy, true)?;
         check_tags(&r.tags)?;
         if cx
@@ -119,17 +138,11 @@ impl Endpoint {
             .arns
             .policy_of(required(&r.arn, "arn")?)
             .map_err(AwsError::client)?;
-        check_policy(&r.quota_share_policy, &r.fairshare_policy, false)?;
-        if !cx
-            .state()
-            .await?
-            .policies
-            .contains_key(&PolicyName::from(name.as_str()))
-        {
-            return Err(AwsError::client(format!(
-                "scheduling policy {name} does not exist"
-            )));
+        if name == FIFO_POLICY {
+            return Err(reserved_policy("arn"));
         }
+        check_policy(&r.quota_share_policy, &r.fairshare_policy, false)?;
+        existing_policy(cx, &name).await?;
         // FIFO is the only strategy: nothing to change.
         Ok(json!({}))
     }
@@ -148,6 +161,9 @@ impl Endpoint {
         let mut out = vec![];
         for a in arns {
             let name = self.arns.policy_of(a).map_err(AwsError::client)?;
+            if name == FIFO_POLICY {
+                continue;
+            }
             if let Some(p) = st.policies.get(&PolicyName::from(name.as_str())) {
                 out.push(self.policy_json(&st, p));
             }
@@ -165,6 +181,7 @@ impl Endpoint {
         let all: Vec<Value> = st
             .policies
             .keys()
+            .filter(|n| n.as_str() != FIFO_POLICY)
             .map(|n| json!({"arn": self.arns.policy(n.as_str())}))
             .collect();
         let (items, next) = page(&all, r.max_results, r.next_token.as_deref())?;
@@ -181,6 +198,12 @@ impl Endpoint {
             .arns
             .policy_of(required(&r.arn, "arn")?)
             .map_err(AwsError::client)?;
+        if name == FIFO_POLICY {
+            return Err(reserved_policy("arn"));
+        }
+        // Existence first, as for every other object: a missing policy is said to be
+        // missing whoever asks.
+        existing_policy(cx, &name).await?;
         cx.write(ClientCommand::DeletePolicy(name.as_str().into()))
             .await?;
         Ok(json!({}))

@@ -1,5 +1,6 @@
 //! Job queues: a queue with one service environment and one scheduling policy
-//! (`Create`/`Update`/`Describe`/`DeleteJobQueue`).
+//! (`Create`/`Update`/`Describe`/`DeleteJobQueue`); one made without a policy is a
+//! FIFO queue with an implicit quota share (see [`super::FIFO_POLICY`]).
 
 use super::*;
 
@@ -52,7 +53,7 @@ pub(super) struct OneQueue {
 
 impl Endpoint {
     fn queue_json(&self, st: &State, q: &JobQueue) -> Value {
-        json!({
+        let mut v = json!({
             "jobQueueName": q.name.as_str(),
             "jobQueueArn": self.arns.queue(q.name.as_str()),
             "state": q.state.to_string(),
@@ -63,7 +64,13 @@ impl Endpoint {
             "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": self.arns.environment(q.environment.as_str())}],
             "jobQueueType": "SAGEMAKER_TRAINING",
             "tags": tags_json(st, Some(format!("job-queue/{}", q.name))),
-        })
+        });
+        if is_fifo(q) {
+            v.as_object_mut()
+                .expect("an object")
+                .remove("schedulingPolicyArn");
+        }
+        v
     }
 
     fn queue_env(&self, order: &[EnvOrder]) -> AwsResult<String> {
@@ -137,32 +144,81 @@ impl Endpoint {
             &r.service_environment_order,
             "serviceEnvironmentOrder",
         )?)?;
-        let policy = self
-            .arns
-            .policy_of(r.scheduling_policy_arn.as_deref().ok_or_else(|| {
-                AwsError::invalid("schedulingPolicyArn", "is required: every job queue on this cluster has a quota-share scheduling policy")
-            })?)
-            .map_err(AwsError::client)?;
+        let policy = match r.scheduling_policy_arn.as_deref() {
+            Some(a) => {
+                let p = self.arns.policy_of(a).map_err(AwsError::client)?;
+                if p == FIFO_POLICY {
+                    return Err(reserved_policy("schedulingPolicyArn"));
+                }
+                Some(p)
+            }
+            None => None,
+        };
         let priority = Self::queue_priority(*required(&r.priority, "priority")?)?;
         let state = state_of("state", r.state.as_deref())?.unwrap_or_default();
         check_tags(&r.tags)?;
-        if cx
-            .state()
-            .await?
-            .queues
-            .contains_key(&QueueName::from(name.as_str()))
+        let mut tags = r.tags.clone().unwrap_or_default();
+        if tags.len() >= MAX_OBJECT_TAGS {
+            return Err(AwsError::invalid(
+                "tags",
+                format!(
+                    "at most {} tags on a job queue on this cluster (it keeps one of its {MAX_OBJECT_TAGS} for itself), got {}",
+                    MAX_OBJECT_TAGS - 1,
+                    tags.len()
+                ),
+            ));
+        }
+        let queue = QueueName::from(name.as_str());
+        // A FIFO queue's implicit share, and whether its policy is to be made.
+        let mut fifo = None;
         {
-            return Err(AwsError::client(EXISTS));
+            let st = cx.state().await?;
+            if st.queues.contains_key(&queue) {
+                return Err(AwsError::client(EXISTS));
+            }
+            // Every job of a queue of this name before has a smaller id.
+            tags.insert(FIRST_JOB_TAG.into(), st.next_job_id.to_string());
+            if policy.is_none() {
+                if let Some(s) = st.shares.get(&ShareName::from(name.as_str())) {
+                    return Err(AwsError::invalid(
+                        "jobQueueName",
+                        format!(
+                            "a job queue without a schedulingPolicyArn has an implicit quota share of its own name, and quota share {name} already exists (in job queue {}); name the queue otherwise",
+                            s.queue
+                        ),
+                    ));
+                }
+                let e = st
+                    .environments
+                    .get(&EnvName::from(env.as_str()))
+                    .ok_or_else(|| {
+                        AwsError::client(format!("service environment {env} does not exist"))
+                    })?;
+                fifo = Some((
+                    implicit_share(&queue, e),
+                    !st.policies.contains_key(&PolicyName::from(FIFO_POLICY)),
+                ));
+            }
+        }
+        if let Some((_, true)) = fifo {
+            cx.write(ClientCommand::PutPolicy(SchedulingPolicy {
+                name: FIFO_POLICY.into(),
+                idle_resource_assignment: IdleAssignment::Fifo,
+            }))
+            .await?;
         }
         cx.write(ClientCommand::PutQueue(JobQueue {
-            name: name.as_str().into(),
+            name: queue,
             priority,
             state,
             environment: env.as_str().into(),
-            policy: policy.as_str().into(),
+            policy: policy.as_deref().unwrap_or(FIFO_POLICY).into(),
         }))
         .await?;
-        self.tag_new(cx, format!("job-queue/{name}"), r.tags)
+        if let Some((share, _)) = fifo {
+            cx.write(ClientCommand::PutShare(share)).await?;
+        }
+        self.tag_new(cx, format!("job-queue/{name}"), Some(tags))
             .await?;
         Ok(json!({"jobQueueName": name, "jobQueueArn": self.arns.queue(&name)}))
     }
@@ -208,14 +264,42 @@ impl Endpoint {
             q.environment = self.queue_env(o)?.as_str().into();
         }
         if let Some(p) = &r.scheduling_policy_arn {
-            q.policy = self
-                .arns
-                .policy_of(p)
-                .map_err(AwsError::client)?
-                .as_str()
-                .into();
+            if is_fifo(&q) {
+                return Err(AwsError::invalid(
+                    "schedulingPolicyArn",
+                    format!("job queue {name} was made without a scheduling policy: it is a FIFO queue and can't have one added"),
+                ));
+            }
+            let p = self.arns.policy_of(p).map_err(AwsError::client)?;
+            if p == FIFO_POLICY {
+                return Err(reserved_policy("schedulingPolicyArn"));
+            }
+            q.policy = p.as_str().into();
         }
+        // A FIFO queue's implicit share follows its environment's limits.
+        let share = match is_fifo(&q) {
+            false => None,
+            true => {
+                let st = cx.state().await?;
+                let env = st.environments.get(&q.environment).ok_or_else(|| {
+                    AwsError::client(format!(
+                        "service environment {} does not exist",
+                        q.environment
+                    ))
+                })?;
+                st.shares
+                    .get(&ShareName::from(name.as_str()))
+                    .filter(|s| s.capacity_limits != env.capacity_limits)
+                    .map(|s| QuotaShare {
+                        capacity_limits: env.capacity_limits.clone(),
+                        ..s.clone()
+                    })
+            }
+        };
         cx.write(ClientCommand::PutQueue(q)).await?;
+        if let Some(s) = share {
+            cx.write(ClientCommand::PutShare(s)).await?;
+        }
         Ok(json!({"jobQueueName": name, "jobQueueArn": self.arns.queue(&name)}))
     }
 
@@ -239,19 +323,41 @@ impl Endpoint {
             .arns
             .queue_of(required(&r.job_queue, "jobQueue")?)
             .map_err(AwsError::client)?;
-        match cx
-            .state()
-            .await?
-            .queues
-            .get(&QueueName::from(name.as_str()))
-        {
-            None => return Err(AwsError::client(format!("job queue {name} does not exist"))),
-            Some(q) if q.state == ObjState::Enabled => {
-                return Err(AwsError::client(format!(
+        let implicit = {
+            let st = cx.state().await?;
+            let q = match st.queues.get(&QueueName::from(name.as_str())) {
+                None => return Err(AwsError::client(format!("job queue {name} does not exist"))),
+                Some(q) if q.state == ObjState::Enabled => {
+                    return Err(AwsError::client(format!(
                     "job queue {name} is ENABLED; update its state to DISABLED before deleting it"
                 )))
+                }
+                Some(q) => q,
+            };
+            if is_fifo(q)
+                && st
+                    .jobs
+                    .values()
+                    .any(|j| j.spec.queue == q.name && !j.status.is_terminal())
+            {
+                return Err(AwsError::client(format!(
+                    "job queue {name} still has unfinished jobs"
+                )));
             }
-            _ => {}
+            st.shares
+                .get(&ShareName::from(name.as_str()))
+                .filter(|s| is_implicit(&st, s))
+                .cloned()
+        };
+        // A FIFO queue's implicit share goes with it.
+        if let Some(s) = implicit {
+            let share = s.name.clone();
+            cx.write(ClientCommand::PutShare(QuotaShare {
+                state: ObjState::Disabled,
+                ..s
+            }))
+            .await?;
+            cx.write(ClientCommand::DeleteShare(share)).await?;
         }
         cx.write(ClientCommand::DeleteQueue(name.as_str().into()))
             .await?;

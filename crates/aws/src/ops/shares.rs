@@ -121,7 +121,11 @@ impl Endpoint {
     fn share_named(&self, st: &State, text: &str) -> AwsResult<QuotaShare> {
         let (queue, name) = self.arns.share_of(text).map_err(AwsError::client)?;
         match st.shares.get(&ShareName::from(name.as_str())) {
-            Some(s) if queue.as_ref().is_none_or(|q| q == s.queue.as_str()) => Ok(s.clone()),
+            Some(s)
+                if queue.as_ref().is_none_or(|q| q == s.queue.as_str()) && !is_implicit(st, s) =>
+            {
+                Ok(s.clone())
+            }
             _ => Err(AwsError::client(format!(
                 "quota share {text} does not exist"
             ))),
@@ -159,29 +163,28 @@ impl Endpoint {
                     format!("{EXISTS}: quota share {name} already exists (in job queue {}); share names are unique on this cluster", s.queue)
                 }));
             }
-            if !st.queues.contains_key(&QueueName::from(queue.as_str())) {
-                return Err(AwsError::client(format!(
-                    "job queue {queue} does not exist"
-                )));
+            match st.queues.get(&QueueName::from(queue.as_str())) {
+                None => {
+                    return Err(AwsError::client(format!(
+                        "job queue {queue} does not exist"
+                    )))
+                }
+                Some(q) if is_fifo(q) => {
+                    return Err(AwsError::invalid(
+                        "jobQueue",
+                        format!("job queue {queue} has no quota-share scheduling policy (it was made without a schedulingPolicyArn: a FIFO queue), so it takes no quota shares"),
+                    ))
+                }
+                Some(_) => {}
             }
         }
-        cx.write(ClientCommand::PutShare(QuotaShare {
-            weight: None,
-            loans: Default::default(),
-            name: name.as_str().into(),
-            queue: queue.as_str().into(),
-            capacity_limits: limits,
+        let share = QuotaShare {
             resource_sharing: rs,
             in_share_preemption: pre,
             state,
-            members: vec![],
-            default_grace_s: DEFAULT_GRACE_S,
-            max_grace_s: MAX_GRACE_S,
-            min_runtime_s: 0,
-            max_user_priority: tranche_model::DEFAULT_MAX_USER_PRIORITY,
-            limits: Default::default(),
-        }))
-        .await?;
+            ..new_share(name.as_str().into(), queue.as_str().into(), limits)
+        };
+        cx.write(ClientCommand::PutShare(share)).await?;
         self.tag_new(cx, format!("quota-share/{name}"), r.tags)
             .await?;
         Ok(json!({"quotaShareName": name, "quotaShareArn": self.arns.share(&queue, &name)}))
@@ -230,7 +233,7 @@ impl Endpoint {
         let all: Vec<Value> = st
             .shares
             .values()
-            .filter(|s| s.queue.as_str() == queue)
+            .filter(|s| s.queue.as_str() == queue && !is_implicit(&st, s))
             .map(|s| self.share_json(&st, s, false))
             .collect();
         let (items, next) = page(&all, r.max_results, r.next_token.as_deref())?;

@@ -16,11 +16,13 @@ impl Endpoint {
             .map_err(AwsError::client)?;
         let now = cx.now();
         let st = cx.state().await?;
-        if !st.queues.contains_key(&QueueName::from(queue.as_str())) {
+        let Some(q) = st.queues.get(&QueueName::from(queue.as_str())) else {
             return Err(AwsError::client(format!(
                 "job queue {queue} does not exist"
             )));
-        }
+        };
+        // A FIFO queue shows no quota shares: its implicit one counts in its total only.
+        let shown = !is_fifo(q);
         let snap = tranche_controller::views::queue(&st, 100, now);
         let in_queue = |s: &ShareName| st.shares.get(s).is_some_and(|s| s.queue.as_str() == queue);
         let entry = |j: &tranche_proto::JobSummary| json!({"jobArn": self.arns.job(j.id), "earliestTimeAtPosition": j.submitted_at});
@@ -32,7 +34,7 @@ impl Endpoint {
             .collect();
         let mut per_share = Map::new();
         for (s, jobs) in &snap.shares {
-            if in_queue(s) {
+            if shown && in_queue(s) {
                 if let Some(first) = jobs.first() {
                     per_share.insert(s.to_string(), json!([entry(first)]));
                 }
@@ -52,7 +54,9 @@ impl Endpoint {
                 e.0 += used;
                 e.1 = e.1.max(*max);
             }
-            top.push(json!({"quotaShareName": u.name.as_str(), "capacityUsage": self.cap.usage_json(&used)}));
+            if shown {
+                top.push(json!({"quotaShareName": u.name.as_str(), "capacityUsage": self.cap.usage_json(&used)}));
+            }
         }
         let total: Vec<(Unit, u32, u32)> = total.into_iter().map(|(u, (a, m))| (u, a, m)).collect();
         Ok(json!({

@@ -14,7 +14,7 @@ impl Endpoint {
         let t = self.tag_target(arn)?;
         if let crate::arn::Target::Job(_) = &t {
             let j = self.job_seen(cx, arn).await?;
-            return Ok(json!({ "tags": j.spec.tags }));
+            return Ok(json!({ "tags": super::jobs::shown_tags(&j) }));
         }
         let st = cx.state().await?;
         let key = t.tag_key().expect("an object's key");
@@ -33,6 +33,7 @@ impl Endpoint {
         let r: TagBody = parse(body)?;
         let tags = required(&r.tags, "tags")?.clone();
         validate_tags(&tags, "tags").map_err(|e| AwsError::invalid(&e.field, e.rule))?;
+        refuse_reserved_tag("tags", tags.keys())?;
         let resource = self.tag_target(arn)?.tag_key().ok_or_else(|| {
             AwsError::invalid(
                 "resourceArn",
@@ -53,6 +54,7 @@ impl Endpoint {
         if keys.is_empty() {
             return Err(AwsError::invalid("tagKeys", "is required"));
         }
+        refuse_reserved_tag("tagKeys", keys.iter())?;
         let resource = self.tag_target(arn)?.tag_key().ok_or_else(|| {
             AwsError::invalid(
                 "resourceArn",

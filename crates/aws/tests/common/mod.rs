@@ -28,6 +28,8 @@ pub use http::{send, Harness, Reply};
 pub const REGION: &str = "us-west-2";
 pub const ACCOUNT: &str = "123456789012";
 pub const IMAGE: &str = "123456789012.dkr.ecr.us-west-2.amazonaws.com/tranche-train:latest";
+/// AWS's PyTorch training images, in the catalog as a pattern.
+pub const PYTORCH: &str = "763104351884.dkr.ecr.*.amazonaws.com/pytorch-training:*";
 /// The headers every request here signs (botocore signs these and more).
 pub const SIGNED: [&str; 3] = ["content-type", "host", "x-amz-date"];
 const HOST: &str = "c1.tranche.test:8443";
@@ -45,7 +47,8 @@ pub struct Aws {
 }
 
 /// The `[aws]` settings of these tests: A10G instances of 1 and 4 GPUs, H100s of 8,
-/// and one training image.
+/// one training image, and AWS's PyTorch training images of every region and tag
+/// ([`PYTORCH`]) as one local image.
 pub fn config() -> AwsConfig {
     let mut cfg = AwsConfig {
         region: REGION.into(),
@@ -67,6 +70,7 @@ pub fn config() -> AwsConfig {
     }
     cfg.images
         .insert(IMAGE.into(), "/images/tranche-train".into());
+    cfg.images.insert(PYTORCH.into(), "/images/pytorch".into());
     cfg
 }
 
@@ -231,4 +235,56 @@ pub fn payload(name: &str, itype: &str, count: u32) -> String {
         "Environment": {"SECRET": "s3cr3t"},
     })
     .to_string()
+}
+
+impl Aws {
+    /// Applies `cmd` to the state now, as the node task applies a committed entry.
+    pub fn apply(&self, cmd: tranche_state::Command) {
+        self.apply_after(cmd, 0)
+    }
+
+    /// Applies `cmd` to the state `ms` milliseconds from now.
+    pub fn apply_after(&self, cmd: tranche_state::Command, ms: u64) {
+        let mut sh = self.h.rig.shared.write().unwrap();
+        let now = tranche_controller::mailbox::wall_ms().max(sh.last_now) + ms;
+        sh.state.apply(&cmd, now).expect("the command applies");
+        sh.last_now = now;
+    }
+
+    /// Node `name` with `gpus` healthy A10Gs, registered.
+    pub fn node(&self, name: &str, gpus: u32) {
+        let inv = tranche_model::NodeInventory {
+            name: name.into(),
+            address: "127.0.0.1".into(),
+            labels: Default::default(),
+            gpus: (0..gpus)
+                .map(|i| tranche_model::Gpu {
+                    index: tranche_model::GpuIndex(i),
+                    uuid: format!("GPU-{name}-{i}"),
+                    unit: "a10g".into(),
+                    memory_mb: 1,
+                    healthy: true,
+                })
+                .collect(),
+            cpus: 4,
+            memory_mb: 1024,
+        };
+        self.apply(tranche_state::Command::RegisterNode(inv));
+    }
+
+    /// Attempt `attempt` of service job `id` (its `jobId`) reports `event`.
+    pub fn report(&self, id: &str, attempt: u32, event: tranche_model::Progress) {
+        self.report_after(id, attempt, event, 0)
+    }
+
+    /// [`Aws::report`], `ms` milliseconds from now.
+    pub fn report_after(&self, id: &str, attempt: u32, event: tranche_model::Progress, ms: u64) {
+        let job = tranche_model::JobId(id.parse().unwrap());
+        let cmd = tranche_state::Command::JobProgress {
+            job,
+            attempt,
+            event,
+        };
+        self.apply_after(cmd, ms);
+    }
 }

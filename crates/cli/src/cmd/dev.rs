@@ -27,9 +27,14 @@ const DEV_INSTANCE_TYPES: [(&str, &str, u32); 3] = [
 pub const DEV_TRAINING_IMAGE: &str =
     "123456789012.dkr.ecr.us-west-2.amazonaws.com/tranche-train:latest";
 
+/// AWS's PyTorch training images, of every region and tag, as AWS's sample notebooks
+/// name them: `tranche dev`'s catalog runs them as its demo image.
+pub const DEV_PYTORCH_IMAGES: &str = "763104351884.dkr.ecr.*.amazonaws.com/pytorch-training:*";
+
 /// The controllers' `[aws]` table: the key secret, the demo units as instance types,
-/// one catalog image (an OCI layout or rootfs put at `<dir>/images/tranche-train`) and
-/// one file system (`fs-dev`: `<dir>/data`).
+/// the catalog (the demo image, an OCI layout or rootfs put at
+/// `<dir>/images/tranche-train`, as [`DEV_TRAINING_IMAGE`] and as every
+/// [`DEV_PYTORCH_IMAGES`]) and one file system (`fs-dev`: `<dir>/data`).
 fn aws_config(dir: &std::path::Path, key_secret: &std::path::Path) -> String {
     let mut t = format!(
         "[aws]\nkey_secret_file = \"{}\"\n\n[aws.instance_types]\n",
@@ -38,9 +43,11 @@ fn aws_config(dir: &std::path::Path, key_secret: &std::path::Path) -> String {
     for (name, unit, gpus) in DEV_INSTANCE_TYPES {
         t += &format!("\"{name}\" = {{ unit = \"{unit}\", gpus = {gpus} }}\n");
     }
+    let image = dir.join("images").join("tranche-train");
     t += &format!(
-        "\n[aws.images]\n\"{DEV_TRAINING_IMAGE}\" = \"{}\"\n\n[aws.file_systems]\n\"fs-dev\" = \"{}\"\n",
-        dir.join("images").join("tranche-train").display(),
+        "\n[aws.images]\n\"{DEV_TRAINING_IMAGE}\" = \"{}\"\n\"{DEV_PYTORCH_IMAGES}\" = \"{}\"\n\n[aws.file_systems]\n\"fs-dev\" = \"{}\"\n",
+        image.display(),
+        image.display(),
         dir.join("data").display()
     );
     t
@@ -341,13 +348,14 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         admin_key.0, admin_key.1
     );
     eprintln!(
-        "    instance types: {}; training image {} = {}; file system fs-dev = {}",
+        "    instance types: {}; training images {} and {} = {}; file system fs-dev = {}",
         DEV_INSTANCE_TYPES
             .iter()
             .map(|(n, u, g)| format!("{n} = {g} x {u}"))
             .collect::<Vec<_>>()
             .join(", "),
         DEV_TRAINING_IMAGE,
+        DEV_PYTORCH_IMAGES,
         dir.join("images").join("tranche-train").display(),
         dir.join("data").display()
     );
@@ -381,5 +389,25 @@ async fn wait_for_stop() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catalog_runs_awss_pytorch_images_as_the_demo_image() {
+        let dir = std::path::Path::new("/tmp/dev");
+        let t: toml::Value = toml::from_str(&aws_config(dir, &dir.join("key"))).unwrap();
+        let images = t["aws"]["images"].as_table().unwrap();
+        let demo = dir.join("images").join("tranche-train");
+        for key in [DEV_TRAINING_IMAGE, DEV_PYTORCH_IMAGES] {
+            assert_eq!(
+                images[key].as_str(),
+                demo.to_str(),
+                "{key} runs as the demo image"
+            );
+        }
     }
 }

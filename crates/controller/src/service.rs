@@ -987,10 +987,12 @@ fn permitted(
             Role::Admin,
             PutEnvironment(_) | DeleteEnvironment(_) | PutPolicy(_) | DeletePolicy(_),
         )
-        | (Role::Admin, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => Ok(()),
+        | (Role::Admin, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_))
+        | (Role::Admin, PutGroup(_) | DeleteGroup(_)) => Ok(()),
         (_, PutEnvironment(_) | DeleteEnvironment(_) | PutPolicy(_) | DeletePolicy(_))
-        | (_, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => deny(format!(
-            "{who}: only an admin certificate may manage environments, policies, queues and shares"
+        | (_, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_))
+        | (_, PutGroup(_) | DeleteGroup(_)) => deny(format!(
+            "{who}: only an admin certificate may manage environments, policies, queues, shares and groups"
         )),
         (Role::Admin, Submit(_)) => Ok(()),
         (Role::User, Submit(spec)) => {

@@ -536,6 +536,8 @@ pub struct State {
     /// Submits per (share, user) in the current minute of entry time, for
     /// [`JobLimits::submits_per_user_per_minute`].
     pub submit_rate: BTreeMap<(ShareName, UserName), SubmitWindow>,
+    /// Groups of quota shares (nested quotas), by name.
+    pub groups: BTreeMap<ShareName, ShareGroup>,
     #[serde(skip)]
     pub(crate) index: Index,
 }
@@ -558,6 +560,7 @@ impl PartialEq for State {
             && self.keys == o.keys
             && self.tags == o.tags
             && self.submit_rate == o.submit_rate
+            && self.groups == o.groups
     }
 }
 impl Eq for State {}
@@ -609,6 +612,9 @@ impl State {
         }
         for q in self.queues.values() {
             ix.names.add(q.name.as_str());
+        }
+        for g in self.groups.values() {
+            ix.names.add(g.name.as_str());
         }
         for e in self.environments.values() {
             ix.names.add_environment(e);
@@ -775,6 +781,14 @@ impl State {
     }
 
     /// Shares of a queue, by name.
+    /// The group that lists the share or group `member`, if any.
+    pub fn group_of(&self, member: &ShareName) -> Option<&ShareName> {
+        self.groups
+            .values()
+            .find(|g| g.shares.contains(member) || g.groups.contains(member))
+            .map(|g| &g.name)
+    }
+
     pub fn shares_of<'a>(
         &'a self,
         queue: &'a QueueName,

@@ -789,6 +789,31 @@ impl State {
             .map(|g| &g.name)
     }
 
+    /// The groups above share (or group) `member`, nearest first.
+    pub fn groups_above(&self, member: &ShareName) -> Vec<&ShareGroup> {
+        let mut out: Vec<&ShareGroup> = vec![];
+        let mut at = member;
+        while let Some(g) = self.group_of(at).and_then(|n| self.groups.get(n)) {
+            if out.len() > MAX_GROUP_DEPTH {
+                break;
+            }
+            out.push(g);
+            at = &g.name;
+        }
+        out
+    }
+
+    /// GPUs of `unit` the shares below group `g`, at any depth, use.
+    pub fn group_used(&self, g: &ShareGroup, unit: &Unit) -> u32 {
+        let mut used: u32 = g.shares.iter().map(|s| self.share_used(s, unit)).sum();
+        for m in &g.groups {
+            if let Some(c) = self.groups.get(m).filter(|c| c.name != g.name) {
+                used += self.group_used(c, unit);
+            }
+        }
+        used
+    }
+
     pub fn shares_of<'a>(
         &'a self,
         queue: &'a QueueName,

@@ -711,6 +711,7 @@ impl Service {
             Query::Controllers => Response::Controllers(sh.status.clone()),
             Query::Digest => Response::Digest(views::digest(st, sh.applied)),
             Query::Objects => Response::Objects(views::objects(st)),
+            Query::Groups => Response::Groups(st.groups.values().cloned().collect()),
             Query::NodeWork { node, .. } => {
                 Response::NodeWork(views::node_work(st, node, sh.applied, now))
             }

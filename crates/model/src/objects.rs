@@ -365,14 +365,17 @@ impl ShareGroup {
         Ok(())
     }
 
-    /// The group's max for `unit` (0 when it lists no limit for it).
-    pub fn max_for(&self, unit: &Unit) -> u32 {
-        limit_for(&self.capacity_limits, unit).unwrap_or(0)
+    /// The group's max for `unit`; `None` where it lists no limit for it, which the
+    /// group then does not bound (its shares' own limits still do).
+    pub fn max_for(&self, unit: &Unit) -> Option<u32> {
+        limit_for(&self.capacity_limits, unit)
     }
 
-    /// The most GPUs of `unit` its members may hold together with borrowed ones.
+    /// The most GPUs of `unit` its members may hold together with borrowed ones
+    /// (`None`: no bound).
     pub fn ceiling_for(&self, unit: &Unit) -> Option<u64> {
-        self.resource_sharing.ceiling(self.max_for(unit))
+        self.max_for(unit)
+            .and_then(|m| self.resource_sharing.ceiling(m))
     }
 }
 

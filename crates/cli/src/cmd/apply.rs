@@ -67,8 +67,12 @@ use crate::exit::{failed, run, unexpected, usage, CliError};
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {
     /// The policy file.
-    #[arg(short = 'f', long = "file")]
-    file: PathBuf,
+    #[arg(short = 'f', long = "file", required_unless_present = "delete_group")]
+    file: Option<PathBuf>,
+    /// Deletes a group of shares (after the file, if any, is applied); its members are
+    /// then in no group. A group another group lists is refused until taken out of it.
+    #[arg(long = "delete-group", value_name = "GROUP")]
+    delete_group: Vec<String>,
     /// Print what would change, and the running jobs the change would make preemptible,
     /// without changing anything.
     #[arg(long)]
@@ -79,13 +83,18 @@ pub struct ApplyArgs {
 
 pub fn apply(args: &ApplyArgs) -> ExitCode {
     run("apply", async {
-        let text = std::fs::read_to_string(&args.file).map_err(|source| CliError::Io {
-            path: args.file.clone(),
-            source,
-        })?;
-        let file = policy_file::parse(&text)
-            .map_err(|e| usage(format!("{}: {e}", args.file.display())))?;
-        let cmds = policy::commands(file);
+        let cmds = match &args.file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let file = policy_file::parse(&text)
+                    .map_err(|e| usage(format!("{}: {e}", path.display())))?;
+                policy::commands(file)
+            }
+            None => vec![],
+        };
         let (client, _) = connect(&args.config)?;
         let objects = match client.read(Query::Objects, false).await.map_err(failed)? {
             Response::Objects(o) => o,
@@ -93,10 +102,7 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         };
         // Asked only of a file with groups: controllers of a release without them do
         // not know the question.
-        let groups = if cmds
-            .iter()
-            .any(|c| matches!(c.2, ClientCommand::PutGroup(_)))
-        {
+        let groups = if policy::has_groups(&cmds) || !args.delete_group.is_empty() {
             match client.read(Query::Groups, false).await.map_err(failed)? {
                 Response::Groups(g) => g,
                 other => return Err(unexpected(&other)),
@@ -166,8 +172,50 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         if args.dry_run {
             preemptible(&client, &shrunk).await?;
         }
+        let mut deleted = 0;
+        for name in &args.delete_group {
+            if !groups.iter().any(|g| g.name.as_str() == name) {
+                return Err(CliError::Conflict(format!(
+                    "group {name} does not exist{}",
+                    if done.is_empty() {
+                        " (nothing was changed)".to_string()
+                    } else {
+                        format!(" (already applied: {})", done.join(", "))
+                    }
+                )));
+            }
+            if !args.dry_run {
+                let cmd = ClientCommand::DeleteGroup(name.as_str().into());
+                if let Err(e) = client.command(cmd).await.map_err(failed)? {
+                    let before = if done.is_empty() {
+                        "nothing was changed".to_string()
+                    } else {
+                        format!("already applied: {}", done.join(", "))
+                    };
+                    return Err(CliError::Stopped {
+                        object: format!("group {name}"),
+                        source: Box::new(e),
+                        before,
+                    });
+                }
+                done.push(format!("deleted group {name}"));
+            }
+            deleted += 1;
+            println!(
+                "{} group {name}",
+                if args.dry_run {
+                    "would delete"
+                } else {
+                    "delete"
+                }
+            );
+        }
+        let deleted = match deleted {
+            0 => String::new(),
+            n => format!(", {n} deleted"),
+        };
         println!(
-            "{created} created, {updated} updated, {same} unchanged{}",
+            "{created} created, {updated} updated, {same} unchanged{deleted}{}",
             if args.dry_run {
                 " (dry run: nothing changed)"
             } else {

@@ -19,7 +19,8 @@ pub(super) struct GroupView {
     pub(super) queue: usize,
     /// Levels from the top of its queue: 1 for a group in no group.
     pub(super) depth: u32,
-    pub(super) max: Vec<u32>,
+    /// Per unit; `None` for a unit the group has no limit for (it does not bound it).
+    pub(super) max: Vec<Option<u32>>,
     pub(super) ceiling: Vec<Option<u64>>,
     /// Its members: shares and groups (pass indexes).
     pub(super) shares: Vec<usize>,
@@ -135,7 +136,7 @@ impl<'a> Pass<'a> {
                 PendingReasonOf::AtMaxNoBorrow {
                     share: gv.label.clone(),
                     used: have,
-                    max: gv.max[u],
+                    max: gv.max[u].unwrap_or(0),
                     need,
                     unit: self.unit_names[u].clone(),
                     strategy: gv.strategy.clone(),
@@ -160,7 +161,7 @@ impl<'a> Pass<'a> {
         self.shares[s]
             .chain
             .iter()
-            .find(|&&g| self.group_use(g, u) + need <= self.groups[g].max[u])
+            .find(|&&g| self.groups[g].max[u].is_some_and(|m| self.group_use(g, u) + need <= m))
             .map_or(0, |&g| self.groups[g].depth)
     }
 
@@ -257,7 +258,7 @@ impl<'a> Pass<'a> {
                         sv.used[u] + sv.held[u] - covered
                     })
                     .sum();
-                gv.max[u].saturating_sub(using).max(inner)
+                gv.max[u].map_or(inner, |m| m.saturating_sub(using).max(inner))
             }
         }
     }

@@ -283,6 +283,8 @@ mod tests {
         for s in &o.shares {
             s.validate().unwrap();
         }
+        assert_eq!(o.groups.len(), 1);
+        o.groups[0].validate().unwrap();
         let deep = format!("{text}\nx = {}", "[".repeat(10_000));
         let e = super::parse(&deep).unwrap_err();
         assert!(e.starts_with("policy file: line "), "{e}");

@@ -624,7 +624,7 @@ async fn a_refusal_to_a_key_names_keys() {
         .await;
     client_error(
         &r,
-        "not authorized: user:alice: only an admin access key may manage environments, policies, queues and shares",
+        "not authorized: user:alice: only an admin access key may manage environments, policies, queues, shares and groups",
     );
     assert!(!r.text().contains("certificate"), "{}", r.text());
 }

@@ -32,14 +32,15 @@ fn apply_is_idempotent_and_dry_run_names_what_would_be_preempted() {
         "{}",
         text(&out)
     );
+    assert!(text(&out).contains("create group ml"), "{}", text(&out));
     assert!(
-        text(&out).contains("6 created, 0 updated, 1 unchanged"),
+        text(&out).contains("7 created, 0 updated, 1 unchanged"),
         "{}",
         text(&out)
     );
     let out = tranche(&admin, &["apply", "-f", policy]);
     assert!(
-        text(&out).contains("0 created, 0 updated, 7 unchanged"),
+        text(&out).contains("0 created, 0 updated, 8 unchanged"),
         "{}",
         text(&out)
     );

@@ -182,7 +182,8 @@ fn first_line(config: &str, id: &str) -> String {
 fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     let dev = Dev::start("lou");
     // nlp (LEND_AND_BORROW, 4 A100) gets loan terms: recall notice 3 s; the queue's
-    // policy becomes FAIR_SHARE (only nlp borrows, so the orders below are FIFO's too).
+    // policy becomes FAIR_SHARE (only nlp borrows, so the orders below are FIFO's too);
+    // nlp and vision (LEND, 4 A100) go into a group, ml, inside which nlp borrows.
     let dir = std::path::Path::new(&dev.admin)
         .parent()
         .unwrap()
@@ -190,13 +191,15 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     let policy = dir.join("loans.toml");
     std::fs::write(
         &policy,
-        "[[policies]]\nname = \"fifo\"\nidle_resource_assignment = \"FAIR_SHARE\"\nusage_half_life_s = 86400\n\n[[shares]]\nname = \"nlp\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"a100\", max = 4 } ]\nstrategy = \"LEND_AND_BORROW\"\nborrow_limit = -1\nrecall_notice_s = 3\nloan_min_runtime_s = 0\nweight = 2\n",
+        "[[policies]]\nname = \"fifo\"\nidle_resource_assignment = \"FAIR_SHARE\"\nusage_half_life_s = 86400\n\n[[shares]]\nname = \"nlp\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"a100\", max = 4 } ]\nstrategy = \"LEND_AND_BORROW\"\nborrow_limit = -1\nrecall_notice_s = 3\nloan_min_runtime_s = 0\nweight = 2\n\n[[groups]]\nname = \"ml\"\nqueue = \"q\"\nshares = [\"vision\", \"nlp\"]\ncapacity_limits = [ { unit = \"a100\", max = 8 } ]\nstrategy = \"LEND\"\n",
     )
     .unwrap();
     let out = tranche(&dev.admin, &["apply", "-f", policy.to_str().unwrap()]);
     let applied = String::from_utf8_lossy(&out.stdout);
     assert!(
-        applied.contains("update share nlp") && applied.contains("update policy fifo"),
+        applied.contains("update share nlp")
+            && applied.contains("update policy fifo")
+            && applied.contains("create group ml"),
         "{out:?}"
     );
     let nlp = |script: &str| {
@@ -247,6 +250,18 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
         .find(|l| l.starts_with("nlp "))
         .unwrap_or_default();
     assert!(nlp_fair.split_whitespace().nth(2) == Some("2"), "{shares}");
+    // ... and the group: its shares use all 8 of its A100s.
+    let ml = shares
+        .lines()
+        .find(|l| l.starts_with("ml "))
+        .unwrap_or_default();
+    let cols: Vec<&str> = ml.split_whitespace().collect();
+    assert_eq!(
+        cols.get(1..6),
+        Some(&["LEND", "a100", "8", "8", "8"][..]),
+        "{shares}"
+    );
+    assert!(ml.ends_with("vision, nlp"), "{shares}");
     assert_no_debug_or_epoch(&shares);
     // vision takes one A100 back: of nlp's eight jobs, the one that loses the least
     // work is the saver, though three jobs started after it.
@@ -278,6 +293,22 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     wait(&dev.user, &lender, "success", |j| {
         j["status"] == "SUCCEEDED"
     });
+    // The admin takes the group away again; its shares stay, in no group.
+    let out = tranche(&dev.admin, &["apply", "--delete-group", "ml"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("delete group ml") && said.contains("1 deleted"),
+        "{out:?}"
+    );
+    let shares = stdout(&tranche(&dev.user, &["shares"]));
+    assert!(!shares.lines().any(|l| l.starts_with("ml ")), "{shares}");
+    assert!(shares.lines().any(|l| l.starts_with("nlp ")), "{shares}");
+    let out = tranche(&dev.admin, &["apply", "--delete-group", "ml"]);
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("group ml does not exist"),
+        "{out:?}"
+    );
     let out = tranche(
         &dev.user,
         &["cancel"]

@@ -92,12 +92,12 @@ impl History {
         txn.commit().map_err(|e| err("commit", e))
     }
 
-    /// A record of this build's format, or of format 7 or 6 (the formats before
-    /// checkpoints and loan terms), migrated.
+    /// A record of this build's format or of format 8 (whose jobs are today's), or of
+    /// format 7 or 6 (the formats before checkpoints and loan terms), migrated.
     fn decode(bytes: &[u8]) -> Result<Job, String> {
         let (version, body) = codec::open(bytes).map_err(|e| err("record", e))?;
         let bad = |e| err(&format!("record of format {version}"), e);
-        if version == codec::FORMAT {
+        if version == codec::FORMAT || version == 8 {
             codec::decode(body).map_err(bad)
         } else {
             codec::decode::<tranche_state::format::v7::Job>(body)

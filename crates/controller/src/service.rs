@@ -711,6 +711,7 @@ impl Service {
             Query::Controllers => Response::Controllers(sh.status.clone()),
             Query::Digest => Response::Digest(views::digest(st, sh.applied)),
             Query::Objects => Response::Objects(views::objects(st)),
+            Query::Groups => Response::Groups(st.groups.values().cloned().collect()),
             Query::NodeWork { node, .. } => {
                 Response::NodeWork(views::node_work(st, node, sh.applied, now))
             }
@@ -992,10 +993,12 @@ fn permitted(
             Role::Admin,
             PutEnvironment(_) | DeleteEnvironment(_) | PutPolicy(_) | DeletePolicy(_),
         )
-        | (Role::Admin, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => Ok(()),
+        | (Role::Admin, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_))
+        | (Role::Admin, PutGroup(_) | DeleteGroup(_)) => Ok(()),
         (_, PutEnvironment(_) | DeleteEnvironment(_) | PutPolicy(_) | DeletePolicy(_))
-        | (_, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_)) => deny(format!(
-            "{who}: only an admin {credential} may manage environments, policies, queues and shares"
+        | (_, PutQueue(_) | DeleteQueue(_) | PutShare(_) | DeleteShare(_))
+        | (_, PutGroup(_) | DeleteGroup(_)) => deny(format!(
+            "{who}: only an admin {credential} may manage environments, policies, queues, shares and groups"
         )),
         (Role::Admin, Submit(_)) => Ok(()),
         (Role::User, Submit(spec)) => {

@@ -55,6 +55,8 @@ pub fn command(c: ClientCommand) -> Command {
             expires_at: None,
         }),
         C::RevokeAccessKey { id } => Command::RevokeAccessKey { id },
+        C::PutGroup(g) => Command::PutGroup(g),
+        C::DeleteGroup(n) => Command::DeleteGroup(n),
     }
 }
 

@@ -691,6 +691,51 @@ pub struct ShareView {
     pub fair: Option<FairView>,
 }
 
+/// A group of quota shares (nested quotas) of one queue.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GroupView {
+    pub name: String,
+    pub queue: String,
+    /// Its quota shares.
+    pub shares: Vec<String>,
+    /// The groups nested in it.
+    pub groups: Vec<String>,
+    /// `RESERVE`, `LEND` or `LEND_AND_BORROW`, toward the rest of the queue.
+    pub strategy: String,
+    /// Per unit: its max and ceiling (absent: no cap on borrowing).
+    pub units: Vec<GroupUnitView>,
+}
+
+/// A group's limit for one unit.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GroupUnitView {
+    pub unit: String,
+    pub max: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<u64>,
+}
+
+impl From<&tranche_model::ShareGroup> for GroupView {
+    fn from(g: &tranche_model::ShareGroup) -> Self {
+        GroupView {
+            name: g.name.to_string(),
+            queue: g.queue.to_string(),
+            shares: g.shares.iter().map(|s| s.to_string()).collect(),
+            groups: g.groups.iter().map(|s| s.to_string()).collect(),
+            strategy: g.resource_sharing.strategy.to_string(),
+            units: g
+                .capacity_limits
+                .iter()
+                .map(|l| GroupUnitView {
+                    unit: l.unit.to_string(),
+                    max: l.max,
+                    ceiling: g.ceiling_for(&l.unit),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// A share's standing under FAIR_SHARE.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FairView {

@@ -12,9 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tranche_model::policy_file;
 use tranche_model::{JobId, JobRef, JobStatus, NodeName};
-use tranche_proto::{
-    ClientCommand, ClientRequest, JobFilter, Objects, Outcome, Query, Response as Answer,
-};
+use tranche_proto::{ClientCommand, ClientRequest, JobFilter, Outcome, Query, Response as Answer};
 use utoipa::{IntoParams, ToSchema};
 
 use super::dto::*;
@@ -39,6 +37,7 @@ pub(crate) fn routes() -> Router<Arc<Api>> {
         .route("/api/v1/jobs/{id}/logs", get(super::logs::logs))
         .route("/api/v1/history", get(super::history::history))
         .route("/api/v1/shares", get(shares))
+        .route("/api/v1/groups", get(groups))
         .route("/api/v1/queue", get(queue))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/nodes/{name}/drain", post(drain))
@@ -501,6 +500,21 @@ pub async fn shares(State(api): State<Arc<Api>>, caller: Caller) -> Result<Json<
     }
 }
 
+/// The groups of quota shares (nested quotas): each one's queue, members, strategy and
+/// limits (see the design's "Nested shares").
+#[utoipa::path(get, path = "/api/v1/groups", tag = "cluster",
+    responses(
+        (status = 200, body = Vec<GroupView>),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
+pub async fn groups(State(api): State<Arc<Api>>, caller: Caller) -> Result<Json<Vec<GroupView>>> {
+    match api.read(&caller, Query::Groups).await? {
+        Answer::Groups(g) => Ok(Json(g.iter().map(Into::into).collect())),
+        other => Err(unexpected(&other)),
+    }
+}
+
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -628,23 +642,8 @@ pub async fn controllers(
     }
 }
 
-/// `Some(true)`: exists and equal; `Some(false)`: exists and differs; `None`: new.
-fn compare(cmd: &ClientCommand, o: &Objects) -> Option<bool> {
-    match cmd {
-        ClientCommand::PutEnvironment(e) => o
-            .environments
-            .iter()
-            .find(|x| x.name == e.name)
-            .map(|x| x == e),
-        ClientCommand::PutPolicy(p) => o.policies.iter().find(|x| x.name == p.name).map(|x| x == p),
-        ClientCommand::PutQueue(q) => o.queues.iter().find(|x| x.name == q.name).map(|x| x == q),
-        ClientCommand::PutShare(s) => o.shares.iter().find(|x| x.name == s.name).map(|x| x == s),
-        _ => None,
-    }
-}
-
-/// Creates or updates environments, policies, queues and shares from a policy file,
-/// in that order, idempotently; with `dry_run`, only says what would change.
+/// Creates or updates environments, policies, queues, shares and groups from a policy
+/// file, in that order, idempotently; with `dry_run`, only says what would change.
 #[utoipa::path(post, path = "/api/v1/policy", tag = "cluster", request_body = ApplyPolicy,
     responses(
         (status = 200, body = PolicyResult),
@@ -663,38 +662,24 @@ pub async fn apply_policy(
             StatusCode::FORBIDDEN,
             "forbidden",
             format!(
-                "{}: only an admin certificate may manage environments, policies, queues and shares",
+                "{}: only an admin certificate may manage environments, policies, queues, shares and groups",
                 caller.who
             ),
         ));
     }
     let file = policy_file::parse(&body.toml).map_err(|e| HttpError::invalid("toml", e))?;
-    let mut cmds: Vec<(&str, String, ClientCommand)> = Vec::new();
-    cmds.extend(file.environments.into_iter().map(|e| {
-        (
-            "environment",
-            e.name.to_string(),
-            ClientCommand::PutEnvironment(e),
-        )
-    }));
-    cmds.extend(
-        file.policies
-            .into_iter()
-            .map(|p| ("policy", p.name.to_string(), ClientCommand::PutPolicy(p))),
-    );
-    cmds.extend(
-        file.queues
-            .into_iter()
-            .map(|q| ("queue", q.name.to_string(), ClientCommand::PutQueue(q))),
-    );
-    cmds.extend(
-        file.shares
-            .into_iter()
-            .map(|s| ("share", s.name.to_string(), ClientCommand::PutShare(s))),
-    );
+    let cmds = tranche_proto::policy::commands(file);
     let objects = match api.read(&caller, Query::Objects).await? {
         Answer::Objects(o) => o,
         other => return Err(unexpected(&other)),
+    };
+    let groups = if tranche_proto::policy::has_groups(&cmds) {
+        match api.read(&caller, Query::Groups).await? {
+            Answer::Groups(g) => g,
+            other => return Err(unexpected(&other)),
+        }
+    } else {
+        vec![]
     };
     // Rules the state machine would refuse half-way are checked first, so that a file
     // that breaks them changes nothing.
@@ -718,7 +703,7 @@ pub async fn apply_policy(
     let mut changes = Vec::new();
     let mut done: Vec<String> = Vec::new();
     for (kind, name, cmd) in cmds {
-        let action = match compare(&cmd, &objects) {
+        let action = match tranche_proto::policy::compare(&cmd, &objects, &groups) {
             Some(true) => "unchanged",
             Some(false) => "update",
             None => "create",

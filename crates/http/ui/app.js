@@ -323,9 +323,10 @@ function sharesPage(root) {
   return {
     async load() {
       const to = Date.now();
-      const [shares, hours] = await Promise.all([
+      const [shares, hours, groups] = await Promise.all([
         api('shares'),
         api(`ledger/hours?from=${to - range * HOUR}&to=${to}`),
+        api('groups').catch(() => []),
       ]);
       app.shareOrder = shares.map((s) => s.name);
       const rows = [];
@@ -362,10 +363,45 @@ function sharesPage(root) {
           if (f.classList.contains('borrowed')) f.style.opacity = '0.45';
         }
       }
-      fill(now, t);
+      fill(now, t, ...groupTable(groups, shares));
       fill(chart, ...stackedCharts(hours, to - range * HOUR, to));
     },
   };
+}
+
+// The groups of shares as a tree (each under the group that holds it), per unit of its
+// limits: what its shares use together against its max and ceiling. Nothing without groups.
+function groupTable(groups, shares) {
+  if (!groups.length) return [];
+  const byName = new Map(groups.map((g) => [g.name, g]));
+  const used = (g, unit, depth) => {
+    let sum = 0;
+    for (const s of shares) {
+      if (!g.shares.includes(s.name)) continue;
+      for (const u of s.units) if (u.unit === unit) sum += u.used;
+    }
+    if (depth < 4) for (const m of g.groups) if (byName.has(m)) sum += used(byName.get(m), unit, depth + 1);
+    return sum;
+  };
+  const nested = new Set(groups.flatMap((g) => g.groups));
+  const rows = [];
+  const walk = (g, depth) => {
+    g.units.forEach((u, i) => {
+      rows.push(el('tr', {dataset: {group: g.name, unit: u.unit}},
+        td(i === 0 ? el('span', {class: `depth${depth}`}, g.name) : ''),
+        td(i === 0 ? g.strategy : ''),
+        td(u.unit),
+        td(String(u.max), 'num'),
+        td(String(used(g, u.unit, 0)), 'num', {dataset: {field: 'used'}}),
+        td(u.ceiling === undefined ? 'none' : String(u.ceiling), 'num'),
+        td(i === 0 ? [...g.shares, ...g.groups.map((m) => `group ${m}`)].join(', ') : '')));
+    });
+    if (depth < 4) for (const m of g.groups) if (byName.has(m)) walk(byName.get(m), depth + 1);
+  };
+  for (const g of groups) if (!nested.has(g.name)) walk(g, 0);
+  return [el('h2', {}, 'Groups of shares'),
+    table(['Group', 'Strategy', 'Unit', ['Max', 'num'], ['Used', 'num'], ['Ceiling', 'num'], 'Members'], rows,
+      {attrs: {id: 'groups-now'}, empty: ''})];
 }
 
 // One stacked bar chart per unit: per hour, each share's used then borrowed GPUs.

@@ -989,6 +989,14 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
 
     /// The reason in words, with times relative to `now`.
     pub fn render(&self, now: Millis) -> String {
+        // A reason about a group of shares names it `group NAME` (share names have no
+        // spaces); any other name is a share's.
+        fn owner(name: &str) -> String {
+            match name.starts_with("group ") {
+                true => name.to_string(),
+                false => format!("share {name}"),
+            }
+        }
         use PendingReasonOf as P;
         let secs = |t: Millis| t.saturating_sub(now).div_ceil(1000);
         match self.borrowed() {
@@ -997,7 +1005,8 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
             P::QueueDisabled { queue } => format!("queue {queue} is DISABLED"),
             P::EnvironmentDisabled { env } => format!("environment {env} is DISABLED"),
             P::AtMaxNoBorrow { share, used, max, need, unit, strategy } => format!(
-                "share {share} at max {used}/{max} {unit} (needs {need} more), strategy {strategy} does not borrow"
+                "{} at max {used}/{max} {unit} (needs {need} more), strategy {strategy} does not borrow",
+                owner(share)
             ),
             P::BorrowLimit { used, limit, need, unit } => {
                 format!("borrow limit reached: {used}/{limit} {unit} (needs {need} more)")
@@ -1011,7 +1020,7 @@ impl<S: AsRef<str>> PendingReasonOf<S> {
                 format!("environment {env} at cap {used}/{cap} {unit} (needs {need} more)")
             }
             P::ReserveHeld { share, idle, unit } => {
-                format!("RESERVE share {share} holds {idle} idle {unit}")
+                format!("RESERVE {} holds {idle} idle {unit}", owner(share))
             }
             P::NoCapacity { need_per_node, nodes, unit, free, fitting_nodes } => {
                 if nodes == 1 {

@@ -263,6 +263,122 @@ pub struct ResourceSharing {
     pub borrow_limit: Option<i64>,
 }
 
+impl ResourceSharing {
+    /// `borrow_limit` is -1 (unlimited) or a percentage up to 100000, and only with
+    /// LEND_AND_BORROW.
+    fn validate(&self) -> Result<(), ValidationError> {
+        match (self.strategy, self.borrow_limit) {
+            (Strategy::LendAndBorrow, Some(b)) if b < -1 => Err(invalid(
+                "resource_sharing.borrow_limit",
+                format!("must be -1 (unlimited) or a percentage >= 0, got {b}"),
+            )),
+            (Strategy::LendAndBorrow, Some(b)) if b > 100_000 => Err(invalid(
+                "resource_sharing.borrow_limit",
+                format!("must be at most 100000 percent, got {b}"),
+            )),
+            (s, Some(_)) if s != Strategy::LendAndBorrow => Err(invalid(
+                "resource_sharing.borrow_limit",
+                format!("is only allowed with strategy LEND_AND_BORROW, not {s}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The most GPUs an owner of `max` may hold including borrowed ones:
+    /// `max × (1 + borrow_limit/100)` for LEND_AND_BORROW (`None`: unlimited), else
+    /// `max`.
+    pub fn ceiling(&self, max: u32) -> Option<u64> {
+        let max = max as u64;
+        match self.strategy {
+            Strategy::LendAndBorrow => match self.borrow_limit.unwrap_or(-1) {
+                -1 => None,
+                pct => Some(max * (100 + pct as u64) / 100),
+            },
+            _ => Some(max),
+        }
+    }
+}
+
+/// Most levels of groups above a share (organisation → department → team → project).
+pub const MAX_GROUP_DEPTH: usize = 4;
+/// Most members (shares and groups) one group may list.
+pub const MAX_GROUP_MEMBERS: usize = MAX_SHARES_PER_QUEUE;
+
+/// A group of quota shares, and of other groups, of one queue: nested quotas
+/// (organisation → department → team). The group lists its members; each share or
+/// group has at most one group, and groups nest at most [`MAX_GROUP_DEPTH`] levels.
+///
+/// A group's `capacity_limits` and `resource_sharing` say how its members together
+/// stand toward the rest of the queue, as a share's say how its jobs do: what a RESERVE
+/// group's members do not use is lent to no one outside it; a LEND or RESERVE group's
+/// members borrow only inside it, up to its max; a LEND_AND_BORROW group's members
+/// borrow from outside too, together up to the group's ceiling. A share's own max is
+/// always its own (see `docs/design.md`, "Nested shares").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareGroup {
+    pub name: ShareName,
+    pub queue: QueueName,
+    /// The quota shares in the group.
+    pub shares: Vec<ShareName>,
+    /// The groups in the group.
+    pub groups: Vec<ShareName>,
+    pub capacity_limits: Vec<CapacityLimit>,
+    pub resource_sharing: ResourceSharing,
+}
+
+impl ShareGroup {
+    /// Checks the group on its own; membership across objects (members exist, are in
+    /// the group's queue, have one group, nest at most [`MAX_GROUP_DEPTH`] levels) is
+    /// checked by the state, which sees them all.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.name.validate("name")?;
+        self.queue.validate("queue")?;
+        validate_limits(&self.capacity_limits, "capacity_limits", true)?;
+        self.resource_sharing.validate()?;
+        let count = self.shares.len() + self.groups.len();
+        if count == 0 || count > MAX_GROUP_MEMBERS {
+            return Err(invalid(
+                "shares",
+                format!(
+                    "a group must have 1 to {MAX_GROUP_MEMBERS} members (shares and groups), got {count}"
+                ),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (field, names) in [("shares", &self.shares), ("groups", &self.groups)] {
+            for (i, m) in names.iter().enumerate() {
+                m.validate(&format!("{field}[{i}]"))?;
+                if !seen.insert(m) {
+                    return Err(invalid(
+                        format!("{field}[{i}]"),
+                        format!("{m} is listed twice"),
+                    ));
+                }
+                if *m == self.name {
+                    return Err(invalid(
+                        format!("{field}[{i}]"),
+                        format!("a group cannot contain itself ({m})"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's max for `unit`; `None` where it lists no limit for it, which the
+    /// group then does not bound (its shares' own limits still do).
+    pub fn max_for(&self, unit: &Unit) -> Option<u32> {
+        limit_for(&self.capacity_limits, unit)
+    }
+
+    /// The most GPUs of `unit` its members may hold together with borrowed ones
+    /// (`None`: no bound).
+    pub fn ceiling_for(&self, unit: &Unit) -> Option<u64> {
+        self.max_for(unit)
+            .and_then(|m| self.resource_sharing.ceiling(m))
+    }
+}
+
 /// A quota share: a team's or project's slice of a queue's capacity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaShare {
@@ -412,28 +528,7 @@ impl QuotaShare {
         self.name.validate("name")?;
         self.queue.validate("queue")?;
         validate_limits(&self.capacity_limits, "capacity_limits", true)?;
-        let rs = &self.resource_sharing;
-        match (rs.strategy, rs.borrow_limit) {
-            (Strategy::LendAndBorrow, Some(b)) if b < -1 => {
-                return Err(invalid(
-                    "resource_sharing.borrow_limit",
-                    format!("must be -1 (unlimited) or a percentage >= 0, got {b}"),
-                ));
-            }
-            (Strategy::LendAndBorrow, Some(b)) if b > 100_000 => {
-                return Err(invalid(
-                    "resource_sharing.borrow_limit",
-                    format!("must be at most 100000 percent, got {b}"),
-                ));
-            }
-            (s, Some(_)) if s != Strategy::LendAndBorrow => {
-                return Err(invalid(
-                    "resource_sharing.borrow_limit",
-                    format!("is only allowed with strategy LEND_AND_BORROW, not {s}"),
-                ));
-            }
-            _ => {}
-        }
+        self.resource_sharing.validate()?;
         for (i, m) in self.members.iter().enumerate() {
             m.validate(&format!("members[{i}]"))?;
         }
@@ -490,14 +585,7 @@ impl QuotaShare {
     /// The most GPUs of `unit` the share may hold including borrowed ones:
     /// `max × (1 + borrow_limit/100)`, or `None` for unlimited.
     pub fn ceiling_for(&self, unit: &Unit) -> Option<u64> {
-        let max = self.max_for(unit) as u64;
-        match self.resource_sharing.strategy {
-            Strategy::LendAndBorrow => match self.resource_sharing.borrow_limit.unwrap_or(-1) {
-                -1 => None,
-                pct => Some(max * (100 + pct as u64) / 100),
-            },
-            _ => Some(max),
-        }
+        self.resource_sharing.ceiling(self.max_for(unit))
     }
 
     /// Its fair-share weight: as set, else the sum of its maxes (at least 1).

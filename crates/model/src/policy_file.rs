@@ -28,7 +28,8 @@ use serde::Deserialize;
 
 use crate::{
     CapacityLimit, IdleAssignment, JobLimits, JobQueue, LoanTerms, ObjState, QuotaShare,
-    ResourceSharing, SchedulingPolicy, ServiceEnvironment, Strategy, DEFAULT_MAX_USER_PRIORITY,
+    ResourceSharing, SchedulingPolicy, ServiceEnvironment, ShareGroup, Strategy,
+    DEFAULT_MAX_USER_PRIORITY,
 };
 
 /// The objects a policy file describes, each kind in file order.
@@ -38,6 +39,8 @@ pub struct PolicyObjects {
     pub policies: Vec<SchedulingPolicy>,
     pub queues: Vec<JobQueue>,
     pub shares: Vec<QuotaShare>,
+    /// Applied after the shares, which they name.
+    pub groups: Vec<ShareGroup>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -52,7 +55,25 @@ struct PolicyFile {
     #[serde(default)]
     shares: Vec<ShareEntry>,
     #[serde(default)]
+    groups: Vec<GroupEntry>,
+    #[serde(default)]
     limits: LimitsEntry,
+}
+
+/// A group of shares (and groups) of one queue: see [`ShareGroup`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupEntry {
+    name: String,
+    queue: String,
+    #[serde(default)]
+    shares: Vec<String>,
+    #[serde(default)]
+    groups: Vec<String>,
+    capacity_limits: Vec<CapacityLimit>,
+    strategy: Strategy,
+    #[serde(default)]
+    borrow_limit: Option<i64>,
 }
 
 /// Job limits as a file writes them: any of them, the rest from the level above.
@@ -234,6 +255,21 @@ pub fn parse(text: &str) -> Result<PolicyObjects, String> {
                 weight: s.weight,
             })
             .collect(),
+        groups: f
+            .groups
+            .into_iter()
+            .map(|g| ShareGroup {
+                name: g.name.as_str().into(),
+                queue: g.queue.as_str().into(),
+                shares: g.shares.iter().map(|m| m.as_str().into()).collect(),
+                groups: g.groups.iter().map(|m| m.as_str().into()).collect(),
+                capacity_limits: g.capacity_limits,
+                resource_sharing: ResourceSharing {
+                    strategy: g.strategy,
+                    borrow_limit: g.borrow_limit,
+                },
+            })
+            .collect(),
     })
 }
 
@@ -247,6 +283,8 @@ mod tests {
         for s in &o.shares {
             s.validate().unwrap();
         }
+        assert_eq!(o.groups.len(), 1);
+        o.groups[0].validate().unwrap();
         let deep = format!("{text}\nx = {}", "[".repeat(10_000));
         let e = super::parse(&deep).unwrap_err();
         assert!(e.starts_with("policy file: line "), "{e}");

@@ -73,4 +73,7 @@ pub enum ClientCommand {
     RevokeAccessKey {
         id: String,
     },
+    // Admins: groups of quota shares (nested quotas).
+    PutGroup(ShareGroup),
+    DeleteGroup(ShareName),
 }

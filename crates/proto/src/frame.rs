@@ -10,12 +10,12 @@
 //! version-6 request with a version-6 error that tells the user to upgrade the client;
 //! and a client that gets a version-6 answer says the controllers are older.
 //!
-//! Controllers speak [`PEER_PROTOCOL_VERSION`] (8) with each other: its frames are laid
+//! Controllers speak [`PEER_PROTOCOL_VERSION`] (9) with each other: its frames are laid
 //! out as version 7's, but the writes they forward and the log entries they carry are
-//! of stored format 8, which a controller of the previous release cannot apply. Such a
-//! controller refuses version-8 frames whole (so it never meets an entry it cannot
-//! read), while this build still reads version-7, -6 and -5 frames from controllers not
-//! yet upgraded.
+//! of stored format 9, which a controller of the previous release cannot apply. Such a
+//! controller refuses version-9 frames whole (so it never meets an entry it cannot
+//! read), while this build still reads version-8, -7, -6 and -5 frames from controllers
+//! not yet upgraded.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -29,7 +29,7 @@ pub const PROTOCOL_VERSION: u16 = 7;
 pub const PREVIOUS_PROTOCOL_VERSION: u16 = 6;
 
 /// The protocol version between controllers (see the module's head).
-pub const PEER_PROTOCOL_VERSION: u16 = 8;
+pub const PEER_PROTOCOL_VERSION: u16 = 9;
 
 /// The largest client request or response frame (16 MiB).
 pub const MAX_CLIENT_FRAME: usize = 16 << 20;

@@ -18,6 +18,7 @@ pub mod answer;
 pub mod command;
 pub mod frame;
 pub mod msg;
+pub mod policy;
 pub mod text;
 
 pub use answer::{GpuTimes, LedgerTotals, Outcome, PlanOutcome, Refusal};

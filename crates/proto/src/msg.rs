@@ -95,6 +95,8 @@ pub enum Query {
     /// Ended jobs, newest end first: those still in the replicated state and those
     /// this controller's history store holds (see [`HistoryFilter`]).
     History(HistoryFilter),
+    /// The groups of quota shares (nested quotas), by name.
+    Groups,
 }
 
 /// The most jobs one page of [`Query::History`] holds.
@@ -484,6 +486,7 @@ pub enum Response {
     },
     AccessKeys(Vec<AccessKey>),
     History(HistoryPage),
+    Groups(Vec<tranche_model::ShareGroup>),
 }
 
 impl Response {
@@ -509,6 +512,7 @@ impl Response {
             Response::AccessKey { .. } => "an issued access key",
             Response::AccessKeys(_) => "an access key list",
             Response::History(_) => "a page of ended jobs",
+            Response::Groups(_) => "the groups of shares",
         }
     }
 }

@@ -680,3 +680,90 @@ fn a_job_above_its_shares_ceiling_waits_with_a_reason_that_says_so() {
         "needs 4 g but share a (LEND) has a max of 2 g: it cannot start until the share's limits change"
     );
 }
+
+// ---- nested shares (design.md §3, "Nested shares") ----------------------------------------
+
+/// A LEND_AND_BORROW share with no cap on borrowing.
+fn borrower(name: &str, max: u32) -> QuotaShare {
+    let mut s = share(name, LendAndBorrow, max);
+    s.resource_sharing.borrow_limit = Some(-1);
+    s
+}
+
+#[test]
+fn nested_n2_a_lend_groups_shares_borrow_only_inside_it() {
+    let mut h = cluster(4, 1);
+    h.share(borrower("x", 1));
+    h.share(share("y", Lend, 1));
+    h.share(share("z", Lend, 2));
+    h.group("team", &["x", "y"], &[], Lend, 2);
+    h.running("x1", "x", 0, &[("n1", &[0])]);
+    h.waiting("x2", "x", 1, 1, 0);
+    h.waiting("x3", "x", 1, 1, 0);
+    // x2 borrows y's idle GPU inside team; x3 would take team above its max.
+    assert_eq!(h.plan(), ["place x2 n2[0] borrowed"]);
+    assert_eq!(
+        h.reasons()["x3"],
+        "group team at max 2/2 g (needs 1 more), strategy LEND does not borrow"
+    );
+}
+
+#[test]
+fn nested_n3_a_reserve_group_keeps_its_idle_gpus_from_other_shares() {
+    let mut h = cluster(4, 1);
+    h.share(share("p", Lend, 1));
+    h.share(share("q", Lend, 1));
+    h.share(borrower("o", 0));
+    h.group("lab", &["p", "q"], &[], Reserve, 2);
+    for j in ["o1", "o2", "o3"] {
+        h.waiting(j, "o", 1, 1, 0);
+    }
+    // Four GPUs are free; lab keeps two idle for p and q.
+    let plan = h.plan();
+    assert_eq!(plan.len(), 2, "{plan:?}");
+    assert_eq!(h.reasons()["o3"], "RESERVE group lab holds 2 idle g");
+    // Its members still lend to each other: p borrows q's idle GPU.
+    let mut h = cluster(2, 1);
+    h.share(borrower("p", 1));
+    h.share(share("q", Lend, 1));
+    h.group("lab", &["p", "q"], &[], Reserve, 2);
+    h.waiting("p1", "p", 1, 1, 0);
+    h.waiting("p2", "p", 1, 1, 0);
+    assert_eq!(h.plan().len(), 2);
+}
+
+#[test]
+fn nested_n4_borrowers_inside_a_group_borrow_first() {
+    let mut h = cluster(3, 1);
+    h.share(borrower("ops", 1));
+    h.share(borrower("nlp", 1));
+    h.share(share("vision", Lend, 1));
+    h.group("research", &["nlp", "vision"], &[], LendAndBorrow, 2);
+    h.running("o1", "ops", 0, &[("n1", &[0])]);
+    h.running("n1", "nlp", 0, &[("n2", &[0])]);
+    // ops asked first, but nlp's borrower fits inside research.
+    h.waiting("o2", "ops", 1, 1, 0);
+    h.waiting("n2", "nlp", 1, 1, 0);
+    assert_eq!(h.plan(), ["place n2 n3[0] borrowed"]);
+    // Without the group, FIFO: ops's borrower.
+    h.apply(Command::DeleteGroup("research".into()));
+    assert_eq!(h.plan(), ["place o2 n3[0] borrowed"]);
+}
+
+#[test]
+fn nested_n5_reclaim_takes_from_the_farthest_borrower_first() {
+    let mut h = cluster(3, 1);
+    h.share(borrower("ops", 0));
+    h.share(borrower("nlp", 1));
+    h.share(borrower("vision", 1));
+    h.group("research", &["nlp", "vision"], &[], LendAndBorrow, 2);
+    h.running("o1", "ops", 0, &[("n1", &[0])]);
+    h.running("v1", "vision", 0, &[("n2", &[0])]);
+    h.tick(5);
+    h.running("v2", "vision", 0, &[("n3", &[0])]);
+    h.waiting("nl1", "nlp", 1, 1, 0);
+    // v2 started last, but ops is farther from nlp.
+    assert_eq!(h.plan(), ["preempt o1 reclaim for nl1", "hold nl1 n1:1"]);
+    h.apply(Command::DeleteGroup("research".into()));
+    assert_eq!(h.plan(), ["preempt v2 reclaim for nl1", "hold nl1 n3:1"]);
+}

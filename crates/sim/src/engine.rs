@@ -181,6 +181,10 @@ impl Sim {
         for (i, s) in o.shares.into_iter().enumerate() {
             setup(&mut sim, &format!("shares[{i}]"), Command::PutShare(s))?;
         }
+        // A group's members are applied before it (each names only earlier ones).
+        for (i, g) in o.groups.into_iter().enumerate() {
+            setup(&mut sim, &format!("groups[{i}]"), Command::PutGroup(g))?;
+        }
         for (i, n) in sc.nodes.iter().enumerate() {
             for name in expand_names(n) {
                 let gpus = (0..n.gpus)
@@ -703,9 +707,11 @@ pub struct Objects {
     pub policy: SchedulingPolicy,
     pub queues: Vec<JobQueue>,
     pub shares: Vec<QuotaShare>,
+    /// Applied after the shares, which they name.
+    pub groups: Vec<ShareGroup>,
 }
 
-/// Builds the scenario's environment, policy, queues and shares.
+/// Builds the scenario's environment, policy, queues, shares and groups.
 pub fn objects(sc: &Scenario) -> Objects {
     let limit = |unit: String, max: u32| CapacityLimit {
         unit: Unit(unit),
@@ -795,6 +801,30 @@ pub fn objects(sc: &Scenario) -> Objects {
         },
         queues,
         shares,
+        groups: sc
+            .groups
+            .iter()
+            .map(|g| ShareGroup {
+                name: ShareName(g.name.clone()),
+                queue: g
+                    .queue
+                    .clone()
+                    .unwrap_or_else(|| crate::scenario::DEFAULT_QUEUE.to_string())
+                    .as_str()
+                    .into(),
+                shares: g.shares.iter().map(|s| ShareName(s.clone())).collect(),
+                groups: g.groups.iter().map(|s| ShareName(s.clone())).collect(),
+                capacity_limits: g
+                    .capacity_limits
+                    .iter()
+                    .map(|l| limit(l.unit.clone(), l.max))
+                    .collect(),
+                resource_sharing: ResourceSharing {
+                    strategy: g.strategy,
+                    borrow_limit: g.borrow_limit,
+                },
+            })
+            .collect(),
     }
 }
 

@@ -30,6 +30,9 @@ pub struct Scenario {
     pub nodes: Vec<NodeSpec>,
     #[serde(default)]
     pub shares: Vec<ShareSpec>,
+    /// Groups of shares (nested quotas; Tranche's addition).
+    #[serde(default)]
+    pub groups: Vec<GroupSpec>,
     #[serde(default)]
     pub events: Vec<EventSpec>,
     #[serde(default)]
@@ -103,6 +106,23 @@ pub struct ShareSpec {
     /// Its weight under FAIR_SHARE (default: the sum of its maxes).
     pub weight: Option<u32>,
     pub state: Option<ObjState>,
+}
+
+/// A group of shares and groups of one queue (see `tranche_model::ShareGroup`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSpec {
+    pub name: String,
+    /// Its queue: required when `[[queues]]` are given, else the one queue `default`.
+    #[serde(default)]
+    pub queue: Option<String>,
+    #[serde(default)]
+    pub shares: Vec<String>,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    pub capacity_limits: Vec<LimitSpec>,
+    pub strategy: Strategy,
+    pub borrow_limit: Option<i64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

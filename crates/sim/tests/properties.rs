@@ -10,6 +10,14 @@ use tranche_sim::scenario::*;
 use tranche_sim::Sim;
 use tranche_state::State;
 
+/// Cases per property: 96, or `PROPTEST_CASES` for a longer sweep by hand.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96)
+}
+
 fn limit(max: u32) -> Vec<LimitSpec> {
     vec![LimitSpec {
         unit: "h100".into(),
@@ -64,6 +72,70 @@ fn shares() -> impl Gen<Value = Vec<ShareSpec>> {
             )
             .collect()
     })
+}
+
+/// Groups over the shares (which number at least 2), or none: `g0` holds the first
+/// shares, and may sit in `g1` with the next one; strategies and maxes (at least the
+/// sum of the members', up to 8 more) at random.
+fn groups() -> impl Gen<Value = Vec<(usize, Strategy, Option<i64>, u32)>> {
+    let one = (
+        prop_oneof![
+            Just(Strategy::Reserve),
+            Just(Strategy::Lend),
+            Just(Strategy::LendAndBorrow)
+        ],
+        prop_oneof![Just(None), Just(Some(-1i64)), Just(Some(0)), Just(Some(50))],
+        0u32..9,
+    );
+    prop_oneof![
+        3 => Just(vec![]),
+        1 => (2usize..4, one.clone()).prop_map(|(k, (s, b, x))| vec![(k, s, b, x)]),
+        1 => (2usize..3, one.clone(), one).prop_map(|(k, (s, b, x), (s2, b2, x2))| vec![(k, s, b, x), (1, s2, b2, x2)]),
+    ]
+}
+
+/// The groups `groups()` drew, for these shares: `g0` holds the first `k` shares (as
+/// many as there are), `g1` holds `g0` and the next share, if there is one.
+fn group_specs(
+    shares: &[ShareSpec],
+    drawn: &[(usize, Strategy, Option<i64>, u32)],
+) -> Vec<GroupSpec> {
+    let max_of = |s: &ShareSpec| s.capacity_limits[0].max;
+    let mut out: Vec<GroupSpec> = vec![];
+    let mut below: u32 = 0;
+    let mut taken = 0;
+    for (i, &(k, strategy, bl, extra)) in drawn.iter().enumerate() {
+        let members: Vec<String> = shares
+            .iter()
+            .skip(taken)
+            .take(k)
+            .map(|s| s.name.clone())
+            .collect();
+        if members.is_empty() {
+            break;
+        }
+        below += shares.iter().skip(taken).take(k).map(max_of).sum::<u32>();
+        taken += members.len();
+        out.push(GroupSpec {
+            name: format!("g{i}"),
+            queue: None,
+            shares: members,
+            groups: if i > 0 {
+                vec![format!("g{}", i - 1)]
+            } else {
+                vec![]
+            },
+            capacity_limits: limit(below + extra),
+            strategy,
+            borrow_limit: if strategy == Strategy::LendAndBorrow {
+                bl
+            } else {
+                None
+            },
+        });
+        below += extra;
+    }
+    out
 }
 
 #[derive(Debug, Clone)]
@@ -409,6 +481,16 @@ impl Room {
         self.free.iter().filter(|&&f| f >= g).count() >= k as usize
     }
 
+    /// Whether the share's groups let job `j` of share `s` borrow `need` GPUs now: each
+    /// group above it stays within its ceiling (its shares' use and holds).
+    fn groups_allow(&self, st: &State, s: &QuotaShare, need: u32) -> bool {
+        st.groups_above(&s.name).iter().all(|g| {
+            let held: u32 = shares_below(st, g).iter().map(|t| held_for(st, t)).sum();
+            g.ceiling_for(&self.unit)
+                .is_none_or(|c| (st.group_used(g, &self.unit) + held + need) as u64 <= c)
+        })
+    }
+
     /// Whether the share's limits let job `j` start now with `other_held` GPUs held for
     /// the share's other jobs.
     fn share_allows(&self, st: &State, j: &Job, other_held: u32) -> bool {
@@ -420,7 +502,10 @@ impl Room {
         }
         let need = j.spec.request.total_gpus();
         let have = st.share_used(&s.name, &self.unit) + other_held;
-        let limit = if have + need <= s.max_for(&self.unit) {
+        // Within max counting the room rule 2 keeps for the share's higher priorities;
+        // without it the job borrows (which only groups' ceilings tell apart).
+        let kept = room_kept_above(st, s, j, &self.unit);
+        let limit = if have + kept + need <= s.max_for(&self.unit) {
             return self.reserve_allows(st, &s.name, need) && self.cap_allows(st, need);
         } else if s.borrows() {
             s.ceiling_for(&self.unit)
@@ -428,21 +513,64 @@ impl Room {
             return false;
         };
         limit.is_none_or(|c| (have + need) as u64 <= c)
+            && self.groups_allow(st, s, need)
             && self.reserve_allows(st, &s.name, need)
             && self.cap_allows(st, need)
     }
 
-    /// The idle GPUs of RESERVE shares other than `own`.
+    /// The idle GPUs of RESERVE shares other than `own`, and of RESERVE groups that do
+    /// not hold it (a group keeps its max less its shares' footprint, or what its
+    /// RESERVE members keep where that is more).
     fn reserve_idle(&self, st: &State, own: &ShareName) -> u32 {
-        st.shares
+        let share_idle = |s: &QuotaShare| -> u32 {
+            if &s.name != own
+                && s.state == ObjState::Enabled
+                && s.resource_sharing.strategy == Strategy::Reserve
+            {
+                s.max_for(&self.unit).saturating_sub(footprint(st, &s.name))
+            } else {
+                0
+            }
+        };
+        fn kept(
+            st: &State,
+            g: &ShareGroup,
+            own: &ShareName,
+            unit: &Unit,
+            share_idle: &dyn Fn(&QuotaShare) -> u32,
+        ) -> u32 {
+            let inner: u32 = g
+                .shares
+                .iter()
+                .filter_map(|s| st.shares.get(s))
+                .map(share_idle)
+                .sum::<u32>()
+                + g.groups
+                    .iter()
+                    .filter_map(|m| st.groups.get(m))
+                    .map(|c| kept(st, c, own, unit, share_idle))
+                    .sum::<u32>();
+            let below = shares_below(st, g);
+            if g.resource_sharing.strategy != Strategy::Reserve || below.contains(own) {
+                return inner;
+            }
+            let using: u32 = below.iter().map(|t| footprint(st, t)).sum();
+            g.max_for(unit)
+                .map_or(inner, |m| m.saturating_sub(using).max(inner))
+        }
+        let top_shares: u32 = st
+            .shares
             .values()
-            .filter(|s| {
-                &s.name != own
-                    && s.state == ObjState::Enabled
-                    && s.resource_sharing.strategy == Strategy::Reserve
-            })
-            .map(|s| s.max_for(&self.unit).saturating_sub(footprint(st, &s.name)))
-            .sum()
+            .filter(|s| st.group_of(&s.name).is_none())
+            .map(share_idle)
+            .sum();
+        let top_groups: u32 = st
+            .groups
+            .values()
+            .filter(|g| st.group_of(&g.name).is_none())
+            .map(|g| kept(st, g, own, &self.unit, &share_idle))
+            .sum();
+        top_shares + top_groups
     }
 
     /// Taking `need` free GPUs leaves the idle GPUs of RESERVE shares other than `own`,
@@ -494,6 +622,17 @@ fn excess_of(st: &State, share: &ShareName) -> i64 {
         return 0;
     };
     st.share_used(share, &unit) as i64 - stopping_in(st, share) as i64 - s.max_for(&unit) as i64
+}
+
+/// Every share below group `g`, at any depth.
+fn shares_below(st: &State, g: &ShareGroup) -> Vec<ShareName> {
+    let mut out = g.shares.clone();
+    for m in &g.groups {
+        if let Some(c) = st.groups.get(m) {
+            out.extend(shares_below(st, c));
+        }
+    }
+    out
 }
 
 /// GPUs held on node `node` for preemptors.
@@ -710,6 +849,7 @@ fn gangs_get_whole_nodes(sim: &Sim) -> Result<(), String> {
 /// half-life of an hour.
 fn cluster(
     shares: &[ShareSpec],
+    groups: Vec<GroupSpec>,
     node_count: u32,
     cap: Option<u32>,
     fair: bool,
@@ -735,6 +875,7 @@ fn cluster(
             labels: None,
         }],
         shares: shares.to_vec(),
+        groups,
         events: vec![],
         expect: vec![],
     };
@@ -744,11 +885,11 @@ fn cluster(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))], fair in proptest::bool::weighted(0.3)) {
-        let (mut sim, node_names) = cluster(&shares, node_count, cap, fair)?;
+    fn scheduling_invariants_hold_after_every_step(shares in shares(), evs in events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))], fair in proptest::bool::weighted(0.3), grouping in groups()) {
+        let (mut sim, node_names) = cluster(&shares, group_specs(&shares, &grouping), node_count, cap, fair)?;
         let mut submitted = vec![];
         sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut lost_at = None;
@@ -809,14 +950,14 @@ fn class_events() -> impl Gen<Value = Vec<(u64, usize, Ev)>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     /// The pass by classes (and the scheduler's skip of a pass nothing changed) plans
     /// exactly what a pass that looks at every job on its own plans, at every pass of
     /// every random scenario.
     #[test]
-    fn incremental_and_whole_passes_plan_alike(shares in shares(), evs in class_events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))], fair in proptest::bool::weighted(0.3)) {
-        let (mut sim, node_names) = cluster(&shares, node_count, cap, fair)?;
+    fn incremental_and_whole_passes_plan_alike(shares in shares(), evs in class_events(), node_count in 2u32..4, cap in prop_oneof![2 => Just(None), 1 => Just(Some(12u32)), 1 => Just(Some(20u32))], fair in proptest::bool::weighted(0.3), grouping in groups()) {
+        let (mut sim, node_names) = cluster(&shares, group_specs(&shares, &grouping), node_count, cap, fair)?;
         sim.check_passes = true;
         let mut submitted = vec![];
         sim.settle().map_err(|e| TestCaseError::fail(e.to_string()))?;

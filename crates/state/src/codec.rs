@@ -22,11 +22,11 @@ use serde::Serialize;
 pub const MAX_DECODE_BYTES: usize = 512 << 20;
 
 /// The stored format this build writes.
-pub const FORMAT: u16 = 8;
+pub const FORMAT: u16 = 9;
 
 /// The stored formats this build reads: its own and the earlier releases' (each read
 /// through the newer ones' migrations, see [`crate::format`]).
-pub const FORMATS_READ: [u16; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+pub const FORMATS_READ: [u16; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 
 /// The envelope's first bytes.
 pub const MAGIC: [u8; 3] = [0xFF, b'T', b'R'];
@@ -150,7 +150,7 @@ mod tests {
         assert_eq!(e, FormatError::Unknown { found: 10 });
         assert_eq!(
             e.to_string(),
-            "stored format version 10 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6, 7 and 8"
+            "stored format version 10 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6, 7, 8 and 9"
         );
         assert!(open(&[0xFF, b'T']).is_err());
     }

@@ -95,6 +95,11 @@ pub enum Command {
     /// Leader only: ended jobs leave the state (see [`crate::retention`]). Every
     /// controller computes the same jobs ([`crate::State::forgettable`]).
     ForgetEnded(crate::retention::Retention),
+    /// Creates or replaces a group of quota shares (format 9).
+    PutGroup(ShareGroup),
+    /// Deletes a group that no other group lists; its members are then in no group
+    /// (format 9).
+    DeleteGroup(ShareName),
 }
 
 /// What an accepted command did.

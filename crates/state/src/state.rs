@@ -536,6 +536,8 @@ pub struct State {
     /// Submits per (share, user) in the current minute of entry time, for
     /// [`JobLimits::submits_per_user_per_minute`].
     pub submit_rate: BTreeMap<(ShareName, UserName), SubmitWindow>,
+    /// Groups of quota shares (nested quotas), by name.
+    pub groups: BTreeMap<ShareName, ShareGroup>,
     #[serde(skip)]
     pub(crate) index: Index,
 }
@@ -558,6 +560,7 @@ impl PartialEq for State {
             && self.keys == o.keys
             && self.tags == o.tags
             && self.submit_rate == o.submit_rate
+            && self.groups == o.groups
     }
 }
 impl Eq for State {}
@@ -609,6 +612,9 @@ impl State {
         }
         for q in self.queues.values() {
             ix.names.add(q.name.as_str());
+        }
+        for g in self.groups.values() {
+            ix.names.add(g.name.as_str());
         }
         for e in self.environments.values() {
             ix.names.add_environment(e);
@@ -775,6 +781,39 @@ impl State {
     }
 
     /// Shares of a queue, by name.
+    /// The group that lists the share or group `member`, if any.
+    pub fn group_of(&self, member: &ShareName) -> Option<&ShareName> {
+        self.groups
+            .values()
+            .find(|g| g.shares.contains(member) || g.groups.contains(member))
+            .map(|g| &g.name)
+    }
+
+    /// The groups above share (or group) `member`, nearest first.
+    pub fn groups_above(&self, member: &ShareName) -> Vec<&ShareGroup> {
+        let mut out: Vec<&ShareGroup> = vec![];
+        let mut at = member;
+        while let Some(g) = self.group_of(at).and_then(|n| self.groups.get(n)) {
+            if out.len() > MAX_GROUP_DEPTH {
+                break;
+            }
+            out.push(g);
+            at = &g.name;
+        }
+        out
+    }
+
+    /// GPUs of `unit` the shares below group `g`, at any depth, use.
+    pub fn group_used(&self, g: &ShareGroup, unit: &Unit) -> u32 {
+        let mut used: u32 = g.shares.iter().map(|s| self.share_used(s, unit)).sum();
+        for m in &g.groups {
+            if let Some(c) = self.groups.get(m).filter(|c| c.name != g.name) {
+                used += self.group_used(c, unit);
+            }
+        }
+        used
+    }
+
     pub fn shares_of<'a>(
         &'a self,
         queue: &'a QueueName,

@@ -34,7 +34,9 @@ impl State {
             | Command::PutQueue(_)
             | Command::DeleteQueue(_)
             | Command::PutShare(_)
-            | Command::DeleteShare(_) => return Touched::All,
+            | Command::DeleteShare(_)
+            | Command::PutGroup(_)
+            | Command::DeleteGroup(_) => return Touched::All,
             Command::Submit(_)
             | Command::PruneLedger { .. }
             | Command::ForgetEnded(_)

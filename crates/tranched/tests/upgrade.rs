@@ -110,7 +110,12 @@ async fn contents(admin: &Client) -> Value {
             .collect::<Vec<_>>(),
         other => panic!("nodes: {other:?}"),
     };
-    serde_json::json!({ "objects": objects, "jobs": jobs, "nodes": nodes })
+    // Groups of shares (format 9); a release without them has none to show.
+    let groups = match admin.read(Query::Groups, false).await.unwrap() {
+        Response::Groups(g) => serde_json::to_value(&g).unwrap(),
+        other => panic!("groups: {other:?}"),
+    };
+    serde_json::json!({ "objects": objects, "jobs": jobs, "nodes": nodes, "groups": groups })
 }
 
 /// `got` holds everything `want` holds, unchanged: every key of every object in `want`
@@ -235,6 +240,25 @@ fn write_fixture() {
             recall_notice_s: 1,
         };
         ok(&admin, ClientCommand::PutShare(nlp)).await;
+        // Format 9: a group of the two shares.
+        ok(
+            &admin,
+            ClientCommand::PutGroup(tranche_model::ShareGroup {
+                name: "research".into(),
+                queue: "q".into(),
+                shares: vec!["vision".into(), "nlp".into()],
+                groups: vec![],
+                capacity_limits: vec![tranche_model::CapacityLimit {
+                    unit: "h100".into(),
+                    max: 4,
+                }],
+                resource_sharing: tranche_model::ResourceSharing {
+                    strategy: Strategy::LendAndBorrow,
+                    borrow_limit: Some(-1),
+                },
+            }),
+        )
+        .await;
         for n in ["n1", "n2"] {
             c.add_agent(&agent, n, "2 x h100", "").unwrap();
         }
@@ -458,13 +482,18 @@ fn an_older_release_data_dirs_of_format_6_are_read_unchanged() {
 }
 
 #[test]
-fn the_previous_release_data_dirs_are_read_unchanged() {
+fn an_older_release_data_dirs_of_format_7_are_read_unchanged() {
     read_unchanged_then("format-7", 7, fixture_tags_kept);
 }
 
 #[test]
+fn the_previous_release_data_dirs_are_read_unchanged() {
+    read_unchanged_then("format-8", 8, fixture_tags_kept);
+}
+
+#[test]
 fn this_release_data_dirs_are_read_unchanged() {
-    read_unchanged_then("format-8", tranche_state::codec::FORMAT, fixture_tags_kept);
+    read_unchanged_then("format-9", tranche_state::codec::FORMAT, fixture_tags_kept);
 }
 
 /// The previous release's data dirs, upgraded, with ended jobs kept one second: the
@@ -474,7 +503,7 @@ fn this_release_data_dirs_are_read_unchanged() {
 #[test]
 fn after_an_upgrade_ended_jobs_leave_the_state_and_read_back_from_history() {
     let _serial = serial();
-    let (tmp, mut c, expected) = fixture_copy("format-7");
+    let (tmp, mut c, expected) = fixture_copy("format-8");
     for ctl in &c.controllers {
         let mut text = std::fs::read_to_string(&ctl.config).unwrap();
         text += "\n[retention]\njob_hot_s = 1\ncheck_s = 1\n";
@@ -594,15 +623,15 @@ async fn caught_up(c: &mut LocalCluster, admin: &Client, i: usize) {
 #[test]
 fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_writes() {
     let _serial = serial();
-    let (_tmp, mut c, expected) = fixture_copy("format-7");
+    let (_tmp, mut c, expected) = fixture_copy("format-8");
     let dirs: Vec<PathBuf> = c.controllers.iter().map(|x| x.data_dir.clone()).collect();
     assert_eq!(
         data_dir_format(&dirs[0]),
-        Some(7),
+        Some(8),
         "the previous release's data dir"
     );
     rt().block_on(async {
-        // c2 and c3 start on this build (a majority); c1 still holds format-7 data.
+        // c2 and c3 start on this build (a majority); c1 still holds format-8 data.
         c.start(1).unwrap();
         c.start(2).unwrap();
         let admin = c.client(Role::Admin, "admin").unwrap();
@@ -626,7 +655,7 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
             }
             acked
         });
-        // Then each controller in turn: c1 starts on its format-7 data dir while the
+        // Then each controller in turn: c1 starts on its format-8 data dir while the
         // others serve; then c2 and c3 are restarted, one at a time.
         c.start(0).unwrap();
         caught_up(&mut c, &admin, 0).await;
@@ -677,12 +706,12 @@ fn a_cluster_on_the_previous_format_is_upgraded_one_controller_at_a_time_under_w
 fn data_of_an_unknown_format_is_refused_by_name() {
     let _serial = serial();
     let (_tmp, mut c, _) = fixture_copy("format-1");
-    // c1: its data dir says format 9. c2: its state image is sealed as format 9.
+    // c1: its data dir says format 10. c2: its state image is sealed as format 10.
     {
         let s = tranche_raftlog::DiskStorage::open(&c.controllers[0].data_dir.join("raft.redb"))
             .unwrap();
         s.persist(&tranche_raftlog::PersistBatch {
-            meta: &[("format", 9u16.to_be_bytes().to_vec())],
+            meta: &[("format", 10u16.to_be_bytes().to_vec())],
             ..Default::default()
         })
         .unwrap();
@@ -690,7 +719,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
             .unwrap();
         let mut img = s.image().expect("the fixture holds an image");
         let mut data = tranche_state::codec::MAGIC.to_vec();
-        data.extend(9u16.to_be_bytes());
+        data.extend(10u16.to_be_bytes());
         data.extend(&img.data);
         img.data = data;
         s.persist(&tranche_raftlog::PersistBatch {
@@ -719,7 +748,7 @@ fn data_of_an_unknown_format_is_refused_by_name() {
         let log = std::fs::read_to_string(&c.controllers[i].log).unwrap();
         assert!(
             log.contains(
-                "stored format version 9 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6, 7 and 8"
+                "stored format version 10 is not readable by this build, which reads versions 1, 2, 3, 4, 5, 6, 7, 8 and 9"
             ),
             "controller {} log: {log}",
             i + 1

@@ -1,9 +1,11 @@
 //! `tranche apply -f policy.toml [--dry-run]`: creates or updates environments,
-//! scheduling policies, queues and quota shares, idempotently, and prints what changed.
-//! Objects are written one by one in dependency order (environments, policies, queues,
-//! shares). Rules that would refuse one half-way (a share moving queues) are checked
-//! before anything is written; any other refusal stops the run and says which objects
-//! were already applied.
+//! scheduling policies, queues, quota shares and their groups, idempotently, and prints
+//! what changed. Objects are written one by one in dependency order (environments,
+//! policies, queues, shares, then groups, each group after the groups it holds).
+//! Rules that would refuse one half-way (a share moving queues) are checked before
+//! anything is written; any other refusal stops the run and says which objects were
+//! already applied. A share moves from one group to another when the group that gives
+//! it up comes first in the file.
 //!
 //! ```toml
 //! [[environments]]
@@ -39,16 +41,25 @@
 //! loan_min_runtime_s = 1800          # its jobs on loan run this long before a reclaim
 //! recall_notice_s = 300              # a reclaim's signal comes this long before grace
 //! weight = 16                        # under FAIR_SHARE (default: the sum of its maxes)
+//!
+//! [[groups]]                         # nested quotas: see design.md, "Nested shares"
+//! name = "research"
+//! queue = "q"
+//! shares = ["vision"]                # its quota shares
+//! groups = []                        # groups nested in it (at most 4 levels)
+//! capacity_limits = [ { unit = "h100", max = 24 } ]
+//! strategy = "LEND_AND_BORROW"       # toward the rest of the queue
+//! borrow_limit = -1
 //! ```
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tranche_model::policy_file::{self, PolicyObjects};
+use tranche_model::policy_file;
 use tranche_model::{JobStatus, QuotaShare};
-use tranche_proto::ClientCommand;
-use tranche_proto::{JobFilter, Objects, Query, Response};
+use tranche_proto::{policy, ClientCommand};
+use tranche_proto::{JobFilter, Query, Response};
 
 use crate::client_cfg::connect;
 use crate::exit::{failed, run, unexpected, usage, CliError};
@@ -56,8 +67,12 @@ use crate::exit::{failed, run, unexpected, usage, CliError};
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {
     /// The policy file.
-    #[arg(short = 'f', long = "file")]
-    file: PathBuf,
+    #[arg(short = 'f', long = "file", required_unless_present = "delete_group")]
+    file: Option<PathBuf>,
+    /// Deletes a group of shares (after the file, if any, is applied); its members are
+    /// then in no group. A group another group lists is refused until taken out of it.
+    #[arg(long = "delete-group", value_name = "GROUP")]
+    delete_group: Vec<String>,
     /// Print what would change, and the running jobs the change would make preemptible,
     /// without changing anything.
     #[arg(long)]
@@ -66,68 +81,34 @@ pub struct ApplyArgs {
     config: Option<PathBuf>,
 }
 
-/// The commands the file stands for, in dependency order, each named for the report.
-fn commands(f: PolicyObjects) -> Vec<(String, String, ClientCommand)> {
-    let mut out = Vec::new();
-    for e in f.environments {
-        out.push((
-            "environment".into(),
-            e.name.to_string(),
-            ClientCommand::PutEnvironment(e),
-        ));
-    }
-    for p in f.policies {
-        out.push((
-            "policy".into(),
-            p.name.to_string(),
-            ClientCommand::PutPolicy(p),
-        ));
-    }
-    for q in f.queues {
-        out.push((
-            "queue".into(),
-            q.name.to_string(),
-            ClientCommand::PutQueue(q),
-        ));
-    }
-    for s in f.shares {
-        out.push((
-            "share".into(),
-            s.name.to_string(),
-            ClientCommand::PutShare(s),
-        ));
-    }
-    out
-}
-
-/// `Some(true)`: exists and equal; `Some(false)`: exists and differs; `None`: new.
-fn compare(cmd: &ClientCommand, o: &Objects) -> Option<bool> {
-    match cmd {
-        ClientCommand::PutEnvironment(e) => o
-            .environments
-            .iter()
-            .find(|x| x.name == e.name)
-            .map(|x| x == e),
-        ClientCommand::PutPolicy(p) => o.policies.iter().find(|x| x.name == p.name).map(|x| x == p),
-        ClientCommand::PutQueue(q) => o.queues.iter().find(|x| x.name == q.name).map(|x| x == q),
-        ClientCommand::PutShare(s) => o.shares.iter().find(|x| x.name == s.name).map(|x| x == s),
-        _ => None,
-    }
-}
-
 pub fn apply(args: &ApplyArgs) -> ExitCode {
     run("apply", async {
-        let text = std::fs::read_to_string(&args.file).map_err(|source| CliError::Io {
-            path: args.file.clone(),
-            source,
-        })?;
-        let file = policy_file::parse(&text)
-            .map_err(|e| usage(format!("{}: {e}", args.file.display())))?;
-        let cmds = commands(file);
+        let cmds = match &args.file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let file = policy_file::parse(&text)
+                    .map_err(|e| usage(format!("{}: {e}", path.display())))?;
+                policy::commands(file)
+            }
+            None => vec![],
+        };
         let (client, _) = connect(&args.config)?;
         let objects = match client.read(Query::Objects, false).await.map_err(failed)? {
             Response::Objects(o) => o,
             other => return Err(unexpected(&other)),
+        };
+        // Asked only of a file with groups: controllers of a release without them do
+        // not know the question.
+        let groups = if policy::has_groups(&cmds) || !args.delete_group.is_empty() {
+            match client.read(Query::Groups, false).await.map_err(failed)? {
+                Response::Groups(g) => g,
+                other => return Err(unexpected(&other)),
+            }
+        } else {
+            vec![]
         };
         // Rules the controllers would refuse half-way are checked first, so that a file
         // that breaks them changes nothing.
@@ -147,7 +128,7 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         let (mut created, mut updated, mut same) = (0, 0, 0);
         let mut shrunk: Vec<&QuotaShare> = Vec::new();
         for (kind, name, cmd) in &cmds {
-            let verb = match compare(cmd, &objects) {
+            let verb = match policy::compare(cmd, &objects, &groups) {
                 Some(true) => {
                     same += 1;
                     continue;
@@ -191,8 +172,50 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         if args.dry_run {
             preemptible(&client, &shrunk).await?;
         }
+        let mut deleted = 0;
+        for name in &args.delete_group {
+            if !groups.iter().any(|g| g.name.as_str() == name) {
+                return Err(CliError::Conflict(format!(
+                    "group {name} does not exist{}",
+                    if done.is_empty() {
+                        " (nothing was changed)".to_string()
+                    } else {
+                        format!(" (already applied: {})", done.join(", "))
+                    }
+                )));
+            }
+            if !args.dry_run {
+                let cmd = ClientCommand::DeleteGroup(name.as_str().into());
+                if let Err(e) = client.command(cmd).await.map_err(failed)? {
+                    let before = if done.is_empty() {
+                        "nothing was changed".to_string()
+                    } else {
+                        format!("already applied: {}", done.join(", "))
+                    };
+                    return Err(CliError::Stopped {
+                        object: format!("group {name}"),
+                        source: Box::new(e),
+                        before,
+                    });
+                }
+                done.push(format!("deleted group {name}"));
+            }
+            deleted += 1;
+            println!(
+                "{} group {name}",
+                if args.dry_run {
+                    "would delete"
+                } else {
+                    "delete"
+                }
+            );
+        }
+        let deleted = match deleted {
+            0 => String::new(),
+            n => format!(", {n} deleted"),
+        };
         println!(
-            "{created} created, {updated} updated, {same} unchanged{}",
+            "{created} created, {updated} updated, {same} unchanged{deleted}{}",
             if args.dry_run {
                 " (dry run: nothing changed)"
             } else {

@@ -108,7 +108,8 @@ impl Proposal {
     pub fn open(bytes: &[u8]) -> Result<Proposal, FormatError> {
         let (version, body) = codec::open(bytes)?;
         let bad = |reason: String| FormatError::Decode { version, reason };
-        if version == codec::FORMAT {
+        // Format 9 only appends the group commands to format 8's.
+        if version == codec::FORMAT || version == 8 {
             return codec::decode(body).map_err(bad);
         }
         // Format 7 only appends a command to format 6's; format 8 changes the share
@@ -194,11 +195,12 @@ impl PeerFrame {
     }
 
     /// Reads a frame's payload from another controller, of this protocol version or
-    /// an earlier one (a controller not yet upgraded): versions 7 and 6 lay frames out
-    /// as this one does but forward writes in format 7, version 5 in format 5.
+    /// an earlier one (a controller not yet upgraded): version 8 is laid out as this
+    /// one, versions 7 and 6 too but forward writes in format 7, version 5 in format 5.
     pub fn decode_payload(payload: &[u8]) -> Result<PeerFrame, FrameError> {
         let v = frame::payload_version(payload)?;
-        if v == PEER_PROTOCOL_VERSION {
+        // Version 8 forwards writes of format 8, which read as today's.
+        if v == PEER_PROTOCOL_VERSION || v == 8 {
             return frame::decode_payload_of(payload, &[v]).map(|(_, f)| f);
         }
         if v == 7 || v == 6 {
@@ -370,7 +372,7 @@ mod tests {
     }
 
     #[test]
-    fn peer_frames_are_version_8_and_version_7_frames_still_read() {
+    fn peer_frames_are_version_9_and_older_frames_still_read() {
         let f = PeerFrame {
             from: 1,
             from_addr: "127.0.0.1:1".into(),
@@ -383,9 +385,28 @@ mod tests {
             PEER_PROTOCOL_VERSION
         );
         assert_eq!(PeerFrame::decode_payload(&bytes[4..]).unwrap(), f);
-        // A controller of the previous release reads only versions 7, 6 and 5: it
+        // A controller of the previous release reads only versions 8, 7, 6 and 5: it
         // refuses the frame whole, never an entry inside it.
-        assert!(frame::decode_payload_of::<PeerFrame>(&bytes[4..], &[7, 6, 5]).is_err());
+        assert!(frame::decode_payload_of::<PeerFrame>(&bytes[4..], &[8, 7, 6, 5]).is_err());
+        // What it sends (version 8, format 8's writes) reads as today's.
+        let eight = PeerFrame {
+            items: vec![PeerItem::Forward {
+                id: 4,
+                cmd: Command::DeleteShare("s".into()),
+                request: None,
+            }],
+            ..f.clone()
+        };
+        let got = PeerFrame::decode_payload(&frame::encode_as(&eight, 8)[4..]).unwrap();
+        assert_eq!(got, eight);
+        let p8 = Proposal {
+            origin: 1,
+            id: 2,
+            now: 3,
+            cmd: Command::DeleteShare("s".into()),
+            request: None,
+        };
+        assert_eq!(Proposal::open(&sealed_as(8, &p8)).unwrap(), p8);
         // What such a controller sends (version 7), with a forwarded share of format
         // 7, reads as today's: the share lends on AWS's terms.
         let share = v7::QuotaShare {

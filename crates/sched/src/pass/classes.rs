@@ -548,6 +548,9 @@ impl<'a> Pass<'a> {
 
     /// Gives job `id` (`w` its entry) the reason at `why`.
     pub(super) fn reason_at(&mut self, id: JobId, w: &Waiting, why: WhyAt<'a>) {
+        if self.borrow_reach.is_some() || self.placed.contains(&id) {
+            return;
+        }
         let r = self.why(why);
         if w.reason.as_ref() != Some(r) {
             let r = r.clone();

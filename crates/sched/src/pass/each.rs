@@ -105,6 +105,20 @@ impl<'a> Pass<'a> {
                 }
             }
         }
+        // The borrow pass; with groups in rounds, nearest borrowers first (see
+        // [`Pass::queue`]).
+        let deepest = shares
+            .first()
+            .map_or(0, |&s| self.deepest_group(self.shares[s].queue));
+        for d in (0..=deepest).rev() {
+            self.borrow_reach = (d > 0).then_some(d);
+            self.borrow_pass_each(shares, &deferred);
+        }
+        self.borrow_reach = None;
+    }
+
+    /// One round of the borrow pass (rule 5), job by job.
+    fn borrow_pass_each(&mut self, shares: &[usize], deferred: &[Vec<Deferred<'a>>]) {
         // The borrow pass under FAIR_SHARE: share by share, least decayed usage per
         // weight first.
         if let Some(order) = self.fair_order(shares) {

@@ -12,6 +12,7 @@
 
 mod classes;
 mod each;
+mod groups;
 mod holds;
 mod order;
 mod place;
@@ -244,6 +245,15 @@ struct Pass<'a> {
     env_ix: HashMap<&'a str, usize>,
     shares: Vec<ShareView<'a>>,
     share_ix: HashMap<&'a str, usize>,
+    /// Groups of shares (see [`groups`]), and each one's group.
+    groups: Vec<groups::GroupView>,
+    group_parent: Vec<Option<usize>>,
+    /// While the borrow pass of a queue with groups takes only the borrowers whose
+    /// lenders are inside a group at least this deep (see [`Pass::borrow_depth`]);
+    /// `None`: every borrower.
+    borrow_reach: Option<u32>,
+    /// Jobs placed in this pass.
+    placed: JobBits,
     queue_ix: HashMap<&'a str, usize>,
     /// Preemptor → (victims still stopping, latest kill deadline).
     victims_of: HashMap<JobId, (u32, Millis)>,

@@ -7,6 +7,12 @@ use super::*;
 
 impl<'a> Pass<'a> {
     pub(super) fn reason(&mut self, id: JobId, w: &Waiting, why: Why) {
+        // A borrow round that takes only the nearer borrowers gives no reasons: the
+        // last round, which takes every borrower, gives each its own; a job placed in
+        // an earlier round needs none.
+        if self.borrow_reach.is_some() || self.placed.contains(&id) {
+            return;
+        }
         if w.reason.as_ref() != Some(&why) {
             self.plan.reasons.push((id, why));
         }
@@ -100,21 +106,29 @@ impl<'a> Pass<'a> {
             self.own_finish(w);
         }
         // Rule 5: the borrow pass, FIFO by submit time across shares; under
-        // FAIR_SHARE share by share, least decayed usage per weight first.
-        let mut deferred: Vec<(usize, Vec<DLevel<'a>>)> =
+        // FAIR_SHARE share by share, least decayed usage per weight first. With groups,
+        // in rounds: first the borrowers whose lenders are inside the deepest groups,
+        // then one level up, and so on; the last round takes every borrower (see
+        // `Pass::borrow_depth`).
+        let deferred: Vec<(usize, Vec<DLevel<'a>>)> =
             walks.into_iter().map(|w| (w.s, w.deferred)).collect();
         let open: Vec<usize> = deferred.iter().map(|d| d.0).collect();
-        match self.fair_order(&open) {
-            Some(order) => {
-                for s in order {
-                    if let Some(i) = deferred.iter().position(|d| d.0 == s) {
-                        let one = deferred.swap_remove(i);
-                        self.borrow_walk(std::slice::from_ref(&one));
+        let order = self.fair_order(&open);
+        let deepest = self.deepest_group(self.queue_ix[q.name.as_str()]);
+        for d in (0..=deepest).rev() {
+            self.borrow_reach = (d > 0).then_some(d);
+            match &order {
+                Some(order) => {
+                    for &s in order {
+                        if let Some(one) = deferred.iter().find(|d| d.0 == s) {
+                            self.borrow_walk(std::slice::from_ref(one));
+                        }
                     }
                 }
+                None => self.borrow_walk(&deferred),
             }
-            None => self.borrow_walk(&deferred),
         }
+        self.borrow_reach = None;
     }
 
     /// Whether the job is a task of an array with its `%` limit of tasks already
@@ -284,6 +298,15 @@ impl<'a> Pass<'a> {
         u: Ux,
         alone: bool,
     ) -> Option<super::classes::WhyAt<'a>> {
+        // Placed in an earlier round of this borrow pass, or left to a later one.
+        if self.placed.contains(&id) {
+            return None;
+        }
+        if let Some(reach) = self.borrow_reach {
+            if self.borrow_depth(s, u, w.gpus_per_node * w.nodes) < reach {
+                return None;
+            }
+        }
         if self.array_full(id, w) {
             return None;
         }

@@ -67,9 +67,12 @@ fn up_to(buckets: &[BTreeSet<Nx>], g: u32, k: u32, exclude: &[Nx]) -> Vec<Nx> {
 }
 
 impl<'a> Pass<'a> {
-    /// Reserve idle GPUs of RESERVE shares other than `s` in environment `e`, and the
-    /// share holding the most of them (for the reason).
-    pub(super) fn reserve_others(&self, e: usize, u: Ux, s: usize) -> (u32, Option<usize>) {
+    /// Reserve idle GPUs of RESERVE shares (and groups) other than `s`'s in environment
+    /// `e`, and the name of the one holding the most of them (for the reason).
+    pub(super) fn reserve_others(&self, e: usize, u: Ux, s: usize) -> (u32, Option<SharedStr>) {
+        if !self.groups.is_empty() {
+            return self.reserve_nested(e, u, s);
+        }
         let mut total = 0;
         let mut top: Option<(u32, usize)> = None;
         for (t, sv) in self.shares.iter().enumerate() {
@@ -84,7 +87,7 @@ impl<'a> Pass<'a> {
                 }
             }
         }
-        (total, top.map(|(_, t)| t))
+        (total, top.map(|(_, t)| self.shares[t].name.clone()))
     }
 
     /// Places the job now if it fits: environment cap (rule 7), RESERVE shares' idle
@@ -124,6 +127,12 @@ impl<'a> Pass<'a> {
                 }
             });
         }
+        // A borrower keeps each group of its share within the group's ceiling.
+        if borrowed {
+            if let Some(why) = self.group_ceiling(s, u, need) {
+                return Err(why);
+            }
+        }
         let Some(e) = self.shares[s].env else {
             return Err(PendingReasonOf::EnvironmentDisabled { env: "".into() });
         };
@@ -139,9 +148,8 @@ impl<'a> Pass<'a> {
         let from_pool = if held.is_some() { 0 } else { need };
         if reserved > 0 && pool.total_avail >= from_pool && pool.total_avail < from_pool + reserved
         {
-            let r = rshare.expect("a share holds the reserve");
             return Err(PendingReasonOf::ReserveHeld {
-                share: self.shares[r].name.clone(),
+                share: rshare.expect("a share holds the reserve"),
                 idle: reserved,
                 unit: unit.clone(),
             });
@@ -182,9 +190,8 @@ impl<'a> Pass<'a> {
             // Under the cap too, a RESERVE share's idle GPUs stay its own: where the cap
             // binds before the nodes do, what the reserve keeps is room under the cap.
             if held.is_none() && reserved > 0 && committed + need + reserved > cap {
-                let r = rshare.expect("a share holds the reserve");
                 return Err(PendingReasonOf::ReserveHeld {
-                    share: self.shares[r].name.clone(),
+                    share: rshare.expect("a share holds the reserve"),
                     idle: reserved,
                     unit: unit.clone(),
                 });
@@ -230,6 +237,7 @@ impl<'a> Pass<'a> {
                 sv.q.name, sv.used[u], sv.max[u]
             )
         };
+        self.placed.insert(ask.id);
         self.plan.actions.push(Action::Place {
             job: ask.id,
             allocation,

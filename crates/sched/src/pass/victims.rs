@@ -29,12 +29,14 @@ impl Cand {
     }
 }
 
-/// Victim order: under FAIR_SHARE, the share most above its fair share first (its
-/// rank; 0 for every share under FIFO); then priority, then least work lost (the time
-/// since the job's last checkpoint, or since it started when it has none: for jobs
-/// that never checkpoint, most recently started first), then most recently started,
-/// then newest id.
-type CandKey = (u32, u32, Millis, Reverse<Millis>, Reverse<JobId>);
+/// Victim order: in a queue with groups, a reclaim takes first from the shares farthest
+/// from the preemptor's (the depth of the deepest group holding both; 0 for every
+/// share of a queue without groups); under FAIR_SHARE, the share most above its fair
+/// share first (its rank; 0 for every share under FIFO); then priority, then least work
+/// lost (the time since the job's last checkpoint, or since it started when it has
+/// none: for jobs that never checkpoint, most recently started first), then most
+/// recently started, then newest id.
+type CandKey = (u32, u32, u32, Millis, Reverse<Millis>, Reverse<JobId>);
 
 /// What a victim search looks for: `k` nodes with room for `g` GPUs of unit `u` each,
 /// in pool `pi`, taking at most `allowance` GPUs that are free now, and victims of at
@@ -87,6 +89,11 @@ impl<'a> Pass<'a> {
         };
         let st = self.st;
         let (x, u) = key;
+        // A key past the queues names the preemptor's share (see `try_preempt`).
+        let (qx, pre) = match x.checked_sub(self.queue_ix.len()) {
+            Some(p) if mode_reclaim => (self.shares[p].queue, Some(p)),
+            _ => (x, None),
+        };
         let units = self.units.len();
         let wanted: Vec<bool> = (0..units)
             .map(|v| v == u || !cache.contains_key(&(x, v)))
@@ -98,7 +105,7 @@ impl<'a> Pass<'a> {
             let relevant = |v: Ux| {
                 wanted[v]
                     && if mode_reclaim {
-                        sv.queue == x && sv.excess(v) > 0
+                        sv.queue == qx && sv.excess(v) > 0
                     } else {
                         t == x
                     }
@@ -141,6 +148,7 @@ impl<'a> Pass<'a> {
                 let (list, keys) = &mut out[v];
                 keys.push((
                     (
+                        pre.map_or(0, |p| self.closeness(p, t)),
                         if mode_reclaim { sv.fair_rank } else { 0 },
                         r.priority,
                         self.now.saturating_sub(resumes),
@@ -226,10 +234,15 @@ impl<'a> Pass<'a> {
             return false;
         };
         let reclaim = matches!(mode, Mode::Reclaim);
-        let key = if reclaim {
-            (self.shares[s].queue, u)
-        } else {
-            (s, u)
+        let queue = self.shares[s].queue;
+        // A reclaim's victims in a queue with groups are in an order of the preemptor's
+        // own (farthest first): listed under the preemptor's share.
+        let key = match reclaim {
+            true if !self.shares[s].chain.is_empty() || self.queue_has_groups(queue) => {
+                (self.queue_ix.len() + s, u)
+            }
+            true => (queue, u),
+            false => (s, u),
         };
         // A failure for a smaller request (and, in-share, a higher priority) means this
         // one fails too: victims only become fewer during a pass. It fails for the same
@@ -257,7 +270,7 @@ impl<'a> Pass<'a> {
             && !self
                 .shares
                 .iter()
-                .any(|sv| sv.queue == key.0 && sv.excess(u) > 0)
+                .any(|sv| sv.queue == queue && sv.excess(u) > 0)
         {
             return false;
         }
@@ -284,6 +297,21 @@ impl<'a> Pass<'a> {
             if let Some(limit) = limit {
                 deficit = deficit
                     .max((sv.used[u] - sv.stopping[u] + sv.held[u] + need) as i64 - limit as i64);
+            }
+            // A borrower keeps its groups within their ceilings too.
+            if sv.used[u] + sv.held[u] + need > sv.max[u] {
+                for &gi in &sv.chain {
+                    let Some(limit) = self.groups[gi].ceiling[u] else {
+                        continue;
+                    };
+                    let stopping: u32 = self.groups[gi]
+                        .below
+                        .iter()
+                        .map(|&t| self.shares[t].stopping[u])
+                        .sum();
+                    let have = self.group_use(gi, u) - stopping;
+                    deficit = deficit.max((have + need) as i64 - limit as i64);
+                }
             }
         }
         while start < cands.len() && self.taken.contains(&cands[start].id) {

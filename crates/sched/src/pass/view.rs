@@ -134,6 +134,8 @@ pub(super) struct ShareView<'a> {
     /// share first (0 under FIFO: every share alike).
     pub(super) fair: Option<f64>,
     pub(super) fair_rank: u32,
+    /// The groups the share is in, nearest first (empty in a queue without groups).
+    pub(super) chain: Vec<usize>,
 }
 
 /// The GPUs a share's waiting jobs want, gathered as the own-capacity pass visits them
@@ -327,6 +329,10 @@ impl<'a> Pass<'a> {
             env_ix,
             shares: vec![],
             share_ix: HashMap::default(),
+            groups: vec![],
+            group_parent: vec![],
+            borrow_reach: None,
+            placed: JobBits::default(),
             queue_ix,
             victims_of: HashMap::default(),
             taken: JobBits::default(),
@@ -379,8 +385,10 @@ impl<'a> Pass<'a> {
                 held: vec![0; nu_count],
                 stopping_own: vec![0; nu_count],
                 ahead: vec![Ahead::NONE; nu_count],
+                chain: vec![],
             });
         }
+        pass.build_groups();
         pass.rank_fair_shares();
         // Holds first: they count in each node's held GPUs, which the pools are then
         // built from at once, rather than moving every held node in its pools.

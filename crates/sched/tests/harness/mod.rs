@@ -144,6 +144,32 @@ impl H {
         self.apply(Command::PutShare(s));
     }
 
+    /// Creates or replaces a group of queue `q` with one limit (`borrow_limit` -1 for
+    /// LEND_AND_BORROW).
+    pub fn group(
+        &mut self,
+        name: &str,
+        shares: &[&str],
+        groups: &[&str],
+        strategy: Strategy,
+        max: u32,
+    ) {
+        self.apply(Command::PutGroup(ShareGroup {
+            name: ShareName(name.into()),
+            queue: QUEUE.into(),
+            shares: shares.iter().map(|s| ShareName((*s).into())).collect(),
+            groups: groups.iter().map(|s| ShareName((*s).into())).collect(),
+            capacity_limits: vec![CapacityLimit {
+                unit: Unit("g".into()),
+                max,
+            }],
+            resource_sharing: ResourceSharing {
+                strategy,
+                borrow_limit: (strategy == Strategy::LendAndBorrow).then_some(-1),
+            },
+        }));
+    }
+
     /// Applies a command at the current time; panics if it is refused.
     pub fn apply(&mut self, cmd: Command) -> Outcome {
         match self.st.apply(&cmd, self.now) {

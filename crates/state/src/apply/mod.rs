@@ -87,6 +87,8 @@ impl State {
             Command::PutQueue(q) => self.put_queue(q),
             Command::DeleteQueue(n) => self.delete_queue(n).map(|()| self.forget_tags_of_deleted()),
             Command::PutShare(s) => self.put_share(s),
+            Command::PutGroup(g) => self.put_group(g),
+            Command::DeleteGroup(n) => self.delete_group(n),
             Command::DeleteShare(n) => self
                 .delete_share(n, now)
                 .map(|()| self.forget_tags_of_deleted()),

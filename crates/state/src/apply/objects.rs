@@ -1,5 +1,5 @@
-//! The admin objects' commands: service environments, scheduling policies, job queues
-//! and quota shares, each put (created or replaced) and deleted.
+//! The admin objects' commands: service environments, scheduling policies, job queues,
+//! quota shares and their groups, each put (created or replaced) and deleted.
 
 use crate::command::*;
 use crate::state::*;
@@ -91,6 +91,12 @@ impl State {
                 s.name
             )));
         }
+        if let Some(g) = self.groups.values().find(|g| &g.queue == n) {
+            return Err(conflict(format!(
+                "queue {n} still has group {}; delete it first",
+                g.name
+            )));
+        }
         if self
             .jobs
             .values()
@@ -149,6 +155,11 @@ impl State {
                 "quota share {n} must be DISABLED before it is deleted"
             )));
         }
+        if let Some(g) = self.group_of(n) {
+            return Err(conflict(format!(
+                "quota share {n} is in group {g}; take it out of the group first"
+            )));
+        }
         let ids: Vec<JobId> = self
             .jobs
             .values()
@@ -164,6 +175,154 @@ impl State {
             );
         }
         self.shares.remove(n);
+        Ok(())
+    }
+
+    /// Creates or replaces a group of shares. Its members must exist in its queue and
+    /// be in no other group; groups may not contain themselves, nor nest deeper than
+    /// [`MAX_GROUP_DEPTH`] levels.
+    pub(super) fn put_group(&mut self, g: &ShareGroup) -> Result<(), ApplyError> {
+        g.validate()?;
+        if !self.queues.contains_key(&g.queue) {
+            return Err(
+                ValidationError::new("queue", format!("queue {} does not exist", g.queue)).into(),
+            );
+        }
+        if self.shares.contains_key(&g.name) {
+            return Err(ValidationError::new(
+                "name",
+                format!(
+                    "a quota share is named {}; a group needs a name of its own",
+                    g.name
+                ),
+            )
+            .into());
+        }
+        if let Some(old) = self.groups.get(&g.name).filter(|o| o.queue != g.queue) {
+            return Err(ValidationError::new(
+                "queue",
+                format!(
+                    "group {} belongs to queue {}; a group cannot move to another queue",
+                    g.name, old.queue
+                ),
+            )
+            .into());
+        }
+        let elsewhere = |member: &ShareName| {
+            self.groups
+                .values()
+                .find(|o| {
+                    o.name != g.name && (o.shares.contains(member) || o.groups.contains(member))
+                })
+                .map(|o| o.name.clone())
+        };
+        for (i, m) in g.shares.iter().enumerate() {
+            let field = format!("shares[{i}]");
+            match self.shares.get(m) {
+                None => {
+                    return Err(ValidationError::new(
+                        field,
+                        format!("quota share {m} does not exist"),
+                    )
+                    .into())
+                }
+                Some(s) if s.queue != g.queue => {
+                    return Err(ValidationError::new(
+                        field,
+                        format!("quota share {m} is in queue {}, not {}", s.queue, g.queue),
+                    )
+                    .into())
+                }
+                Some(_) => {}
+            }
+            if let Some(o) = elsewhere(m) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("quota share {m} is in group {o} already; a share has one group"),
+                )
+                .into());
+            }
+        }
+        for (i, m) in g.groups.iter().enumerate() {
+            let field = format!("groups[{i}]");
+            match self.groups.get(m) {
+                None => {
+                    return Err(
+                        ValidationError::new(field, format!("group {m} does not exist")).into(),
+                    )
+                }
+                Some(o) if o.queue != g.queue => {
+                    return Err(ValidationError::new(
+                        field,
+                        format!("group {m} is in queue {}, not {}", o.queue, g.queue),
+                    )
+                    .into())
+                }
+                Some(_) => {}
+            }
+            if let Some(o) = elsewhere(m) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("group {m} is in group {o} already; a group has one group"),
+                )
+                .into());
+            }
+        }
+        // The groups of the queue as they would be: each one's chain of groups above it
+        // must end (no cycle) within MAX_GROUP_DEPTH levels.
+        let mut after: std::collections::BTreeMap<&ShareName, &ShareGroup> = self
+            .groups
+            .values()
+            .filter(|o| o.queue == g.queue)
+            .map(|o| (&o.name, o))
+            .collect();
+        after.insert(&g.name, g);
+        let mut parent: std::collections::BTreeMap<&ShareName, &ShareName> = Default::default();
+        for o in after.values() {
+            for m in &o.groups {
+                parent.insert(m, &o.name);
+            }
+        }
+        for name in after.keys() {
+            let mut levels = 1;
+            let mut at = *name;
+            while let Some(&p) = parent.get(at) {
+                if p == *name {
+                    return Err(ValidationError::new(
+                        "groups",
+                        format!("group {} would contain itself (through group {at})", g.name),
+                    )
+                    .into());
+                }
+                levels += 1;
+                if levels > MAX_GROUP_DEPTH {
+                    return Err(ValidationError::new(
+                        "groups",
+                        format!(
+                            "groups nest at most {MAX_GROUP_DEPTH} levels; group {name} would be {levels} or more levels deep"
+                        ),
+                    )
+                    .into());
+                }
+                at = p;
+            }
+        }
+        self.index.names.add(g.name.as_str());
+        self.groups.insert(g.name.clone(), g.clone());
+        Ok(())
+    }
+
+    /// Deletes a group that no other group lists; its members are then in no group.
+    pub(super) fn delete_group(&mut self, n: &ShareName) -> Result<(), ApplyError> {
+        if !self.groups.contains_key(n) {
+            return Err(not_found("group", n));
+        }
+        if let Some(p) = self.group_of(n) {
+            return Err(conflict(format!(
+                "group {n} is in group {p}; take it out of that group first"
+            )));
+        }
+        self.groups.remove(n);
         Ok(())
     }
 }

@@ -158,6 +158,22 @@ impl State {
                 )));
             }
         }
+        if borrowed {
+            for g in self.groups_above(&share.name) {
+                let Some(limit) = g.ceiling_for(&req.unit) else {
+                    continue;
+                };
+                let used = self.group_used(g, &req.unit);
+                if (used + need) as u64 > limit {
+                    return Err(ApplyError::Stale(format!(
+                        "group {} would hold {} of {limit} {}",
+                        g.name,
+                        used + need,
+                        req.unit
+                    )));
+                }
+            }
+        }
         if let Some(cap) = limit_for(&env.capacity_limits, &req.unit) {
             let env_used = self.env_used(&env.name, &req.unit);
             if env_used + need > cap {

@@ -23,8 +23,10 @@
 //! terms (`QuotaShare::loans`) and fair-share weight (`QuotaShare::weight`), and the
 //! ledger's count of work lost since preempted attempts' checkpoints
 //! (`Totals::work_lost`); a scheduling policy's `FAIR_SHARE` is an appended variant
-//! of `IdleAssignment`, so a format-7 policy reads unchanged. Reading an older format goes through
-//! each newer one in turn (1 → 2 → 3 → 4 → 5 → 6 = 7 → 8).
+//! of `IdleAssignment`, so a format-7 policy reads unchanged. Format 9 adds groups of
+//! quota shares (`State::groups`) and appends their commands (`PutGroup`,
+//! `DeleteGroup`), so a format-8 log entry reads as a format-9 one. Reading an older
+//! format goes through each newer one in turn (1 → 2 → 3 → 4 → 5 → 6 = 7 → 8 → 9).
 //!
 //! Each frozen format has a file of its own, `vN.rs`, holding only the types of format N
 //! that differ from the next format's, as that release wrote them, and their conversions
@@ -67,6 +69,7 @@ pub mod v3;
 pub mod v4;
 pub mod v5;
 pub mod v7;
+pub mod v8;
 
 /// Decodes state bytes written in format `version` and migrates them to today's
 /// state (indexes rebuilt).
@@ -94,6 +97,7 @@ pub fn decode_state(version: u16, bytes: &[u8]) -> Result<State, FormatError> {
         5 => read(version, bytes)?,
         // Format 7 stores the state as format 6 did.
         6 | 7 => return Ok(read::<v7::State>(version, bytes)?.into()),
+        8 => return Ok(read::<v8::State>(version, bytes)?.into()),
         codec::FORMAT => {
             return State::restore(bytes).map_err(|e| FormatError::Decode {
                 version,

@@ -308,8 +308,8 @@ fn a_format_1_state_migrates_with_its_nodes_and_jobs() {
     assert!(decode_state(1, &st.snapshot()).is_err());
     assert_eq!(decode_state(codec::FORMAT, &st.snapshot()).unwrap(), st);
     assert_eq!(
-        decode_state(9, &st.snapshot()),
-        Err(FormatError::Unknown { found: 9 })
+        decode_state(10, &st.snapshot()),
+        Err(FormatError::Unknown { found: 10 })
     );
 }
 

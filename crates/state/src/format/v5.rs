@@ -213,6 +213,7 @@ impl From<State> for crate::State {
             ledger: s.ledger.into(),
             keys: s.aws.keys.into_iter().map(|(k, v)| (k, v.into())).collect(),
             tags: s.aws.tags,
+            groups: BTreeMap::new(),
             submit_rate: BTreeMap::new(),
             index: Default::default(),
         };

@@ -441,6 +441,7 @@ impl From<State> for crate::State {
             keys: s.keys,
             tags: s.tags,
             submit_rate: s.submit_rate,
+            groups: Default::default(),
             index: Default::default(),
         };
         st.rebuild_index();

@@ -64,7 +64,7 @@ def test_the_document_is_valid_openapi_3_1(fuzz_dev):
     validate(doc)
     paths = set(doc["paths"])
     for p in ("/api/v1/jobs", "/api/v1/jobs/{id}", "/api/v1/events", "/api/v1/health",
-              "/api/v1/shares", "/api/v1/nodes", "/api/v1/policy"):
+              "/api/v1/shares", "/api/v1/groups", "/api/v1/nodes", "/api/v1/policy"):
         assert p in paths
 
 

@@ -154,6 +154,8 @@ def test_history_lists_ended_jobs_newest_end_first(cluster):
 def test_cluster_views(cluster):
     names = {s["name"] for s in cluster.shares()}
     assert names == {"research", "vision", "nlp"}
+    # The dev cluster's shares stand alone: no groups.
+    assert cluster.groups() == []
     nodes = cluster.nodes()
     assert {n["name"] for n in nodes} == {"n1", "n2", "n3", "n4"}
     assert all(len(n["gpus"]) == 4 for n in nodes)

@@ -491,6 +491,12 @@ class Cluster:
         shares: list[dict[str, Any]] = self.request("GET", "/api/v1/shares")
         return shares
 
+    def groups(self) -> list[dict[str, Any]]:
+        """The groups of quota shares (nested quotas): each one's queue, member shares
+        and groups, strategy, and per unit its max and ceiling."""
+        groups: list[dict[str, Any]] = self.request("GET", "/api/v1/groups")
+        return groups
+
     def queue(self, limit: int = 20) -> dict[str, Any]:
         """The front of the queue and of each share."""
         front: dict[str, Any] = self.request("GET", "/api/v1/queue", params={"limit": limit})

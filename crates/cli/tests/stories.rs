@@ -241,6 +241,10 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     let text = explain_until(&dev.user, &saver, &["on loan:", "recall notice 3s"]);
     assert!(text.contains("last checkpoint reported"), "{text}");
     assert!(text.contains("fair share: share nlp used "), "{text}");
+    assert!(
+        text.contains("group ml: its shares use 8 of 8 a100 GPU(s), strategy LEND; its borrowers stay within its max"),
+        "{text}"
+    );
     assert_no_debug_or_epoch(&text);
     // `tranche shares` shows each share's standing under FAIR_SHARE.
     let shares = stdout(&tranche(&dev.user, &["shares"]));

@@ -139,6 +139,22 @@ pub fn explain(
             unit,
             share.resource_sharing.strategy
         ));
+        // Its groups, nearest first: what their shares use together, against each
+        // group's max and the ceiling its borrowers stay within.
+        for g in state.groups_above(&share.name) {
+            let Some(max) = g.max_for(unit) else { continue };
+            let ceiling = match g.ceiling_for(unit) {
+                Some(c) if c == max as u64 => "its borrowers stay within its max".to_string(),
+                Some(c) => format!("its borrowers stay within {c}"),
+                None => "its borrowers may borrow outside it without a cap".to_string(),
+            };
+            lines.push(format!(
+                "group {}: its shares use {} of {max} {unit} GPU(s), strategy {}; {ceiling}",
+                g.name,
+                state.group_used(g, unit),
+                g.resource_sharing.strategy
+            ));
+        }
         if let Some((gpus, jobs)) = tranche_sched::estimate::room_kept_above(state, job) {
             lines.push(format!(
                 "the share's room is kept for its {jobs} waiting job(s) of higher priority \

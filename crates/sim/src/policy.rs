@@ -3,7 +3,7 @@
 //! also given on the command line as `"64 x 8 h100"`. The comparison policies of
 //! `--compare` are derived from it.
 
-use crate::scenario::{LimitSpec, NodeSpec, Scenario, ScenarioError, ShareSpec};
+use crate::scenario::{GroupSpec, LimitSpec, NodeSpec, Scenario, ScenarioError, ShareSpec};
 use std::collections::BTreeMap;
 use tranche_model::{Strategy, MAX_GPUS_PER_NODE_INVENTORY};
 
@@ -110,6 +110,54 @@ pub fn fair_share(sc: &Scenario, half_life_s: u64) -> Scenario {
     out
 }
 
+/// The same shares in groups (nested shares), per queue of at least four shares: those
+/// whose largest max is above the queue's median (`large`), and the rest (`small`), each
+/// group LEND_AND_BORROW without cap, its max per unit the sum of its members'. Small
+/// teams lend to each other first, and a reclaim for one of them takes back first from
+/// the large teams' borrowers.
+pub fn nested(sc: &Scenario) -> Scenario {
+    let mut out = sc.clone();
+    let size = |s: &ShareSpec| s.capacity_limits.iter().map(|l| l.max).max().unwrap_or(0);
+    let mut queues: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for i in 0..sc.shares.len() {
+        queues.entry(sc.share_queue(i)).or_default().push(i);
+    }
+    for (q, members) in queues {
+        if members.len() < 4 {
+            continue;
+        }
+        let mut sizes: Vec<u32> = members.iter().map(|&i| size(&sc.shares[i])).collect();
+        sizes.sort_unstable();
+        let median = sizes[sizes.len() / 2];
+        for (label, large) in [("large", true), ("small", false)] {
+            let part: Vec<&ShareSpec> = members
+                .iter()
+                .map(|&i| &sc.shares[i])
+                .filter(|s| (size(s) >= median) == large)
+                .collect();
+            let mut max: BTreeMap<String, u32> = BTreeMap::new();
+            for s in &part {
+                for l in &s.capacity_limits {
+                    *max.entry(l.unit.clone()).or_default() += l.max;
+                }
+            }
+            out.groups.push(GroupSpec {
+                name: format!("{label}-{q}"),
+                queue: sc.shares[members[0]].queue.clone(),
+                shares: part.iter().map(|s| s.name.clone()).collect(),
+                groups: vec![],
+                capacity_limits: max
+                    .into_iter()
+                    .map(|(unit, max)| LimitSpec { unit, max })
+                    .collect(),
+                strategy: Strategy::LendAndBorrow,
+                borrow_limit: Some(-1),
+            });
+        }
+    }
+    out
+}
+
 /// The same shares as a static partition: every share RESERVE at its max.
 pub fn static_partition(sc: &Scenario) -> Scenario {
     let mut out = sc.clone();
@@ -128,6 +176,8 @@ pub const POOL: &str = "pool";
 pub fn pooled(sc: &Scenario) -> Scenario {
     let mut out = sc.clone();
     let first = sc.shares[0].clone();
+    // One share: no groups.
+    out.groups.clear();
     // One environment with every node, one queue on it.
     out.environments.clear();
     out.environment = None;
@@ -182,6 +232,35 @@ name = "b"
 capacity_limits = [{ unit = "h100", max = 8 }]
 strategy = "LEND"
 "#;
+
+    #[test]
+    fn nested_groups_large_and_small_shares_and_pooled_has_none() {
+        let mut text = String::new();
+        for (name, max) in [("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)] {
+            text += &format!(
+                "[[shares]]\nname = \"{name}\"\ncapacity_limits = [{{ unit = \"h100\", max = {max} }}]\nstrategy = \"LEND_AND_BORROW\"\n"
+            );
+        }
+        let nodes = || Some(parse_nodes("2 x 8 h100").unwrap());
+        let sc = load(&text, nodes()).unwrap();
+        let n = nested(&sc);
+        let got: Vec<(String, Vec<String>, u32)> = n
+            .groups
+            .iter()
+            .map(|g| (g.name.clone(), g.shares.clone(), g.capacity_limits[0].max))
+            .collect();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            [
+                ("large-default".to_string(), names(&["c", "d", "e"]), 12),
+                ("small-default".to_string(), names(&["a", "b"]), 3)
+            ]
+        );
+        // Fewer than four shares: no groups; one pool: none either.
+        assert!(nested(&load(POLICY, nodes()).unwrap()).groups.is_empty());
+        assert!(pooled(&n).groups.is_empty());
+    }
 
     #[test]
     fn nodes_are_read_as_count_x_gpus_unit() {

@@ -103,6 +103,16 @@ pub fn variants(name: &str, sc: &Scenario, jobs: &[TraceJob], compare: bool) -> 
             jobs: jobs.to_vec(),
         });
     }
+    if compare && sc.groups.is_empty() {
+        let nested = policy::nested(sc);
+        if !nested.groups.is_empty() {
+            v.push(Variant {
+                label: "nested (large and small shares in two groups)".into(),
+                scenario: nested,
+                jobs: jobs.to_vec(),
+            });
+        }
+    }
     if compare {
         v.push(Variant {
             label: "static partition (every share RESERVE)".into(),

@@ -189,11 +189,21 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
         .unwrap()
         .to_path_buf();
     let policy = dir.join("loans.toml");
-    std::fs::write(
-        &policy,
+    let text = String::from(
         "[[policies]]\nname = \"fifo\"\nidle_resource_assignment = \"FAIR_SHARE\"\nusage_half_life_s = 86400\n\n[[shares]]\nname = \"nlp\"\nqueue = \"q\"\ncapacity_limits = [ { unit = \"a100\", max = 4 } ]\nstrategy = \"LEND_AND_BORROW\"\nborrow_limit = -1\nrecall_notice_s = 3\nloan_min_runtime_s = 0\nweight = 2\n\n[[groups]]\nname = \"ml\"\nqueue = \"q\"\nshares = [\"vision\", \"nlp\"]\ncapacity_limits = [ { unit = \"a100\", max = 8 } ]\nstrategy = \"LEND\"\n",
-    )
-    .unwrap();
+    );
+    std::fs::write(&policy, &text).unwrap();
+    // A dry run says what the change does: it reorders, and preempts nothing itself.
+    let out = tranche(
+        &dev.admin,
+        &["apply", "--dry-run", "-f", policy.to_str().unwrap()],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("policy fifo: its idle assignment changes the order of borrowing and reclaim; no running job is preempted by the change itself")
+            && said.contains("group ml: its groups' limits bound borrowers"),
+        "{out:?}"
+    );
     let out = tranche(&dev.admin, &["apply", "-f", policy.to_str().unwrap()]);
     let applied = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -238,6 +248,39 @@ fn a_loan_is_told_its_terms_and_a_checkpoint_makes_its_job_the_victim() {
     wait(&dev.user, &saver, "a checkpoint reported", |j| {
         !j["attempts"][0]["checkpointed_at"].is_null()
     });
+    // With a loan minimum of an hour in force, a dry run of going back to none names
+    // the four jobs on loan that a reclaim could then take at once.
+    let hour = dir.join("hour.toml");
+    std::fs::write(
+        &hour,
+        text.replace("loan_min_runtime_s = 0", "loan_min_runtime_s = 3600"),
+    )
+    .unwrap();
+    assert!(
+        tranche(&dev.admin, &["apply", "-f", hour.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let out = tranche(
+        &dev.admin,
+        &["apply", "--dry-run", "-f", policy.to_str().unwrap()],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    let named: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("would make reclaimable now: job "))
+        .collect();
+    assert_eq!(named.len(), 4, "{said}");
+    assert!(
+        named.iter().any(|l| l.contains(&format!("job {saver} "))
+            && l.contains("loan_min_runtime_s 0 (was 3600)")),
+        "{said}"
+    );
+    assert!(
+        tranche(&dev.admin, &["apply", "-f", policy.to_str().unwrap()])
+            .status
+            .success()
+    );
     let text = explain_until(&dev.user, &saver, &["on loan:", "recall notice 3s"]);
     assert!(text.contains("last checkpoint reported"), "{text}");
     assert!(text.contains("fair share: share nlp used "), "{text}");

@@ -171,6 +171,8 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         }
         if args.dry_run {
             preemptible(&client, &shrunk).await?;
+            loans_cut(&client, &objects.shares, &shrunk).await?;
+            order_changes(&cmds, &objects, &groups);
         }
         let mut deleted = 0;
         for name in &args.delete_group {
@@ -224,6 +226,105 @@ pub fn apply(args: &ApplyArgs) -> ExitCode {
         );
         Ok(())
     })
+}
+
+/// For shares whose loan minimum the change shortens: the jobs on loan that would be
+/// reclaimable at once (they have run the new minimum, not the old one).
+async fn loans_cut(
+    client: &tranche_client::Client,
+    before: &[QuotaShare],
+    changed: &[&QuotaShare],
+) -> Result<(), CliError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    for s in changed {
+        let Some(old) = before.iter().find(|o| o.name == s.name) else {
+            continue;
+        };
+        let (was, will) = (old.loan_min_runtime_s(), s.loan_min_runtime_s());
+        if will >= was {
+            continue;
+        }
+        let filter = JobFilter {
+            share: Some(s.name.clone()),
+            user: None,
+            status: vec![JobStatus::Running],
+            limit: None,
+            array: None,
+            standing: false,
+        };
+        let jobs = match client
+            .read(Query::Jobs(filter), false)
+            .await
+            .map_err(failed)?
+        {
+            Response::Jobs(j) => j,
+            other => return Err(unexpected(&other)),
+        };
+        for j in jobs {
+            let Some(started) = j.started_at else {
+                continue;
+            };
+            let ran_s = now.saturating_sub(started) / 1000;
+            if ran_s < will || ran_s >= was {
+                continue;
+            }
+            let on_loan = match client
+                .read(Query::Job(j.job_ref()), false)
+                .await
+                .map_err(failed)?
+            {
+                Response::Job(full) => full.attempts.last().is_some_and(|a| a.borrowed),
+                other => return Err(unexpected(&other)),
+            };
+            if on_loan {
+                println!(
+                    "  would make reclaimable now: job {} ({} GPU(s) of {}, user {}) on loan in share {}: ran {}, loan_min_runtime_s {will} (was {was})",
+                    j.id,
+                    j.gpus,
+                    j.unit,
+                    j.user,
+                    s.name,
+                    tranche_proto::text::duration_text(ran_s * 1000)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Changes that reorder borrowing and reclaim (a policy's idle assignment, a share's
+/// fair-share weight, groups) preempt no running job by themselves: said once each.
+fn order_changes(
+    cmds: &[(&'static str, String, ClientCommand)],
+    objects: &tranche_proto::Objects,
+    groups: &[tranche_model::ShareGroup],
+) {
+    for (kind, name, cmd) in cmds {
+        let what = match cmd {
+            ClientCommand::PutPolicy(p) => objects
+                .policies
+                .iter()
+                .find(|o| o.name == p.name)
+                .filter(|o| o.idle_resource_assignment != p.idle_resource_assignment)
+                .map(|_| "its idle assignment changes the order of borrowing and reclaim"),
+            ClientCommand::PutShare(s) => objects
+                .shares
+                .iter()
+                .find(|o| o.name == s.name)
+                .filter(|o| o.weight != s.weight)
+                .map(|_| "its fair-share weight changes its place in the borrow and reclaim order"),
+            ClientCommand::PutGroup(g) => (groups.iter().find(|o| o.name == g.name) != Some(g))
+                .then_some(
+                "its groups' limits bound borrowers when they start, and closeness orders reclaim",
+            ),
+            _ => None,
+        };
+        if let Some(what) = what {
+            println!("  {kind} {name}: {what}; no running job is preempted by the change itself");
+        }
+    }
 }
 
 /// For shares whose new limits are below their use: the running jobs that would be

@@ -448,6 +448,33 @@ def test_the_report_page_totals_equal_tranche_report_json(browser, dev, admin_to
     assert browser.errors() == []
 
 
+def test_the_shares_page_shows_the_groups_of_shares(browser, dev, admin_token, cluster, tmp_path):
+    # An admin puts vision and nlp in a group (nested quotas) through the HTTP API.
+    policy = tmp_path / "groups.toml"
+    policy.write_text(
+        '[[groups]]\nname = "ml"\nqueue = "q"\nshares = ["vision", "nlp"]\n'
+        'capacity_limits = [ { unit = "a100", max = 8 } ]\nstrategy = "LEND_AND_BORROW"\n'
+        'borrow_limit = -1\n')
+    cluster.apply(policy, dry_run=False)
+    try:
+        assert [g["name"] for g in cluster.groups()] == ["ml"]
+        browser.open(admin_token)
+        rows = browser.until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#groups-now tbody tr[data-group]"), 15,
+            "the groups table")
+        assert [r.get_attribute("data-group") for r in rows] == ["ml"]
+        cells = [c.text for c in rows[0].find_elements(By.TAG_NAME, "td")]
+        assert cells[:4] == ["ml", "LEND_AND_BORROW", "a100", "8"], cells
+        assert cells[5:] == ["none", "vision, nlp"], cells
+        browser.shot("groups")
+    finally:
+        # The session's other tests see the dev cluster's shares stand alone again.
+        cluster.delete_group("ml")
+    assert cluster.groups() == []
+    with pytest.raises(tranche.NotFound):
+        cluster.delete_group("ml")
+
+
 def test_without_a_token_the_page_asks_for_one_and_refuses_a_bad_one(browser):
     browser.d.get("about:blank")
     browser.d.get(f"{browser.base}/ui/#/nodes")

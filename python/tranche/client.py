@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import ConnectionFailed, NotFound, TrancheError, from_response
 
@@ -496,6 +496,10 @@ class Cluster:
         and groups, strategy, and per unit its max and ceiling."""
         groups: list[dict[str, Any]] = self.request("GET", "/api/v1/groups")
         return groups
+
+    def delete_group(self, name: str) -> None:
+        """Deletes a group of shares (admins); its members are then in no group."""
+        self.request("DELETE", f"/api/v1/groups/{quote(name, safe='')}", json={})
 
     def queue(self, limit: int = 20) -> dict[str, Any]:
         """The front of the queue and of each share."""

@@ -57,7 +57,7 @@ impl Modify for Security {
         routes::list_jobs, routes::submit, routes::get_job, routes::update_job,
         routes::cancel_job, routes::hold_job, routes::release_job, routes::explain_job, logs::logs,
         history::history,
-        routes::shares, routes::groups, routes::queue, routes::nodes, routes::drain, routes::resume,
+        routes::shares, routes::groups, routes::delete_group, routes::queue, routes::nodes, routes::drain, routes::resume,
         routes::controllers, routes::apply_policy, stream::events,
     ),
     components(schemas(

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use tranche_model::policy_file;
@@ -38,6 +38,7 @@ pub(crate) fn routes() -> Router<Arc<Api>> {
         .route("/api/v1/history", get(super::history::history))
         .route("/api/v1/shares", get(shares))
         .route("/api/v1/groups", get(groups))
+        .route("/api/v1/groups/{name}", delete(delete_group))
         .route("/api/v1/queue", get(queue))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/nodes/{name}/drain", post(drain))
@@ -513,6 +514,31 @@ pub async fn groups(State(api): State<Arc<Api>>, caller: Caller) -> Result<Json<
         Answer::Groups(g) => Ok(Json(g.iter().map(Into::into).collect())),
         other => Err(unexpected(&other)),
     }
+}
+
+/// Deletes a group of shares (admins); its members are then in no group. A group
+/// another group lists is refused (409) until taken out of it.
+#[utoipa::path(delete, path = "/api/v1/groups/{name}", tag = "cluster",
+    params(("name" = String, Path, description = "The group's name")),
+    responses(
+        (status = 200, body = Done),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
+pub async fn delete_group(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Done>> {
+    let group = tranche_model::ShareName::from(name.as_str());
+    group
+        .validate("name")
+        .map_err(|v| HttpError::invalid(v.field, v.rule))?;
+    api.write(&caller, ClientCommand::DeleteGroup(group))
+        .await?;
+    Ok(Json(Done { done: true }))
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema)]

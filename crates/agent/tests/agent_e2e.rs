@@ -493,6 +493,119 @@ fn a_frozen_agents_jobs_stop_when_its_lease_runs_out() {
     });
 }
 
+/// A small tmpfs mounted for a test, unmounted when dropped (also on failure).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let st = Proc::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tranche-test"])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount tmpfs on {}", at.display());
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Proc::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// An agent whose spool cannot be written (its attempts' file system full) does not
+/// fail the jobs placed on it: each attempt is lost and requeued, and the node drains,
+/// so that no further job is placed there to fail the same way.
+#[test]
+fn a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_job() {
+    let _g = serial();
+    if exec_common::lacks(
+        "a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_job",
+        exec_common::Need::Root,
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let full = Tmpfs::mount(&dir.path().join("attempts-fs"), "64k");
+    let attempts = full.0.join("attempts");
+    std::fs::create_dir_all(&attempts).unwrap();
+    let mut c = cluster(dir.path());
+    agent(
+        &mut c,
+        "n1",
+        "2 x h100",
+        30,
+        &format!("attempts_dir = \"{}\"", attempts.display()),
+    );
+    // Fill the file system to the last byte.
+    let mut i = 0;
+    while std::fs::write(full.0.join(format!("fill{i}")), vec![0u8; 4096]).is_ok() {
+        i += 1;
+    }
+    let _ = std::fs::write(full.0.join("last"), b"x");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let (id, _) = admin
+            .submit(host_job("lender", "full1", "echo should not fail"))
+            .await
+            .unwrap();
+        let j = wait_for(
+            &admin,
+            id,
+            "its attempt lost",
+            Duration::from_secs(30),
+            |j| j.attempts.first().is_some_and(|a| a.end.is_some()),
+        )
+        .await;
+        assert_eq!(
+            j.attempts[0].end,
+            Some(tranche_model::AttemptEnd::Lost),
+            "{j:?}"
+        );
+        assert!(!j.status.is_terminal(), "the job ended: {j:?}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Response::Nodes(nodes)) = admin.read(Query::Nodes, false).await {
+                if let Some(reason) = nodes.first().and_then(|n| n.drain.clone()) {
+                    assert!(reason.contains("cannot write its spool"), "{reason}");
+                    assert!(reason.contains("No space left on device"), "{reason}");
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "the node was never drained");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Drained, the node takes no job: the requeued one waits, and has not failed
+        // (a placement made before the drain is lost the same way).
+        let j = wait_for(&admin, id, "waiting again", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Runnable
+        })
+        .await;
+        assert!(
+            j.failures == 0
+                && j.attempts
+                    .iter()
+                    .all(|a| a.end == Some(tranche_model::AttemptEnd::Lost)),
+            "{j:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let again = wait_for(&admin, id, "still waiting", Duration::from_secs(5), |_| {
+            true
+        })
+        .await;
+        assert_eq!(
+            again.attempts.len(),
+            j.attempts.len(),
+            "placed on the drained node: {again:?}"
+        );
+    });
+    c.kill_agent(0);
+    drop(full);
+}
+
 #[test]
 fn a_container_job_gets_its_gpus_env_and_output() {
     let _g = serial();

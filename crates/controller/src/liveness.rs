@@ -6,27 +6,61 @@
 //! replicated. A controller that becomes leader starts every timer afresh at the moment
 //! it became leader, so no node is judged before its agent has had `unreachable_after`
 //! to reach the new leader.
+//!
+//! The timers run on the controller's monotonic clock, not its wall clock: a wall clock
+//! set forward (by NTP, or an operator) must not make an agent seem silent for longer
+//! than it was, or the leader would mark its node DOWN and requeue its jobs before the
+//! agent's own fence (`fence_after_s`) had stopped them.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use tranche_model::{Millis, NodeName};
 use tranche_state::{Command, State};
 
-/// The leader's record of heartbeats (wall-clock milliseconds), shared by the service
-/// layer, which notes them, and the Raft node task, which judges them.
-#[derive(Default)]
+/// The leader's record of heartbeats (milliseconds of its monotonic clock, see
+/// [`Beats::now_ms`]), shared by the service layer, which notes them, and the Raft node
+/// task, which judges them.
 pub struct Beats {
     leading: AtomicBool,
     /// Since when this controller leads, and each node's latest heartbeat since then.
     inner: Mutex<(Millis, HashMap<NodeName, Millis>)>,
+    origin: Instant,
+}
+
+impl Default for Beats {
+    fn default() -> Self {
+        Beats {
+            leading: AtomicBool::new(false),
+            inner: Mutex::new((0, HashMap::new())),
+            origin: Instant::now(),
+        }
+    }
 }
 
 impl Beats {
-    /// This controller became leader at `now`: every timer starts afresh.
-    pub fn lead(&self, now: Millis) {
+    /// Milliseconds of this controller's monotonic clock (since its `Beats` was made),
+    /// which no change of the wall clock moves: the time heartbeats are noted and judged
+    /// at.
+    pub fn now_ms(&self) -> Millis {
+        self.origin.elapsed().as_millis() as Millis
+    }
+
+    /// This controller became leader now: every timer starts afresh.
+    pub fn lead(&self) {
+        self.lead_at(self.now_ms());
+    }
+
+    /// Notes a heartbeat now; false when this controller does not lead.
+    pub fn note(&self, node: &NodeName) -> bool {
+        self.note_at(node, self.now_ms())
+    }
+
+    /// [`Beats::lead`] at `now` (of [`Beats::now_ms`]).
+    pub fn lead_at(&self, now: Millis) {
         let mut g = self.inner.lock().unwrap();
         *g = (now, HashMap::new());
         self.leading.store(true, Ordering::Release);
@@ -42,8 +76,8 @@ impl Beats {
         self.leading.load(Ordering::Acquire)
     }
 
-    /// Notes a heartbeat; false when this controller does not lead.
-    pub fn note(&self, node: &NodeName, now: Millis) -> bool {
+    /// [`Beats::note`] at `now` (of [`Beats::now_ms`]).
+    pub fn note_at(&self, node: &NodeName, now: Millis) -> bool {
         if !self.leading() {
             return false;
         }
@@ -251,16 +285,28 @@ mod tests {
     #[test]
     fn the_soft_state_is_kept_only_while_leading_and_starts_afresh() {
         let b = Beats::default();
-        assert!(!b.note(&"a".into(), 5), "a follower notes nothing");
-        b.lead(100);
-        assert!(b.note(&"a".into(), 150));
+        assert!(!b.note_at(&"a".into(), 5), "a follower notes nothing");
+        b.lead_at(100);
+        assert!(b.note_at(&"a".into(), 150));
         assert!(
-            b.note(&"a".into(), 120),
+            b.note_at(&"a".into(), 120),
             "an older beat keeps the newer time"
         );
         assert_eq!(b.view(), (100, beats(&[("a", 150)])));
         b.follow();
-        b.lead(900);
+        b.lead_at(900);
         assert_eq!(b.view(), (900, HashMap::new()));
+    }
+
+    #[test]
+    fn the_timers_run_on_the_monotonic_clock() {
+        let b = Beats::default();
+        let t0 = b.now_ms();
+        b.lead();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(b.note(&"a".into()));
+        let (since, beats) = b.view();
+        assert!(since >= t0 && beats[&NodeName::from("a")] >= since + 20);
+        assert!(b.now_ms() >= beats[&NodeName::from("a")]);
     }
 }

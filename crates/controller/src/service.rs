@@ -486,7 +486,7 @@ impl Service {
                 "{who}: only the agent certificate of node {node} may heartbeat for it"
             )));
         }
-        if !self.beats.note(&node, wall_ms()) {
+        if !self.beats.note(&node) {
             let sh = self.shared.read().unwrap();
             let leader = sh.status.leader.and_then(|l| sh.members.get(&l).cloned());
             return Response::Error(ApiError::NotLeader { leader });
@@ -1807,7 +1807,7 @@ mod tests {
             r.service.handle(&n1, beat("n1")).await,
             Response::Error(ApiError::NotLeader { .. })
         ));
-        r.beats.lead(wall_ms());
+        r.beats.lead();
         assert_eq!(
             r.service.handle(&n1, beat("n1")).await,
             Response::Heartbeat { registered: true }

@@ -327,6 +327,32 @@ pub struct ShareGroup {
 }
 
 impl ShareGroup {
+    /// A group of `queue` with these members and one limit, `max` GPUs of `unit`
+    /// (`borrow_limit` unset: no cap for LEND_AND_BORROW).
+    pub fn new(
+        name: &str,
+        queue: &str,
+        shares: &[&str],
+        groups: &[&str],
+        (unit, max): (&str, u32),
+        strategy: Strategy,
+    ) -> ShareGroup {
+        ShareGroup {
+            name: name.into(),
+            queue: queue.into(),
+            shares: shares.iter().map(|s| (*s).into()).collect(),
+            groups: groups.iter().map(|s| (*s).into()).collect(),
+            capacity_limits: vec![CapacityLimit {
+                unit: unit.into(),
+                max,
+            }],
+            resource_sharing: ResourceSharing {
+                strategy,
+                borrow_limit: None,
+            },
+        }
+    }
+
     /// Checks the group on its own; membership across objects (members exist, are in
     /// the group's queue, have one group, nest at most [`MAX_GROUP_DEPTH`] levels) is
     /// checked by the state, which sees them all.

@@ -7,20 +7,7 @@ use tranche_model::*;
 use tranche_state::*;
 
 fn group(name: &str, shares: &[&str], groups: &[&str], max: u32, strategy: Strategy) -> ShareGroup {
-    ShareGroup {
-        name: name.into(),
-        queue: "q".into(),
-        shares: shares.iter().map(|s| (*s).into()).collect(),
-        groups: groups.iter().map(|s| (*s).into()).collect(),
-        capacity_limits: vec![CapacityLimit {
-            unit: "h100".into(),
-            max,
-        }],
-        resource_sharing: ResourceSharing {
-            strategy,
-            borrow_limit: None,
-        },
-    }
+    ShareGroup::new(name, "q", shares, groups, ("h100", max), strategy)
 }
 
 /// The refusal of `cmd`, which must change nothing.

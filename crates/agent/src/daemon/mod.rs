@@ -492,25 +492,31 @@ impl Agent {
                 Err(e) => vec![format!("GPU inventory unreadable: {e}")],
             };
             if let Some(reason) = bad.first() {
-                let already = self.drained_for.lock().unwrap().as_deref() == Some(reason.as_str());
-                if !already {
-                    warn!(%reason, "draining this node");
-                    let r = self
-                        .client
-                        .command(ClientCommand::DrainNode {
-                            node: self.inventory.name.clone(),
-                            reason: reason.clone(),
-                            now: false,
-                        })
-                        .await;
-                    match r {
-                        Ok(Ok(_)) => *self.drained_for.lock().unwrap() = Some(reason.clone()),
-                        Ok(Err(e)) => warn!("drain refused: {e}"),
-                        Err(e) => warn!("drain not delivered: {e}"),
-                    }
-                }
+                self.drain_self(reason).await;
             }
             tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+
+    /// Drains this node with `reason` (once per reason): running jobs finish, nothing new
+    /// is placed, and an operator resumes the node once it is repaired.
+    pub(super) async fn drain_self(&self, reason: &str) {
+        if self.drained_for.lock().unwrap().as_deref() == Some(reason) {
+            return;
+        }
+        warn!(%reason, "draining this node");
+        let r = self
+            .client
+            .command(ClientCommand::DrainNode {
+                node: self.inventory.name.clone(),
+                reason: reason.to_string(),
+                now: false,
+            })
+            .await;
+        match r {
+            Ok(Ok(_)) => *self.drained_for.lock().unwrap() = Some(reason.to_string()),
+            Ok(Err(e)) => warn!("drain refused: {e}"),
+            Err(e) => warn!("drain not delivered: {e}"),
         }
     }
 

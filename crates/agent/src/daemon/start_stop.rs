@@ -109,6 +109,29 @@ impl Agent {
                 self.attempts.lock().unwrap().insert(key, held);
                 self.report_running(key).await;
             }
+            // The node's own storage failed (its spool full, read-only, failing): the
+            // job did nothing wrong. The attempt is lost, so the job is requeued, and the
+            // node drains, so that no other job is placed here to fail the same way.
+            Err(StartError::Exec(e)) if e.node_fault().is_some() => {
+                warn!(
+                    job = item.job.0,
+                    "attempt not started, the node's fault: {e}"
+                );
+                self.progress(
+                    key,
+                    Progress::Lost {
+                        reason: format!("the node could not start it: {e}"),
+                    },
+                )
+                .await;
+                // One reason for every such failure, so that the node drains once.
+                let why = e.node_fault().map(|io| io.to_string()).unwrap_or_default();
+                self.drain_self(&format!(
+                    "the agent cannot write its spool {}: {why}",
+                    self.cfg.spool_dir.display()
+                ))
+                .await;
+            }
             Err(e) => {
                 // A refusal is the user's or the config's doing, not the node's: the
                 // attempt ends with it as its reason and nothing of the job ran.

@@ -143,6 +143,22 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// Where the node's own storage failed (no space or quota left, read-only, an I/O
+    /// error), not the job or its spec, that error: the job may run on another node.
+    pub fn node_fault(&self) -> Option<&io::Error> {
+        match self {
+            ExecError::Io { source, .. }
+                if matches!(
+                    source.raw_os_error(),
+                    Some(nix::libc::ENOSPC | nix::libc::EDQUOT | nix::libc::EROFS | nix::libc::EIO)
+                ) =>
+            {
+                Some(source)
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, path: &Path, source: io::Error) -> ExecError {
         ExecError::Io {
             what: what.into(),

@@ -246,23 +246,7 @@ async fn loans_cut(
         if will >= was {
             continue;
         }
-        let filter = JobFilter {
-            share: Some(s.name.clone()),
-            user: None,
-            status: vec![JobStatus::Running],
-            limit: None,
-            array: None,
-            standing: false,
-        };
-        let jobs = match client
-            .read(Query::Jobs(filter), false)
-            .await
-            .map_err(failed)?
-        {
-            Response::Jobs(j) => j,
-            other => return Err(unexpected(&other)),
-        };
-        for j in jobs {
+        for j in jobs_of(client, s, vec![JobStatus::Running]).await? {
             let Some(started) = j.started_at else {
                 continue;
             };
@@ -334,26 +318,16 @@ async fn preemptible(
     shares: &[&QuotaShare],
 ) -> Result<(), CliError> {
     for s in shares {
-        let filter = JobFilter {
-            share: Some(s.name.clone()),
-            user: None,
-            status: vec![
+        let mut jobs = jobs_of(
+            client,
+            s,
+            vec![
                 JobStatus::Scheduled,
                 JobStatus::Starting,
                 JobStatus::Running,
             ],
-            limit: None,
-            array: None,
-            standing: false,
-        };
-        let mut jobs = match client
-            .read(Query::Jobs(filter), false)
-            .await
-            .map_err(failed)?
-        {
-            Response::Jobs(j) => j,
-            other => return Err(unexpected(&other)),
-        };
+        )
+        .await?;
         jobs.sort_by_key(|j| (j.priority, std::cmp::Reverse(j.started_at)));
         let mut used: BTreeMap<String, u32> = BTreeMap::new();
         for j in &jobs {
@@ -373,4 +347,28 @@ async fn preemptible(
         }
     }
     Ok(())
+}
+
+/// The share's jobs in these states.
+async fn jobs_of(
+    client: &tranche_client::Client,
+    share: &QuotaShare,
+    status: Vec<JobStatus>,
+) -> Result<Vec<tranche_proto::JobSummary>, CliError> {
+    let filter = JobFilter {
+        share: Some(share.name.clone()),
+        user: None,
+        status,
+        limit: None,
+        array: None,
+        standing: false,
+    };
+    match client
+        .read(Query::Jobs(filter), false)
+        .await
+        .map_err(failed)?
+    {
+        Response::Jobs(j) => Ok(j),
+        other => Err(unexpected(&other)),
+    }
 }

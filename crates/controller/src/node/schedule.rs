@@ -128,7 +128,7 @@ impl RaftNode {
             return;
         }
         if !self.beats.leading() {
-            self.beats.lead(wall_ms());
+            self.beats.lead();
         }
         if self.last_liveness.elapsed() < Duration::from_millis(500)
             || self.applied_term != self.raw.raft.term
@@ -143,7 +143,7 @@ impl RaftNode {
         let (since, beats) = self.beats.view();
         let verdicts = {
             let sh = self.shared.read().unwrap();
-            judge(&sh.state, since, &beats, wall_ms(), t)
+            judge(&sh.state, since, &beats, self.beats.now_ms(), t)
         };
         for (name, verdict) in verdicts {
             // A verdict proposed a moment ago is not repeated while it commits.

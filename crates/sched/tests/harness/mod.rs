@@ -144,8 +144,8 @@ impl H {
         self.apply(Command::PutShare(s));
     }
 
-    /// Creates or replaces a group of queue `q` with one limit (`borrow_limit` -1 for
-    /// LEND_AND_BORROW).
+    /// Creates or replaces a group of queue `q` with one limit (LEND_AND_BORROW: no cap
+    /// on borrowing).
     pub fn group(
         &mut self,
         name: &str,
@@ -154,20 +154,14 @@ impl H {
         strategy: Strategy,
         max: u32,
     ) {
-        self.apply(Command::PutGroup(ShareGroup {
-            name: ShareName(name.into()),
-            queue: QUEUE.into(),
-            shares: shares.iter().map(|s| ShareName((*s).into())).collect(),
-            groups: groups.iter().map(|s| ShareName((*s).into())).collect(),
-            capacity_limits: vec![CapacityLimit {
-                unit: Unit("g".into()),
-                max,
-            }],
-            resource_sharing: ResourceSharing {
-                strategy,
-                borrow_limit: (strategy == Strategy::LendAndBorrow).then_some(-1),
-            },
-        }));
+        self.apply(Command::PutGroup(ShareGroup::new(
+            name,
+            QUEUE,
+            shares,
+            groups,
+            ("g", max),
+            strategy,
+        )));
     }
 
     /// Applies a command at the current time; panics if it is refused.

@@ -216,56 +216,27 @@ impl State {
                 })
                 .map(|o| o.name.clone())
         };
-        for (i, m) in g.shares.iter().enumerate() {
-            let field = format!("shares[{i}]");
-            match self.shares.get(m) {
-                None => {
-                    return Err(ValidationError::new(
-                        field,
-                        format!("quota share {m} does not exist"),
-                    )
-                    .into())
+        // Members of either kind: each exists, in the group's queue, in no other group.
+        let shares = g.shares.iter().enumerate().map(|(i, m)| {
+            let queue = self.shares.get(m).map(|s| s.queue.clone());
+            (format!("shares[{i}]"), ("quota share", "share"), m, queue)
+        });
+        let groups = g.groups.iter().enumerate().map(|(i, m)| {
+            let queue = self.groups.get(m).map(|o| o.queue.clone());
+            (format!("groups[{i}]"), ("group", "group"), m, queue)
+        });
+        for (field, (kind, short), m, queue) in shares.chain(groups) {
+            let rule = match queue {
+                None => Some(format!("{kind} {m} does not exist")),
+                Some(q) if q != g.queue => {
+                    Some(format!("{kind} {m} is in queue {q}, not {}", g.queue))
                 }
-                Some(s) if s.queue != g.queue => {
-                    return Err(ValidationError::new(
-                        field,
-                        format!("quota share {m} is in queue {}, not {}", s.queue, g.queue),
-                    )
-                    .into())
-                }
-                Some(_) => {}
-            }
-            if let Some(o) = elsewhere(m) {
-                return Err(ValidationError::new(
-                    field,
-                    format!("quota share {m} is in group {o} already; a share has one group"),
-                )
-                .into());
-            }
-        }
-        for (i, m) in g.groups.iter().enumerate() {
-            let field = format!("groups[{i}]");
-            match self.groups.get(m) {
-                None => {
-                    return Err(
-                        ValidationError::new(field, format!("group {m} does not exist")).into(),
-                    )
-                }
-                Some(o) if o.queue != g.queue => {
-                    return Err(ValidationError::new(
-                        field,
-                        format!("group {m} is in queue {}, not {}", o.queue, g.queue),
-                    )
-                    .into())
-                }
-                Some(_) => {}
-            }
-            if let Some(o) = elsewhere(m) {
-                return Err(ValidationError::new(
-                    field,
-                    format!("group {m} is in group {o} already; a group has one group"),
-                )
-                .into());
+                Some(_) => elsewhere(m).map(|o| {
+                    format!("{kind} {m} is in group {o} already; a {short} has one group")
+                }),
+            };
+            if let Some(rule) = rule {
+                return Err(ValidationError::new(field, rule).into());
             }
         }
         // The groups of the queue as they would be: each one's chain of groups above it

@@ -39,6 +39,10 @@ pub enum Fault {
     /// On the bed: `percent` of the packets on every link of a controller are lost, at
     /// random, both ways.
     Lossy { target: Target, percent: u8 },
+    /// On the bed with iptables: every packet a controller sends or receives is held
+    /// for 20 ms to `max_ms`, drawn for each, so that packets arrive late and out of
+    /// order.
+    Delay { target: Target, max_ms: u16 },
     /// On the bed with libfaketime: a controller's wall clock `offset_s` off.
     SkewClock { target: Target, offset_s: i32 },
     /// On the bed: a controller's disk (its data dir's file system) full; the space
@@ -67,6 +71,7 @@ impl Fault {
             Fault::Bridge => "partition_bridge",
             Fault::OneWay { .. } => "drop_one_way",
             Fault::Lossy { .. } => "lossy_links",
+            Fault::Delay { .. } => "delay",
             Fault::SkewClock { .. } => "skew_clock",
             Fault::DiskFull { .. } => "disk_full",
             Fault::CutAgent { .. } => "cut_agent",
@@ -103,7 +108,12 @@ pub struct Shape {
     pub skew: bool,
     /// Controllers' disks can be filled (the bed gives each a file system).
     pub disk: bool,
+    /// Packets can be delayed (the bed has iptables for its NFQUEUE rules).
+    pub delay: bool,
 }
+
+/// The shortest delay a `delay` fault gives a packet, in ms.
+pub const DELAY_MIN_MS: u64 = 20;
 
 /// Steps drawn one after another (`draw` gives a fault and how long it lasts, then a
 /// pause from `gaps` follows) until their planned time reaches `duration_ms`.
@@ -191,7 +201,7 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
         }
     };
     let controllers = fill(&mut rng, shape.duration_ms, 200..700, |rng| {
-        match rng.gen_range(0..20) {
+        match rng.gen_range(0..22) {
             0..=4 => (
                 Fault::KillController {
                     target: target(&mut *rng),
@@ -227,6 +237,13 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
                     },
                 },
                 rng.gen_range(3_000..8_000),
+            ),
+            20..=21 if shape.delay => (
+                Fault::Delay {
+                    target: target(&mut *rng),
+                    max_ms: rng.gen_range(100..=300),
+                },
+                rng.gen_range(2_000..5_000),
             ),
             16 => (
                 Fault::Lossy {
@@ -290,6 +307,7 @@ mod tests {
             fence_after_ms: 10_000,
             skew: false,
             disk: false,
+            delay: false,
         }
     }
 
@@ -302,6 +320,7 @@ mod tests {
             fence_after_ms: 2_000,
             skew: true,
             disk: true,
+            delay: true,
         };
         assert_eq!(schedule_hosts(3, shape), schedule_hosts(3, shape));
         let mut seen = std::collections::BTreeSet::new();
@@ -313,6 +332,9 @@ mod tests {
                 seen.insert(st.fault.name());
                 if matches!(st.fault, Fault::StopAgent { .. }) && st.hold_ms > shape.down_after_ms {
                     frozen_past_down += 1;
+                }
+                if let Fault::Delay { max_ms, .. } = st.fault {
+                    assert!((100..=300).contains(&max_ms), "{max_ms}");
                 }
                 if let Fault::CutAgent { node } | Fault::AgentMinority { node } = st.fault {
                     assert!(node < 4);
@@ -326,6 +348,7 @@ mod tests {
             "partition_bridge",
             "drop_one_way",
             "lossy_links",
+            "delay",
             "skew_clock",
             "disk_full",
             "cut_agent",

@@ -78,6 +78,21 @@ pub struct DiskFigures {
     pub unrecovered: usize,
 }
 
+/// What the `delay` faults did to the delayed controllers' packets.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DelayFigures {
+    /// Delays applied.
+    pub delays: usize,
+    /// Packets held, all delays together.
+    pub packets: u64,
+    /// Of those, how many left after a packet that came after them.
+    pub reordered: u64,
+    /// The longest a packet was held, in ms.
+    pub max_held_ms: u64,
+    /// Delays that could not be applied or ended with an error.
+    pub errors: usize,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub passed: bool,
@@ -86,6 +101,7 @@ pub struct Summary {
     #[serde(flatten)]
     pub report: Report,
     pub disk_full: DiskFigures,
+    pub delay: DelayFigures,
     /// Peer datagrams the relays dropped while a controller was cut off.
     pub relay_dropped: u64,
     /// Seconds from the first fault to the end of the checks.
@@ -290,6 +306,7 @@ struct Procs {
     /// The packets each fault track has lost (applied together).
     drops: Mutex<[Drops; 2]>,
     disk: Mutex<DiskFigures>,
+    delay: Mutex<DelayFigures>,
     /// One client per controller, for leader lookups and digests.
     probes: Vec<Client>,
     ids: Vec<u64>,
@@ -524,6 +541,38 @@ impl Procs {
                 }
                 return Some(format!("c{}{offset_s:+}s", self.ids[i]));
             }
+            Fault::Delay { target, max_ms } => {
+                // Each packet of a controller held for its own time: late and reordered.
+                let i = self.pick(target, rng).await;
+                let host = match &*self.cluster.lock().unwrap() {
+                    Fleet::Hosts(b) => b.controllers[i].host.clone(),
+                    Fleet::Local { .. } => return None,
+                };
+                let ms = faults::DELAY_MIN_MS..=u64::from(max_ms);
+                let applied = match &*self.cluster.lock().unwrap() {
+                    Fleet::Hosts(b) => b.delay(&host, ms),
+                    Fleet::Local { .. } => Ok(()),
+                };
+                tokio::time::sleep(hold).await;
+                let ended = match &*self.cluster.lock().unwrap() {
+                    Fleet::Hosts(b) => b.undelay(&host.ns),
+                    Fleet::Local { .. } => None,
+                };
+                let mut d = self.delay.lock().unwrap();
+                match applied.and_then(|()| ended.unwrap_or(Err("no delay to end".into()))) {
+                    Ok(s) => {
+                        d.delays += 1;
+                        d.packets += s.packets;
+                        d.reordered += s.reordered;
+                        d.max_held_ms = d.max_held_ms.max(s.max_held_ms);
+                    }
+                    Err(e) => {
+                        eprintln!("tranche-nemesis: delaying c{}: {e}", self.ids[i]);
+                        d.errors += 1;
+                    }
+                }
+                return Some(format!("c{}~{max_ms}ms", self.ids[i]));
+            }
             Fault::DiskFull { target } => {
                 let i = self.pick(target, rng).await;
                 let with_bed = |f: &dyn Fn(&Bed) -> Result<(), String>| {
@@ -611,6 +660,13 @@ impl Procs {
         self.set_drops(0, Vec::new());
         self.set_drops(1, Vec::new());
         let mut c = self.cluster.lock().unwrap();
+        if let Fleet::Hosts(b) = &*c {
+            for r in b.undelay_all() {
+                if let Err(e) = r {
+                    eprintln!("tranche-nemesis: {e}");
+                }
+            }
+        }
         for i in 0..c.controllers() {
             signal(c.controller_pid(i), Signal::SIGCONT);
             if !c.is_running(i) {
@@ -879,6 +935,7 @@ async fn setup(
         net,
         drops: Mutex::new([Vec::new(), Vec::new()]),
         disk: Mutex::default(),
+        delay: Mutex::default(),
         probes,
         ids: (1..=CONTROLLERS as u64).collect(),
     });
@@ -949,6 +1006,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         fence_after_ms: timing.fence_after_s * 1000,
         skew: hosts && crate::bed::find_faketime().is_some(),
         disk: hosts,
+        delay: hosts && crate::bed::find_iptables().is_some(),
     };
     let schedule = match hosts {
         true => faults::schedule_hosts(seed, shape),
@@ -1062,9 +1120,11 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
     });
     write_history(&dir, &ops, &faults);
     let disk_full = procs.disk.lock().unwrap().clone();
+    let delay = procs.delay.lock().unwrap().clone();
     let summary = Summary {
-        passed: report.passed() && disk_full.unrecovered == 0,
+        passed: report.passed() && disk_full.unrecovered == 0 && delay.errors == 0,
         disk_full,
+        delay,
         seed,
         duration_s: args.duration,
         relay_dropped: cuts.dropped.load(Ordering::Relaxed),

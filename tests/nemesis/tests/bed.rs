@@ -193,3 +193,81 @@ fn a_failure_or_a_kill_leaves_nothing_once_swept() {
     assert!(live.child.wait().unwrap().success());
     assert_eq!(common::settle(&live.tag), Vec::<String>::new());
 }
+
+/// A scratch network namespace (not a bed's: its name is not `trb-`), deleted when
+/// dropped, also when the test fails.
+struct Scratch(String);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_delay_rule_left_behind_is_found_and_swept() {
+    if !common::can_run("a_delay_rule_left_behind_is_found_and_swept") {
+        return;
+    }
+    if Command::new("iptables").arg("-V").output().is_err() {
+        common::not_run(
+            "a_delay_rule_left_behind_is_found_and_swept",
+            "needs iptables (Debian package iptables)",
+        );
+        return;
+    }
+    // The rule a delay adds, as a run whose process is gone (pid 1 is no nemesis) would
+    // leave it, in a namespace of this test's: sweep and its check look at the
+    // namespace they run in.
+    let ns = Scratch(format!("trq-{}", std::process::id()));
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns.0])
+        .status()
+        .unwrap()
+        .success());
+    let rule = [
+        "OUTPUT",
+        "-d",
+        "192.0.2.1/32",
+        "-m",
+        "comment",
+        "--comment",
+        "trb-1-delay",
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        "7",
+        "--queue-bypass",
+    ];
+    let st = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "iptables", "-w", "-A"])
+        .args(rule)
+        .status()
+        .unwrap();
+    assert!(st.success(), "adding the rule");
+    let in_ns = |args: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", &ns.0])
+            .arg(nemesis())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = in_ns(&["sweep", "--check"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "the check fails: {said}");
+    assert!(
+        said.contains("left behind: iptables rule -A OUTPUT -d 192.0.2.1/32")
+            && said.contains("trb-1-delay"),
+        "{said}"
+    );
+    let out = in_ns(&["sweep"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("removed iptables rule -A OUTPUT"), "{said}");
+    let save = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "iptables-save"])
+        .output()
+        .unwrap();
+    let save = String::from_utf8_lossy(&save.stdout);
+    assert!(!save.contains("trb-1-delay"), "{save}");
+}

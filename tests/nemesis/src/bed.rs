@@ -25,8 +25,9 @@
 //! accepting it, so that packets overtake each other ([`Bed::delay`]).
 //!
 //! Each controller's data dir can sit on a small tmpfs of its own ([`Bed::fill`] fills
-//! it). Where libfaketime is installed, each controller runs with it preloaded and a clock
-//! file of its own, so that its wall clock can be set minutes off ([`Bed::skew`]).
+//! it). Where libfaketime is installed, each controller and agent runs with it preloaded
+//! and a clock file of its own, so that its wall clock can be set minutes off
+//! ([`Bed::skew`], [`Bed::skew_agent`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -123,8 +124,9 @@ pub struct BedOptions {
     /// Each controller's data dir on a file system of its own of this many MiB (a
     /// tmpfs), which [`Bed::fill`] can fill.
     pub disk_mib: Option<u64>,
-    /// libfaketime (its multi-threaded build): when set, each controller runs with it,
-    /// its wall clock offset by what its clock file says ([`Bed::skew`]).
+    /// libfaketime (its multi-threaded build): when set, each controller and agent runs
+    /// with it, its wall clock offset by what its clock file says ([`Bed::skew`],
+    /// [`Bed::skew_agent`]).
     pub faketime: Option<PathBuf>,
 }
 
@@ -888,20 +890,51 @@ impl Bed {
         std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// Controller `i`'s clock file: its wall clock's offset, in libfaketime's terms.
-    fn clock_file(&self, i: usize) -> PathBuf {
-        self.dir.join(format!("clock-c{}", self.controllers[i].id))
+    /// The clock file of host `name`: its wall clock's offset, in libfaketime's terms.
+    fn clock_file(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("clock-{name}"))
     }
 
-    /// Sets controller `i`'s wall clock `offset_s` seconds off (0: right again); it
-    /// takes effect within a second. Its monotonic clock (timers, elections) is never
-    /// touched. An error when the bed runs without libfaketime.
-    pub fn skew(&self, i: usize, offset_s: i64) -> Result<(), String> {
+    /// Sets host `name`'s wall clock `offset_s` seconds off (0: right again); it takes
+    /// effect within a second. Its monotonic clocks (timers, elections, the agent's
+    /// lease) are never touched. An error when the bed runs without libfaketime.
+    fn set_clock(&self, name: &str, offset_s: i64) -> Result<(), String> {
         if self.opts.faketime.is_none() {
             return Err("clock skew needs libfaketime (Debian package faketime)".into());
         }
-        let f = self.clock_file(i);
+        let f = self.clock_file(name);
         std::fs::write(&f, format!("{offset_s:+}\n")).map_err(|e| format!("{}: {e}", f.display()))
+    }
+
+    /// Sets controller `i`'s wall clock `offset_s` seconds off (see [`Bed::set_clock`]).
+    pub fn skew(&self, i: usize, offset_s: i64) -> Result<(), String> {
+        self.set_clock(&self.controllers[i].host.name, offset_s)
+    }
+
+    /// Sets agent `i`'s wall clock `offset_s` seconds off: the agent's daemon only, not
+    /// the shims it starts, which write the GPU ledger the checker compares across
+    /// nodes (see [`Bed::start_agent`]).
+    pub fn skew_agent(&self, i: usize, offset_s: i64) -> Result<(), String> {
+        self.set_clock(&self.agents[i].host.name, offset_s)
+    }
+
+    /// `env` arguments that preload libfaketime with host `name`'s clock file (made,
+    /// right, if missing), and then `program`; `None` without libfaketime.
+    fn faked(&self, name: &str, program: &Path) -> Result<Option<Vec<String>>, String> {
+        let Some(lib) = &self.opts.faketime else {
+            return Ok(None);
+        };
+        let clock = self.clock_file(name);
+        if !clock.exists() {
+            self.set_clock(name, 0)?;
+        }
+        Ok(Some(vec![
+            format!("LD_PRELOAD={}", lib.display()),
+            format!("FAKETIME_TIMESTAMP_FILE={}", clock.display()),
+            "FAKETIME_CACHE_DURATION=1".to_string(),
+            "FAKETIME_DONT_FAKE_MONOTONIC=1".to_string(),
+            program.to_string_lossy().into_owned(),
+        ]))
     }
 
     /// Delays every packet `host` sends or receives on its `eth0` by a time drawn from
@@ -957,29 +990,18 @@ impl Bed {
         }
         let c = &self.controllers[i];
         let config = c.config.to_string_lossy().into_owned();
-        let tranched = self.opts.tranched.to_string_lossy().into_owned();
-        let child = match &self.opts.faketime {
+        // `ip netns exec NS env ... tranched`: libfaketime is loaded into the daemon
+        // only, not into `ip`.
+        let child = match self.faked(&c.host.name, &self.opts.tranched)? {
             None => self.spawn(
                 &c.host.ns,
                 &self.opts.tranched,
                 &["--config", &config],
                 &c.log,
             )?,
-            Some(lib) => {
-                let clock = self.clock_file(i);
-                if !clock.exists() {
-                    self.skew(i, 0)?;
-                }
-                // `ip netns exec NS env ... tranched`: libfaketime is loaded into the
-                // daemon only, not into `ip`.
-                let env = [
-                    format!("LD_PRELOAD={}", lib.display()),
-                    format!("FAKETIME_TIMESTAMP_FILE={}", clock.display()),
-                    "FAKETIME_CACHE_DURATION=1".to_string(),
-                    "FAKETIME_DONT_FAKE_MONOTONIC=1".to_string(),
-                ];
-                let mut args: Vec<&str> = env.iter().map(String::as_str).collect();
-                args.extend([tranched.as_str(), "--config", &config]);
+            Some(mut env) => {
+                env.extend(["--config".to_string(), config]);
+                let args: Vec<&str> = env.iter().map(String::as_str).collect();
                 self.spawn(&c.host.ns, Path::new("env"), &args, &c.log)?
             }
         };
@@ -1002,14 +1024,50 @@ impl Bed {
         }
         let a = &self.agents[i];
         let config = a.config.to_string_lossy().into_owned();
-        let child = self.spawn(
-            &a.host.ns,
-            &self.opts.agent_bin,
-            &["run", "--config", &config],
-            &a.log,
-        )?;
+        let child = match self.faked(&a.host.name, &self.opts.agent_bin)? {
+            None => self.spawn(
+                &a.host.ns,
+                &self.opts.agent_bin,
+                &["run", "--config", &config],
+                &a.log,
+            )?,
+            Some(mut env) => {
+                // The daemon's clock is skewed, its shims' is not: they run from a link
+                // of another name (libfaketime tells programs apart by their name), so
+                // the GPU ledger they write, the checker's evidence, keeps true time.
+                let shim = self.shim_link()?;
+                let program = env.pop().expect("the program");
+                let name = Path::new(&program)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                env.extend([
+                    format!("FAKETIME_ONLY_CMDS={name}"),
+                    format!("TRANCHE_AGENT_BIN={}", shim.display()),
+                    program,
+                    "run".into(),
+                    "--config".into(),
+                    config,
+                ]);
+                let args: Vec<&str> = env.iter().map(String::as_str).collect();
+                self.spawn(&a.host.ns, Path::new("env"), &args, &a.log)?
+            }
+        };
         self.agents[i].child = Some(child);
         Ok(())
+    }
+
+    /// `<dir>/bin/tranche-shim`, a link to the agent's binary that its shims run from.
+    fn shim_link(&self) -> Result<PathBuf, String> {
+        let link = self.dir.join("bin").join("tranche-shim");
+        if !link.exists() {
+            let bin = std::fs::canonicalize(&self.opts.agent_bin)
+                .map_err(|e| format!("{}: {e}", self.opts.agent_bin.display()))?;
+            std::fs::create_dir_all(link.parent().expect("bin"))
+                .and_then(|()| std::os::unix::fs::symlink(&bin, &link))
+                .map_err(|e| format!("{}: {e}", link.display()))?;
+        }
+        Ok(link)
     }
 
     pub fn agent_running(&mut self, i: usize) -> bool {

@@ -50,6 +50,14 @@ pub enum Fault {
     DiskFull { target: Target },
     /// On the bed: an agent cut from every controller.
     CutAgent { node: usize },
+    /// On the bed with libfaketime: an agent's wall clock `offset_s` off; with
+    /// `restart`, the agent is killed and started again halfway (it adopts its jobs
+    /// with its clock off).
+    SkewAgentClock {
+        node: usize,
+        offset_s: i32,
+        restart: bool,
+    },
     /// On the bed: an agent that reaches one follower only (a minority).
     AgentMinority { node: usize },
 }
@@ -75,6 +83,7 @@ impl Fault {
             Fault::SkewClock { .. } => "skew_clock",
             Fault::DiskFull { .. } => "disk_full",
             Fault::CutAgent { .. } => "cut_agent",
+            Fault::SkewAgentClock { .. } => "skew_agent_clock",
             Fault::AgentMinority { .. } => "agent_minority",
         }
     }
@@ -200,6 +209,10 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
             Target::Follower
         }
     };
+    let offset = |rng: &mut StdRng| match rng.gen_bool(0.5) {
+        true => rng.gen_range(60..300),
+        false => -rng.gen_range(60..300),
+    };
     let controllers = fill(&mut rng, shape.duration_ms, 200..700, |rng| {
         match rng.gen_range(0..22) {
             0..=4 => (
@@ -231,10 +244,7 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
             18 if shape.skew => (
                 Fault::SkewClock {
                     target: target(&mut *rng),
-                    offset_s: match rng.gen_bool(0.5) {
-                        true => rng.gen_range(60..300),
-                        false => -rng.gen_range(60..300),
-                    },
+                    offset_s: offset(&mut *rng),
                 },
                 rng.gen_range(3_000..8_000),
             ),
@@ -265,8 +275,16 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
         0 => Vec::new(),
         n => fill(&mut rng, shape.duration_ms, 300..1_000, |rng| {
             let node = rng.gen_range(0..n);
-            match rng.gen_range(0..10) {
+            match rng.gen_range(0..12) {
                 0..=2 => (Fault::KillAgent { node }, rng.gen_range(200..1_200)),
+                10 if shape.skew => (
+                    Fault::SkewAgentClock {
+                        node,
+                        offset_s: offset(&mut *rng),
+                        restart: rng.gen_bool(0.5),
+                    },
+                    rng.gen_range(4_000..10_000),
+                ),
                 // A frozen agent: half of them past down_after, when the controllers
                 // requeue its jobs, which its shims have stopped once its lease ran
                 // out (fence_after after its last contact).
@@ -333,6 +351,11 @@ mod tests {
                 if matches!(st.fault, Fault::StopAgent { .. }) && st.hold_ms > shape.down_after_ms {
                     frozen_past_down += 1;
                 }
+                if let Fault::SkewClock { offset_s, .. } | Fault::SkewAgentClock { offset_s, .. } =
+                    st.fault
+                {
+                    assert!((60..300).contains(&offset_s.abs()), "{offset_s}");
+                }
                 if let Fault::Delay { max_ms, .. } = st.fault {
                     assert!((100..=300).contains(&max_ms), "{max_ms}");
                 }
@@ -350,6 +373,7 @@ mod tests {
             "lossy_links",
             "delay",
             "skew_clock",
+            "skew_agent_clock",
             "disk_full",
             "cut_agent",
             "agent_minority",

@@ -460,6 +460,14 @@ impl Procs {
         }
     }
 
+    /// Runs `f` on the bed (not on 127.0.0.1), saying what failed; its result.
+    fn on_bed<T>(&self, f: impl FnOnce(&mut Bed) -> Result<T, String>) -> Option<T> {
+        match &mut *self.cluster.lock().unwrap() {
+            Fleet::Hosts(b) => f(b).map_err(|e| eprintln!("tranche-nemesis: {e}")).ok(),
+            Fleet::Local { .. } => None,
+        }
+    }
+
     /// Applies, holds and heals a fault only the bed has (the network's, a clock's, a
     /// disk's); `None` for the other kinds.
     async fn bed_fault(
@@ -528,17 +536,9 @@ impl Procs {
                 // A wall clock off by minutes: elections and timers run on the
                 // monotonic clock, which stays right.
                 let i = self.pick(target, rng).await;
-                let skew = |s| match &*self.cluster.lock().unwrap() {
-                    Fleet::Hosts(b) => b.skew(i, s),
-                    Fleet::Local { .. } => Ok(()),
-                };
-                if let Err(e) = skew(offset_s.into()) {
-                    eprintln!("tranche-nemesis: {e}");
-                }
+                self.on_bed(|b| b.skew(i, offset_s.into()));
                 tokio::time::sleep(hold).await;
-                if let Err(e) = skew(0) {
-                    eprintln!("tranche-nemesis: {e}");
-                }
+                self.on_bed(|b| b.skew(i, 0));
                 return Some(format!("c{}{offset_s:+}s", self.ids[i]));
             }
             Fault::Delay { target, max_ms } => {
@@ -607,6 +607,29 @@ impl Procs {
                 }
                 let how = if exited { " (exited)" } else { "" };
                 return Some(format!("c{}{how}", self.ids[i]));
+            }
+            Fault::SkewAgentClock {
+                node,
+                offset_s,
+                restart,
+            } => {
+                // An agent's wall clock off by minutes; half the time it is restarted
+                // with it, and adopts its jobs. Its lease and timers run on clocks
+                // that stay right.
+                self.on_bed(|b| b.skew_agent(node, offset_s.into()));
+                if restart {
+                    tokio::time::sleep(hold / 2).await;
+                    self.on_bed(|b| {
+                        b.kill_agent(node);
+                        b.start_agent(node)
+                    });
+                    tokio::time::sleep(hold - hold / 2).await;
+                } else {
+                    tokio::time::sleep(hold).await;
+                }
+                self.on_bed(|b| b.skew_agent(node, 0));
+                let how = if restart { " (restarted)" } else { "" };
+                return Some(format!("n{node}{offset_s:+}s{how}"));
             }
             Fault::CutAgent { node } => {
                 // The agent with the most GPUs in use, so that the cut has jobs to fence.

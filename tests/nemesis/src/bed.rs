@@ -34,6 +34,7 @@ use std::fs::File;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,6 +125,12 @@ pub struct BedOptions {
     /// Each controller's data dir on a file system of its own of this many MiB (a
     /// tmpfs), which [`Bed::fill`] can fill.
     pub disk_mib: Option<u64>,
+    /// Each agent's spool on a file system of its own of this many MiB (a tmpfs), which
+    /// [`Bed::fill_agent`] can fill. Its GPU ledger is a link to a file beside the
+    /// bed's configs, off that file system, so that a full spool cannot cut the
+    /// checker's evidence short (on a node, the shims log the lines they could not
+    /// write and go on).
+    pub agent_disk_mib: Option<u64>,
     /// libfaketime (its multi-threaded build): when set, each controller and agent runs
     /// with it, its wall clock offset by what its clock file says ([`Bed::skew`],
     /// [`Bed::skew_agent`]).
@@ -709,7 +716,8 @@ impl Bed {
             bed.agents.push(BedAgent {
                 host: host(&node, 21 + n),
                 config: bed.dir.join(format!("agent-{node}.toml")),
-                spool: bed.dir.join(format!("spool-{node}")),
+                // The spool's name is the node's: cgroups are named after it.
+                spool: bed.dir.join(&node).join(format!("spool-{node}")),
                 log: bed.dir.join(format!("agent-{node}.log")),
                 node,
                 child: None,
@@ -841,53 +849,88 @@ impl Bed {
         Ok(())
     }
 
-    /// Each controller's disk: its data dir's parent, a tmpfs of `disk_mib` when set.
-    fn disks(&mut self) -> Result<(), String> {
-        for i in 0..self.controllers.len() {
-            let data = self.controllers[i].data_dir.clone();
-            let disk = data.parent().expect("a data dir's disk").to_path_buf();
-            std::fs::create_dir_all(&disk).map_err(|e| format!("{}: {e}", disk.display()))?;
-            if let Some(mib) = self.opts.disk_mib {
-                let d = disk.to_string_lossy().into_owned();
-                let size = format!("size={mib}m,mode=0700");
-                sh("mount", &["-t", "tmpfs", "-o", &size, "tmpfs", &d])?;
-                self.mounts.push(disk);
-            }
-            std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+    /// Mounts a tmpfs of `mib` MiB on `disk` (made first), to be unmounted at teardown.
+    fn mount_disk(&mut self, disk: &Path, mib: Option<u64>) -> Result<(), String> {
+        std::fs::create_dir_all(disk).map_err(|e| format!("{}: {e}", disk.display()))?;
+        if let Some(mib) = mib {
+            let d = disk.to_string_lossy().into_owned();
+            let size = format!("size={mib}m,mode=0700");
+            sh("mount", &["-t", "tmpfs", "-o", &size, "tmpfs", &d])?;
+            self.mounts.push(disk.to_path_buf());
         }
         Ok(())
     }
 
-    fn ballast(&self, i: usize) -> PathBuf {
-        let data = &self.controllers[i].data_dir;
-        data.parent().expect("a data dir's disk").join("ballast")
+    /// Each controller's disk: its data dir's parent, a tmpfs of `disk_mib` when set;
+    /// each agent's: its spool's parent, a tmpfs of `agent_disk_mib` when set. The GPU
+    /// ledger, the checker's evidence, is kept off the agent's disk (see
+    /// [`BedOptions::agent_disk_mib`]).
+    fn disks(&mut self) -> Result<(), String> {
+        for i in 0..self.controllers.len() {
+            let data = self.controllers[i].data_dir.clone();
+            self.mount_disk(
+                data.parent().expect("a data dir's disk"),
+                self.opts.disk_mib,
+            )?;
+            std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        }
+        for i in 0..self.agents.len() {
+            let spool = self.agents[i].spool.clone();
+            self.mount_disk(
+                spool.parent().expect("a spool's disk"),
+                self.opts.agent_disk_mib,
+            )?;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&spool)
+                .map_err(|e| format!("{}: {e}", spool.display()))?;
+            let ledger = self.dir.join(format!("ledger-{}.log", self.agents[i].node));
+            std::os::unix::fs::symlink(
+                &ledger,
+                spool.join(tranche_agent::exec::ledger::GPU_LEDGER),
+            )
+            .map_err(|e| format!("{}: {e}", ledger.display()))?;
+        }
+        Ok(())
     }
 
-    /// Fills controller `i`'s disk: a file beside its data dir grows until the file
-    /// system has no space left. Returns the bytes it took.
+    /// Controller `i`'s disk.
+    fn disk(&self, i: usize) -> &Path {
+        self.controllers[i]
+            .data_dir
+            .parent()
+            .expect("a data dir's disk")
+    }
+
+    /// Agent `i`'s disk.
+    fn agent_disk(&self, i: usize) -> &Path {
+        self.agents[i].spool.parent().expect("a spool's disk")
+    }
+
+    /// Fills controller `i`'s disk ([`fill_disk`]).
     pub fn fill(&self, i: usize) -> Result<u64, String> {
         if self.opts.disk_mib.is_none() {
             return Err("a full disk needs the bed's disks (disk_mib)".into());
         }
-        let path = self.ballast(i);
-        let mut f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let chunk = vec![0u8; 1 << 20];
-        let mut n = 0u64;
-        loop {
-            match f.write(&chunk) {
-                Ok(0) => break,
-                Ok(k) => n += k as u64,
-                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
-                Err(e) => return Err(format!("{}: {e}", path.display())),
-            }
-        }
-        Ok(n)
+        fill_disk(self.disk(i))
     }
 
     /// Gives controller `i`'s disk its space back.
     pub fn unfill(&self, i: usize) -> Result<(), String> {
-        let path = self.ballast(i);
-        std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
+        unfill_disk(self.disk(i))
+    }
+
+    /// Fills agent `i`'s disk, its spool's file system ([`fill_disk`]).
+    pub fn fill_agent(&self, i: usize) -> Result<u64, String> {
+        if self.opts.agent_disk_mib.is_none() {
+            return Err("a full spool needs the bed's agent disks (agent_disk_mib)".into());
+        }
+        fill_disk(self.agent_disk(i))
+    }
+
+    /// Gives agent `i`'s disk its space back.
+    pub fn unfill_agent(&self, i: usize) -> Result<(), String> {
+        unfill_disk(self.agent_disk(i))
     }
 
     /// The clock file of host `name`: its wall clock's offset, in libfaketime's terms.
@@ -1228,6 +1271,30 @@ impl Drop for Bed {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// Fills the file system of `disk`: a file in it grows until no space is left.
+/// Returns the bytes it took.
+fn fill_disk(disk: &Path) -> Result<u64, String> {
+    let path = disk.join("ballast");
+    let mut f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let chunk = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        match f.write(&chunk) {
+            Ok(0) => break,
+            Ok(k) => n += k as u64,
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+    }
+    Ok(n)
+}
+
+/// Gives `disk` the space [`fill_disk`] took back.
+fn unfill_disk(disk: &Path) -> Result<(), String> {
+    let path = disk.join("ballast");
+    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Unmounts `path` (lazily, if it is still busy).

@@ -58,6 +58,9 @@ pub enum Fault {
         offset_s: i32,
         restart: bool,
     },
+    /// On the bed: an agent's spool (its file system) full; the space comes back when
+    /// it heals.
+    AgentDiskFull { node: usize },
     /// On the bed: an agent that reaches one follower only (a minority).
     AgentMinority { node: usize },
 }
@@ -84,6 +87,7 @@ impl Fault {
             Fault::DiskFull { .. } => "disk_full",
             Fault::CutAgent { .. } => "cut_agent",
             Fault::SkewAgentClock { .. } => "skew_agent_clock",
+            Fault::AgentDiskFull { .. } => "agent_disk_full",
             Fault::AgentMinority { .. } => "agent_minority",
         }
     }
@@ -117,6 +121,9 @@ pub struct Shape {
     pub skew: bool,
     /// Controllers' disks can be filled (the bed gives each a file system).
     pub disk: bool,
+    /// Agents' spools can be filled (the bed gives each a file system; off unless
+    /// asked for, see `--agent-disk-full`).
+    pub agent_disk: bool,
     /// Packets can be delayed (the bed has iptables for its NFQUEUE rules).
     pub delay: bool,
 }
@@ -285,6 +292,9 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
                     },
                     rng.gen_range(4_000..10_000),
                 ),
+                11 if shape.agent_disk => {
+                    (Fault::AgentDiskFull { node }, rng.gen_range(3_000..8_000))
+                }
                 // A frozen agent: half of them past down_after, when the controllers
                 // requeue its jobs, which its shims have stopped once its lease ran
                 // out (fence_after after its last contact).
@@ -325,6 +335,7 @@ mod tests {
             fence_after_ms: 10_000,
             skew: false,
             disk: false,
+            agent_disk: false,
             delay: false,
         }
     }
@@ -338,6 +349,7 @@ mod tests {
             fence_after_ms: 2_000,
             skew: true,
             disk: true,
+            agent_disk: true,
             delay: true,
         };
         assert_eq!(schedule_hosts(3, shape), schedule_hosts(3, shape));
@@ -375,6 +387,7 @@ mod tests {
             "skew_clock",
             "skew_agent_clock",
             "disk_full",
+            "agent_disk_full",
             "cut_agent",
             "agent_minority",
             "kill_controller",

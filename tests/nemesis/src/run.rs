@@ -43,7 +43,11 @@ const HOSTS_TIME_LIMIT_S: u64 = 60;
 /// On the bed each controller's data dir is on a tmpfs of this size (a 10-minute run
 /// writes about 5 MiB), which a `disk_full` fault fills.
 const HOSTS_DISK_MIB: u64 = 64;
-/// How long a controller has to answer again once its disk has space again.
+/// On the bed each agent's spool is on a tmpfs of this size, which an
+/// `agent_disk_full` fault fills.
+const HOSTS_AGENT_DISK_MIB: u64 = 32;
+/// How long a controller has to answer again once its disk has space again (and an
+/// agent to be up again once its spool has).
 const DISK_RECOVERY: Duration = Duration::from_secs(30);
 
 /// Waits until a controller (one client each in `probes`) says it leads.
@@ -65,17 +69,27 @@ async fn wait_leader(probes: &[Client], timeout: Duration) -> Result<(), String>
     .await
 }
 
-/// What the `disk_full` faults did.
+/// What the `disk_full` faults (or the `agent_disk_full` ones) did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DiskFigures {
     /// Disks filled.
     pub fills: usize,
-    /// Of those, how often the controller exited (and was started again).
+    /// Of those, how often the controller (the agent) exited, and was started again.
     pub exits: usize,
-    /// The longest time from the space coming back to the controller answering, in ms.
+    /// The longest time from the space coming back to the controller answering (the
+    /// agent's node being up: neither unreachable nor DOWN), in ms.
     pub recover_max_ms: u64,
-    /// Controllers that did not answer within 30 s of the space coming back.
+    /// Controllers (agents) that did not recover within 30 s of the space coming back.
     pub unrecovered: usize,
+}
+
+impl DiskFigures {
+    fn add(&mut self, exited: bool, recovery: Duration, recovered: bool) {
+        self.fills += 1;
+        self.exits += usize::from(exited);
+        self.recover_max_ms = self.recover_max_ms.max(recovery.as_millis() as u64);
+        self.unrecovered += usize::from(!recovered);
+    }
 }
 
 /// What the `delay` faults did to the delayed controllers' packets.
@@ -101,6 +115,7 @@ pub struct Summary {
     #[serde(flatten)]
     pub report: Report,
     pub disk_full: DiskFigures,
+    pub agent_disk_full: DiskFigures,
     pub delay: DelayFigures,
     /// Peer datagrams the relays dropped while a controller was cut off.
     pub relay_dropped: u64,
@@ -306,6 +321,7 @@ struct Procs {
     /// The packets each fault track has lost (applied together).
     drops: Mutex<[Drops; 2]>,
     disk: Mutex<DiskFigures>,
+    agent_disk: Mutex<DiskFigures>,
     delay: Mutex<DelayFigures>,
     /// One client per controller, for leader lookups and digests.
     probes: Vec<Client>,
@@ -369,6 +385,31 @@ impl Procs {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// Waits (up to `timeout`) for agent `i`'s node to be up (neither unreachable nor
+    /// DOWN) as a controller that answers sees it; false if it was not.
+    async fn node_up(&self, i: usize, timeout: Duration) -> bool {
+        let name = format!("n{i}");
+        let req = ClientRequest::Read {
+            query: Query::Nodes,
+            stale: true,
+        };
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            for p in &self.probes {
+                if let Ok(Response::Nodes(ns)) = p.request_to(0, &req).await {
+                    if ns.iter().any(|n| {
+                        n.inventory.name.as_str() == name && n.down.is_none() && !n.unreachable
+                    }) {
+                        return true;
+                    }
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         false
     }
@@ -598,13 +639,7 @@ impl Procs {
                 };
                 let t0 = Instant::now();
                 let back = self.answers(i, DISK_RECOVERY).await;
-                let mut d = self.disk.lock().unwrap();
-                d.fills += 1;
-                d.exits += usize::from(exited);
-                d.recover_max_ms = d.recover_max_ms.max(t0.elapsed().as_millis() as u64);
-                if !back {
-                    d.unrecovered += 1;
-                }
+                self.disk.lock().unwrap().add(exited, t0.elapsed(), back);
                 let how = if exited { " (exited)" } else { "" };
                 return Some(format!("c{}{how}", self.ids[i]));
             }
@@ -630,6 +665,31 @@ impl Procs {
                 self.on_bed(|b| b.skew_agent(node, 0));
                 let how = if restart { " (restarted)" } else { "" };
                 return Some(format!("n{node}{offset_s:+}s{how}"));
+            }
+            Fault::AgentDiskFull { node } => {
+                // The busiest agent's spool full: its jobs go on or are requeued, never
+                // fail for it; once the space is back its node must be up again.
+                let node = self.busiest().await.unwrap_or(node);
+                self.on_bed(|b| b.fill_agent(node));
+                tokio::time::sleep(hold).await;
+                self.on_bed(|b| b.unfill_agent(node));
+                let exited = self
+                    .on_bed(|b| {
+                        let exited = !b.agent_running(node);
+                        if exited {
+                            b.start_agent(node)?;
+                        }
+                        Ok(exited)
+                    })
+                    .unwrap_or(false);
+                let t0 = Instant::now();
+                let back = self.node_up(node, DISK_RECOVERY).await;
+                self.agent_disk
+                    .lock()
+                    .unwrap()
+                    .add(exited, t0.elapsed(), back);
+                let how = if exited { " (exited)" } else { "" };
+                return Some(format!("n{node}{how}"));
             }
             Fault::CutAgent { node } => {
                 // The agent with the most GPUs in use, so that the cut has jobs to fence.
@@ -852,6 +912,7 @@ pub fn bed_options(args: &Args) -> Result<BedOptions, String> {
         keep: args.keep,
         faketime: crate::bed::find_faketime(),
         disk_mib: Some(HOSTS_DISK_MIB),
+        agent_disk_mib: Some(HOSTS_AGENT_DISK_MIB),
     })
 }
 
@@ -958,6 +1019,7 @@ async fn setup(
         net,
         drops: Mutex::new([Vec::new(), Vec::new()]),
         disk: Mutex::default(),
+        agent_disk: Mutex::default(),
         delay: Mutex::default(),
         probes,
         ids: (1..=CONTROLLERS as u64).collect(),
@@ -1029,6 +1091,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         fence_after_ms: timing.fence_after_s * 1000,
         skew: hosts && crate::bed::find_faketime().is_some(),
         disk: hosts,
+        agent_disk: hosts && args.agent_disk_full,
         delay: hosts && crate::bed::find_iptables().is_some(),
     };
     let schedule = match hosts {
@@ -1143,10 +1206,15 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
     });
     write_history(&dir, &ops, &faults);
     let disk_full = procs.disk.lock().unwrap().clone();
+    let agent_disk_full = procs.agent_disk.lock().unwrap().clone();
     let delay = procs.delay.lock().unwrap().clone();
     let summary = Summary {
-        passed: report.passed() && disk_full.unrecovered == 0 && delay.errors == 0,
+        passed: report.passed()
+            && disk_full.unrecovered == 0
+            && agent_disk_full.unrecovered == 0
+            && delay.errors == 0,
         disk_full,
+        agent_disk_full,
         delay,
         seed,
         duration_s: args.duration,

@@ -40,6 +40,16 @@ struct Up {
 }
 
 impl Up {
+    /// The bed's directory, from its `bed TAG DIR` line.
+    fn dir(&self) -> PathBuf {
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix("bed "))
+            .and_then(|l| l.split(' ').nth(1))
+            .map(PathBuf::from)
+            .expect("the bed's directory")
+    }
+
     /// SIGTERM: the bed is removed, and nothing of it is left.
     fn down(mut self) {
         nix::sys::signal::kill(
@@ -130,13 +140,17 @@ fn the_bed_runs_on_hosts_of_its_own_and_ctrl_c_removes_it() {
     assert!(sw.contains("br0"), "{sw}");
     assert_eq!(sw.matches("master br0").count(), 6, "{sw}");
     assert_eq!(own_links(), before, "the machine's own interfaces changed");
-    // Each controller's data dir is on a disk of its own.
+    // Each controller's data dir and each agent's spool is on a disk of its own; an
+    // agent's GPU ledger is kept off it, beside the bed's configs.
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     let disks = mounts
         .lines()
         .filter(|l| l.starts_with("tmpfs ") && l.contains(&format!("/{}-", b.tag)))
         .count();
-    assert_eq!(disks, 3, "{mounts}");
+    assert_eq!(disks, 3 + 2, "{mounts}");
+    let dir = b.dir();
+    let ledger = std::fs::read_link(dir.join("n0/spool-n0/gpu-ledger.log")).unwrap();
+    assert_eq!(ledger, dir.join("ledger-n0.log"));
     assert!(b
         .lines
         .iter()
@@ -329,13 +343,7 @@ fn a_controller_whose_clock_lags_accepts_an_expired_certificate_only_for_its_lag
         return;
     }
     let b = up(&[]);
-    let dir = b
-        .lines
-        .iter()
-        .find_map(|l| l.strip_prefix("bed "))
-        .and_then(|l| l.split(' ').nth(1))
-        .map(PathBuf::from)
-        .expect("the bed's directory");
+    let dir = b.dir();
     let c1: std::net::SocketAddr = "10.77.0.11:7001".parse().unwrap();
     let client_ns = format!("{}-cl", b.tag);
     // Certificates of the bed's CA that expired 1 and 4 minutes ago (valid for an hour

@@ -585,32 +585,23 @@ impl Procs {
             Fault::Delay { target, max_ms } => {
                 // Each packet of a controller held for its own time: late and reordered.
                 let i = self.pick(target, rng).await;
-                let host = match &*self.cluster.lock().unwrap() {
-                    Fleet::Hosts(b) => b.controllers[i].host.clone(),
-                    Fleet::Local { .. } => return None,
-                };
+                let host = self.on_bed(|b| Ok(b.controllers[i].host.clone()))?;
                 let ms = faults::DELAY_MIN_MS..=u64::from(max_ms);
-                let applied = match &*self.cluster.lock().unwrap() {
-                    Fleet::Hosts(b) => b.delay(&host, ms),
-                    Fleet::Local { .. } => Ok(()),
-                };
+                let applied = self.on_bed(|b| b.delay(&host, ms)).is_some();
                 tokio::time::sleep(hold).await;
-                let ended = match &*self.cluster.lock().unwrap() {
-                    Fleet::Hosts(b) => b.undelay(&host.ns),
-                    Fleet::Local { .. } => None,
+                let ended = match applied {
+                    true => self.on_bed(|b| b.undelay(&host.ns).unwrap_or(Err("no delay".into()))),
+                    false => None,
                 };
                 let mut d = self.delay.lock().unwrap();
-                match applied.and_then(|()| ended.unwrap_or(Err("no delay to end".into()))) {
-                    Ok(s) => {
+                match ended {
+                    Some(s) => {
                         d.delays += 1;
                         d.packets += s.packets;
                         d.reordered += s.reordered;
                         d.max_held_ms = d.max_held_ms.max(s.max_held_ms);
                     }
-                    Err(e) => {
-                        eprintln!("tranche-nemesis: delaying c{}: {e}", self.ids[i]);
-                        d.errors += 1;
-                    }
+                    None => d.errors += 1,
                 }
                 return Some(format!("c{}~{max_ms}ms", self.ids[i]));
             }

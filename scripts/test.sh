@@ -17,8 +17,8 @@
 #
 # As root, missing Debian packages are installed with apt-get before any test runs:
 # runc and a static busybox for the container tests, chromium and chromium-driver for
-# the dashboard's browser tests, iproute2, nftables and faketime for the nemesis's
-# test bed.
+# the dashboard's browser tests, iproute2, nftables, iptables and faketime for the
+# nemesis's test bed.
 # Without root nothing is installed, and the tests that need those tools say so on
 # stderr and are skipped (the test bed's say NOT RUN);
 # under CI=true a test that cannot run as root fails instead of skipping.
@@ -26,8 +26,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # No test may leave a test bed of the nemesis behind (docs/testing.md): no network
-# namespace, interface, nft table, netem qdisc, mount or process of one (their names and
-# directories start with trb-<pid>-). Checked when the script ends, however it ends.
+# namespace, interface, nft table, netem qdisc, iptables rule (a delay's, commented
+# trb-<pid>-delay), mount or process of one (their names and directories start with
+# trb-<pid>-). Checked when the script ends, however it ends.
 beds_left() {
   local left
   left=$({
@@ -35,6 +36,7 @@ beds_left() {
     ip -o link show 2>/dev/null | grep -E '^[0-9]+: trb-'
     nft list tables 2>/dev/null | grep -E ' trb$'
     tc qdisc show 2>/dev/null | grep -w netem
+    iptables-save 2>/dev/null | grep -E -- '--comment "?trb-[0-9]+-'
     grep -E '^tmpfs [^ ]*/trb-[0-9]+-' /proc/self/mounts
     local f
     for f in $(grep -lsaE '/trb-[0-9]+-' /proc/[0-9]*/cmdline); do
@@ -66,7 +68,9 @@ busybox_static || need+=(busybox-static)
 # faults among them (nftables)...
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
-# ...and its controllers' skewed clocks (libfaketime, which faketime pulls in).
+# ...its delays (iptables, whose NFQUEUE target holds a host's packets)...
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
+# ...and its skewed clocks (libfaketime, which faketime pulls in).
 command -v faketime >/dev/null 2>&1 || need+=(faketime)
 # The log relay's slow-reader test (agent_e2e) reads through curl.
 command -v curl >/dev/null 2>&1 || need+=(curl)

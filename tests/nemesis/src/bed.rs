@@ -18,18 +18,31 @@
 //! Since every host is a fresh namespace of this run's, the daemons' ports are fixed
 //! (no other process can hold them).
 //!
+//! Delay and reordering: the kernel may lack netem (and nft its `queue` statement), so
+//! a delayed host's iptables rules (Debian's `iptables`, through the xtables NFQUEUE
+//! target) send what its `eth0` sends and receives to an NFQUEUE, and a thread of this
+//! process, in that host's namespace, holds each packet for a delay of its own before
+//! accepting it, so that packets overtake each other ([`Bed::delay`]).
+//!
 //! Each controller's data dir can sit on a small tmpfs of its own ([`Bed::fill`] fills
-//! it). Where libfaketime is installed, each controller runs with it preloaded and a clock
-//! file of its own, so that its wall clock can be set minutes off ([`Bed::skew`]).
+//! it). Where libfaketime is installed, each controller and agent runs with it preloaded
+//! and a clock file of its own, so that its wall clock can be set minutes off
+//! ([`Bed::skew`], [`Bed::skew_agent`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
 
 use tranche_client::Client;
 use tranche_tls::{Role, TlsFiles};
@@ -47,6 +60,8 @@ pub const TAG_PREFIX: &str = "trb-";
 const KEPT: &str = "KEPT";
 /// The most agents a bed holds (their addresses are .21 onwards).
 pub const MAX_AGENTS: usize = 200;
+/// The NFQUEUE a delayed host's packets wait in (each host's namespace has its own).
+const DELAY_QUEUE: u16 = 7;
 
 /// Packets from `from` to `to` are lost: `percent` of them, at random (100: all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,8 +125,15 @@ pub struct BedOptions {
     /// Each controller's data dir on a file system of its own of this many MiB (a
     /// tmpfs), which [`Bed::fill`] can fill.
     pub disk_mib: Option<u64>,
-    /// libfaketime (its multi-threaded build): when set, each controller runs with it,
-    /// its wall clock offset by what its clock file says ([`Bed::skew`]).
+    /// Each agent's spool on a file system of its own of this many MiB (a tmpfs), which
+    /// [`Bed::fill_agent`] can fill. Its GPU ledger is a link to a file beside the
+    /// bed's configs, off that file system, so that a full spool cannot cut the
+    /// checker's evidence short (on a node, the shims log the lines they could not
+    /// write and go on).
+    pub agent_disk_mib: Option<u64>,
+    /// libfaketime (its multi-threaded build): when set, each controller and agent runs
+    /// with it, its wall clock offset by what its clock file says ([`Bed::skew`],
+    /// [`Bed::skew_agent`]).
     pub faketime: Option<PathBuf>,
 }
 
@@ -148,6 +170,248 @@ pub struct Bed {
     home: File,
     /// The file systems mounted for the controllers' data dirs.
     mounts: Vec<PathBuf>,
+    /// The hosts whose packets are delayed now, by namespace.
+    delays: Mutex<BTreeMap<String, Delayer>>,
+}
+
+/// What one delay did to a host's packets.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct DelayStats {
+    /// Packets held.
+    pub packets: u64,
+    /// Of those, how many left after a packet that came after them.
+    pub reordered: u64,
+    /// The longest a packet was held, in ms (the heal releases what is left at once).
+    pub max_held_ms: u64,
+}
+
+/// A host's packets held in its NFQUEUE by a thread of this process.
+struct Delayer {
+    ns: String,
+    /// The comment its rules carry.
+    comment: String,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<DelayStats, String>>,
+}
+
+impl Delayer {
+    /// Binds the queue in namespace `ns` (a thread of its own reads it), then adds the
+    /// rules that send the packets of its `eth0` there, commented `comment`.
+    fn start(
+        ns: &str,
+        comment: &str,
+        ms: std::ops::RangeInclusive<u64>,
+    ) -> Result<Delayer, String> {
+        if find_iptables().is_none() {
+            return Err("a delay needs iptables (Debian package iptables)".into());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = {
+            let (ns, stop) = (ns.to_string(), stop.clone());
+            std::thread::Builder::new()
+                .name(format!("delay-{ns}"))
+                .spawn(move || delay_loop(&ns, ms, &stop, tx))
+                .map_err(|e| format!("a delay thread: {e}"))?
+        };
+        let bound = rx
+            .recv()
+            .unwrap_or_else(|_| Err("the delay thread ended".into()));
+        let d = Delayer {
+            ns: ns.to_string(),
+            comment: comment.to_string(),
+            stop,
+            thread,
+        };
+        if let Err(e) = bound {
+            let _ = d.thread.join();
+            return Err(e);
+        }
+        // The queue is bound before any packet is sent to it.
+        let mut added: Vec<Vec<String>> = Vec::new();
+        for rule in delay_rules(comment) {
+            if let Err(e) = iptables(ns, "-A", &rule) {
+                for r in added {
+                    let _ = iptables(ns, "-D", &r);
+                }
+                let _ = d.join();
+                return Err(e);
+            }
+            added.push(rule);
+        }
+        Ok(d)
+    }
+
+    /// Ends the delay: its rules go, then every packet still held is let through and
+    /// the queue unbound. What it did.
+    fn end(self) -> Result<DelayStats, String> {
+        let mut res = Ok(());
+        for rule in delay_rules(&self.comment) {
+            if let Err(e) = iptables(&self.ns, "-D", &rule) {
+                res = Err(e);
+            }
+        }
+        res.and(self.join())
+    }
+
+    fn join(self) -> Result<DelayStats, String> {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err("the delay thread panicked".into()))
+    }
+}
+
+/// `iptables` (Debian package `iptables`), which the delay's NFQUEUE rules need.
+pub fn find_iptables() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join("iptables"))
+        .find(|p| p.is_file())
+}
+
+/// The iptables rules (`-A` arguments after the chain's name) that send what a host's
+/// `eth0` receives and sends to its delay queue. `comment` names the run
+/// (`trb-<pid>-delay`), so that a rule left anywhere is found and swept.
+fn delay_rules(comment: &str) -> [Vec<String>; 2] {
+    let q = DELAY_QUEUE.to_string();
+    let rule = |chain: &str, dir: &str| {
+        [
+            chain,
+            dir,
+            "eth0",
+            "-m",
+            "comment",
+            "--comment",
+            comment,
+            "-j",
+            "NFQUEUE",
+            "--queue-num",
+            &q,
+            "--queue-bypass",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    [rule("INPUT", "-i"), rule("OUTPUT", "-o")]
+}
+
+/// Runs `iptables -w <op> <rule>` in namespace `ns`.
+fn iptables(ns: &str, op: &str, rule: &[String]) -> Result<String, String> {
+    let mut args = vec!["netns", "exec", ns, "iptables", "-w", op];
+    args.extend(rule.iter().map(String::as_str));
+    sh("ip", &args)
+}
+
+/// The delay's loop, on a thread of its own in namespace `ns`: binds the host's
+/// queue (`ready` says whether it could), then holds each packet for a delay drawn
+/// from `ms` and accepts it when that has passed. Once `stop` is set (after the rules
+/// are gone) it accepts everything still held and unbinds the queue.
+fn delay_loop(
+    ns: &str,
+    ms: std::ops::RangeInclusive<u64>,
+    stop: &AtomicBool,
+    ready: std::sync::mpsc::Sender<Result<(), String>>,
+) -> Result<DelayStats, String> {
+    let setup = || -> Result<nfq::Queue, String> {
+        let f = File::open(format!("/run/netns/{ns}")).map_err(|e| format!("{ns}: {e}"))?;
+        setns(&f).map_err(|e| format!("entering {ns}: {e}"))?;
+        let mut q = nfq::Queue::open().map_err(|e| format!("an NFQUEUE socket in {ns}: {e}"))?;
+        q.bind(DELAY_QUEUE)
+            .map_err(|e| format!("binding NFQUEUE {DELAY_QUEUE} in {ns}: {e}"))?;
+        // The verdict needs the packet's id only; a full queue lets packets through.
+        q.set_copy_range(DELAY_QUEUE, 64)
+            .and_then(|()| q.set_queue_max_len(DELAY_QUEUE, 8192))
+            .and_then(|()| q.set_fail_open(DELAY_QUEUE, true))
+            .map_err(|e| format!("NFQUEUE {DELAY_QUEUE} in {ns}: {e}"))?;
+        q.set_nonblocking(true);
+        Ok(q)
+    };
+    let mut q = match setup() {
+        Ok(q) => {
+            let _ = ready.send(Ok(()));
+            q
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut held: BTreeMap<(Instant, u64), (Instant, nfq::Message)> = BTreeMap::new();
+    let mut stats = DelayStats::default();
+    let (mut seq, mut released_after) = (0u64, 0u64);
+    let mut failure = None;
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        loop {
+            match q.recv() {
+                Ok(m) => {
+                    seq += 1;
+                    stats.packets += 1;
+                    let now = Instant::now();
+                    let d = Duration::from_millis(rng.gen_range(ms.clone()));
+                    held.insert((now + d, seq), (now, m));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    failure = Some(format!("NFQUEUE in {ns}: {e}"));
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        let all = stopping || failure.is_some();
+        while let Some(entry) = held.first_entry() {
+            if !all && entry.key().0 > now {
+                break;
+            }
+            let ((_, n), (came, mut m)) = entry.remove_entry();
+            if n < released_after {
+                stats.reordered += 1;
+            }
+            released_after = released_after.max(n);
+            stats.max_held_ms = stats.max_held_ms.max(came.elapsed().as_millis() as u64);
+            m.set_verdict(nfq::Verdict::Accept);
+            if let Err(e) = q.verdict(m) {
+                failure.get_or_insert(format!("a verdict in {ns}: {e}"));
+            }
+        }
+        if all {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let _ = q.unbind(DELAY_QUEUE);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
+}
+
+/// Rules that carry a bed's comment (`trb-<pid>-delay`) in this process's network
+/// namespace, as `iptables-save` lists them (`-A CHAIN ...`), with the run's pid.
+fn bed_rules() -> Vec<(String, i32)> {
+    if find_iptables().is_none() {
+        return Vec::new();
+    }
+    let text = sh("iptables-save", &[]).unwrap_or_default();
+    rules_of(&text)
+}
+
+/// The rules of an `iptables-save` listing that carry a bed's comment, with its run.
+fn rules_of(save: &str) -> Vec<(String, i32)> {
+    save.lines()
+        .filter(|l| l.starts_with("-A "))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "--comment")?;
+            let c = words.next()?.trim_matches('"');
+            Some((l.to_string(), owner(c)?))
+        })
+        .collect()
 }
 
 fn addr(last: usize) -> Ipv4Addr {
@@ -304,6 +568,20 @@ pub fn sweep() -> Vec<String> {
             removed.push(format!("mount {}", point.display()));
         }
     }
+    for (rule, run) in bed_rules() {
+        if !alive(run) {
+            let args: Vec<&str> = rule
+                .split_whitespace()
+                .map(|w| w.trim_matches('"'))
+                .collect();
+            let mut del = vec!["-w", "-D"];
+            del.extend(&args[1..]);
+            match sh("iptables", &del) {
+                Ok(_) => removed.push(format!("iptables rule {rule}")),
+                Err(e) => eprintln!("tranche-nemesis: sweeping a rule: {e}"),
+            }
+        }
+    }
     for (pid, run, line) in bed_processes() {
         if !alive(run) {
             let _ = nix::sys::signal::kill(
@@ -360,6 +638,11 @@ pub fn leftovers(tag: Option<&str>) -> Vec<String> {
             out.push(format!("interface {name}"));
         }
     }
+    for (rule, run) in bed_rules() {
+        if tag.is_none_or(|t| owner(t) == Some(run)) {
+            out.push(format!("iptables rule {rule}"));
+        }
+    }
     if let Ok(tables) = sh("nft", &["list", "tables"]) {
         out.extend(
             tables
@@ -412,6 +695,7 @@ impl Bed {
             drops: Mutex::new(BTreeMap::new()),
             home,
             mounts: Vec::new(),
+            delays: Mutex::new(BTreeMap::new()),
             keep: opts.keep,
             opts,
             tag: tag.clone(),
@@ -432,7 +716,8 @@ impl Bed {
             bed.agents.push(BedAgent {
                 host: host(&node, 21 + n),
                 config: bed.dir.join(format!("agent-{node}.toml")),
-                spool: bed.dir.join(format!("spool-{node}")),
+                // The spool's name is the node's: cgroups are named after it.
+                spool: bed.dir.join(&node).join(format!("spool-{node}")),
                 log: bed.dir.join(format!("agent-{node}.log")),
                 node,
                 child: None,
@@ -564,69 +849,161 @@ impl Bed {
         Ok(())
     }
 
-    /// Each controller's disk: its data dir's parent, a tmpfs of `disk_mib` when set.
-    fn disks(&mut self) -> Result<(), String> {
-        for i in 0..self.controllers.len() {
-            let data = self.controllers[i].data_dir.clone();
-            let disk = data.parent().expect("a data dir's disk").to_path_buf();
-            std::fs::create_dir_all(&disk).map_err(|e| format!("{}: {e}", disk.display()))?;
-            if let Some(mib) = self.opts.disk_mib {
-                let d = disk.to_string_lossy().into_owned();
-                let size = format!("size={mib}m,mode=0700");
-                sh("mount", &["-t", "tmpfs", "-o", &size, "tmpfs", &d])?;
-                self.mounts.push(disk);
-            }
-            std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+    /// Mounts a tmpfs of `mib` MiB on `disk` (made first), to be unmounted at teardown.
+    fn mount_disk(&mut self, disk: &Path, mib: Option<u64>) -> Result<(), String> {
+        std::fs::create_dir_all(disk).map_err(|e| format!("{}: {e}", disk.display()))?;
+        if let Some(mib) = mib {
+            let d = disk.to_string_lossy().into_owned();
+            let size = format!("size={mib}m,mode=0700");
+            sh("mount", &["-t", "tmpfs", "-o", &size, "tmpfs", &d])?;
+            self.mounts.push(disk.to_path_buf());
         }
         Ok(())
     }
 
-    fn ballast(&self, i: usize) -> PathBuf {
-        let data = &self.controllers[i].data_dir;
-        data.parent().expect("a data dir's disk").join("ballast")
+    /// Each controller's disk: its data dir's parent, a tmpfs of `disk_mib` when set;
+    /// each agent's: its spool's parent, a tmpfs of `agent_disk_mib` when set. The GPU
+    /// ledger, the checker's evidence, is kept off the agent's disk (see
+    /// [`BedOptions::agent_disk_mib`]).
+    fn disks(&mut self) -> Result<(), String> {
+        for i in 0..self.controllers.len() {
+            let data = self.controllers[i].data_dir.clone();
+            self.mount_disk(
+                data.parent().expect("a data dir's disk"),
+                self.opts.disk_mib,
+            )?;
+            std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        }
+        for i in 0..self.agents.len() {
+            let spool = self.agents[i].spool.clone();
+            self.mount_disk(
+                spool.parent().expect("a spool's disk"),
+                self.opts.agent_disk_mib,
+            )?;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&spool)
+                .map_err(|e| format!("{}: {e}", spool.display()))?;
+            let ledger = self.dir.join(format!("ledger-{}.log", self.agents[i].node));
+            std::os::unix::fs::symlink(
+                &ledger,
+                spool.join(tranche_agent::exec::ledger::GPU_LEDGER),
+            )
+            .map_err(|e| format!("{}: {e}", ledger.display()))?;
+        }
+        Ok(())
     }
 
-    /// Fills controller `i`'s disk: a file beside its data dir grows until the file
-    /// system has no space left. Returns the bytes it took.
+    /// Controller `i`'s disk.
+    fn disk(&self, i: usize) -> &Path {
+        self.controllers[i]
+            .data_dir
+            .parent()
+            .expect("a data dir's disk")
+    }
+
+    /// Agent `i`'s disk.
+    fn agent_disk(&self, i: usize) -> &Path {
+        self.agents[i].spool.parent().expect("a spool's disk")
+    }
+
+    /// Fills controller `i`'s disk ([`fill_disk`]).
     pub fn fill(&self, i: usize) -> Result<u64, String> {
         if self.opts.disk_mib.is_none() {
             return Err("a full disk needs the bed's disks (disk_mib)".into());
         }
-        let path = self.ballast(i);
-        let mut f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let chunk = vec![0u8; 1 << 20];
-        let mut n = 0u64;
-        loop {
-            match f.write(&chunk) {
-                Ok(0) => break,
-                Ok(k) => n += k as u64,
-                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
-                Err(e) => return Err(format!("{}: {e}", path.display())),
-            }
-        }
-        Ok(n)
+        fill_disk(self.disk(i))
     }
 
     /// Gives controller `i`'s disk its space back.
     pub fn unfill(&self, i: usize) -> Result<(), String> {
-        let path = self.ballast(i);
-        std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
+        unfill_disk(self.disk(i))
     }
 
-    /// Controller `i`'s clock file: its wall clock's offset, in libfaketime's terms.
-    fn clock_file(&self, i: usize) -> PathBuf {
-        self.dir.join(format!("clock-c{}", self.controllers[i].id))
+    /// Fills agent `i`'s disk, its spool's file system ([`fill_disk`]).
+    pub fn fill_agent(&self, i: usize) -> Result<u64, String> {
+        if self.opts.agent_disk_mib.is_none() {
+            return Err("a full spool needs the bed's agent disks (agent_disk_mib)".into());
+        }
+        fill_disk(self.agent_disk(i))
     }
 
-    /// Sets controller `i`'s wall clock `offset_s` seconds off (0: right again); it
-    /// takes effect within a second. Its monotonic clock (timers, elections) is never
-    /// touched. An error when the bed runs without libfaketime.
-    pub fn skew(&self, i: usize, offset_s: i64) -> Result<(), String> {
+    /// Gives agent `i`'s disk its space back.
+    pub fn unfill_agent(&self, i: usize) -> Result<(), String> {
+        unfill_disk(self.agent_disk(i))
+    }
+
+    /// The clock file of host `name`: its wall clock's offset, in libfaketime's terms.
+    fn clock_file(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("clock-{name}"))
+    }
+
+    /// Sets host `name`'s wall clock `offset_s` seconds off (0: right again); it takes
+    /// effect within a second. Its monotonic clocks (timers, elections, the agent's
+    /// lease) are never touched. An error when the bed runs without libfaketime.
+    fn set_clock(&self, name: &str, offset_s: i64) -> Result<(), String> {
         if self.opts.faketime.is_none() {
             return Err("clock skew needs libfaketime (Debian package faketime)".into());
         }
-        let f = self.clock_file(i);
+        let f = self.clock_file(name);
         std::fs::write(&f, format!("{offset_s:+}\n")).map_err(|e| format!("{}: {e}", f.display()))
+    }
+
+    /// Sets controller `i`'s wall clock `offset_s` seconds off (see [`Bed::set_clock`]).
+    pub fn skew(&self, i: usize, offset_s: i64) -> Result<(), String> {
+        self.set_clock(&self.controllers[i].host.name, offset_s)
+    }
+
+    /// Sets agent `i`'s wall clock `offset_s` seconds off: the agent's daemon only, not
+    /// the shims it starts, which write the GPU ledger the checker compares across
+    /// nodes (see [`Bed::start_agent`]).
+    pub fn skew_agent(&self, i: usize, offset_s: i64) -> Result<(), String> {
+        self.set_clock(&self.agents[i].host.name, offset_s)
+    }
+
+    /// `env` arguments that preload libfaketime with host `name`'s clock file (made,
+    /// right, if missing), and then `program`; `None` without libfaketime.
+    fn faked(&self, name: &str, program: &Path) -> Result<Option<Vec<String>>, String> {
+        let Some(lib) = &self.opts.faketime else {
+            return Ok(None);
+        };
+        let clock = self.clock_file(name);
+        if !clock.exists() {
+            self.set_clock(name, 0)?;
+        }
+        Ok(Some(vec![
+            format!("LD_PRELOAD={}", lib.display()),
+            format!("FAKETIME_TIMESTAMP_FILE={}", clock.display()),
+            "FAKETIME_CACHE_DURATION=1".to_string(),
+            "FAKETIME_DONT_FAKE_MONOTONIC=1".to_string(),
+            program.to_string_lossy().into_owned(),
+        ]))
+    }
+
+    /// Delays every packet `host` sends or receives on its `eth0` by a time drawn from
+    /// `ms` for each (so that they arrive out of order), until [`Bed::undelay`]. An
+    /// error without `iptables` or when the host is delayed already.
+    pub fn delay(&self, host: &Host, ms: std::ops::RangeInclusive<u64>) -> Result<(), String> {
+        let mut delays = self.delays.lock().unwrap();
+        if delays.contains_key(&host.ns) {
+            return Err(format!("{} is delayed already", host.name));
+        }
+        let d = Delayer::start(&host.ns, &format!("{}-delay", self.tag), ms)?;
+        delays.insert(host.ns.clone(), d);
+        Ok(())
+    }
+
+    /// Ends the delay of the host in namespace `ns` ([`Delayer::end`]). What the delay
+    /// did; `None` when the host was not delayed.
+    pub fn undelay(&self, ns: &str) -> Option<Result<DelayStats, String>> {
+        let d = self.delays.lock().unwrap().remove(ns)?;
+        Some(d.end())
+    }
+
+    /// Ends every delay (see [`Bed::undelay`]).
+    pub fn undelay_all(&self) -> Vec<Result<DelayStats, String>> {
+        let delayed: Vec<String> = self.delays.lock().unwrap().keys().cloned().collect();
+        delayed.iter().filter_map(|ns| self.undelay(ns)).collect()
     }
 
     fn spawn(&self, ns: &str, program: &Path, args: &[&str], log: &Path) -> Result<Child, String> {
@@ -656,29 +1033,18 @@ impl Bed {
         }
         let c = &self.controllers[i];
         let config = c.config.to_string_lossy().into_owned();
-        let tranched = self.opts.tranched.to_string_lossy().into_owned();
-        let child = match &self.opts.faketime {
+        // `ip netns exec NS env ... tranched`: libfaketime is loaded into the daemon
+        // only, not into `ip`.
+        let child = match self.faked(&c.host.name, &self.opts.tranched)? {
             None => self.spawn(
                 &c.host.ns,
                 &self.opts.tranched,
                 &["--config", &config],
                 &c.log,
             )?,
-            Some(lib) => {
-                let clock = self.clock_file(i);
-                if !clock.exists() {
-                    self.skew(i, 0)?;
-                }
-                // `ip netns exec NS env ... tranched`: libfaketime is loaded into the
-                // daemon only, not into `ip`.
-                let env = [
-                    format!("LD_PRELOAD={}", lib.display()),
-                    format!("FAKETIME_TIMESTAMP_FILE={}", clock.display()),
-                    "FAKETIME_CACHE_DURATION=1".to_string(),
-                    "FAKETIME_DONT_FAKE_MONOTONIC=1".to_string(),
-                ];
-                let mut args: Vec<&str> = env.iter().map(String::as_str).collect();
-                args.extend([tranched.as_str(), "--config", &config]);
+            Some(mut env) => {
+                env.extend(["--config".to_string(), config]);
+                let args: Vec<&str> = env.iter().map(String::as_str).collect();
                 self.spawn(&c.host.ns, Path::new("env"), &args, &c.log)?
             }
         };
@@ -701,14 +1067,50 @@ impl Bed {
         }
         let a = &self.agents[i];
         let config = a.config.to_string_lossy().into_owned();
-        let child = self.spawn(
-            &a.host.ns,
-            &self.opts.agent_bin,
-            &["run", "--config", &config],
-            &a.log,
-        )?;
+        let child = match self.faked(&a.host.name, &self.opts.agent_bin)? {
+            None => self.spawn(
+                &a.host.ns,
+                &self.opts.agent_bin,
+                &["run", "--config", &config],
+                &a.log,
+            )?,
+            Some(mut env) => {
+                // The daemon's clock is skewed, its shims' is not: they run from a link
+                // of another name (libfaketime tells programs apart by their name), so
+                // the GPU ledger they write, the checker's evidence, keeps true time.
+                let shim = self.shim_link()?;
+                let program = env.pop().expect("the program");
+                let name = Path::new(&program)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                env.extend([
+                    format!("FAKETIME_ONLY_CMDS={name}"),
+                    format!("TRANCHE_AGENT_BIN={}", shim.display()),
+                    program,
+                    "run".into(),
+                    "--config".into(),
+                    config,
+                ]);
+                let args: Vec<&str> = env.iter().map(String::as_str).collect();
+                self.spawn(&a.host.ns, Path::new("env"), &args, &a.log)?
+            }
+        };
         self.agents[i].child = Some(child);
         Ok(())
+    }
+
+    /// `<dir>/bin/tranche-shim`, a link to the agent's binary that its shims run from.
+    fn shim_link(&self) -> Result<PathBuf, String> {
+        let link = self.dir.join("bin").join("tranche-shim");
+        if !link.exists() {
+            let bin = std::fs::canonicalize(&self.opts.agent_bin)
+                .map_err(|e| format!("{}: {e}", self.opts.agent_bin.display()))?;
+            std::fs::create_dir_all(link.parent().expect("bin"))
+                .and_then(|()| std::os::unix::fs::symlink(&bin, &link))
+                .map_err(|e| format!("{}: {e}", link.display()))?;
+        }
+        Ok(link)
     }
 
     pub fn agent_running(&mut self, i: usize) -> bool {
@@ -835,6 +1237,11 @@ impl Bed {
     /// and nft tables in them); the directory too unless it is kept.
     fn teardown(&mut self) {
         self.leave();
+        for r in self.undelay_all() {
+            if let Err(e) = r {
+                eprintln!("tranche-nemesis: {e}");
+            }
+        }
         for a in &mut self.agents {
             kill(&mut a.child);
         }
@@ -864,6 +1271,30 @@ impl Drop for Bed {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// Fills the file system of `disk`: a file in it grows until no space is left.
+/// Returns the bytes it took.
+fn fill_disk(disk: &Path) -> Result<u64, String> {
+    let path = disk.join("ballast");
+    let mut f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let chunk = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        match f.write(&chunk) {
+            Ok(0) => break,
+            Ok(k) => n += k as u64,
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+    }
+    Ok(n)
+}
+
+/// Gives `disk` the space [`fill_disk`] took back.
+fn unfill_disk(disk: &Path) -> Result<(), String> {
+    let path = disk.join("ballast");
+    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Unmounts `path` (lazily, if it is still busy).
@@ -925,5 +1356,165 @@ mod tests {
         assert_eq!(owner("other-123-c1"), None);
         assert_eq!(owner("trb-x-c1"), None);
         assert_eq!(addr(21), Ipv4Addr::new(10, 77, 0, 21));
+    }
+
+    #[test]
+    fn a_rule_with_a_beds_comment_is_found() {
+        let save = "*filter\n:INPUT ACCEPT [0:0]\n\
+            -A INPUT -i eth0 -m comment --comment trb-42-delay -j NFQUEUE --queue-num 7 --queue-bypass\n\
+            -A OUTPUT -o eth0 -m comment --comment \"other rule\" -j ACCEPT\n\
+            -A OUTPUT -d 10.0.0.1/32 -j DROP\nCOMMIT\n";
+        let rules = rules_of(save);
+        assert_eq!(rules.len(), 1, "{rules:?}");
+        assert_eq!(rules[0].1, 42);
+        assert!(rules[0].0.starts_with("-A INPUT -i eth0"));
+        // The rules a delay adds carry the run's tag.
+        let [input, output] = delay_rules("trb-42-delay");
+        assert_eq!(input[0], "INPUT");
+        assert_eq!(output[0], "OUTPUT");
+        let line = format!("-A {}", input.join(" "));
+        assert_eq!(rules_of(&line), vec![(line.clone(), 42)]);
+    }
+
+    /// Two namespaces of this test's (not a bed's: `trq-`), joined by a veth pair
+    /// whose ends are each one's `eth0`; deleted when dropped, also when the test
+    /// fails.
+    struct Pair([String; 2]);
+
+    impl Drop for Pair {
+        fn drop(&mut self) {
+            for ns in &self.0 {
+                let _ = sh("ip", &["netns", "del", ns]);
+            }
+        }
+    }
+
+    /// Sends `n` numbered datagrams from namespace `from` to `to_addr`:9, where a thread
+    /// in namespace `to` echoes them; the order the echoes came back in and the shortest
+    /// round trip.
+    fn echo(from: &str, to: &str, to_addr: Ipv4Addr, n: u32) -> (Vec<u32>, Duration) {
+        let enter = |ns: &str| setns(&File::open(format!("/run/netns/{ns}")).unwrap()).unwrap();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let to = to.to_string();
+        let server = std::thread::spawn(move || {
+            enter(&to);
+            let s = std::net::UdpSocket::bind((to_addr, 9)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            ready_tx.send(()).unwrap();
+            let mut buf = [0u8; 64];
+            for _ in 0..n {
+                let (k, peer) = s.recv_from(&mut buf).expect("a datagram");
+                s.send_to(&buf[..k], peer).unwrap();
+            }
+        });
+        ready_rx.recv().unwrap();
+        let from = from.to_string();
+        let client = std::thread::spawn(move || {
+            enter(&from);
+            let s = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let sent: Vec<Instant> = (0..n)
+                .map(|i| {
+                    s.send_to(&i.to_be_bytes(), (to_addr, 9)).unwrap();
+                    Instant::now()
+                })
+                .collect();
+            let (mut order, mut min) = (Vec::new(), Duration::MAX);
+            let mut buf = [0u8; 64];
+            for _ in 0..n {
+                let k = s.recv(&mut buf).expect("an echo");
+                let i = u32::from_be_bytes(buf[..k].try_into().unwrap());
+                min = min.min(sent[i as usize].elapsed());
+                order.push(i);
+            }
+            (order, min)
+        });
+        let out = client.join().unwrap();
+        server.join().unwrap();
+        out
+    }
+
+    #[test]
+    fn a_delay_holds_packets_reorders_them_and_leaves_nothing_when_healed() {
+        if unavailable().is_some() || find_iptables().is_none() {
+            let msg = "NOT RUN: a_delay_holds_packets_...: needs root, ip, nft and iptables";
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "{msg} (CI=true)"
+            );
+            eprintln!("\n*** {msg} ***\n");
+            return;
+        }
+        let pid = std::process::id();
+        let pair = Pair([format!("trq-{pid}-a"), format!("trq-{pid}-b")]);
+        let [a, b] = &pair.0;
+        let (addr_a, addr_b) = (Ipv4Addr::new(10, 78, 0, 1), Ipv4Addr::new(10, 78, 0, 2));
+        for ns in [a, b] {
+            sh("ip", &["netns", "add", ns]).unwrap();
+            sh("ip", &["-n", ns, "link", "set", "lo", "up"]).unwrap();
+        }
+        sh(
+            "ip",
+            &[
+                "-n", a, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", b,
+            ],
+        )
+        .unwrap();
+        for (ns, ad) in [(a, addr_a), (b, addr_b)] {
+            sh(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{ad}/24"), "dev", "eth0"],
+            )
+            .unwrap();
+            sh("ip", &["-n", ns, "link", "set", "eth0", "up"]).unwrap();
+        }
+        let (order, min) = echo(b, a, addr_a, 5);
+        assert_eq!(order, vec![0, 1, 2, 3, 4]);
+        assert!(min < Duration::from_millis(20), "{min:?} without a delay");
+
+        // Each way through a's eth0 holds a packet 20-150 ms.
+        let comment = format!("trb-{pid}-delay");
+        let d = Delayer::start(a, &comment, 20..=150).unwrap();
+        let save = sh("ip", &["netns", "exec", a, "iptables-save"]).unwrap();
+        assert_eq!(rules_of(&save).len(), 2, "{save}");
+        let (order, min) = echo(b, a, addr_a, 40);
+        assert!(
+            min >= Duration::from_millis(40),
+            "{min:?}: both ways are held"
+        );
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            (0..40).collect::<Vec<u32>>(),
+            "every datagram came back"
+        );
+        assert_ne!(order, sorted, "the echoes came back out of order");
+        let stats = d.end().unwrap();
+        assert!(stats.packets >= 80, "{stats:?}");
+        assert!(stats.reordered > 0, "{stats:?}");
+        assert!(
+            stats.max_held_ms >= 20 && stats.max_held_ms < 1_000,
+            "{stats:?}"
+        );
+
+        // Healed: no rule, no queue, no delay.
+        let save = sh("ip", &["netns", "exec", a, "iptables-save"]).unwrap();
+        assert_eq!(rules_of(&save), vec![], "{save}");
+        let queues = sh(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                a,
+                "cat",
+                "/proc/net/netfilter/nfnetlink_queue",
+            ],
+        );
+        assert_eq!(queues.unwrap().trim(), "", "a queue is still bound");
+        let (order, min) = echo(b, a, addr_a, 5);
+        assert_eq!(order, vec![0, 1, 2, 3, 4]);
+        assert!(min < Duration::from_millis(20), "{min:?} once healed");
     }
 }

@@ -39,6 +39,10 @@ pub enum Fault {
     /// On the bed: `percent` of the packets on every link of a controller are lost, at
     /// random, both ways.
     Lossy { target: Target, percent: u8 },
+    /// On the bed with iptables: every packet a controller sends or receives is held
+    /// for 20 ms to `max_ms`, drawn for each, so that packets arrive late and out of
+    /// order.
+    Delay { target: Target, max_ms: u16 },
     /// On the bed with libfaketime: a controller's wall clock `offset_s` off.
     SkewClock { target: Target, offset_s: i32 },
     /// On the bed: a controller's disk (its data dir's file system) full; the space
@@ -46,6 +50,17 @@ pub enum Fault {
     DiskFull { target: Target },
     /// On the bed: an agent cut from every controller.
     CutAgent { node: usize },
+    /// On the bed with libfaketime: an agent's wall clock `offset_s` off; with
+    /// `restart`, the agent is killed and started again halfway (it adopts its jobs
+    /// with its clock off).
+    SkewAgentClock {
+        node: usize,
+        offset_s: i32,
+        restart: bool,
+    },
+    /// On the bed: an agent's spool (its file system) full; the space comes back when
+    /// it heals.
+    AgentDiskFull { node: usize },
     /// On the bed: an agent that reaches one follower only (a minority).
     AgentMinority { node: usize },
 }
@@ -67,9 +82,12 @@ impl Fault {
             Fault::Bridge => "partition_bridge",
             Fault::OneWay { .. } => "drop_one_way",
             Fault::Lossy { .. } => "lossy_links",
+            Fault::Delay { .. } => "delay",
             Fault::SkewClock { .. } => "skew_clock",
             Fault::DiskFull { .. } => "disk_full",
             Fault::CutAgent { .. } => "cut_agent",
+            Fault::SkewAgentClock { .. } => "skew_agent_clock",
+            Fault::AgentDiskFull { .. } => "agent_disk_full",
             Fault::AgentMinority { .. } => "agent_minority",
         }
     }
@@ -103,7 +121,15 @@ pub struct Shape {
     pub skew: bool,
     /// Controllers' disks can be filled (the bed gives each a file system).
     pub disk: bool,
+    /// Agents' spools can be filled (the bed gives each a file system; off unless
+    /// asked for, see `--agent-disk-full`).
+    pub agent_disk: bool,
+    /// Packets can be delayed (the bed has iptables for its NFQUEUE rules).
+    pub delay: bool,
 }
+
+/// The shortest delay a `delay` fault gives a packet, in ms.
+pub const DELAY_MIN_MS: u64 = 20;
 
 /// Steps drawn one after another (`draw` gives a fault and how long it lasts, then a
 /// pause from `gaps` follows) until their planned time reaches `duration_ms`.
@@ -190,8 +216,12 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
             Target::Follower
         }
     };
+    let offset = |rng: &mut StdRng| match rng.gen_bool(0.5) {
+        true => rng.gen_range(60..300),
+        false => -rng.gen_range(60..300),
+    };
     let controllers = fill(&mut rng, shape.duration_ms, 200..700, |rng| {
-        match rng.gen_range(0..20) {
+        match rng.gen_range(0..22) {
             0..=4 => (
                 Fault::KillController {
                     target: target(&mut *rng),
@@ -221,12 +251,16 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
             18 if shape.skew => (
                 Fault::SkewClock {
                     target: target(&mut *rng),
-                    offset_s: match rng.gen_bool(0.5) {
-                        true => rng.gen_range(60..300),
-                        false => -rng.gen_range(60..300),
-                    },
+                    offset_s: offset(&mut *rng),
                 },
                 rng.gen_range(3_000..8_000),
+            ),
+            20..=21 if shape.delay => (
+                Fault::Delay {
+                    target: target(&mut *rng),
+                    max_ms: rng.gen_range(100..=300),
+                },
+                rng.gen_range(2_000..5_000),
             ),
             16 => (
                 Fault::Lossy {
@@ -248,8 +282,19 @@ pub fn schedule_hosts(seed: u64, shape: Shape) -> Schedule {
         0 => Vec::new(),
         n => fill(&mut rng, shape.duration_ms, 300..1_000, |rng| {
             let node = rng.gen_range(0..n);
-            match rng.gen_range(0..10) {
+            match rng.gen_range(0..12) {
                 0..=2 => (Fault::KillAgent { node }, rng.gen_range(200..1_200)),
+                10 if shape.skew => (
+                    Fault::SkewAgentClock {
+                        node,
+                        offset_s: offset(&mut *rng),
+                        restart: rng.gen_bool(0.5),
+                    },
+                    rng.gen_range(4_000..10_000),
+                ),
+                11 if shape.agent_disk => {
+                    (Fault::AgentDiskFull { node }, rng.gen_range(3_000..8_000))
+                }
                 // A frozen agent: half of them past down_after, when the controllers
                 // requeue its jobs, which its shims have stopped once its lease ran
                 // out (fence_after after its last contact).
@@ -290,6 +335,8 @@ mod tests {
             fence_after_ms: 10_000,
             skew: false,
             disk: false,
+            agent_disk: false,
+            delay: false,
         }
     }
 
@@ -302,6 +349,8 @@ mod tests {
             fence_after_ms: 2_000,
             skew: true,
             disk: true,
+            agent_disk: true,
+            delay: true,
         };
         assert_eq!(schedule_hosts(3, shape), schedule_hosts(3, shape));
         let mut seen = std::collections::BTreeSet::new();
@@ -313,6 +362,14 @@ mod tests {
                 seen.insert(st.fault.name());
                 if matches!(st.fault, Fault::StopAgent { .. }) && st.hold_ms > shape.down_after_ms {
                     frozen_past_down += 1;
+                }
+                if let Fault::SkewClock { offset_s, .. } | Fault::SkewAgentClock { offset_s, .. } =
+                    st.fault
+                {
+                    assert!((60..300).contains(&offset_s.abs()), "{offset_s}");
+                }
+                if let Fault::Delay { max_ms, .. } = st.fault {
+                    assert!((100..=300).contains(&max_ms), "{max_ms}");
                 }
                 if let Fault::CutAgent { node } | Fault::AgentMinority { node } = st.fault {
                     assert!(node < 4);
@@ -326,8 +383,11 @@ mod tests {
             "partition_bridge",
             "drop_one_way",
             "lossy_links",
+            "delay",
             "skew_clock",
+            "skew_agent_clock",
             "disk_full",
+            "agent_disk_full",
             "cut_agent",
             "agent_minority",
             "kill_controller",

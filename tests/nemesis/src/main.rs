@@ -7,7 +7,7 @@
 //!
 //! `--hosts` runs the same on the test bed ([`bed`]): each controller and agent on a
 //! host of its own (a network namespace), with network partitions, one-way drops,
-//! lossy links, skewed controller clocks and full controller disks among the faults,
+//! lossy links, delays, skewed clocks and full disks among the faults,
 //! and checks fencing too (no job runs twice at once; a cut agent stops its jobs in
 //! time). `tranche-nemesis bed` brings the bed up for a person to try;
 //! `tranche-nemesis sweep` removes what dead runs left.
@@ -63,6 +63,10 @@ pub struct Args {
     /// reason (settling stops sooner when no job has ended for 60 s).
     #[arg(long, default_value_t = 600)]
     pub settle: u64,
+    /// On the bed, fill agents' spools too (`agent_disk_full`). Off by default: an
+    /// agent whose spool is full fails every job placed on it (docs/testing.md).
+    #[arg(long)]
+    pub agent_disk_full: bool,
     /// Seconds an ended job stays in the replicated state before it leaves for the
     /// controllers' history stores (`[retention] job_hot_s`); short, so that the run
     /// forgets jobs while faults happen and the checker reads them back from history.

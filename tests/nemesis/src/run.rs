@@ -43,7 +43,11 @@ const HOSTS_TIME_LIMIT_S: u64 = 60;
 /// On the bed each controller's data dir is on a tmpfs of this size (a 10-minute run
 /// writes about 5 MiB), which a `disk_full` fault fills.
 const HOSTS_DISK_MIB: u64 = 64;
-/// How long a controller has to answer again once its disk has space again.
+/// On the bed each agent's spool is on a tmpfs of this size, which an
+/// `agent_disk_full` fault fills.
+const HOSTS_AGENT_DISK_MIB: u64 = 32;
+/// How long a controller has to answer again once its disk has space again (and an
+/// agent to be up again once its spool has).
 const DISK_RECOVERY: Duration = Duration::from_secs(30);
 
 /// Waits until a controller (one client each in `probes`) says it leads.
@@ -65,17 +69,42 @@ async fn wait_leader(probes: &[Client], timeout: Duration) -> Result<(), String>
     .await
 }
 
-/// What the `disk_full` faults did.
+/// What the `disk_full` faults (or the `agent_disk_full` ones) did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DiskFigures {
     /// Disks filled.
     pub fills: usize,
-    /// Of those, how often the controller exited (and was started again).
+    /// Of those, how often the controller (the agent) exited, and was started again.
     pub exits: usize,
-    /// The longest time from the space coming back to the controller answering, in ms.
+    /// The longest time from the space coming back to the controller answering (the
+    /// agent's node being up: neither unreachable nor DOWN), in ms.
     pub recover_max_ms: u64,
-    /// Controllers that did not answer within 30 s of the space coming back.
+    /// Controllers (agents) that did not recover within 30 s of the space coming back.
     pub unrecovered: usize,
+}
+
+impl DiskFigures {
+    fn add(&mut self, exited: bool, recovery: Duration, recovered: bool) {
+        self.fills += 1;
+        self.exits += usize::from(exited);
+        self.recover_max_ms = self.recover_max_ms.max(recovery.as_millis() as u64);
+        self.unrecovered += usize::from(!recovered);
+    }
+}
+
+/// What the `delay` faults did to the delayed controllers' packets.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DelayFigures {
+    /// Delays applied.
+    pub delays: usize,
+    /// Packets held, all delays together.
+    pub packets: u64,
+    /// Of those, how many left after a packet that came after them.
+    pub reordered: u64,
+    /// The longest a packet was held, in ms.
+    pub max_held_ms: u64,
+    /// Delays that could not be applied or ended with an error.
+    pub errors: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,6 +115,8 @@ pub struct Summary {
     #[serde(flatten)]
     pub report: Report,
     pub disk_full: DiskFigures,
+    pub agent_disk_full: DiskFigures,
+    pub delay: DelayFigures,
     /// Peer datagrams the relays dropped while a controller was cut off.
     pub relay_dropped: u64,
     /// Seconds from the first fault to the end of the checks.
@@ -290,6 +321,8 @@ struct Procs {
     /// The packets each fault track has lost (applied together).
     drops: Mutex<[Drops; 2]>,
     disk: Mutex<DiskFigures>,
+    agent_disk: Mutex<DiskFigures>,
+    delay: Mutex<DelayFigures>,
     /// One client per controller, for leader lookups and digests.
     probes: Vec<Client>,
     ids: Vec<u64>,
@@ -352,6 +385,31 @@ impl Procs {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// Waits (up to `timeout`) for agent `i`'s node to be up (neither unreachable nor
+    /// DOWN) as a controller that answers sees it; false if it was not.
+    async fn node_up(&self, i: usize, timeout: Duration) -> bool {
+        let name = format!("n{i}");
+        let req = ClientRequest::Read {
+            query: Query::Nodes,
+            stale: true,
+        };
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            for p in &self.probes {
+                if let Ok(Response::Nodes(ns)) = p.request_to(0, &req).await {
+                    if ns.iter().any(|n| {
+                        n.inventory.name.as_str() == name && n.down.is_none() && !n.unreachable
+                    }) {
+                        return true;
+                    }
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         false
     }
@@ -443,6 +501,14 @@ impl Procs {
         }
     }
 
+    /// Runs `f` on the bed (not on 127.0.0.1), saying what failed; its result.
+    fn on_bed<T>(&self, f: impl FnOnce(&mut Bed) -> Result<T, String>) -> Option<T> {
+        match &mut *self.cluster.lock().unwrap() {
+            Fleet::Hosts(b) => f(b).map_err(|e| eprintln!("tranche-nemesis: {e}")).ok(),
+            Fleet::Local { .. } => None,
+        }
+    }
+
     /// Applies, holds and heals a fault only the bed has (the network's, a clock's, a
     /// disk's); `None` for the other kinds.
     async fn bed_fault(
@@ -511,18 +577,33 @@ impl Procs {
                 // A wall clock off by minutes: elections and timers run on the
                 // monotonic clock, which stays right.
                 let i = self.pick(target, rng).await;
-                let skew = |s| match &*self.cluster.lock().unwrap() {
-                    Fleet::Hosts(b) => b.skew(i, s),
-                    Fleet::Local { .. } => Ok(()),
-                };
-                if let Err(e) = skew(offset_s.into()) {
-                    eprintln!("tranche-nemesis: {e}");
-                }
+                self.on_bed(|b| b.skew(i, offset_s.into()));
                 tokio::time::sleep(hold).await;
-                if let Err(e) = skew(0) {
-                    eprintln!("tranche-nemesis: {e}");
-                }
+                self.on_bed(|b| b.skew(i, 0));
                 return Some(format!("c{}{offset_s:+}s", self.ids[i]));
+            }
+            Fault::Delay { target, max_ms } => {
+                // Each packet of a controller held for its own time: late and reordered.
+                let i = self.pick(target, rng).await;
+                let host = self.on_bed(|b| Ok(b.controllers[i].host.clone()))?;
+                let ms = faults::DELAY_MIN_MS..=u64::from(max_ms);
+                let applied = self.on_bed(|b| b.delay(&host, ms)).is_some();
+                tokio::time::sleep(hold).await;
+                let ended = match applied {
+                    true => self.on_bed(|b| b.undelay(&host.ns).unwrap_or(Err("no delay".into()))),
+                    false => None,
+                };
+                let mut d = self.delay.lock().unwrap();
+                match ended {
+                    Some(s) => {
+                        d.delays += 1;
+                        d.packets += s.packets;
+                        d.reordered += s.reordered;
+                        d.max_held_ms = d.max_held_ms.max(s.max_held_ms);
+                    }
+                    None => d.errors += 1,
+                }
+                return Some(format!("c{}~{max_ms}ms", self.ids[i]));
             }
             Fault::DiskFull { target } => {
                 let i = self.pick(target, rng).await;
@@ -549,15 +630,57 @@ impl Procs {
                 };
                 let t0 = Instant::now();
                 let back = self.answers(i, DISK_RECOVERY).await;
-                let mut d = self.disk.lock().unwrap();
-                d.fills += 1;
-                d.exits += usize::from(exited);
-                d.recover_max_ms = d.recover_max_ms.max(t0.elapsed().as_millis() as u64);
-                if !back {
-                    d.unrecovered += 1;
-                }
+                self.disk.lock().unwrap().add(exited, t0.elapsed(), back);
                 let how = if exited { " (exited)" } else { "" };
                 return Some(format!("c{}{how}", self.ids[i]));
+            }
+            Fault::SkewAgentClock {
+                node,
+                offset_s,
+                restart,
+            } => {
+                // An agent's wall clock off by minutes; half the time it is restarted
+                // with it, and adopts its jobs. Its lease and timers run on clocks
+                // that stay right.
+                self.on_bed(|b| b.skew_agent(node, offset_s.into()));
+                if restart {
+                    tokio::time::sleep(hold / 2).await;
+                    self.on_bed(|b| {
+                        b.kill_agent(node);
+                        b.start_agent(node)
+                    });
+                    tokio::time::sleep(hold - hold / 2).await;
+                } else {
+                    tokio::time::sleep(hold).await;
+                }
+                self.on_bed(|b| b.skew_agent(node, 0));
+                let how = if restart { " (restarted)" } else { "" };
+                return Some(format!("n{node}{offset_s:+}s{how}"));
+            }
+            Fault::AgentDiskFull { node } => {
+                // The busiest agent's spool full: its jobs go on or are requeued, never
+                // fail for it; once the space is back its node must be up again.
+                let node = self.busiest().await.unwrap_or(node);
+                self.on_bed(|b| b.fill_agent(node));
+                tokio::time::sleep(hold).await;
+                self.on_bed(|b| b.unfill_agent(node));
+                let exited = self
+                    .on_bed(|b| {
+                        let exited = !b.agent_running(node);
+                        if exited {
+                            b.start_agent(node)?;
+                        }
+                        Ok(exited)
+                    })
+                    .unwrap_or(false);
+                let t0 = Instant::now();
+                let back = self.node_up(node, DISK_RECOVERY).await;
+                self.agent_disk
+                    .lock()
+                    .unwrap()
+                    .add(exited, t0.elapsed(), back);
+                let how = if exited { " (exited)" } else { "" };
+                return Some(format!("n{node}{how}"));
             }
             Fault::CutAgent { node } => {
                 // The agent with the most GPUs in use, so that the cut has jobs to fence.
@@ -611,6 +734,13 @@ impl Procs {
         self.set_drops(0, Vec::new());
         self.set_drops(1, Vec::new());
         let mut c = self.cluster.lock().unwrap();
+        if let Fleet::Hosts(b) = &*c {
+            for r in b.undelay_all() {
+                if let Err(e) = r {
+                    eprintln!("tranche-nemesis: {e}");
+                }
+            }
+        }
         for i in 0..c.controllers() {
             signal(c.controller_pid(i), Signal::SIGCONT);
             if !c.is_running(i) {
@@ -773,6 +903,7 @@ pub fn bed_options(args: &Args) -> Result<BedOptions, String> {
         keep: args.keep,
         faketime: crate::bed::find_faketime(),
         disk_mib: Some(HOSTS_DISK_MIB),
+        agent_disk_mib: Some(HOSTS_AGENT_DISK_MIB),
     })
 }
 
@@ -879,6 +1010,8 @@ async fn setup(
         net,
         drops: Mutex::new([Vec::new(), Vec::new()]),
         disk: Mutex::default(),
+        agent_disk: Mutex::default(),
+        delay: Mutex::default(),
         probes,
         ids: (1..=CONTROLLERS as u64).collect(),
     });
@@ -949,6 +1082,8 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         fence_after_ms: timing.fence_after_s * 1000,
         skew: hosts && crate::bed::find_faketime().is_some(),
         disk: hosts,
+        agent_disk: hosts && args.agent_disk_full,
+        delay: hosts && crate::bed::find_iptables().is_some(),
     };
     let schedule = match hosts {
         true => faults::schedule_hosts(seed, shape),
@@ -1062,9 +1197,16 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
     });
     write_history(&dir, &ops, &faults);
     let disk_full = procs.disk.lock().unwrap().clone();
+    let agent_disk_full = procs.agent_disk.lock().unwrap().clone();
+    let delay = procs.delay.lock().unwrap().clone();
     let summary = Summary {
-        passed: report.passed() && disk_full.unrecovered == 0,
+        passed: report.passed()
+            && disk_full.unrecovered == 0
+            && agent_disk_full.unrecovered == 0
+            && delay.errors == 0,
         disk_full,
+        agent_disk_full,
+        delay,
         seed,
         duration_s: args.duration,
         relay_dropped: cuts.dropped.load(Ordering::Relaxed),

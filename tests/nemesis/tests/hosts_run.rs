@@ -44,6 +44,8 @@ fn sixty_seconds_of_partitions_on_hosts_lose_and_duplicate_nothing() {
         ],
     );
     let n = |k: &str| common::count(&v, k);
+    // Every delay was applied and healed (its rules and queue gone).
+    assert_eq!(v["delay"]["errors"], 0, "{v}");
     // Only a failed run keeps its directory; this one passed, so nothing is left.
     assert_eq!(common::settle(&tag), Vec::<String>::new());
     // The run did something worth judging: load, network faults of several kinds,
@@ -56,6 +58,7 @@ fn sixty_seconds_of_partitions_on_hosts_lose_and_duplicate_nothing() {
         "partition_bridge",
         "drop_one_way",
         "lossy_links",
+        "delay",
         "cut_agent",
         "agent_minority",
     ];

@@ -58,15 +58,22 @@ pub fn can_run(test: &str) -> bool {
     let Some(why) = unavailable() else {
         return true;
     };
-    let msg =
-        format!("NOT RUN: {test}: the test bed needs root, ip, nft and network namespaces: {why}");
+    not_run(
+        test,
+        &format!("the test bed needs root, ip, nft and network namespaces: {why}"),
+    );
+    false
+}
+
+/// Says that `test` did not run and why (a failure under CI=true).
+pub fn not_run(test: &str, why: &str) {
+    let msg = format!("NOT RUN: {test}: {why}");
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{msg} (CI=true)");
     }
     // Straight to stderr, past the harness's capture of `eprintln!`: the test still
     // reads `ok`, so this line is what shows it did not run.
     let _ = std::io::stderr().write_all(format!("\n*** {msg} ***\n\n").as_bytes());
-    false
 }
 
 /// What of run `tag` is still there: namespaces, processes, mounts, its directory.

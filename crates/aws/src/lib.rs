@@ -1,7 +1,9 @@
 //! The AWS Batch-compatible endpoint: AWS Batch's quota-management and service-job
 //! operations (rest-json, `POST /v1/<operation>`, tags under `/v1/tags/<ARN>`), signed
 //! with SigV4 by access keys that `tranche keys issue` makes, on the controllers'
-//! HTTPS listener beside `/api/v1/`.
+//! HTTPS listener beside `/api/v1/`; and, to watch the training jobs those jobs run,
+//! SageMaker's `DescribeTrainingJob` and CloudWatch Logs' `DescribeLogStreams` and
+//! `GetLogEvents` (AWS JSON 1.1, `POST /` with `X-Amz-Target`).
 //!
 //! A request is verified ([`sigv4`]) with the secret derived from its access key's id
 //! ([`tranche_tls::keys`]); it then acts as the key's identity through the service layer, so the

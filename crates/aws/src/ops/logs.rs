@@ -68,13 +68,14 @@ struct Line {
     text: String,
 }
 
-/// Which part of an output a read keeps.
+/// Which part of an output a read keeps, and at most how many lines and bytes of
+/// messages.
 #[derive(Clone, Copy)]
 enum Keep {
-    /// The first `n` lines from the position on.
-    Head(usize),
-    /// The last `n` lines before the position.
-    Tail(usize),
+    /// The first lines from the position on.
+    Head(usize, usize),
+    /// The last lines before the position.
+    Tail(usize, usize),
 }
 
 /// Splits an output, read in chunks from byte `from`, into the lines a page keeps.
@@ -117,10 +118,9 @@ impl Lines {
         });
         self.pos = end;
         match self.keep {
-            Keep::Head(n) => self.lines.len() >= n || self.bytes >= MAX_PAGE_BYTES,
-            Keep::Tail(n) => {
-                while self.lines.len() > n || (self.bytes > MAX_PAGE_BYTES && self.lines.len() > 1)
-                {
+            Keep::Head(n, max) => self.lines.len() >= n || self.bytes >= max,
+            Keep::Tail(n, max) => {
+                while self.lines.len() > n || (self.bytes > max && self.lines.len() > 1) {
                     let l = self.lines.pop_front().expect("more than one line");
                     self.bytes -= l.text.len();
                 }
@@ -364,7 +364,7 @@ impl Endpoint {
         keep: Keep,
     ) -> AwsResult<(Vec<Line>, u64)> {
         let (client, addr, node) =
-            tranche_http::output_source(cx.api, j, a, Some(&rank.to_string()))
+            tranche_http::output_source(cx.api, j, a, Some(a.allocation[rank].node.as_str()))
                 .await
                 .map_err(|e| AwsError::server(e.body.error.message))?;
         let req = tranche_proto::LogRequest {
@@ -447,49 +447,43 @@ impl Endpoint {
         };
         let t = event_time(a) as i64;
         let in_window = r.start_time.is_none_or(|s| t >= s) && r.end_time.is_none_or(|e| t < e);
-        let (lines, fwd, back) = if !in_window {
-            let p = Pos {
-                out: at.out.min(i64::MAX as u64),
-                err: at.err.min(i64::MAX as u64),
-            };
-            (vec![], p, p)
-        } else if dir == 'f' {
+        let bytes = |l: &[Line]| l.iter().map(|l| l.text.len()).sum::<usize>();
+        // What is left of the page for the second output read: none, or lines and bytes.
+        let left = |first: &[Line]| {
+            let (n, b) = (
+                limit - first.len(),
+                MAX_PAGE_BYTES.saturating_sub(bytes(first)),
+            );
+            (n > 0 && b > 0).then_some((n, b))
+        };
+        let (lines, fwd, back) = if dir == 'f' {
+            let head = Keep::Head(limit, MAX_PAGE_BYTES);
             let (out, out_end) = self
-                .read_lines(cx, &j, a, rank, false, at.out, None, Keep::Head(limit))
+                .read_lines(cx, &j, a, rank, false, at.out, None, head)
                 .await?;
-            let (err, err_end) = match limit - out.len() {
-                0 => (vec![], at.err),
-                left => {
-                    self.read_lines(cx, &j, a, rank, true, at.err, None, Keep::Head(left))
+            let (err, err_end) = match left(&out) {
+                None => (vec![], at.err),
+                Some((n, b)) => {
+                    self.read_lines(cx, &j, a, rank, true, at.err, None, Keep::Head(n, b))
                         .await?
                 }
             };
-            let back = back_of(
-                &out,
-                &err,
-                Pos {
-                    out: out_end,
-                    err: err_end,
-                },
-            );
-            let lines: Vec<Line> = out.into_iter().chain(err).collect();
-            (
-                lines,
-                Pos {
-                    out: out_end,
-                    err: err_end,
-                },
-                back,
-            )
+            let fwd = Pos {
+                out: out_end,
+                err: err_end,
+            };
+            let back = back_of(&out, &err, fwd);
+            (out.into_iter().chain(err).collect::<Vec<_>>(), fwd, back)
         } else {
             let to = |x: u64| (x != u64::MAX).then_some(x);
+            let tail = Keep::Tail(limit, MAX_PAGE_BYTES);
             let (err, err_end) = self
-                .read_lines(cx, &j, a, rank, true, 0, to(at.err), Keep::Tail(limit))
+                .read_lines(cx, &j, a, rank, true, 0, to(at.err), tail)
                 .await?;
-            let (out, out_end) = match limit - err.len() {
-                0 => (vec![], at.out),
-                left => {
-                    self.read_lines(cx, &j, a, rank, false, 0, to(at.out), Keep::Tail(left))
+            let (out, out_end) = match left(&err) {
+                None => (vec![], at.out),
+                Some((n, b)) => {
+                    self.read_lines(cx, &j, a, rank, false, 0, to(at.out), Keep::Tail(n, b))
                         .await?
                 }
             };
@@ -498,9 +492,11 @@ impl Endpoint {
                 err: to(at.err).unwrap_or(err_end),
             };
             let back = back_of(&out, &err, fwd);
-            let lines: Vec<Line> = out.into_iter().chain(err).collect();
-            (lines, fwd, back)
+            (out.into_iter().chain(err).collect(), fwd, back)
         };
+        // Every event carries the attempt's start: the window keeps all of the page or
+        // none of it (the tokens go on from the page either way).
+        let lines = if in_window { lines } else { vec![] };
         let ingested = a.ended_at.unwrap_or_else(|| cx.now()).max(t as Millis);
         let events: Vec<Value> = lines
             .iter()
@@ -542,7 +538,7 @@ mod tests {
             &["ab", "c\nde\r\nf", "g\nhalf"],
             0,
             None,
-            Keep::Head(10),
+            Keep::Head(10, MAX_PAGE_BYTES),
             false,
         );
         assert_eq!(texts(&l), ["abc", "de", "fg"]);
@@ -553,22 +549,39 @@ mod tests {
             &["ab", "c\nde\r\nf", "g\nhalf"],
             0,
             None,
-            Keep::Head(10),
+            Keep::Head(10, MAX_PAGE_BYTES),
             true,
         );
         assert_eq!(texts(&l), ["abc", "de", "fg", "half"]);
         assert_eq!(end, 15);
         // A page of two stops after its second line; the next goes on from there.
-        let (l, end) = read(&["a\nb\nc\n"], 0, None, Keep::Head(2), true);
+        let (l, end) = read(&["a\nb\nc\n"], 0, None, Keep::Head(2, MAX_PAGE_BYTES), true);
         assert_eq!((texts(&l), end), (vec!["a", "b"], 4));
     }
 
     #[test]
     fn a_tail_keeps_the_last_lines_before_its_end() {
-        let (l, end) = read(&["a\nb\nc\nd\n"], 0, Some(6), Keep::Tail(2), true);
+        let (l, end) = read(
+            &["a\nb\nc\nd\n"],
+            0,
+            Some(6),
+            Keep::Tail(2, MAX_PAGE_BYTES),
+            true,
+        );
         assert_eq!((texts(&l), end), (vec!["b", "c"], 6));
-        let (l, _) = read(&["a\nb\nc\nd"], 0, None, Keep::Tail(3), true);
+        let (l, _) = read(
+            &["a\nb\nc\nd"],
+            0,
+            None,
+            Keep::Tail(3, MAX_PAGE_BYTES),
+            true,
+        );
         assert_eq!(texts(&l), ["b", "c", "d"]);
+        // Bytes bound a page as lines do: a tail keeps at least its last line.
+        let (l, _) = read(&["aaaa\nbb\ncc\n"], 0, None, Keep::Tail(9, 4), true);
+        assert_eq!(texts(&l), ["bb", "cc"]);
+        let (l, end) = read(&["aaaa\nbb\ncc\n"], 0, None, Keep::Head(9, 5), true);
+        assert_eq!((texts(&l), end), (vec!["aaaa", "bb"], 8));
     }
 
     #[test]

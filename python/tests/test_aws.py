@@ -591,3 +591,109 @@ def test_the_guides_snippet_runs_as_written(dev, image):
     c = client(dev)
     wait_for("the snippet's job to succeed", lambda: status(c, arn) == "SUCCEEDED")
     assert "team-a" in {s["quotaShareName"] for s in c.list_quota_shares(jobQueue="q")["quotaShares"]}
+
+
+def test_sagemaker_and_cloudwatch_logs_follow_a_training_job(dev, admin, user, image, monkeypatch):
+    """SageMaker's DescribeTrainingJob and CloudWatch Logs through boto3 clients that find
+    the endpoint in the variables `tranche dev` prints: a training job described through
+    its states, its log stream, and its lines read forward, polled, and backward; the
+    SageMaker SDK's own log reader and `get_model_trainer()` read them too."""
+    for k, v in dev.aws_env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    assert dev.aws_env["AWS_ENDPOINT_URL_SAGEMAKER"] == dev.aws_env["AWS_ENDPOINT_URL_BATCH"]
+    assert dev.aws_env["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] == dev.aws_env["AWS_ENDPOINT_URL_BATCH"]
+    sm, logs = boto3.client("sagemaker"), boto3.client("logs")
+    group = "/aws/sagemaker/TrainingJobs"
+
+    sp, se, jq = make_queue(admin)
+    qs = uniq("qs")
+    make_share(admin, jq, qs, "LEND", units=3)
+    # The job prints three lines, waits for a file in its input channel, then prints one
+    # more to stdout and one to stderr.
+    ctl = uniq("ctl")
+    (Path(dev.dir) / "data" / ctl).mkdir()
+    script = ('echo "line 1"; echo "line 2"; echo "line 3"; '
+              'while [ ! -e /opt/ml/input/data/ctl/go ]; do sleep 1; done; '
+              'echo "line 4"; echo "done" >&2')
+    p = json.loads(payload("watched", entry=["/bin/sh", "-c", script]))
+    p["InputDataConfig"] = [{"ChannelName": "ctl", "DataSource": {"FileSystemDataSource": {
+        "FileSystemId": "fs-dev", "FileSystemType": "EFS", "FileSystemAccessMode": "ro",
+        "DirectoryPath": f"/{ctl}"}}}]
+    job = user.submit_service_job(jobName="watched", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING",
+                                  quotaShareName=qs, serviceRequestPayload=json.dumps(p))
+    wait_for("RUNNING", lambda: status(user, job["jobArn"]) == "RUNNING")
+    arn = user.describe_service_job(jobId=job["jobArn"])["latestAttempt"]["serviceResourceId"]["value"]
+    name = arn.split("training-job/")[1]
+    assert name == f"watched-{job['jobId']}-1"
+
+    d = sm.describe_training_job(TrainingJobName=name)
+    assert d["TrainingJobArn"] == arn
+    assert (d["TrainingJobStatus"], d["SecondaryStatus"]) == ("InProgress", "Training"), d
+    steps = [t["Status"] for t in d["SecondaryStatusTransitions"]]
+    assert steps[0] == "Starting" and steps[-1] == "Training", steps
+    assert d["SecondaryStatusTransitions"][-1]["StartTime"] == d["TrainingStartTime"]
+    assert d["CreationTime"] <= d["TrainingStartTime"] and "TrainingEndTime" not in d
+    assert d["ResourceConfig"] == p["ResourceConfig"] and d["RoleArn"] == ROLE
+    assert d["AlgorithmSpecification"]["ContainerEntrypoint"][0] == "/bin/sh"
+    assert d["StoppingCondition"] == {"MaxRuntimeInSeconds": 600}
+    assert d["OutputDataConfig"] == {"S3OutputPath": "s3://out/x"}
+    # Another user's key sees no such training job; a name never given is not found.
+    other = boto3.client("sagemaker", aws_access_key_id=(bob := issue_key(dev, "bob"))[0],
+                         aws_secret_access_key=bob[1])
+    for c, n in [(other, name), (sm, f"watched-{job['jobId']}-2")]:
+        with pytest.raises(botocore.exceptions.ClientError) as ei:
+            c.describe_training_job(TrainingJobName=n)
+        assert code_and_message(ei.value)[0] == "ValidationException", ei.value.response
+        assert "Requested resource not found" in code_and_message(ei.value)[1]
+
+    streams = wait_for("a log stream", lambda: logs.describe_log_streams(
+        logGroupName=group, logStreamNamePrefix=name + "/", orderBy="LogStreamName")["logStreams"])
+    stream = streams[0]["logStreamName"]
+    assert len(streams) == 1 and stream.startswith(f"{name}/algo-1-"), streams
+
+    def events(**kw) -> dict:
+        return logs.get_log_events(logGroupName=group, logStreamName=stream, **kw)
+
+    first = wait_for("three lines", lambda: (r := events(startFromHead=True))["events"] and len(r["events"]) == 3 and r)
+    assert [e["message"] for e in first["events"]] == ["line 1", "line 2", "line 3"]
+    start_ms = int(d["TrainingStartTime"].timestamp() * 1000)
+    assert {e["timestamp"] for e in first["events"]} == {start_ms}
+    # Polling with the forward token: nothing new yet, and the same token.
+    again = events(nextToken=first["nextForwardToken"], startFromHead=True)
+    assert again["events"] == [] and again["nextForwardToken"] == first["nextForwardToken"]
+
+    (Path(dev.dir) / "data" / ctl / "go").write_text("")
+    wait_for("SUCCEEDED", lambda: status(user, job["jobArn"]) == "SUCCEEDED")
+    d = sm.describe_training_job(TrainingJobName=name)
+    assert d["TrainingJobStatus"] == "Completed", d
+    assert [t["Status"] for t in d["SecondaryStatusTransitions"]][-2:] == ["Uploading", "Completed"]
+    assert d["TrainingEndTime"] >= d["TrainingStartTime"]
+    assert d["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://out/x/{name}/output/model.tar.gz"
+    # The rest, from where the poll left off: stdout's last line, then stderr's.
+    rest = events(nextToken=first["nextForwardToken"], startFromHead=True)
+    assert [e["message"] for e in rest["events"]] == ["line 4", "done"]
+    # Without startFromHead: the latest lines; the backward token pages back.
+    tail = events(limit=2)
+    assert [e["message"] for e in tail["events"]] == ["line 4", "done"]
+    back = events(limit=2, nextToken=tail["nextBackwardToken"])
+    assert [e["message"] for e in back["events"]] == ["line 2", "line 3"]
+    # The time window: the lines carry the attempt's start.
+    assert events(startFromHead=True, startTime=start_ms + 1)["events"] == []
+    assert len(events(startFromHead=True, endTime=start_ms + 1)["events"]) == 5
+    with pytest.raises(botocore.exceptions.ClientError) as ei:
+        logs.get_log_events(logGroupName=group, logStreamName=f"{name}/algo-2-1")
+    assert code_and_message(ei.value)[0] == "ResourceNotFoundException"
+
+    # The SageMaker SDK's log reader (what its notebooks' log helper calls), and
+    # get_model_trainer(), which describes the training job.
+    from sagemaker.core.logs import Position, multi_stream_iter
+    read = [e["message"] for _, e in multi_stream_iter(logs, group, [stream], {stream: Position(0, 0)})]
+    assert read == ["line 1", "line 2", "line 3", "line 4", "done"], read
+    monkeypatch.setenv("SAGEMAKER_VALIDATE_ROLE", "false")
+    from sagemaker.train.aws_batch.training_queued_job import TrainingQueuedJob
+    trainer = TrainingQueuedJob(job["jobArn"], "watched").get_model_trainer()
+    assert trainer._latest_training_job.training_job_name == name
+    assert trainer._latest_training_job.training_job_status == "Completed"
+    assert trainer.compute.instance_type == "ml.g5.xlarge"

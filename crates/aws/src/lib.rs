@@ -1,7 +1,9 @@
 //! The AWS Batch-compatible endpoint: AWS Batch's quota-management and service-job
 //! operations (rest-json, `POST /v1/<operation>`, tags under `/v1/tags/<ARN>`), signed
 //! with SigV4 by access keys that `tranche keys issue` makes, on the controllers'
-//! HTTPS listener beside `/api/v1/`.
+//! HTTPS listener beside `/api/v1/`; and, to watch the training jobs those jobs run,
+//! SageMaker's `DescribeTrainingJob` and CloudWatch Logs' `DescribeLogStreams` and
+//! `GetLogEvents` (AWS JSON 1.1, `POST /` with `X-Amz-Target`).
 //!
 //! A request is verified ([`sigv4`]) with the secret derived from its access key's id
 //! ([`tranche_tls::keys`]); it then acts as the key's identity through the service layer, so the
@@ -126,6 +128,7 @@ pub fn router(ep: Option<Arc<Endpoint>>) -> Router<Arc<Api>> {
     Router::new()
         .route("/v1/tags/{*arn}", any(tags))
         .route("/v1/{op}", post(operation))
+        .route("/", post(json_target))
         .layer(Extension(ep))
 }
 
@@ -202,6 +205,7 @@ async fn authenticate(
     api: &Api,
     ep: Option<Arc<Endpoint>>,
     req: Request,
+    service: &str,
 ) -> AwsResult<(Arc<Endpoint>, Identity, axum::http::request::Parts, Vec<u8>)> {
     let ep = ep.ok_or_else(|| {
         AwsError::client(
@@ -216,7 +220,7 @@ async fn authenticate(
         // signature is over the body, read next) without deriving anything.
         let sh = api.shared.read().unwrap();
         let refusal = std::cell::RefCell::new(None);
-        let pre = sigv4::verify(&signed(&parts, &[]), &regions, now_s, |id| {
+        let pre = sigv4::verify_service(&signed(&parts, &[]), service, &regions, now_s, |id| {
             *refusal.borrow_mut() = Some(key_refusal(&api.certs, &sh.state, id, wall_ms()));
             None
         });
@@ -250,7 +254,7 @@ async fn authenticate(
     };
     let key_id = {
         let sh = api.shared.read().unwrap();
-        let v = sigv4::verify(&signed(&parts, &bytes), &regions, now_s, |id| {
+        let v = sigv4::verify_service(&signed(&parts, &bytes), service, &regions, now_s, |id| {
             key_refusal(&api.certs, &sh.state, id, wall_ms())
                 .is_none()
                 .then(|| tranche_tls::keys::derive_secret(&ep.master, id))
@@ -286,7 +290,7 @@ async fn operation(
 ) -> Response {
     let rid = wire::request_id();
     let answer = async {
-        let (ep, who, _, body) = authenticate(&api, ep, req).await?;
+        let (ep, who, _, body) = authenticate(&api, ep, req, sigv4::SERVICE).await?;
         let cx = Ctx { api: &api, who };
         let b = &body[..];
         match op.as_str() {
@@ -327,6 +331,64 @@ async fn operation(
     }
 }
 
+/// The SageMaker and CloudWatch Logs operations (AWS JSON 1.1: `POST /` with the
+/// operation in `X-Amz-Target`), which botocore sends to `AWS_ENDPOINT_URL_SAGEMAKER`
+/// and `AWS_ENDPOINT_URL_CLOUDWATCH_LOGS`: the target's prefix names the service the
+/// request must be signed for.
+async fn json_target(
+    AxState(api): AxState<Arc<Api>>,
+    Extension(ep): Configured,
+    req: Request,
+) -> Response {
+    let rid = wire::request_id();
+    let target = req
+        .headers()
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let answer = async {
+        let (service, op) = match target.split_once('.') {
+            Some(("SageMaker", op)) => ("sagemaker", op),
+            Some(("Logs_20140328", op)) => ("logs", op),
+            _ => {
+                return Err(AwsError::json_client(
+                    "UnknownOperationException",
+                    format!(
+                        "X-Amz-Target `{target}` is not an operation of this endpoint: it serves \
+                         SageMaker.DescribeTrainingJob, Logs_20140328.DescribeLogStreams and \
+                         Logs_20140328.GetLogEvents"
+                    ),
+                ))
+            }
+        };
+        let (ep, who, _, body) = authenticate(&api, ep, req, service).await?;
+        let cx = Ctx { api: &api, who };
+        let b = &body[..];
+        match (service, op) {
+            ("sagemaker", "DescribeTrainingJob") => ep.describe_training_job(&cx, b).await,
+            ("logs", "DescribeLogStreams") => ep.describe_log_streams(&cx, b).await,
+            ("logs", "GetLogEvents") => ep.get_log_events(&cx, b).await,
+            _ => Err(AwsError::json_client(
+                "UnknownOperationException",
+                format!(
+                    "operation `{target}` is not supported by this cluster's endpoint (of {service}, it serves {})",
+                    if service == "sagemaker" {
+                        "DescribeTrainingJob"
+                    } else {
+                        "DescribeLogStreams and GetLogEvents"
+                    }
+                ),
+            )),
+        }
+    }
+    .await;
+    match answer {
+        Ok(v) => wire::ok_json11(v, &rid),
+        Err(e) => wire::error(&e, &rid),
+    }
+}
+
 async fn tags(
     AxState(api): AxState<Arc<Api>>,
     Extension(ep): Configured,
@@ -347,7 +409,7 @@ async fn tags(
         })
         .unwrap_or_default();
     let answer = async {
-        let (ep, who, _, body) = authenticate(&api, ep, req).await?;
+        let (ep, who, _, body) = authenticate(&api, ep, req, sigv4::SERVICE).await?;
         let cx = Ctx { api: &api, who };
         match method {
             Method::GET => ep.list_tags(&cx, &arn).await,

@@ -226,6 +226,18 @@ pub fn verify(
     now_s: u64,
     secret_of: impl Fn(&str) -> Option<String>,
 ) -> Result<Verified, SigError> {
+    verify_service(req, SERVICE, allowed_regions, now_s, secret_of)
+}
+
+/// [`verify`] for a credential scoped to `service` (`sagemaker`, `logs`: the services
+/// the endpoint serves beside Batch on the same listener).
+pub fn verify_service(
+    req: &SignedRequest<'_>,
+    service: &str,
+    allowed_regions: &[&str],
+    now_s: u64,
+    secret_of: impl Fn(&str) -> Option<String>,
+) -> Result<Verified, SigError> {
     // The signature covers the path with its dot and empty segments removed, while the
     // routes see it as sent: a path that is not already in that form is refused, so
     // that a request signed for one route cannot be sent to another.
@@ -236,7 +248,7 @@ pub fn verify(
             req.path
         )));
     }
-    verify_for(req, SERVICE, allowed_regions, now_s, secret_of)
+    verify_for(req, service, allowed_regions, now_s, secret_of)
 }
 
 /// Whether `path` is absolute and has no empty (but a trailing), `.` or `..` segment:
@@ -347,7 +359,8 @@ pub fn authorization(
     authorization_for(req, access_key_id, secret, region, SERVICE, signed_headers)
 }
 
-fn authorization_for(
+/// [`authorization`] for service `service`.
+pub fn authorization_for(
     req: &SignedRequest<'_>,
     access_key_id: &str,
     secret: &str,

@@ -39,6 +39,16 @@ impl AwsError {
         }
     }
 
+    /// A request the client got wrong, answered with the code of a service other than
+    /// Batch (`ValidationException`, `ResourceNotFoundException`, ...).
+    pub fn json_client(code: &'static str, message: impl Into<String>) -> AwsError {
+        AwsError {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            message: message.into(),
+        }
+    }
+
     /// A refused signature or key (403, AWS's codes).
     pub fn auth(code: &'static str, message: impl Into<String>) -> AwsError {
         AwsError {
@@ -115,6 +125,16 @@ fn with_request_id(mut r: Response, id: &str) -> Response {
 /// A successful answer: the JSON body, with the request id.
 pub fn ok(body: serde_json::Value, id: &str) -> Response {
     with_request_id((StatusCode::OK, axum::Json(body)).into_response(), id)
+}
+
+/// A successful answer of an AWS JSON 1.1 service (SageMaker, CloudWatch Logs).
+pub fn ok_json11(body: serde_json::Value, id: &str) -> Response {
+    let mut r = ok(body, id);
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-amz-json-1.1"),
+    );
+    r
 }
 
 /// An error answer, with the request id.

@@ -10,54 +10,6 @@ mod common;
 use axum::http::Method;
 use common::*;
 use serde_json::{json, Value};
-use tranche_state::State;
-
-/// A queue `jq` with a LEND share `qs` of 3 ml.g5.xlarge, made by the admin.
-async fn setup() -> Aws {
-    let aws = Aws::new(State::new());
-    let key = aws.admin.clone();
-    let sp = ok(&aws
-        .op(
-            &key,
-            "CreateSchedulingPolicy",
-            json!({"name": "sp", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
-        )
-        .await)["arn"]
-        .clone();
-    ok(&aws
-        .op(&key, "CreateServiceEnvironment", json!({
-            "serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
-            "state": "ENABLED", "capacityLimits": [{"maxCapacity": 3, "capacityUnit": "ml.g5.xlarge"}],
-        }))
-        .await);
-    ok(&aws
-        .op(&key, "CreateJobQueue", json!({
-            "jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "state": "ENABLED",
-            "priority": 1, "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
-            "schedulingPolicyArn": sp,
-        }))
-        .await);
-    ok(&aws
-        .op(
-            &key,
-            "CreateQuotaShare",
-            json!({
-                "quotaShareName": "qs", "jobQueue": "jq",
-                "capacityLimits": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 3}],
-                "resourceSharingConfiguration": {"strategy": "LEND"},
-                "preemptionConfiguration": {"inSharePreemption": "DISABLED"}, "state": "ENABLED",
-            }),
-        )
-        .await);
-    aws
-}
-
-fn submit(name: &str) -> Value {
-    json!({
-        "jobName": name, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
-        "quotaShareName": "qs", "serviceRequestPayload": payload(name, "ml.g5.xlarge", 1),
-    })
-}
 
 fn job_ids(list: &Value) -> Vec<String> {
     list["jobSummaryList"]

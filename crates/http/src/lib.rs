@@ -24,6 +24,7 @@ pub mod error;
 mod extract;
 pub mod history;
 mod logs;
+pub use logs::output_source;
 pub mod openapi;
 mod routes;
 mod stream;

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tranche_client::ClientError;
+use tranche_model::{Attempt, Job, NodeName};
 use tranche_proto::{ApiError, LogRequest, Query, Response as Answer, LOGS_LABEL};
 use utoipa::{IntoParams, ToSchema};
 
@@ -85,51 +86,7 @@ pub async fn logs(
             HttpError::not_found(format!("job {id} has not run yet: {}", job.status.as_str()))
         })?,
     };
-    let members: Vec<_> = attempt.allocation.iter().map(|a| a.node.clone()).collect();
-    let node = match &q.node {
-        None => members.first().cloned(),
-        Some(n) => members
-            .iter()
-            .find(|m| m.as_str() == n)
-            .cloned()
-            .or_else(|| {
-                n.parse::<usize>()
-                    .ok()
-                    .and_then(|r| members.get(r).cloned())
-            }),
-    }
-    .ok_or_else(|| {
-        HttpError::not_found(format!(
-            "attempt {} of job {id} did not run on {}",
-            attempt.number,
-            q.node.as_deref().unwrap_or("any node")
-        ))
-        .with_field("node")
-    })?;
-    let addr = {
-        let sh = api.shared.read().unwrap();
-        sh.state
-            .nodes
-            .get(&node)
-            .and_then(|n| n.inventory.labels.get(LOGS_LABEL))
-            .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-    }
-    .ok_or_else(|| {
-        HttpError::unavailable(format!(
-            "node {node} publishes no log port (label {LOGS_LABEL})"
-        ))
-    })?;
-    let client = api
-        .logs_client
-        .get_or_try_init(|| async {
-            tranche_client::Client::new(vec![api.client_addr], &api.tls)
-                .map(Arc::new)
-                .map_err(|e| {
-                    HttpError::unavailable(format!("cannot reach the agents' log ports: {e}"))
-                })
-        })
-        .await?
-        .clone();
+    let (client, addr, node) = output_source(&api, &job, attempt, q.node.as_deref()).await?;
     let req = LogRequest {
         job: job.id,
         attempt: Some(attempt.number),
@@ -182,4 +139,63 @@ pub async fn logs(
         HeaderValue::from_static("application/octet-stream"),
     );
     Ok(r)
+}
+
+/// Where the output of `attempt` of `job` is read from: the client of the agents' log
+/// ports, the address of the log port of the node it ran on, and that node. `node`
+/// picks a member of a job on several nodes by node name or rank (default: rank 0).
+/// The caller must have checked that it may read the job's output.
+pub async fn output_source(
+    api: &Api,
+    job: &Job,
+    attempt: &Attempt,
+    node: Option<&str>,
+) -> Result<(Arc<tranche_client::Client>, std::net::SocketAddr, NodeName), HttpError> {
+    let members: Vec<_> = attempt.allocation.iter().map(|a| a.node.clone()).collect();
+    let node = match node {
+        None => members.first().cloned(),
+        Some(n) => members
+            .iter()
+            .find(|m| m.as_str() == n)
+            .cloned()
+            .or_else(|| {
+                n.parse::<usize>()
+                    .ok()
+                    .and_then(|r| members.get(r).cloned())
+            }),
+    }
+    .ok_or_else(|| {
+        HttpError::not_found(format!(
+            "attempt {} of job {} did not run on {}",
+            attempt.number,
+            job.job_ref(),
+            node.unwrap_or("any node")
+        ))
+        .with_field("node")
+    })?;
+    let addr = {
+        let sh = api.shared.read().unwrap();
+        sh.state
+            .nodes
+            .get(&node)
+            .and_then(|n| n.inventory.labels.get(LOGS_LABEL))
+            .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+    }
+    .ok_or_else(|| {
+        HttpError::unavailable(format!(
+            "node {node} publishes no log port (label {LOGS_LABEL})"
+        ))
+    })?;
+    let client = api
+        .logs_client
+        .get_or_try_init(|| async {
+            tranche_client::Client::new(vec![api.client_addr], &api.tls)
+                .map(Arc::new)
+                .map_err(|e| {
+                    HttpError::unavailable(format!("cannot reach the agents' log ports: {e}"))
+                })
+        })
+        .await?
+        .clone();
+    Ok((client, addr, node))
 }

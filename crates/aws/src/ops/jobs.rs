@@ -146,7 +146,7 @@ pub fn aws_status(s: JobStatus) -> &'static str {
 }
 
 impl Endpoint {
-    fn training_arn(&self, j: &Job, attempt: u32) -> String {
+    pub(super) fn training_arn(&self, j: &Job, attempt: u32) -> String {
         let base = j
             .spec
             .sagemaker
@@ -286,6 +286,41 @@ impl Endpoint {
         }
     }
 
+    /// Why attempt `a` ended, in words (`None` while it runs).
+    pub(super) fn attempt_reason(
+        j: &Job,
+        a: &Attempt,
+        share: Option<&QuotaShare>,
+    ) -> Option<String> {
+        let end = a.end.as_ref()?;
+        // An attempt that never ran ended as its job's transition then says.
+        let never_ran = a
+            .ran_from()
+            .is_none()
+            .then(|| Self::ending_reason(j, a))
+            .flatten();
+        let reason = match end {
+            _ if never_ran.is_some() => never_ran.expect("just checked"),
+            AttemptEnd::Exited { code: 0 } => {
+                "Received status from SageMaker: Training job completed".to_string()
+            }
+            AttemptEnd::Exited { code } => {
+                format!("the training container exited with code {code}")
+            }
+            AttemptEnd::Stopped { kind, code } => {
+                let how = Self::stopped_how(j, a, kind, *code, share);
+                match kind {
+                StopKind::Reclaim { for_job } => format!("preempted: its quota share's lent capacity was reclaimed for job {}; it {how}", for_job.0),
+                StopKind::InShare { for_job } => format!("preempted by the higher-priority job {} of its quota share; it {how}", for_job.0),
+                StopKind::Cancel => format!("terminated; it {how}"),
+                StopKind::Drain => format!("its node was drained; it {how}"),
+                }
+            }
+            AttemptEnd::Lost => "its node went down; the attempt was lost".to_string(),
+        };
+        Some(reason)
+    }
+
     fn attempt_json(&self, j: &Job, a: &Attempt, share: Option<&QuotaShare>) -> Value {
         let mut v = json!({
             "serviceResourceId": {"name": "TrainingJobArn", "value": self.training_arn(j, a.number)},
@@ -297,32 +332,7 @@ impl Endpoint {
         if let Some(t) = a.ended_at {
             m.insert("stoppedAt".into(), json!(t));
         }
-        if let Some(end) = &a.end {
-            // An attempt that never ran ended as its job's transition then says.
-            let never_ran = a
-                .ran_from()
-                .is_none()
-                .then(|| Self::ending_reason(j, a))
-                .flatten();
-            let reason = match end {
-                _ if never_ran.is_some() => never_ran.expect("just checked"),
-                AttemptEnd::Exited { code: 0 } => {
-                    "Received status from SageMaker: Training job completed".to_string()
-                }
-                AttemptEnd::Exited { code } => {
-                    format!("the training container exited with code {code}")
-                }
-                AttemptEnd::Stopped { kind, code } => {
-                    let how = Self::stopped_how(j, a, kind, *code, share);
-                    match kind {
-                        StopKind::Reclaim { for_job } => format!("preempted: its quota share's lent capacity was reclaimed for job {}; it {how}", for_job.0),
-                        StopKind::InShare { for_job } => format!("preempted by the higher-priority job {} of its quota share; it {how}", for_job.0),
-                        StopKind::Cancel => format!("terminated; it {how}"),
-                        StopKind::Drain => format!("its node was drained; it {how}"),
-                    }
-                }
-                AttemptEnd::Lost => "its node went down; the attempt was lost".to_string(),
-            };
+        if let Some(reason) = Self::attempt_reason(j, a, share) {
             m.insert("statusReason".into(), json!(reason));
         }
         v
@@ -399,15 +409,21 @@ impl Endpoint {
     /// the environment, the tags).
     pub(super) async fn job_seen(&self, cx: &Ctx<'_>, text: &str) -> AwsResult<Job> {
         let id = self.arns.job_of(text).map_err(AwsError::client)?;
+        self.job_read(cx, JobRef::job(id))
+            .await?
+            .ok_or_else(|| AwsError::client(format!("service job {text} does not exist")))
+    }
+
+    /// Job `id` as the caller may see it (see [`Endpoint::job_seen`]); `None` where there
+    /// is no such job.
+    pub(super) async fn job_read(&self, cx: &Ctx<'_>, id: JobRef) -> AwsResult<Option<Job>> {
         let req = ClientRequest::Read {
-            query: Query::Job(JobRef::job(id)),
+            query: Query::Job(id),
             stale: false,
         };
         match cx.api.service.handle(&cx.who, req).await {
-            Answer::Job(j) => Ok(*j),
-            Answer::Error(ApiError::NotFound(_)) => Err(AwsError::client(format!(
-                "service job {text} does not exist"
-            ))),
+            Answer::Job(j) => Ok(Some(*j)),
+            Answer::Error(ApiError::NotFound(_)) => Ok(None),
             Answer::Error(e) => Err(e.into()),
             other => Err(AwsError::server(format!(
                 "the controller answered with {} where a job was expected; retry",

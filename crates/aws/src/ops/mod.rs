@@ -20,11 +20,13 @@
 
 mod environments;
 mod jobs;
+mod logs;
 mod policies;
 mod queues;
 mod shares;
 mod snapshot;
 mod tags;
+mod training_jobs;
 
 use std::collections::BTreeMap;
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request};
 use axum::Router;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tranche_aws::sigv4;
 use tranche_aws::Endpoint;
 use tranche_controller::config::{AwsConfig, InstanceType};
@@ -122,6 +122,22 @@ impl Aws {
             .await
     }
 
+    /// An AWS JSON 1.1 operation (`POST /`), `target` such as
+    /// `SageMaker.DescribeTrainingJob`, with `body`, signed by key `id` for `service`.
+    pub async fn target(&self, id: &str, service: &str, target: &str, body: Value) -> Reply {
+        let req = sign_for(
+            service,
+            Some(target),
+            Method::POST,
+            "/",
+            body.to_string().into_bytes(),
+            id,
+            &self.secret(id),
+            now_s(),
+        );
+        self.send(req).await
+    }
+
     /// A request signed by key `id` with its true secret.
     pub async fn signed(&self, id: &str, method: Method, path: &str, body: Vec<u8>) -> Reply {
         let req = sign(method, path, body, id, &self.secret(id), now_s());
@@ -147,6 +163,31 @@ pub fn sign(
     secret: &str,
     at: u64,
 ) -> Request<Body> {
+    sign_for(
+        sigv4::SERVICE,
+        None,
+        method,
+        path_and_query,
+        body,
+        id,
+        secret,
+        at,
+    )
+}
+
+/// [`sign`] for `service`, with the `X-Amz-Target` header `target` where one is given
+/// (signed too, as botocore signs it).
+#[allow(clippy::too_many_arguments)]
+pub fn sign_for(
+    service: &str,
+    target: Option<&str>,
+    method: Method,
+    path_and_query: &str,
+    body: Vec<u8>,
+    id: &str,
+    secret: &str,
+    at: u64,
+) -> Request<Body> {
     let mut headers = HeaderMap::new();
     headers.insert("host", HeaderValue::from_static(HOST));
     headers.insert("content-type", HeaderValue::from_static("application/json"));
@@ -154,10 +195,15 @@ pub fn sign(
         "x-amz-date",
         HeaderValue::from_str(&sigv4::format_amz_date(at)).unwrap(),
     );
+    let mut signed = SIGNED.to_vec();
+    if let Some(t) = target {
+        headers.insert("x-amz-target", HeaderValue::from_str(t).unwrap());
+        signed.push("x-amz-target");
+    }
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));
-    let auth = sigv4::authorization(
+    let auth = sigv4::authorization_for(
         &sigv4::SignedRequest {
             method: method.as_str(),
             path,
@@ -168,7 +214,8 @@ pub fn sign(
         id,
         secret,
         REGION,
-        &SIGNED,
+        service,
+        &signed,
     );
     headers.insert("authorization", HeaderValue::from_str(&auth).unwrap());
     let mut req = Request::builder()
@@ -287,4 +334,51 @@ impl Aws {
         };
         self.apply_after(cmd, ms);
     }
+}
+
+/// A queue `jq` with a LEND share `qs` of 3 ml.g5.xlarge, made by the admin.
+pub async fn setup() -> Aws {
+    let aws = Aws::new(State::new());
+    let key = aws.admin.clone();
+    let sp = ok(&aws
+        .op(
+            &key,
+            "CreateSchedulingPolicy",
+            json!({"name": "sp", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+        )
+        .await)["arn"]
+        .clone();
+    ok(&aws
+        .op(&key, "CreateServiceEnvironment", json!({
+            "serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+            "state": "ENABLED", "capacityLimits": [{"maxCapacity": 3, "capacityUnit": "ml.g5.xlarge"}],
+        }))
+        .await);
+    ok(&aws
+        .op(&key, "CreateJobQueue", json!({
+            "jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "state": "ENABLED",
+            "priority": 1, "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
+            "schedulingPolicyArn": sp,
+        }))
+        .await);
+    ok(&aws
+        .op(
+            &key,
+            "CreateQuotaShare",
+            json!({
+                "quotaShareName": "qs", "jobQueue": "jq",
+                "capacityLimits": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 3}],
+                "resourceSharingConfiguration": {"strategy": "LEND"},
+                "preemptionConfiguration": {"inSharePreemption": "DISABLED"}, "state": "ENABLED",
+            }),
+        )
+        .await);
+    aws
+}
+
+pub fn submit(name: &str) -> Value {
+    json!({
+        "jobName": name, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
+        "quotaShareName": "qs", "serviceRequestPayload": payload(name, "ml.g5.xlarge", 1),
+    })
 }

@@ -336,9 +336,11 @@ async fn run(args: &DevArgs) -> Result<(), String> {
     eprintln!(
         "  AWS Batch-compatible endpoint (boto3, the AWS CLI, the SageMaker SDK), as {user}:"
     );
+    // SageMaker's DescribeTrainingJob and CloudWatch Logs are served on the same
+    // listener, dispatched by their `X-Amz-Target`.
+    let endpoint = urls.first().cloned().unwrap_or_default();
     eprintln!(
-        "    export AWS_ENDPOINT_URL_BATCH={} AWS_CA_BUNDLE={} AWS_DEFAULT_REGION=us-west-2 AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
-        urls.first().cloned().unwrap_or_default(),
+        "    export AWS_ENDPOINT_URL_BATCH={endpoint} AWS_ENDPOINT_URL_SAGEMAKER={endpoint} AWS_ENDPOINT_URL_CLOUDWATCH_LOGS={endpoint} AWS_CA_BUNDLE={} AWS_DEFAULT_REGION=us-west-2 AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
         user_files.ca.display(),
         key.0,
         key.1

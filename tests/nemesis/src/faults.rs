@@ -121,8 +121,8 @@ pub struct Shape {
     pub skew: bool,
     /// Controllers' disks can be filled (the bed gives each a file system).
     pub disk: bool,
-    /// Agents' spools can be filled (the bed gives each a file system; off unless
-    /// asked for, see `--agent-disk-full`).
+    /// Agents' spools can be filled (the bed gives each a file system; on unless
+    /// `--no-agent-disk-full`).
     pub agent_disk: bool,
     /// Packets can be delayed (the bed has iptables for its NFQUEUE rules).
     pub delay: bool,

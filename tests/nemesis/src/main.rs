@@ -63,10 +63,10 @@ pub struct Args {
     /// reason (settling stops sooner when no job has ended for 60 s).
     #[arg(long, default_value_t = 600)]
     pub settle: u64,
-    /// On the bed, fill agents' spools too (`agent_disk_full`). Off by default: an
-    /// agent whose spool is full fails every job placed on it (docs/testing.md).
+    /// On the bed, leave out filling agents' spools (`agent_disk_full`), which the
+    /// schedule has by default.
     #[arg(long)]
-    pub agent_disk_full: bool,
+    pub no_agent_disk_full: bool,
     /// Seconds an ended job stays in the replicated state before it leaves for the
     /// controllers' history stores (`[retention] job_hot_s`); short, so that the run
     /// forgets jobs while faults happen and the checker reads them back from history.

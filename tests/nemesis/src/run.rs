@@ -1082,7 +1082,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         fence_after_ms: timing.fence_after_s * 1000,
         skew: hosts && crate::bed::find_faketime().is_some(),
         disk: hosts,
-        agent_disk: hosts && args.agent_disk_full,
+        agent_disk: hosts && !args.no_agent_disk_full,
         delay: hosts && crate::bed::find_iptables().is_some(),
     };
     let schedule = match hosts {

@@ -362,6 +362,25 @@ impl Executors {
     /// A SageMaker job (see [`sagemaker_env`](super::sagemaker_env)) gets its `opt-ml/`
     /// tree; given no command, it runs its image's entrypoint with `train`, and is not
     /// started where the image has none.
+    /// Whether the spool and the attempts' directory take a new file now: where one does
+    /// not because of the node's storage, that error (see [`ExecError::node_fault`]). A
+    /// start that failed (the shim's own writes, which it may not live to report) is
+    /// the node's fault when this says so.
+    pub fn storage_fault(&self) -> Option<ExecError> {
+        for dir in [&self.spool, &self.attempts] {
+            let probe = dir.join(".write-probe");
+            let r = std::fs::write(&probe, b"x");
+            let _ = std::fs::remove_file(&probe);
+            if let Err(e) = r {
+                let e = ExecError::io("writing", &probe, e);
+                if e.node_fault().is_some() {
+                    return Some(e);
+                }
+            }
+        }
+        None
+    }
+
     pub fn start(&self, spec: &LaunchSpec) -> Result<Attempt, ExecError> {
         validate(spec)?;
         sagemaker::check(spec)?;

@@ -555,7 +555,9 @@ fn run_process(
         },
     })?;
     drop((joins, stdin, stdout, stderr));
-    fsutil::write_atomic(&dir.join(files::PID), format!("{main}\n").as_bytes())?;
+    // The job runs now: whatever happens to the spool, the shim stays and waits for it
+    // (an error here would leave it running unsupervised on GPUs given back).
+    record_pid(dir, &format!("{main}\n"));
     log(dir, &format!("job running as pid {main}"));
     let mut main_status = None;
     let mut fence = Fence::new(dir, spec, plan);
@@ -582,6 +584,15 @@ fn run_process(
         }
     }
     Ok(status(main_status.unwrap_or((None, None))))
+}
+
+/// Records the running job's pid (`pid`); a spool that cannot take it (full, failing)
+/// is logged, and the agent finds the job's processes by its cgroup or as the shim's
+/// descendants.
+fn record_pid(dir: &Path, text: &str) {
+    if let Err(e) = fsutil::write_atomic(&dir.join(files::PID), text.as_bytes()) {
+        log(dir, &format!("cannot record the job's pid: {e}"));
+    }
 }
 
 /// True when the attempt has no cgroup, or no process is left in it.
@@ -633,7 +644,7 @@ fn run_oci(
                 .and_then(|t| t.trim().parse::<i32>().ok())
             {
                 init = Some(p);
-                fsutil::write_atomic(&dir.join(files::PID), format!("{id}\n{p}\n").as_bytes())?;
+                record_pid(dir, &format!("{id}\n{p}\n"));
                 log(dir, &format!("container {id} running, init pid {p}"));
             }
         }

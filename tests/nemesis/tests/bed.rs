@@ -295,6 +295,34 @@ fn a_delay_rule_left_behind_is_found_and_swept() {
 
 /// Asks the controller at `addr` who leads, from a thread in namespace `ns`, with the
 /// certificate `files`: whether it answered.
+/// The HTTP status of `GET /api/v1/whoami` on `host`'s HTTPS port with this bearer
+/// token, asked with curl from namespace `ns` (the bed's CA at `ca`).
+fn https_status(ns: &str, host: &str, ca: &std::path::Path, token: &str) -> u16 {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg("--cacert")
+        .arg(ca)
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("https://{host}:7080/api/v1/whoami"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
 fn answers(
     ns: &str,
     addr: std::net::SocketAddr,
@@ -369,6 +397,15 @@ fn a_controller_whose_clock_lags_accepts_an_expired_certificate_only_for_its_lag
         std::thread::sleep(Duration::from_millis(2_500));
     };
 
+    // Bearer tokens of the admin's certificate, minted as of another time (ttl 10 min):
+    // one that expired 1 minute ago, one 4 minutes ago, and one issued 3 minutes from
+    // now.
+    let real = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let ttl = Duration::from_secs(600);
+    let token = |at: u64| tranche_tls::token::issue_token_at(&ok, ttl, at).unwrap();
+    let (tok1, tok4, ahead) = (token(real - 660), token(real - 840), token(real + 180));
+    let https = |tok: &str| https_status(&client_ns, "10.77.0.11", &ok.ca, tok);
+
     // c1's wall clock 3 minutes behind: its "now" is before the first expiry, after
     // the second. Certificates have no tolerance of their own at expiry, so it accepts
     // exactly what its clock says is valid.
@@ -377,11 +414,23 @@ fn a_controller_whose_clock_lags_accepts_an_expired_certificate_only_for_its_lag
     answers(&client_ns, c1, &one).expect("expired 1 min ago, 3 min behind: accepted");
     let e = answers(&client_ns, c1, &four).expect_err("expired 4 min ago: refused");
     assert!(e.contains("expired") || e.contains("certificate"), "{e}");
-    // Right again: the certificate that expired a minute ago is refused.
+    // Tokens alike at expiry; a token's issue time may be up to 5 minutes in the
+    // controller's future: one issued 3 minutes ahead is 6 minutes ahead of c1.
+    assert_eq!(
+        https(&tok1),
+        200,
+        "token expired 1 min ago, c1 3 min behind"
+    );
+    assert_eq!(https(&tok4), 401, "token expired 4 min ago");
+    assert_eq!(https(&ahead), 401, "token issued 6 min in c1's future");
+    // Right again: the certificate and the token that expired a minute ago are refused,
+    // and the token issued 3 minutes ahead is within the tolerance.
     set_clock("+0");
     let e = answers(&client_ns, c1, &one).expect_err("expired 1 min ago, clock right: refused");
     assert!(e.contains("expired") || e.contains("certificate"), "{e}");
     answers(&client_ns, c1, &ok).expect("a valid certificate");
+    assert_eq!(https(&tok1), 401, "token expired 1 min ago, clock right");
+    assert_eq!(https(&ahead), 200, "token issued 3 min ahead: within 5 min");
 
     b.down();
 }

@@ -474,7 +474,7 @@ fn a_frozen_agents_jobs_stop_when_its_lease_runs_out() {
         at(term1) < at(second.as_deref().unwrap()),
         "attempt 2 started before attempt 1 was stopped: {text}"
     );
-    // Once thawed, the agent reports the first attempt fenced: lost, not failed.
+    // Once thawed, the first attempt stays ended lost (requeued), not failed.
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         let j = wait_for(
@@ -491,6 +491,20 @@ fn a_frozen_agents_jobs_stop_when_its_lease_runs_out() {
             "{j:?}"
         );
     });
+}
+
+/// The cluster's first node once it is drained (within 30 s).
+async fn drained(admin: &Client) -> tranche_model::Node {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Response::Nodes(nodes)) = admin.read(Query::Nodes, false).await {
+            if let Some(n) = nodes.into_iter().next().filter(|n| n.drain.is_some()) {
+                return n;
+            }
+        }
+        assert!(Instant::now() < deadline, "the node was never drained");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A small tmpfs mounted for a test, unmounted when dropped (also on failure).
@@ -566,18 +580,10 @@ fn a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_jo
             "{j:?}"
         );
         assert!(!j.status.is_terminal(), "the job ended: {j:?}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Response::Nodes(nodes)) = admin.read(Query::Nodes, false).await {
-                if let Some(reason) = nodes.first().and_then(|n| n.drain.clone()) {
-                    assert!(reason.contains("cannot write its spool"), "{reason}");
-                    assert!(reason.contains("No space left on device"), "{reason}");
-                    break;
-                }
-            }
-            assert!(Instant::now() < deadline, "the node was never drained");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let n = drained(&admin).await;
+        let reason = n.drain.unwrap_or_default();
+        assert!(reason.contains("cannot write its spool"), "{reason}");
+        assert!(reason.contains("No space left on device"), "{reason}");
         // Drained, the node takes no job: the requeued one waits, and has not failed
         // (a placement made before the drain is lost the same way).
         let j = wait_for(&admin, id, "waiting again", Duration::from_secs(30), |j| {
@@ -682,25 +688,15 @@ fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
     agent(&mut c, "n1", "4 x h100", 30, "fake_unhealthy = [1]");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Response::Nodes(nodes)) = admin.read(Query::Nodes, false).await {
-                if let Some(n) = nodes.first() {
-                    if let Some(reason) = &n.drain {
-                        // Registration with an unhealthy GPU drains at once; the
-                        // agent's health check then drains with its own words.
-                        assert!(
-                            reason.contains("GPU 1") && reason.contains("unhealthy"),
-                            "{reason}"
-                        );
-                        assert!(!n.inventory.gpus[1].healthy);
-                        break;
-                    }
-                }
-            }
-            assert!(Instant::now() < deadline, "the node was never drained");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // Registration with an unhealthy GPU drains at once; the agent's health check
+        // then drains with its own words.
+        let n = drained(&admin).await;
+        let reason = n.drain.clone().unwrap_or_default();
+        assert!(
+            reason.contains("GPU 1") && reason.contains("unhealthy"),
+            "{reason}"
+        );
+        assert!(!n.inventory.gpus[1].healthy);
     });
 }
 

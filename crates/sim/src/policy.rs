@@ -111,7 +111,8 @@ pub fn fair_share(sc: &Scenario, half_life_s: u64) -> Scenario {
 }
 
 /// The same shares in groups (nested shares), per queue of at least four shares: those
-/// whose largest max is above the queue's median (`large`), and the rest (`small`), each
+/// whose largest max is at least the queue's upper median (`large`), and the rest
+/// (`small`), each
 /// group LEND_AND_BORROW without cap, its max per unit the sum of its members'. Small
 /// teams lend to each other first, and a reclaim for one of them takes back first from
 /// the large teams' borrowers.

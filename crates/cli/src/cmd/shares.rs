@@ -180,20 +180,7 @@ mod tests {
         max: u32,
         strategy: Strategy,
     ) -> ShareGroup {
-        ShareGroup {
-            name: name.into(),
-            queue: "q".into(),
-            shares: shares.iter().map(|s| (*s).into()).collect(),
-            groups: groups.iter().map(|s| (*s).into()).collect(),
-            capacity_limits: vec![CapacityLimit {
-                unit: "h100".into(),
-                max,
-            }],
-            resource_sharing: ResourceSharing {
-                strategy,
-                borrow_limit: None,
-            },
-        }
+        ShareGroup::new(name, "q", shares, groups, ("h100", max), strategy)
     }
 
     #[test]

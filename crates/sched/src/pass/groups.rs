@@ -174,7 +174,7 @@ impl<'a> Pass<'a> {
             .map_or(0, |&g| self.groups[g].depth)
     }
 
-    /// Whether share `s`'s queue has groups.
+    /// Whether queue `q` has groups.
     pub(super) fn queue_has_groups(&self, q: usize) -> bool {
         self.groups.iter().any(|g| g.queue == q)
     }
@@ -213,25 +213,23 @@ impl<'a> Pass<'a> {
         (total, top.map(|(_, n)| n))
     }
 
-    /// The shares and groups in no group, of the queues on environment `e`.
-    fn top_entries(&self, e: usize) -> Vec<Entry> {
-        let mut out: Vec<Entry> = self
+    /// The shares and groups in no group, of the queues on environment `e` (read on
+    /// every placement: an iterator, nothing allocated).
+    fn top_entries(&self, e: usize) -> impl Iterator<Item = Entry> + use<'_, 'a> {
+        let shares = self
             .shares
             .iter()
             .enumerate()
-            .filter(|(_, sv)| sv.env == Some(e) && sv.chain.is_empty())
-            .map(|(t, _)| Entry::Share(t))
-            .collect();
-        for (g, gv) in self.groups.iter().enumerate() {
+            .filter(move |(_, sv)| sv.env == Some(e) && sv.chain.is_empty())
+            .map(|(t, _)| Entry::Share(t));
+        let groups = self.groups.iter().enumerate().filter_map(move |(g, gv)| {
             let on_env = gv
                 .below
                 .first()
                 .is_some_and(|&t| self.shares[t].env == Some(e));
-            if on_env && self.group_parent[g].is_none() {
-                out.push(Entry::Group(g));
-            }
-        }
-        out
+            (on_env && self.group_parent[g].is_none()).then_some(Entry::Group(g))
+        });
+        shares.chain(groups)
     }
 
     fn kept(&self, entry: Entry, u: Ux, s: usize) -> u32 {

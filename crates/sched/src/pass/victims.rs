@@ -238,9 +238,7 @@ impl<'a> Pass<'a> {
         // A reclaim's victims in a queue with groups are in an order of the preemptor's
         // own (farthest first): listed under the preemptor's share.
         let key = match reclaim {
-            true if !self.shares[s].chain.is_empty() || self.queue_has_groups(queue) => {
-                (self.queue_ix.len() + s, u)
-            }
+            true if self.queue_has_groups(queue) => (self.queue_ix.len() + s, u),
             true => (queue, u),
             false => (s, u),
         };

@@ -493,16 +493,25 @@ fn a_frozen_agents_jobs_stop_when_its_lease_runs_out() {
     });
 }
 
-/// The cluster's first node once it is drained (within 30 s).
-async fn drained(admin: &Client) -> tranche_model::Node {
+/// The cluster's first node once it is drained (`drained`) or registered and not
+/// drained (within 30 s).
+async fn drained_or_up(admin: &Client, drained: bool) -> tranche_model::Node {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(Response::Nodes(nodes)) = admin.read(Query::Nodes, false).await {
-            if let Some(n) = nodes.into_iter().next().filter(|n| n.drain.is_some()) {
+            if let Some(n) = nodes
+                .into_iter()
+                .next()
+                .filter(|n| n.drain.is_some() == drained)
+            {
                 return n;
             }
         }
-        assert!(Instant::now() < deadline, "the node was never drained");
+        assert!(
+            Instant::now() < deadline,
+            "the node was never {}",
+            if drained { "drained" } else { "up" }
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -511,10 +520,11 @@ async fn drained(admin: &Client) -> tranche_model::Node {
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Tmpfs {
+    /// Mounts a tmpfs at `at` with mount options `opts` (`size=64k`).
+    fn mount(at: &Path, opts: &str) -> Tmpfs {
         std::fs::create_dir_all(at).unwrap();
         let st = Proc::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tranche-test"])
+            .args(["-t", "tmpfs", "-o", opts, "tranche-test"])
             .arg(at)
             .status()
             .unwrap();
@@ -534,15 +544,47 @@ impl Drop for Tmpfs {
 /// so that no further job is placed there to fail the same way.
 #[test]
 fn a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_job() {
+    // Fill the file system to the last byte.
+    let test = "a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_job";
+    full_spool_run(test, "size=64k", |fs| {
+        let mut i = 0;
+        while std::fs::write(fs.join(format!("fill{i}")), vec![0u8; 4096]).is_ok() {
+            i += 1;
+        }
+        let _ = std::fs::write(fs.join("last"), b"x");
+    });
+}
+
+/// A spool with room for the agent's own files of an attempt but not for the shim's:
+/// the shim can neither start the job nor say why, and the agent, looking at its
+/// storage before it clears the attempt away (which gives the room back), still sees
+/// the node's fault: the attempt is lost, not failed, and the node drains.
+#[test]
+fn a_spool_that_fills_under_the_shim_loses_the_attempt_rather_than_failing_the_job() {
+    // Every inode taken but three: the attempt's directory, its spec and its plan.
+    let test = "a_spool_that_fills_under_the_shim_loses_the_attempt_rather_than_failing_the_job";
+    full_spool_run(test, "size=4m,nr_inodes=64", |fs| {
+        let mut made = Vec::new();
+        while std::fs::write(fs.join(format!("fill{}", made.len())), b"").is_ok() {
+            made.push(fs.join(format!("fill{}", made.len())));
+        }
+        for f in made.iter().rev().take(3) {
+            std::fs::remove_file(f).unwrap();
+        }
+    });
+}
+
+/// Runs one host job on an agent whose attempts live on a tmpfs mounted with `opts`
+/// (filled by `fill` once the agent is up) and checks that its attempts are lost, not
+/// failed, and the node drained for its spool.
+fn full_spool_run(test: &str, opts: &str, fill: impl Fn(&Path)) {
     let _g = serial();
-    if exec_common::lacks(
-        "a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_job",
-        exec_common::Need::Root,
-    ) {
+    if exec_common::lacks(test, exec_common::Need::Root) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let full = Tmpfs::mount(&dir.path().join("attempts-fs"), "64k");
+    let full = Tmpfs::mount(&dir.path().join("attempts-fs"), opts);
+    let how = test;
     let attempts = full.0.join("attempts");
     std::fs::create_dir_all(&attempts).unwrap();
     let mut c = cluster(dir.path());
@@ -553,15 +595,12 @@ fn a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_jo
         30,
         &format!("attempts_dir = \"{}\"", attempts.display()),
     );
-    // Fill the file system to the last byte.
-    let mut i = 0;
-    while std::fs::write(full.0.join(format!("fill{i}")), vec![0u8; 4096]).is_ok() {
-        i += 1;
-    }
-    let _ = std::fs::write(full.0.join("last"), b"x");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
+        // Up and registered before its spool fills.
+        drop(drained_or_up(&admin, false).await);
+        fill(&full.0);
         let (id, _) = admin
             .submit(host_job("lender", "full1", "echo should not fail"))
             .await
@@ -577,10 +616,10 @@ fn a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_jo
         assert_eq!(
             j.attempts[0].end,
             Some(tranche_model::AttemptEnd::Lost),
-            "{j:?}"
+            "{how}: {j:?}"
         );
-        assert!(!j.status.is_terminal(), "the job ended: {j:?}");
-        let n = drained(&admin).await;
+        assert!(!j.status.is_terminal(), "{how}: the job ended: {j:?}");
+        let n = drained_or_up(&admin, true).await;
         let reason = n.drain.unwrap_or_default();
         assert!(reason.contains("cannot write its spool"), "{reason}");
         assert!(reason.contains("No space left on device"), "{reason}");
@@ -595,7 +634,7 @@ fn a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_jo
                 && j.attempts
                     .iter()
                     .all(|a| a.end == Some(tranche_model::AttemptEnd::Lost)),
-            "{j:?}"
+            "{how}: {j:?}"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         let again = wait_for(&admin, id, "still waiting", Duration::from_secs(5), |_| {
@@ -609,7 +648,6 @@ fn a_full_spool_loses_the_attempt_and_drains_the_node_rather_than_failing_the_jo
         );
     });
     c.kill_agent(0);
-    drop(full);
 }
 
 #[test]
@@ -690,7 +728,7 @@ fn an_unhealthy_gpu_drains_the_node_with_the_reason() {
         let admin = c.client(Role::Admin, "admin").unwrap();
         // Registration with an unhealthy GPU drains at once; the agent's health check
         // then drains with its own words.
-        let n = drained(&admin).await;
+        let n = drained_or_up(&admin, true).await;
         let reason = n.drain.clone().unwrap_or_default();
         assert!(
             reason.contains("GPU 1") && reason.contains("unhealthy"),
@@ -884,6 +922,24 @@ fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
     });
 }
 
+/// Job `id` once it has ended (within 60 s), checked to have ended FAILED by its time
+/// limit.
+async fn ended_by_its_time_limit(admin: &Client, id: JobId) -> tranche_model::Job {
+    let j = wait_for(admin, id, "the end", Duration::from_secs(60), |j| {
+        j.status.is_terminal()
+    })
+    .await;
+    assert_eq!(j.status, JobStatus::Failed);
+    assert!(
+        j.transitions
+            .iter()
+            .any(|t| t.reason.contains("time limit")),
+        "{:?}",
+        j.transitions
+    );
+    j
+}
+
 #[test]
 fn the_time_limit_holds_across_an_agent_restart() {
     const LIMIT_S: u64 = 5;
@@ -917,24 +973,85 @@ fn the_time_limit_holds_across_an_agent_restart() {
         );
         let restarted = now_ms();
         c.start_agent(&agent_bin(), a).unwrap();
-        let j = wait_for(&admin, id, "the end", Duration::from_secs(60), |j| {
-            j.status.is_terminal()
-        })
-        .await;
-        assert_eq!(j.status, JobStatus::Failed);
-        assert!(
-            j.transitions
-                .iter()
-                .any(|t| t.reason.contains("time limit")),
-            "{:?}",
-            j.transitions
-        );
+        let j = ended_by_its_time_limit(&admin, id).await;
         // Stopped at once by the new agent: before a limit counted from the restart
         // would have ended.
         let ended = j.attempts[0].ended_at.expect("ended");
         assert!(
             ended < restarted + LIMIT_S * 1000,
             "ended at {ended}, as if the limit counted from the restart at {restarted}"
+        );
+    });
+}
+
+/// An agent restarted while every controller's wall clock is 5 minutes ahead adopts
+/// its job and counts the job's time limit from the job's start on its own node's
+/// boot clock: the controllers' time does not end the job early (it did: the time
+/// limit left was taken as their recorded start plus the limit, less their now).
+#[test]
+fn an_adopted_job_is_not_timed_out_early_by_controllers_whose_clocks_lead() {
+    const LIMIT_S: u64 = 12;
+    let test = "an_adopted_job_is_not_timed_out_early_by_controllers_whose_clocks_lead";
+    let _g = serial();
+    let Some(lib) = rig::find_faketime() else {
+        exec_common::not_run(test, "needs libfaketime", "apt-get install faketime");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The controllers run under libfaketime, their wall clock set by this file (their
+    // monotonic clocks, which elections and timers use, stay right).
+    let clock = dir.path().join("controllers-clock");
+    std::fs::write(&clock, "+0\n").unwrap();
+    let faked = dir.path().join("tranched-faked");
+    std::fs::write(
+        &faked,
+        format!(
+            "#!/bin/sh\nexec env LD_PRELOAD={} FAKETIME_TIMESTAMP_FILE={} \
+             FAKETIME_CACHE_DURATION=1 FAKETIME_DONT_FAKE_MONOTONIC=1 {} \"$@\"\n",
+            lib.display(),
+            clock.display(),
+            tranched_bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&faked, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut opts = rig::options(
+        faked,
+        "[agents]\nunreachable_after_s = 2\ndown_after_s = 6\n",
+    );
+    opts.log_filter = "info".into();
+    let mut c = TestCluster(rig::start(dir.path(), 3, opts));
+    let a = agent(&mut c, "n1", "2 x h100", 30, "");
+    rt().block_on(async {
+        let admin = c.client(Role::Admin, "admin").unwrap();
+        policy(&admin).await;
+        let mut spec = host_job("lender", "lead1", "sleep 100");
+        spec.time_limit_s = Some(LIMIT_S);
+        let (id, _) = admin.submit(spec).await.unwrap();
+        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
+            j.status == JobStatus::Running
+        })
+        .await;
+        let running = Instant::now();
+        c.kill_agent(a);
+        std::fs::write(&clock, "+300\n").unwrap();
+        // libfaketime rereads the file once a second.
+        std::thread::sleep(Duration::from_millis(2_500));
+        c.start_agent(&agent_bin(), a).unwrap();
+        // Adopted, and still running well after the agent has had the job's work.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let j = wait_for(&admin, id, "a look", Duration::from_secs(5), |_| true).await;
+        assert!(
+            running.elapsed() < Duration::from_secs(LIMIT_S),
+            "the test was too slow to tell"
+        );
+        assert_eq!(j.status, JobStatus::Running, "{:?}", j.transitions);
+        // Its limit still ends it, counted from its start.
+        ended_by_its_time_limit(&admin, id).await;
+        assert!(
+            running.elapsed() >= Duration::from_secs(LIMIT_S - 1),
+            "ended {:?} after it was seen running",
+            running.elapsed()
         );
     });
 }

@@ -278,3 +278,16 @@ pub fn sibling_bin(beside: &Path, name: &str, package: &str) -> PathBuf {
     }
     p
 }
+
+/// Debian's libfaketime (package `libfaketime`, pulled in by `faketime`; its
+/// multi-threaded build), if installed.
+pub fn find_faketime() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join("faketime/libfaketimeMT.so.1"))
+    .find(|p| p.exists())
+}

@@ -137,18 +137,6 @@ pub struct BedOptions {
     pub faketime: Option<PathBuf>,
 }
 
-/// Debian's libfaketime (package `libfaketime`, pulled in by `faketime`), if installed.
-pub fn find_faketime() -> Option<PathBuf> {
-    [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib",
-    ]
-    .iter()
-    .map(|d| Path::new(d).join("faketime/libfaketimeMT.so.1"))
-    .find(|p| p.exists())
-}
-
 pub struct Bed {
     /// `trb-<pid>`.
     pub tag: String,

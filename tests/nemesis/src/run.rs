@@ -901,7 +901,7 @@ pub fn bed_options(args: &Args) -> Result<BedOptions, String> {
         gpus: format!("{GPUS_PER_NODE} x h100"),
         log_filter: std::env::var("TRANCHE_LOG").unwrap_or_else(|_| "info,raft=warn".into()),
         keep: args.keep,
-        faketime: crate::bed::find_faketime(),
+        faketime: tranche_local::rig::find_faketime(),
         disk_mib: Some(HOSTS_DISK_MIB),
         agent_disk_mib: Some(HOSTS_AGENT_DISK_MIB),
     })
@@ -1080,7 +1080,7 @@ pub async fn run(args: Args, seed: u64, bed: Option<Bed>) -> Result<RunOutput, S
         agents,
         down_after_ms: timing.down_after_s * 1000,
         fence_after_ms: timing.fence_after_s * 1000,
-        skew: hosts && crate::bed::find_faketime().is_some(),
+        skew: hosts && tranche_local::rig::find_faketime().is_some(),
         disk: hosts,
         agent_disk: hosts && !args.no_agent_disk_full,
         delay: hosts && crate::bed::find_iptables().is_some(),

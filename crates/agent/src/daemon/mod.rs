@@ -44,6 +44,11 @@ use reconcile::{Action, AttemptKey, AttemptView, Here, RunningReport};
 /// node alive, so a long wait costs nothing but keeps the requests of an idle node few.
 const LONG_POLL_MS: u32 = 10_000;
 
+/// Starts in a row whose shim ended without starting the job or saying why, after which
+/// the node drains: each such attempt is lost and its job requeued, and a node where
+/// every start ends so would otherwise draw the same jobs back again and again.
+pub(super) const SHIMS_GONE_DRAIN: u32 = 3;
+
 /// The grace given to an attempt the controllers no longer list, to an attempt past its
 /// time limit, and to every attempt when the agent fences itself: a job's own grace
 /// reaches the agent only with a stop order.
@@ -167,6 +172,9 @@ pub struct Agent {
     filing: Mutex<std::collections::HashSet<AttemptKey>>,
     /// Notified when a watched shim has gone.
     shim_gone: Arc<tokio::sync::Notify>,
+    /// Starts in a row whose shim ended without a word (see
+    /// [`crate::exec::ExecError::ShimGone`]); the node drains at [`SHIMS_GONE_DRAIN`].
+    shims_gone: std::sync::atomic::AtomicU32,
     /// Acknowledged attempts are cleared [`CLEARING`] at a time: clearing (files moved
     /// and removed, the cgroup removed) takes the same directory and cgroup locks as an
     /// attempt's start, and many at once would make the starts wait behind them.
@@ -299,6 +307,7 @@ impl Agent {
             starting: Mutex::new(HashMap::new()),
             filing: Mutex::new(std::collections::HashSet::new()),
             shim_gone: Arc::new(tokio::sync::Notify::new()),
+            shims_gone: std::sync::atomic::AtomicU32::new(0),
             clearing: tokio::sync::Semaphore::new(CLEARING as usize),
             reporting: Mutex::new(std::collections::HashSet::new()),
         };
@@ -571,8 +580,16 @@ impl Agent {
                         e.signal = signal;
                     }
                 }
-                Action::SetTimeLimit { key, left } => {
+                Action::SetTimeLimit { key, limit, left } => {
+                    // Counted on this node's boot clock from the job's start, as for an
+                    // attempt this process started: the controllers' clocks (one of
+                    // them may be minutes off, and their time never goes back) only
+                    // where the job's start cannot be read.
                     if let Some(e) = self.attempts.lock().unwrap().get_mut(&key) {
+                        let left = match e.attempt.running_for() {
+                            Some(ran) => limit.saturating_sub(ran),
+                            None => left,
+                        };
                         e.time_limit_at = Some(Instant::now() + left);
                     }
                 }

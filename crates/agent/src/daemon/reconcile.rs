@@ -20,8 +20,8 @@
 //!      holds any of its GPUs (a GPU is never held by two running jobs);
 //!    * is started otherwise;
 //! 3. an attempt that is here is stopped when the controllers say so (once, with the
-//!    job's signal and what is left of its grace); else it takes the job's signal, an
-//!    adopted one its time limit counted from the start the controllers recorded, and
+//!    job's signal and its whole grace, counted from the signal on this node); else it
+//!    takes the job's signal, an adopted one its time limit, and
 //!    an attempt whose RUNNING report is neither sent nor on its way is reported
 //!    running.
 
@@ -131,8 +131,13 @@ pub enum Action {
     Start(Box<WorkItem>),
     /// The signal the attempt is stopped with from now on.
     SetSignal { key: AttemptKey, signal: String },
-    /// The attempt's time limit ends `left` from now.
-    SetTimeLimit { key: AttemptKey, left: Duration },
+    /// The attempt (adopted after a restart) has a time limit of `limit`; by the
+    /// controllers' clock, `left` of it is left.
+    SetTimeLimit {
+        key: AttemptKey,
+        limit: Duration,
+        left: Duration,
+    },
     /// Report that the attempt runs.
     ReportRunning(AttemptKey),
 }
@@ -204,7 +209,11 @@ pub fn decide(work: &NodeWork, here: &Here) -> Vec<Action> {
                 out.push(Action::Stop {
                     key,
                     signal: item.signal.clone(),
-                    grace: Duration::from_millis(stop.deadline_ms.saturating_sub(work.now)),
+                    // The whole grace, from the signal this node sends: what is left of
+                    // it by the controllers' clocks would be cut short by one of them
+                    // minutes ahead (their time never goes back). The controllers wait
+                    // for the exit in any case; their deadline only estimates it.
+                    grace: Duration::from_millis(stop.grace_ms),
                 });
             }
             continue;
@@ -221,7 +230,11 @@ pub fn decide(work: &NodeWork, here: &Here) -> Vec<Action> {
             if let (Some(limit), Some(started)) = (item.time_limit_s, item.started_at) {
                 let end_ms = started + limit * 1000;
                 let left = Duration::from_millis(end_ms.saturating_sub(work.now));
-                out.push(Action::SetTimeLimit { key, left });
+                out.push(Action::SetTimeLimit {
+                    key,
+                    limit: Duration::from_secs(limit),
+                    left,
+                });
             }
         }
         if a.running == RunningReport::Unsent && !a.ended {

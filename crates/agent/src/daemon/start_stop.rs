@@ -1,6 +1,7 @@
 //! Starting an attempt (its launch spec, the executor, STARTING and RUNNING reports) and
 //! stopping one (its signal, then a kill when its grace ends).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,8 +9,8 @@ use tracing::{info, warn};
 use tranche_model::Progress;
 use tranche_proto::WorkItem;
 
-use super::{Agent, AttemptKey, RunningAttempt, RunningReport, STARTING_AFTER};
-use crate::exec::{signal_number, StopOutcome};
+use super::{Agent, AttemptKey, RunningAttempt, RunningReport, SHIMS_GONE_DRAIN, STARTING_AFTER};
+use crate::exec::{signal_number, ExecError, StopOutcome};
 use crate::work_item;
 
 /// Why an attempt did not start.
@@ -105,6 +106,7 @@ impl Agent {
         match started {
             Ok(a) => {
                 info!(job = item.job.0, attempt = item.attempt, "attempt started");
+                self.shims_gone.store(0, Ordering::Relaxed);
                 let mut held = RunningAttempt::new(
                     Arc::new(a),
                     item.signal.clone(),
@@ -139,6 +141,30 @@ impl Agent {
                     self.cfg.spool_dir.display()
                 ))
                 .await;
+            }
+            // A shim gone without a word (killed, or unable to write even that): the
+            // job did nothing wrong and nothing of it ran, so the attempt is lost and
+            // the job requeued. The node stays up unless its storage says otherwise
+            // (above).
+            Err(StartError::Exec(e @ ExecError::ShimGone { .. })) => {
+                warn!(job = item.job.0, "attempt not started: {e}");
+                self.progress(
+                    key,
+                    Progress::Lost {
+                        reason: format!("the node could not start it: {e}"),
+                    },
+                )
+                .await;
+                let gone = self.shims_gone.fetch_add(1, Ordering::Relaxed) + 1;
+                if gone >= SHIMS_GONE_DRAIN {
+                    // One reason for every such drain, so that the node drains once.
+                    self.drain_self(&format!(
+                        "{SHIMS_GONE_DRAIN} attempts in a row could not start: their shims \
+                         exited without starting the job or saying why (the agent's log has \
+                         each)"
+                    ))
+                    .await;
+                }
             }
             Err(e) => {
                 // A refusal is the user's or the config's doing, not the node's: the

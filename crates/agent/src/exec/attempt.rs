@@ -275,6 +275,16 @@ impl Attempt {
         self.dir.join(files::FENCED).exists()
     }
 
+    /// How long the job has run, on the node's boot clock (which setting the wall
+    /// clock does not move): since its first process started, or where that one is
+    /// gone, since its shim did. `None` once neither is left.
+    pub fn running_for(&self) -> Option<Duration> {
+        let job = read_pid_file(&self.dir)
+            .and_then(|(_, p)| p)
+            .and_then(|p| procfs::age(p, None));
+        job.or_else(|| read_shim_pid(&self.dir).and_then(|(p, st)| procfs::age(p, Some(st))))
+    }
+
     /// True while some process of the job is left.
     pub fn alive(&self) -> bool {
         if self.dir.join(files::EXIT).exists() {

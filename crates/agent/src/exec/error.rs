@@ -80,6 +80,21 @@ pub enum ExecError {
         /// Why it could not be started.
         reason: String,
     },
+    /// The attempt's shim ended without starting the job and without saying why (it
+    /// could not write its launch error: a full spool, or it was killed). Nothing of
+    /// the job ran and nothing it did caused it: the attempt is lost, not failed.
+    #[error(
+        "job {job} attempt {attempt}: the shim exited without starting the job or saying \
+         why{}", if log.is_empty() { String::new() } else { format!(" (its log: {log})") }
+    )]
+    ShimGone {
+        /// The job.
+        job: JobId,
+        /// The attempt.
+        attempt: AttemptNo,
+        /// The end of the shim's log, if it wrote any.
+        log: String,
+    },
     /// The attempt was started before on this node and not acknowledged.
     #[error(
         "job {job} attempt {attempt}: attempt directory `{}` already exists \

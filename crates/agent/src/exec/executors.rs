@@ -457,6 +457,13 @@ impl Executors {
                 plan,
             )),
             Err(e) => {
+                // The node's storage is looked at before the cleanup below gives back
+                // the space this attempt took: a shim that could not write on a full
+                // spool is then seen for what it is.
+                let e = match e.node_fault() {
+                    Some(_) => e,
+                    None => self.storage_fault().unwrap_or(e),
+                };
                 // Whatever did start (a job slower to come up than the start timeout)
                 // is killed; a shim that reported the failure finishes its cleanup.
                 let partial = Attempt::new(
@@ -648,10 +655,11 @@ impl Executors {
                 if dir.join(files::PID).exists() || dir.join(files::EXIT).exists() {
                     return Ok(());
                 }
-                return Err(launch_err(format!(
-                    "the shim exited without starting the job: {}",
-                    fsutil::tail(&log_path, 2000)
-                )));
+                return Err(ExecError::ShimGone {
+                    job: spec.job,
+                    attempt: spec.attempt,
+                    log: fsutil::tail(&log_path, 2000).trim().to_string(),
+                });
             }
             if Instant::now() >= deadline {
                 return Err(launch_err(format!(

@@ -61,6 +61,24 @@ fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
+/// How long ago `pid` started (and, when given, started at `starttime`), on the
+/// kernel's boot clock, which setting the wall clock does not move; `None` where it is
+/// gone or a zombie.
+pub(crate) fn age(pid: i32, starttime: Option<u64>) -> Option<std::time::Duration> {
+    if !alive(pid, starttime) {
+        return None;
+    }
+    let start = stat(pid)?.starttime;
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|t| *t > 0)? as u64;
+    let now_ms = super::lease::boottime_ms();
+    Some(std::time::Duration::from_millis(
+        now_ms.saturating_sub(start * 1000 / tick),
+    ))
+}
+
 /// True if `pid` is a live process (not a zombie) and, when given, started at
 /// `starttime`.
 pub(crate) fn alive(pid: i32, starttime: Option<u64>) -> bool {
@@ -144,6 +162,10 @@ mod tests {
         let st = stat(me).unwrap();
         assert!(alive(me, Some(st.starttime)));
         assert!(!alive(me, Some(st.starttime + 1)));
+        // This process started moments ago, by the boot clock.
+        let a = age(me, Some(st.starttime)).unwrap();
+        assert!(a < std::time::Duration::from_secs(600), "{a:?}");
+        assert_eq!(age(me, Some(st.starttime + 1)), None);
         assert!(!alive(0, None));
     }
 }

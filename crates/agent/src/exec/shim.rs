@@ -428,6 +428,19 @@ fn record(
             }
         }
     }
+    // The GPUs are given back after every process (and a container) is gone, and
+    // before anything of the end is recorded (a launch error or the exit status, either
+    // of which lets them be given to another job): also when that record cannot be
+    // written (a full spool), so that the ledger never shows GPUs held by a shim that
+    // is gone.
+    if let Some((path, job, attempt, gpus)) = ledger {
+        if let Err(e) = ledger::append(&path, &LedgerEntry::now(false, job, attempt, gpus)) {
+            log(
+                dir,
+                &format!("cannot write the GPU ledger {}: {e}", path.display()),
+            );
+        }
+    }
     let status = match outcome {
         Ok(st) => st,
         Err(msg) => {
@@ -443,16 +456,6 @@ fn record(
             }
         }
     };
-    // The GPUs are given back after every process (and a container) is gone, and
-    // before the end is recorded (which lets them be given to another job).
-    if let Some((path, job, attempt, gpus)) = ledger {
-        if let Err(e) = ledger::append(&path, &LedgerEntry::now(false, job, attempt, gpus)) {
-            log(
-                dir,
-                &format!("cannot write the GPU ledger {}: {e}", path.display()),
-            );
-        }
-    }
     log(dir, &format!("job ended: {status}"));
     Ok(fsutil::write_json(&dir.join(files::EXIT), &status)?)
 }
@@ -704,4 +707,33 @@ fn run_oci(
         },
     };
     Ok(status(st))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shim whose launch failed on a full spool cannot record the failure; it still
+    /// gives the GPUs back in the ledger, so the ledger never shows them held by a
+    /// shim that is gone.
+    #[test]
+    fn the_gpus_are_given_back_even_when_the_launch_error_cannot_be_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = ledger::ledger_of(tmp.path());
+        let bind = LedgerEntry::now(true, JobId(7), AttemptNo(2), vec![GpuIndex(1)]);
+        ledger::append(&path, &bind).unwrap();
+        // An attempt directory that takes no file (as a full spool would not).
+        let gone = tmp.path().join("no-such-attempt");
+        let outcome = Err(ShimError::Io(io::Error::from_raw_os_error(libc::ENOSPC)));
+        let note = (path, JobId(7), AttemptNo(2), vec![GpuIndex(1)]);
+        assert!(record(&gone, None, Some(note), outcome).is_err());
+        let (entries, bad) = ledger::read(tmp.path()).unwrap();
+        assert_eq!(bad, 0);
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        assert!(!entries[1].bind, "{entries:?}");
+        assert_eq!(
+            (entries[1].job, entries[1].attempt),
+            (JobId(7), AttemptNo(2))
+        );
+    }
 }

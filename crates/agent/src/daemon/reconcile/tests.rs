@@ -155,7 +155,7 @@ fn an_attempt_no_longer_placed_here_is_stopped_with_its_signal_and_the_orphan_gr
 }
 
 #[test]
-fn a_stop_order_is_carried_out_once_with_the_jobs_signal_and_what_is_left_of_its_grace() {
+fn a_stop_order_is_carried_out_once_with_the_jobs_signal_and_its_whole_grace() {
     let mut it = running(item(1, 1, &[0]));
     it.signal = "SIGINT".into();
     it.stop = Some(StopOrder {
@@ -169,7 +169,7 @@ fn a_stop_order_is_carried_out_once_with_the_jobs_signal_and_what_is_left_of_its
         vec![Action::Stop {
             key: key(1, 1),
             signal: "SIGINT".into(),
-            grace: Duration::from_secs(4),
+            grace: Duration::from_secs(5),
         }]
     );
     // A stop already on its way is not asked again, and neither is a RUNNING report
@@ -180,14 +180,16 @@ fn a_stop_order_is_carried_out_once_with_the_jobs_signal_and_what_is_left_of_its
         ..attempt(&[0])
     };
     assert_eq!(decide(&w, &here(vec![(key(1, 1), stopping)])), vec![]);
-    // A deadline already past leaves no grace.
+    // The grace counts from this node's signal, not by the controllers' clocks: a
+    // deadline already past by their time (one of them minutes ahead, or this node
+    // told late) still leaves the job its whole grace.
     it.stop.as_mut().unwrap().deadline_ms = NOW - 1;
     assert_eq!(
         decide(&work(vec![it]), &here(vec![(key(1, 1), attempt(&[0]))])),
         vec![Action::Stop {
             key: key(1, 1),
             signal: "SIGINT".into(),
-            grace: Duration::ZERO,
+            grace: Duration::from_secs(5),
         }]
     );
 }
@@ -331,6 +333,7 @@ fn an_adopted_attempt_takes_the_jobs_signal_its_time_limit_and_is_reported_runni
             },
             Action::SetTimeLimit {
                 key: key(1, 1),
+                limit: Duration::from_secs(60),
                 left: Duration::from_secs(40),
             },
             Action::ReportRunning(key(1, 1)),
@@ -345,6 +348,7 @@ fn an_adopted_attempt_takes_the_jobs_signal_its_time_limit_and_is_reported_runni
         )[1],
         Action::SetTimeLimit {
             key: key(1, 1),
+            limit: Duration::from_secs(60),
             left: Duration::ZERO,
         }
     );

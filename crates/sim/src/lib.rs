@@ -23,6 +23,7 @@ pub mod runs;
 pub mod scenario;
 pub mod trace;
 pub mod tracesim;
+pub mod witness;
 
 pub use engine::{run, Failure, Record, Refusal, Report, RunError, SetupError, Sim};
 pub use plot::PlotError;

@@ -42,6 +42,12 @@ pub struct JobRun {
     pub submit: Millis,
     pub attempts: Vec<AttemptRun>,
     pub status: JobStatus,
+    /// The GPU unit it asked for.
+    #[serde(skip)]
+    pub unit: String,
+    /// Per attempt, the nodes it held and how many GPUs on each.
+    #[serde(skip)]
+    pub placements: Vec<Vec<(String, u32)>>,
 }
 
 /// One attempt: from SCHEDULED until its GPUs were given back.
@@ -76,6 +82,17 @@ pub fn runs_from_jobs<'a>(jobs: impl Iterator<Item = &'a Job>) -> Vec<JobRun> {
             })
             .collect(),
         status: j.status,
+        unit: j.spec.request.unit.to_string(),
+        placements: j
+            .attempts
+            .iter()
+            .map(|a| {
+                a.allocation
+                    .iter()
+                    .map(|p| (p.node.to_string(), p.gpus.len() as u32))
+                    .collect()
+            })
+            .collect(),
     })
     .collect()
 }
@@ -85,6 +102,9 @@ pub fn runs_from_jobs<'a>(jobs: impl Iterator<Item = &'a Job>) -> Vec<JobRun> {
 pub struct Setup {
     pub shares: Vec<ShareInfo>,
     pub total_gpus: u32,
+    /// Every node: its unit and GPUs.
+    #[serde(skip)]
+    pub nodes: BTreeMap<String, (String, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -96,6 +116,15 @@ pub struct ShareInfo {
 }
 
 impl Setup {
+    /// Each share's place in [`Setup::shares`], by name.
+    pub fn share_index(&self) -> HashMap<&str, usize> {
+        self.shares
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect()
+    }
+
     pub fn of(sc: &Scenario) -> Setup {
         Setup {
             shares: sc
@@ -109,6 +138,15 @@ impl Setup {
                 })
                 .collect(),
             total_gpus: crate::policy::unit_totals(sc).values().sum(),
+            nodes: sc
+                .nodes
+                .iter()
+                .flat_map(|n| {
+                    crate::scenario::expand_names(n)
+                        .into_iter()
+                        .map(move |name| (name, (n.unit.clone(), n.gpus)))
+                })
+                .collect(),
         }
     }
 }
@@ -253,6 +291,9 @@ pub struct Figures {
     pub started_late: u64,
     /// The longest wait of a job that had room at arrival.
     pub longest_wait_with_room_ms: Millis,
+    /// The jobs that started late, each with whether a reclaim could have started it
+    /// sooner ([`crate::witness`]).
+    pub late_jobs: Vec<crate::witness::LateJob>,
     /// The largest share of its entitlement a share went without while it had jobs
     /// waiting (shortfall over entitled GPU-hours), and that share.
     pub largest_shortfall: f64,
@@ -297,6 +338,9 @@ enum Ev {
 
 const HOUR_MS: f64 = 3_600_000.0;
 
+/// Late jobs the text report lists one by one at most (the JSON has them all).
+const LATE_LISTED: usize = 10;
+
 /// Per event, for a submit: the GPUs of its share's jobs of higher priority submitted at
 /// the same instant after it in the events' order (0 for other events). `evs` is sorted
 /// by time, the submits of one instant in the runs' order.
@@ -333,12 +377,7 @@ fn same_instant_above(evs: &[(Millis, Ev, usize, usize)], runs: &[JobRun]) -> Ve
 /// Computes the figures; `buckets` is the resolution of the plots' series.
 pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
     let ns = setup.shares.len();
-    let share_ix: HashMap<&str, usize> = setup
-        .shares
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.name.as_str(), i))
-        .collect();
+    let share_ix = setup.share_index();
     // (time, event, share, job)
     let mut evs: Vec<(Millis, Ev, usize, usize)> = vec![];
     let mut per_share_waits: Vec<Vec<Millis>> = vec![vec![]; ns];
@@ -408,6 +447,7 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
     let mut waiting: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); ns];
     let (mut gpu_ms, mut waiting_ms, mut used_waiting_ms) = (0f64, 0u64, 0f64);
     let mut longest_with_room = 0;
+    let mut late_ix = Vec::new();
     let above_now = same_instant_above(&evs, runs);
     let mut t_prev = start;
     for (i, &(t, ev, s, j)) in evs.iter().enumerate() {
@@ -474,6 +514,9 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
                     let late = wait.is_none_or(|w| w > (setup.shares[s].grace_s + 1) * SECOND);
                     longest_with_room = longest_with_room.max(wait.unwrap_or(end - r.submit));
                     sf[s].started_late += u64::from(late);
+                    if late {
+                        late_ix.push(j);
+                    }
                 }
                 *waiting[s].entry(r.priority).or_default() += g;
                 queued[s] += 1;
@@ -537,6 +580,7 @@ pub fn figures(setup: &Setup, runs: &[JobRun], buckets: usize) -> Figures {
         room_at_arrival: sf.iter().map(|s| s.room_at_arrival).sum(),
         started_late: sf.iter().map(|s| s.started_late).sum(),
         longest_wait_with_room_ms: longest_with_room,
+        late_jobs: crate::witness::late_jobs(setup, runs, &late_ix, end),
         largest_shortfall: worst.1,
         largest_shortfall_share: worst.0,
         shares: sf,
@@ -680,6 +724,54 @@ pub fn render_table(title: &str, f: &Figures) -> String {
             String::new()
         }
     );
+    if !f.late_jobs.is_empty() {
+        let could = f
+            .late_jobs
+            .iter()
+            .filter(|l| l.reclaim_at.is_some())
+            .count();
+        let undecided = f
+            .late_jobs
+            .iter()
+            .filter(|l| l.reclaim_at.is_none() && l.undecided_at.is_some())
+            .count();
+        let _ = writeln!(
+            s,
+            "    of those, a reclaim could have freed the nodes of {could} while they waited; \
+             no reclaim could for {}{}",
+            f.late_jobs.len() - could - undecided,
+            if undecided > 0 {
+                format!("; undecided for {undecided}")
+            } else {
+                String::new()
+            }
+        );
+    }
+    // Each late job where they are few; else those a reclaim could have started.
+    let few = f.late_jobs.len() <= LATE_LISTED;
+    for l in f
+        .late_jobs
+        .iter()
+        .filter(|l| few || l.reclaim_at.is_some() || l.undecided_at.is_some())
+        .take(LATE_LISTED)
+    {
+        let verdict = match (l.reclaim_at, l.undecided_at) {
+            (Some(t), _) => format!(
+                "a reclaim could have freed its nodes {} after it arrived",
+                fmt_duration(t.saturating_sub(l.submit))
+            ),
+            (None, Some(_)) => "whether a reclaim could have freed its nodes is undecided".into(),
+            (None, None) => "no reclaim could have freed its nodes while it waited".into(),
+        };
+        let _ = writeln!(
+            s,
+            "    {} ({}, {} GPUs) waited {}: {verdict}",
+            l.name,
+            l.share,
+            l.gpus,
+            fmt_duration(l.waited_ms)
+        );
+    }
     if f.by_priority.len() > 1 {
         let classes: Vec<String> = f
             .by_priority

@@ -120,6 +120,7 @@ fn a_job_with_room_that_waits_past_its_grace_started_late() {
             grace_s: 10,
         }],
         total_gpus: 4,
+        nodes: Default::default(),
     };
     let job = |name: &str, gpus, submit: u64, start: u64, end: u64| JobRun {
         name: name.into(),
@@ -129,6 +130,8 @@ fn a_job_with_room_that_waits_past_its_grace_started_late() {
         submit: submit * S,
         attempts: vec![at(start, end, false)],
         status: JobStatus::Succeeded,
+        unit: "g".into(),
+        placements: vec![],
     };
     // x has room (0 + 2 ≤ 4) and starts after 11 s: within grace + 1 s. y has room
     // (2 used + 2 ≤ 4) and starts after 12 s: late. z arrives with x and y holding
@@ -153,6 +156,7 @@ fn a_higher_priority_job_submitted_at_the_same_instant_is_ahead_of_a_job() {
             grace_s: 10,
         }],
         total_gpus: 8,
+        nodes: Default::default(),
     };
     let job = |name: &str, gpus, priority, start: u64| JobRun {
         name: name.into(),
@@ -162,6 +166,8 @@ fn a_higher_priority_job_submitted_at_the_same_instant_is_ahead_of_a_job() {
         submit: 0,
         attempts: vec![at(start, 100, false)],
         status: JobStatus::Succeeded,
+        unit: "g".into(),
+        placements: vec![],
     };
     // Both arrive at 0, x first in the trace. y's priority puts it ahead of x (rule
     // 1), and y takes the share's 4: x has no room, so its wait of 30 s is not late.
@@ -256,4 +262,97 @@ fn the_plots_draw_as_svg_and_png() {
     // The legend names each share that had jobs.
     let svg = Plot::Usage(&setup, &f).svg().unwrap();
     assert!(svg.contains("\na\n") && svg.contains("\nb\n"));
+}
+
+/// Two nodes of 8 GPUs and three shares: `a` (max 8), `b` and `c` as each case sets.
+fn two_nodes(b_max: u32, c_max: u32) -> Setup {
+    let share = |name: &str, max| ShareInfo {
+        name: name.into(),
+        max,
+        strategy: Strategy::LendAndBorrow,
+        grace_s: 10,
+    };
+    Setup {
+        shares: vec![share("a", 8), share("b", b_max), share("c", c_max)],
+        total_gpus: 16,
+        nodes: [("n1", ("g", 8)), ("n2", ("g", 8))]
+            .into_iter()
+            .map(|(n, (u, g))| (n.to_string(), (u.to_string(), g)))
+            .collect(),
+    }
+}
+
+/// A job of `share` on `placed` (node, GPUs), from 0 to 1,000 s.
+fn placed(name: &str, share: &str, placed: &[(&str, u32)]) -> JobRun {
+    JobRun {
+        name: name.into(),
+        share: share.into(),
+        gpus: placed.iter().map(|p| p.1).sum(),
+        priority: 0,
+        submit: 0,
+        attempts: vec![at(0, 1000, false)],
+        status: JobStatus::Succeeded,
+        unit: "g".into(),
+        placements: vec![placed.iter().map(|(n, g)| (n.to_string(), *g)).collect()],
+    }
+}
+
+/// `a`'s job of `gpus` (on one node, or a gang of two), arriving at 5 s with room and
+/// started at 500 s: late.
+fn late_a(gpus: u32) -> JobRun {
+    let nodes: &[(&str, u32)] = if gpus > 8 {
+        &[("n1", 8), ("n2", 8)]
+    } else {
+        &[("n1", 8)]
+    };
+    JobRun {
+        submit: 5 * S,
+        attempts: vec![at(500, 600, false)],
+        ..placed("late", "a", nodes)
+    }
+}
+
+#[test]
+fn a_late_job_that_a_reclaim_could_have_started_is_named_with_the_instant() {
+    // b borrows both nodes (16 of its max 8): taking b1 frees n1 for a's 8.
+    let runs = [
+        placed("b1", "b", &[("n1", 8)]),
+        placed("b2", "b", &[("n2", 8)]),
+        late_a(8),
+    ];
+    let f = figures(&two_nodes(8, 0), &runs, 10);
+    assert_eq!(f.started_late, 1);
+    let l = &f.late_jobs[0];
+    assert_eq!((l.name.as_str(), l.waited_ms), ("late", 495 * S));
+    assert_eq!(l.reclaim_at, Some(5 * S));
+}
+
+#[test]
+fn a_late_job_no_reclaim_could_have_started_is_proved_so() {
+    // n1: b's 4 (2 over its max) and c's 4 (within); n2: c's 8 (within). Taking b's 4
+    // frees 4 of n1's 8: no node can be freed for a's 8.
+    let runs = [
+        placed("b1", "b", &[("n1", 4)]),
+        placed("c1", "c", &[("n1", 4)]),
+        placed("c2", "c", &[("n2", 8)]),
+        late_a(8),
+    ];
+    let f = figures(&two_nodes(2, 12), &runs, 10);
+    let l = &f.late_jobs[0];
+    assert_eq!((l.reclaim_at, l.undecided_at), (None, None));
+    // A gang of two nodes: b is 8 over its max on each node's 8, but taking one node's
+    // brings b down to its max, so the other cannot be taken; each node alone could.
+    let runs = [
+        placed("b1", "b", &[("n1", 8)]),
+        placed("b2", "b", &[("n2", 8)]),
+        JobRun {
+            gpus: 16,
+            ..late_a(16)
+        },
+    ];
+    let mut setup = two_nodes(8, 0);
+    setup.shares[0].max = 16;
+    let f = figures(&setup, &runs, 10);
+    let l = &f.late_jobs[0];
+    assert_eq!((l.reclaim_at, l.undecided_at), (None, None));
 }

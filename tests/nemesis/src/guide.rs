@@ -274,6 +274,9 @@ struct Guide {
     upgrade: Debs,
     policy: PathBuf,
     started: Instant,
+    /// While [`Guide::wait`] polls, commands are not written to the transcript (its
+    /// last error is).
+    polling: bool,
     /// Dropped last: its teardown kills whatever is left in the hosts.
     bed: Bed,
 }
@@ -328,12 +331,21 @@ impl Guide {
             upgrade,
             policy,
             started: Instant::now(),
+            polling: false,
             bed,
         };
         let hosts: Vec<Host> = g.bed.hosts().into_iter().cloned().collect();
         for h in hosts {
             let m = g.machine(h)?;
-            g.machines.insert(m.host.name.clone(), m);
+            let name = m.host.name.clone();
+            g.machines.insert(name.clone(), m);
+            // The hosts' system users (the tranche user) come from 900 up: no daemon of
+            // the bed runs under a uid that the machine gives its own next system user
+            // (whose `userdel` would refuse while such a process runs).
+            g.on(
+                &name,
+                "[ ! -e /etc/adduser.conf ] || printf 'FIRST_SYSTEM_UID=900\\nFIRST_SYSTEM_GID=900\\n' >>/etc/adduser.conf",
+            )?;
         }
         Ok(g)
     }
@@ -394,7 +406,9 @@ impl Guide {
     }
 
     fn note(&mut self, text: &str) {
-        let _ = writeln!(self.transcript, "{text}");
+        if !self.polling {
+            let _ = writeln!(self.transcript, "{text}");
+        }
     }
 
     /// A step of the guide begins.
@@ -477,15 +491,22 @@ impl Guide {
         mut f: impl FnMut(&mut Guide) -> Result<T, String>,
     ) -> Result<T, String> {
         let t0 = Instant::now();
-        loop {
+        self.note(&format!("# waiting for {what}"));
+        self.polling = true;
+        let res = loop {
             match f(self) {
-                Ok(v) => return Ok(v),
+                Ok(v) => break Ok(v),
                 Err(e) if t0.elapsed() >= limit => {
-                    return Err(format!("{what}: not within {limit:?}: {e}"));
+                    break Err(format!("{what}: not within {limit:?}: {e}"));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(300)),
             }
+        };
+        self.polling = false;
+        if let Err(e) = &res {
+            self.note(&format!("# {e}"));
         }
+        res
     }
 
     /// Copies files to host `to`'s inbox, as `scp` would: `from`'s `paths` (relative to
@@ -701,13 +722,13 @@ impl Guide {
             .unwrap_or_default())
     }
 
-    /// Alice submits `cmd` as the guide does (share `speech`, one GPU); the job's id.
+    /// Alice submits `cmd` as the guide does (share `infra`, one GPU); the job's id.
     fn submit(&mut self, cmd: &str) -> Result<u64, String> {
         let out = self.on(
             ADMIN,
             &format!(
                 "export TRANCHE_CONFIG=/root/tranche/alice.toml\n\
-                 tranche submit --share speech --gpus 1 -- sh -c '{cmd}'"
+                 tranche submit --share infra --gpus 1 -- sh -c '{cmd}'"
             ),
         )?;
         out.trim()
@@ -927,7 +948,7 @@ impl Guide {
 }
 
 /// The same packages under the next revision (`dpkg-deb -R`, then `-b`), as a new
-/// release would come, into `dir`.
+/// release would come (the same binaries), into `dir`.
 fn repack(debs: &Debs, dir: &Path) -> Result<Debs, String> {
     let new = next_revision(&debs.version);
     let mut files = BTreeMap::new();
@@ -969,7 +990,15 @@ fn repack(debs: &Debs, dir: &Path) -> Result<Debs, String> {
             1,
         );
         let out = dir.join(name);
-        run(&["-b", "--root-owner-group", &t, &out.to_string_lossy()])?;
+        // gzip at its fastest: the default xz takes 9 s a package on one core.
+        run(&[
+            "-b",
+            "-Zgzip",
+            "-z1",
+            "--root-owner-group",
+            &t,
+            &out.to_string_lossy(),
+        ])?;
         let _ = std::fs::remove_dir_all(&tree);
         files.insert(*pkg, out);
     }

@@ -131,6 +131,18 @@ cargo build -q -p tranche-nemesis
 guide_rc=0
 "$target/debug/tranche-nemesis" guide --debs "$target/debian" || guide_rc=$?
 step_rc "$guide_rc" "the packages guide on the test bed"
+# A run that fails midway, its daemons up, leaves nothing either: status 1 (3 says the
+# teardown left something, or the machine changed).
+if ((guide_rc == 0)); then
+  fail_rc=0
+  "$target/debug/tranche-nemesis" guide --debs "$target/debian" --fail-after 5 \
+    >"$target/guide-fail.log" 2>&1 || fail_rc=$?
+  if ((fail_rc != 1)); then
+    cat "$target/guide-fail.log" >&2
+    echo "test.sh: the guide failing on purpose ended with status $fail_rc, not 1" >&2
+    exit 1
+  fi
+fi
 
 [[ ${TRANCHE_SKIP_PYTHON:-0} == 1 ]] && exit 0
 cargo build -p tranche-cli -p tranched -p tranche-agent

@@ -277,6 +277,10 @@ struct Guide {
     /// While [`Guide::wait`] polls, commands are not written to the transcript (its
     /// last error is).
     polling: bool,
+    /// Steps begun so far.
+    steps: usize,
+    /// Fail on purpose once this many steps have passed.
+    fail_after: Option<usize>,
     /// Dropped last: its teardown kills whatever is left in the hosts.
     bed: Bed,
 }
@@ -315,7 +319,12 @@ exec -a "$h/holder" sleep infinity
 impl Guide {
     /// Makes the bed, each host's directories and mount namespace, and the repacked
     /// upgrade.
-    fn up(debs: Debs, policy: PathBuf, keep: bool) -> Result<Guide, String> {
+    fn up(
+        debs: Debs,
+        policy: PathBuf,
+        keep: bool,
+        fail_after: Option<usize>,
+    ) -> Result<Guide, String> {
         let bed = Bed::bare(&HOSTS, ADMIN, keep)?;
         let transcript_path = bed.dir.join("transcript.txt");
         let transcript = File::create(&transcript_path)
@@ -332,6 +341,8 @@ impl Guide {
             policy,
             started: Instant::now(),
             polling: false,
+            steps: 0,
+            fail_after,
             bed,
         };
         let hosts: Vec<Host> = g.bed.hosts().into_iter().cloned().collect();
@@ -412,13 +423,21 @@ impl Guide {
     }
 
     /// A step of the guide begins.
-    fn step(&mut self, title: &str) {
+    fn step(&mut self, title: &str) -> Result<(), String> {
+        if self.fail_after == Some(self.steps) {
+            return Err(format!(
+                "failing on purpose after {} steps (--fail-after)",
+                self.steps
+            ));
+        }
+        self.steps += 1;
         let line = format!(
             "guide: [{:5.1} s] {title}",
             self.started.elapsed().as_secs_f64()
         );
         println!("{line}");
         self.note(&format!("\n## {title}"));
+        Ok(())
     }
 
     /// Checked: says so.
@@ -1008,8 +1027,17 @@ fn repack(debs: &Debs, dir: &Path) -> Result<Debs, String> {
     })
 }
 
-/// `tranche-nemesis guide`: 0 passed, 1 failed, 77 not run (saying why).
-pub fn run_guide(debs_dir: &Path, policy: &Path, keep: bool) -> ExitCode {
+/// `tranche-nemesis guide`. Exit status: 0 passed; 1 a step failed (and the teardown
+/// left nothing); 2 the bed could not be made; 3 the teardown left something of the
+/// bed, or the machine is not as it was; 77 not run (saying why). `fail_after`: fail
+/// on purpose once that many steps have passed, with the daemons up (a test of the
+/// teardown).
+pub fn run_guide(
+    debs_dir: &Path,
+    policy: &Path,
+    keep: bool,
+    fail_after: Option<usize>,
+) -> ExitCode {
     if let Some(why) = unavailable(debs_dir) {
         eprintln!("tranche-nemesis guide: NOT RUN: {why}");
         return ExitCode::from(77);
@@ -1017,19 +1045,19 @@ pub fn run_guide(debs_dir: &Path, policy: &Path, keep: bool) -> ExitCode {
     let debs = match Debs::find(debs_dir) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("tranche-nemesis guide: {e}");
+            eprintln!("tranche-nemesis guide: NOT RUN: {e}");
             return ExitCode::from(77);
         }
     };
     let before = machine_state();
-    let mut g = match Guide::up(debs, policy.to_path_buf(), keep) {
+    let mut g = match Guide::up(debs, policy.to_path_buf(), keep, fail_after) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("tranche-nemesis guide: the test bed could not be made: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(2);
         }
     };
-    let tag = g.bed.tag.clone();
+    let (tag, dir) = (g.bed.tag.clone(), g.bed.dir.clone());
     let result = steps(&mut g);
     if let Err(e) = &result {
         eprintln!("tranche-nemesis guide: FAILED: {e}");
@@ -1037,23 +1065,25 @@ pub fn run_guide(debs_dir: &Path, policy: &Path, keep: bool) -> ExitCode {
     }
     let secs = g.started.elapsed().as_secs_f64();
     drop(g);
-    let mut failed = result.is_err();
-    let left = crate::bed::leftovers(Some(&tag));
-    if !left.is_empty() {
-        eprintln!("tranche-nemesis guide: the bed left {left:?}");
-        failed = true;
+    let mut left = crate::bed::leftovers(Some(&tag));
+    if !keep && dir.exists() {
+        left.push(format!("directory {}", dir.display()));
     }
     let after = machine_state();
     if after != before {
-        eprintln!(
-            "tranche-nemesis guide: FAILED: the machine changed:\nbefore: {before:?}\nafter:  {after:?}"
-        );
-        failed = true;
+        left.push(format!(
+            "a changed machine: before {before:?}, after {after:?}"
+        ));
     }
-    if failed {
+    if !left.is_empty() {
+        eprintln!("tranche-nemesis guide: FAILED: the run left {left:?}");
+        return ExitCode::from(3);
+    }
+    println!("guide: the bed is gone and the machine is as it was");
+    if result.is_err() {
         return ExitCode::from(1);
     }
-    println!("guide: passed in {secs:.1} s; the bed is gone and the machine is as it was");
+    println!("guide: passed in {secs:.1} s");
     ExitCode::SUCCESS
 }
 
@@ -1108,7 +1138,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     std::fs::copy(&g.policy, &policy_copy)
         .map_err(|e| format!("{} to the admin's machine: {e}", g.policy.display()))?;
 
-    g.step("1. Certificates, on the admin's machine");
+    g.step("1. Certificates, on the admin's machine")?;
     let mut script = format!(
         "dpkg -i {admin_inbox}/{cli}\n\
          mkdir -p /root/tranche && cd /root/tranche\n\
@@ -1136,7 +1166,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     }
     g.ok("the CA and the certificates of ctl1-3, gpu01 and root, in /root/tranche/certs");
 
-    g.step("2. The controllers");
+    g.step("2. The controllers")?;
     for n in 1..=3 {
         g.install_controller(n, false)?;
     }
@@ -1168,11 +1198,11 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     }
     g.ok("each controller made its data dir, the tranche user's, 0700");
 
-    g.step("3. The GPU nodes");
+    g.step("3. The GPU nodes")?;
     g.install_agent("gpu01")?;
     g.wait_nodes(&["gpu01"], false)?;
 
-    g.step("4. The policy, and a first job");
+    g.step("4. The policy, and a first job")?;
     g.on(
         ADMIN,
         &format!(
@@ -1192,7 +1222,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     }
     g.ok("tranche logs: \"hello from asmith on GPU 0\"");
 
-    g.step("Adding an agent");
+    g.step("Adding an agent")?;
     g.on(
         ADMIN,
         "cd /root/tranche && tranche certs issue --dir certs --role agent --name gpu02",
@@ -1200,7 +1230,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     g.install_agent("gpu02")?;
     g.wait_nodes(&["gpu01", "gpu02"], false)?;
 
-    g.step("Replacing a controller");
+    g.step("Replacing a controller")?;
     g.cli("controllers remove --id 3")?;
     let st = g.wait("ctl3 to stop by itself", Duration::from_secs(30), |g| {
         g.ended("ctl3")?.ok_or_else(|| "still running".to_string())
@@ -1248,7 +1278,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     g.purge("ctl3", "tranched", "/var/lib/tranche")?;
     g.ok("ctl4 replaced ctl3; the agents and the CLI name ctl4; ctl3's data purged");
 
-    g.step("Backing up the controllers' data");
+    g.step("Backing up the controllers' data")?;
     // A job before the backups, which the restore keeps.
     let kept = g.submit("echo before the backup")?;
     g.wait_succeeded(kept)?;
@@ -1266,7 +1296,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     let forgotten = g.submit("echo after the backup")?;
     g.wait_succeeded(forgotten)?;
 
-    g.step("Restoring the controllers' data");
+    g.step("Restoring the controllers' data")?;
     for name in ["ctl1", "ctl2", "ctl4"] {
         g.stop_clean(name)?;
     }
@@ -1325,7 +1355,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
         "job {again}, submitted again under the reused id, ran and printed its own output"
     ));
 
-    g.step("Upgrading one host at a time");
+    g.step("Upgrading one host at a time")?;
     let up = g.upgrade.clone();
     for name in ["ctl1", "ctl2", "ctl4"] {
         g.on(
@@ -1399,7 +1429,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
         up.version
     ));
 
-    g.step("Removing an agent");
+    g.step("Removing an agent")?;
     g.cli("drain gpu02 --reason \"leaving the cluster\"")?;
     g.stop_clean("gpu02")?;
     g.purge("gpu02", "tranche-agent", "/var/spool/tranche")?;

@@ -101,6 +101,10 @@ pub enum Cmd {
         /// The policy the admin applies (step 4).
         #[arg(long, default_value = "config/policy.toml")]
         policy: PathBuf,
+        /// Fail on purpose after this many steps, with the daemons up (tests of the
+        /// teardown).
+        #[arg(long, hide = true)]
+        fail_after: Option<usize>,
     },
     /// Remove what beds of runs no longer alive left (namespaces, processes,
     /// directories); with `--check`, only list what any bed left and exit 1 if
@@ -115,7 +119,11 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match &args.command {
         Some(Cmd::Bed { fail_when_up }) => return run::serve_bed(&args, *fail_when_up),
-        Some(Cmd::Guide { debs, policy }) => return guide::run_guide(debs, policy, args.keep),
+        Some(Cmd::Guide {
+            debs,
+            policy,
+            fail_after,
+        }) => return guide::run_guide(debs, policy, args.keep, *fail_after),
         Some(Cmd::Sweep { check: false }) => {
             for s in bed::sweep() {
                 println!("removed {s}");

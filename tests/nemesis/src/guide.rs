@@ -442,7 +442,8 @@ impl Guide {
 
     /// Checked: says so.
     fn ok(&mut self, what: &str) {
-        println!("  ok: {what}");
+        let t = self.started.elapsed().as_secs_f64();
+        println!("  ok [{t:5.1} s]: {what}");
         self.note(&format!("# ok: {what}"));
     }
 
@@ -910,9 +911,17 @@ impl Guide {
                 ));
             }
         }
+        let opts = self.on(node, "findmnt -no OPTIONS /var/spool/tranche")?;
+        // The last line is the mount on top, the one that applies.
+        let opts: Vec<&str> = opts.lines().last().unwrap_or("").split(',').collect();
+        if !opts.contains(&"nosuid") || !opts.contains(&"nodev") {
+            return Err(format!(
+                "{node}: the spool is mounted {opts:?}, not nosuid,nodev"
+            ));
+        }
         self.start(node, "tranche-agent.service")?;
         self.ok(&format!(
-            "{node}: tranche-agent {} installed, configured, started",
+            "{node}: tranche-agent {} installed, configured, its spool nosuid,nodev, started",
             self.debs.version
         ));
         Ok(())
@@ -1216,6 +1225,18 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     )?;
     let first = g.submit("echo hello from $(id -un) on GPU $CUDA_VISIBLE_DEVICES")?;
     g.wait_succeeded(first)?;
+    // The guide's `tranche jobs`: the job, its share and CD.
+    let table = g.cli("jobs")?;
+    let row: Vec<&str> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&first.to_string().as_str()))
+        .unwrap_or_default();
+    if row.get(1..6) != Some(&["training", "infra", "job", "alice", "CD"][..]) {
+        return Err(format!(
+            "tranche jobs lists job {first} as {row:?}:\n{table}"
+        ));
+    }
     let logs = g.cli(&format!("logs {first}"))?;
     if logs.trim() != "hello from asmith on GPU 0" {
         return Err(format!("tranche logs {first} printed {logs:?}"));

@@ -10,7 +10,8 @@
 //! lossy links, delays, skewed clocks and full disks among the faults,
 //! and checks fencing too (no job runs twice at once; a cut agent stops its jobs in
 //! time). `tranche-nemesis bed` brings the bed up for a person to try;
-//! `tranche-nemesis sweep` removes what dead runs left.
+//! `tranche-nemesis guide` runs the packages guide with the built Debian packages on
+//! the bed's hosts ([`guide`]); `tranche-nemesis sweep` removes what dead runs left.
 
 mod bed;
 mod check;

@@ -929,7 +929,8 @@ impl Guide {
 
     /// `dpkg -i OPTS` of the upgrade's package `pkg` on host `name`, then (for the
     /// postinst's `try-restart`, which has no systemd here) a restart of its daemon of
-    /// unit `unit`; checks the version installed.
+    /// unit `unit`; checks the version installed, and that the host's edited example
+    /// config is kept as it was with the new one beside it (`.dpkg-dist`).
     fn upgrade(
         &mut self,
         name: &str,
@@ -941,7 +942,26 @@ impl Guide {
         self.ship(name, &up)?;
         let inbox = self.m(name).inbox().display().to_string();
         let file = up.file_name(pkg);
+        let conf = CONFFILES
+            .iter()
+            .find(|(p, _)| *p == pkg)
+            .map(|(_, c)| format!("/{c}"));
+        let before = match &conf {
+            Some(c) => self.on(name, &format!("cat {c}"))?,
+            None => String::new(),
+        };
         self.on(name, &format!("cd {inbox} && dpkg -i {opts} {file}"))?;
+        if let Some(c) = &conf {
+            let after = self.on(name, &format!("cat {c}"))?;
+            let dist = self.on(name, &format!("tail -1 {c}.dpkg-dist"))?;
+            if after != before || dist.trim() != release_line(&up.version) {
+                return Err(format!(
+                    "{name}: after the upgrade, {c} is {} and {c}.dpkg-dist ends with {:?}",
+                    if after == before { "kept" } else { "changed" },
+                    dist.trim()
+                ));
+            }
+        }
         if let Some(unit) = unit {
             self.stop_clean(name)?;
             self.start(name, unit)?;
@@ -975,8 +995,49 @@ impl Guide {
     }
 }
 
+/// The packages' example configs (conffiles), by package.
+const CONFFILES: [(&str, &str); 2] = [
+    ("tranched", "etc/tranche/controller.toml"),
+    ("tranche-agent", "etc/tranche/agent.toml"),
+];
+
+/// The line a new release's example config ends with.
+fn release_line(version: &str) -> String {
+    format!("# the example as shipped with {version}")
+}
+
+/// Makes the example config `conf` of the unpacked package `tree` end with
+/// [`release_line`] (and its checksum in `DEBIAN/md5sums` follow), as a new release's
+/// changed example would.
+fn changed_example(tree: &Path, conf: &str, version: &str) -> Result<(), String> {
+    let path = tree.join(conf);
+    let mut text =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text += &format!("{}\n", release_line(version));
+    std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sums = tree.join("DEBIAN/md5sums");
+    if let Ok(list) = std::fs::read_to_string(&sums) {
+        let out = Command::new("md5sum")
+            .arg(&path)
+            .output()
+            .map_err(|e| format!("md5sum: {e}"))?;
+        let sum = String::from_utf8_lossy(&out.stdout);
+        let sum = sum.split_whitespace().next().unwrap_or_default();
+        let list: String = list
+            .lines()
+            .map(|l| match l.ends_with(&format!("  {conf}")) {
+                true => format!("{sum}  {conf}\n"),
+                false => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(&sums, list).map_err(|e| format!("{}: {e}", sums.display()))?;
+    }
+    Ok(())
+}
+
 /// The same packages under the next revision (`dpkg-deb -R`, then `-b`), as a new
-/// release would come (the same binaries), into `dir`.
+/// release would come: the same binaries, and example configs that end with a line
+/// of their own ([`changed_example`]), into `dir`.
 fn repack(debs: &Debs, dir: &Path) -> Result<Debs, String> {
     let new = next_revision(&debs.version);
     let mut files = BTreeMap::new();
@@ -999,6 +1060,9 @@ fn repack(debs: &Debs, dir: &Path) -> Result<Debs, String> {
         };
         let t = tree.to_string_lossy().into_owned();
         run(&["-R", &f.to_string_lossy(), &t])?;
+        if let Some(conf) = CONFFILES.iter().find(|(p, _)| p == pkg).map(|(_, c)| c) {
+            changed_example(&tree, conf, &new)?;
+        }
         let control = tree.join("DEBIAN/control");
         let text =
             std::fs::read_to_string(&control).map_err(|e| format!("{}: {e}", control.display()))?;
@@ -1379,31 +1443,18 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     g.step("Upgrading one host at a time")?;
     let up = g.upgrade.clone();
     for name in ["ctl1", "ctl2", "ctl4"] {
-        g.on(
-            name,
-            "echo '# edited by the admin' >>/etc/tranche/controller.toml",
-        )?;
         g.upgrade(
             name,
             "tranched",
             "--force-confold",
             Some("tranched.service"),
         )?;
-        let tail = g.on(
-            name,
-            "tail -1 /etc/tranche/controller.toml; ls /etc/tranche",
-        )?;
-        if !tail.starts_with("# edited by the admin") || tail.contains(".dpkg-") {
-            return Err(format!(
-                "{name}: the upgrade did not keep the edited controller.toml alone: {tail}"
-            ));
-        }
         g.wait_members(&[1, 2, 4])?;
         // The cluster takes writes between one host and the next.
         g.cli("drain gpu02 --reason upgrading && tranche resume gpu02")?;
     }
     g.ok(&format!(
-        "the controllers upgraded to {} one at a time, the edited config kept",
+        "the controllers upgraded to {} one at a time, each edited controller.toml kept and the new example beside it",
         up.version
     ));
     // A job that runs across its agent's restart: it waits for a file in its user's
@@ -1454,10 +1505,19 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     g.cli("drain gpu02 --reason \"leaving the cluster\"")?;
     g.stop_clean("gpu02")?;
     g.purge("gpu02", "tranche-agent", "/var/spool/tranche")?;
-    if g.m("gpu02").own("/etc/tranche").join("agent.toml").exists() {
-        return Err("dpkg -P tranche-agent on gpu02 left /etc/tranche/agent.toml".into());
+    // The certificates the admin put there stay; the configs go, the new example
+    // the upgrade put beside agent.toml too.
+    let etc: Vec<String> = std::fs::read_dir(g.m("gpu02").own("/etc/tranche"))
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if etc != ["certs"] {
+        return Err(format!(
+            "dpkg -P tranche-agent on gpu02 left {etc:?} in /etc/tranche, not the certs alone"
+        ));
     }
-    g.ok("gpu02 drained and purged: its spool is empty, agent.toml gone");
+    g.ok("gpu02 drained and purged: its spool is empty, /etc/tranche holds its certs alone");
     Ok(())
 }
 

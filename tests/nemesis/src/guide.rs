@@ -1259,6 +1259,22 @@ fn steps(g: &mut Guide) -> Result<(), String> {
         ),
     )?;
     g.wait_members(&[1, 2, 3])?;
+    // The guide's `tranche controllers`: a row per member, one leader, two voters.
+    let table = g.cli("controllers")?;
+    let roles: Vec<&str> = table
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() >= 5 && w[1].starts_with("ctl")).then(|| w[4])
+        })
+        .collect();
+    let leaders = roles.iter().filter(|r| **r == "leader").count();
+    let voters = roles.iter().filter(|r| **r == "voter").count();
+    if (leaders, voters) != (1, 2) {
+        return Err(format!(
+            "tranche controllers printed roles {roles:?}:\n{table}"
+        ));
+    }
     for n in 1..=3 {
         let name = format!("ctl{n}");
         let st = g.on(&name, "stat -c '%U %G %a' /var/lib/tranche/controller")?;

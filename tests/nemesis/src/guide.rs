@@ -793,11 +793,14 @@ impl Guide {
         ]
         .map(String::from);
         self.copy(ADMIN, "/root/tranche/certs", &files, &name)?;
+        self.on(&name, &format!("cd {inbox}\ndpkg -i {cli} {ctl}"))?;
+        if n == 1 {
+            self.refused_without_certificates(&name)?;
+        }
         self.on(
             &name,
             &format!(
                 "cd {inbox}\n\
-                 dpkg -i {cli} {ctl}\n\
                  install -m 0644 ca.pem controller-{name}.pem /etc/tranche/certs/\n\
                  install -m 0600 -o tranche -g tranche controller-{name}.key /etc/tranche/certs/"
             ),
@@ -853,6 +856,41 @@ impl Guide {
         self.ok(&format!(
             "{name}: tranched {} installed, its key tranche's 0600, /var/lib/tranche 0700, config edited",
             self.debs.version
+        ));
+        Ok(())
+    }
+
+    /// The guide's "example configs": started from the shipped config before its
+    /// certificates are there, the controller of host `name` stops with an error that
+    /// names the missing file (its log's last line) and leaves `/var/lib/tranche`
+    /// empty.
+    fn refused_without_certificates(&mut self, name: &str) -> Result<(), String> {
+        self.start(name, "tranched.service")?;
+        let st = self.wait("the controller to refuse", Duration::from_secs(20), |g| {
+            g.ended(name)?.ok_or_else(|| "still running".to_string())
+        })?;
+        let log = self.daemon_log(name);
+        let last = log.lines().last().unwrap_or_default();
+        let want =
+            "controller failed: cannot read certificate /etc/tranche/certs/controller-ctl1.pem";
+        if st.success() || !last.contains(want) {
+            return Err(format!(
+                "{name}: without its certificates the controller ended with {st}, its log's last line {last:?}"
+            ));
+        }
+        let data = self.m(name).own("/var/lib/tranche");
+        let made: Vec<_> = std::fs::read_dir(&data)
+            .map_err(|e| format!("{}: {e}", data.display()))?
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        if !made.is_empty() {
+            return Err(format!(
+                "{name}: the refused start made {made:?} in /var/lib/tranche"
+            ));
+        }
+        self.ok(&format!(
+            "{name}: before its certificates, the controller refuses to start ({st}), naming the missing file, and makes no data dir"
         ));
         Ok(())
     }

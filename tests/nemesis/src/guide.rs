@@ -259,6 +259,18 @@ impl Machine {
             .join(path.trim_start_matches('/').replace('/', "-"))
     }
 
+    /// What the host's own directory `path` (one of [`TRANCHE_DIRS`]) holds, sorted.
+    fn entries(&self, path: &str) -> Result<Vec<String>, String> {
+        let dir = self.own(path);
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     fn log(&self) -> PathBuf {
         self.dir.join("daemon.log")
     }
@@ -878,12 +890,7 @@ impl Guide {
                 "{name}: without its certificates the controller ended with {st}, its log's last line {last:?}"
             ));
         }
-        let data = self.m(name).own("/var/lib/tranche");
-        let made: Vec<_> = std::fs::read_dir(&data)
-            .map_err(|e| format!("{}: {e}", data.display()))?
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
+        let made = self.m(name).entries("/var/lib/tranche")?;
         if !made.is_empty() {
             return Err(format!(
                 "{name}: the refused start made {made:?} in /var/lib/tranche"
@@ -1011,12 +1018,7 @@ impl Guide {
     /// [`TRANCHE_DIRS`], a bind mount that stays) empty.
     fn purge(&mut self, name: &str, pkg: &str, dir: &str) -> Result<(), String> {
         self.on(name, &format!("dpkg -P {pkg}"))?;
-        let own = self.m(name).own(dir);
-        let left: Vec<_> = std::fs::read_dir(&own)
-            .map_err(|e| format!("{}: {e}", own.display()))?
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
+        let left = self.m(name).entries(dir)?;
         if !left.is_empty() {
             return Err(format!("dpkg -P {pkg} on {name} left {left:?} in {dir}"));
         }
@@ -1561,11 +1563,7 @@ fn steps(g: &mut Guide) -> Result<(), String> {
     g.purge("gpu02", "tranche-agent", "/var/spool/tranche")?;
     // The certificates the admin put there stay; the configs go, the new example
     // the upgrade put beside agent.toml too.
-    let etc: Vec<String> = std::fs::read_dir(g.m("gpu02").own("/etc/tranche"))
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let etc = g.m("gpu02").entries("/etc/tranche")?;
     if etc != ["certs"] {
         return Err(format!(
             "dpkg -P tranche-agent on gpu02 left {etc:?} in /etc/tranche, not the certs alone"

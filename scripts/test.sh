@@ -6,7 +6,8 @@
 #
 # After the Rust tests, scripts/package.sh builds the Debian packages (release; it
 # installs cargo-deb with `cargo install` where missing) and, as root,
-# scripts/package-test.sh installs, checks and removes them.
+# scripts/package-test.sh installs, checks and removes them; then
+# `tranche-nemesis guide` runs the packages guide with them on the test bed's hosts.
 #
 # Then the Python SDK's suites (python/tests: the SDK against
 # `tranche dev`, the OpenAPI document, schemathesis) run in a virtualenv this script
@@ -110,13 +111,37 @@ cargo test --workspace --no-fail-fast "$@"
 # installing cargo-deb where it is missing took another 1.5 minutes.
 target=${CARGO_TARGET_DIR:-target}
 scripts/package.sh "$target/debian" >/dev/null
+# A step's exit status: 77 is NOT RUN (a failure under CI=true), any other but 0 ends
+# the suite.
+step_rc() {
+  local rc=$1 what=$2
+  if ((rc == 77)); then
+    [[ ${CI:-} == true ]] && { echo "test.sh: CI=true, and $what cannot run" >&2; exit 1; }
+    echo "test.sh: $what was NOT RUN (see above)" >&2
+  elif ((rc != 0)); then
+    exit "$rc"
+  fi
+}
 pkg_rc=0
 scripts/package-test.sh "$target/debian" || pkg_rc=$?
-if ((pkg_rc == 77)); then
-  [[ ${CI:-} == true ]] && { echo "test.sh: CI=true, and the package test cannot run" >&2; exit 1; }
-  echo "test.sh: the package install/remove test was NOT RUN (see above)" >&2
-elif ((pkg_rc != 0)); then
-  exit "$pkg_rc"
+step_rc "$pkg_rc" "the package install/remove test"
+# The packages guide (docs/operations/packages.md) on the test bed's hosts, with the
+# packages just built: about a minute (docs/testing.md).
+cargo build -q -p tranche-nemesis
+guide_rc=0
+"$target/debug/tranche-nemesis" guide --debs "$target/debian" || guide_rc=$?
+step_rc "$guide_rc" "the packages guide on the test bed"
+# A run that fails midway, its daemons up, leaves nothing either: status 1 (3 says the
+# teardown left something, or the machine changed).
+if ((guide_rc == 0)); then
+  fail_rc=0
+  "$target/debug/tranche-nemesis" guide --debs "$target/debian" --fail-after 5 \
+    >"$target/guide-fail.log" 2>&1 || fail_rc=$?
+  if ((fail_rc != 1)); then
+    cat "$target/guide-fail.log" >&2
+    echo "test.sh: the guide failing on purpose ended with status $fail_rc, not 1" >&2
+    exit 1
+  fi
 fi
 
 [[ ${TRANCHE_SKIP_PYTHON:-0} == 1 ]] && exit 0

@@ -146,6 +146,9 @@ pub struct Bed {
     pub client: Host,
     pub controllers: Vec<BedController>,
     pub agents: Vec<BedAgent>,
+    /// Hosts of a bare bed ([`Bed::bare`]): a namespace and an address each, nothing
+    /// started in them.
+    pub extra: Vec<Host>,
     /// Keep the directory when the bed is dropped (from [`BedOptions::keep`]).
     pub keep: bool,
     opts: BedOptions,
@@ -656,40 +659,9 @@ impl Bed {
                 opts.agents
             ));
         }
-        for s in sweep() {
-            eprintln!("tranche-nemesis: removed a dead run's {s}");
-        }
-        let tag = format!("{TAG_PREFIX}{}", std::process::id());
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!("{tag}-"))
-            .tempdir()
-            .map_err(|e| format!("a directory for the bed: {e}"))?;
-        let dir = tmp.keep();
-        let home = File::open("/proc/thread-self/ns/net")
-            .map_err(|e| format!("this thread's network namespace: {e}"))?;
-        let host = |name: &str, last: usize| Host {
-            name: name.to_string(),
-            ns: format!("{tag}-{name}"),
-            addr: addr(last),
-        };
-        let mut bed = Bed {
-            switch: format!("{tag}-sw"),
-            client: host("cl", 2),
-            certs: dir.join("certs"),
-            dir,
-            controllers: Vec::new(),
-            agents: Vec::new(),
-            made: Vec::new(),
-            drops: Mutex::new(BTreeMap::new()),
-            home,
-            mounts: Vec::new(),
-            delays: Mutex::new(BTreeMap::new()),
-            keep: opts.keep,
-            opts,
-            tag: tag.clone(),
-        };
+        let mut bed = Bed::empty(opts, "cl")?;
         for id in 1..=3u64 {
-            let h = host(&format!("c{id}"), 10 + id as usize);
+            let h = bed.host(&format!("c{id}"), 10 + id as usize);
             bed.controllers.push(BedController {
                 id,
                 config: bed.dir.join(format!("c{id}.toml")),
@@ -702,7 +674,7 @@ impl Bed {
         for n in 0..bed.opts.agents {
             let node = format!("n{n}");
             bed.agents.push(BedAgent {
-                host: host(&node, 21 + n),
+                host: bed.host(&node, 21 + n),
                 config: bed.dir.join(format!("agent-{node}.toml")),
                 // The spool's name is the node's: cgroups are named after it.
                 spool: bed.dir.join(&node).join(format!("spool-{node}")),
@@ -723,10 +695,93 @@ impl Bed {
         Ok(bed)
     }
 
-    /// Every host: the controllers, the agents, the client.
+    /// A bed of hosts only: a namespace and an address 10.77.0.`last` for each
+    /// (`name`, `last`) of `hosts` plus the client host `client` at 10.77.0.2, on the
+    /// switch, with nothing started in them and no certificate issued. Sweeps the
+    /// leftovers of dead runs first; on an error everything made so far is removed.
+    pub fn bare(hosts: &[(&str, usize)], client: &str, keep: bool) -> Result<Bed, String> {
+        if let Some(why) = unavailable() {
+            return Err(why);
+        }
+        let opts = BedOptions {
+            agents: 0,
+            tranched: PathBuf::new(),
+            agent_bin: PathBuf::new(),
+            controller_extra: String::new(),
+            agent_extra: String::new(),
+            gpus: String::new(),
+            log_filter: String::new(),
+            keep,
+            disk_mib: None,
+            agent_disk_mib: None,
+            faketime: None,
+        };
+        let mut bed = Bed::empty(opts, client)?;
+        for &(name, last) in hosts {
+            if !(3..=254).contains(&last) || name.len() > 15 {
+                return Err(format!(
+                    "host {name}: a bare bed's host has a name of at most 15 characters \
+                     and an address 10.77.0.3 to 10.77.0.254, not 10.77.0.{last}"
+                ));
+            }
+            let h = bed.host(name, last);
+            bed.extra.push(h);
+        }
+        bed.network()?;
+        Ok(bed)
+    }
+
+    /// A bed without hosts but its client host (named `client`): its tag, its
+    /// directory, nothing on the network yet. Sweeps the leftovers of dead runs first.
+    fn empty(opts: BedOptions, client: &str) -> Result<Bed, String> {
+        for s in sweep() {
+            eprintln!("tranche-nemesis: removed a dead run's {s}");
+        }
+        let tag = format!("{TAG_PREFIX}{}", std::process::id());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{tag}-"))
+            .tempdir()
+            .map_err(|e| format!("a directory for the bed: {e}"))?;
+        let dir = tmp.keep();
+        let home = File::open("/proc/thread-self/ns/net")
+            .map_err(|e| format!("this thread's network namespace: {e}"))?;
+        Ok(Bed {
+            switch: format!("{tag}-sw"),
+            client: Host {
+                name: client.to_string(),
+                ns: format!("{tag}-{client}"),
+                addr: addr(2),
+            },
+            certs: dir.join("certs"),
+            dir,
+            controllers: Vec::new(),
+            agents: Vec::new(),
+            extra: Vec::new(),
+            made: Vec::new(),
+            drops: Mutex::new(BTreeMap::new()),
+            home,
+            mounts: Vec::new(),
+            delays: Mutex::new(BTreeMap::new()),
+            keep: opts.keep,
+            opts,
+            tag,
+        })
+    }
+
+    /// Host `name` of this bed at 10.77.0.`last`.
+    fn host(&self, name: &str, last: usize) -> Host {
+        Host {
+            name: name.to_string(),
+            ns: format!("{}-{name}", self.tag),
+            addr: addr(last),
+        }
+    }
+
+    /// Every host: the controllers, the agents, a bare bed's hosts, the client.
     pub fn hosts(&self) -> Vec<&Host> {
         let mut hs: Vec<&Host> = self.controllers.iter().map(|c| &c.host).collect();
         hs.extend(self.agents.iter().map(|a| &a.host));
+        hs.extend(self.extra.iter());
         hs.push(&self.client);
         hs
     }

@@ -10,11 +10,13 @@
 //! lossy links, delays, skewed clocks and full disks among the faults,
 //! and checks fencing too (no job runs twice at once; a cut agent stops its jobs in
 //! time). `tranche-nemesis bed` brings the bed up for a person to try;
-//! `tranche-nemesis sweep` removes what dead runs left.
+//! `tranche-nemesis guide` runs the packages guide with the built Debian packages on
+//! the bed's hosts ([`guide`]); `tranche-nemesis sweep` removes what dead runs left.
 
 mod bed;
 mod check;
 mod faults;
+mod guide;
 mod history;
 mod relay;
 mod run;
@@ -90,6 +92,21 @@ pub enum Cmd {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
+    /// Run the packages guide (docs/operations/packages.md) on the test bed's hosts
+    /// with the built Debian packages, checking each step's effect. Exit status 0
+    /// passed, 1 failed, 77 not run (saying why).
+    Guide {
+        /// Where the packages are (`scripts/package.sh` builds them).
+        #[arg(long, default_value = "target/debian")]
+        debs: PathBuf,
+        /// The policy the admin applies (step 4).
+        #[arg(long, default_value = "config/policy.toml")]
+        policy: PathBuf,
+        /// Fail on purpose after this many steps, with the daemons up (tests of the
+        /// teardown).
+        #[arg(long, hide = true)]
+        fail_after: Option<usize>,
+    },
     /// Remove what beds of runs no longer alive left (namespaces, processes,
     /// directories); with `--check`, only list what any bed left and exit 1 if
     /// anything is.
@@ -103,6 +120,11 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match &args.command {
         Some(Cmd::Bed { fail_when_up }) => return run::serve_bed(&args, *fail_when_up),
+        Some(Cmd::Guide {
+            debs,
+            policy,
+            fail_after,
+        }) => return guide::run_guide(debs, policy, args.keep, *fail_after),
         Some(Cmd::Sweep { check: false }) => {
             for s in bed::sweep() {
                 println!("removed {s}");

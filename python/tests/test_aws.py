@@ -42,11 +42,11 @@ def issue_key(dev, user: str, role: str = "user") -> tuple[str, str]:
     return k["access_key_id"], k["secret_access_key"]
 
 
-def client(dev, key: tuple[str, str] | None = None):
+def client(dev, key: tuple[str, str] | None = None, service: str = "batch"):
     env = dev.aws_env
     kid, secret = key or (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
     return boto3.client(
-        "batch", region_name=REGION, endpoint_url=env["AWS_ENDPOINT_URL_BATCH"],
+        service, region_name=REGION, endpoint_url=env[f"AWS_ENDPOINT_URL_{service.upper()}"],
         verify=env["AWS_CA_BUNDLE"], aws_access_key_id=kid, aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 2, "mode": "standard"}),
     )
@@ -697,3 +697,67 @@ def test_sagemaker_and_cloudwatch_logs_follow_a_training_job(dev, admin, user, i
     assert trainer._latest_training_job.training_job_name == name
     assert trainer._latest_training_job.training_job_status == "Completed"
     assert trainer.compute.instance_type == "ml.g5.xlarge"
+
+
+def s3_client(dev, key: tuple[str, str] | None = None):
+    return client(dev, key, "s3")
+
+
+def test_s3_objects_are_put_read_listed_and_deleted_in_the_users_own_buckets(dev, tmp_path):
+    """boto3's S3 client, with the endpoint `tranche dev` prints and the same access keys
+    as Batch: buckets and objects made, read, listed and deleted; a multipart upload; the
+    files under the store's directory; another user sees none of it; a bad secret is
+    refused."""
+    s3 = s3_client(dev)
+    assert dev.aws_env["AWS_ENDPOINT_URL_S3"] == dev.aws_env["AWS_ENDPOINT_URL_BATCH"]
+    bucket = uniq("data")
+    s3.create_bucket(Bucket=bucket)
+    s3.head_bucket(Bucket=bucket)
+    assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    s3.put_object(Bucket=bucket, Key="sets/a/train.csv", Body=b"x,y\n1,2\n")
+    s3.put_object(Bucket=bucket, Key="sets/a/sub/val.csv", Body=b"3,4\n")
+    s3.put_object(Bucket=bucket, Key="sets/b.csv", Body=b"5\n")
+    got = s3.get_object(Bucket=bucket, Key="sets/a/train.csv")
+    assert got["Body"].read() == b"x,y\n1,2\n"
+    assert s3.head_object(Bucket=bucket, Key="sets/a/sub/val.csv")["ContentLength"] == 4
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="sets/a/")["Contents"]]
+    assert sorted(keys) == ["sets/a/sub/val.csv", "sets/a/train.csv"], keys
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix="sets/", Delimiter="/")
+    assert [p["Prefix"] for p in listing["CommonPrefixes"]] == ["sets/a/"], listing
+    assert [o["Key"] for o in listing["Contents"]] == ["sets/b.csv"], listing
+
+    # A multipart upload (the SDK's transfer manager uses one above 8 MiB).
+    from boto3.s3.transfer import TransferConfig
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(6 * 1024 * 1024 + 17))
+    s3.upload_file(str(big), bucket, "big.bin", Config=TransferConfig(
+        multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024))
+    assert s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == big.read_bytes()
+
+    # The objects are files in the user's namespace of the store.
+    store = Path(dev.dir) / "s3" / dev.user / bucket
+    assert (store / "sets" / "a" / "train.csv").read_bytes() == b"x,y\n1,2\n"
+    assert (store / "big.bin").stat().st_size == big.stat().st_size
+
+    # Another user has buckets of their own: none of this one.
+    other = s3_client(dev, issue_key(dev, uniq("carol")))
+    assert bucket not in [b["Name"] for b in other.list_buckets().get("Buckets", [])]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        other.get_object(Bucket=bucket, Key="sets/a/train.csv")
+    assert e.value.response["Error"]["Code"] in ("NoSuchBucket", "NoSuchKey"), e.value.response
+    other.create_bucket(Bucket=bucket)  # the same name, the other user's own
+    assert other.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+
+    # A wrong secret, and a key that does not exist.
+    kid = dev.aws_env["AWS_ACCESS_KEY_ID"]
+    for key, code in [((kid, "x" * 40), "SignatureDoesNotMatch"),
+                      ("TKNOSUCHKEY00000000A x".split(), "InvalidAccessKeyId")]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3_client(dev, tuple(key)).get_object(Bucket=bucket, Key="sets/b.csv")
+        assert e.value.response["Error"]["Code"] == code, e.value.response
+
+    s3.delete_object(Bucket=bucket, Key="sets/b.csv")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="sets/b.csv")
+    assert e.value.response["Error"]["Code"] == "404"
+    assert not (store / "sets" / "b.csv").exists()

@@ -20,6 +20,7 @@
 pub mod arn;
 pub mod capacity;
 mod ops;
+pub mod s3;
 pub mod sigv4;
 pub mod training;
 pub mod wire;

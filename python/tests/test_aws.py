@@ -409,8 +409,8 @@ def test_service_jobs_submit_describe_list_update_terminate_and_snapshot(dev, ad
     expect_client_error(lambda: user.submit_service_job(
         jobName="x", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
         serviceRequestPayload=json.dumps({**json.loads(payload("x")), "InputDataConfig": [
-            {"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://b/k", "S3DataType": "S3Prefix"}}}]})),
-        "channel `train` reads from S3")
+            {"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://b/k", "S3DataType": "ManifestFile"}}}]})),
+        "channel `train`: `ManifestFile` is not served; give S3Prefix")
     expect_client_error(lambda: user.submit_service_job(
         jobName="x", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
         serviceRequestPayload=json.dumps({**json.loads(payload("x")), "AlgorithmSpecification": {"TrainingImage": "nope:1"}})),
@@ -761,3 +761,46 @@ def test_s3_objects_are_put_read_listed_and_deleted_in_the_users_own_buckets(dev
         s3.head_object(Bucket=bucket, Key="sets/b.csv")
     assert e.value.response["Error"]["Code"] == "404"
     assert not (store / "sets" / "b.csv").exists()
+
+
+def test_s3_channels_reach_the_job_and_its_model_comes_back(dev, admin, user, image):
+    """A training job whose channel is an S3 prefix finds its objects under
+    /opt/ml/input/data/<channel>, as its own copy; what it leaves in /opt/ml/model comes
+    back as `<S3OutputPath>/<job name>/output/model.tar.gz`, there once it SUCCEEDED."""
+    import io
+    import tarfile
+    s3 = s3_client(dev)
+    b = uniq("train-data")
+    s3.create_bucket(Bucket=b)
+    s3.put_object(Bucket=b, Key="sets/a/values.csv", Body=b"answer,42\n")
+    s3.put_object(Bucket=b, Key="sets/a/sub/more.txt", Body=b"more\n")
+    s3.put_object(Bucket=b, Key="sets/other.csv", Body=b"not in the channel\n")
+    sp, se, jq = make_queue(admin)
+    qs = uniq("qs")
+    make_share(admin, jq, qs, "LEND", units=3)
+    name = uniq("s3-job")
+    script = ("cat /opt/ml/input/data/train/values.csv; ls /opt/ml/input/data/train; "
+              "ls /opt/ml/input/data/train/sub; "
+              "echo changed > /opt/ml/input/data/train/values.csv && "
+              "echo weights-of-$TRAINING_JOB_NAME > /opt/ml/model/weights.txt")
+    p = json.loads(payload(name, entry=["/bin/sh", "-c", script]))
+    p["InputDataConfig"] = [{"ChannelName": "train", "DataSource": {"S3DataSource": {
+        "S3DataType": "S3Prefix", "S3Uri": f"s3://{b}/sets/a",
+        "S3DataDistributionType": "FullyReplicated"}}}]
+    p["OutputDataConfig"] = {"S3OutputPath": f"s3://{b}/models/"}
+    job = user.submit_service_job(
+        jobName=name, jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
+        serviceRequestPayload=json.dumps(p))
+    wait_for("the S3 job to succeed", lambda: status(user, job["jobArn"]) == "SUCCEEDED")
+    import tranche
+    c = tranche.Cluster.from_config(dev.config)
+    logs = c.job(int(job["jobId"])).logs()
+    c.close()
+    assert "answer,42" in logs and "more.txt" in logs, logs
+    assert "other.csv" not in logs, logs
+    got = s3.get_object(Bucket=b, Key=f"models/{name}/output/model.tar.gz")["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(got)) as t:
+        assert t.getnames() == ["weights.txt"], t.getnames()
+        assert t.extractfile("weights.txt").read() == f"weights-of-{name}\n".encode()
+    # The job changed its copy, not the object.
+    assert s3.get_object(Bucket=b, Key="sets/a/values.csv")["Body"].read() == b"answer,42\n"

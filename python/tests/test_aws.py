@@ -804,3 +804,106 @@ def test_s3_channels_reach_the_job_and_its_model_comes_back(dev, admin, user, im
         assert t.extractfile("weights.txt").read() == f"weights-of-{name}\n".encode()
     # The job changed its copy, not the object.
     assert s3.get_object(Bucket=b, Key="sets/a/values.csv")["Body"].read() == b"answer,42\n"
+
+
+SDK_CONFIG = """SchemaVersion: '1.0'
+SageMaker:
+  PythonSDK:
+    Modules:
+      TelemetryOptOut: true
+      Session:
+        DefaultS3Bucket: {bucket}
+  TrainingJob:
+    RoleArn: {role}
+"""
+
+
+def test_the_sagemaker_sdks_source_code_runs_from_a_local_directory(monkeypatch, tmp_path):
+    """`ModelTrainer` with `SourceCode(source_dir=<a local directory>, entry_script=...)`
+    through `TrainingQueue.submit`, with the environment `tranche dev` prints and the
+    SDK's config file giving the default bucket and role: the SDK uploads the code, its
+    drivers and a local input channel to S3, the job runs the SDK's driver, which runs the
+    entry script in a Python image; the script reads its input channel and writes a
+    model, which comes back as model.tar.gz under the output path."""
+    import io
+    import tarfile
+    from aws_image import python_image
+    (tmp_path / "dev").mkdir()
+    d = start_dev(tmp_path / "dev")
+    try:
+        # This cluster's training image is one with bash and Python, as SageMaker's are.
+        layout = Path(d.dir) / "images" / "tranche-train"
+        import shutil
+        shutil.rmtree(layout, ignore_errors=True)
+        python_image(layout)
+        for k, v in d.aws_env.items():
+            monkeypatch.setenv(k, v)
+        bucket = "sagemaker-us-west-2-123456789012"
+        cfg = tmp_path / "sagemaker.yaml"
+        cfg.write_text(SDK_CONFIG.format(bucket=bucket, role=ROLE))
+        monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(cfg))
+        monkeypatch.setenv("SAGEMAKER_VALIDATE_ROLE", "false")
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        # boto3's default session keeps the first credentials it found: a fresh one reads
+        # this cluster's key (as a fresh kernel would).
+        boto3.setup_default_session()
+        from sagemaker.train.aws_batch.training_queue import TrainingQueue
+        from sagemaker.train.configs import Compute, InputData, SourceCode, StoppingCondition
+        from sagemaker.train.model_trainer import ModelTrainer
+
+        admin = client(d, issue_key(d, "admin", "admin"))
+        sp, se, jq = make_queue(admin, units=1)
+        qs = uniq("qs")
+        make_share(admin, jq, qs, "LEND", units=1)
+
+        code = tmp_path / "code"
+        (code / "lib").mkdir(parents=True)
+        (code / "lib" / "__init__.py").write_text("")
+        (code / "lib" / "words.py").write_text("GREETING = 'trained on'\n")
+        (code / "train.py").write_text(
+            "import os, sys\n"
+            "from lib.words import GREETING\n"
+            "data = os.environ['SM_CHANNEL_TRAIN']\n"
+            "value = open(os.path.join(data, 'values.csv')).read().split(',')[1].strip()\n"
+            "print(f'{GREETING} value {value} from {data} with lr', sys.argv[1:])\n"
+            "with open(os.path.join(os.environ['SM_MODEL_DIR'], 'model.txt'), 'w') as f:\n"
+            "    f.write(f'weights for {value}')\n")
+        data = tmp_path / "data"
+        data.mkdir()
+        (data / "values.csv").write_text("answer,42\n")
+
+        trainer = ModelTrainer(
+            training_image=IMAGE, base_job_name="src-job",
+            source_code=SourceCode(source_dir=str(code), entry_script="train.py"),
+            compute=Compute(instance_type="ml.g5.xlarge", instance_count=1),
+            stopping_condition=StoppingCondition(max_runtime_in_seconds=300),
+            hyperparameters={"lr": 0.5})
+        job = TrainingQueue(jq).submit(
+            trainer, inputs=[InputData(channel_name="train", data_source=str(data))],
+            job_name="src-job", quota_share_name=qs, priority=1)
+        desc = job.wait(timeout=180)
+        import tranche
+        c = tranche.Cluster.from_config(d.config)
+        logs = c.job(int(desc["jobId"])).logs()
+        c.close()
+        assert desc["status"] == "SUCCEEDED", (desc, logs)
+        assert "trained on value 42 from /opt/ml/input/data/train with lr" in logs, logs
+        assert "--lr" in logs and "0.5" in logs, logs
+
+        s3 = client(d, service="s3")
+        payload = json.loads(desc["serviceRequestPayload"])
+        channels = {ch["ChannelName"]: ch["DataSource"]["S3DataSource"]["S3Uri"]
+                    for ch in payload["InputDataConfig"]}
+        assert set(channels) == {"code", "sm_drivers", "train"}, channels
+        assert all(u.startswith(f"s3://{bucket}/") for u in channels.values()), channels
+        out = payload["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+        assert out.startswith(f"s3://{bucket}/"), out
+        b, prefix = out[len("s3://"):].split("/", 1)
+        name = payload["TrainingJobName"]
+        got = s3.get_object(Bucket=b, Key=f"{prefix}/{name}/output/model.tar.gz")["Body"].read()
+        with tarfile.open(fileobj=io.BytesIO(got)) as t:
+            assert t.extractfile("model.txt").read() == b"weights for 42"
+    finally:
+        boto3.DEFAULT_SESSION = None
+        stop_dev(d)

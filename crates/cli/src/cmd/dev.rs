@@ -338,10 +338,11 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         "  AWS Batch-compatible endpoint (boto3, the AWS CLI, the SageMaker SDK), as {user}:"
     );
     // SageMaker's DescribeTrainingJob and CloudWatch Logs are served on the same
-    // listener, dispatched by their `X-Amz-Target`, and S3 by its signature's scope.
+    // listener, dispatched by their `X-Amz-Target`, and S3 by its signature's scope;
+    // IAM is refused at once (the SageMaker SDK probes it, and carries on without it).
     let endpoint = urls.first().cloned().unwrap_or_default();
     eprintln!(
-        "    export AWS_ENDPOINT_URL_BATCH={endpoint} AWS_ENDPOINT_URL_SAGEMAKER={endpoint} AWS_ENDPOINT_URL_CLOUDWATCH_LOGS={endpoint} AWS_ENDPOINT_URL_S3={endpoint} AWS_CA_BUNDLE={} AWS_DEFAULT_REGION=us-west-2 AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
+        "    export AWS_ENDPOINT_URL_BATCH={endpoint} AWS_ENDPOINT_URL_SAGEMAKER={endpoint} AWS_ENDPOINT_URL_CLOUDWATCH_LOGS={endpoint} AWS_ENDPOINT_URL_S3={endpoint} AWS_ENDPOINT_URL_IAM={endpoint} AWS_CA_BUNDLE={} AWS_DEFAULT_REGION=us-west-2 AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
         user_files.ca.display(),
         key.0,
         key.1

@@ -747,6 +747,15 @@ def test_s3_objects_are_put_read_listed_and_deleted_in_the_users_own_buckets(dev
     assert e.value.response["Error"]["Code"] in ("NoSuchBucket", "NoSuchKey"), e.value.response
     other.create_bucket(Bucket=bucket)  # the same name, the other user's own
     assert other.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    # Keys that climb out of the other user's bucket stay in their own namespace.
+    for key in [f"../../{dev.user}/{bucket}/sets/b.csv", f"../{bucket}/../../{dev.user}/{bucket}/sets/b.csv",
+                f"../../../s3/{dev.user}/{bucket}/sets/b.csv"]:
+        try:
+            got = other.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except botocore.exceptions.ClientError as e:
+            assert e.response["ResponseMetadata"]["HTTPStatusCode"] in (400, 403, 404), e.response
+        else:
+            raise AssertionError(f"{key}: read {got!r}")
 
     # A wrong secret, and a key that does not exist.
     kid = dev.aws_env["AWS_ACCESS_KEY_ID"]

@@ -8,7 +8,7 @@
 //! `Authorization` header, or `X-Amz-Credential` of a presigned URL); [`divert`] sends
 //! those to S3 before the other routes see them.
 //!
-//! Keys: the same access keys as the rest of the endpoint. s3s asks [`Keys`] for an
+//! Keys: the same access keys as the rest of the endpoint. s3s asks the key store for an
 //! access key's secret, which is derived from the cluster's key secret exactly as for
 //! Batch, after the same refusals (unknown, revoked or expired keys, keys of revoked
 //! certificates).

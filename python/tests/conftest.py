@@ -43,7 +43,8 @@ class Dev:
     ca: str
     token: str
     # What `tranche dev` prints for boto3: AWS_ENDPOINT_URL_BATCH,
-    # AWS_ENDPOINT_URL_SAGEMAKER, AWS_ENDPOINT_URL_CLOUDWATCH_LOGS, AWS_CA_BUNDLE,
+    # AWS_ENDPOINT_URL_SAGEMAKER, AWS_ENDPOINT_URL_CLOUDWATCH_LOGS, AWS_ENDPOINT_URL_S3,
+    # AWS_ENDPOINT_URL_IAM, AWS_CA_BUNDLE,
     # AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (the dev user's key).
     aws_env: dict[str, str]
     # The admin's key, as `tranche dev` prints it on the next line.

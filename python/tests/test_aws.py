@@ -42,11 +42,11 @@ def issue_key(dev, user: str, role: str = "user") -> tuple[str, str]:
     return k["access_key_id"], k["secret_access_key"]
 
 
-def client(dev, key: tuple[str, str] | None = None):
+def client(dev, key: tuple[str, str] | None = None, service: str = "batch"):
     env = dev.aws_env
     kid, secret = key or (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
     return boto3.client(
-        "batch", region_name=REGION, endpoint_url=env["AWS_ENDPOINT_URL_BATCH"],
+        service, region_name=REGION, endpoint_url=env[f"AWS_ENDPOINT_URL_{service.upper()}"],
         verify=env["AWS_CA_BUNDLE"], aws_access_key_id=kid, aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 2, "mode": "standard"}),
     )
@@ -409,8 +409,8 @@ def test_service_jobs_submit_describe_list_update_terminate_and_snapshot(dev, ad
     expect_client_error(lambda: user.submit_service_job(
         jobName="x", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
         serviceRequestPayload=json.dumps({**json.loads(payload("x")), "InputDataConfig": [
-            {"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://b/k", "S3DataType": "S3Prefix"}}}]})),
-        "channel `train` reads from S3")
+            {"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://b/k", "S3DataType": "ManifestFile"}}}]})),
+        "channel `train`: `ManifestFile` is not served; give S3Prefix")
     expect_client_error(lambda: user.submit_service_job(
         jobName="x", jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
         serviceRequestPayload=json.dumps({**json.loads(payload("x")), "AlgorithmSpecification": {"TrainingImage": "nope:1"}})),
@@ -697,3 +697,222 @@ def test_sagemaker_and_cloudwatch_logs_follow_a_training_job(dev, admin, user, i
     assert trainer._latest_training_job.training_job_name == name
     assert trainer._latest_training_job.training_job_status == "Completed"
     assert trainer.compute.instance_type == "ml.g5.xlarge"
+
+
+def s3_client(dev, key: tuple[str, str] | None = None):
+    return client(dev, key, "s3")
+
+
+def test_s3_objects_are_put_read_listed_and_deleted_in_the_users_own_buckets(dev, tmp_path):
+    """boto3's S3 client, with the endpoint `tranche dev` prints and the same access keys
+    as Batch: buckets and objects made, read, listed and deleted; a multipart upload; the
+    files under the store's directory; another user sees none of it; a bad secret is
+    refused."""
+    s3 = s3_client(dev)
+    assert dev.aws_env["AWS_ENDPOINT_URL_S3"] == dev.aws_env["AWS_ENDPOINT_URL_BATCH"]
+    bucket = uniq("data")
+    s3.create_bucket(Bucket=bucket)
+    s3.head_bucket(Bucket=bucket)
+    assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    s3.put_object(Bucket=bucket, Key="sets/a/train.csv", Body=b"x,y\n1,2\n")
+    s3.put_object(Bucket=bucket, Key="sets/a/sub/val.csv", Body=b"3,4\n")
+    s3.put_object(Bucket=bucket, Key="sets/b.csv", Body=b"5\n")
+    got = s3.get_object(Bucket=bucket, Key="sets/a/train.csv")
+    assert got["Body"].read() == b"x,y\n1,2\n"
+    assert s3.head_object(Bucket=bucket, Key="sets/a/sub/val.csv")["ContentLength"] == 4
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="sets/a/")["Contents"]]
+    assert sorted(keys) == ["sets/a/sub/val.csv", "sets/a/train.csv"], keys
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix="sets/", Delimiter="/")
+    assert [p["Prefix"] for p in listing["CommonPrefixes"]] == ["sets/a/"], listing
+    assert [o["Key"] for o in listing["Contents"]] == ["sets/b.csv"], listing
+
+    # A multipart upload (the SDK's transfer manager uses one above 8 MiB).
+    from boto3.s3.transfer import TransferConfig
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(6 * 1024 * 1024 + 17))
+    s3.upload_file(str(big), bucket, "big.bin", Config=TransferConfig(
+        multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024))
+    assert s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == big.read_bytes()
+
+    # The objects are files in the user's namespace of the store.
+    store = Path(dev.dir) / "s3" / dev.user / bucket
+    assert (store / "sets" / "a" / "train.csv").read_bytes() == b"x,y\n1,2\n"
+    assert (store / "big.bin").stat().st_size == big.stat().st_size
+
+    # Another user has buckets of their own: none of this one.
+    other = s3_client(dev, issue_key(dev, uniq("carol")))
+    assert bucket not in [b["Name"] for b in other.list_buckets().get("Buckets", [])]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        other.get_object(Bucket=bucket, Key="sets/a/train.csv")
+    assert e.value.response["Error"]["Code"] in ("NoSuchBucket", "NoSuchKey"), e.value.response
+    other.create_bucket(Bucket=bucket)  # the same name, the other user's own
+    assert other.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    # Keys that climb out of the other user's bucket stay in their own namespace.
+    for key in [f"../../{dev.user}/{bucket}/sets/b.csv", f"../{bucket}/../../{dev.user}/{bucket}/sets/b.csv",
+                f"../../../s3/{dev.user}/{bucket}/sets/b.csv"]:
+        try:
+            got = other.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except botocore.exceptions.ClientError as e:
+            assert e.response["ResponseMetadata"]["HTTPStatusCode"] in (400, 403, 404), e.response
+        else:
+            raise AssertionError(f"{key}: read {got!r}")
+
+    # A wrong secret, and a key that does not exist.
+    kid = dev.aws_env["AWS_ACCESS_KEY_ID"]
+    for key, code in [((kid, "x" * 40), "SignatureDoesNotMatch"),
+                      ("TKNOSUCHKEY00000000A x".split(), "InvalidAccessKeyId")]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3_client(dev, tuple(key)).get_object(Bucket=bucket, Key="sets/b.csv")
+        assert e.value.response["Error"]["Code"] == code, e.value.response
+
+    s3.delete_object(Bucket=bucket, Key="sets/b.csv")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="sets/b.csv")
+    assert e.value.response["Error"]["Code"] == "404"
+    assert not (store / "sets" / "b.csv").exists()
+
+
+def test_s3_channels_reach_the_job_and_its_model_comes_back(dev, admin, user, image):
+    """A training job whose channel is an S3 prefix finds its objects under
+    /opt/ml/input/data/<channel>, as its own copy; what it leaves in /opt/ml/model comes
+    back as `<S3OutputPath>/<job name>/output/model.tar.gz`, there once it SUCCEEDED."""
+    import io
+    import tarfile
+    s3 = s3_client(dev)
+    b = uniq("train-data")
+    s3.create_bucket(Bucket=b)
+    s3.put_object(Bucket=b, Key="sets/a/values.csv", Body=b"answer,42\n")
+    s3.put_object(Bucket=b, Key="sets/a/sub/more.txt", Body=b"more\n")
+    s3.put_object(Bucket=b, Key="sets/other.csv", Body=b"not in the channel\n")
+    sp, se, jq = make_queue(admin)
+    qs = uniq("qs")
+    make_share(admin, jq, qs, "LEND", units=3)
+    name = uniq("s3-job")
+    script = ("cat /opt/ml/input/data/train/values.csv; ls /opt/ml/input/data/train; "
+              "ls /opt/ml/input/data/train/sub; "
+              "echo changed > /opt/ml/input/data/train/values.csv && "
+              "echo weights-of-$TRAINING_JOB_NAME > /opt/ml/model/weights.txt")
+    p = json.loads(payload(name, entry=["/bin/sh", "-c", script]))
+    p["InputDataConfig"] = [{"ChannelName": "train", "DataSource": {"S3DataSource": {
+        "S3DataType": "S3Prefix", "S3Uri": f"s3://{b}/sets/a",
+        "S3DataDistributionType": "FullyReplicated"}}}]
+    p["OutputDataConfig"] = {"S3OutputPath": f"s3://{b}/models/"}
+    job = user.submit_service_job(
+        jobName=name, jobQueue=jq, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=qs,
+        serviceRequestPayload=json.dumps(p))
+    wait_for("the S3 job to succeed", lambda: status(user, job["jobArn"]) == "SUCCEEDED")
+    import tranche
+    c = tranche.Cluster.from_config(dev.config)
+    logs = c.job(int(job["jobId"])).logs()
+    c.close()
+    assert "answer,42" in logs and "more.txt" in logs, logs
+    assert "other.csv" not in logs, logs
+    got = s3.get_object(Bucket=b, Key=f"models/{name}/output/model.tar.gz")["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(got)) as t:
+        assert t.getnames() == ["weights.txt"], t.getnames()
+        assert t.extractfile("weights.txt").read() == f"weights-of-{name}\n".encode()
+    # The job changed its copy, not the object.
+    assert s3.get_object(Bucket=b, Key="sets/a/values.csv")["Body"].read() == b"answer,42\n"
+
+
+SDK_CONFIG = """SchemaVersion: '1.0'
+SageMaker:
+  PythonSDK:
+    Modules:
+      TelemetryOptOut: true
+      Session:
+        DefaultS3Bucket: {bucket}
+  TrainingJob:
+    RoleArn: {role}
+"""
+
+
+def test_the_sagemaker_sdks_source_code_runs_from_a_local_directory(monkeypatch, tmp_path):
+    """`ModelTrainer` with `SourceCode(source_dir=<a local directory>, entry_script=...)`
+    through `TrainingQueue.submit`, with the environment `tranche dev` prints and the
+    SDK's config file giving the default bucket and role: the SDK uploads the code, its
+    drivers and a local input channel to S3, the job runs the SDK's driver, which runs the
+    entry script in a Python image; the script reads its input channel and writes a
+    model, which comes back as model.tar.gz under the output path."""
+    import io
+    import tarfile
+    from aws_image import python_image
+    (tmp_path / "dev").mkdir()
+    d = start_dev(tmp_path / "dev")
+    try:
+        # This cluster's training image is one with bash and Python, as SageMaker's are.
+        layout = Path(d.dir) / "images" / "tranche-train"
+        import shutil
+        shutil.rmtree(layout, ignore_errors=True)
+        python_image(layout)
+        for k, v in d.aws_env.items():
+            monkeypatch.setenv(k, v)
+        bucket = "sagemaker-us-west-2-123456789012"
+        cfg = tmp_path / "sagemaker.yaml"
+        cfg.write_text(SDK_CONFIG.format(bucket=bucket, role=ROLE))
+        monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(cfg))
+        monkeypatch.setenv("SAGEMAKER_VALIDATE_ROLE", "false")
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        # boto3's default session keeps the first credentials it found: a fresh one reads
+        # this cluster's key (as a fresh kernel would).
+        boto3.setup_default_session()
+        from sagemaker.train.aws_batch.training_queue import TrainingQueue
+        from sagemaker.train.configs import Compute, InputData, SourceCode, StoppingCondition
+        from sagemaker.train.model_trainer import ModelTrainer
+
+        admin = client(d, issue_key(d, "admin", "admin"))
+        sp, se, jq = make_queue(admin, units=1)
+        qs = uniq("qs")
+        make_share(admin, jq, qs, "LEND", units=1)
+
+        code = tmp_path / "code"
+        (code / "lib").mkdir(parents=True)
+        (code / "lib" / "__init__.py").write_text("")
+        (code / "lib" / "words.py").write_text("GREETING = 'trained on'\n")
+        (code / "train.py").write_text(
+            "import os, sys\n"
+            "from lib.words import GREETING\n"
+            "data = os.environ['SM_CHANNEL_TRAIN']\n"
+            "value = open(os.path.join(data, 'values.csv')).read().split(',')[1].strip()\n"
+            "print(f'{GREETING} value {value} from {data} with lr', sys.argv[1:])\n"
+            "with open(os.path.join(os.environ['SM_MODEL_DIR'], 'model.txt'), 'w') as f:\n"
+            "    f.write(f'weights for {value}')\n")
+        data = tmp_path / "data"
+        data.mkdir()
+        (data / "values.csv").write_text("answer,42\n")
+
+        trainer = ModelTrainer(
+            training_image=IMAGE, base_job_name="src-job",
+            source_code=SourceCode(source_dir=str(code), entry_script="train.py"),
+            compute=Compute(instance_type="ml.g5.xlarge", instance_count=1),
+            stopping_condition=StoppingCondition(max_runtime_in_seconds=300),
+            hyperparameters={"lr": 0.5})
+        job = TrainingQueue(jq).submit(
+            trainer, inputs=[InputData(channel_name="train", data_source=str(data))],
+            job_name="src-job", quota_share_name=qs, priority=1)
+        desc = job.wait(timeout=180)
+        import tranche
+        c = tranche.Cluster.from_config(d.config)
+        logs = c.job(int(desc["jobId"])).logs()
+        c.close()
+        assert desc["status"] == "SUCCEEDED", (desc, logs)
+        assert "trained on value 42 from /opt/ml/input/data/train with lr" in logs, logs
+        assert "--lr" in logs and "0.5" in logs, logs
+
+        s3 = client(d, service="s3")
+        payload = json.loads(desc["serviceRequestPayload"])
+        channels = {ch["ChannelName"]: ch["DataSource"]["S3DataSource"]["S3Uri"]
+                    for ch in payload["InputDataConfig"]}
+        assert set(channels) == {"code", "sm_drivers", "train"}, channels
+        assert all(u.startswith(f"s3://{bucket}/") for u in channels.values()), channels
+        out = payload["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+        assert out.startswith(f"s3://{bucket}/"), out
+        b, prefix = out[len("s3://"):].split("/", 1)
+        name = payload["TrainingJobName"]
+        got = s3.get_object(Bucket=b, Key=f"{prefix}/{name}/output/model.tar.gz")["Body"].read()
+        with tarfile.open(fileobj=io.BytesIO(got)) as t:
+            assert t.extractfile("model.txt").read() == b"weights for 42"
+    finally:
+        boto3.DEFAULT_SESSION = None
+        stop_dev(d)

@@ -3,7 +3,9 @@
 //! with SigV4 by access keys that `tranche keys issue` makes, on the controllers'
 //! HTTPS listener beside `/api/v1/`; and, to watch the training jobs those jobs run,
 //! SageMaker's `DescribeTrainingJob` and CloudWatch Logs' `DescribeLogStreams` and
-//! `GetLogEvents` (AWS JSON 1.1, `POST /` with `X-Amz-Target`).
+//! `GetLogEvents` (AWS JSON 1.1, `POST /` with `X-Amz-Target`); and the S3 object calls
+//! the SageMaker SDK makes, for requests signed for `s3` ([`s3`], where `[aws] s3_dir`
+//! is set).
 //!
 //! A request is verified ([`sigv4`]) with the secret derived from its access key's id
 //! ([`tranche_tls::keys`]); it then acts as the key's identity through the service layer, so the
@@ -20,6 +22,7 @@
 pub mod arn;
 pub mod capacity;
 mod ops;
+pub mod s3;
 pub mod sigv4;
 pub mod training;
 pub mod wire;

@@ -9,16 +9,21 @@
 //! - `StoppingCondition.MaxRuntimeInSeconds` → the time limit;
 //! - `Environment` → the environment; `HyperParameters` and `FileSystemDataSource`
 //!   channels (through `[aws.file_systems]`) → the container contract the node sets
-//!   up (`/opt/ml/...`, `SM_*`). S3 channels are refused: the rack has no S3.
+//!   up (`/opt/ml/...`, `SM_*`);
+//! - `S3DataSource` channels (`S3Prefix`) → the prefix's directory in the submitter's
+//!   namespace of the S3 store (`[aws] s3_dir`, see [`crate::s3`]), mounted like a file
+//!   system channel; `OutputDataConfig.S3OutputPath` → the directory where the node
+//!   writes `<job name>/output/model.tar.gz` of `/opt/ml/model` after the job.
 //!
-//! Members with no meaning on a rack (`RoleArn`, `OutputDataConfig`, `VpcConfig`,
-//! `CheckpointConfig`, ...) are accepted and ignored: the model and output stay in the
-//! node's spool as the job's output.
+//! Members with no meaning on a rack (`RoleArn`, `VpcConfig`, `CheckpointConfig`, ...)
+//! are accepted and ignored: the model and output also stay in the node's spool as the
+//! job's output.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
 use serde_json::Value;
+use tranche_model::OUTPUT_DIR_VAR;
 use tranche_model::{SageMakerJob, Unit};
 
 use super::capacity::Capacity;
@@ -76,8 +81,14 @@ fn string_map(v: Option<&Value>, member: &str) -> AwsResult<BTreeMap<String, Str
     }
 }
 
-/// Reads `payload` with the cluster's catalogs.
-pub fn read(payload: &str, job_name: &str, cfg: &AwsConfig, cap: &Capacity) -> AwsResult<Training> {
+/// Reads `payload` of `user`'s job with the cluster's catalogs.
+pub fn read(
+    payload: &str,
+    job_name: &str,
+    user: &str,
+    cfg: &AwsConfig,
+    cap: &Capacity,
+) -> AwsResult<Training> {
     let v: Value = serde_json::from_str(payload).map_err(|e| {
         AwsError::invalid(P, format!("must be a JSON CreateTrainingJob request: {e}"))
     })?;
@@ -172,7 +183,20 @@ pub fn read(payload: &str, job_name: &str, cfg: &AwsConfig, cap: &Capacity) -> A
     };
     let env = string_map(req.get("Environment"), "Environment")?;
     let hyperparameters = string_map(req.get("HyperParameters"), "HyperParameters")?;
-    let channels = channels(req.get("InputDataConfig"), cfg)?;
+    let channels = channels(req.get("InputDataConfig"), user, cfg)?;
+    let mut env = env;
+    match req
+        .get("OutputDataConfig")
+        .and_then(|o| o.get("S3OutputPath"))
+    {
+        Some(Value::String(uri)) if cfg.s3_dir.is_some() => {
+            let dir = s3_dir(uri, user, cfg, "OutputDataConfig.S3OutputPath")?;
+            env.insert(OUTPUT_DIR_VAR.into(), format!("{dir}/{name}/output"));
+        }
+        _ => {
+            env.remove(OUTPUT_DIR_VAR);
+        }
+    }
     Ok(Training {
         image,
         command,
@@ -191,7 +215,45 @@ pub fn read(payload: &str, job_name: &str, cfg: &AwsConfig, cap: &Capacity) -> A
     })
 }
 
-fn channels(v: Option<&Value>, cfg: &AwsConfig) -> AwsResult<BTreeMap<String, String>> {
+/// The directory of `s3://<bucket>/<prefix>` in `user`'s namespace of the store
+/// (`member` names the request's member in an error).
+fn s3_dir(uri: &str, user: &str, cfg: &AwsConfig, member: &str) -> AwsResult<String> {
+    let store = cfg.s3_dir.as_ref().ok_or_else(|| {
+        bad(
+            member,
+            format!("`{uri}` is in S3, which this cluster does not serve ([aws] s3_dir is not set); use a FileSystemDataSource whose FileSystemId is in [aws.file_systems]"),
+        )
+    })?;
+    let rest = uri
+        .strip_prefix("s3://")
+        .ok_or_else(|| bad(member, format!("`{uri}` must be an s3:// URI")))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let rel = Path::new(prefix.trim_matches('/'));
+    if bucket.is_empty()
+        || bucket.starts_with('.')
+        || rel.components().any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return Err(bad(
+            member,
+            format!("`{uri}` must be s3://<bucket>/<prefix>, without `.` or `..` segments"),
+        ));
+    }
+    let ns = crate::s3::namespace(store, user).ok_or_else(|| {
+        bad(
+            member,
+            format!("user `{user}` has no namespace in the S3 store"),
+        )
+    })?;
+    let dir = ns.join(bucket);
+    Ok(match rel.as_os_str().is_empty() {
+        true => dir,
+        false => dir.join(rel),
+    }
+    .display()
+    .to_string())
+}
+
+fn channels(v: Option<&Value>, user: &str, cfg: &AwsConfig) -> AwsResult<BTreeMap<String, String>> {
     let list = match v {
         None | Some(Value::Null) => return Ok(BTreeMap::new()),
         Some(Value::Array(a)) => a,
@@ -241,13 +303,28 @@ fn channels(v: Option<&Value>, cfg: &AwsConfig) -> AwsResult<BTreeMap<String, St
                 ));
             }
             out.insert(name.to_string(), root.join(rel).display().to_string());
-        } else if src.is_some_and(|s| s.contains_key("S3DataSource")) {
-            return Err(bad(
-                &format!("{m}.DataSource.S3DataSource"),
-                format!(
-                    "channel `{name}` reads from S3, which this cluster does not have; use a FileSystemDataSource whose FileSystemId is in [aws.file_systems]"
-                ),
-            ));
+        } else if let Some(s3) = src.and_then(|s| s.get("S3DataSource")) {
+            let member = format!("{m}.DataSource.S3DataSource");
+            match s3.get("S3DataType").and_then(Value::as_str) {
+                None | Some("S3Prefix") => {}
+                Some(t) => {
+                    return Err(bad(
+                        &format!("{member}.S3DataType"),
+                        format!("channel `{name}`: `{t}` is not served; give S3Prefix"),
+                    ))
+                }
+            }
+            let uri = s3
+                .get("S3Uri")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(&format!("{member}.S3Uri"), "is required"))?;
+            let dir = s3_dir(
+                uri,
+                user,
+                cfg,
+                &format!("{member}.S3Uri (channel `{name}`)"),
+            )?;
+            out.insert(name.to_string(), dir);
         } else {
             return Err(bad(
                 &format!("{m}.DataSource"),
@@ -291,7 +368,7 @@ mod tests {
           "StoppingCondition":{"MaxRuntimeInSeconds":600},"Environment":{"FOO":"bar"},
           "InputDataConfig":[{"ChannelName":"train","DataSource":{"FileSystemDataSource":{"FileSystemId":"fs-1","DirectoryPath":"/sets/a"}}}],
           "RoleArn":"arn:aws:iam::123456789012:role/R"}"#;
-        let t = read(p, "job", &c, &cap).unwrap();
+        let t = read(p, "job", "alice", &c, &cap).unwrap();
         assert_eq!(t.image, "/images/train");
         assert_eq!(t.command, ["/bin/sh", "-c", "echo hi"]);
         assert_eq!((t.unit.as_str(), t.gpus_per_node, t.nodes), ("a10g", 1, 2));
@@ -299,7 +376,53 @@ mod tests {
         assert_eq!(t.env["FOO"], "bar");
         assert_eq!(t.sagemaker.hyperparameters["lr"], "0.1");
         assert_eq!(t.sagemaker.channels["train"], "/srv/data/sets/a");
+        assert!(!t.env.contains_key(OUTPUT_DIR_VAR), "no S3 store");
         assert_eq!(t.sagemaker.training_job_name, "t1");
+    }
+
+    #[test]
+    fn s3_channels_and_the_output_path_are_the_users_directories_in_the_store() {
+        let (mut c, cap) = cfg();
+        c.s3_dir = Some("/srv/s3".into());
+        let p = |channels: &str| {
+            format!(
+                r#"{{"TrainingJobName":"tj-1","AlgorithmSpecification":{{"TrainingImage":"123456789012.dkr.ecr.us-west-2.amazonaws.com/train:latest"}},"ResourceConfig":{{"InstanceType":"ml.g5.xlarge"}},
+                "OutputDataConfig":{{"S3OutputPath":"s3://out/runs/"}},"InputDataConfig":[{channels}]}}"#
+            )
+        };
+        let t = read(&p(r#"{"ChannelName":"code","DataSource":{"S3DataSource":{"S3DataType":"S3Prefix","S3Uri":"s3://sm-bucket/job/input/code"}}},
+            {"ChannelName":"all","DataSource":{"S3DataSource":{"S3Uri":"s3://sm-bucket"}}}"#), "j", "alice", &c, &cap).unwrap();
+        assert_eq!(
+            t.sagemaker.channels["code"],
+            "/srv/s3/alice/sm-bucket/job/input/code"
+        );
+        assert_eq!(t.sagemaker.channels["all"], "/srv/s3/alice/sm-bucket");
+        assert_eq!(t.env[OUTPUT_DIR_VAR], "/srv/s3/alice/out/runs/tj-1/output");
+        for (ch, why) in [
+            (
+                r#"{"ChannelName":"x","DataSource":{"S3DataSource":{"S3Uri":"s3://b/a/../../bob/b"}}}"#,
+                "without `.` or `..`",
+            ),
+            (
+                r#"{"ChannelName":"x","DataSource":{"S3DataSource":{"S3Uri":"s3://../bob"}}}"#,
+                "s3://<bucket>/<prefix>",
+            ),
+            (
+                r#"{"ChannelName":"x","DataSource":{"S3DataSource":{"S3Uri":"https://b/k"}}}"#,
+                "must be an s3:// URI",
+            ),
+            (
+                r#"{"ChannelName":"x","DataSource":{"S3DataSource":{"S3DataType":"ManifestFile","S3Uri":"s3://b/m"}}}"#,
+                "`ManifestFile` is not served",
+            ),
+            (
+                r#"{"ChannelName":"x","DataSource":{"S3DataSource":{}}}"#,
+                "S3Uri",
+            ),
+        ] {
+            let e = read(&p(ch), "j", "alice", &c, &cap).unwrap_err();
+            assert!(e.message.contains(why), "{ch}: {}", e.message);
+        }
     }
 
     #[test]
@@ -310,28 +433,36 @@ mod tests {
                 r#"{{"AlgorithmSpecification":{{"TrainingImage":"123456789012.dkr.ecr.us-west-2.amazonaws.com/train:latest"}},"ResourceConfig":{{"InstanceType":"ml.g5.xlarge","InstanceCount":1}}{extra}}}"#
             )
         };
-        let e = read(&base(r#","InputDataConfig":[{"ChannelName":"train","DataSource":{"S3DataSource":{"S3Uri":"s3://b/k"}}}]"#), "j", &c, &cap).unwrap_err();
+        let e = read(&base(r#","InputDataConfig":[{"ChannelName":"train","DataSource":{"S3DataSource":{"S3Uri":"s3://b/k"}}}]"#), "j", "alice", &c, &cap).unwrap_err();
         assert!(
-            e.message.contains("channel `train` reads from S3"),
+            e.message.contains("(channel `train`)")
+                && e.message.contains("[aws] s3_dir is not set"),
             "{}",
             e.message
         );
-        let e = read(&base(r#","HyperParameters":{"lr":0.1}"#), "j", &c, &cap).unwrap_err();
+        let e = read(
+            &base(r#","HyperParameters":{"lr":0.1}"#),
+            "j",
+            "alice",
+            &c,
+            &cap,
+        )
+        .unwrap_err();
         assert!(e.message.contains("HyperParameters.lr"), "{}", e.message);
-        let e = read(&base(r#","InputDataConfig":[{"ChannelName":"x","DataSource":{"FileSystemDataSource":{"FileSystemId":"fs-1","DirectoryPath":"/../etc"}}}]"#), "j", &c, &cap).unwrap_err();
+        let e = read(&base(r#","InputDataConfig":[{"ChannelName":"x","DataSource":{"FileSystemDataSource":{"FileSystemId":"fs-1","DirectoryPath":"/../etc"}}}]"#), "j", "alice", &c, &cap).unwrap_err();
         assert!(e.message.contains(".."), "{}", e.message);
         let p = r#"{"AlgorithmSpecification":{"TrainingImage":"nope:1"},"ResourceConfig":{"InstanceType":"ml.g5.xlarge"}}"#;
-        let e = read(p, "j", &c, &cap).unwrap_err();
+        let e = read(p, "j", "alice", &c, &cap).unwrap_err();
         assert!(
             e.message
                 .contains("`nope:1` is not in this cluster's image catalog"),
             "{}",
             e.message
         );
-        let e = read("[1]", "j", &c, &cap).unwrap_err();
+        let e = read("[1]", "j", "alice", &c, &cap).unwrap_err();
         assert!(e.message.contains("serviceRequestPayload"), "{}", e.message);
         // Without an entrypoint the command is empty: the image's entrypoint runs.
-        let t = read(&base(""), "j", &c, &cap).unwrap();
+        let t = read(&base(""), "j", "alice", &c, &cap).unwrap();
         assert!(t.command.is_empty());
         assert_eq!(t.sagemaker.training_job_name, "j");
     }

@@ -326,7 +326,7 @@ async fn bad_submits_name_their_member_and_change_nothing() {
             payload_with(
                 &|p| p["InputDataConfig"] = json!([{"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://b/k", "S3DataType": "S3Prefix"}}}]),
             ),
-            "channel `train` reads from S3",
+            "(channel `train`)': `s3://b/k` is in S3, which this cluster does not serve ([aws] s3_dir is not set)",
         ),
     ] {
         client_error(&aws.op(&alice, "SubmitServiceJob", body).await, says);

@@ -210,6 +210,12 @@ pub struct AwsConfig {
     /// `"fs-0123" = "/srv/datasets"`: the local directory a `FileSystemDataSource`'s
     /// file system id stands for (its `DirectoryPath` is read under it).
     pub file_systems: std::collections::BTreeMap<String, PathBuf>,
+    /// Where the S3 endpoint keeps objects: `<s3_dir>/<user>/<bucket>/<key>`, one
+    /// namespace of buckets per user. Unset (the default): the cluster serves no S3, and
+    /// S3 channels are refused. Give every controller the same directory on a file
+    /// system the nodes mount at the same path: the nodes read channels from it and
+    /// write `model.tar.gz` into it.
+    pub s3_dir: Option<PathBuf>,
 }
 
 /// What one instance of an AWS instance type is in Tranche's terms.
@@ -237,6 +243,7 @@ impl Default for AwsConfig {
             instance_types: Default::default(),
             images: Default::default(),
             file_systems: Default::default(),
+            s3_dir: None,
         }
     }
 }

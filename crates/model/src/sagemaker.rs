@@ -18,14 +18,21 @@ pub struct SageMakerJob {
     pub training_job_name: String,
     /// `HyperParameters`, as strings (SageMaker passes them as strings).
     pub hyperparameters: BTreeMap<String, String>,
-    /// `FileSystemDataSource` channels: channel name → a directory on the nodes,
-    /// mounted read-only at `/opt/ml/input/data/<channel>`.
+    /// Channel name → a directory on the nodes: a `FileSystemDataSource`'s, mounted
+    /// read-only at `/opt/ml/input/data/<channel>`, or an `S3DataSource`'s prefix in the
+    /// S3 store, which the node copies there (the payload says which channel is which).
     pub channels: BTreeMap<String, String>,
     /// The `CreateTrainingJob` request (`serviceRequestPayload`), as it was sent.
     pub payload: String,
     /// The AWS instance type the job asked for (`ResourceConfig.InstanceType`).
     pub instance_type: String,
 }
+
+/// The variable of a SageMaker job's environment that names the directory on the
+/// nodes where the gang's first node writes `model.tar.gz` of `/opt/ml/model` once the
+/// job exits 0: `<S3OutputPath>/<TrainingJobName>/output` in the cluster's S3 store.
+/// The controller sets it (over any the request gives) where `[aws] s3_dir` is set.
+pub const OUTPUT_DIR_VAR: &str = "TRANCHE_SAGEMAKER_OUTPUT_DIR";
 
 /// Most bytes of a hyperparameter's name and value (SageMaker's limits).
 pub const MAX_HYPERPARAMETER_KEY_BYTES: usize = 256;

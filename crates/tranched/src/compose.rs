@@ -49,7 +49,15 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>) -> Result<(), Run
                 Duration::from_secs(cfg.http.body_timeout_s),
             ))
         });
-        let app = tranche_http::router(api, tranche_aws::router(aws));
+        // S3, on the same port, where `[aws] s3_dir` is set too.
+        let s3 = match (controller.service.key_secret(), &cfg.aws.s3_dir) {
+            (Some(k), Some(dir)) => Some(
+                tranche_aws::s3::service(api.clone(), k.as_bytes().to_vec(), dir)
+                    .map_err(|e| RunError::Http(format!("[aws] s3_dir {}: {e}", dir.display())))?,
+            ),
+            _ => None,
+        };
+        let app = tranche_aws::s3::divert(tranche_http::router(api, tranche_aws::router(aws)), s3);
         tokio::spawn(tranche_http::serve(
             listener,
             tls,

@@ -192,6 +192,23 @@ impl Agent {
             (true, None) => Some(FENCED.to_string()),
             (_, r) => r,
         };
+        // A SageMaker job's model goes to its output path before its success is
+        // reported, as SageMaker uploads it before the job is Completed.
+        let reason = if fenced {
+            reason
+        } else {
+            let m = a.clone();
+            let delivered = tokio::task::spawn_blocking(move || m.deliver_model())
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            match delivered {
+                Ok(_) => reason,
+                Err(e) => {
+                    warn!(job = key.job.0, "cannot deliver the model: {e}");
+                    Some(format!("the model was not delivered: {e}"))
+                }
+            }
+        };
         let event =
             if fenced || (st.code.is_none() && st.signal.is_none() && a.launch_error().is_none()) {
                 Progress::Lost {

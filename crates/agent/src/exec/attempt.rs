@@ -486,6 +486,15 @@ impl Attempt {
                 }
             }
         }
+        self.keep_sagemaker_output(spool);
+        remove_work_dir(&self.plan);
+        remove_attempt_dir(parent, &self.dir);
+        Ok(())
+    }
+
+    /// Moves the SageMaker tree's `model/` and `output/` to the spool (see
+    /// [`sagemaker::keep`]); once moved, a later call finds nothing to move.
+    fn keep_sagemaker_output(&self, spool: &Path) {
         let owner = self
             .spec
             .user
@@ -496,9 +505,23 @@ impl Attempt {
         };
         let opt_ml = self.plan.opt_ml_of(&self.dir);
         sagemaker::keep(base, &opt_ml, owner, spool, self.job, self.attempt);
-        remove_work_dir(&self.plan);
-        remove_attempt_dir(parent, &self.dir);
-        Ok(())
+    }
+
+    /// For a SageMaker job that exited 0 with an output directory, on the first node
+    /// of its gang: keeps its `model/` in the spool, then writes `model.tar.gz` of it
+    /// into the output directory (see [`sagemaker::deliver_model`]), before its exit
+    /// is reported. `Ok(None)`: nothing to deliver.
+    pub fn deliver_model(&self) -> Result<Option<PathBuf>, String> {
+        let Some(out) = sagemaker::model_destination(&self.spec) else {
+            return Ok(None);
+        };
+        if self.exit().and_then(|st| st.code) != Some(0) {
+            return Ok(None);
+        }
+        let spool = self.plan.spool_of(&self.dir);
+        self.keep_sagemaker_output(&spool);
+        let kept = sagemaker::kept_sagemaker_output(&spool, self.job, self.attempt);
+        sagemaker::deliver_model(&kept.join("model"), &out).map(Some)
     }
 }
 

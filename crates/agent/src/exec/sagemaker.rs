@@ -15,6 +15,7 @@
 //! | `input/config/resourceconfig.json` | `current_host`, `current_instance_type`, `current_group_name`, `hosts`, `instance_groups`, `network_interface_name` |
 //! | `input/config/inputdataconfig.json` | `{"<channel>": {"TrainingInputMode": "File"}}` |
 //! | `input/data/<channel>` | a container: the mount point of the channel's directory (read-only); `host`: a symlink to it |
+//! | `input/data/<channel>` of a copied (S3) channel | a copy of the channel's directory, the job's to change |
 //! | `model/`, `output/`, `output/data/`, `checkpoints/` | empty |
 //!
 //! The hosts are `algo-1` … `algo-N`, one per member of the gang in rank order (the
@@ -26,6 +27,10 @@
 //! has no mount namespace: it reads the tree in its own directory, and every `SM_*`
 //! path variable names that path (`SM_MODEL_DIR=<work_dir>/<job>.<attempt>/opt-ml/model`,
 //! ...) and each `SM_CHANNEL_<NAME>` the channel's directory on the node.
+//!
+//! A job that exits 0 with an output directory (`OutputDataConfig.S3OutputPath` in the
+//! S3 store) has `model.tar.gz` of its `model/` written there by the gang's first node
+//! before its exit is reported ([`model_destination`], [`deliver_model`]).
 //!
 //! Once the controller has the attempt's exit, `opt-ml/model` and `opt-ml/output` are
 //! kept as the job's output in `<spool>/sagemaker/<job>.<attempt>/` (see
@@ -141,6 +146,7 @@ pub fn sagemaker_env(spec: &LaunchSpec, host_tree: Option<&Path>) -> BTreeMap<St
     set("SM_INPUT_CONFIG_DIR", format!("{root}/input/config"));
     set("SM_CHECKPOINT_DIR", format!("{root}/checkpoints"));
     let channels: Vec<&String> = sm.channels.keys().collect();
+    let copied = copied_channels(sm);
     set("SM_CHANNELS", json(&channels));
     set("SM_CURRENT_INSTANCE_TYPE", sm.instance_type.clone());
     set("TRAINING_JOB_NAME", sm.training_job_name.clone());
@@ -149,8 +155,8 @@ pub fn sagemaker_env(spec: &LaunchSpec, host_tree: Option<&Path>) -> BTreeMap<St
     }
     for (name, dir) in &sm.channels {
         let path = match host_tree {
-            Some(_) => dir.clone(),
-            None => format!("{CONTAINER_ROOT}/input/data/{name}"),
+            Some(_) if !copied.contains(name) => dir.clone(),
+            _ => format!("{root}/input/data/{name}"),
         };
         set(&format!("SM_CHANNEL_{}", var_suffix(name)), path);
     }
@@ -223,9 +229,12 @@ pub(super) fn write_tree(spec: &LaunchSpec, root: &Path, host: bool) -> Result<(
         &resource_config(spec, sm),
     )?;
     fsutil::write_json(&config.join("inputdataconfig.json"), &input_data_config(sm))?;
+    let copied = copied_channels(sm);
     for (name, path) in &sm.channels {
         let at = data.join(name);
-        if host {
+        if copied.contains(name) {
+            copy_channel(Path::new(path), &at)?;
+        } else if host {
             std::os::unix::fs::symlink(path, &at)
                 .map_err(|e| ExecError::io("linking the channel", &at, e))?;
         } else {
@@ -237,6 +246,43 @@ pub(super) fn write_tree(spec: &LaunchSpec, root: &Path, host: bool) -> Result<(
     }
     if let Some((uid, gid)) = spec.user {
         give(&root, uid, gid)?;
+    }
+    Ok(())
+}
+
+/// The channels the request (`payload`) reads from S3: the node copies them into the
+/// job's tree, as SageMaker's File mode downloads them, where the job may change them.
+pub(super) fn copied_channels(sm: &SageMakerJob) -> std::collections::BTreeSet<String> {
+    let v: Value = serde_json::from_str(&sm.payload).unwrap_or_default();
+    v.get("InputDataConfig")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.pointer("/DataSource/S3DataSource").is_some())
+        .filter_map(|c| c.get("ChannelName").and_then(Value::as_str))
+        .filter(|n| sm.channels.contains_key(*n))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Copies the channel directory `from` to `to`: directories and regular files only
+/// (a symbolic link or a special file is left out, never followed).
+fn copy_channel(from: &Path, to: &Path) -> Result<(), ExecError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(to)
+        .map_err(|e| ExecError::io("creating the channel's copy", to, e))?;
+    let err = |e| ExecError::io("copying the channel", from, e);
+    for ent in std::fs::read_dir(from).map_err(err)? {
+        let ent = ent.map_err(err)?;
+        let (src, dst) = (ent.path(), to.join(ent.file_name()));
+        let t = ent.file_type().map_err(err)?;
+        if t.is_dir() {
+            copy_channel(&src, &dst)?;
+        } else if t.is_file() {
+            std::fs::copy(&src, &dst).map_err(|e| ExecError::io("copying the channel", &src, e))?;
+        }
     }
     Ok(())
 }
@@ -262,7 +308,8 @@ pub(super) fn mounts(spec: &LaunchSpec, dir: &Path) -> Vec<Value> {
     };
     let mut out = vec![json!({"destination": CONTAINER_ROOT, "type": "bind",
                               "source": dir.join(OPT_ML), "options": ["rbind", "rw"]})];
-    for (name, path) in &sm.channels {
+    let copied = copied_channels(sm);
+    for (name, path) in sm.channels.iter().filter(|(n, _)| !copied.contains(*n)) {
         out.push(
             json!({"destination": format!("{CONTAINER_ROOT}/input/data/{name}"),
                         "type": "bind", "source": path,
@@ -307,6 +354,52 @@ pub(super) fn keep(
             Err(e) => tracing::warn!("cannot keep {}: {e}", root.join(d).display()),
         }
     }
+}
+
+/// Where `spec`'s node writes `model.tar.gz`: the output directory, on the first
+/// node of the gang only (SageMaker's model is the first host's).
+pub(super) fn model_destination(spec: &LaunchSpec) -> Option<PathBuf> {
+    spec.sagemaker.as_deref()?;
+    let dir = spec.env.get(tranche_model::OUTPUT_DIR_VAR)?;
+    let first = spec.rendezvous.as_ref().is_none_or(|r| r.rank == 0);
+    first.then(|| Path::new(dir).join("model.tar.gz"))
+}
+
+/// Writes `model.tar.gz` of the kept `model` directory (root's copy, see [`keep`]) at
+/// `to`: its files at the top of the archive, symbolic links stored as links (never
+/// followed), written beside `to` and renamed over it. A job that left no `model/` gets
+/// an empty archive, as SageMaker uploads one.
+pub(super) fn deliver_model(model: &Path, to: &Path) -> Result<PathBuf, String> {
+    use flate2::write::GzEncoder;
+    let dir = to.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let tmp = dir.join(".model.tar.gz.partial");
+    let write = || -> std::io::Result<()> {
+        let f = std::fs::File::create(&tmp)?;
+        let mut t = tar::Builder::new(GzEncoder::new(f, flate2::Compression::default()));
+        t.follow_symlinks(false);
+        let mut entries: Vec<_> = match std::fs::read_dir(model) {
+            Ok(d) => d.collect::<Result<_, _>>()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
+            Err(e) => return Err(e),
+        };
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            if e.file_type()?.is_dir() {
+                t.append_dir_all(e.file_name(), e.path())?;
+            } else {
+                t.append_path_with_name(e.path(), e.file_name())?;
+            }
+        }
+        t.into_inner()?.finish()?.sync_all()
+    };
+    write()
+        .and_then(|()| std::fs::rename(&tmp, to))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("writing {}: {e}", to.display())
+        })?;
+    Ok(to.to_path_buf())
 }
 
 #[cfg(test)]
@@ -483,6 +576,89 @@ mod tests {
         assert_eq!(m[2]["destination"], "/opt/ml/input/data/val-set");
         assert_eq!(m[2]["source"], "/data/mnist/val");
         assert!(m[2]["options"].as_array().unwrap().contains(&json!("ro")));
+    }
+
+    #[test]
+    fn a_copied_channel_is_the_jobs_own_copy_and_not_mounted() {
+        let t = tempfile::tempdir().unwrap();
+        let store = t.path().join("store/alice/b/code");
+        std::fs::create_dir_all(store.join("pkg")).unwrap();
+        std::fs::write(store.join("train.py"), "print(1)").unwrap();
+        std::fs::write(store.join("pkg/m.py"), "x = 1").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", store.join("link")).unwrap();
+        let mut s = rank1();
+        let sm = s.sagemaker.as_mut().unwrap();
+        sm.channels
+            .insert("code".into(), store.display().to_string());
+        sm.payload = r#"{"InputDataConfig":[{"ChannelName":"train","DataSource":{"FileSystemDataSource":{}}},
+            {"ChannelName":"code","DataSource":{"S3DataSource":{"S3Uri":"s3://b/code"}}}]}"#
+            .into();
+        assert_eq!(
+            copied_channels(sm).into_iter().collect::<Vec<_>>(),
+            ["code"]
+        );
+        let root = t.path().join("attempt").join(OPT_ML);
+        write_tree(&s, &root, false).unwrap();
+        let code = root.join("input/data/code");
+        assert_eq!(
+            std::fs::read_to_string(code.join("train.py")).unwrap(),
+            "print(1)"
+        );
+        assert_eq!(
+            std::fs::read_to_string(code.join("pkg/m.py")).unwrap(),
+            "x = 1"
+        );
+        assert!(std::fs::symlink_metadata(code.join("link")).is_err());
+        let m = mounts(&s, &t.path().join("attempt"));
+        assert!(m.iter().all(|m| m["source"] != json!(store)), "{m:?}");
+        assert_eq!(m.len(), 3, "the tree and the two mounted channels");
+        let host = sagemaker_env(&s, Some(&root));
+        assert_eq!(host["SM_CHANNEL_CODE"], code.display().to_string());
+        assert_eq!(host["SM_CHANNEL_TRAIN"], "/data/mnist/train");
+    }
+
+    #[test]
+    fn the_first_node_delivers_the_model_as_a_tarball() {
+        let t = tempfile::tempdir().unwrap();
+        let model = t.path().join("kept/model");
+        std::fs::create_dir_all(model.join("sub")).unwrap();
+        std::fs::write(model.join("weights.txt"), "w=1").unwrap();
+        std::fs::write(model.join("sub/more.txt"), "m").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", model.join("link")).unwrap();
+        let to = t.path().join("store/alice/b/run/job-1/output/model.tar.gz");
+        deliver_model(&model, &to).unwrap();
+        let f = std::fs::File::open(&to).unwrap();
+        let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
+        let mut seen = BTreeMap::new();
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            let mut body = String::new();
+            std::io::Read::read_to_string(&mut e, &mut body).unwrap();
+            let kind = e.header().entry_type();
+            seen.insert(e.path().unwrap().display().to_string(), (kind, body));
+        }
+        assert_eq!(seen["weights.txt"].1, "w=1");
+        assert_eq!(seen["sub/more.txt"].1, "m");
+        assert!(
+            seen["link"].0.is_symlink(),
+            "a link is stored, not followed"
+        );
+        assert!(!to.with_file_name(".model.tar.gz.partial").exists());
+
+        let mut s = rank1();
+        s.rendezvous = None;
+        assert_eq!(model_destination(&s), None, "no output directory");
+        s.env.insert(
+            tranche_model::OUTPUT_DIR_VAR.into(),
+            "/store/alice/b/o/j/output".into(),
+        );
+        let first = model_destination(&s);
+        s.rendezvous = rank1().rendezvous;
+        assert_eq!(model_destination(&s), None, "rank 1 of 2 delivers nothing");
+        assert_eq!(
+            first,
+            Some(PathBuf::from("/store/alice/b/o/j/output/model.tar.gz"))
+        );
     }
 
     #[test]

@@ -451,7 +451,7 @@ impl Endpoint {
             ));
         }
         let payload = required(&r.service_request_payload, "serviceRequestPayload")?;
-        let t = crate::training::read(payload, &name, &self.cfg, &self.cap)?;
+        let t = crate::training::read(payload, &name, &cx.who.name, &self.cfg, &self.cap)?;
         let priority = job_priority(r.scheduling_priority.unwrap_or(0))?;
         let retry_attempts = match &r.retry_strategy {
             Some(rs) => {

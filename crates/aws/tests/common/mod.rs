@@ -35,7 +35,7 @@ pub const SIGNED: [&str; 3] = ["content-type", "host", "x-amz-date"];
 const HOST: &str = "c1.tranche.test:8443";
 
 /// The cluster's key secret in these tests.
-const MASTER: &[u8] = b"0123456789abcdef0123456789abcdef-test-key-secret";
+pub const MASTER: &[u8] = b"0123456789abcdef0123456789abcdef-test-key-secret";
 
 /// The endpoint over a test rig, with access keys for an admin and two users.
 pub struct Aws {

@@ -37,8 +37,9 @@ pub const DEV_PYTORCH_IMAGES: &str = "763104351884.dkr.ecr.*.amazonaws.com/pytor
 /// [`DEV_PYTORCH_IMAGES`]) and one file system (`fs-dev`: `<dir>/data`).
 fn aws_config(dir: &std::path::Path, key_secret: &std::path::Path) -> String {
     let mut t = format!(
-        "[aws]\nkey_secret_file = \"{}\"\n\n[aws.instance_types]\n",
-        key_secret.display()
+        "[aws]\nkey_secret_file = \"{}\"\ns3_dir = \"{}\"\n\n[aws.instance_types]\n",
+        key_secret.display(),
+        dir.join("s3").display()
     );
     for (name, unit, gpus) in DEV_INSTANCE_TYPES {
         t += &format!("\"{name}\" = {{ unit = \"{unit}\", gpus = {gpus} }}\n");
@@ -337,10 +338,11 @@ async fn run(args: &DevArgs) -> Result<(), String> {
         "  AWS Batch-compatible endpoint (boto3, the AWS CLI, the SageMaker SDK), as {user}:"
     );
     // SageMaker's DescribeTrainingJob and CloudWatch Logs are served on the same
-    // listener, dispatched by their `X-Amz-Target`.
+    // listener, dispatched by their `X-Amz-Target`, and S3 by its signature's scope;
+    // IAM is refused at once (the SageMaker SDK probes it, and carries on without it).
     let endpoint = urls.first().cloned().unwrap_or_default();
     eprintln!(
-        "    export AWS_ENDPOINT_URL_BATCH={endpoint} AWS_ENDPOINT_URL_SAGEMAKER={endpoint} AWS_ENDPOINT_URL_CLOUDWATCH_LOGS={endpoint} AWS_CA_BUNDLE={} AWS_DEFAULT_REGION=us-west-2 AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
+        "    export AWS_ENDPOINT_URL_BATCH={endpoint} AWS_ENDPOINT_URL_SAGEMAKER={endpoint} AWS_ENDPOINT_URL_CLOUDWATCH_LOGS={endpoint} AWS_ENDPOINT_URL_S3={endpoint} AWS_ENDPOINT_URL_IAM={endpoint} AWS_CA_BUNDLE={} AWS_DEFAULT_REGION=us-west-2 AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}",
         user_files.ca.display(),
         key.0,
         key.1

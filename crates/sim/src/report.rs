@@ -725,6 +725,7 @@ pub fn render_table(title: &str, f: &Figures) -> String {
         }
     );
     if !f.late_jobs.is_empty() {
+        let judged = f.late_jobs.iter().filter(|l| l.judged).count();
         let could = f
             .late_jobs
             .iter()
@@ -737,9 +738,14 @@ pub fn render_table(title: &str, f: &Figures) -> String {
             .count();
         let _ = writeln!(
             s,
-            "    of those, a reclaim could have freed the nodes of {could} while they waited; \
+            "    of {}, a reclaim could have freed the nodes of {could} while they waited; \
              no reclaim could for {}{}",
-            f.late_jobs.len() - could - undecided,
+            if judged < f.late_jobs.len() {
+                format!("the first {judged} judged")
+            } else {
+                "those".to_string()
+            },
+            judged - could - undecided,
             if undecided > 0 {
                 format!("; undecided for {undecided}")
             } else {

@@ -41,7 +41,13 @@ pub struct LateJob {
     pub reclaim_at: Option<Millis>,
     /// The first instant the search could not decide (see the module's text).
     pub undecided_at: Option<Millis>,
+    /// Whether it was judged: only the first [`JUDGED`] late jobs of a run are.
+    pub judged: bool,
 }
+
+/// Late jobs judged at most per run, the first by submit: where more start late, the
+/// cluster is short of its shares' maxes and the guarantee says little.
+pub const JUDGED: usize = 100;
 
 /// A job's need: how many nodes, and GPUs on each.
 fn shape(setup: &Setup, r: &JobRun) -> (usize, u32) {
@@ -221,17 +227,25 @@ pub fn late_jobs(setup: &Setup, runs: &[JobRun], late: &[usize], end: Millis) ->
                 waited_ms: first.saturating_sub(r.submit),
                 reclaim_at: None,
                 undecided_at: None,
+                judged: false,
             }
         })
         .collect();
+    let mut by_submit: Vec<usize> = (0..late.len()).collect();
+    by_submit.sort_by_key(|&i| (runs[late[i]].submit, i));
+    for &i in by_submit.iter().take(JUDGED) {
+        out[i].judged = true;
+    }
     if late.is_empty() {
         return out;
     }
     // (time, start?, job, attempt); ends before starts at one instant.
     let mut evs: BTreeMap<Millis, Vec<(bool, usize, usize)>> = BTreeMap::new();
     // Each late job is judged at its arrival too.
-    for &j in late {
-        evs.entry(runs[j].submit).or_default();
+    for (i, &j) in late.iter().enumerate() {
+        if out[i].judged {
+            evs.entry(runs[j].submit).or_default();
+        }
     }
     for (j, r) in runs.iter().enumerate() {
         if !share_ix.contains_key(r.share.as_str()) {
@@ -274,7 +288,7 @@ pub fn late_jobs(setup: &Setup, runs: &[JobRun], late: &[usize], end: Millis) ->
         }
         for (i, &j) in late.iter().enumerate() {
             let (from, to) = window[i];
-            if t < from || t >= to || out[i].reclaim_at.is_some() {
+            if t < from || t >= to || !out[i].judged || out[i].reclaim_at.is_some() {
                 continue;
             }
             let r = &runs[j];

@@ -98,9 +98,43 @@ pub fn read(
             "must be a JSON object (a CreateTrainingJob request)",
         ));
     };
+    // The name is a directory of the output path on the nodes: only SageMaker's
+    // characters (or, taken from the Batch job's name, Batch's).
     let name = match req.get("TrainingJobName") {
-        None => job_name.to_string(),
-        Some(Value::String(s)) => s.clone(),
+        None => {
+            let ok = !job_name.is_empty()
+                && job_name.len() <= 128
+                && job_name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !ok {
+                return Err(AwsError::invalid(
+                    "jobName",
+                    format!(
+                        "names the training job: 1 to 128 letters, digits, hyphens and \
+                         underscores, got `{job_name}`"
+                    ),
+                ));
+            }
+            job_name.to_string()
+        }
+        Some(Value::String(s)) => {
+            let b = s.as_bytes();
+            let ok = (1..=63).contains(&b.len())
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-');
+            if !ok {
+                return Err(bad(
+                    "TrainingJobName",
+                    format!(
+                        "must be 1 to 63 letters, digits and hyphens, starting and ending \
+                         with a letter or digit (SageMaker's rule), got `{s}`"
+                    ),
+                ));
+            }
+            s.clone()
+        }
         Some(_) => return Err(bad("TrainingJobName", "must be a string")),
     };
     let algo = req
@@ -449,6 +483,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("HyperParameters.lr"), "{}", e.message);
+        // The training job's name becomes a directory of the output path on the nodes.
+        for name in ["../../../../etc/cron.d", "a/b", "-a", "a_b", ""] {
+            let p = format!(
+                r#"{{"TrainingJobName":"{name}","AlgorithmSpecification":{{"TrainingImage":"123456789012.dkr.ecr.us-west-2.amazonaws.com/train:latest"}},"ResourceConfig":{{"InstanceType":"ml.g5.xlarge"}}}}"#
+            );
+            let e = read(&p, "j", "alice", &c, &cap).unwrap_err();
+            assert!(
+                e.message.contains("TrainingJobName"),
+                "{name}: {}",
+                e.message
+            );
+        }
+        let p = r#"{"AlgorithmSpecification":{"TrainingImage":"123456789012.dkr.ecr.us-west-2.amazonaws.com/train:latest"},"ResourceConfig":{"InstanceType":"ml.g5.xlarge"}}"#;
+        let e = read(p, "../up", "alice", &c, &cap).unwrap_err();
+        assert!(e.message.contains("jobName"), "{}", e.message);
         let e = read(&base(r#","InputDataConfig":[{"ChannelName":"x","DataSource":{"FileSystemDataSource":{"FileSystemId":"fs-1","DirectoryPath":"/../etc"}}}]"#), "j", "alice", &c, &cap).unwrap_err();
         assert!(e.message.contains(".."), "{}", e.message);
         let p = r#"{"AlgorithmSpecification":{"TrainingImage":"nope:1"},"ResourceConfig":{"InstanceType":"ml.g5.xlarge"}}"#;

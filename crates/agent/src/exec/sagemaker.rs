@@ -360,9 +360,27 @@ pub(super) fn keep(
 /// node of the gang only (SageMaker's model is the first host's).
 pub(super) fn model_destination(spec: &LaunchSpec) -> Option<PathBuf> {
     spec.sagemaker.as_deref()?;
-    let dir = spec.env.get(tranche_model::OUTPUT_DIR_VAR)?;
+    let dir = Path::new(spec.env.get(tranche_model::OUTPUT_DIR_VAR)?);
+    // The controller makes it absolute and of plain names; anything else is not
+    // written to (the agent writes it as root).
+    let plain = dir.is_absolute()
+        && dir.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+    if !plain {
+        tracing::warn!(
+            "job {} attempt {}: not writing model.tar.gz to {}: not an absolute path of plain names",
+            spec.job,
+            spec.attempt,
+            dir.display()
+        );
+        return None;
+    }
     let first = spec.rendezvous.as_ref().is_none_or(|r| r.rank == 0);
-    first.then(|| Path::new(dir).join("model.tar.gz"))
+    first.then(|| dir.join("model.tar.gz"))
 }
 
 /// Writes `model.tar.gz` of the kept `model` directory (root's copy, see [`keep`]) at

@@ -183,14 +183,57 @@ impl Namespaces {
     }
 }
 
-/// Each operation served, passed to the caller's namespace.
+/// The part of the store's file system that uploads leave free: the controllers' data
+/// may share it, and no user's uploads may fill it.
+const RESERVE_PERCENT: u64 = 5;
+
+/// Whether `adding` bytes leave the file system of `root` at least [`RESERVE_PERCENT`]
+/// free; the refusal names what is left.
+fn room(root: &Path, adding: u64) -> S3Result<()> {
+    let st = nix::sys::statvfs::statvfs(root).map_err(|e| {
+        S3Error::with_message(
+            S3ErrorCode::InternalError,
+            format!("cannot read the free space of {}: {e}", root.display()),
+        )
+    })?;
+    let unit = st.fragment_size() as u64;
+    let (total, avail) = (
+        st.blocks() as u64 * unit,
+        st.blocks_available() as u64 * unit,
+    );
+    let reserve = total / 100 * RESERVE_PERCENT;
+    if avail.saturating_sub(adding) < reserve {
+        return Err(S3Error::with_message(
+            S3ErrorCode::ServiceUnavailable,
+            format!(
+                "the S3 store is full: {} MiB free of {} MiB, and an upload may not leave \
+                 less than {RESERVE_PERCENT}% ({} MiB) free; this one adds {} MiB",
+                avail >> 20,
+                total >> 20,
+                reserve >> 20,
+                adding.div_ceil(1 << 20)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The bytes a request's body adds (0 where it has no length).
+fn length(len: Option<i64>) -> u64 {
+    len.map_or(0, |n| n.max(0) as u64)
+}
+
+/// Each operation served, passed to the caller's namespace; an operation that writes
+/// gives the bytes it adds, checked against [`room`] first.
 macro_rules! served {
-    ($($op:ident($input:ty) -> $output:ty;)*) => {
+    ($($op:ident($input:ty) -> $output:ty $(, adds $adds:expr)?;)*) => {
         #[async_trait::async_trait]
         impl S3 for Namespaces {
             $(
                 async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
-                    self.of(&req)?.$op(req).await
+                    let fs = self.of(&req)?;
+                    $( room(&self.root, ($adds)(&req.input))?; )?
+                    fs.$op(req).await
                 }
             )*
         }
@@ -199,22 +242,26 @@ macro_rules! served {
 
 served! {
     list_buckets(ListBucketsInput) -> ListBucketsOutput;
-    create_bucket(CreateBucketInput) -> CreateBucketOutput;
+    create_bucket(CreateBucketInput) -> CreateBucketOutput, adds |_: &CreateBucketInput| 0;
     head_bucket(HeadBucketInput) -> HeadBucketOutput;
     delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
     get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
-    put_object(PutObjectInput) -> PutObjectOutput;
+    put_object(PutObjectInput) -> PutObjectOutput,
+        adds |i: &PutObjectInput| length(i.content_length);
     get_object(GetObjectInput) -> GetObjectOutput;
     head_object(HeadObjectInput) -> HeadObjectOutput;
-    copy_object(CopyObjectInput) -> CopyObjectOutput;
+    copy_object(CopyObjectInput) -> CopyObjectOutput, adds |_: &CopyObjectInput| 0;
     delete_object(DeleteObjectInput) -> DeleteObjectOutput;
     delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     list_objects(ListObjectsInput) -> ListObjectsOutput;
     list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
-    create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
-    upload_part(UploadPartInput) -> UploadPartOutput;
+    create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput,
+        adds |_: &CreateMultipartUploadInput| 0;
+    upload_part(UploadPartInput) -> UploadPartOutput,
+        adds |i: &UploadPartInput| length(i.content_length);
     list_parts(ListPartsInput) -> ListPartsOutput;
-    complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;
+    complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput,
+        adds |_: &CompleteMultipartUploadInput| 0;
     abort_multipart_upload(AbortMultipartUploadInput) -> AbortMultipartUploadOutput;
 }
 
@@ -240,6 +287,22 @@ mod tests {
             None,
             "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=TK1%2F20261201%2Fus-west-2%2Fs3%2Faws4_request"
         )));
+    }
+
+    #[test]
+    fn an_upload_that_would_leave_less_than_the_reserve_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = nix::sys::statvfs::statvfs(dir.path()).unwrap();
+        let unit = st.fragment_size() as u64;
+        let avail = st.blocks_available() as u64 * unit;
+        let reserve = st.blocks() as u64 * unit / 100 * RESERVE_PERCENT;
+        if avail > reserve + (1 << 20) {
+            room(dir.path(), 1 << 20).unwrap();
+        }
+        let e = room(dir.path(), avail).unwrap_err();
+        assert_eq!(e.code(), &S3ErrorCode::ServiceUnavailable);
+        let m = e.message().unwrap_or_default();
+        assert!(m.contains("S3 store is full") && m.contains("5%"), "{m}");
     }
 
     #[test]

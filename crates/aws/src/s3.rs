@@ -73,7 +73,7 @@ pub fn divert(app: Router, s3: Option<S3Service>) -> Router {
                     Ok(r) => r.map(axum::body::Body::new),
                     Err(e) => (
                         axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("the S3 request failed: {e:?}"),
+                        format!("the S3 request failed: {}", s3s::StdError::from(e)),
                     )
                         .into_response(),
                 }

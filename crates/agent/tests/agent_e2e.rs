@@ -87,8 +87,13 @@ fn agent(c: &mut TestCluster, node: &str, gpus: &str, fence_after_s: u64, extra:
 /// Three controllers that find a silent agent unreachable after 2 s and down after
 /// 6 s, started; no agent yet.
 fn cluster(dir: &Path) -> TestCluster {
+    cluster_of(dir, tranched_bin())
+}
+
+/// [`cluster`] with the controllers run from `tranched` (a wrapper, say).
+fn cluster_of(dir: &Path, tranched: PathBuf) -> TestCluster {
     let mut opts = rig::options(
-        tranched_bin(),
+        tranched,
         "[agents]\nunreachable_after_s = 2\ndown_after_s = 6\n",
     );
     opts.log_filter = "info".into();
@@ -922,6 +927,23 @@ fn a_jobs_owner_follows_its_output_and_nobody_else_reads_it() {
     });
 }
 
+/// A host job of `lender` that sleeps 100 s with a time limit of `limit_s`, submitted
+/// with `token`, once it runs (within 30 s).
+async fn running_with_limit(
+    admin: &Client,
+    token: &str,
+    limit_s: u64,
+) -> (JobId, tranche_model::Job) {
+    let mut spec = host_job("lender", token, "sleep 100");
+    spec.time_limit_s = Some(limit_s);
+    let (id, _) = admin.submit(spec).await.unwrap();
+    let j = wait_for(admin, id, "running", Duration::from_secs(30), |j| {
+        j.status == JobStatus::Running
+    })
+    .await;
+    (id, j)
+}
+
 /// Job `id` once it has ended (within 60 s), checked to have ended FAILED by its time
 /// limit.
 async fn ended_by_its_time_limit(admin: &Client, id: JobId) -> tranche_model::Job {
@@ -950,13 +972,7 @@ fn the_time_limit_holds_across_an_agent_restart() {
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
-        let mut spec = host_job("lender", "tr1", "sleep 100");
-        spec.time_limit_s = Some(LIMIT_S);
-        let (id, _) = admin.submit(spec).await.unwrap();
-        let j = wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
-            j.status == JobStatus::Running
-        })
-        .await;
+        let (id, j) = running_with_limit(&admin, "tr1", LIMIT_S).await;
         let started = j.attempts[0].started_at.expect("started");
         c.kill_agent(a);
         // The agent stays down until the job's time limit has passed: with no agent
@@ -1015,23 +1031,12 @@ fn an_adopted_job_is_not_timed_out_early_by_controllers_whose_clocks_lead() {
     )
     .unwrap();
     std::fs::set_permissions(&faked, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut opts = rig::options(
-        faked,
-        "[agents]\nunreachable_after_s = 2\ndown_after_s = 6\n",
-    );
-    opts.log_filter = "info".into();
-    let mut c = TestCluster(rig::start(dir.path(), 3, opts));
+    let mut c = cluster_of(dir.path(), faked);
     let a = agent(&mut c, "n1", "2 x h100", 30, "");
     rt().block_on(async {
         let admin = c.client(Role::Admin, "admin").unwrap();
         policy(&admin).await;
-        let mut spec = host_job("lender", "lead1", "sleep 100");
-        spec.time_limit_s = Some(LIMIT_S);
-        let (id, _) = admin.submit(spec).await.unwrap();
-        wait_for(&admin, id, "running", Duration::from_secs(30), |j| {
-            j.status == JobStatus::Running
-        })
-        .await;
+        let (id, _) = running_with_limit(&admin, "lead1", LIMIT_S).await;
         let running = Instant::now();
         c.kill_agent(a);
         std::fs::write(&clock, "+300\n").unwrap();

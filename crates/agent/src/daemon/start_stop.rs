@@ -89,15 +89,8 @@ impl Agent {
         let started = tokio::task::spawn_blocking(move || {
             let spec = work_item::launch_spec(&agent.cfg, &work, agent.fake_devices)
                 .map_err(StartError::Refused)?;
-            // A start that failed where the shim could not say why (its own writes
-            // failed) is the node's fault when the spool takes no new file now.
-            execs
-                .start(&spec)
-                .map_err(|e| match e.node_fault() {
-                    Some(_) => e,
-                    None => execs.storage_fault().unwrap_or(e),
-                })
-                .map_err(StartError::Exec)
+            // A failure of the node's storage comes back as such (`node_fault`).
+            execs.start(&spec).map_err(StartError::Exec)
         })
         .await
         .expect("start task");

@@ -354,19 +354,9 @@ impl Executors {
         self.cgroups.describe()
     }
 
-    /// Starts an attempt: `image = "host"` with the process executor, anything else
-    /// with the OCI executor. Returns once the job's process is running (or has
-    /// already ended); on failure nothing of the attempt is left behind and the error
-    /// names the image and command.
-    ///
-    /// A SageMaker job (see [`sagemaker_env`](super::sagemaker_env)) gets its `opt-ml/`
-    /// tree; given no command, it runs its image's entrypoint with `train`, and is not
-    /// started where the image has none.
     /// Whether the spool and the attempts' directory take a new file now: where one does
-    /// not because of the node's storage, that error (see [`ExecError::node_fault`]). A
-    /// start that failed (the shim's own writes, which it may not live to report) is
-    /// the node's fault when this says so.
-    pub fn storage_fault(&self) -> Option<ExecError> {
+    /// not because of the node's storage, that error (see [`ExecError::node_fault`]).
+    fn storage_fault(&self) -> Option<ExecError> {
         for dir in [&self.spool, &self.attempts] {
             let probe = dir.join(".write-probe");
             let r = std::fs::write(&probe, b"x");
@@ -381,6 +371,26 @@ impl Executors {
         None
     }
 
+    /// `e`, or where it is not the node's storage's own error but the storage takes no
+    /// new file now, that error: a start that failed where nothing could say why (the
+    /// image's unpacking, the shim's own writes, which it may not live to report) is the
+    /// node's fault then.
+    fn or_storage_fault(&self, e: ExecError) -> ExecError {
+        match e.node_fault() {
+            Some(_) => e,
+            None => self.storage_fault().unwrap_or(e),
+        }
+    }
+
+    /// Starts an attempt: `image = "host"` with the process executor, anything else
+    /// with the OCI executor. Returns once the job's process is running (or has
+    /// already ended); on failure nothing of the attempt is left behind and the error
+    /// names the image and command, or the node's storage where that failed (see
+    /// [`ExecError::node_fault`]).
+    ///
+    /// A SageMaker job (see [`sagemaker_env`](super::sagemaker_env)) gets its `opt-ml/`
+    /// tree; given no command, it runs its image's entrypoint with `train`, and is not
+    /// started where the image has none.
     pub fn start(&self, spec: &LaunchSpec) -> Result<Attempt, ExecError> {
         validate(spec)?;
         sagemaker::check(spec)?;
@@ -412,7 +422,8 @@ impl Executors {
                     groups: spec.groups.clone(),
                 });
                 let rootfs =
-                    image::prepare(&self.images, &self.image_policy, &spec.image, who.as_ref())?;
+                    image::prepare(&self.images, &self.image_policy, &spec.image, who.as_ref())
+                        .map_err(|e| self.or_storage_fault(e))?;
                 let devices = oci::gpu_devices(spec, &self.policy.device_dir)?;
                 Some((runtime, rootfs, devices))
             }
@@ -460,10 +471,7 @@ impl Executors {
                 // The node's storage is looked at before the cleanup below gives back
                 // the space this attempt took: a shim that could not write on a full
                 // spool is then seen for what it is.
-                let e = match e.node_fault() {
-                    Some(_) => e,
-                    None => self.storage_fault().unwrap_or(e),
-                };
+                let e = self.or_storage_fault(e);
                 // Whatever did start (a job slower to come up than the start timeout)
                 // is killed; a shim that reported the failure finishes its cleanup.
                 let partial = Attempt::new(
